@@ -1,0 +1,196 @@
+# dflash-pipe: a multi-process DFlash drafter training pipeline over shared memory.
+#
+#   make                 CPU build (no nvcc needed)
+#   make CUDA=1          CUDA build as well (CUDA_ARCH ?= 90)
+#   make test            install missing Debian packages, build, run every CPU test
+#   make test-gpu        run every GPU test (skips with a line when no GPU is present)
+#   make bench           run every benchmark (tables on stdout, JSON under bench/results/)
+#   make run             set up and run the embedded default (configs/tiny.json, CPU)
+#   make SANITIZE=address|undefined|thread   build with a sanitizer (separate build dir)
+#   make DEPS_PREFIX=.deps/root              use libuv/jansson unpacked by scripts/fetch_deps.sh
+#                                            (static link; for the GPU machine, which has no apt)
+#
+# Conventions (the build finds files by name, so adding a file needs no Makefile edit):
+#   common/**.c                  -> build/libcommon.a
+#   <role>/*.c                   -> build/lib<role>.a, except *_main.c
+#   <role>/<name>_main.c         -> build/bin/<name>
+#   tests/test_*.c               -> build/tests/test_*        (run by `make test`)
+#   tests/gpu_test_*.c|.cu       -> build/tests/gpu_test_*    (CUDA=1, run by `make test-gpu`)
+#   bench/*/bench_*.c|.cu        -> build/bench/bench_*       (run by `make bench`)
+#   fuzz/fuzz_*.c                -> libFuzzer targets (`make fuzz`, clang)
+#   *_cuda.c, *.cu               -> compiled only when CUDA=1
+#   *_nocuda.c                   -> compiled only when CUDA=0 (the "not built with CUDA" side of a seam)
+
+CUDA      ?= 0
+CUDA_ARCH ?= 90
+CUDA_HOME ?= /usr/local/cuda
+SANITIZE  ?=
+DEPS_PREFIX ?=
+OPT       ?= -O2
+CC        ?= cc
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+
+ifneq ($(filter-out 0 1,$(CUDA)),)
+$(error CUDA must be 0 or 1, got '$(CUDA)')
+endif
+ifneq ($(filter-out address undefined thread,$(SANITIZE)),)
+$(error SANITIZE must be empty, address, undefined or thread, got '$(SANITIZE)')
+endif
+ifneq ($(DEPS_PREFIX),)
+ifeq ($(wildcard $(DEPS_PREFIX)/usr/include/uv.h),)
+$(error DEPS_PREFIX=$(DEPS_PREFIX) has no usr/include/uv.h: run scripts/fetch_deps.sh first)
+endif
+endif
+
+BUILD_ROOT ?= build
+BUILD := $(BUILD_ROOT)
+ifneq ($(SANITIZE),)
+BUILD := $(BUILD_ROOT)-$(SANITIZE)
+endif
+ifeq ($(CUDA),1)
+BUILD := $(BUILD)-cuda
+endif
+
+WARN    := -Wall -Wextra -Wstrict-prototypes -Wshadow -Wno-unused-parameter -Wpointer-arith -Wvla
+CFLAGS  ?= $(OPT) -g
+CFLAGS  += -std=gnu11 $(WARN) -MMD -MP -D_GNU_SOURCE -I. -Icommon -pthread -fno-strict-aliasing
+LDLIBS  := -lm -pthread -lrt
+ifneq ($(DEPS_PREFIX),)
+CFLAGS  += -I$(DEPS_PREFIX)/usr/include
+LDLIBS  += $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/libuv_a.a $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/libjansson.a -ldl
+else
+LDLIBS  += -luv -ljansson
+endif
+ifneq ($(SANITIZE),)
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+
+NVCCFLAGS := -O3 -g -std=c++17 -arch=sm_$(CUDA_ARCH) -I. -Icommon -Xcompiler -Wall,-fno-strict-aliasing -MMD -MP \
+             -D_GNU_SOURCE --expt-relaxed-constexpr -lineinfo
+ifeq ($(CUDA),1)
+CFLAGS  += -DDF_WITH_CUDA=1 -I$(CUDA_HOME)/include
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lcuda -lnccl -lstdc++ -ldl
+endif
+
+# --- source discovery -------------------------------------------------------
+.DEFAULT_GOAL := all
+ROLES := orchestrator target_worker postproc_worker drafter_worker
+
+ifeq ($(CUDA),1)
+  src_filter = $(filter-out %_nocuda.c,$(1))
+  cu_find    = $(shell find $(1) -name '*.cu' 2>/dev/null | sort)
+else
+  src_filter = $(filter-out %_cuda.c,$(1))
+  cu_find    =
+endif
+
+COMMON_C  := $(call src_filter,$(shell find common -name '*.c' | sort))
+COMMON_CU := $(call cu_find,common)
+COMMON_O  := $(COMMON_C:%.c=$(BUILD)/%.o) $(COMMON_CU:%.cu=$(BUILD)/%.cu.o)
+
+define role_template
+$(1)_ALL  := $$(call src_filter,$$(wildcard $(1)/*.c))
+$(1)_MAIN := $$(filter %_main.c,$$($(1)_ALL))
+$(1)_LIBC := $$(filter-out %_main.c,$$($(1)_ALL))
+$(1)_CU   := $$(call cu_find,$(1))
+$(1)_O    := $$($(1)_LIBC:%.c=$(BUILD)/%.o) $$($(1)_CU:%.cu=$(BUILD)/%.cu.o)
+$(1)_BINS := $$(patsubst $(1)/%_main.c,$(BUILD)/bin/%,$$($(1)_MAIN))
+$(BUILD)/lib$(1).a: $$($(1)_O)
+	@mkdir -p $$(@D)
+	rm -f $$@; $$(AR) rcs $$@ $$^
+$(BUILD)/bin/%: $(BUILD)/$(1)/%_main.o $(BUILD)/lib$(1).a $(BUILD)/libcommon.a
+	@mkdir -p $$(@D)
+	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+endef
+$(foreach r,$(ROLES),$(eval $(call role_template,$(r))))
+
+ROLE_LIBS := $(foreach r,$(ROLES),$(BUILD)/lib$(r).a)
+BINS      := $(foreach r,$(ROLES),$($(r)_BINS))
+
+TEST_C    := $(sort $(wildcard tests/test_*.c))
+TESTS     := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
+ifeq ($(CUDA),1)
+GPU_TEST_SRC := $(sort $(wildcard tests/gpu_test_*.c tests/gpu_test_*.cu))
+else
+GPU_TEST_SRC :=
+endif
+GPU_TESTS := $(addprefix $(BUILD)/tests/,$(basename $(notdir $(GPU_TEST_SRC))))
+BENCH_C   := $(sort $(wildcard bench/*/bench_*.c))
+ifeq ($(CUDA),1)
+BENCH_CU  := $(sort $(wildcard bench/*/bench_*.cu))
+else
+BENCH_CU  :=
+endif
+BENCHES   := $(addprefix $(BUILD)/bench/,$(basename $(notdir $(BENCH_C) $(BENCH_CU))))
+
+ALL_LIBS := $(ROLE_LIBS) $(BUILD)/libcommon.a
+# Link order: role libraries first (they call into common), common last; twice for
+# cross-role references (a test may use target and drafter code together).
+LINK_LIBS := -Wl,--start-group $(ALL_LIBS) -Wl,--end-group
+
+.PHONY: all test test-gpu bench run deps fuzz clean print-config help
+all: print-config $(BINS) $(TESTS) $(GPU_TESTS) $(BENCHES)
+
+help:
+	@sed -n '1,25p' Makefile | sed 's/^# \{0,1\}//'
+
+print-config:
+	@echo "config: CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) SANITIZE=$(or $(SANITIZE),none) DEPS_PREFIX=$(or $(DEPS_PREFIX),system) BUILD=$(BUILD)"
+
+$(BUILD)/libcommon.a: $(COMMON_O)
+	@mkdir -p $(@D)
+	rm -f $@; $(AR) rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/gpu_test_%: tests/gpu_test_%.cu $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
+
+$(BUILD)/bench/%: bench/*/%.c $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+
+$(BUILD)/bench/%: bench/*/%.cu $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
+
+# --- entry points -------------------------------------------------------------
+deps:
+	@scripts/install_deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/run_tests.sh cpu
+
+test-gpu:
+	@if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "test-gpu: SKIPPED: no NVIDIA GPU on this machine (nvidia-smi -L failed)"; exit 0; fi; \
+	$(MAKE) --no-print-directory CUDA=1 all && BUILD=$(BUILD)$(if $(filter 1,$(CUDA)),,-cuda) tests/run_tests.sh gpu
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) bench/run_benches.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) scripts/run_default.sh
+
+fuzz:
+	@scripts/fuzz.sh
+
+clean:
+	rm -rf $(BUILD_ROOT) $(BUILD_ROOT)-*
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,218 @@
+/* util.c: logging, whole-file I/O with crash-safe writes, the deterministic PRNG. */
+#include "util.h"
+
+#include <fcntl.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char g_prog[64] = "df";
+
+void df_log_init(const char *prog)
+{
+    snprintf(g_prog, sizeof g_prog, "%s", prog);
+}
+
+static void vlog(const char *fmt, va_list ap)
+{
+    char line[2048];
+    int n = snprintf(line, sizeof line, "%s: ", g_prog);
+    int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : DF_MIN((size_t)m, sizeof line - (size_t)n - 2));
+    line[len++] = '\n';
+    (void)df_write_all(2, line, len); /* one write: lines from several processes don't mix */
+}
+
+void df_log(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(fmt, ap);
+    va_end(ap);
+}
+
+void df_die(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(fmt, ap);
+    va_end(ap);
+    exit(code);
+}
+
+int df_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int df_read_file(const char *path, char **out, size_t *len)
+{
+    int fd = -1, rc = 0;
+    char *buf = NULL;
+    struct stat st;
+    *out = NULL;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = -errno;
+            goto out;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    buf[got] = 0;
+    *out = buf;
+    buf = NULL;
+    if (len)
+        *len = got;
+out:
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+int df_fsync_dir_of(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    int fd = open(dirname(tmp), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int df_write_file_atomic(const char *path, const void *buf, size_t len)
+{
+    char tmp[4096];
+    int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return -ENAMETOOLONG;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = df_write_all(fd, buf, len);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = -errno;
+    if (close(fd) < 0 && rc == 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = -errno;
+    if (rc != 0) {
+        unlink(tmp); /* the previous file at path is untouched */
+        return rc;
+    }
+    return df_fsync_dir_of(path);
+}
+
+int df_mkdir_p(const char *path, unsigned mode)
+{
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp)
+        return -EINVAL;
+    memcpy(tmp, path, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+uint64_t df_hash64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+void df_rng_seed(df_rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++) {
+        seed = df_hash64(seed);
+        r->s[i] = seed;
+    }
+}
+
+static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t df_rng_next(df_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t out = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return out;
+}
+
+uint64_t df_rng_below(df_rng *r, uint64_t n)
+{
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n; /* reject the biased tail */
+    uint64_t x;
+    do
+        x = df_rng_next(r);
+    while (x >= lim);
+    return x % n;
+}
+
+double df_rng_normal(df_rng *r)
+{
+    double u1 = df_rng_uniform(r), u2 = df_rng_uniform(r);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+uint64_t df_fnv1a64(const void *data, size_t len, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0xcbf29ce484222325ull ^ seed;
+    for (size_t i = 0; i < len; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}

@@ -1,0 +1,95 @@
+/* util.h: the few things every file needs: exit codes, time, logging, CHECK macros.
+ *
+ * Library code (common/, orchestrator/) returns 0 or -errno and never exits.
+ * Workers stop at the first error with DF_CHECK / DF_CHECK_ERR, which print file:line,
+ * the failing expression and the error, then exit with a code the supervisor reads:
+ *   DF_EXIT_OK 0        done
+ *   DF_EXIT_TEMP 1      temporary failure: restart me
+ *   DF_EXIT_USAGE 2     bad command line or topology (nothing started)
+ *   DF_EXIT_PERM 100    permanent failure (bad model, bad data, bad config): do not restart
+ */
+#ifndef DF_UTIL_H
+#define DF_UTIL_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum {
+    DF_EXIT_OK = 0,
+    DF_EXIT_TEMP = 1,
+    DF_EXIT_USAGE = 2,
+    DF_EXIT_PERM = 100,
+};
+
+#define DF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define DF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define DF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define DF_CACHELINE 64
+
+static inline uint64_t df_now_ns(void) /* CLOCK_MONOTONIC, ns */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline double df_wall_s(void) /* CLOCK_REALTIME, seconds since the epoch */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* One line to stderr with the program name prefix set by df_log_init(). */
+void df_log_init(const char *prog);
+void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Log and exit(code). */
+void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+
+/* Worker-side checks. DF_CHECK(expr): expr must be true. DF_CHECK_ERR(rc_expr): rc must be
+ * >= 0; a negative value is printed as -errno text. Both exit DF_EXIT_TEMP. */
+#define DF_CHECK(expr)                                                                   \
+    do {                                                                                 \
+        if (!(expr))                                                                     \
+            df_die(DF_EXIT_TEMP, "%s:%d: check failed: %s", __FILE__, __LINE__, #expr); \
+    } while (0)
+#define DF_CHECK_ERR(call)                                                                  \
+    do {                                                                                    \
+        long df_rc_ = (long)(call);                                                         \
+        if (df_rc_ < 0)                                                                     \
+            df_die(DF_EXIT_TEMP, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call,         \
+                   strerror((int)-df_rc_));                                                 \
+    } while (0)
+
+/* Write all of buf to fd (restarting on EINTR / short writes). 0 or -errno. */
+int df_write_all(int fd, const void *buf, size_t len);
+/* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). 0 or -errno. */
+int df_read_file(const char *path, char **out, size_t *len);
+/* Crash-safe file write: path.tmp, fsync, rename, fsync dir. 0 or -errno. */
+int df_write_file_atomic(const char *path, const void *buf, size_t len);
+/* fsync the directory holding path. 0 or -errno. */
+int df_fsync_dir_of(const char *path);
+/* mkdir -p with mode for every created level. 0 or -errno. */
+int df_mkdir_p(const char *path, unsigned mode);
+
+/* Deterministic PRNG (splitmix64 seeding a xoshiro256**): the same seed gives the same
+ * stream on every machine. Used by the plan, anchors, noise and tests. */
+typedef struct df_rng { uint64_t s[4]; } df_rng;
+void df_rng_seed(df_rng *r, uint64_t seed);
+uint64_t df_rng_next(df_rng *r);
+static inline double df_rng_uniform(df_rng *r) /* [0,1) */
+{
+    return (double)(df_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+uint64_t df_rng_below(df_rng *r, uint64_t n); /* uniform in [0, n), n > 0, unbiased */
+double df_rng_normal(df_rng *r);              /* standard normal (Box-Muller) */
+uint64_t df_hash64(uint64_t x);               /* splitmix64 finaliser: a good 64-bit mix */
+
+/* FNV-1a 64 over bytes: payload checksums in tests and shard headers. */
+uint64_t df_fnv1a64(const void *data, size_t len, uint64_t seed);
+
+#endif

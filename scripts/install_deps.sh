@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the CPU build and tests need, if any is missing:
+# libuv1-dev, libjansson-dev (build), spin (ring protocol model check), python3 (scripts).
+# Idempotent and quiet when everything is there. Skipped when DEPS_PREFIX is set
+# (the GPU machine, which has no apt: see scripts/fetch_deps.sh).
+set -euo pipefail
+if [ -n "${DEPS_PREFIX:-}" ]; then exit 0; fi
+missing=()
+[ -f /usr/include/uv.h ]      || missing+=(libuv1-dev)
+[ -f /usr/include/jansson.h ] || missing+=(libjansson-dev)
+command -v spin >/dev/null    || missing+=(spin)
+command -v gcc >/dev/null     || missing+=(gcc)
+command -v python3 >/dev/null || missing+=(python3)
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+echo "install_deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO=sudo; else
+    echo "install_deps: not root and no sudo: install ${missing[*]} yourself" >&2; exit 1; fi
+else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install_deps: done"

@@ -15,6 +15,7 @@
 #   <role>/*.c                   -> build/lib<role>.a, except *_main.c
 #   <role>/<name>_main.c         -> build/bin/<name>
 #   tests/test_*.c               -> build/tests/test_*        (run by `make test`)
+#   tests/<name>_main.c          -> build/bin/<name>          (programs tests launch: fake_worker)
 #   tests/gpu_test_*.c|.cu       -> build/tests/gpu_test_*    (CUDA=1, run by `make test-gpu`)
 #   bench/*/bench_*.c|.cu        -> build/bench/bench_*       (run by `make bench`)
 #   fuzz/fuzz_*.c                -> libFuzzer targets (`make fuzz`, clang)
@@ -106,7 +107,10 @@ endef
 $(foreach r,$(ROLES),$(eval $(call role_template,$(r))))
 
 ROLE_LIBS := $(foreach r,$(ROLES),$(BUILD)/lib$(r).a)
-BINS      := $(foreach r,$(ROLES),$($(r)_BINS))
+# tests/<name>_main.c: helper programs the tests launch (e.g. the fake worker) -> build/bin/<name>
+TEST_MAIN := $(call src_filter,$(wildcard tests/*_main.c))
+TEST_BINS := $(patsubst tests/%_main.c,$(BUILD)/bin/%,$(TEST_MAIN))
+BINS      := $(foreach r,$(ROLES),$($(r)_BINS)) $(TEST_BINS)
 
 TEST_C    := $(sort $(wildcard tests/test_*.c))
 TESTS     := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
@@ -150,7 +154,11 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%: tests/%.c $(ALL_LIBS)
+$(BUILD)/bin/%: tests/%_main.c $(ALL_LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(ALL_LIBS) | $(BINS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
 

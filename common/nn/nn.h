@@ -1,0 +1,58 @@
+/* nn.h: the CPU reference layer library (fp32 math), one concept per file:
+ *   matmul.c     linear layers           rmsnorm.c   RMSNorm (whole rows and per head)
+ *   rope.c       rotary embeddings        swiglu.c    silu(gate) * up
+ *   attention.c  masked multi-head attention with GQA, masks as key ranges per query
+ *
+ * These are the numerics every other backend is checked against: simple loops, no
+ * threads, no tricks beyond keeping accumulations in float (double where noted).
+ * CUDA kernels live beside them as <name>.cu with the same semantics.
+ *
+ * Layout conventions (HF / PyTorch): activations row-major [T, C]; linear weights
+ * [out, in]; attention q [Tq, n_heads, head_dim], k/v [Tk, n_kv_heads, head_dim];
+ * query head h uses kv head h / (n_heads / n_kv_heads) (GQA).
+ * Callers own every buffer; no function allocates unless it says so.
+ */
+#ifndef DF_NN_H
+#define DF_NN_H
+
+#include <stdint.h>
+
+/* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out] if non-NULL). */
+void nn_matmul(float *out, const float *x, const float *w, const float *bias, int T, int n_in, int n_out);
+
+/* out[T, C] = x * rsqrt(mean(x^2) + eps) * w[C]. out may alias x. */
+void nn_rmsnorm(float *out, const float *x, const float *w, int T, int C, float eps);
+
+/* Llama-3 style frequency scaling (HF rope_type "llama3"); factor <= 0 means none. */
+typedef struct nn_rope_scaling {
+    double factor, low_freq_factor, high_freq_factor;
+    int original_max_position;
+} nn_rope_scaling;
+
+/* inv_freq[head_dim/2] = theta^(-2i/head_dim), then llama3 scaling if given. */
+void nn_rope_inv_freq(float *inv_freq, int head_dim, double theta, const nn_rope_scaling *scaling);
+
+/* In-place HF rotary embedding (rotate_half convention: pairs (i, i + head_dim/2)) of
+ * x[T, n_heads, head_dim] at positions pos[T]. */
+void nn_rope(float *x, const int32_t *pos, int T, int n_heads, int head_dim, const float *inv_freq);
+
+/* out[n] = silu(gate[n]) * up[n]. out may alias gate or up. */
+void nn_swiglu(float *out, const float *gate, const float *up, long n);
+
+/* The keys query q may attend: the union of [lo0, hi0) and [lo1, hi1) (empty when
+ * lo >= hi). A query whose ranges are both empty gets an all-zero output row (padding). */
+typedef struct nn_key_ranges {
+    int32_t lo0, hi0, lo1, hi1;
+} nn_key_ranges;
+
+/* out[Tq, n_heads, hd] = softmax(q k^T * scale over the allowed keys) v.
+ * ranges[Tq] gives each query's allowed keys. Softmax in double for the reference. */
+void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
+                  int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale);
+
+/* Causal ranges for a packed row: documents given by starts[n_docs+1] (starts[0] = 0,
+ * starts[n_docs] = T). Query t of document d sees keys [starts[d], t]. Also fills
+ * pos[t] = t - starts[d] when pos is non-NULL. */
+void nn_packed_causal_ranges(nn_key_ranges *ranges, int32_t *pos, const int32_t *starts, int n_docs);
+
+#endif

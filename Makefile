@@ -90,6 +90,11 @@ COMMON_C  := $(call src_filter,$(shell find common -name '*.c' | sort))
 COMMON_CU := $(call cu_find,common)
 COMMON_O  := $(COMMON_C:%.c=$(BUILD)/%.o) $(COMMON_CU:%.cu=$(BUILD)/%.cu.o)
 
+ALL_LIBS  := $(foreach r,$(ROLES),$(BUILD)/lib$(r).a) $(BUILD)/libcommon.a
+# One group: a binary or test may use code of several rooms (postproc samples anchors
+# with the drafter's code); the linker resolves across the group in any order.
+LINK_LIBS := -Wl,--start-group $(ALL_LIBS) -Wl,--end-group
+
 define role_template
 $(1)_ALL  := $$(call src_filter,$$(wildcard $(1)/*.c))
 $(1)_MAIN := $$(filter %_main.c,$$($(1)_ALL))
@@ -100,9 +105,9 @@ $(1)_BINS := $$(patsubst $(1)/%_main.c,$(BUILD)/bin/%,$$($(1)_MAIN))
 $(BUILD)/lib$(1).a: $$($(1)_O)
 	@mkdir -p $$(@D)
 	rm -f $$@; $$(AR) rcs $$@ $$^
-$(BUILD)/bin/%: $(BUILD)/$(1)/%_main.o $(BUILD)/lib$(1).a $(BUILD)/libcommon.a
+$(BUILD)/bin/%: $(BUILD)/$(1)/%_main.o $$(ALL_LIBS)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$^ $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -o $$@ $$< $$(LINK_LIBS) $$(LDLIBS)
 endef
 $(foreach r,$(ROLES),$(eval $(call role_template,$(r))))
 
@@ -128,10 +133,6 @@ BENCH_CU  :=
 endif
 BENCHES   := $(addprefix $(BUILD)/bench/,$(basename $(notdir $(BENCH_C) $(BENCH_CU))))
 
-ALL_LIBS := $(ROLE_LIBS) $(BUILD)/libcommon.a
-# Link order: role libraries first (they call into common), common last; twice for
-# cross-role references (a test may use target and drafter code together).
-LINK_LIBS := -Wl,--start-group $(ALL_LIBS) -Wl,--end-group
 
 .PHONY: all test test-gpu bench run deps fuzz clean print-config help
 all: print-config $(BINS) $(TESTS) $(GPU_TESTS) $(BENCHES)

@@ -1,0 +1,381 @@
+/* metrics.c: JSON-lines metrics writer and tail-style reader (see metrics.h for the
+ * format, the one-write-per-line rule and the truncation rule). */
+#include "io/metrics.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Room always kept free for ,"dropped":4294967295}\n so a line can always be closed. */
+#define TAIL_RESERVE (sizeof(",\"dropped\":") - 1 + 10 + 2)
+#define FIELD_LIMIT (METRICS_LINE_MAX - TAIL_RESERVE)
+
+/* --- escaping ---------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence starting at s (bytes available: n), or 0. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        if (c == 0xE0)
+            lo = 0xA0; /* no overlong forms */
+        if (c == 0xED)
+            hi = 0x9F; /* no UTF-16 surrogates */
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        if (c == 0xF4)
+            hi = 0x8F; /* <= U+10FFFF */
+    } else
+        return 0;
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    return len;
+}
+
+long metrics_escape(char *out, size_t cap, const char *str)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)str;
+    size_t n = strlen(str), o = 0;
+#define EMIT(ch)              \
+    do {                      \
+        if (o >= cap)         \
+            return -1;        \
+        out[o++] = (char)(ch); \
+    } while (0)
+    EMIT('"');
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            if (c == '"' || c == '\\') {
+                EMIT('\\');
+                EMIT(c);
+            } else if (c < 0x20) {
+                const char *short_esc = c == '\n' ? "n" : c == '\t' ? "t" : c == '\r' ? "r"
+                                      : c == '\b' ? "b" : c == '\f' ? "f" : NULL;
+                EMIT('\\');
+                if (short_esc)
+                    EMIT(short_esc[0]);
+                else {
+                    EMIT('u'); EMIT('0'); EMIT('0');
+                    EMIT(hex[c >> 4]);
+                    EMIT(hex[c & 15]);
+                }
+            } else
+                EMIT(c);
+            continue;
+        }
+        size_t k = utf8_seq_len(s + i, n - i);
+        if (k == 0) { /* invalid byte: U+FFFD, resynchronise at the next byte */
+            const char *rep = "\\ufffd";
+            for (int j = 0; j < 6; j++)
+                EMIT(rep[j]);
+            i++;
+            continue;
+        }
+        for (size_t j = 0; j < k; j++)
+            EMIT(s[i + j]);
+        i += k;
+    }
+    EMIT('"');
+#undef EMIT
+    return (long)o;
+}
+
+/* --- writer ------------------------------------------------------------------------ */
+
+static int valid_worker_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= METRICS_NAME_MAX || s[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+int metrics_open(metrics_writer *w, const char *dir, const char *worker, uint32_t incarnation)
+{
+    w->fd = -1;
+    w->lines_written = w->write_errors = 0;
+    if (!dir || !worker || !valid_worker_name(worker))
+        return -EINVAL;
+    int rc = df_mkdir_p(dir, 0700);
+    if (rc < 0)
+        return rc;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s.jsonl", dir, worker) >= (int)sizeof path)
+        return -ENAMETOOLONG;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    w->fd = fd;
+    w->incarnation = incarnation;
+    snprintf(w->worker, sizeof w->worker, "%s", worker);
+    return 0;
+}
+
+void metrics_close(metrics_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    w->fd = -1;
+}
+
+static int put(metrics_line *l, const char *s, size_t n)
+{
+    if (l->len + n > FIELD_LIMIT)
+        return 0;
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+    return 1;
+}
+
+static int put_str(metrics_line *l, const char *s)
+{
+    long n = metrics_escape(l->buf + l->len, FIELD_LIMIT - l->len, s);
+    if (n < 0)
+        return 0;
+    l->len += (size_t)n;
+    return 1;
+}
+
+/* Append ,"key":<raw value> whole, or nothing (and count it dropped). */
+static void field_raw(metrics_line *l, const char *key, const char *val)
+{
+    size_t mark = l->len;
+    if (put(l, ",", 1) && put_str(l, key) && put(l, ":", 1) && put(l, val, strlen(val)))
+        return;
+    l->len = mark;
+    l->dropped++;
+}
+
+void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev)
+{
+    char head[160];
+    l->w = w;
+    l->dropped = 0;
+    l->len = 0;
+    snprintf(head, sizeof head, "{\"t\":%.6f,\"worker\":", df_wall_s());
+    put(l, head, strlen(head));
+    put_str(l, w->worker); /* validated short name: always fits */
+    snprintf(head, sizeof head, ",\"inc\":%u,\"pid\":%d,\"ev\":", w->incarnation, (int)getpid());
+    put(l, head, strlen(head));
+    if (!put_str(l, ev ? ev : "")) /* an absurdly long event name: keep the line valid */
+        put(l, "\"?\"", 3);
+}
+
+void metrics_num(metrics_line *l, const char *key, double v)
+{
+    char num[40];
+    if (!isfinite(v))
+        snprintf(num, sizeof num, "null");
+    else {
+        snprintf(num, sizeof num, "%.15g", v);
+        if (strtod(num, NULL) != v) /* shortest form that reads back exactly */
+            snprintf(num, sizeof num, "%.17g", v);
+        if (!strpbrk(num, ".e")) /* keep it a real for typed readers (jansson): 42 -> 42.0 */
+            strcat(num, ".0");
+    }
+    field_raw(l, key, num);
+}
+
+void metrics_int(metrics_line *l, const char *key, int64_t v)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)v);
+    field_raw(l, key, num);
+}
+
+void metrics_u64(metrics_line *l, const char *key, uint64_t v)
+{
+    char num[32];
+    snprintf(num, sizeof num, "%llu", (unsigned long long)v);
+    field_raw(l, key, num);
+}
+
+void metrics_bool(metrics_line *l, const char *key, int v)
+{
+    field_raw(l, key, v ? "true" : "false");
+}
+
+void metrics_str(metrics_line *l, const char *key, const char *v)
+{
+    if (!v) {
+        field_raw(l, key, "null");
+        return;
+    }
+    size_t mark = l->len;
+    if (put(l, ",", 1) && put_str(l, key) && put(l, ":", 1) && put_str(l, v))
+        return;
+    l->len = mark;
+    l->dropped++;
+}
+
+int metrics_end(metrics_line *l)
+{
+    metrics_writer *w = l->w;
+    char tail[40];
+    /* TAIL_RESERVE guarantees room: write straight into buf past FIELD_LIMIT. */
+    int n = l->dropped ? snprintf(tail, sizeof tail, ",\"dropped\":%u}\n", l->dropped)
+                       : snprintf(tail, sizeof tail, "}\n");
+    memcpy(l->buf + l->len, tail, (size_t)n);
+    l->len += (size_t)n;
+    if (w->fd < 0)
+        return -EBADF;
+    ssize_t wr;
+    do
+        wr = write(w->fd, l->buf, l->len); /* the one write: O_APPEND keeps lines whole */
+    while (wr < 0 && errno == EINTR);
+    if (wr < 0) {
+        w->write_errors++;
+        return -errno;
+    }
+    if ((size_t)wr < l->len) {
+        w->write_errors++;
+        ssize_t r2;
+        do
+            r2 = write(w->fd, "\n", 1); /* end the partial line: it becomes one bad line */
+        while (r2 < 0 && errno == EINTR);
+        return -ENOSPC;
+    }
+    w->lines_written++;
+    return 0;
+}
+
+/* --- reader ------------------------------------------------------------------------ */
+
+int metrics_reader_open(metrics_reader *r, const char *path)
+{
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    r->cap = 64 * 1024;
+    r->buf = malloc(r->cap);
+    if (!r->buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    r->fd = fd;
+    return 0;
+}
+
+void metrics_reader_close(metrics_reader *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r->buf);
+    memset(r, 0, sizeof *r);
+    r->fd = -1;
+}
+
+/* Read more bytes after the buffered ones. 1 = got some, 0 = at EOF, -errno. */
+static int reader_fill(metrics_reader *r)
+{
+    if (r->start > 0) { /* compact: the partial line moves to the front */
+        memmove(r->buf, r->buf + r->start, r->len - r->start);
+        r->len -= r->start;
+        r->start = 0;
+    }
+    if (r->len == r->cap) {
+        size_t ncap = r->cap * 2;
+        char *nb = realloc(r->buf, ncap);
+        if (!nb)
+            return -ENOMEM;
+        r->buf = nb;
+        r->cap = ncap;
+    }
+    for (;;) {
+        ssize_t n = pread(r->fd, r->buf + r->len, r->cap - r->len, (off_t)r->offset);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n > 0) {
+            r->len += (size_t)n;
+            r->offset += (uint64_t)n;
+            return 1;
+        }
+        struct stat st;
+        if (fstat(r->fd, &st) < 0)
+            return -errno;
+        if ((uint64_t)st.st_size < r->offset) { /* rewritten from scratch: start over */
+            r->truncations++;
+            r->offset = r->consumed = 0;
+            r->start = r->len = 0;
+            r->skipping = 0;
+            continue;
+        }
+        return 0;
+    }
+}
+
+int metrics_reader_next(metrics_reader *r, json_t **obj)
+{
+    *obj = NULL;
+    if (r->fd < 0)
+        return -EBADF;
+    for (;;) {
+        char *p = r->start < r->len ? memchr(r->buf + r->start, '\n', r->len - r->start) : NULL;
+        if (!p) {
+            if (r->skipping) { /* drop the over-long line's bytes as they come */
+                r->start = r->len = 0;
+            } else if (r->len - r->start >= METRICS_READER_MAX_LINE) {
+                r->skipping = 1;
+                r->start = r->len = 0;
+            }
+            int rc = reader_fill(r);
+            if (rc <= 0)
+                return rc;
+            continue;
+        }
+        char *line = r->buf + r->start;
+        size_t n = (size_t)(p - line);
+        r->start += n + 1;
+        r->consumed = r->offset - (r->len - r->start);
+        if (r->skipping) {
+            r->skipping = 0;
+            r->bad_lines++;
+            continue;
+        }
+        size_t k = 0;
+        while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r'))
+            k++;
+        if (k == n)
+            continue; /* blank line */
+        json_error_t err;
+        json_t *j = json_loadb(line, n, 0, &err);
+        if (!j || !json_is_object(j)) {
+            json_decref(j);
+            r->bad_lines++;
+            continue;
+        }
+        r->lines++;
+        *obj = j;
+        return 1;
+    }
+}

@@ -1,0 +1,420 @@
+/* hfconfig.c: config.json of Qwen3 / Llama -> hfc_config. Small typed getters do the
+ * work so that every field reports its own name and the value it found; the defaults
+ * mirror transformers' Qwen3Config / LlamaConfig so a config that loads there means the
+ * same thing here. */
+#include "io/hfconfig.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef struct parser {
+    const char *name; /* file name for messages */
+    char *err;
+    size_t errlen;
+} parser;
+
+static int perr(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int perr(parser *p, const char *fmt, ...)
+{
+    if (p->err && p->errlen) {
+        int n = snprintf(p->err, p->errlen, "%s: ", p->name);
+        if (n >= 0 && (size_t)n < p->errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return -EINVAL;
+}
+
+/* A short rendering of a JSON value for messages: "abc" / 3 / 1.5 / an array ... */
+static const char *jshow(const json_t *j, char *buf, size_t len)
+{
+    switch (json_typeof(j)) {
+    case JSON_STRING: snprintf(buf, len, "\"%.40s\"", json_string_value(j)); break;
+    case JSON_INTEGER: snprintf(buf, len, "%lld", (long long)json_integer_value(j)); break;
+    case JSON_REAL: snprintf(buf, len, "%g", json_real_value(j)); break;
+    case JSON_TRUE: snprintf(buf, len, "true"); break;
+    case JSON_FALSE: snprintf(buf, len, "false"); break;
+    case JSON_NULL: snprintf(buf, len, "null"); break;
+    case JSON_ARRAY: snprintf(buf, len, "an array"); break;
+    case JSON_OBJECT: snprintf(buf, len, "an object"); break;
+    }
+    return buf;
+}
+
+/* integer field in [lo, hi]; absent (or null when null_ok) -> *out = def, or an error
+ * when required */
+static int get_int(parser *p, json_t *o, const char *key, int required, long long def, long long lo, long long hi,
+                   long long *out)
+{
+    json_t *v = json_object_get(o, key);
+    char b[64];
+    if (!v || json_is_null(v)) {
+        if (required)
+            return perr(p, "%s: missing (required)", key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return perr(p, "%s: expected an integer in [%lld, %lld], got %s", key, lo, hi, jshow(v, b, sizeof b));
+    *out = json_integer_value(v);
+    return 0;
+}
+
+static int get_i32(parser *p, json_t *o, const char *key, int required, int def, int lo, int *out)
+{
+    long long v;
+    int rc = get_int(p, o, key, required, def, lo, 1 << 30, &v);
+    if (rc == 0)
+        *out = (int)v;
+    return rc;
+}
+
+static int get_num(parser *p, json_t *o, const char *path, const char *key, double def, int *found, double *out)
+{
+    json_t *v = json_object_get(o, key);
+    char b[64];
+    if (found)
+        *found = v && !json_is_null(v);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return perr(p, "%s%s: expected a number, got %s", path, key, jshow(v, b, sizeof b));
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int get_bool(parser *p, json_t *o, const char *key, int def, int *out)
+{
+    json_t *v = json_object_get(o, key);
+    char b[64];
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return perr(p, "%s: expected true or false, got %s", key, jshow(v, b, sizeof b));
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* string field copied into buf; absent -> "" (or an error when required) */
+static int get_str(parser *p, json_t *o, const char *path, const char *key, int required, char *buf, size_t len)
+{
+    json_t *v = json_object_get(o, key);
+    char b[64];
+    buf[0] = '\0';
+    if (!v || json_is_null(v)) {
+        if (required)
+            return perr(p, "%s%s: missing (required)", path, key);
+        return 0;
+    }
+    if (!json_is_string(v))
+        return perr(p, "%s%s: expected a string, got %s", path, key, jshow(v, b, sizeof b));
+    if (strlen(json_string_value(v)) >= len)
+        return perr(p, "%s%s: \"%.40s\" is longer than %zu bytes", path, key, json_string_value(v), len - 1);
+    strcpy(buf, json_string_value(v));
+    return 0;
+}
+
+static int parse_rope(parser *p, json_t *root, hfc_config *c)
+{
+    /* theta: top-level (transformers 4) or inside rope_parameters (5) / rope_scaling;
+     * when several are given they must agree */
+    static const char *const holders[] = {"rope_parameters", "rope_scaling"};
+    double theta = 10000.0, v;
+    int found, have = 0;
+    const char *from = "rope_theta";
+    int rc = get_num(p, root, "", "rope_theta", 0, &found, &v);
+    if (rc < 0)
+        return rc;
+    if (found) {
+        theta = v;
+        have = 1;
+    }
+    json_t *sc = NULL;
+    const char *sc_name = NULL;
+    char path[64], b[64];
+    for (unsigned i = 0; i < DF_ARRAY_LEN(holders); i++) {
+        json_t *h = json_object_get(root, holders[i]);
+        if (!h || json_is_null(h))
+            continue;
+        if (!json_is_object(h))
+            return perr(p, "%s: expected an object or null, got %s", holders[i], jshow(h, b, sizeof b));
+        if (!sc) {
+            sc = h;
+            sc_name = holders[i];
+        }
+        snprintf(path, sizeof path, "%s.", holders[i]);
+        if ((rc = get_num(p, h, path, "rope_theta", 0, &found, &v)) < 0)
+            return rc;
+        if (found && have && v != theta)
+            return perr(p, "%srope_theta: %g disagrees with %s (%g)", path, v, from, theta);
+        if (found && !have) {
+            theta = v;
+            have = 1;
+            from = holders[i];
+        }
+    }
+    if (!(theta > 0))
+        return perr(p, "rope_theta: expected a positive number, got %g", theta);
+    c->rope_theta = theta;
+
+    strcpy(c->rope_type, "default");
+    memset(&c->rope_scaling, 0, sizeof c->rope_scaling);
+    if (!sc)
+        return 0;
+    snprintf(path, sizeof path, "%s.", sc_name);
+    if ((rc = get_str(p, sc, path, "rope_type", 0, c->rope_type, sizeof c->rope_type)) < 0)
+        return rc;
+    if (c->rope_type[0] == '\0' && (rc = get_str(p, sc, path, "type", 0, c->rope_type, sizeof c->rope_type)) < 0)
+        return rc;
+    if (c->rope_type[0] == '\0')
+        strcpy(c->rope_type, "default");
+    if (strcmp(c->rope_type, "default") == 0)
+        return 0;
+    if (strcmp(c->rope_type, "llama3") != 0)
+        return perr(p, "%srope_type: unsupported \"%s\" (supported: default, llama3)", path, c->rope_type);
+    static const char *const req[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                      "original_max_position_embeddings"};
+    double vals[4];
+    for (int i = 0; i < 4; i++) {
+        if ((rc = get_num(p, sc, path, req[i], 0, &found, &vals[i])) < 0)
+            return rc;
+        if (!found)
+            return perr(p, "%s%s: missing (required for rope_type llama3)", path, req[i]);
+        if (!(vals[i] > 0))
+            return perr(p, "%s%s: expected a positive number, got %g", path, req[i], vals[i]);
+    }
+    if (!(vals[2] > vals[1]))
+        return perr(p, "%shigh_freq_factor: %g must exceed low_freq_factor (%g)", path, vals[2], vals[1]);
+    c->rope_scaling.factor = vals[0];
+    c->rope_scaling.low_freq_factor = vals[1];
+    c->rope_scaling.high_freq_factor = vals[2];
+    c->rope_scaling.original_max_position = (int)vals[3];
+    return 0;
+}
+
+static int parse_token_ids(parser *p, json_t *root, hfc_config *c)
+{
+    long long v;
+    int rc;
+    if ((rc = get_int(p, root, "bos_token_id", 0, -1, 0, INT64_MAX, &v)) < 0)
+        return rc;
+    c->bos_token_id = v;
+    if ((rc = get_int(p, root, "pad_token_id", 0, -1, 0, INT64_MAX, &v)) < 0)
+        return rc;
+    c->pad_token_id = v;
+    json_t *e = json_object_get(root, "eos_token_id");
+    char b[64];
+    c->n_eos = 0;
+    if (!e || json_is_null(e))
+        return 0;
+    if (json_is_integer(e)) {
+        if (json_integer_value(e) < 0)
+            return perr(p, "eos_token_id: expected a token id >= 0, got %s", jshow(e, b, sizeof b));
+        c->eos_token_ids[c->n_eos++] = json_integer_value(e);
+        return 0;
+    }
+    if (!json_is_array(e))
+        return perr(p, "eos_token_id: expected an integer or a list, got %s", jshow(e, b, sizeof b));
+    if (json_array_size(e) > HFC_MAX_EOS)
+        return perr(p, "eos_token_id: %zu ids, at most %d supported", json_array_size(e), HFC_MAX_EOS);
+    for (size_t i = 0; i < json_array_size(e); i++) {
+        json_t *x = json_array_get(e, i);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return perr(p, "eos_token_id[%zu]: expected a token id >= 0, got %s", i, jshow(x, b, sizeof b));
+        c->eos_token_ids[c->n_eos++] = json_integer_value(x);
+    }
+    return 0;
+}
+
+static int parse_layer_types(parser *p, json_t *root, hfc_config *c)
+{
+    int L = c->num_hidden_layers, rc, use_sw = 0;
+    long long mwl;
+    char b[64];
+    c->layer_types = calloc((size_t)L, sizeof *c->layer_types); /* all HFC_FULL_ATTENTION */
+    if (!c->layer_types)
+        return -ENOMEM;
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (sw && !json_is_null(sw)) {
+        if (!json_is_integer(sw) || json_integer_value(sw) < 1 || json_integer_value(sw) > (1 << 30))
+            return perr(p, "sliding_window: expected a positive integer or null, got %s", jshow(sw, b, sizeof b));
+        c->sliding_window = (int)json_integer_value(sw);
+    }
+    if ((rc = get_bool(p, root, "use_sliding_window", 0, &use_sw)) < 0)
+        return rc;
+    if ((rc = get_int(p, root, "max_window_layers", 0, L, 0, 1 << 30, &mwl)) < 0)
+        return rc;
+    /* Qwen3Config drops the window unless use_sliding_window is set */
+    if (c->arch == HFC_ARCH_QWEN3 && !use_sw)
+        c->sliding_window = 0;
+
+    json_t *lt = json_object_get(root, "layer_types");
+    if (lt && !json_is_null(lt)) {
+        if (!json_is_array(lt) || json_array_size(lt) != (size_t)L)
+            return perr(p, "layer_types: expected a list of num_hidden_layers (%d) strings, got %s", L,
+                        json_is_array(lt) ? "a list of another length" : jshow(lt, b, sizeof b));
+        for (int i = 0; i < L; i++) {
+            json_t *x = json_array_get(lt, (size_t)i);
+            const char *s = json_is_string(x) ? json_string_value(x) : NULL;
+            if (s && strcmp(s, "full_attention") == 0)
+                c->layer_types[i] = HFC_FULL_ATTENTION;
+            else if (s && strcmp(s, "sliding_attention") == 0)
+                c->layer_types[i] = HFC_SLIDING_ATTENTION;
+            else
+                return perr(p, "layer_types[%d]: expected \"full_attention\" or \"sliding_attention\", got %s", i,
+                            jshow(x, b, sizeof b));
+        }
+    } else if (c->arch == HFC_ARCH_QWEN3 && c->sliding_window > 0) {
+        for (int i = (int)mwl; i < L; i++)
+            c->layer_types[i] = HFC_SLIDING_ATTENTION;
+    }
+    for (int i = 0; i < L; i++)
+        if (c->layer_types[i] == HFC_SLIDING_ATTENTION && c->sliding_window == 0)
+            c->layer_types[i] = HFC_FULL_ATTENTION; /* no window: transformers attends fully */
+    return 0;
+}
+
+static int parse_root(parser *p, json_t *root, hfc_config *c)
+{
+    char b[64];
+    int rc;
+    if (!json_is_object(root))
+        return perr(p, "expected a JSON object, got %s", jshow(root, b, sizeof b));
+
+    json_t *ar = json_object_get(root, "architectures");
+    if (!ar || !json_is_array(ar) || json_array_size(ar) != 1 || !json_is_string(json_array_get(ar, 0)))
+        return perr(p, "architectures: expected a list of one string, got %s",
+                    ar ? (json_is_array(ar) ? "a list of another shape" : jshow(ar, b, sizeof b)) : "nothing");
+    const char *a = json_string_value(json_array_get(ar, 0));
+    const char *want_type;
+    if (strcmp(a, "Qwen3ForCausalLM") == 0) {
+        c->arch = HFC_ARCH_QWEN3;
+        want_type = "qwen3";
+    } else if (strcmp(a, "LlamaForCausalLM") == 0) {
+        c->arch = HFC_ARCH_LLAMA;
+        want_type = "llama";
+    } else {
+        return perr(p, "architectures: unsupported architecture %.60s (supported: Qwen3ForCausalLM, "
+                       "LlamaForCausalLM)", a);
+    }
+    snprintf(c->architecture, sizeof c->architecture, "%s", a);
+    if ((rc = get_str(p, root, "", "model_type", 1, c->model_type, sizeof c->model_type)) < 0)
+        return rc;
+    if (strcmp(c->model_type, want_type) != 0)
+        return perr(p, "model_type: \"%s\" does not match architecture %s (expected \"%s\")", c->model_type, a,
+                    want_type);
+    char act[32];
+    if ((rc = get_str(p, root, "", "hidden_act", 0, act, sizeof act)) < 0)
+        return rc;
+    if (act[0] && strcmp(act, "silu") != 0)
+        return perr(p, "hidden_act: unsupported \"%s\" (only silu)", act);
+
+    if ((rc = get_i32(p, root, "hidden_size", 1, 0, 1, &c->hidden_size)) < 0 ||
+        (rc = get_i32(p, root, "intermediate_size", 1, 0, 1, &c->intermediate_size)) < 0 ||
+        (rc = get_i32(p, root, "num_hidden_layers", 1, 0, 1, &c->num_hidden_layers)) < 0 ||
+        (rc = get_i32(p, root, "num_attention_heads", 1, 0, 1, &c->num_attention_heads)) < 0 ||
+        (rc = get_i32(p, root, "num_key_value_heads", 0, c->num_attention_heads, 1, &c->num_key_value_heads)) < 0 ||
+        (rc = get_i32(p, root, "vocab_size", 1, 0, 1, &c->vocab_size)) < 0 ||
+        (rc = get_i32(p, root, "max_position_embeddings", 0, 0, 0, &c->max_position_embeddings)) < 0)
+        return rc;
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return perr(p, "num_key_value_heads: %d does not divide num_attention_heads (%d)", c->num_key_value_heads,
+                    c->num_attention_heads);
+    int hd_default = c->arch == HFC_ARCH_QWEN3 ? 128 : c->hidden_size / c->num_attention_heads;
+    if (c->arch == HFC_ARCH_LLAMA && c->hidden_size % c->num_attention_heads != 0 &&
+        (!json_object_get(root, "head_dim") || json_is_null(json_object_get(root, "head_dim"))))
+        return perr(p, "head_dim: missing and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
+                    c->hidden_size, c->num_attention_heads);
+    if ((rc = get_i32(p, root, "head_dim", 0, hd_default, 2, &c->head_dim)) < 0)
+        return rc;
+    if (c->head_dim % 2 != 0)
+        return perr(p, "head_dim: %d is odd (rotary embeddings need an even head_dim)", c->head_dim);
+
+    int found;
+    if ((rc = get_num(p, root, "", "rms_norm_eps", 1e-6, &found, &c->rms_norm_eps)) < 0)
+        return rc;
+    if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
+        return perr(p, "rms_norm_eps: expected a number in (0, 1), got %g", c->rms_norm_eps);
+    if ((rc = parse_rope(p, root, c)) < 0)
+        return rc;
+    if ((rc = get_bool(p, root, "tie_word_embeddings", 0, &c->tie_word_embeddings)) < 0 ||
+        (rc = get_bool(p, root, "attention_bias", 0, &c->attention_bias)) < 0 ||
+        (rc = get_bool(p, root, "mlp_bias", 0, &c->mlp_bias)) < 0)
+        return rc;
+    if (c->arch == HFC_ARCH_QWEN3)
+        c->mlp_bias = 0; /* Qwen3MLP has no bias whatever the config says */
+    c->qk_norm = c->arch == HFC_ARCH_QWEN3;
+
+    if ((rc = get_str(p, root, "", "torch_dtype", 0, c->dtype, sizeof c->dtype)) < 0)
+        return rc;
+    if (c->dtype[0] == '\0' && (rc = get_str(p, root, "", "dtype", 0, c->dtype, sizeof c->dtype)) < 0)
+        return rc;
+    if (c->dtype[0] && strcmp(c->dtype, "bfloat16") && strcmp(c->dtype, "float16") && strcmp(c->dtype, "float32"))
+        return perr(p, "torch_dtype: unsupported \"%s\" (bfloat16, float16 or float32)", c->dtype);
+
+    if ((rc = parse_token_ids(p, root, c)) < 0)
+        return rc;
+    return parse_layer_types(p, root, c);
+}
+
+int hfc_parse(hfc_config *c, const char *json, size_t len, const char *name, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    parser p = {name, err, errlen};
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return perr(&p, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    int rc = parse_root(&p, root, c);
+    json_decref(root);
+    if (rc == -ENOMEM)
+        perr(&p, "out of memory");
+    if (rc < 0)
+        hfc_free(c);
+    return rc;
+}
+
+int hfc_load(hfc_config *c, const char *path, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    char *file = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (asprintf(&file, "%s/config.json", path) < 0)
+            return -ENOMEM;
+    } else if (!(file = strdup(path))) {
+        return -ENOMEM;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = df_read_file(file, &buf, &len);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: cannot read: %s", file, strerror(-rc));
+    else
+        rc = hfc_parse(c, buf, len, file, err, errlen);
+    free(buf);
+    free(file);
+    return rc;
+}
+
+void hfc_free(hfc_config *c)
+{
+    if (!c)
+        return;
+    free(c->layer_types);
+    memset(c, 0, sizeof *c);
+}

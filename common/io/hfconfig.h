@@ -1,0 +1,64 @@
+/* hfconfig.h: a Hugging Face config.json of a Qwen3 or Llama causal LM, parsed into a
+ * plain struct (prefix hfc_).
+ *
+ * Only the two architectures the target worker can run are accepted
+ * (Qwen3ForCausalLM, LlamaForCausalLM); anything else is refused up front with
+ * "unsupported architecture X" rather than run with the wrong math. Fields that
+ * transformers fills with a class default when absent get the same default here
+ * (listed per field below and in docs/target.md); the shape fields have no default and
+ * their absence is an error. Both rope layouts are read: transformers 4
+ * (top-level rope_theta + rope_scaling) and 5 (rope_parameters with rope_theta inside).
+ *
+ * Errors name the file and the field, e.g.
+ *   tiny/config.json: num_key_value_heads: 3 does not divide num_attention_heads (4)
+ * Return values: 0 or -EINVAL (bad content), -ENOENT/-errno (cannot read), -ENOMEM.
+ * Ownership: hfc_free releases layer_types and zeroes the struct; safe on a zeroed one.
+ */
+#ifndef DF_HFCONFIG_H
+#define DF_HFCONFIG_H
+
+#include "nn/nn.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { HFC_ARCH_QWEN3, HFC_ARCH_LLAMA } hfc_arch;
+typedef enum { HFC_FULL_ATTENTION, HFC_SLIDING_ATTENTION } hfc_layer_type;
+
+#define HFC_MAX_EOS 8
+
+typedef struct hfc_config {
+    hfc_arch arch;
+    char architecture[64]; /* "Qwen3ForCausalLM" / "LlamaForCausalLM" */
+    char model_type[32];   /* "qwen3" / "llama" (required, must match the architecture) */
+    int hidden_size, intermediate_size, num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;    /* default: num_attention_heads */
+    int head_dim;               /* given; else Qwen3: 128 (its class default), Llama: hidden / heads */
+    int vocab_size;
+    int max_position_embeddings; /* 0 when absent */
+    double rms_norm_eps;         /* default 1e-6 */
+    double rope_theta;           /* top-level, or rope_parameters / rope_scaling; default 10000 */
+    char rope_type[16];          /* "default" or "llama3" */
+    nn_rope_scaling rope_scaling; /* factor 0 unless rope_type is llama3 */
+    int tie_word_embeddings;     /* default 0 (both classes) */
+    char dtype[16];              /* torch_dtype or dtype: "bfloat16", "float16", "float32"; "" if absent */
+    int attention_bias;          /* q/k/v/o projections carry a bias; default 0 */
+    int mlp_bias;                /* Llama gate/up/down bias; default 0 (Qwen3 has none) */
+    int qk_norm;                 /* per-head q_norm / k_norm: 1 for Qwen3, 0 for Llama */
+    int64_t bos_token_id, pad_token_id; /* -1 when absent or null */
+    int64_t eos_token_ids[HFC_MAX_EOS]; /* eos_token_id: an integer or a list */
+    int n_eos;
+    int sliding_window;          /* 0 when absent / null */
+    hfc_layer_type *layer_types; /* [num_hidden_layers], malloc'd; all full unless
+                                  * layer_types says so or (Qwen3) use_sliding_window
+                                  * with layers >= max_window_layers */
+} hfc_config;
+
+/* Parse json[len] (not NUL-terminated) naming errors after `name` (a path). */
+int hfc_parse(hfc_config *c, const char *json, size_t len, const char *name, char *err, size_t errlen);
+/* Read and parse a file; path may be a config.json or a directory holding one. */
+int hfc_load(hfc_config *c, const char *path, char *err, size_t errlen);
+void hfc_free(hfc_config *c);
+
+#endif

@@ -1,0 +1,835 @@
+/* safetensors.c: the .safetensors reader (mmap + a strict header check) and writer
+ * (atomic, aligned). See safetensors.h for the format and the guarantees.
+ *
+ * The header check is written so that it cannot be fooled by arithmetic: every size is
+ * computed in uint64_t with overflow checks, offsets are compared against data_len before
+ * any pointer is formed, and overlap is found by sorting the spans by begin. jansson
+ * parses the JSON (duplicate keys rejected); everything after that is our own check.
+ */
+#include "io/safetensors.h"
+
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- dtypes --------------------------------------------------------------- */
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtype_info[] = {
+    [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2}, [ST_F64] = {"F64", 8},
+    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2},  [ST_I8] = {"I8", 1},
+    [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
+};
+
+size_t st_dtype_size(st_dtype d)
+{
+    return (unsigned)d < DF_ARRAY_LEN(dtype_info) ? dtype_info[d].size : 0;
+}
+
+const char *st_dtype_name(st_dtype d)
+{
+    return (unsigned)d < DF_ARRAY_LEN(dtype_info) ? dtype_info[d].name : "?";
+}
+
+int st_dtype_from_name(const char *s, st_dtype *out)
+{
+    for (unsigned i = 0; i < DF_ARRAY_LEN(dtype_info); i++) {
+        if (strcmp(s, dtype_info[i].name) == 0) {
+            *out = (st_dtype)i;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+/* ---- float conversions ------------------------------------------------------ */
+
+static uint32_t f32_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+uint16_t st_f32_to_bf16(float x)
+{
+    uint32_t u = f32_bits(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, force quiet */
+        return (uint16_t)((u >> 16) | 0x40);
+    /* round to nearest, ties to even; a carry into the exponent is the right answer
+     * (up to inf for values above the largest bf16) */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+float st_bf16_to_f32(uint16_t x)
+{
+    return bits_f32((uint32_t)x << 16);
+}
+
+uint16_t st_f32_to_f16(float x)
+{
+    uint32_t u = f32_bits(x);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t ax = u & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return sign | 0x7e00;
+    if (ax >= 0x477ff000u) /* >= 65520: rounds to inf (65504 is odd, the tie goes up) */
+        return sign | 0x7c00;
+    if (ax < 0x38800000u) { /* below 2^-14: subnormal; scaling by 2^24 is exact */
+        float m = nearbyintf(bits_f32(ax) * 16777216.0f); /* default mode: ties to even */
+        return sign | (uint16_t)m;                       /* 1024 is the smallest normal: right */
+    }
+    uint32_t e = (ax >> 23) - 127 + 15, m = ax & 0x7fffffu;
+    uint32_t h = (e << 10) | (m >> 13), rem = m & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;
+    return sign | (uint16_t)h;
+}
+
+float st_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0) {
+        float v = ldexpf((float)m, -24);
+        return sign ? -v : v;
+    }
+    if (e == 31)
+        return bits_f32(sign | 0x7f800000u | (m << 13));
+    return bits_f32(sign | ((e - 15 + 127) << 23) | (m << 13));
+}
+
+int64_t st_numel(const st_tensor *t)
+{
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+int st_tensor_to_f32(const st_tensor *t, float *dst)
+{
+    size_t es = st_dtype_size(t->dtype);
+    if (es == 0 || t->nbytes % es != 0 || (t->nbytes > 0 && !t->data))
+        return -EINVAL;
+    const unsigned char *p = t->data;
+    uint64_t n = t->nbytes / es;
+    /* memcpy per element: the mapping gives no alignment guarantee for foreign files */
+    for (uint64_t i = 0; i < n; i++, p += es) {
+        switch (t->dtype) {
+        case ST_F32: memcpy(&dst[i], p, 4); break;
+        case ST_F16: { uint16_t v; memcpy(&v, p, 2); dst[i] = st_f16_to_f32(v); break; }
+        case ST_BF16: { uint16_t v; memcpy(&v, p, 2); dst[i] = st_bf16_to_f32(v); break; }
+        case ST_F64: { double v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
+        case ST_I64: { int64_t v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
+        case ST_I32: { int32_t v; memcpy(&v, p, 4); dst[i] = (float)v; break; }
+        case ST_I16: { int16_t v; memcpy(&v, p, 2); dst[i] = (float)v; break; }
+        case ST_I8: dst[i] = (float)(int8_t)p[0]; break;
+        case ST_U8: dst[i] = (float)p[0]; break;
+        case ST_BOOL: dst[i] = p[0] ? 1.0f : 0.0f; break;
+        }
+    }
+    return 0;
+}
+
+/* ---- header parsing --------------------------------------------------------- */
+
+static const char *jtype(const json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    }
+    return "?";
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -EINVAL;
+}
+
+/* "[2, 3, 4]" */
+static void fmt_shape(char *buf, size_t len, const int64_t *shape, int ndim)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "[");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+}
+
+static int cmp_offset(const void *a, const void *b)
+{
+    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    if (x->data_offset != y->data_offset)
+        return x->data_offset < y->data_offset ? -1 : 1;
+    if (x->nbytes != y->nbytes)
+        return x->nbytes < y->nbytes ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int parse_tensor(const char *key, json_t *val, uint64_t data_len, st_tensor *t, char *err, size_t errlen)
+{
+    size_t klen = strlen(key);
+    if (klen >= ST_MAX_NAME)
+        return fail(err, errlen, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen, ST_MAX_NAME - 1);
+    memset(t, 0, sizeof *t);
+    memcpy(t->name, key, klen + 1);
+    if (!json_is_object(val))
+        return fail(err, errlen, "tensor \"%s\": expected an object, got %s", key, jtype(val));
+
+    json_t *jd = json_object_get(val, "dtype");
+    if (!jd)
+        return fail(err, errlen, "tensor \"%s\": missing \"dtype\"", key);
+    if (!json_is_string(jd))
+        return fail(err, errlen, "tensor \"%s\": dtype: expected a string, got %s", key, jtype(jd));
+    if (st_dtype_from_name(json_string_value(jd), &t->dtype) < 0)
+        return fail(err, errlen, "tensor \"%s\": unknown dtype \"%.32s\"", key, json_string_value(jd));
+
+    json_t *js = json_object_get(val, "shape");
+    if (!js)
+        return fail(err, errlen, "tensor \"%s\": missing \"shape\"", key);
+    if (!json_is_array(js))
+        return fail(err, errlen, "tensor \"%s\": shape: expected an array, got %s", key, jtype(js));
+    if (json_array_size(js) > ST_MAX_DIMS)
+        return fail(err, errlen, "tensor \"%s\": shape has %zu dimensions, at most %d supported", key,
+                    json_array_size(js), ST_MAX_DIMS);
+    t->ndim = (int)json_array_size(js);
+    uint64_t numel = 1;
+    int overflow = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        json_t *d = json_array_get(js, (size_t)i);
+        if (!json_is_integer(d))
+            return fail(err, errlen, "tensor \"%s\": shape[%d]: expected an integer, got %s", key, i, jtype(d));
+        json_int_t v = json_integer_value(d);
+        if (v < 0)
+            return fail(err, errlen, "tensor \"%s\": shape[%d] is %lld, expected >= 0", key, i, (long long)v);
+        t->shape[i] = v;
+        if (__builtin_mul_overflow(numel, (uint64_t)v, &numel))
+            overflow = 1;
+    }
+    char sbuf[256];
+    fmt_shape(sbuf, sizeof sbuf, t->shape, t->ndim);
+    if (overflow || __builtin_mul_overflow(numel, (uint64_t)st_dtype_size(t->dtype), &t->nbytes))
+        return fail(err, errlen, "tensor \"%s\": shape %s of %s overflows 64 bits", key, sbuf,
+                    st_dtype_name(t->dtype));
+
+    json_t *jo = json_object_get(val, "data_offsets");
+    if (!jo)
+        return fail(err, errlen, "tensor \"%s\": missing \"data_offsets\"", key);
+    if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
+        !json_is_integer(json_array_get(jo, 1)))
+        return fail(err, errlen, "tensor \"%s\": data_offsets: expected an array of 2 integers, got %s%s", key,
+                    jtype(jo), json_is_array(jo) ? " of other content" : "");
+    json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
+    if (b < 0 || e < 0)
+        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld]: negative offset", key, (long long)b,
+                    (long long)e);
+    if (b > e)
+        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld]: begin > end", key, (long long)b,
+                    (long long)e);
+    if ((uint64_t)e > data_len)
+        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld] exceed the data section (%llu bytes)",
+                    key, (long long)b, (long long)e, (unsigned long long)data_len);
+    if ((uint64_t)(e - b) != t->nbytes)
+        return fail(err, errlen, "tensor \"%s\": shape %s of %s is %llu bytes but data_offsets [%lld, %lld] span %llu",
+                    key, sbuf, st_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b, (long long)e,
+                    (unsigned long long)(e - b));
+    t->data_offset = (uint64_t)b;
+    return 0;
+}
+
+static int check_metadata(json_t *md, char *err, size_t errlen)
+{
+    if (!json_is_object(md))
+        return fail(err, errlen, "__metadata__: expected an object of strings, got %s", jtype(md));
+    const char *k;
+    json_t *v;
+    json_object_foreach(md, k, v) {
+        if (!json_is_string(v))
+            return fail(err, errlen, "__metadata__[\"%.64s\"]: expected a string, got %s", k, jtype(v));
+    }
+    return 0;
+}
+
+int st_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, st_tensor **out, int *n, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    *n = 0;
+    if (hdr_len > ST_MAX_HEADER)
+        return fail(err, errlen, "header length %llu exceeds the limit of %llu bytes", (unsigned long long)hdr_len,
+                    (unsigned long long)ST_MAX_HEADER);
+    json_error_t jerr;
+    json_t *root = json_loadb(hdr, (size_t)hdr_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return fail(err, errlen, "header is not valid JSON at byte %d: %s", jerr.position, jerr.text);
+
+    int rc = 0;
+    st_tensor *ts = NULL;
+    st_tensor **byoff = NULL;
+    int nt = 0;
+    if (!json_is_object(root)) {
+        rc = fail(err, errlen, "header is %s, expected an object", jtype(root));
+        goto done;
+    }
+    size_t cap = json_object_size(root);
+    ts = calloc(cap ? cap : 1, sizeof *ts);
+    byoff = calloc(cap ? cap : 1, sizeof *byoff);
+    if (!ts || !byoff) {
+        rc = -ENOMEM;
+        fail(err, errlen, "out of memory for %zu tensors", cap);
+        goto done;
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach(root, key, val) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if ((rc = check_metadata(val, err, errlen)) < 0)
+                goto done;
+            continue;
+        }
+        if ((rc = parse_tensor(key, val, data_len, &ts[nt], err, errlen)) < 0)
+            goto done;
+        byoff[nt] = &ts[nt];
+        nt++;
+    }
+    /* overlap: sorted by begin, each span must end before the next one begins
+     * (empty tensors overlap nothing) */
+    qsort(byoff, (size_t)nt, sizeof *byoff, cmp_offset);
+    const st_tensor *prev = NULL;
+    for (int i = 0; i < nt; i++) {
+        const st_tensor *c = byoff[i];
+        if (c->nbytes == 0)
+            continue;
+        if (prev && prev->data_offset + prev->nbytes > c->data_offset) {
+            rc = fail(err, errlen, "tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap", prev->name,
+                      (unsigned long long)prev->data_offset, (unsigned long long)(prev->data_offset + prev->nbytes),
+                      c->name, (unsigned long long)c->data_offset,
+                      (unsigned long long)(c->data_offset + c->nbytes));
+            goto done;
+        }
+        prev = c;
+    }
+    qsort(ts, (size_t)nt, sizeof *ts, cmp_name);
+
+done:
+    free(byoff);
+    json_decref(root);
+    if (rc < 0) {
+        free(ts);
+        return rc;
+    }
+    if (nt == 0) {
+        free(ts);
+        ts = NULL;
+    }
+    *out = ts;
+    *n = nt;
+    return 0;
+}
+
+/* ---- files ----------------------------------------------------------------- */
+
+void st_close(st_file *f)
+{
+    if (!f)
+        return;
+    if (f->map && f->map != MAP_FAILED)
+        munmap(f->map, (size_t)f->size);
+    if (f->path && f->fd >= 0) /* a zeroed struct has fd 0 but no path: not ours */
+        close(f->fd);
+    free(f->tensors);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+int st_open(st_file *f, const char *path, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int rc;
+    char why[768];
+    f->path = strdup(path);
+    if (!f->path) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "%s: out of memory", path);
+        goto fail;
+    }
+    f->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-rc));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "%s: fstat: %s", path, strerror(-rc));
+        goto fail;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = -EINVAL;
+        snprintf(err, errlen, "%s: not a regular file", path);
+        goto fail;
+    }
+    f->size = (uint64_t)st.st_size;
+    if (f->size < 8) {
+        rc = -EINVAL;
+        snprintf(err, errlen, "%s: file is %llu bytes, too short for the 8-byte header length", path,
+                 (unsigned long long)f->size);
+        goto fail;
+    }
+    f->map = mmap(NULL, (size_t)f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (f->map == MAP_FAILED) {
+        rc = -errno;
+        f->map = NULL;
+        snprintf(err, errlen, "%s: mmap of %llu bytes: %s", path, (unsigned long long)f->size, strerror(-rc));
+        goto fail;
+    }
+    const unsigned char *p = f->map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | p[i];
+    if (hlen > f->size - 8) {
+        rc = -EINVAL;
+        snprintf(err, errlen, "%s: header length %llu exceeds the file size (%llu bytes)", path,
+                 (unsigned long long)hlen, (unsigned long long)f->size);
+        goto fail;
+    }
+    uint64_t data_len = f->size - 8 - hlen;
+    rc = st_parse_header((const char *)p + 8, hlen, data_len, &f->tensors, &f->n_tensors, why, sizeof why);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: %s", path, why);
+        goto fail;
+    }
+    for (int i = 0; i < f->n_tensors; i++)
+        f->tensors[i].data = p + 8 + hlen + f->tensors[i].data_offset;
+    return 0;
+fail:
+    st_close(f);
+    return rc;
+}
+
+const st_tensor *st_find(const st_file *f, const char *name)
+{
+    if (!f->tensors || strlen(name) >= ST_MAX_NAME)
+        return NULL;
+    st_tensor key;
+    strcpy(key.name, name);
+    return bsearch(&key, f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_name);
+}
+
+/* ---- model directories ------------------------------------------------------- */
+
+void st_model_close(st_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_files; i++)
+        st_close(&m->files[i]);
+    free(m->files);
+    free(m->dir);
+    memset(m, 0, sizeof *m);
+}
+
+static char *path_join(const char *dir, const char *name)
+{
+    char *s = NULL;
+    if (asprintf(&s, "%s/%s", dir, name) < 0)
+        return NULL;
+    return s;
+}
+
+static int model_open_index(st_model *m, const char *ipath, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        snprintf(err, errlen, "%s: line %d column %d: %s", ipath, jerr.line, jerr.column, jerr.text);
+        return -EINVAL;
+    }
+    int rc = 0;
+    char *spath = NULL;
+    json_t *wm = json_object_get(root, "weight_map");
+    if (!json_is_object(wm)) {
+        snprintf(err, errlen, "%s: weight_map: expected an object, got %s", ipath, wm ? jtype(wm) : "nothing");
+        rc = -EINVAL;
+        goto done;
+    }
+    /* distinct shard names, in first-seen order; each shard is opened once */
+    size_t cap = json_object_size(wm);
+    if (cap == 0) {
+        snprintf(err, errlen, "%s: weight_map is empty", ipath);
+        rc = -EINVAL;
+        goto done;
+    }
+    m->files = calloc(cap, sizeof *m->files);
+    if (!m->files) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "%s: out of memory", ipath);
+        goto done;
+    }
+    const char *tname;
+    json_t *jv;
+    json_object_foreach(wm, tname, jv) {
+        if (!json_is_string(jv)) {
+            snprintf(err, errlen, "%s: weight_map[\"%s\"]: expected a file name, got %s", ipath, tname, jtype(jv));
+            rc = -EINVAL;
+            goto done;
+        }
+        const char *fname = json_string_value(jv);
+        if (fname[0] == '\0' || strchr(fname, '/') || strcmp(fname, "..") == 0) {
+            snprintf(err, errlen, "%s: weight_map[\"%s\"]: \"%s\" is not a file name in the model directory", ipath,
+                     tname, fname);
+            rc = -EINVAL;
+            goto done;
+        }
+        free(spath);
+        if (!(spath = path_join(m->dir, fname))) {
+            rc = -ENOMEM;
+            goto done;
+        }
+        int fi = -1;
+        for (int i = 0; i < m->n_files; i++)
+            if (strcmp(m->files[i].path, spath) == 0)
+                fi = i;
+        if (fi < 0) {
+            fi = m->n_files;
+            if ((rc = st_open(&m->files[fi], spath, err, errlen)) < 0)
+                goto done;
+            m->n_files++;
+        }
+        if (!st_find(&m->files[fi], tname)) {
+            snprintf(err, errlen, "%s: weight_map puts tensor \"%s\" in %s, which has no such tensor", ipath, tname,
+                     fname);
+            rc = -EINVAL;
+            goto done;
+        }
+    }
+done:
+    free(spath);
+    json_decref(root);
+    return rc;
+}
+
+int st_model_open(st_model *m, const char *dir, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    int rc;
+    char *ipath = NULL, *spath = NULL;
+    m->dir = strdup(dir);
+    ipath = path_join(dir, "model.safetensors.index.json");
+    spath = path_join(dir, "model.safetensors");
+    if (!m->dir || !ipath || !spath) {
+        rc = -ENOMEM;
+        snprintf(err, errlen, "%s: out of memory", dir);
+        goto out;
+    }
+    if (access(ipath, F_OK) == 0) {
+        rc = model_open_index(m, ipath, err, errlen);
+    } else if (access(spath, F_OK) == 0) {
+        m->files = calloc(1, sizeof *m->files);
+        if (!m->files) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        rc = st_open(&m->files[0], spath, err, errlen);
+        if (rc == 0)
+            m->n_files = 1;
+    } else {
+        rc = -ENOENT;
+        snprintf(err, errlen, "%s: neither model.safetensors nor model.safetensors.index.json exists", dir);
+    }
+out:
+    free(ipath);
+    free(spath);
+    if (rc < 0)
+        st_model_close(m);
+    return rc;
+}
+
+const st_tensor *st_model_find(const st_model *m, const char *name, const char **file_path)
+{
+    for (int i = 0; i < m->n_files; i++) {
+        const st_tensor *t = st_find(&m->files[i], name);
+        if (t) {
+            if (file_path)
+                *file_path = m->files[i].path;
+            return t;
+        }
+    }
+    return NULL;
+}
+
+/* ---- writer ---------------------------------------------------------------- */
+
+typedef struct st_wentry {
+    char name[ST_MAX_NAME];
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t nbytes;
+    const void *data; /* borrowed, or == owned */
+    void *owned;
+    uint64_t offset; /* assigned by st_writer_write */
+} st_wentry;
+
+struct st_writer {
+    st_wentry *e;
+    int n, cap;
+    json_t *metadata; /* object of strings, or NULL */
+};
+
+st_writer *st_writer_new(void)
+{
+    return calloc(1, sizeof(st_writer));
+}
+
+void st_writer_free(st_writer *w)
+{
+    if (!w)
+        return;
+    for (int i = 0; i < w->n; i++)
+        free(w->e[i].owned);
+    free(w->e);
+    json_decref(w->metadata);
+    free(w);
+}
+
+static int writer_entry(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
+                        st_wentry **out)
+{
+    if (!name || strlen(name) >= ST_MAX_NAME || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
+        ndim > ST_MAX_DIMS || st_dtype_size(dt) == 0)
+        return -EINVAL;
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel))
+            return -EINVAL;
+    uint64_t nbytes;
+    if (__builtin_mul_overflow(numel, (uint64_t)st_dtype_size(dt), &nbytes))
+        return -EINVAL;
+    for (int i = 0; i < w->n; i++)
+        if (strcmp(w->e[i].name, name) == 0)
+            return -EEXIST;
+    if (w->n == w->cap) {
+        int nc = w->cap ? 2 * w->cap : 16;
+        st_wentry *ne = realloc(w->e, sizeof *ne * (size_t)nc);
+        if (!ne)
+            return -ENOMEM;
+        w->e = ne;
+        w->cap = nc;
+    }
+    st_wentry *e = &w->e[w->n];
+    memset(e, 0, sizeof *e);
+    strcpy(e->name, name);
+    e->dtype = dt;
+    e->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        e->shape[i] = shape[i];
+    e->nbytes = nbytes;
+    *out = e;
+    return 0;
+}
+
+int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, const void *data)
+{
+    st_wentry *e;
+    int rc = writer_entry(w, name, dt, ndim, shape, &e);
+    if (rc < 0)
+        return rc;
+    if (e->nbytes > 0 && !data)
+        return -EINVAL;
+    e->data = data;
+    w->n++;
+    return 0;
+}
+
+int st_writer_add_f32_as(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
+                         const float *src)
+{
+    if (dt != ST_F32 && dt != ST_F16 && dt != ST_BF16 && dt != ST_F64)
+        return -EINVAL;
+    st_wentry *e;
+    int rc = writer_entry(w, name, dt, ndim, shape, &e);
+    if (rc < 0)
+        return rc;
+    if (e->nbytes > 0 && !src)
+        return -EINVAL;
+    uint64_t n = e->nbytes / st_dtype_size(dt);
+    void *buf = malloc(e->nbytes ? (size_t)e->nbytes : 1);
+    if (!buf)
+        return -ENOMEM;
+    for (uint64_t i = 0; i < n; i++) {
+        switch (dt) {
+        case ST_F32: ((float *)buf)[i] = src[i]; break;
+        case ST_F64: ((double *)buf)[i] = src[i]; break;
+        case ST_BF16: ((uint16_t *)buf)[i] = st_f32_to_bf16(src[i]); break;
+        default: ((uint16_t *)buf)[i] = st_f32_to_f16(src[i]); break;
+        }
+    }
+    e->owned = buf;
+    e->data = buf;
+    w->n++;
+    return 0;
+}
+
+int st_writer_set_metadata(st_writer *w, const char *key, const char *value)
+{
+    if (!key || !value)
+        return -EINVAL;
+    if (!w->metadata && !(w->metadata = json_object()))
+        return -ENOMEM;
+    json_t *s = json_string(value);
+    if (!s)
+        return -EINVAL; /* not UTF-8 */
+    return json_object_set_new(w->metadata, key, s) == 0 ? 0 : -EINVAL;
+}
+
+/* data layout order: larger elements first (keeps every tensor aligned to its element
+ * size without gaps), then by name */
+static int cmp_layout(const void *a, const void *b)
+{
+    const st_wentry *x = *(const st_wentry *const *)a, *y = *(const st_wentry *const *)b;
+    size_t sx = st_dtype_size(x->dtype), sy = st_dtype_size(y->dtype);
+    if (sx != sy)
+        return sx > sy ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+int st_writer_write(st_writer *w, const char *path)
+{
+    int rc = 0, fd = -1;
+    char *tmp = NULL, *hdr = NULL;
+    json_t *root = NULL;
+    st_wentry **order = calloc((size_t)(w->n ? w->n : 1), sizeof *order);
+    if (!order || !(root = json_object())) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (int i = 0; i < w->n; i++)
+        order[i] = &w->e[i];
+    qsort(order, (size_t)w->n, sizeof *order, cmp_layout);
+    uint64_t off = 0;
+    for (int i = 0; i < w->n; i++) {
+        st_wentry *e = order[i];
+        e->offset = off;
+        off += e->nbytes;
+        json_t *shape = json_array(), *offs = json_array(), *t = json_object();
+        if (!shape || !offs || !t) {
+            json_decref(shape), json_decref(offs), json_decref(t);
+            rc = -ENOMEM;
+            goto out;
+        }
+        for (int d = 0; d < e->ndim; d++)
+            json_array_append_new(shape, json_integer(e->shape[d]));
+        json_array_append_new(offs, json_integer((json_int_t)e->offset));
+        json_array_append_new(offs, json_integer((json_int_t)(e->offset + e->nbytes)));
+        json_object_set_new(t, "dtype", json_string(st_dtype_name(e->dtype)));
+        json_object_set_new(t, "shape", shape);
+        json_object_set_new(t, "data_offsets", offs);
+        if (json_object_set_new(root, e->name, t) < 0) {
+            rc = -EINVAL; /* name not UTF-8 */
+            goto out;
+        }
+    }
+    if (w->metadata)
+        json_object_set(root, "__metadata__", w->metadata);
+    hdr = json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!hdr) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* pad the header with spaces so the data section starts at a multiple of 8 */
+    size_t hlen = strlen(hdr), padded = (8 + hlen + 7) / 8 * 8 - 8;
+    char *h2 = realloc(hdr, padded + 1);
+    if (!h2) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    hdr = h2;
+    memset(hdr + hlen, ' ', padded - hlen);
+    unsigned char lenb[8];
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+
+    if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) {
+        tmp = NULL;
+        rc = -ENOMEM;
+        goto out;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if ((rc = df_write_all(fd, lenb, 8)) < 0 || (rc = df_write_all(fd, hdr, padded)) < 0)
+        goto out;
+    for (int i = 0; i < w->n; i++)
+        if (order[i]->nbytes && (rc = df_write_all(fd, order[i]->data, (size_t)order[i]->nbytes)) < 0)
+            goto out;
+    if (fsync(fd) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    int cfd = fd;
+    fd = -1;
+    if (close(cfd) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (rename(tmp, path) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    rc = df_fsync_dir_of(path);
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc < 0 && tmp)
+        unlink(tmp); /* the previous file at path is untouched */
+    free(tmp);
+    free(hdr);
+    free(order);
+    json_decref(root);
+    return rc;
+}

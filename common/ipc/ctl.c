@@ -1,0 +1,341 @@
+/* ctl.c: worker side of the control protocol (the protocol itself is described in ctl.h). */
+#include "ipc/ctl.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ipc/fdpass.h"
+#include "ipc/shm.h"
+#include "util.h"
+
+static volatile sig_atomic_t g_sigterm; /* set by the handler, read by ctl_should_stop */
+
+static void on_sigterm(int sig)
+{
+    (void)sig;
+    g_sigterm = 1;
+}
+
+static int env_long(const char *key, long lo, long hi, long *out)
+{
+    const char *v = getenv(key);
+    if (!v || !*v) {
+        df_log("ctl: environment variable %s is not set (workers are started by the orchestrator)", key);
+        return -EINVAL;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi) {
+        df_log("ctl: %s=%s: expected an integer %ld..%ld", key, v, lo, hi);
+        return -EINVAL;
+    }
+    *out = x;
+    return 0;
+}
+
+static void ctl_init_fields(ctl_worker *w)
+{
+    memset(w, 0, sizeof *w);
+    w->sock = -1;
+    arena_init(&w->status_seg);
+    arena_init(&w->handoff_seg);
+    arena_init(&w->ledger_seg);
+    for (int i = 0; i < TOPO_MAX_RINGS; i++) {
+        arena_init(&w->ring_seg[i]);
+        arena_init(&w->ring_arena[i]);
+    }
+}
+
+/* Map one segment of the hello. fd ownership passes to the arena (also on failure). */
+static int map_segment(ctl_worker *w, json_t *seg, int fd)
+{
+    const char *kind = json_string_value(json_object_get(seg, "kind"));
+    uint64_t size = (uint64_t)json_integer_value(json_object_get(seg, "size"));
+    int ri = (int)json_integer_value(json_object_get(seg, "ring"));
+    int rc;
+    if (!kind) {
+        close(fd);
+        return -EPROTO;
+    }
+    if (!strcmp(kind, "status")) {
+        if ((rc = shm_import(&w->status_seg, fd)) < 0)
+            return rc;
+        return status_open(&w->status, w->status_seg.base, w->status_seg.size);
+    }
+    if (!strcmp(kind, "handoff")) {
+        if ((rc = shm_import(&w->handoff_seg, fd)) < 0)
+            return rc;
+        w->have_handoff = 1;
+        return handoff_open(&w->handoff, w->handoff_seg.base, w->handoff_seg.size);
+    }
+    if (!strcmp(kind, "ledger")) {
+        if ((rc = shm_import(&w->ledger_seg, fd)) < 0)
+            return rc;
+        return ledger_open(&w->ledger, w->ledger_seg.base, w->ledger_seg.size);
+    }
+    if (ri < 0 || ri >= TOPO_MAX_RINGS) {
+        close(fd);
+        return -EPROTO;
+    }
+    if (!strcmp(kind, "ring")) {
+        if ((rc = shm_import(&w->ring_seg[ri], fd)) < 0)
+            return rc;
+        if (ri + 1 > w->n_rings)
+            w->n_rings = ri + 1;
+        return ring_open(&w->rings[ri], w->ring_seg[ri].base, w->ring_seg[ri].size);
+    }
+    if (!strcmp(kind, "arena")) {
+        /* The one place a worker picks the memory kind: the seam between CPU and CUDA. */
+        const char *backend = json_string_value(json_object_get(seg, "backend"));
+        int device = (int)json_integer_value(json_object_get(seg, "device"));
+        arena_kind k = (backend && !strcmp(backend, "cuda")) ? ARENA_CUDA : ARENA_CPU;
+        return arena_import(&w->ring_arena[ri], k, k == ARENA_CUDA ? device : -1, fd, size);
+    }
+    close(fd);
+    return -EPROTO;
+}
+
+static int receive_hello(ctl_worker *w)
+{
+    char *buf = malloc(CTL_HELLO_MAX + 1);
+    int fds[FDPASS_MAX_FDS], nfds = 0, rc = 0;
+    json_t *root = NULL;
+    if (!buf)
+        return -ENOMEM;
+    int n = fdpass_recv(w->sock, buf, CTL_HELLO_MAX, fds, FDPASS_MAX_FDS, &nfds);
+    if (n <= 0) {
+        df_log("ctl: no hello on fd %d: %s", w->sock, n == 0 ? "orchestrator closed the socket" : strerror(-n));
+        free(buf);
+        return n == 0 ? -EPIPE : n;
+    }
+    buf[n] = 0;
+    json_error_t jerr;
+    root = json_loads(buf, 0, &jerr);
+    if (!json_is_object(root)) {
+        df_log("ctl: hello is not a JSON object: %s", jerr.text);
+        rc = -EPROTO;
+        goto out;
+    }
+    if (json_integer_value(json_object_get(root, "worker_id")) != w->id ||
+        (uint32_t)json_integer_value(json_object_get(root, "incarnation")) != w->incarnation) {
+        df_log("ctl: hello is for another worker/incarnation than DF_WORKER_ID/DF_INCARNATION");
+        rc = -EPROTO;
+        goto out;
+    }
+    snprintf(w->topo_path, sizeof w->topo_path, "%s",
+             json_string_value(json_object_get(root, "topology")) ?: "");
+    w->committed_step = (uint64_t)json_integer_value(json_object_get(root, "committed_step"));
+    json_t *segs = json_object_get(root, "segments"), *seg;
+    size_t i;
+    json_array_foreach(segs, i, seg) {
+        json_int_t fi = json_integer_value(json_object_get(seg, "fd"));
+        if (fi < 0 || fi >= nfds || fds[fi] < 0) {
+            df_log("ctl: hello segment %zu names fd %lld, but %d fds came", i, (long long)fi, nfds);
+            rc = -EPROTO;
+            goto out;
+        }
+        int fd = fds[fi];
+        fds[fi] = -1; /* ownership moves to map_segment */
+        rc = map_segment(w, seg, fd);
+        if (rc < 0) {
+            df_log("ctl: mapping segment %s failed: %s",
+                   json_string_value(json_object_get(seg, "name")) ?: "?", arena_strerror(rc));
+            goto out;
+        }
+    }
+    if (!w->status || !w->ledger.shm) {
+        df_log("ctl: hello lacks the status or ledger segment");
+        rc = -EPROTO;
+    }
+out:
+    for (int k = 0; k < nfds; k++)
+        if (fds[k] >= 0)
+            close(fds[k]);
+    json_decref(root);
+    free(buf);
+    return rc;
+}
+
+int ctl_worker_start(ctl_worker *w, int argc, char **argv)
+{
+    long v, orch_pid = 0;
+    int rc;
+    ctl_init_fields(w);
+    if (argc > 0 && argv && argv[0]) {
+        const char *slash = strrchr(argv[0], '/');
+        const char *nm = getenv("DF_WORKER");
+        char prog[64];
+        snprintf(prog, sizeof prog, "%s", nm ? nm : (slash ? slash + 1 : argv[0]));
+        df_log_init(prog);
+    }
+    /* Die with the orchestrator; then close the race where it died before prctl. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+        return -errno;
+    if (env_long("DF_ORCH_PID", 1, INT_MAX, &orch_pid) < 0)
+        return -EINVAL;
+    if (getppid() != (pid_t)orch_pid) {
+        df_log("ctl: the orchestrator (pid %ld) is gone; exiting", orch_pid);
+        return -ESRCH;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGTERM, &sa, NULL) < 0)
+        return -errno;
+
+    if ((rc = env_long("DF_CTL_FD", 0, INT_MAX, &v)) < 0)
+        return rc;
+    w->sock = (int)v;
+    if ((rc = env_long("DF_WORKER_ID", 0, STATUS_MAX_WORKERS - 1, &v)) < 0)
+        goto fail;
+    w->id = (int)v;
+    if ((rc = env_long("DF_INCARNATION", 1, INT_MAX, &v)) < 0)
+        goto fail;
+    w->incarnation = (uint32_t)v;
+    snprintf(w->name, sizeof w->name, "%s", getenv("DF_WORKER") ?: "");
+    snprintf(w->run_dir, sizeof w->run_dir, "%s", getenv("DF_RUN_DIR") ?: "");
+
+    if ((rc = receive_hello(w)) < 0)
+        goto fail;
+    char err[512];
+    if ((rc = topo_load(&w->topo, w->topo_path, err, sizeof err)) < 0) {
+        df_log("ctl: %s", err);
+        goto fail;
+    }
+    if (w->id >= w->topo.n_workers || strcmp(w->topo.workers[w->id].name, w->name) != 0) {
+        df_log("ctl: worker id %d is not \"%s\" in %s", w->id, w->name, w->topo_path);
+        rc = -EPROTO;
+        goto fail;
+    }
+    w->self = &w->topo.workers[w->id];
+    w->slot = &w->status->slots[w->id];
+    w->ckpt_gen_seen = atomic_load_explicit(&w->status->checkpoint_gen, memory_order_acquire);
+    atomic_store_explicit(&w->slot->worker_incarnation, w->incarnation, memory_order_relaxed);
+    atomic_store_explicit(&w->slot->worker_pid, (int32_t)getpid(), memory_order_relaxed);
+    status_heartbeat(w->slot, 0, 0, 0);
+    return 0;
+fail:
+    ctl_worker_close(w);
+    return rc;
+}
+
+int ctl_ready(ctl_worker *w)
+{
+    return ctl_send(w, "{\"ev\":\"ready\"}");
+}
+
+void ctl_heartbeat(ctl_worker *w, uint64_t step, uint64_t items, uint64_t tokens)
+{
+    status_heartbeat(w->slot, step, items, tokens);
+}
+
+int ctl_should_stop(const ctl_worker *w)
+{
+    return g_sigterm || atomic_load_explicit(&w->status->stop, memory_order_acquire);
+}
+
+int ctl_paused(const ctl_worker *w)
+{
+    return atomic_load_explicit(&w->status->pause, memory_order_acquire) != 0;
+}
+
+int ctl_stop_claiming(const ctl_worker *w)
+{
+    return atomic_load_explicit(&w->status->stop_claiming, memory_order_acquire) != 0;
+}
+
+int ctl_checkpoint_requested(ctl_worker *w)
+{
+    uint64_t g = atomic_load_explicit(&w->status->checkpoint_gen, memory_order_acquire);
+    if (g == w->ckpt_gen_seen)
+        return 0;
+    w->ckpt_gen_seen = g;
+    return 1;
+}
+
+ring *ctl_ring(ctl_worker *w, const char *name)
+{
+    int i = topo_find_ring(&w->topo, name);
+    return i >= 0 && i < w->n_rings && w->rings[i].shm ? &w->rings[i] : NULL;
+}
+
+static ring *ring_at(ctl_worker *w, int i)
+{
+    return i >= 0 && i < w->n_rings && w->rings[i].shm ? &w->rings[i] : NULL;
+}
+
+ring *ctl_ring_in(ctl_worker *w)
+{
+    return ring_at(w, w->self->in_ring);
+}
+
+ring *ctl_ring_out(ctl_worker *w)
+{
+    return ring_at(w, w->self->out_ring);
+}
+
+arena *ctl_ring_arena(ctl_worker *w, const ring *r)
+{
+    ptrdiff_t i = r - w->rings;
+    return i >= 0 && i < w->n_rings && w->ring_arena[i].base ? &w->ring_arena[i] : NULL;
+}
+
+uint64_t ctl_ring_slot_bytes(ctl_worker *w, const ring *r)
+{
+    ptrdiff_t i = r - w->rings;
+    return i >= 0 && i < w->n_rings ? w->topo.rings[i].slot_bytes : 0;
+}
+
+ledger *ctl_ledger(ctl_worker *w)
+{
+    return &w->ledger;
+}
+
+handoff_table *ctl_handoff(ctl_worker *w)
+{
+    return w->have_handoff ? &w->handoff : NULL;
+}
+
+int ctl_send(ctl_worker *w, const char *json)
+{
+    if (w->sock < 0)
+        return -EBADF;
+    return fdpass_send(w->sock, json, strlen(json), NULL, 0);
+}
+
+int ctl_send_checkpoint(ctl_worker *w, uint64_t step)
+{
+    char msg[96];
+    snprintf(msg, sizeof msg, "{\"ev\":\"checkpoint\",\"step\":%llu}", (unsigned long long)step);
+    return ctl_send(w, msg);
+}
+
+void ctl_worker_close(ctl_worker *w)
+{
+    if (w->sock >= 0)
+        close(w->sock);
+    w->sock = -1;
+    arena_close(&w->status_seg);
+    arena_close(&w->handoff_seg);
+    arena_close(&w->ledger_seg);
+    for (int i = 0; i < TOPO_MAX_RINGS; i++) {
+        arena_close(&w->ring_seg[i]);
+        arena_close(&w->ring_arena[i]);
+        w->rings[i].shm = NULL;
+    }
+    w->status = NULL;
+    w->slot = NULL;
+    w->ledger.shm = NULL;
+    w->have_handoff = 0;
+    topo_free(&w->topo);
+    w->self = NULL;
+}

@@ -1,0 +1,146 @@
+/* orch.h: the orchestrator's state, shared by its files (internal; not a public API).
+ *
+ * The orchestrator is one libuv loop in one thread. Files by concept:
+ *   setup.c        run dir, topology.json, shm segments, arenas, ledger (+ resume)
+ *   plan_source.c  sample lengths for the ledger plan (the one call into the shard reader)
+ *   supervisor.c   spawn, hello, exit/hang handling, reclaim, restart policy, groups, shutdown
+ *   control.c      the control socket <run_dir>/ctl.sock (dfctl's server)
+ *   report.c       status JSON, events (metrics/orchestrator.jsonl), metrics aggregation
+ * Everything runs on the loop thread, so no locks; shared memory is only touched through the
+ * segment APIs (status.h, ring.h, handoff.h, ledger.h).
+ */
+#ifndef DF_ORCH_H
+#define DF_ORCH_H
+
+#include <jansson.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "io/metrics.h"
+#include "io/topology.h"
+#include "ipc/arena.h"
+#include "ipc/handoff.h"
+#include "ipc/ledger.h"
+#include "ipc/ring.h"
+#include "ipc/status.h"
+
+#define ORCH_RESTART_HIST 128 /* restart times kept for the intensity limit */
+
+/* What to do once a worker's process is gone (set before we signal it). */
+typedef enum {
+    AFTER_POLICY = 0, /* it died by itself (or `dfctl kill`): the restart policy decides */
+    AFTER_STOP,       /* `dfctl stop` / shutdown: stay down */
+    AFTER_RESTART,    /* `dfctl restart`: restart at once, no backoff */
+    AFTER_GROUP,      /* killed because a group peer died: restart with the group */
+} orch_after;
+
+struct orch;
+
+enum { TIMER_NONE = 0, TIMER_RESPAWN, TIMER_ESCALATE };
+
+typedef struct orch_worker {
+    struct orch *o;
+    int id; /* index in topo.workers = owner id in rings/ledger/status */
+    const topo_worker *tw;
+    char bin[1024]; /* the binary spawned for it */
+    uint32_t state; /* status_state */
+    pid_t pid;      /* 0 when no process */
+    uint32_t incarnation, restarts;
+    uint64_t start_ns, ready_ns;
+    uint64_t backoff_ms; /* the delay of the next restart */
+    uint64_t restart_ns[ORCH_RESTART_HIST];
+    uint32_t n_restart_ns;
+    orch_after after;
+    char reason[64];        /* why we killed it ("hang", "dfctl kill", ...), "" if not */
+    int kill_sent;          /* we sent SIGKILL (shutdown escalation / hang) */
+    int exit_status, term_signal;
+    char last_exit[64];     /* "exit 1", "signal 9 (hang)" ... for dfctl status */
+    uv_process_t proc;
+    int ctl_fd; /* our end of the control socketpair, -1 when none */
+    uv_poll_t poll;
+    uv_timer_t timer; /* backoff restart, or SIGTERM -> SIGKILL escalation */
+    int timer_kind;   /* TIMER_NONE / TIMER_RESPAWN / TIMER_ESCALATE */
+    int closing;      /* handles still closing after the exit */
+    /* throughput, sampled each metrics interval from the status slot */
+    uint64_t items_prev, tokens_prev, sample_ns;
+    double items_per_s, tokens_per_s;
+    metrics_reader mr; /* tail of metrics/<name>.jsonl */
+    int mr_open;
+    json_t *last_metrics; /* the last line read from its jsonl (new ref) or NULL */
+    uint64_t metrics_lines;
+} orch_worker;
+
+typedef struct orch {
+    uv_loop_t *loop;
+    topo t;
+    char run_dir[1024];  /* absolute */
+    char topo_path[1100];
+    char self_dir[1024]; /* directory of the orchestrator binary */
+    int resume;
+    uint64_t start_ns;
+
+    /* segments: all fds kept for the whole run */
+    arena status_seg, handoff_seg, ledger_seg;
+    arena ring_seg[TOPO_MAX_RINGS], ring_arena[TOPO_MAX_RINGS];
+    status_shm *status;
+    handoff_table handoff;
+    ledger led;
+    ring rings[TOPO_MAX_RINGS];
+    int ring_closed[TOPO_MAX_RINGS];
+    uint64_t committed_step;
+    uint64_t poisoned_total;
+    int group_pending;         /* drafter group restart waiting for every rank to be reaped */
+    uint64_t group_delay_ms;   /* the backoff the group restarts with */
+    uint64_t restarts_total;
+
+    orch_worker w[TOPO_MAX_WORKERS];
+    int n;
+
+    /* loop handles */
+    uv_signal_t sigint, sigterm;
+    uv_timer_t hang_timer, metrics_timer, shutdown_timer;
+    uv_pipe_t ctl_server;
+    int ctl_server_open;
+    char ctl_path[1100];
+
+    /* shutdown */
+    int shutting_down;   /* 0 running, 1 draining, 2 SIGTERM sent, 3 SIGKILL sent */
+    int finished;
+    int exit_code;       /* what main returns */
+    int forced;          /* something had to be SIGKILLed during shutdown */
+    char shutdown_reason[512];
+
+    int events_fd; /* metrics/orchestrator.jsonl, O_APPEND */
+} orch;
+
+/* setup.c */
+int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen);
+void setup_teardown(orch *o);
+int setup_persist_ledger(orch *o); /* <run_dir>/ledger.bin after each commit */
+
+/* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees) */
+int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);
+
+/* supervisor.c */
+int sup_start(orch *o);                 /* spawn everyone, start timers and signals */
+void sup_begin_shutdown(orch *o, int exit_code, const char *why);
+int sup_cmd_stop(orch *o, orch_worker *w);
+int sup_cmd_start(orch *o, orch_worker *w);
+int sup_cmd_restart(orch *o, orch_worker *w);
+int sup_cmd_kill(orch *o, orch_worker *w);
+int sup_commit(orch *o, uint64_t step); /* ledger commit + persist */
+
+/* control.c */
+int ctlsrv_start(orch *o, char *err, size_t errlen);
+void ctlsrv_stop(orch *o);
+
+/* report.c */
+void orch_event(orch *o, json_t *ev); /* steals ev; adds "t"; appends to orchestrator.jsonl */
+json_t *report_status_json(orch *o); /* new reference: the dfctl status object */
+void report_tick(orch *o);           /* one metrics interval: summary, prom, progress line */
+int report_start(orch *o);
+void report_stop(orch *o);
+void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines);
+
+#endif

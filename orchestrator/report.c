@@ -1,0 +1,361 @@
+/* report.c: what the orchestrator tells the world: the status object (dfctl status and the
+ * metrics summary are the same JSON), supervision events, and the per-interval metrics.
+ *
+ *   metrics/orchestrator.jsonl  one line per supervision event (spawn, ready, exit with its
+ *                               status, restart with its backoff, hang kill, reclaim results,
+ *                               checkpoint, shutdown, finish), each one write() on O_APPEND
+ *   metrics/summary.jsonl       every metrics_interval_ms: the status object plus, per worker,
+ *                               throughput from its status slot and the last line of its own
+ *                               metrics/<name>.jsonl (tailed with metrics_reader)
+ *   metrics/pipeline.prom       the same figures as a Prometheus textfile, written atomically
+ *   stdout                      one progress line per interval
+ */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "orch.h"
+#include "util.h"
+
+void orch_event(orch *o, json_t *ev)
+{
+    if (!ev)
+        return;
+    json_object_set_new(ev, "t", json_real(df_wall_s()));
+    if (o->events_fd >= 0) {
+        char *s = json_dumps(ev, JSON_COMPACT | JSON_SORT_KEYS);
+        if (s) {
+            size_t n = strlen(s);
+            char *line = realloc(s, n + 2);
+            if (line) {
+                line[n] = '\n';
+                (void)df_write_all(o->events_fd, line, n + 1);
+                free(line);
+            } else {
+                free(s);
+            }
+        }
+    }
+    json_decref(ev);
+}
+
+void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/logs/%s.log", o->run_dir, name);
+    out[0] = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(out, cap, "  (no log: %s)\n", strerror(errno));
+        return;
+    }
+    char buf[8192];
+    off_t end = lseek(fd, 0, SEEK_END);
+    off_t from = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0;
+    ssize_t n = pread(fd, buf, sizeof buf - 1, from);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = 0;
+    /* walk back `lines` newlines (ignoring a trailing one) */
+    char *p = buf + n;
+    if (p > buf && p[-1] == '\n')
+        p--;
+    int seen = 0;
+    while (p > buf) {
+        if (p[-1] == '\n' && ++seen == lines)
+            break;
+        p--;
+    }
+    size_t o_len = 0;
+    while (*p && o_len + 4 < cap) {
+        if (o_len == 0 || out[o_len - 1] == '\n') {
+            out[o_len++] = ' ';
+            out[o_len++] = ' ';
+        }
+        out[o_len++] = *p++;
+    }
+    out[o_len] = 0;
+}
+
+static double age_ms_of(orch *o, orch_worker *w, uint64_t now)
+{
+    status_slot *sl = &o->status->slots[w->id];
+    uint64_t hb = atomic_load_explicit(&sl->heartbeat_ns, memory_order_acquire);
+    if (atomic_load_explicit(&sl->worker_incarnation, memory_order_relaxed) != w->incarnation || hb < w->start_ns)
+        hb = w->start_ns;
+    return now > hb ? (double)(now - hb) / 1e6 : 0.0;
+}
+
+json_t *report_status_json(orch *o)
+{
+    uint64_t now = df_now_ns();
+    json_t *ws = json_array(), *rs = json_array();
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *w = &o->w[i];
+        status_slot *sl = &o->status->slots[i];
+        json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s, s:f, s:f}", "name", w->tw->name, "role",
+                              topo_role_name(w->tw->role), "pid", (int)w->pid, "state", status_state_name(w->state),
+                              "incarnation", (int)w->incarnation, "restarts", (int)w->restarts, "last_exit",
+                              w->last_exit, "items_per_s", w->items_per_s, "tokens_per_s", w->tokens_per_s);
+        if (w->pid > 0) {
+            json_object_set_new(j, "uptime_s", json_real((double)(now - w->start_ns) * 1e-9));
+            json_object_set_new(j, "heartbeat_age_ms", json_real(age_ms_of(o, w, now)));
+            json_object_set_new(j, "step", json_integer((json_int_t)atomic_load(&sl->step)));
+            json_object_set_new(j, "items", json_integer((json_int_t)atomic_load(&sl->items)));
+        }
+        json_array_append_new(ws, j);
+    }
+    for (int r = 0; r < o->t.n_rings; r++) {
+        ring_stats st;
+        ring_stats_read(&o->rings[r], &st);
+        json_array_append_new(
+            rs, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:f, s:b}", "name", o->t.rings[r].name,
+                          "slots", (int)o->rings[r].nslots, "free", (int)st.free, "writing", (int)st.writing, "ready",
+                          (int)st.ready, "reading", (int)st.reading, "poisoned", (int)st.poisoned, "published",
+                          (json_int_t)st.published, "released", (json_int_t)st.released, "poisoned_total",
+                          (json_int_t)st.poisoned_total, "oldest_lease_ms", (double)st.oldest_lease_ns / 1e6,
+                          "closed", o->ring_closed[r]));
+    }
+    ledger_counts_t c;
+    ledger_counts(&o->led, &c);
+    json_t *led = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "batches", (int)ledger_n_batches(&o->led),
+                            "pending", (int)c.pending, "claimed", (int)c.claimed, "in_ring", (int)c.in_ring,
+                            "trained", (int)c.trained, "committed", (int)c.committed, "poisoned", (int)c.poisoned,
+                            "committed_step", (json_int_t)ledger_committed_step(&o->led));
+    const char *st = o->finished ? "finished" : o->shutting_down ? "shutting_down" : "running";
+    json_t *run = json_pack("{s:s, s:s, s:s, s:f, s:b, s:b, s:I, s:I, s:I}", "name", o->t.name, "run_dir",
+                            o->run_dir, "state", st, "uptime_s", (double)(now - o->start_ns) * 1e-9, "paused",
+                            atomic_load(&o->status->pause) != 0, "stop_claiming",
+                            atomic_load(&o->status->stop_claiming) != 0, "checkpoint_gen",
+                            (json_int_t)atomic_load(&o->status->checkpoint_gen), "restarts_total",
+                            (json_int_t)o->restarts_total, "poisoned_total", (json_int_t)o->poisoned_total);
+    return json_pack("{s:b, s:o, s:o, s:o, s:o}", "ok", 1, "run", run, "workers", ws, "rings", rs, "ledger", led);
+}
+
+/* Read whatever the worker appended to its jsonl since the last tick; keep the last line. */
+static void tail_worker_metrics(orch *o, orch_worker *w)
+{
+    if (!w->mr_open) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/metrics/%s.jsonl", o->run_dir, w->tw->name);
+        if (metrics_reader_open(&w->mr, path) < 0)
+            return; /* not written yet */
+        w->mr_open = 1;
+    }
+    json_t *obj;
+    for (int k = 0; k < 100000 && metrics_reader_next(&w->mr, &obj) == 1; k++) {
+        json_decref(w->last_metrics);
+        w->last_metrics = obj;
+        w->metrics_lines++;
+    }
+}
+
+static void prom_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void prom_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (*len + (size_t)n < *cap) {
+            *len += (size_t)n;
+            return;
+        }
+        size_t nc = *cap * 2 + (size_t)n;
+        char *nb = realloc(*buf, nc);
+        if (!nb)
+            return;
+        *buf = nb;
+        *cap = nc;
+    }
+}
+
+static void write_prom(orch *o, json_t *s)
+{
+    size_t cap = 8192, len = 0;
+    char *b = malloc(cap);
+    if (!b)
+        return;
+    b[0] = 0;
+    size_t i;
+    json_t *w;
+    prom_add(&b, &len, &cap, "# dflash-pipe pipeline metrics (orchestrator, every metrics_interval_ms)\n");
+    prom_add(&b, &len, &cap, "# TYPE df_worker_up gauge\n# TYPE df_worker_restarts_total counter\n"
+                             "# TYPE df_worker_items_per_second gauge\n# TYPE df_worker_heartbeat_age_seconds gauge\n");
+    json_array_foreach(json_object_get(s, "workers"), i, w) {
+        const char *n = json_string_value(json_object_get(w, "name"));
+        prom_add(&b, &len, &cap, "df_worker_up{worker=\"%s\",state=\"%s\"} %d\n", n,
+                 json_string_value(json_object_get(w, "state")), json_integer_value(json_object_get(w, "pid")) > 0);
+        prom_add(&b, &len, &cap, "df_worker_restarts_total{worker=\"%s\"} %lld\n", n,
+                 (long long)json_integer_value(json_object_get(w, "restarts")));
+        prom_add(&b, &len, &cap, "df_worker_incarnation{worker=\"%s\"} %lld\n", n,
+                 (long long)json_integer_value(json_object_get(w, "incarnation")));
+        prom_add(&b, &len, &cap, "df_worker_items_per_second{worker=\"%s\"} %.3f\n", n,
+                 json_real_value(json_object_get(w, "items_per_s")));
+        prom_add(&b, &len, &cap, "df_worker_tokens_per_second{worker=\"%s\"} %.3f\n", n,
+                 json_real_value(json_object_get(w, "tokens_per_s")));
+        if (json_object_get(w, "heartbeat_age_ms"))
+            prom_add(&b, &len, &cap, "df_worker_heartbeat_age_seconds{worker=\"%s\"} %.3f\n", n,
+                     json_real_value(json_object_get(w, "heartbeat_age_ms")) / 1000.0);
+    }
+    prom_add(&b, &len, &cap, "# TYPE df_ring_slots gauge\n# TYPE df_ring_published_total counter\n");
+    json_array_foreach(json_object_get(s, "rings"), i, w) {
+        const char *n = json_string_value(json_object_get(w, "name"));
+        static const char *const states[] = {"free", "writing", "ready", "reading", "poisoned"};
+        for (size_t k = 0; k < DF_ARRAY_LEN(states); k++)
+            prom_add(&b, &len, &cap, "df_ring_slots{ring=\"%s\",state=\"%s\"} %lld\n", n, states[k],
+                     (long long)json_integer_value(json_object_get(w, states[k])));
+        prom_add(&b, &len, &cap, "df_ring_published_total{ring=\"%s\"} %lld\n", n,
+                 (long long)json_integer_value(json_object_get(w, "published")));
+        prom_add(&b, &len, &cap, "df_ring_poisoned_total{ring=\"%s\"} %lld\n", n,
+                 (long long)json_integer_value(json_object_get(w, "poisoned_total")));
+        prom_add(&b, &len, &cap, "df_ring_oldest_lease_seconds{ring=\"%s\"} %.3f\n", n,
+                 json_real_value(json_object_get(w, "oldest_lease_ms")) / 1000.0);
+    }
+    json_t *l = json_object_get(s, "ledger");
+    const char *key;
+    json_t *v;
+    prom_add(&b, &len, &cap, "# TYPE df_ledger_batches gauge\n");
+    json_object_foreach(l, key, v) {
+        if (!strcmp(key, "batches"))
+            prom_add(&b, &len, &cap, "df_ledger_batches_total %lld\n", (long long)json_integer_value(v));
+        else if (!strcmp(key, "committed_step"))
+            prom_add(&b, &len, &cap, "df_ledger_committed_step %lld\n", (long long)json_integer_value(v));
+        else
+            prom_add(&b, &len, &cap, "df_ledger_batches{state=\"%s\"} %lld\n", key, (long long)json_integer_value(v));
+    }
+    json_t *run = json_object_get(s, "run");
+    prom_add(&b, &len, &cap, "df_restarts_total %lld\ndf_poisoned_batches_total %lld\n",
+             (long long)json_integer_value(json_object_get(run, "restarts_total")),
+             (long long)json_integer_value(json_object_get(run, "poisoned_total")));
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics/pipeline.prom", o->run_dir);
+    int rc = df_write_file_atomic(path, b, len);
+    if (rc < 0)
+        df_log("%s: %s", path, strerror(-rc));
+    free(b);
+}
+
+void report_tick(orch *o)
+{
+    uint64_t now = df_now_ns();
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *w = &o->w[i];
+        tail_worker_metrics(o, w);
+        if (w->pid <= 0) {
+            w->items_per_s = w->tokens_per_s = 0;
+            continue;
+        }
+        status_slot *sl = &o->status->slots[i];
+        uint64_t items = atomic_load_explicit(&sl->items, memory_order_relaxed);
+        uint64_t tokens = atomic_load_explicit(&sl->tokens, memory_order_relaxed);
+        if (atomic_load_explicit(&sl->worker_incarnation, memory_order_relaxed) != w->incarnation)
+            items = tokens = 0;
+        if (items < w->items_prev || tokens < w->tokens_prev) /* a new incarnation counts from 0 */
+            w->items_prev = w->tokens_prev = 0;
+        double dt = (double)(now - w->sample_ns) * 1e-9;
+        if (dt > 0) {
+            w->items_per_s = (double)(items - w->items_prev) / dt;
+            w->tokens_per_s = (double)(tokens - w->tokens_prev) / dt;
+        }
+        w->items_prev = items;
+        w->tokens_prev = tokens;
+        w->sample_ns = now;
+    }
+    json_t *s = report_status_json(o);
+    json_t *ws = json_object_get(s, "workers");
+    for (int i = 0; i < o->n; i++)
+        if (o->w[i].last_metrics)
+            json_object_set(json_array_get(ws, (size_t)i), "metrics", o->w[i].last_metrics);
+    json_object_del(s, "ok");
+    json_object_set_new(s, "t", json_real(df_wall_s()));
+    json_object_set_new(s, "ev", json_string("summary"));
+
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics/summary.jsonl", o->run_dir);
+    char *text = json_dumps(s, JSON_COMPACT);
+    if (text) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            size_t n = strlen(text);
+            text[n] = '\n'; /* one write, newline included */
+            (void)df_write_all(fd, text, n + 1);
+            close(fd);
+        }
+        free(text);
+    }
+    write_prom(o, s);
+
+    /* one progress line */
+    char line[2048];
+    size_t len = 0;
+    json_t *l = json_object_get(s, "ledger");
+    len += (size_t)snprintf(line + len, sizeof line - len, "[%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
+                            (double)(now - o->start_ns) * 1e-9,
+                            (long long)json_integer_value(json_object_get(l, "committed")),
+                            (long long)json_integer_value(json_object_get(l, "batches")),
+                            (long long)json_integer_value(json_object_get(l, "committed_step")),
+                            (long long)(json_integer_value(json_object_get(l, "claimed")) +
+                                        json_integer_value(json_object_get(l, "in_ring")) +
+                                        json_integer_value(json_object_get(l, "trained"))));
+    for (int i = 0; i < o->n && len < sizeof line - 100; i++)
+        len += (size_t)snprintf(line + len, sizeof line - len, " | %s %s %.1f/s", o->w[i].tw->name,
+                                status_state_name(o->w[i].state), o->w[i].items_per_s);
+    for (int r = 0; r < o->t.n_rings && len < sizeof line - 100; r++) {
+        ring_stats st;
+        ring_stats_read(&o->rings[r], &st);
+        len += (size_t)snprintf(line + len, sizeof line - len, " | %s %u/%u", o->t.rings[r].name,
+                                st.ready + st.reading + st.writing, o->rings[r].nslots);
+    }
+    if (len < sizeof line - 60)
+        len += (size_t)snprintf(line + len, sizeof line - len, " | restarts %llu poisoned %llu",
+                                (unsigned long long)o->restarts_total, (unsigned long long)o->poisoned_total);
+    printf("%s\n", line);
+    fflush(stdout);
+    json_decref(s);
+}
+
+static void metrics_cb(uv_timer_t *t)
+{
+    report_tick(t->data);
+}
+
+int report_start(orch *o)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics/orchestrator.jsonl", o->run_dir);
+    o->events_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (o->events_fd < 0)
+        return -errno;
+    uv_timer_init(o->loop, &o->metrics_timer);
+    o->metrics_timer.data = o;
+    uint64_t ms = o->t.sup.metrics_interval_ms ? o->t.sup.metrics_interval_ms : 1000;
+    uv_timer_start(&o->metrics_timer, metrics_cb, ms, ms);
+    return 0;
+}
+
+static void noop_close(uv_handle_t *h)
+{
+    (void)h;
+}
+
+void report_stop(orch *o)
+{
+    if (!uv_is_closing((uv_handle_t *)&o->metrics_timer))
+        uv_close((uv_handle_t *)&o->metrics_timer, noop_close);
+    for (int i = 0; i < o->n; i++) {
+        if (o->w[i].mr_open)
+            metrics_reader_close(&o->w[i].mr);
+        o->w[i].mr_open = 0;
+        json_decref(o->w[i].last_metrics);
+        o->w[i].last_metrics = NULL;
+    }
+}

@@ -1,0 +1,937 @@
+/* supervisor.c: spawning, watching and restarting workers; the drain on shutdown.
+ *
+ * One worker's life (all on the loop thread):
+ *   spawn: socketpair (SOCK_SEQPACKET), uv_spawn with stdout/stderr appended to
+ *          logs/<name>.log, fd 3 = the worker's end; the hello + every segment fd goes out
+ *          at once (it waits in the socket until the worker reads it). State STARTING.
+ *   READY: {"ev":"ready"} on the socket -> UP.
+ *   exit:  the uv exit callback records the status, drains the socket (a final checkpoint
+ *          sent just before exiting is still honoured), closes the handles; when both are
+ *          closed the worker is reaped and reclaimed (handoff_recover_ex over every ring,
+ *          poisoned slots recorded in the ledger, ledger_reclaim_owner), THEN the policy
+ *          decides. Reclaim always happens before any restart.
+ *   hang:  a timer compares each heartbeat with the worker's heartbeat_timeout_ms and
+ *          SIGKILLs a silent worker; the exit callback then does the rest.
+ * Restart policy: exit 0 = done (never restarted); exit 100 = permanent (never restarted;
+ * the run continues only if another worker of the same role on the same rings can finish
+ * the work, else it shuts down with exit 1); anything else = restart after a backoff that
+ * starts at backoff_initial_ms, doubles up to backoff_max_ms and resets once the worker
+ * was up for stable_ms; more than max_restarts restarts of one worker within
+ * restart_window_s -> the run shuts down, exit 1, naming the worker and its log tail.
+ * Drafter ranks are one group: when one dies the others are SIGKILLed, all are reclaimed,
+ * the ledger rewinds to the last committed step, and all restart together.
+ *
+ * Shutdown (signal or `dfctl shutdown`; docs/operations.md): stop-claiming is set, so
+ * producers finish their batch and exit 0; a ring whose producers have all exited is
+ * closed (ring_close_for_shutdown), so its consumers drain it and exit 0 in turn: targets,
+ * then postproc, then drafters. After shutdown_timeout_ms whatever still runs gets SIGTERM
+ * (and the stop flag), after another shutdown_timeout_ms SIGKILL. Then the ledger audit is
+ * written and the loop ends.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ipc/fdpass.h"
+#include "orch.h"
+#include "util.h"
+
+extern char **environ;
+
+static void after_exit(orch *o, orch_worker *w);
+static void check_rings(orch *o);
+static void maybe_finish(orch *o);
+static int spawn_worker(orch *o, orch_worker *w);
+
+static int running(const orch_worker *w)
+{
+    return w->pid > 0 || w->closing > 0;
+}
+
+static void set_state(orch_worker *w, status_state s)
+{
+    w->state = s;
+    status_slot *sl = &w->o->status->slots[w->id];
+    atomic_store_explicit(&sl->state, s, memory_order_relaxed);
+    atomic_store_explicit(&sl->pid, w->pid, memory_order_relaxed);
+    atomic_store_explicit(&sl->incarnation, w->incarnation, memory_order_relaxed);
+    atomic_store_explicit(&sl->restarts, w->restarts, memory_order_relaxed);
+}
+
+static void ev_worker(orch *o, orch_worker *w, const char *ev, json_t *extra)
+{
+    json_t *e = json_pack("{s:s, s:s, s:i, s:I}", "ev", ev, "worker", w->tw->name, "inc", (int)w->incarnation,
+                          "pid", (json_int_t)(w->pid > 0 ? w->pid : w->proc.pid));
+    if (extra) {
+        json_object_update(e, extra);
+        json_decref(extra);
+    }
+    orch_event(o, e);
+}
+
+static void worker_timer(orch_worker *w, int kind, uint64_t ms);
+
+static void signal_worker(orch_worker *w, int sig, const char *reason)
+{
+    if (w->pid <= 0)
+        return;
+    if (reason && !w->reason[0])
+        snprintf(w->reason, sizeof w->reason, "%s", reason);
+    if (sig == SIGKILL)
+        w->kill_sent = 1;
+    int rc = uv_process_kill(&w->proc, sig);
+    ev_worker(w->o, w, "signal", json_pack("{s:i, s:s, s:i}", "signal", sig, "reason", reason ? reason : "",
+                                           "rc", rc));
+}
+
+/* ---- control socket of one worker ------------------------------------------------- */
+
+static void handle_message(orch *o, orch_worker *w, const char *buf)
+{
+    json_error_t jerr;
+    json_t *m = json_loads(buf, 0, &jerr);
+    const char *ev = json_string_value(json_object_get(m, "ev"));
+    if (!ev) {
+        df_log("%s: bad control message (%s): %.200s", w->tw->name, jerr.text, buf);
+        json_decref(m);
+        return;
+    }
+    if (!strcmp(ev, "ready")) {
+        if (w->state == STATUS_STARTING) {
+            w->ready_ns = df_now_ns();
+            set_state(w, STATUS_UP);
+            ev_worker(o, w, "ready", json_pack("{s:f}", "load_s", (double)(w->ready_ns - w->start_ns) * 1e-9));
+        }
+    } else if (!strcmp(ev, "checkpoint")) {
+        json_int_t step = json_integer_value(json_object_get(m, "step"));
+        if (step > 0)
+            sup_commit(o, (uint64_t)step);
+    } else {
+        json_t *e = json_deep_copy(m);
+        json_object_set_new(e, "worker_ev", json_string(ev));
+        json_object_del(e, "ev");
+        ev_worker(o, w, "worker_event", e);
+    }
+    json_decref(m);
+}
+
+static void read_ctl(orch *o, orch_worker *w)
+{
+    char buf[8192];
+    for (;;) {
+        int fds[8], nfds = 0;
+        int n = fdpass_recv(w->ctl_fd, buf, sizeof buf - 1, fds, 8, &nfds);
+        for (int i = 0; i < nfds; i++)
+            close(fds[i]); /* workers send no fds; never leak one */
+        if (n == -EAGAIN || n == -EWOULDBLOCK)
+            return;
+        if (n <= 0) { /* closed or broken: the exit callback cleans up */
+            if (uv_is_active((uv_handle_t *)&w->poll))
+                uv_poll_stop(&w->poll);
+            return;
+        }
+        buf[n] = 0;
+        handle_message(o, w, buf);
+    }
+}
+
+static void on_ctl_readable(uv_poll_t *h, int status, int events)
+{
+    orch_worker *w = h->data;
+    (void)events;
+    if (status < 0) {
+        uv_poll_stop(h);
+        return;
+    }
+    read_ctl(w->o, w);
+}
+
+static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
+{
+    json_t *segs = json_array();
+    int k = 0;
+#define SEG(nm, kind_, a, ring_)                                                                      \
+    do {                                                                                          \
+        json_t *s_ = json_pack("{s:s, s:s, s:I, s:i}", "name", nm, "kind", kind_, "size",              \
+                               (json_int_t)(a)->size, "fd", k);                                    \
+        if ((ring_) >= 0)                                                                         \
+            json_object_set_new(s_, "ring", json_integer(ring_));                                 \
+        json_array_append_new(segs, s_);                                                          \
+        fds[k++] = (a)->fd;                                                                       \
+    } while (0)
+    SEG("status", "status", &o->status_seg, -1);
+    SEG("handoff", "handoff", &o->handoff_seg, -1);
+    SEG("ledger", "ledger", &o->ledger_seg, -1);
+    for (int i = 0; i < o->t.n_rings; i++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "ring:%s", o->t.rings[i].name);
+        SEG(nm, "ring", &o->ring_seg[i], i);
+        snprintf(nm, sizeof nm, "arena:%s", o->t.rings[i].name);
+        SEG(nm, "arena", &o->ring_arena[i], i);
+        json_t *last = json_array_get(segs, json_array_size(segs) - 1);
+        json_object_set_new(last, "backend", json_string(o->ring_arena[i].kind == ARENA_CUDA ? "cuda" : "cpu"));
+        json_object_set_new(last, "device", json_integer(o->ring_arena[i].device));
+    }
+#undef SEG
+    *nfds = k;
+    return json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:s, s:I, s:o}", "v", 1, "worker_id", w->id, "name",
+                     w->tw->name, "incarnation", (int)w->incarnation, "role", topo_role_name(w->tw->role),
+                     "topology", o->topo_path, "run_dir", o->run_dir, "committed_step",
+                     (json_int_t)o->committed_step, "segments", segs);
+}
+
+/* ---- spawn ----------------------------------------------------------------------- */
+
+static int env_is_ours(const char *kv)
+{
+    static const char *const keys[] = {"DF_CTL_FD=", "DF_WORKER=", "DF_WORKER_ID=", "DF_INCARNATION=",
+                                       "DF_RUN_DIR=", "DF_ORCH_PID="};
+    for (size_t i = 0; i < DF_ARRAY_LEN(keys); i++)
+        if (!strncmp(kv, keys[i], strlen(keys[i])))
+            return 1;
+    return 0;
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    orch_worker *w = h->data;
+    if (--w->closing > 0)
+        return;
+    if (w->ctl_fd >= 0)
+        close(w->ctl_fd);
+    w->ctl_fd = -1;
+    after_exit(w->o, w);
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
+{
+    orch_worker *w = p->data;
+    orch *o = w->o;
+    w->exit_status = (int)exit_status;
+    w->term_signal = term_signal;
+    if (w->ctl_fd >= 0)
+        read_ctl(o, w); /* messages sent just before the exit (a final checkpoint) */
+    w->pid = 0;
+    uv_timer_stop(&w->timer);
+    w->timer_kind = TIMER_NONE;
+    w->closing = 2;
+    uv_close((uv_handle_t *)&w->poll, on_handle_closed);
+    uv_close((uv_handle_t *)p, on_handle_closed);
+}
+
+static int spawn_worker(orch *o, orch_worker *w)
+{
+    int sv[2] = {-1, -1}, logfd = -1, rc;
+    char **env = NULL, **args = NULL;
+    char logpath[1200];
+    size_t nenv = 0, i;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    snprintf(logpath, sizeof logpath, "%s/logs/%s.log", o->run_dir, w->tw->name);
+    logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    w->incarnation++;
+    {
+        char hdr[256];
+        int hl = snprintf(hdr, sizeof hdr, "=== orchestrator: starting %s incarnation %u (%s) ===\n",
+                          w->tw->name, w->incarnation, w->bin);
+        (void)df_write_all(logfd, hdr, (size_t)hl);
+    }
+
+    /* environment: ours (minus the DF_ control keys), then the protocol keys, then the topology's */
+    for (char **e = environ; *e; e++)
+        nenv++;
+    for (char **e = w->tw->env; e && *e; e++)
+        nenv++;
+    env = calloc(nenv + 8, sizeof *env);
+    if (!env) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    i = 0;
+    for (char **e = environ; *e; e++)
+        if (!env_is_ours(*e))
+            env[i++] = strdup(*e);
+    (void)asprintf(&env[i++], "DF_CTL_FD=%d", 3);
+    (void)asprintf(&env[i++], "DF_WORKER=%s", w->tw->name);
+    (void)asprintf(&env[i++], "DF_WORKER_ID=%d", w->id);
+    (void)asprintf(&env[i++], "DF_INCARNATION=%u", w->incarnation);
+    (void)asprintf(&env[i++], "DF_RUN_DIR=%s", o->run_dir);
+    (void)asprintf(&env[i++], "DF_ORCH_PID=%d", (int)getpid());
+    for (char **e = w->tw->env; e && *e; e++)
+        env[i++] = strdup(*e);
+    env[i] = NULL;
+
+    size_t nargs = 1;
+    for (char **a = w->tw->args; a && *a; a++)
+        nargs++;
+    args = calloc(nargs + 1, sizeof *args);
+    if (!args) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    args[0] = w->bin;
+    for (size_t k = 1; k < nargs; k++)
+        args[k] = w->tw->args[k - 1];
+
+    uv_stdio_container_t stdio[4];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = logfd;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = logfd;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = sv[1];
+    uv_process_options_t opt;
+    memset(&opt, 0, sizeof opt);
+    opt.exit_cb = on_exit_cb;
+    opt.file = w->bin;
+    opt.args = args;
+    opt.env = env;
+    opt.cwd = NULL;
+    opt.stdio = stdio;
+    opt.stdio_count = 4;
+    /* own session: a terminal's Ctrl-C reaches only the orchestrator, which drains */
+    opt.flags = UV_PROCESS_DETACHED;
+    w->proc.data = w;
+    rc = uv_spawn(o->loop, &w->proc, &opt);
+    if (rc < 0) {
+        /* the handle was initialised: close it, then treat this like an immediate exit */
+        char msg[256];
+        int ml = snprintf(msg, sizeof msg, "orchestrator: cannot spawn %s: %s\n", w->bin, uv_strerror(rc));
+        (void)df_write_all(logfd, msg, (size_t)ml);
+        df_log("%s: cannot spawn %s: %s", w->tw->name, w->bin, uv_strerror(rc));
+        ev_worker(o, w, "spawn_failed", json_pack("{s:s}", "error", uv_strerror(rc)));
+        w->exit_status = 127;
+        w->term_signal = 0;
+        w->closing = 1;
+        w->pid = 0;
+        close(sv[0]);
+        sv[0] = -1;
+        uv_close((uv_handle_t *)&w->proc, on_handle_closed);
+        rc = 0;
+        goto out;
+    }
+    w->pid = w->proc.pid;
+    w->start_ns = df_now_ns();
+    w->ready_ns = 0;
+    w->kill_sent = 0;
+    w->reason[0] = 0;
+    w->after = AFTER_POLICY;
+    w->items_prev = w->tokens_prev = 0;
+    w->sample_ns = w->start_ns;
+    if (w->incarnation > 1)
+        w->restarts++;
+    w->ctl_fd = sv[0];
+    sv[0] = -1;
+    int fl = fcntl(w->ctl_fd, F_GETFL);
+    (void)fcntl(w->ctl_fd, F_SETFL, fl | O_NONBLOCK);
+    uv_poll_init(o->loop, &w->poll, w->ctl_fd);
+    w->poll.data = w;
+    uv_poll_start(&w->poll, UV_READABLE, on_ctl_readable);
+    set_state(w, STATUS_STARTING);
+
+    int fds[FDPASS_MAX_FDS], nfds = 0;
+    json_t *hello = hello_json(o, w, fds, &nfds);
+    char *text = json_dumps(hello, JSON_COMPACT);
+    json_decref(hello);
+    rc = text ? fdpass_send(w->ctl_fd, text, strlen(text), fds, nfds) : -ENOMEM;
+    free(text);
+    ev_worker(o, w, "spawn", json_pack("{s:s, s:i}", "bin", w->bin, "hello_rc", rc));
+    if (rc < 0) {
+        /* it cannot work without its segments: kill it, the exit path restarts it */
+        df_log("%s: sending the hello failed: %s", w->tw->name, strerror(-rc));
+        signal_worker(w, SIGKILL, "hello failed");
+    }
+    rc = 0;
+    goto out;
+fail:
+    df_log("%s: cannot start: %s", w->tw->name, strerror(-rc));
+out:
+    if (sv[0] >= 0)
+        close(sv[0]);
+    if (sv[1] >= 0)
+        close(sv[1]);
+    if (logfd >= 0)
+        close(logfd);
+    if (env) {
+        for (char **e = env; *e; e++)
+            free(*e);
+        free(env);
+    }
+    free(args);
+    return rc;
+}
+
+/* ---- reclaim ---------------------------------------------------------------------- */
+
+static int hook_out_done(void *ctx, uint16_t worker, uint64_t token)
+{
+    orch *o = ctx;
+    ledger_batch_status st;
+    (void)worker;
+    if (ledger_batch_status_get(&o->led, token, &st) < 0)
+        return 0;
+    return st.state == LEDGER_TRAINED || st.state == LEDGER_COMMITTED;
+}
+
+static void hook_in_resolved(void *ctx, uint16_t worker, uint64_t token, int moved_on)
+{
+    orch *o = ctx;
+    (void)worker;
+    /* published but the producer died before ledger_set_in_ring: do it for it; not
+     * published: ledger_reclaim_owner (below) returns the batch to pending */
+    if (moved_on)
+        (void)ledger_set_in_ring(&o->led, token);
+}
+
+/* Record every POISONED slot of every ring in the ledger, then free the slot. */
+static uint32_t sweep_poisoned(orch *o, json_t *ids)
+{
+    uint32_t n = 0;
+    for (int r = 0; r < o->t.n_rings; r++) {
+        for (uint32_t s = 0; s < o->rings[r].nslots; s++) {
+            ring_slot_info si;
+            if (ring_slot_read(&o->rings[r], s, &si) < 0 || si.state != RING_POISONED)
+                continue;
+            uint64_t b = ring_desc_at(&o->rings[r], s)->batch_id;
+            int rc = ledger_mark_poisoned(&o->led, b);
+            df_log("ring %s slot %u: batch %llu poisoned after %u failed attempts (ledger: %s)",
+                   o->t.rings[r].name, s, (unsigned long long)b, si.attempts, rc < 0 ? strerror(-rc) : "ok");
+            json_array_append_new(ids, json_integer((json_int_t)b));
+            (void)ring_free_poisoned(&o->rings[r], s);
+            n++;
+        }
+    }
+    o->poisoned_total += n;
+    return n;
+}
+
+static void reclaim(orch *o, orch_worker *w)
+{
+    ring *rp[TOPO_MAX_RINGS];
+    for (int i = 0; i < o->t.n_rings; i++)
+        rp[i] = &o->rings[i];
+    ring_reclaim_report rep;
+    memset(&rep, 0, sizeof rep);
+    handoff_hooks hooks = {.out_done = hook_out_done, .in_resolved = hook_in_resolved, .ctx = o};
+    int rc = handoff_recover_ex(&o->handoff, (uint16_t)w->id, rp, o->t.n_rings, &hooks, &rep);
+    if (rc < 0)
+        df_log("%s: handoff_recover: %s", w->tw->name, strerror(-rc));
+    json_t *ids = json_array();
+    uint32_t poisoned = sweep_poisoned(o, ids);
+    uint32_t returned = 0;
+    int lrc = ledger_reclaim_owner_ex(&o->led, (uint16_t)w->id, &returned);
+    if (lrc < 0)
+        df_log("%s: ledger_reclaim_owner: %s", w->tw->name, strerror(-lrc));
+    if (rep.freed || rep.requeued || poisoned || returned || rep.intents)
+        df_log("%s: reclaimed: %u slots freed, %u requeued, %u poisoned, %u hand-offs resolved, %u ledger "
+               "batches back to pending",
+               w->tw->name, rep.freed, rep.requeued, poisoned, rep.intents, returned);
+    ev_worker(o, w, "reclaim",
+              json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "freed", (int)rep.freed, "requeued",
+                        (int)rep.requeued, "poisoned", (int)poisoned, "intents", (int)rep.intents, "handed_on",
+                        (int)rep.handed_on, "ledger_returned", (int)returned, "poisoned_batches", ids));
+}
+
+/* ---- policy ----------------------------------------------------------------------- */
+
+static void worker_timer_cb(uv_timer_t *t)
+{
+    orch_worker *w = t->data;
+    int kind = w->timer_kind;
+    w->timer_kind = TIMER_NONE;
+    if (kind == TIMER_RESPAWN && !running(w) && !w->o->shutting_down)
+        spawn_worker(w->o, w);
+    else if (kind == TIMER_ESCALATE && w->pid > 0)
+        signal_worker(w, SIGKILL, "stop timeout");
+}
+
+static void worker_timer(orch_worker *w, int kind, uint64_t ms)
+{
+    w->timer_kind = kind;
+    uv_timer_start(&w->timer, worker_timer_cb, ms, 0);
+}
+
+/* Returns 0 when a restart is allowed (and records it), -1 when the intensity limit is hit. */
+static int note_restart(orch *o, orch_worker *w)
+{
+    uint64_t now = df_now_ns(), window = (uint64_t)o->t.sup.restart_window_s * 1000000000ull;
+    uint32_t in_window = 0;
+    for (uint32_t k = 0; k < w->n_restart_ns && k < ORCH_RESTART_HIST; k++)
+        if (now - w->restart_ns[k] <= window)
+            in_window++;
+    if (in_window >= o->t.sup.max_restarts)
+        return -1;
+    w->restart_ns[w->n_restart_ns % ORCH_RESTART_HIST] = now;
+    w->n_restart_ns++;
+    o->restarts_total++;
+    return 0;
+}
+
+static uint64_t next_backoff(orch *o, orch_worker *w)
+{
+    uint64_t up_ms = w->start_ns ? (df_now_ns() - w->start_ns) / 1000000ull : 0;
+    if (up_ms >= o->t.sup.stable_ms)
+        w->backoff_ms = o->t.sup.backoff_initial_ms;
+    uint64_t d = w->backoff_ms;
+    w->backoff_ms = DF_MIN(w->backoff_ms * 2, (uint64_t)o->t.sup.backoff_max_ms);
+    if (w->backoff_ms == 0)
+        w->backoff_ms = 1;
+    return d;
+}
+
+static void give_up(orch *o, orch_worker *w, const char *what)
+{
+    char tail[2048], msg[3072];
+    report_log_tail(o, w->tw->name, tail, sizeof tail, 10);
+    int n = snprintf(msg, sizeof msg, "worker %s %s; last lines of %s/logs/%s.log:\n%s", w->tw->name, what, o->run_dir,
+             w->tw->name, tail);
+    if (n < 0)
+        msg[0] = 0;
+    set_state(w, STATUS_FAILED);
+    sup_begin_shutdown(o, 1, msg);
+}
+
+static int has_replacement(orch *o, orch_worker *w)
+{
+    if (w->tw->role == TOPO_ROLE_DRAFTER)
+        return 0; /* ranks are not interchangeable */
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *x = &o->w[i];
+        if (x != w && x->tw->role == w->tw->role && x->tw->in_ring == w->tw->in_ring &&
+            x->tw->out_ring == w->tw->out_ring && x->state != STATUS_FAILED && x->state != STATUS_STOPPED)
+            return 1;
+    }
+    return 0;
+}
+
+/* Once no drafter runs any more: rewind the ledger and restart every rank of the group. */
+static void group_maybe_restart(orch *o)
+{
+    if (!o->group_pending)
+        return;
+    for (int i = 0; i < o->n; i++)
+        if (o->w[i].tw->role == TOPO_ROLE_DRAFTER && running(&o->w[i]))
+            return;
+    o->group_pending = 0;
+    uint32_t back = 0;
+    uint64_t step = ledger_committed_step(&o->led);
+    int rc = ledger_rewind_ex(&o->led, step, &back);
+    df_log("drafter group: every rank reaped; ledger rewound to step %llu (%u trained batches back to pending); "
+           "restarting in %llu ms",
+           (unsigned long long)step, back, (unsigned long long)o->group_delay_ms);
+    orch_event(o, json_pack("{s:s, s:I, s:i, s:i, s:I}", "ev", "group_restart", "step", (json_int_t)step,
+                            "returned", (int)back, "rc", rc, "delay_ms", (json_int_t)o->group_delay_ms));
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *x = &o->w[i];
+        if (x->tw->role != TOPO_ROLE_DRAFTER || x->state != STATUS_GROUPWAIT)
+            continue;
+        set_state(x, STATUS_BACKOFF);
+        worker_timer(x, TIMER_RESPAWN, o->group_delay_ms);
+    }
+}
+
+/* A drafter rank went down (or is being restarted): take the whole group down. */
+static void group_fail(orch *o, orch_worker *dead, uint64_t delay_ms)
+{
+    o->group_pending = 1;
+    o->group_delay_ms = delay_ms;
+    set_state(dead, STATUS_GROUPWAIT);
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *x = &o->w[i];
+        if (x == dead || x->tw->role != TOPO_ROLE_DRAFTER)
+            continue;
+        if (x->pid > 0) {
+            x->after = AFTER_GROUP;
+            signal_worker(x, SIGKILL, "group restart");
+        } else if (x->state == STATUS_BACKOFF || x->state == STATUS_UP || x->state == STATUS_STARTING) {
+            uv_timer_stop(&x->timer);
+            x->timer_kind = TIMER_NONE;
+            set_state(x, STATUS_GROUPWAIT);
+        }
+    }
+    group_maybe_restart(o);
+}
+
+static void describe_exit(orch_worker *w)
+{
+    int n = snprintf(w->last_exit, sizeof w->last_exit, "%s %d%s%.40s%s", w->term_signal ? "signal" : "exit",
+                     w->term_signal ? w->term_signal : w->exit_status, w->reason[0] ? " (" : "", w->reason,
+                     w->reason[0] ? ")" : "");
+    if (n < 0)
+        w->last_exit[0] = 0;
+}
+
+static void after_exit(orch *o, orch_worker *w)
+{
+    uint64_t up_ms = w->start_ns ? (df_now_ns() - w->start_ns) / 1000000ull : 0;
+    reclaim(o, w);
+    describe_exit(w);
+    int ok = !w->term_signal && w->exit_status == 0;
+    ev_worker(o, w, "exit",
+              json_pack("{s:i, s:i, s:s, s:s, s:I}", "status", w->exit_status, "signal", w->term_signal, "reason",
+                        w->reason, "how", w->last_exit, "uptime_ms", (json_int_t)up_ms));
+    df_log("%s (pid %d, incarnation %u) ended: %s after %.1fs", w->tw->name, (int)w->proc.pid, w->incarnation,
+           w->last_exit, (double)up_ms / 1000.0);
+    w->pid = 0;
+
+    if (o->shutting_down) {
+        set_state(w, ok ? STATUS_DONE : STATUS_STOPPED);
+        goto done;
+    }
+    switch (w->after) {
+    case AFTER_STOP:
+        /* stopped by the operator even if it exited 0: it did not finish its work, so it
+         * must not count as done (that would close its output ring) */
+        set_state(w, STATUS_STOPPED);
+        if (w->tw->role == TOPO_ROLE_DRAFTER && !ok) /* its uncommitted training is gone */
+            (void)ledger_rewind(&o->led, ledger_committed_step(&o->led));
+        goto done;
+    case AFTER_GROUP:
+        set_state(w, STATUS_GROUPWAIT);
+        group_maybe_restart(o);
+        goto done;
+    case AFTER_RESTART:
+        w->backoff_ms = o->t.sup.backoff_initial_ms;
+        ev_worker(o, w, "restart", json_pack("{s:I, s:s}", "delay_ms", (json_int_t)0, "why", "dfctl restart"));
+        if (w->tw->role == TOPO_ROLE_DRAFTER) {
+            group_fail(o, w, 0);
+        } else {
+            set_state(w, STATUS_BACKOFF);
+            spawn_worker(o, w);
+        }
+        goto done;
+    case AFTER_POLICY:
+        break;
+    }
+    if (ok) {
+        set_state(w, STATUS_DONE);
+        goto done;
+    }
+    if (!w->term_signal && w->exit_status == DF_EXIT_PERM) {
+        set_state(w, STATUS_FAILED);
+        ev_worker(o, w, "permanent_failure", NULL);
+        if (has_replacement(o, w)) {
+            df_log("%s failed permanently (exit 100): not restarted; its peers of role %s carry on", w->tw->name,
+                   topo_role_name(w->tw->role));
+        } else {
+            give_up(o, w, "failed permanently (exit 100) and no other worker can do its work");
+        }
+        goto done;
+    }
+    if (note_restart(o, w) < 0) {
+        char what[256];
+        snprintf(what, sizeof what, "restarted more than %u times within %u s (last: %s)", o->t.sup.max_restarts,
+                 o->t.sup.restart_window_s, w->last_exit);
+        ev_worker(o, w, "intensity_limit", NULL);
+        give_up(o, w, what);
+        goto done;
+    }
+    uint64_t delay = next_backoff(o, w);
+    ev_worker(o, w, "restart",
+              json_pack("{s:I, s:i, s:s}", "delay_ms", (json_int_t)delay, "next_inc", (int)w->incarnation + 1, "why",
+                        w->last_exit));
+    if (w->tw->role == TOPO_ROLE_DRAFTER) {
+        group_fail(o, w, delay);
+    } else {
+        set_state(w, STATUS_BACKOFF);
+        worker_timer(w, TIMER_RESPAWN, delay);
+    }
+done:
+    check_rings(o);
+    maybe_finish(o);
+}
+
+/* Close a ring once its producers are gone for good: every producer DONE, or (while
+ * shutting down) none running. Its consumers then drain it and see -EPIPE. */
+static void check_rings(orch *o)
+{
+    for (int r = 0; r < o->t.n_rings; r++) {
+        if (o->ring_closed[r])
+            continue;
+        int all_gone = 1;
+        for (int i = 0; i < o->n; i++) {
+            orch_worker *x = &o->w[i];
+            if (x->tw->out_ring != r)
+                continue;
+            if (o->shutting_down ? running(x) : x->state != STATUS_DONE)
+                all_gone = 0;
+        }
+        if (all_gone) {
+            ring_close_for_shutdown(&o->rings[r]);
+            o->ring_closed[r] = 1;
+            orch_event(o, json_pack("{s:s, s:s}", "ev", "ring_closed", "ring", o->t.rings[r].name));
+        }
+    }
+}
+
+/* ---- timers and signals ------------------------------------------------------------- */
+
+static void hang_cb(uv_timer_t *t)
+{
+    orch *o = t->data;
+    uint64_t now = df_now_ns();
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *w = &o->w[i];
+        if (w->pid <= 0 || w->kill_sent || (w->state != STATUS_STARTING && w->state != STATUS_UP))
+            continue;
+        status_slot *sl = &o->status->slots[i];
+        uint64_t hb = atomic_load_explicit(&sl->heartbeat_ns, memory_order_acquire);
+        if (atomic_load_explicit(&sl->worker_incarnation, memory_order_relaxed) != w->incarnation || hb < w->start_ns)
+            hb = w->start_ns; /* nothing from this incarnation yet: count from the spawn */
+        uint64_t age_ms = now > hb ? (now - hb) / 1000000ull : 0;
+        if (age_ms > w->tw->heartbeat_timeout_ms) {
+            df_log("%s (pid %d): no heartbeat for %llu ms (timeout %u ms): SIGKILL", w->tw->name, (int)w->pid,
+                   (unsigned long long)age_ms, w->tw->heartbeat_timeout_ms);
+            ev_worker(o, w, "hang", json_pack("{s:I, s:i}", "heartbeat_age_ms", (json_int_t)age_ms, "timeout_ms",
+                                              (int)w->tw->heartbeat_timeout_ms));
+            signal_worker(w, SIGKILL, "hang");
+        }
+    }
+}
+
+static void shutdown_timer_cb(uv_timer_t *t)
+{
+    orch *o = t->data;
+    if (o->shutting_down == 1) {
+        o->shutting_down = 2;
+        atomic_store_explicit(&o->status->stop, 1, memory_order_release);
+        df_log("shutdown: drain took longer than %u ms: SIGTERM to the rest", o->t.sup.shutdown_timeout_ms);
+        for (int i = 0; i < o->n; i++)
+            signal_worker(&o->w[i], SIGTERM, "shutdown");
+        for (int r = 0; r < o->t.n_rings; r++)
+            if (!o->ring_closed[r]) {
+                ring_close_for_shutdown(&o->rings[r]);
+                o->ring_closed[r] = 1;
+            }
+        uv_timer_start(&o->shutdown_timer, shutdown_timer_cb, o->t.sup.shutdown_timeout_ms, 0);
+    } else if (o->shutting_down == 2) {
+        o->shutting_down = 3;
+        for (int i = 0; i < o->n; i++)
+            if (o->w[i].pid > 0) {
+                o->forced = 1;
+                signal_worker(&o->w[i], SIGKILL, "shutdown timeout");
+            }
+    }
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    orch *o = h->data;
+    if (o->shutting_down && o->shutting_down < 3) {
+        df_log("%s again: skipping the rest of the drain", strsignal(signum));
+        uv_timer_stop(&o->shutdown_timer);
+        shutdown_timer_cb(&o->shutdown_timer);
+        return;
+    }
+    char why[64];
+    snprintf(why, sizeof why, "%s", strsignal(signum));
+    sup_begin_shutdown(o, 0, why);
+}
+
+static void close_cb_noop(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void maybe_finish(orch *o)
+{
+    if (o->finished)
+        return;
+    int active = 0, all_final = 1;
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *w = &o->w[i];
+        if (running(w) || w->timer_kind != TIMER_NONE || o->group_pending)
+            active = 1;
+        if (w->state != STATUS_DONE && w->state != STATUS_FAILED)
+            all_final = 0;
+    }
+    if (active || (!o->shutting_down && !all_final))
+        return;
+    o->finished = 1;
+    if (!o->shutting_down) {
+        if (ledger_epoch_done(&o->led)) {
+            df_log("epoch done: every worker finished");
+            o->exit_code = 0;
+        } else {
+            ledger_counts_t c;
+            ledger_counts(&o->led, &c);
+            df_log("every worker has exited but the epoch is not done (%u pending, %u claimed, %u in a ring, %u "
+                   "trained but not committed)",
+                   c.pending, c.claimed, c.in_ring, c.trained);
+            o->exit_code = 1;
+        }
+    } else if (o->forced && o->exit_code == 0) {
+        df_log("shutdown: some workers had to be killed");
+        o->exit_code = 1;
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ledger_audit.json", o->run_dir);
+    int rc = ledger_audit_write(&o->led, path);
+    if (rc < 0)
+        df_log("%s: %s", path, strerror(-rc));
+    (void)setup_persist_ledger(o);
+    ledger_counts_t c;
+    ledger_counts(&o->led, &c);
+    orch_event(o, json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:b}", "ev", "finish", "exit_code", o->exit_code,
+                            "audit", path, "committed", (int)c.committed, "pending", (int)c.pending, "poisoned",
+                            (int)c.poisoned, "exactly_once", ledger_exactly_once(&o->led)));
+    report_tick(o);
+    if (o->shutdown_reason[0] && o->exit_code != 0)
+        fprintf(stderr, "orchestrator: %s\n", o->shutdown_reason);
+    df_log("finished (exit %d); ledger audit: %s", o->exit_code, path);
+
+    /* close every handle: uv_run returns once they are gone */
+    uv_close((uv_handle_t *)&o->hang_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&o->shutdown_timer, close_cb_noop);
+    uv_close((uv_handle_t *)&o->sigint, close_cb_noop);
+    uv_close((uv_handle_t *)&o->sigterm, close_cb_noop);
+    for (int i = 0; i < o->n; i++)
+        uv_close((uv_handle_t *)&o->w[i].timer, close_cb_noop);
+    report_stop(o);
+    ctlsrv_stop(o);
+}
+
+/* ---- public ----------------------------------------------------------------------- */
+
+int sup_commit(orch *o, uint64_t step)
+{
+    uint64_t cur = ledger_committed_step(&o->led);
+    uint64_t s = step > cur ? step : cur;
+    int rc = ledger_commit(&o->led, s);
+    if (rc < 0) {
+        df_log("ledger_commit(%llu): %s", (unsigned long long)s, strerror(-rc));
+        return rc;
+    }
+    o->committed_step = s;
+    rc = setup_persist_ledger(o);
+    if (rc < 0)
+        df_log("%s/ledger.bin: %s", o->run_dir, strerror(-rc));
+    ledger_counts_t c;
+    ledger_counts(&o->led, &c);
+    orch_event(o, json_pack("{s:s, s:I, s:i, s:i}", "ev", "checkpoint", "step", (json_int_t)s, "committed",
+                            (int)c.committed, "persist_rc", rc));
+    return 0;
+}
+
+void sup_begin_shutdown(orch *o, int exit_code, const char *why)
+{
+    if (exit_code > o->exit_code)
+        o->exit_code = exit_code;
+    if (o->shutting_down || o->finished)
+        return;
+    o->shutting_down = 1;
+    snprintf(o->shutdown_reason, sizeof o->shutdown_reason, "%s", why);
+    df_log("shutdown (%s): stop claiming, draining in pipeline order", why);
+    orch_event(o, json_pack("{s:s, s:s, s:i}", "ev", "shutdown", "why", why, "exit_code", exit_code));
+    atomic_store_explicit(&o->status->stop_claiming, 1, memory_order_release);
+    atomic_store_explicit(&o->status->pause, 0, memory_order_release);
+    o->group_pending = 0;
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *w = &o->w[i];
+        if (w->timer_kind == TIMER_RESPAWN) {
+            uv_timer_stop(&w->timer);
+            w->timer_kind = TIMER_NONE;
+        }
+        if (!running(w) && (w->state == STATUS_BACKOFF || w->state == STATUS_GROUPWAIT ||
+                            w->state == STATUS_IDLE))
+            set_state(w, STATUS_STOPPED);
+    }
+    uv_timer_start(&o->shutdown_timer, shutdown_timer_cb, o->t.sup.shutdown_timeout_ms, 0);
+    check_rings(o);
+    maybe_finish(o);
+}
+
+int sup_cmd_stop(orch *o, orch_worker *w)
+{
+    if (w->pid > 0) {
+        w->after = AFTER_STOP;
+        set_state(w, STATUS_STOPPING);
+        signal_worker(w, SIGTERM, "dfctl stop");
+        worker_timer(w, TIMER_ESCALATE, o->t.sup.shutdown_timeout_ms);
+        return 0;
+    }
+    if (w->state == STATUS_BACKOFF || w->state == STATUS_GROUPWAIT) {
+        uv_timer_stop(&w->timer);
+        w->timer_kind = TIMER_NONE;
+        set_state(w, STATUS_STOPPED);
+        return 0;
+    }
+    return -EALREADY;
+}
+
+int sup_cmd_start(orch *o, orch_worker *w)
+{
+    if (o->shutting_down)
+        return -ESHUTDOWN;
+    if (running(w))
+        return -EALREADY;
+    uv_timer_stop(&w->timer);
+    w->timer_kind = TIMER_NONE;
+    w->backoff_ms = o->t.sup.backoff_initial_ms;
+    ev_worker(o, w, "start", json_pack("{s:s}", "why", "dfctl start"));
+    return spawn_worker(o, w);
+}
+
+int sup_cmd_restart(orch *o, orch_worker *w)
+{
+    if (o->shutting_down)
+        return -ESHUTDOWN;
+    if (w->pid > 0) {
+        w->after = AFTER_RESTART;
+        set_state(w, STATUS_STOPPING);
+        signal_worker(w, SIGTERM, "dfctl restart");
+        worker_timer(w, TIMER_ESCALATE, o->t.sup.shutdown_timeout_ms);
+        return 0;
+    }
+    if (w->closing)
+        return -EBUSY;
+    return sup_cmd_start(o, w);
+}
+
+int sup_cmd_kill(orch *o, orch_worker *w)
+{
+    (void)o;
+    if (w->pid <= 0)
+        return -ESRCH;
+    signal_worker(w, SIGKILL, "dfctl kill");
+    return 0;
+}
+
+int sup_start(orch *o)
+{
+    o->start_ns = df_now_ns();
+    uv_timer_init(o->loop, &o->hang_timer);
+    o->hang_timer.data = o;
+    uv_timer_init(o->loop, &o->shutdown_timer);
+    o->shutdown_timer.data = o;
+    uv_signal_init(o->loop, &o->sigint);
+    o->sigint.data = o;
+    uv_signal_init(o->loop, &o->sigterm);
+    o->sigterm.data = o;
+    uv_signal_start(&o->sigint, on_signal, SIGINT);
+    uv_signal_start(&o->sigterm, on_signal, SIGTERM);
+    uint32_t min_to = 10000;
+    for (int i = 0; i < o->n; i++) {
+        uv_timer_init(o->loop, &o->w[i].timer);
+        o->w[i].timer.data = &o->w[i];
+        if (o->w[i].tw->heartbeat_timeout_ms < min_to)
+            min_to = o->w[i].tw->heartbeat_timeout_ms;
+    }
+    uint64_t period = DF_MAX(20u, DF_MIN(1000u, min_to / 4));
+    uv_timer_start(&o->hang_timer, hang_cb, period, period);
+    for (int i = 0; i < o->n; i++)
+        spawn_worker(o, &o->w[i]);
+    return 0;
+}

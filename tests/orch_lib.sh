@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# orch_lib.sh: shared helpers for the tests/test_orch_*.sh scripts (sourced, not run).
+# Each test gets a private temp dir ($T) with the run dir under it, fake workers
+# (build/bin/fake_worker, role "test") and synthetic sample lengths (DF_SYNTHETIC_SAMPLES),
+# so no model or shard is needed. Everything the test started is killed on exit.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+BIN=$PWD/$BUILD/bin
+ORCH=$BIN/orchestrator
+DFCTL=$BIN/dfctl
+for b in "$ORCH" "$DFCTL" "$BIN/fake_worker"; do
+  [ -x "$b" ] || { echo "missing $b: build first (make BUILD_ROOT=...)"; exit 1; }
+done
+T=$(mktemp -d /tmp/df_orch_test.XXXXXX)
+ORCH_PID=
+cleanup() {
+  if [ -n "$ORCH_PID" ] && kill -0 "$ORCH_PID" 2>/dev/null; then kill -KILL "$ORCH_PID" 2>/dev/null; fi
+  rm -rf "$T"
+}
+trap cleanup EXIT
+export DF_SYNTHETIC_SAMPLES=${DF_SYNTHETIC_SAMPLES:-120}
+
+fail() { echo "FAIL: $*"; if [ -n "${RUN:-}" ]; then
+  echo "--- orchestrator.jsonl"; tail -n 30 "$RUN/metrics/orchestrator.jsonl" 2>/dev/null
+  for f in "$RUN"/logs/*.log; do echo "--- $f"; tail -n 8 "$f"; done; fi
+  [ -f "$T/orch.out" ] && { echo "--- orchestrator output"; tail -n 30 "$T/orch.out"; }
+  exit 1; }
+ok() { echo "ok: $*"; }
+
+# topology NAME WORKERS_JSON [RINGS_JSON] [SUPERVISION_JSON] [EXTRA_TOP_LEVEL]: writes $T/NAME.json, sets RUN
+topology() {
+  local name=$1 workers=$2
+  local rings=${3:-'[{"name":"tp","slots":4,"slot_bytes":8192,"max_attempts":3}]'}
+  local sup=${4:-'{"backoff_initial_ms":50,"backoff_max_ms":400,"stable_ms":5000,"max_restarts":5,"restart_window_s":30,"heartbeat_timeout_ms":5000,"shutdown_timeout_ms":3000,"metrics_interval_ms":300}'}
+  local extra=${5:-}
+  RUN=$T/run-$name
+  cat > "$T/$name.json" <<JSON
+{ "version": 1, "name": "$name", "run_dir": "$RUN", "backend": "cpu", "seed": 11, $extra
+  "target": { "model_dir": "none", "capture_layers": [1] },
+  "data": { "shards": ["none.dfs"], "token_budget": 1024, "max_seq_len": 256 },
+  "rings": $rings, "workers": $workers, "supervision": $sup }
+JSON
+  TOPO=$T/$name.json
+}
+
+# start the orchestrator in the background on $TOPO
+start_orch() { "$ORCH" "$@" "$TOPO" >"$T/orch.out" 2>&1 & ORCH_PID=$!; }
+
+# wait_for SECONDS CMD...: poll until CMD succeeds
+wait_for() {
+  local s=$1; shift
+  local end=$(( $(date +%s) + s ))
+  while ! "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -ge "$end" ] && return 1
+    sleep 0.1
+  done
+}
+
+# wait for the orchestrator to exit; sets ORCH_RC
+wait_orch() {
+  local s=${1:-50} end=$(( $(date +%s) + ${1:-50} ))
+  while kill -0 "$ORCH_PID" 2>/dev/null; do
+    [ "$(date +%s)" -ge "$end" ] && fail "orchestrator still running after ${s}s"
+    sleep 0.1
+  done
+  wait "$ORCH_PID"; ORCH_RC=$?; ORCH_PID=
+}
+
+# jq-like access with python: pyjson FILE_OR_- EXPR (d = the parsed JSON)
+pyjson() { python3 -c "import json,sys; d=json.load(open(sys.argv[1]) if sys.argv[1]!='-' else sys.stdin); print($2)" "$1"; }
+# events EV: orchestrator.jsonl lines with that ev, as JSON lines
+events() { python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    e=json.loads(l)
+    if e.get('ev')==sys.argv[2]: print(json.dumps(e))" "$RUN/metrics/orchestrator.jsonl" "$1"; }
+# wstat WORKER FIELD: a field of dfctl status --json for one worker
+wstat() { "$DFCTL" --run-dir "$RUN" --json status | python3 -c "
+import json,sys
+d=json.load(sys.stdin)
+print([w for w in d['workers'] if w['name']==sys.argv[1]][0][sys.argv[2]])" "$1" "$2"; }
+audit_exactly_once() {
+  [ -f "$RUN/ledger_audit.json" ] || fail "no ledger_audit.json"
+  [ "$(pyjson "$RUN/ledger_audit.json" "d['exactly_once']")" = True ] || fail "audit: exactly_once is not true: $(head -c 800 "$RUN/ledger_audit.json")"
+}

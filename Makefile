@@ -94,6 +94,7 @@ ALL_LIBS  := $(foreach r,$(ROLES),$(BUILD)/lib$(r).a) $(BUILD)/libcommon.a
 # One group: a binary or test may use code of several rooms (postproc samples anchors
 # with the drafter's code); the linker resolves across the group in any order.
 LINK_LIBS := -Wl,--start-group $(ALL_LIBS) -Wl,--end-group
+NV_LINK_LIBS := -Xlinker --start-group $(ALL_LIBS) -Xlinker --end-group
 
 define role_template
 $(1)_ALL  := $$(call src_filter,$$(wildcard $(1)/*.c))
@@ -151,6 +152,9 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# The CPU reference layers are the hot loops of the CPU backend: let the compiler vectorise them.
+$(BUILD)/common/nn/%.o: CFLAGS += -O3
+
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
@@ -165,7 +169,7 @@ $(BUILD)/tests/%: tests/%.c $(ALL_LIBS) | $(BINS)
 
 $(BUILD)/tests/gpu_test_%: tests/gpu_test_%.cu $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(NV_LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
 
 $(BUILD)/bench/%: bench/*/%.c $(ALL_LIBS)
 	@mkdir -p $(@D)
@@ -173,7 +177,7 @@ $(BUILD)/bench/%: bench/*/%.c $(ALL_LIBS)
 
 $(BUILD)/bench/%: bench/*/%.cu $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(NV_LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
 
 # --- entry points -------------------------------------------------------------
 deps:

@@ -3,7 +3,8 @@
  * contiguous rows, so the reference is easy to read and not absurdly slow. */
 #include "nn/nn_backward.h"
 
-void nn_matmul_backward(float *dx, float *dw, float *dbias, const float *dout, const float *x, const float *w, int T,
+void nn_matmul_backward(float *restrict dx, float *restrict dw, float *dbias, const float *restrict dout,
+                        const float *restrict x, const float *restrict w, int T,
                         int n_in, int n_out)
 {
     if (dx) {

@@ -1,0 +1,69 @@
+/* rmsnorm.cu: the fused residual step of the target forward (nnc_add_rmsnorm): residual
+ * add, writing the captured layer output, and the next RMSNorm in one pass over a row,
+ * so the fp32 residual stream is read twice and written once per sub-block instead of
+ * once per small op. Semantics of nn_rmsnorm (mean of squares in fp32, weight after). */
+#include "nn/nn_cuda_internal.cuh"
+
+/* One block per row. Pass 1: x += y, capture, sum of squares; pass 2 (re-reads the row
+ * this block just wrote, from L1/L2): the normalised bf16 output. VEC = 4 when d % 4 == 0. */
+template <int VEC>
+__global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict__ y, const float *__restrict__ w,
+                                   bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d,
+                                   float eps)
+{
+    int t = blockIdx.x;
+    float *xr = x + (size_t)t * d;
+    const bf16 *yr = y ? y + (size_t)t * d : nullptr;
+    bf16 *cr = cap ? cap + (size_t)t * cap_stride : nullptr;
+    float ss = 0.0f;
+    for (int i = threadIdx.x * VEC; i < d; i += blockDim.x * VEC) {
+        float v[VEC];
+        if (VEC == 4) {
+            float4 f = *reinterpret_cast<const float4 *>(xr + i);
+            v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        } else {
+            v[0] = xr[i];
+        }
+        if (yr) {
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                v[k] += __bfloat162float(yr[i + k]);
+            if (VEC == 4)
+                *reinterpret_cast<float4 *>(xr + i) = make_float4(v[0], v[1], v[2], v[3]);
+            else
+                xr[i] = v[0];
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            ss += v[k] * v[k];
+            if (cr)
+                cr[i + k] = __float2bfloat16(v[k]);
+        }
+    }
+    if (!out)
+        return;
+    float tot = block_sum(ss);
+    float r = rsqrtf(tot / (float)d + eps);
+    bf16 *orow = out + (size_t)t * d;
+    for (int i = threadIdx.x * VEC; i < d; i += blockDim.x * VEC) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            orow[i + k] = __float2bfloat16(xr[i + k] * r * w[i + k]);
+    }
+}
+
+int nnc_add_rmsnorm(float *x, const nnc_bf16 *y, const float *w, nnc_bf16 *out, nnc_bf16 *capture,
+                    long cap_stride, int T, int d, float eps, cudaStream_t s)
+{
+    if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d))
+        return -EINVAL;
+    if (T == 0)
+        return 0;
+    int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
+    if (d % 4 == 0)
+        add_rmsnorm_kernel<4><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
+    else
+        add_rmsnorm_kernel<1><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
+    NNC_LAUNCHED("add_rmsnorm_kernel");
+    return 0;
+}

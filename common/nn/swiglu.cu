@@ -1,0 +1,55 @@
+/* swiglu.cu: silu(gate) * up straight from the fused gate/up GEMM output [T, 2I] (gate
+ * in the first I columns, up in the last I), written as the down projection's bf16 input.
+ * fp32 math, one rounding (nn_swiglu on the same inputs). */
+#include "nn/nn_cuda_internal.cuh"
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+
+/* 8 outputs per thread with 16-byte loads/stores (I % 8 == 0). */
+__global__ void swiglu8_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gu, int T, int I)
+{
+    size_t n8 = (size_t)T * (I / 8);
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n8; j += (size_t)gridDim.x * blockDim.x) {
+        size_t t = j / (I / 8);
+        int i = (int)(j - t * (I / 8)) * 8;
+        const bf16 *row = gu + t * 2 * (size_t)I;
+        uint4 g4 = *reinterpret_cast<const uint4 *>(row + i);
+        uint4 u4 = *reinterpret_cast<const uint4 *>(row + I + i);
+        const bf16 *g = reinterpret_cast<const bf16 *>(&g4);
+        const bf16 *u = reinterpret_cast<const bf16 *>(&u4);
+        uint4 o4;
+        bf16 *o = reinterpret_cast<bf16 *>(&o4);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            o[k] = __float2bfloat16(silu_mul(__bfloat162float(g[k]), __bfloat162float(u[k])));
+        *reinterpret_cast<uint4 *>(out + t * (size_t)I + i) = o4;
+    }
+}
+
+__global__ void swiglu1_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gu, int T, int I)
+{
+    size_t n = (size_t)T * I;
+    for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n; j += (size_t)gridDim.x * blockDim.x) {
+        size_t t = j / I;
+        int i = (int)(j - t * I);
+        const bf16 *row = gu + t * 2 * (size_t)I;
+        out[j] = __float2bfloat16(silu_mul(__bfloat162float(row[i]), __bfloat162float(row[I + i])));
+    }
+}
+
+int nnc_swiglu(nnc_bf16 *out, const nnc_bf16 *gu, int T, int I, cudaStream_t s)
+{
+    if (T < 0 || I <= 0)
+        return -EINVAL;
+    if (T == 0)
+        return 0;
+    size_t work = (size_t)T * I / (I % 8 == 0 ? 8 : 1);
+    size_t blocks = (work + 255) / 256;
+    unsigned nb = (unsigned)(blocks > 8192 ? 8192 : blocks);
+    if (I % 8 == 0)
+        swiglu8_kernel<<<nb, 256, 0, s>>>(as_bf(out), as_bf(gu), T, I);
+    else
+        swiglu1_kernel<<<nb, 256, 0, s>>>(as_bf(out), as_bf(gu), T, I);
+    NNC_LAUNCHED("swiglu_kernel");
+    return 0;
+}

@@ -1,0 +1,125 @@
+/* gpu_test_check.h: what the GPU numerics tests share: CUDA_CHECK (file:line, the call
+ * and the CUDA error text, exit 1), a no-GPU skip, a watchdog so a test never hangs, a
+ * per-run seed (fresh every run, printed, NNC_TEST_SEED=... replays one) and the
+ * comparison that prints max abs err, max rel err and the first bad index. A NaN or Inf
+ * never passes: the test is !(err <= tol), false for NaN. Header-only (static) because
+ * each GPU test is one translation unit. */
+#ifndef DF_GPU_TEST_CHECK_H
+#define DF_GPU_TEST_CHECK_H
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CUDA_CHECK(call)                                                                         \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,             \
+                    cudaGetErrorString(e_), cudaGetErrorName(e_));                               \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+/* A 0 / -errno call; on failure print it with extra text (e.g. nnc_last_cuda_error()). */
+#define RC_CHECK(call, extra)                                                                    \
+    do {                                                                                         \
+        long r_ = (long)(call);                                                                  \
+        if (r_ < 0) {                                                                            \
+            fprintf(stderr, "%s:%d: %s returned %ld (%s): %s\n", __FILE__, __LINE__, #call, r_,  \
+                    strerror((int)-r_), (extra));                                                \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static inline void gt_watchdog_fire(int sig)
+{
+    (void)sig;
+    static const char msg[] = "FAIL: watchdog: the test ran past its time limit (hung kernel?)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+/* Skip (77) without a usable GPU; arm a watchdog of limit_s seconds. */
+static inline void gt_setup(unsigned limit_s)
+{
+    signal(SIGALRM, gt_watchdog_fire);
+    alarm(limit_s);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1) {
+        printf("SKIPPED: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        exit(77);
+    }
+    struct cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
+    printf("device: %s (sm_%d%d, %d SMs)\n", p.name, p.major, p.minor, p.multiProcessorCount);
+}
+
+static inline uint64_t gt_seed(void)
+{
+    const char *s = getenv("NNC_TEST_SEED");
+    uint64_t seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
+    printf("seed %llu (replay with NNC_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
+/* Compare got[n] with ref[n]: |got - ref| <= atol + rtol * |ref| elementwise. Prints one
+ * line (PASS/FAIL, max abs err, max rel err, first bad index with both values). Returns
+ * the number of bad elements. */
+static inline long gt_check(const char *what, const float *got, const float *ref, size_t n, double atol, double rtol)
+{
+    double max_abs = 0, max_rel = 0;
+    long bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < n; i++) {
+        double g = got[i], r = ref[i], e = fabs(g - r);
+        int ok = e <= atol + rtol * fabs(r); /* false for NaN / Inf */
+        if (!ok && bad++ == 0)
+            first = i;
+        if (!(e <= max_abs))
+            max_abs = e; /* NaN sticks */
+        double rel = e / (fabs(r) > 1e-6 ? fabs(r) : 1e-6);
+        if (!(rel <= max_rel) && fabs(r) > atol)
+            max_rel = rel;
+    }
+    if (bad)
+        printf("FAIL %-44s n=%zu max_abs_err=%.3g max_rel_err=%.3g bad=%ld first_bad=%zu (got %.6g ref %.6g, tol "
+               "atol %.2g rtol %.2g)\n",
+               what, n, max_abs, max_rel, bad, first, (double)got[first], (double)ref[first], atol, rtol);
+    else
+        printf("PASS %-44s n=%zu max_abs_err=%.3g max_rel_err=%.3g\n", what, n, max_abs, max_rel);
+    return bad;
+}
+
+/* Relative L2 error ||got - ref|| / ||ref|| with a limit; prints and returns 1 when over
+ * (or NaN), plus the max abs err and its index. */
+static inline int gt_check_rel_l2(const char *what, const float *got, const float *ref, size_t n, double limit)
+{
+    double num = 0, den = 0, max_abs = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        num += e * e;
+        den += (double)ref[i] * ref[i];
+        if (!(fabs(e) <= max_abs)) {
+            max_abs = fabs(e);
+            at = i;
+        }
+    }
+    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+    int ok = rel <= limit;
+    printf("%s %-44s n=%zu rel_l2_err=%.3g (limit %.2g) max_abs_err=%.3g at %zu (got %.6g ref %.6g)\n",
+           ok ? "PASS" : "FAIL", what, n, rel, limit, max_abs, at, n ? (double)got[at] : 0.0,
+           n ? (double)ref[at] : 0.0);
+    return !ok;
+}
+
+#endif

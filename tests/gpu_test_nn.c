@@ -1,0 +1,399 @@
+/* gpu_test_nn: every CUDA layer (nn_cuda.h) against the CPU reference (nn.h) on fresh
+ * random inputs each run (the seed is printed; NNC_TEST_SEED replays it).
+ *
+ * Inputs are drawn in fp32, rounded to bf16, and the CPU reference runs on exactly the
+ * rounded values, so the tolerances only cover what the GPU adds: bf16 rounding of the
+ * output (and of P in the flash attention), fp32 vs double accumulation order, fast
+ * intrinsics. Every output buffer is poisoned (all bits set = NaN in bf16 and fp32)
+ * before each run, so an element the kernel failed to write fails the check, and bytes
+ * it must not touch (other capture slots, value heads) are checked still poisoned /
+ * unchanged. Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging.
+ * Plain C on the C API (the kernels live in libcommon.a): no device code here. */
+#include "gpu_test_check.h"
+
+#include "io/safetensors.h" /* st_f32_to_bf16 / st_bf16_to_f32 (RNE) */
+#include "nn/nn.h"
+#include "nn/nn_cuda.h"
+#include "util.h"
+
+static df_rng g_rng;
+static long g_fail;
+
+static float urand(float lo, float hi) { return lo + (hi - lo) * (float)df_rng_uniform(&g_rng); }
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+#define NEWF(n) ((float *)xmalloc(sizeof(float) * (size_t)(n)))
+#define NEWH(n) ((uint16_t *)xmalloc(sizeof(uint16_t) * (size_t)(n)))
+#define NEWI(n) ((int32_t *)xmalloc(sizeof(int32_t) * (size_t)(n)))
+
+/* n bf16 values uniform in [lo, hi) into *h (bits) and *f (the same values as fp32). */
+static void rand_bf16(uint16_t **h, float **f, size_t n, float lo, float hi)
+{
+    *h = NEWH(n);
+    *f = NEWF(n);
+    for (size_t i = 0; i < n; i++) {
+        (*h)[i] = st_f32_to_bf16(urand(lo, hi));
+        (*f)[i] = st_bf16_to_f32((*h)[i]);
+    }
+}
+
+static void *dev_upload(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    CUDA_CHECK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (bytes)
+        CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *dev_poisoned(size_t bytes)
+{
+    void *d = NULL;
+    CUDA_CHECK(cudaMalloc(&d, bytes ? bytes : 1));
+    CUDA_CHECK(cudaMemset(d, 0xFF, bytes ? bytes : 1));
+    return d;
+}
+static float *dev_bf16_to_f32(const nnc_bf16 *d, size_t n)
+{
+    uint16_t *h = NEWH(n);
+    float *f = NEWF(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, d, 2 * n, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++)
+        f[i] = st_bf16_to_f32(h[i]);
+    free(h);
+    return f;
+}
+static float *dev_f32(const float *d, size_t n)
+{
+    float *f = NEWF(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(f, d, sizeof(float) * n, cudaMemcpyDeviceToHost));
+    return f;
+}
+
+/* doc_starts for T tokens in *n_docs (<= want) documents: random cuts, the first
+ * document one token long when T allows. Returns [n_docs + 1]. */
+static int32_t *rand_docs(int T, int want, int *n_docs)
+{
+    int32_t *s = NEWI(want + 1);
+    int n = 0;
+    s[0] = 0;
+    for (int i = 1; i < want; i++) {
+        int lo = s[n] + 1, hi = T - (want - i);
+        if (lo > hi)
+            break;
+        s[++n] = i == 1 ? lo : lo + (int)df_rng_below(&g_rng, (uint64_t)(hi - lo + 1));
+    }
+    s[++n] = T;
+    *n_docs = n;
+    return s;
+}
+
+static void test_gemm(int T, int K, int N, int with_bias)
+{
+    uint16_t *xh, *wh, *bh;
+    float *xf, *wf, *bf;
+    float ws = 1.0f / sqrtf((float)K);
+    rand_bf16(&xh, &xf, (size_t)T * K, -1, 1);
+    rand_bf16(&wh, &wf, (size_t)N * K, -ws, ws);
+    rand_bf16(&bh, &bf, (size_t)N, -0.5f, 0.5f);
+    size_t n = (size_t)T * N;
+    nnc_bf16 *dx = dev_upload(xh, 2 * (size_t)T * K), *dw = dev_upload(wh, 2 * (size_t)N * K);
+    nnc_bf16 *db = dev_upload(bh, 2 * (size_t)N), *dout = dev_poisoned(2 * n);
+    nnc_gemm *g = NULL;
+    RC_CHECK(nnc_gemm_create(&g, (size_t)32 << 20), "nnc_gemm_create");
+    RC_CHECK(nnc_gemm_bf16(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nnc_gemm_error(g));
+    float *got = dev_bf16_to_f32(dout, n), *ref = NEWF(n);
+    nn_matmul(ref, xf, wf, with_bias ? bf : NULL, T, K, N);
+    char what[96];
+    snprintf(what, sizeof what, "gemm T=%d K=%d N=%d bias=%d", T, K, N, with_bias);
+    g_fail += gt_check(what, got, ref, n, 2e-3, 1e-2);
+    /* a second call hits the cached plan and must give the same bits */
+    CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
+    RC_CHECK(nnc_gemm_bf16(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nnc_gemm_error(g));
+    float *again = dev_bf16_to_f32(dout, n);
+    snprintf(what, sizeof what, "gemm T=%d K=%d N=%d cached plan, same bits", T, K, N);
+    g_fail += gt_check(what, again, got, n, 0, 0);
+    nnc_gemm_destroy(g);
+    cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout);
+    free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(got), free(ref), free(again);
+}
+
+static void test_add_rmsnorm(int T, int d, int with_y)
+{
+    const int nc = 3, slot = 1;
+    const float eps = 1e-6f;
+    size_t n = (size_t)T * d, ncap = n * nc;
+    float *x0 = NEWF(n), *wv = NEWF(d), *x = NEWF(n), *ref = NEWF(n), *xr = NEWF(n), *gc = NEWF(n);
+    for (size_t i = 0; i < n; i++)
+        x0[i] = urand(-2, 2);
+    for (int i = 0; i < d; i++)
+        wv[i] = urand(0.5f, 1.5f);
+    uint16_t *yh, *cap = NEWH(ncap);
+    float *yf;
+    rand_bf16(&yh, &yf, n, -1, 1);
+    float *dx = dev_upload(x0, sizeof(float) * n), *dw = dev_upload(wv, sizeof(float) * d);
+    nnc_bf16 *dy = dev_upload(yh, 2 * n), *dout = dev_poisoned(2 * n), *dcap = dev_poisoned(2 * ncap);
+    RC_CHECK(nnc_add_rmsnorm(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0),
+             nnc_last_cuda_error());
+    for (size_t i = 0; i < n; i++) {
+        x[i] = x0[i] + (with_y ? yf[i] : 0.0f);
+        xr[i] = st_bf16_to_f32(st_f32_to_bf16(x[i]));
+    }
+    nn_rmsnorm(ref, x, wv, T, d, eps);
+    char what[96];
+    snprintf(what, sizeof what, "add_rmsnorm T=%d d=%d y=%d: x", T, d, with_y);
+    float *gx = dev_f32(dx, n);
+    g_fail += gt_check(what, gx, x, n, 1e-6, 1e-6);
+    snprintf(what, sizeof what, "add_rmsnorm T=%d d=%d y=%d: out", T, d, with_y);
+    float *go = dev_bf16_to_f32(dout, n);
+    g_fail += gt_check(what, go, ref, n, 1e-3, 1e-2);
+    /* capture: slot 1 = bf16(x) exactly; slots 0 and 2 untouched (still NaN bits) */
+    for (int pass = 0; pass < 2; pass++) {
+        CUDA_CHECK(cudaDeviceSynchronize());
+        CUDA_CHECK(cudaMemcpy(cap, dcap, 2 * ncap, cudaMemcpyDeviceToHost));
+        long stray = 0;
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < nc; c++)
+                for (int i = 0; i < d; i++) {
+                    uint16_t v = cap[((size_t)t * nc + c) * d + i];
+                    if (c == slot)
+                        gc[(size_t)t * d + i] = st_bf16_to_f32(v);
+                    else if (v != 0xFFFF)
+                        stray++;
+                }
+        snprintf(what, sizeof what, "%s T=%d d=%d y=%d: capture", pass ? "add (no norm)" : "add_rmsnorm", T, d,
+                 with_y);
+        g_fail += gt_check(what, gc, xr, n, 0, 0);
+        if (stray) {
+            printf("FAIL %s: %ld elements written outside the capture slot\n", what, stray);
+            g_fail++;
+        }
+        if (pass == 0) { /* the last-layer form: add + capture only */
+            CUDA_CHECK(cudaMemset(dcap, 0xFF, 2 * ncap));
+            CUDA_CHECK(cudaMemcpy(dx, x0, sizeof(float) * n, cudaMemcpyHostToDevice));
+            RC_CHECK(nnc_add_rmsnorm(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T, d,
+                                     eps, 0),
+                     nnc_last_cuda_error());
+        }
+    }
+    cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dout), cudaFree(dcap);
+    free(x0), free(wv), free(x), free(ref), free(xr), free(gc), free(yh), free(cap), free(yf), free(gx), free(go);
+}
+
+/* Copy heads [h0, h0 + nh) of every row of qkv [T, row] into dst [T, nh * hd] and back. */
+static void heads_get(float *dst, const float *qkv, int T, int row, int h0, int nh, int hd)
+{
+    for (int t = 0; t < T; t++)
+        memcpy(dst + (size_t)t * nh * hd, qkv + (size_t)t * row + (size_t)h0 * hd, sizeof(float) * nh * hd);
+}
+static void heads_put(float *qkv, const float *src, int T, int row, int h0, int nh, int hd)
+{
+    for (int t = 0; t < T; t++)
+        memcpy(qkv + (size_t)t * row + (size_t)h0 * hd, src + (size_t)t * nh * hd, sizeof(float) * nh * hd);
+}
+
+static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int llama3)
+{
+    const float eps = 1e-6f;
+    int row = (H + 2 * KV) * hd, n_docs;
+    size_t n = (size_t)T * row;
+    uint16_t *qh;
+    float *qf, *qn = NEWF(hd), *kn = NEWF(hd), *inv = NEWF(hd / 2);
+    rand_bf16(&qh, &qf, n, -2, 2);
+    for (int i = 0; i < hd; i++)
+        qn[i] = urand(0.5f, 1.5f), kn[i] = urand(0.5f, 1.5f);
+    nn_rope_scaling sc = {8.0, 1.0, 4.0, 64};
+    nn_rope_inv_freq(inv, hd, llama3 ? 500000.0 : 1e6, llama3 ? &sc : NULL);
+    int32_t *starts = rand_docs(T, 3, &n_docs), *pos = NEWI(T);
+    nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
+    nn_packed_causal_ranges(rg, pos, starts, n_docs);
+    nnc_bf16 *dq = dev_upload(qh, 2 * n);
+    float *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
+    float *dinv = dev_upload(inv, sizeof(float) * (hd / 2));
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
+    RC_CHECK(nnc_qk_norm_rope(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0),
+             nnc_last_cuda_error());
+    float *got = dev_bf16_to_f32(dq, n);
+    /* reference: split q / k, norm per head, rope, put back; v unchanged (ref = input) */
+    float *q = NEWF((size_t)T * H * hd), *k = NEWF((size_t)T * KV * hd), *ref = NEWF(n);
+    memcpy(ref, qf, sizeof(float) * n);
+    heads_get(q, qf, T, row, 0, H, hd);
+    heads_get(k, qf, T, row, H, KV, hd);
+    if (with_norm) {
+        nn_rmsnorm(q, q, qn, T * H, hd, eps);
+        nn_rmsnorm(k, k, kn, T * KV, hd, eps);
+    }
+    nn_rope(q, pos, T, H, hd, inv);
+    nn_rope(k, pos, T, KV, hd, inv);
+    heads_put(ref, q, T, row, 0, H, hd);
+    heads_put(ref, k, T, row, H, KV, hd);
+    char what[96];
+    snprintf(what, sizeof what, "qk_norm_rope T=%d H=%d KV=%d hd=%d norm=%d llama3=%d", T, H, KV, hd, with_norm,
+             llama3);
+    g_fail += gt_check(what, got, ref, n, 1e-2, 1e-2);
+    /* value heads: bit-exact */
+    float *gv = NEWF((size_t)T * KV * hd), *rv = NEWF((size_t)T * KV * hd);
+    heads_get(gv, got, T, row, H + KV, KV, hd);
+    heads_get(rv, qf, T, row, H + KV, KV, hd);
+    snprintf(what, sizeof what, "qk_norm_rope hd=%d: value heads untouched", hd);
+    g_fail += gt_check(what, gv, rv, (size_t)T * KV * hd, 0, 0);
+    cudaFree(dq), cudaFree(dqn), cudaFree(dkn), cudaFree(dinv), cudaFree(dpos);
+    free(qh), free(qf), free(qn), free(kn), free(inv), free(starts), free(pos), free(rg), free(got), free(q), free(k);
+    free(ref), free(gv), free(rv);
+}
+
+static void test_attention(int T, int H, int KV, int hd, int want_docs, int window, int simple)
+{
+    int row = (H + 2 * KV) * hd, n_docs;
+    size_t n = (size_t)T * row, no = (size_t)T * H * hd;
+    uint16_t *xh;
+    float *xf;
+    rand_bf16(&xh, &xf, n, -2, 2);
+    int32_t *starts = rand_docs(T, want_docs, &n_docs), *pos = NEWI(T);
+    nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
+    nn_packed_causal_ranges(rg, pos, starts, n_docs);
+    if (window > 0)
+        for (int t = 0; t < T; t++)
+            rg[t].lo0 = DF_MAX(rg[t].lo0, t - window + 1);
+    float *q = NEWF(no), *k = NEWF((size_t)T * KV * hd), *v = NEWF((size_t)T * KV * hd), *ref = NEWF(no);
+    heads_get(q, xf, T, row, 0, H, hd);
+    heads_get(k, xf, T, row, H, KV, hd);
+    heads_get(v, xf, T, row, H + KV, KV, hd);
+    float scale = 1.0f / sqrtf((float)hd);
+    nn_attention(ref, q, k, v, rg, T, T, H, KV, hd, scale);
+    nnc_bf16 *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
+    int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
+    if (simple)
+        RC_CHECK(nnc_attention_packed_simple(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nnc_last_cuda_error());
+    else
+        RC_CHECK(nnc_attention_packed(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nnc_last_cuda_error());
+    float *got = dev_bf16_to_f32(dout, no);
+    char what[128];
+    snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H,
+             KV, hd, n_docs, window);
+    g_fail += gt_check(what, got, ref, no, 1e-2, 2e-2);
+    cudaFree(dx), cudaFree(dout), cudaFree(dpos);
+    free(xh), free(xf), free(starts), free(pos), free(rg), free(q), free(k), free(v), free(ref), free(got);
+}
+
+static void test_swiglu(int T, int I)
+{
+    size_t n = (size_t)T * I;
+    uint16_t *h;
+    float *f, *g = NEWF(n), *u = NEWF(n), *ref = NEWF(n);
+    rand_bf16(&h, &f, 2 * n, -4, 4);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < I; i++) {
+            g[(size_t)t * I + i] = f[(size_t)t * 2 * I + i];
+            u[(size_t)t * I + i] = f[(size_t)t * 2 * I + I + i];
+        }
+    nn_swiglu(ref, g, u, (long)n);
+    nnc_bf16 *dgu = dev_upload(h, 4 * n), *dout = dev_poisoned(2 * n);
+    RC_CHECK(nnc_swiglu(dout, dgu, T, I, 0), nnc_last_cuda_error());
+    float *got = dev_bf16_to_f32(dout, n);
+    char what[64];
+    snprintf(what, sizeof what, "swiglu T=%d I=%d", T, I);
+    g_fail += gt_check(what, got, ref, n, 1e-3, 1e-2);
+    cudaFree(dgu), cudaFree(dout);
+    free(h), free(f), free(g), free(u), free(ref), free(got);
+}
+
+static void test_embed_positions(int T, int d, int V)
+{
+    uint16_t *th;
+    float *tf;
+    size_t n = (size_t)T * d;
+    rand_bf16(&th, &tf, (size_t)V * d, -1, 1);
+    int32_t *tok = NEWI(T);
+    for (int t = 0; t < T; t++)
+        tok[t] = (int32_t)df_rng_below(&g_rng, (uint64_t)V);
+    tok[T / 2] = V; /* out of range: zero row + flag */
+    tok[T - 1] = -1;
+    nnc_bf16 *dt = dev_upload(th, 2 * (size_t)V * d);
+    int32_t *dtok = dev_upload(tok, sizeof(int32_t) * T);
+    float *dx = dev_poisoned(sizeof(float) * n);
+    int *dbad = NULL, bad = 0;
+    CUDA_CHECK(cudaMalloc((void **)&dbad, sizeof(int)));
+    CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
+    RC_CHECK(nnc_embed(dx, dt, dtok, T, d, V, dbad, 0), nnc_last_cuda_error());
+    float *got = dev_f32(dx, n), *ref = NEWF(n);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < d; i++)
+            ref[(size_t)t * d + i] = tok[t] >= 0 && tok[t] < V ? tf[(size_t)tok[t] * d + i] : 0.0f;
+    char what[64];
+    snprintf(what, sizeof what, "embed T=%d d=%d V=%d", T, d, V);
+    g_fail += gt_check(what, got, ref, n, 0, 0);
+    CUDA_CHECK(cudaMemcpy(&bad, dbad, sizeof bad, cudaMemcpyDeviceToHost));
+    printf("%s embed bad-token flag = %d (expected 1)\n", bad == 1 ? "PASS" : "FAIL", bad);
+    g_fail += bad != 1;
+
+    int n_docs;
+    int32_t *starts = rand_docs(T, 5, &n_docs), *pos = NEWI(T), *gp = NEWI(T);
+    nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
+    nn_packed_causal_ranges(rg, pos, starts, n_docs);
+    int32_t *ds = dev_upload(starts, sizeof(int32_t) * (n_docs + 1)), *dpos = dev_poisoned(sizeof(int32_t) * T);
+    RC_CHECK(nnc_positions(dpos, ds, n_docs, T, 0), nnc_last_cuda_error());
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(gp, dpos, sizeof(int32_t) * T, cudaMemcpyDeviceToHost));
+    long badp = 0;
+    for (int t = 0; t < T; t++)
+        badp += gp[t] != pos[t];
+    printf("%s positions T=%d docs=%d: %ld wrong\n", badp ? "FAIL" : "PASS", T, n_docs, badp);
+    g_fail += badp != 0;
+    cudaFree(dt), cudaFree(dtok), cudaFree(dx), cudaFree(dbad), cudaFree(ds), cudaFree(dpos);
+    free(th), free(tf), free(tok), free(got), free(ref), free(starts), free(pos), free(gp), free(rg);
+}
+
+int main(void)
+{
+    gt_setup(300);
+    df_rng_seed(&g_rng, gt_seed());
+
+    test_gemm(67, 256, 320, 0);
+    test_gemm(130, 96, 200, 1);
+    test_gemm(1, 64, 64, 1);
+    test_gemm(512, 1024, 3072, 0);
+
+    test_add_rmsnorm(37, 96, 1);
+    test_add_rmsnorm(37, 70, 1);
+    test_add_rmsnorm(5, 4096, 1);
+    test_add_rmsnorm(9, 64, 0);
+
+    test_qk_norm_rope(50, 4, 2, 128, 1, 0);
+    test_qk_norm_rope(50, 6, 2, 16, 0, 1);
+    test_qk_norm_rope(20, 2, 1, 256, 1, 0);
+    test_qk_norm_rope(33, 4, 4, 64, 0, 0);
+
+    test_attention(300, 4, 2, 128, 5, 0, 0);
+    test_attention(300, 4, 2, 128, 5, 0, 1);
+    test_attention(257, 8, 2, 64, 3, 50, 0);
+    test_attention(200, 6, 2, 16, 2, 0, 0);
+    test_attention(130, 4, 1, 32, 1, 0, 0);
+    test_attention(1, 4, 2, 128, 1, 0, 0);
+    test_attention(64, 2, 2, 128, 64, 0, 0); /* every document one token long */
+    test_attention(150, 4, 2, 96, 3, 0, 0);  /* hd 96: the simple fallback */
+    test_attention(700, 2, 1, 128, 2, 0, 0); /* many key tiles per query tile */
+
+    test_swiglu(33, 160);
+    test_swiglu(17, 100);
+
+    test_embed_positions(40, 64, 50);
+    test_embed_positions(300, 72, 1000);
+
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (g_fail) {
+        printf("gpu_test_nn: %ld failed checks\n", g_fail);
+        return 1;
+    }
+    printf("gpu_test_nn: all checks passed\n");
+    return 0;
+}

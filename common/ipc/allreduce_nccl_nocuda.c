@@ -1,0 +1,45 @@
+/* allreduce_nccl_nocuda.c: the NCCL side of the all-reduce seam in builds without CUDA
+ * (CUDA=0): every entry says -ENOTSUP, so callers fail with a clear message instead of
+ * the pipeline growing #ifdefs. The CUDA=1 build compiles allreduce_nccl_cuda.c instead. */
+#include "ipc/allreduce_internal.h"
+
+#include <errno.h>
+
+#define NOT_BUILT(what) ar_fail(-ENOTSUP, "%s: NCCL backend not built (make CUDA=1)", what)
+
+int ar_nccl_unique_id_impl(void *out128)
+{
+    (void)out128;
+    return NOT_BUILT("ar_nccl_get_unique_id");
+}
+
+int ar_nccl_open_impl(ar_comm *c, const void *id128, int rank, int world, int device,
+                      unsigned flags, int64_t init_timeout_ns)
+{
+    return NOT_BUILT("ar_open_nccl");
+}
+
+int ar_nccl_set_stream(ar_comm *c, void *cuda_stream)
+{
+    return NOT_BUILT("ar_set_stream");
+}
+
+int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
+{
+    return NOT_BUILT("ar_allreduce_sum");
+}
+
+int ar_nccl_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
+{
+    return NOT_BUILT("ar_bucket_ready");
+}
+
+int ar_nccl_wait_all(ar_comm *c)
+{
+    return NOT_BUILT("ar_wait_all");
+}
+
+void ar_nccl_close(ar_comm *c)
+{
+    (void)c;
+}

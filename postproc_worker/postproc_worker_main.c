@@ -1,0 +1,145 @@
+/* postproc_worker: between the target and the drafter. Takes a TP batch (tokens + the
+ * target's captured features) from its input ring, samples each document's anchors
+ * (seeded by (seed, batch id), so a re-run after a crash draws the same ones), adds the
+ * optional Gaussian noise to the features, and writes the PD batch into a slot of the
+ * drafter's ring, in the drafter's memory (CPU backend: a copy between two arenas).
+ *
+ * Hand-off order, the point of this process: acquire input (READING) -> acquire output
+ * (WRITING) -> record the intent -> fill the output -> publish the output -> release the
+ * input. If it dies anywhere, the orchestrator's recovery frees exactly one of the two:
+ * the output if it was not yet published (the input is requeued), else the input.
+ *
+ * Exit codes: 0 when its input ring is closed and drained or the epoch is done; 1 on a bad
+ * slot (restarted; the batch is retried and poisoned after max_attempts). */
+#include "drafter_worker/dflash_batch.h"
+#include "io/batch.h"
+#include "io/metrics.h"
+#include "io/stage.h"
+#include "ipc/ctl.h"
+#include "util.h"
+
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: postproc_worker   (started by the orchestrator, not by hand)\n"
+    "The DFlash pipeline's middle stage: TP batch -> anchors + noise -> PD batch.\n"
+    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
+
+#define WAIT_NS (200 * 1000000ll)
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    df_log_init("postproc_worker");
+    ctl_worker w;
+    DF_CHECK_ERR(ctl_worker_start(&w, argc, argv));
+    df_log_init(w.name);
+    const topo *t = &w.topo;
+    if (t->backend != TOPO_CPU)
+        df_die(DF_EXIT_PERM, "backend \"cuda\" is not wired into postproc_worker yet: use \"cpu\"");
+    ring *in = ctl_ring_in(&w), *out = ctl_ring_out(&w);
+    arena *Ain = ctl_ring_arena(&w, in), *Aout = ctl_ring_arena(&w, out);
+    uint64_t in_bytes = ctl_ring_slot_bytes(&w, in), out_bytes = ctl_ring_slot_bytes(&w, out);
+    DF_CHECK(in && out && Ain && Aout && Ain->base && Aout->base);
+    ledger *L = ctl_ledger(&w);
+    handoff_table *H = ctl_handoff(&w);
+    const topo_drafter *dr = &t->drafter;
+    int N = (int)dr->num_anchors;
+
+    char mdir[1200], err[512];
+    snprintf(mdir, sizeof mdir, "%s/metrics", w.run_dir);
+    metrics_writer mw;
+    DF_CHECK_ERR(metrics_open(&mw, mdir, w.name, w.incarnation));
+    stage_stats st;
+    stage_init(&st, &mw, in, out, 1000000000ull);
+    DF_CHECK_ERR(ctl_ready(&w));
+    df_log("ready: %d anchors per document, block %u, noise std %g", N, dr->block_size, dr->noise_std);
+
+    uint64_t done = 0;
+    for (;;) {
+        ctl_heartbeat(&w, done, st.items_total, st.tokens_total);
+        stage_tick(&st, 0);
+        if (ctl_should_stop(&w))
+            break;
+        if (ctl_paused(&w)) {
+            usleep(100000);
+            stage_wait(&st);
+            continue;
+        }
+        uint32_t islot, oslot;
+        int rc = ring_acquire_ready(in, (uint16_t)w.id, w.incarnation, WAIT_NS, &islot);
+        if (rc == -ETIMEDOUT) {
+            stage_wait(&st);
+            if (ledger_epoch_done(L))
+                break;
+            continue;
+        }
+        stage_wait(&st);
+        if (rc == -EPIPE)
+            break; /* closed and drained: upstream is gone */
+        DF_CHECK_ERR(rc);
+        const ring_desc *id = ring_desc_at(in, islot);
+        batch_header *src = (batch_header *)((char *)Ain->base + id->offset);
+        if (id->offset + sizeof *src > Ain->size || batch_validate(src, in_bytes, BATCH_KIND_TP, err, sizeof err) < 0)
+            df_die(DF_EXIT_TEMP, "input slot %u: %s", islot, err); /* retried, then poisoned */
+
+        for (;;) {
+            rc = ring_acquire_free(out, (uint16_t)w.id, w.incarnation, WAIT_NS, &oslot);
+            if (rc != -ETIMEDOUT)
+                break;
+            ctl_heartbeat(&w, done, st.items_total, st.tokens_total);
+            stage_tick(&st, 0);
+        }
+        stage_wait(&st);
+        if (rc == -EPIPE)
+            break; /* the reclaim after our exit requeues the input */
+        DF_CHECK_ERR(rc);
+        handoff_end ie = {.r = in, .slot = islot}, oe = {.r = out, .slot = oslot};
+        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w.id, w.incarnation, &ie, &oe));
+
+        uint64_t off = (uint64_t)oslot * out_bytes;
+        batch_header *dst = (batch_header *)((char *)Aout->base + off);
+        *dst = *src;
+        dst->kind = BATCH_KIND_PD;
+        dst->num_anchors = (uint32_t)N;
+        dst->block_size = dr->block_size;
+        if (batch_layout(dst) > out_bytes)
+            df_die(DF_EXIT_PERM, "%s: the PD ring's slot_bytes %llu is too small for batch %llu (%llu bytes)",
+                   t->source_path, (unsigned long long)out_bytes, (unsigned long long)dst->batch_id,
+                   (unsigned long long)dst->total_bytes);
+        memcpy(batch_tokens(dst), batch_tokens(src), 4ull * src->T);
+        memcpy(batch_mask(dst), batch_mask(src), src->T);
+        for (uint32_t k = 0; k < src->n_docs; k++) {
+            int s0 = src->doc_starts[k], S = src->doc_starts[k + 1] - s0;
+            /* one stream per document: batch id and document index name it */
+            DF_CHECK_ERR(dflash_sample_anchors(batch_anchors(dst) + (size_t)k * N, batch_keep(dst) + (size_t)k * N, N,
+                                               batch_mask(src) + s0, S, t->seed,
+                                               dst->batch_id * BATCH_MAX_DOCS + k));
+        }
+        size_t nfeat = (size_t)src->T * src->n_capture * src->d;
+        memcpy(batch_feat(dst), batch_feat(src), nfeat * sizeof(float));
+        if (dr->noise_std > 0)
+            dflash_add_noise((float *)batch_feat(dst), nfeat, dr->noise_std, t->seed, dst->batch_id);
+        dst->checksum = batch_checksum(dst);
+
+        ring_desc *od = ring_desc_at(out, oslot);
+        *od = *id;
+        od->offset = off;
+        od->bytes = dst->total_bytes;
+        od->checksum = dst->checksum;
+        DF_CHECK_ERR(handoff_publish(H, (uint16_t)w.id, w.incarnation, out, oslot));
+        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w.id, w.incarnation, in, islot));
+        done++;
+        stage_count(&st, 1, src->T);
+        stage_busy(&st);
+    }
+    stage_tick(&st, 1);
+    df_log("done: %llu batches, busy %.1fs, waiting %.1fs", (unsigned long long)done, st.busy_total_s,
+           st.wait_total_s);
+    metrics_close(&mw);
+    ctl_worker_close(&w);
+    return DF_EXIT_OK;
+}

@@ -1,0 +1,187 @@
+/* target_worker: the frozen target's stage. Claims batches from the ledger, packs their
+ * samples into one row, runs the target forward up to the last captured layer and writes
+ * the captured features straight into a slot of its output ring (batch.h layout), then
+ * publishes the slot. It waits only for a free slot (back-pressure) and measures that wait.
+ *
+ * Started by the orchestrator (environment and fd 3 as in common/ipc/ctl.h). Exit codes:
+ * 0 = no batch left to claim (or told to stop claiming), 100 = bad model or data (do not
+ * restart), 1 = anything else.
+ *
+ * Crash safety: a claimed batch is recorded in the hand-off intent (external input =
+ * ledger batch id, output = the ring slot) before the slot is published; the orchestrator
+ * resolves it after a death: published -> the batch is in the ring; not published -> the
+ * slot is freed and the batch goes back to pending. Nothing is lost, nothing doubled. */
+#include "io/batch.h"
+#include "io/metrics.h"
+#include "io/shard.h"
+#include "io/stage.h"
+#include "ipc/ctl.h"
+#include "target_worker/target_model.h"
+#include "util.h"
+
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: target_worker   (started by the orchestrator, not by hand)\n"
+    "The frozen target's stage of the DFlash pipeline: ledger batch -> target forward ->\n"
+    "captured layers in a ring slot. Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID,\n"
+    "DF_INCARNATION, DF_RUN_DIR (see common/ipc/ctl.h). Exit 0 done, 100 bad model/data.\n";
+
+#define WAIT_NS (200 * 1000000ll)
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    df_log_init("target_worker");
+    ctl_worker w;
+    DF_CHECK_ERR(ctl_worker_start(&w, argc, argv));
+    df_log_init(w.name);
+    const topo *t = &w.topo;
+    char err[1024];
+
+    if (t->backend != TOPO_CPU)
+        df_die(DF_EXIT_PERM, "backend \"cuda\" is not wired into target_worker yet: use \"cpu\"");
+    tm_model m;
+    int rc = tm_load(&m, t->target_model_dir, t->capture_layers, t->n_capture, err, sizeof err);
+    if (rc < 0)
+        df_die(tm_exit_code(rc), "%s", err);
+    dataset *ds;
+    if (dataset_open(&ds, t->shards, t->n_shards, err, sizeof err) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    DF_CHECK_ERR(tm_reserve(&m, (int)t->token_budget));
+
+    ring *out = ctl_ring_out(&w);
+    arena *A = ctl_ring_arena(&w, out);
+    uint64_t slot_bytes = ctl_ring_slot_bytes(&w, out);
+    DF_CHECK(out && A && A->base && slot_bytes > 0);
+    ledger *L = ctl_ledger(&w);
+    handoff_table *H = ctl_handoff(&w);
+    int d = m.cfg.hidden_size;
+
+    batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
+                          .d = (uint32_t)d, .feat_dtype = BATCH_FEAT_F32};
+    if (batch_layout(&probe) > slot_bytes)
+        df_die(DF_EXIT_PERM, "%s: rings[%d].slot_bytes %llu is too small for a batch of %llu tokens (%llu bytes needed)",
+               t->source_path, w.self->out_ring,
+               (unsigned long long)slot_bytes, (unsigned long long)t->token_budget,
+               (unsigned long long)probe.total_bytes);
+
+    char mdir[1200];
+    snprintf(mdir, sizeof mdir, "%s/metrics", w.run_dir);
+    metrics_writer mw;
+    DF_CHECK_ERR(metrics_open(&mw, mdir, w.name, w.incarnation));
+    stage_stats st;
+    stage_init(&st, &mw, NULL, out, 1000000000ull);
+    DF_CHECK_ERR(ctl_ready(&w));
+    df_log("ready: %s, %d layers run of %d, capture %d layers, %llu samples", t->target_model_dir,
+           m.n_layers, m.cfg.num_hidden_layers, t->n_capture, (unsigned long long)dataset_n_samples(ds));
+
+    uint64_t produced = 0;
+    for (;;) {
+        ctl_heartbeat(&w, produced, st.items_total, st.tokens_total);
+        stage_tick(&st, 0);
+        if (ctl_should_stop(&w) || ctl_stop_claiming(&w))
+            break;
+        if (ctl_paused(&w)) {
+            usleep(100000);
+            stage_wait(&st);
+            continue;
+        }
+        uint64_t bid;
+        rc = ledger_claim_next(L, (uint16_t)w.id, w.incarnation, &bid);
+        if (rc == -ENODATA) {
+            if (ledger_epoch_done(L))
+                break;
+            usleep(100000); /* batches may come back (rewind, reclaim) */
+            stage_wait(&st);
+            continue;
+        }
+        DF_CHECK_ERR(rc);
+        uint32_t slot;
+        for (;;) { /* back-pressure: the only wait of the target */
+            rc = ring_acquire_free(out, (uint16_t)w.id, w.incarnation, WAIT_NS, &slot);
+            if (rc != -ETIMEDOUT)
+                break;
+            ctl_heartbeat(&w, produced, st.items_total, st.tokens_total);
+            stage_tick(&st, 0);
+        }
+        stage_wait(&st);
+        if (rc == -EPIPE) { /* ring closed: the run is shutting down; hand the claim back */
+            DF_CHECK_ERR(ledger_reclaim_owner(L, (uint16_t)w.id));
+            break;
+        }
+        DF_CHECK_ERR(rc);
+        handoff_end in_end = {.r = NULL, .token = bid}, out_end = {.r = out, .slot = slot};
+        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w.id, w.incarnation, &in_end, &out_end));
+
+        const uint32_t *sidx;
+        uint32_t ns;
+        DF_CHECK_ERR(ledger_batch_samples(L, bid, &sidx, &ns));
+        if (ns > BATCH_MAX_DOCS)
+            df_die(DF_EXIT_PERM, "batch %llu has %u samples, more than %d", (unsigned long long)bid, ns,
+                   BATCH_MAX_DOCS);
+        uint64_t off = (uint64_t)slot * slot_bytes;
+        batch_header *b = (batch_header *)((char *)A->base + off);
+        memset(b, 0, sizeof *b);
+        b->magic = BATCH_MAGIC;
+        b->version = BATCH_VERSION;
+        b->kind = BATCH_KIND_TP;
+        b->feat_dtype = BATCH_FEAT_F32;
+        b->batch_id = bid;
+        b->n_docs = ns;
+        b->n_capture = (uint32_t)t->n_capture;
+        b->d = (uint32_t)d;
+        uint32_t T = 0;
+        for (uint32_t k = 0; k < ns; k++) {
+            uint32_t len = DF_MIN(dataset_sample_len(ds, sidx[k]), t->max_seq_len);
+            b->sample_idx[k] = sidx[k];
+            b->doc_starts[k] = (int32_t)T;
+            T += len;
+        }
+        b->doc_starts[ns] = (int32_t)T;
+        b->T = T;
+        if (T > t->token_budget || batch_layout(b) > slot_bytes)
+            df_die(DF_EXIT_PERM, "batch %llu: %u tokens do not fit the slot", (unsigned long long)bid, T);
+        int32_t *tok = batch_tokens(b);
+        uint8_t *msk = batch_mask(b);
+        for (uint32_t k = 0; k < ns; k++) {
+            const uint32_t *st_tok;
+            const uint8_t *st_mask;
+            uint32_t len;
+            DF_CHECK_ERR(dataset_sample(ds, sidx[k], &st_tok, &st_mask, &len));
+            uint32_t n = (uint32_t)(b->doc_starts[k + 1] - b->doc_starts[k]);
+            for (uint32_t i = 0; i < n; i++) {
+                tok[b->doc_starts[k] + i] = (int32_t)st_tok[i];
+                msk[b->doc_starts[k] + i] = st_mask[i];
+            }
+        }
+        b->checksum = batch_checksum(b);
+        DF_CHECK_ERR(tm_forward_cpu(&m, tok, b->doc_starts, (int)ns, (float *)batch_feat(b)));
+
+        ring_desc *desc = ring_desc_at(out, slot);
+        memset(desc, 0, sizeof *desc);
+        desc->batch_id = bid;
+        desc->offset = off;
+        desc->bytes = b->total_bytes;
+        desc->dims[0] = T;
+        desc->dims[1] = ns;
+        desc->checksum = b->checksum;
+        DF_CHECK_ERR(handoff_publish(H, (uint16_t)w.id, w.incarnation, out, slot));
+        DF_CHECK_ERR(ledger_set_in_ring(L, bid));
+        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w.id, w.incarnation, NULL, 0));
+        produced++;
+        stage_count(&st, 1, T);
+        stage_busy(&st);
+    }
+    stage_tick(&st, 1);
+    df_log("done: %llu batches, %llu tokens, busy %.1fs, waiting %.1fs", (unsigned long long)produced,
+           (unsigned long long)st.tokens_total, st.busy_total_s, st.wait_total_s);
+    metrics_close(&mw);
+    dataset_close(ds);
+    tm_free(&m);
+    ctl_worker_close(&w);
+    return DF_EXIT_OK;
+}

@@ -1,0 +1,367 @@
+/* bench_drafter: the CUDA DFlash drafter training step (dfc_step_accumulate + clip + AdamW)
+ * at the Qwen3-8B-DFlash-b16 shape (5 layers, d 4096, H 32 / KV 8 / hd 128, I 12288,
+ * V 151936, 5 captured layers, B 16, gamma 7), random weights made on the device.
+ *
+ * Per configuration (S, anchors): warmup steps, then timed steps with CUDA events on the
+ * step's stream; the median is reported as ms/step (one sequence = one sample), samples/s,
+ * TFLOP/s and MFU. FLOPs use the formula of the PyTorch peer (scripts/dflash_torch.py
+ * step_flops, PERFORMANCE.md): all N*B block positions x (6 trainable + 4 lm_head params),
+ * 6 (fc + L (k,v proj)) per context token, 12 H hd per allowed (query, key) pair. MFU is over
+ * a bf16 8192^3 cuBLASLt GEMM measured in the same run. The prompt is the first S/8 tokens
+ * (loss_mask 0), as the peer does. Prints a table, writes JSON (--json, default
+ * bench/results/drafter_cuda.json). Exit 0, 1 on failure, 77 without a GPU.
+ * Plain C: the Makefile's .cu bench rule hands -Wl,--start-group to nvcc, which rejects it; so
+ * this file is C and compiles to a stub that says "skipped" in builds without CUDA. */
+#ifndef DF_WITH_CUDA
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    (void)argc, (void)argv;
+    printf("bench_drafter: skipped: built without CUDA=1 (the drafter step is GPU code)\n");
+    return 0;
+}
+#else
+#include "drafter_worker/dflash_batch.h"
+#include "drafter_worker/dflash_cuda.h"
+#include "util.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAXCFG 8
+
+static void usage(void)
+{
+    printf("usage: bench_drafter [--seq S ...] [--anchors N ...] [--iters n] [--warmup n] [--chunk rows]\n"
+           "                     [--json PATH] [--tiny]\n"
+           "  default: S in {768, 2048} x anchors in {256, 512} ... run as the pairs (768,256) and (2048,512)\n"
+           "  --seq/--anchors  give the pairs explicitly (same count), e.g. --seq 768 2048 --anchors 256 512\n"
+           "  --iters 10 --warmup 3 --chunk 1024; --tiny: a small shape (smoke test of the code path)\n"
+           "  JSON to bench/results/drafter_cuda.json unless --json is given\n");
+}
+
+#define CUDA_OK(call)                                                                        \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "bench_drafter: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,      \
+                    cudaGetErrorString(e_));                                                 \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+#define DFC_OK(ctx, call)                                                                    \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_ < 0) {                                                                       \
+            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, dfc_error(ctx)); \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static void qwen3_8b_b16(dflash_config *c)
+{
+    dflash_config_tiny(c);
+    c->hidden = 4096, c->intermediate = 12288, c->n_layers = 5, c->n_heads = 32, c->n_kv_heads = 8;
+    c->head_dim = 128, c->vocab = 151936, c->block_size = 16, c->n_capture = 5, c->num_target_layers = 36;
+    int ids[5] = {1, 9, 17, 25, 33};
+    memcpy(c->target_layer_ids, ids, sizeof ids);
+    c->mask_token_id = 151669, c->sliding_window = 0;
+    memset(c->layer_sliding, 0, sizeof c->layer_sliding);
+    c->tie_word_embeddings = 0, c->max_position_embeddings = 40960;
+    c->rms_norm_eps = 1e-6, c->rope_theta = 1e6, c->gamma = 7.0;
+}
+
+static void tiny_shape(dflash_config *c)
+{
+    dflash_config_tiny(c);
+    c->hidden = 256, c->intermediate = 512, c->n_heads = 8, c->n_kv_heads = 2, c->head_dim = 32, c->vocab = 1000;
+    c->block_size = 16, c->mask_token_id = 999, c->gamma = 7.0;
+}
+
+static int cmp_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static double gemm_ceiling(cudaStream_t s)
+{
+    const int n = 8192;
+    dfc_gemm *g;
+    if (dfc_gemm_create(&g, 64u << 20) < 0)
+        return 0;
+    dfc_bf16 *a, *b, *c;
+    CUDA_OK(cudaMalloc((void **)&a, sizeof(dfc_bf16) * (size_t)n * n));
+    CUDA_OK(cudaMalloc((void **)&b, sizeof(dfc_bf16) * (size_t)n * n));
+    CUDA_OK(cudaMalloc((void **)&c, sizeof(dfc_bf16) * (size_t)n * n));
+    dfc_fill_uniform_bf16(a, (size_t)n * n, 1, 1.0f, s);
+    dfc_fill_uniform_bf16(b, (size_t)n * n, 2, 1.0f, s);
+    dfc_mm p;
+    memset(&p, 0, sizeof p);
+    p.ta = 0, p.tb = 1, p.M = n, p.N = n, p.K = n, p.A = a, p.lda = n, p.B = b, p.ldb = n, p.D = c, p.ldd = n;
+    p.d_type = DFC_BF16, p.alpha = 1, p.beta = 0, p.batch = 1;
+    float ms[20];
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    for (int i = 0; i < 25; i++) {
+        CUDA_OK(cudaEventRecord(e0, s));
+        if (dfc_gemm_run(g, &p, s) < 0) {
+            fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", dfc_gemm_error(g));
+            exit(1);
+        }
+        CUDA_OK(cudaEventRecord(e1, s));
+        CUDA_OK(cudaEventSynchronize(e1));
+        if (i >= 5)
+            CUDA_OK(cudaEventElapsedTime(&ms[i - 5], e0, e1));
+    }
+    qsort(ms, 20, sizeof(float), cmp_f);
+    cudaFree(a), cudaFree(b), cudaFree(c);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    dfc_gemm_destroy(g);
+    return 2.0 * n * (double)n * n / (ms[10] * 1e-3) / 1e12;
+}
+
+typedef struct result {
+    int S, anchors, real;
+    double ms, tflop, tflops, mfu, loss, attn_pairs;
+    float all_ms[64];
+    int n_ms;
+    dfc_timing ph; /* one extra step with phase events */
+} result;
+
+int main(int argc, char **argv)
+{
+    int seqs[MAXCFG] = {768, 2048}, anch[MAXCFG] = {256, 512}, nseq = 0, nanc = 0, iters = 10, warmup = 3;
+    int chunk = 1024, tiny = 0;
+    const char *json = "bench/results/drafter_cuda.json";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage();
+            return 0;
+        } else if (!strcmp(argv[i], "--seq")) {
+            while (i + 1 < argc && argv[i + 1][0] != '-' && nseq < MAXCFG)
+                seqs[nseq++] = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--anchors")) {
+            while (i + 1 < argc && argv[i + 1][0] != '-' && nanc < MAXCFG)
+                anch[nanc++] = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            iters = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) {
+            warmup = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
+            chunk = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
+            json = argv[++i];
+        } else if (!strcmp(argv[i], "--tiny")) {
+            tiny = 1;
+        } else {
+            fprintf(stderr, "bench_drafter: unknown argument '%s' (--help)\n", argv[i]);
+            return 2;
+        }
+    }
+    int ncfg = 2;
+    if (nseq || nanc) {
+        if (nseq != nanc || nseq == 0) {
+            fprintf(stderr, "bench_drafter: --seq and --anchors need the same number of values (%d vs %d)\n", nseq,
+                    nanc);
+            return 2;
+        }
+        ncfg = nseq;
+    }
+    if (iters < 1 || iters > 64 || warmup < 0) {
+        fprintf(stderr, "bench_drafter: --iters must be 1..64, --warmup >= 0\n");
+        return 2;
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIPPED: bench_drafter: no CUDA device\n");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    dflash_config c;
+    if (tiny)
+        tiny_shape(&c);
+    else
+        qwen3_8b_b16(&c);
+    int maxS = 0, maxN = 0;
+    for (int i = 0; i < ncfg; i++)
+        maxS = DF_MAX(maxS, seqs[i]), maxN = DF_MAX(maxN, anch[i]);
+    int d = c.hidden, V = c.vocab, B = c.block_size;
+    cudaStream_t s0;
+    CUDA_OK(cudaStreamCreate(&s0));
+    printf("bench_drafter: %s, %s shape, measuring the bf16 8192^3 GEMM ceiling ...\n", prop.name,
+           tiny ? "tiny" : "Qwen3-8B-DFlash-b16");
+    fflush(stdout);
+    double ceiling = gemm_ceiling(s0);
+    printf("bench_drafter: GEMM ceiling %.1f TFLOP/s\n", ceiling);
+
+    dfc_bf16 *embed, *head, *Hd;
+    CUDA_OK(cudaMalloc((void **)&embed, sizeof(dfc_bf16) * (size_t)V * d));
+    CUDA_OK(cudaMalloc((void **)&head, sizeof(dfc_bf16) * (size_t)V * d));
+    CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dfc_bf16) * (size_t)maxS * c.n_capture * d));
+    dfc_fill_uniform_bf16(embed, (size_t)V * d, 11, 0.0346f, s0); /* std 0.02 */
+    dfc_fill_uniform_bf16(head, (size_t)V * d, 12, 0.0346f, s0);
+    dfc_fill_uniform_bf16(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0); /* std 1 */
+    CUDA_OK(cudaStreamSynchronize(s0));
+    adamw_config oc;
+    adamw_config_default(&oc, 1000);
+    dfc_ctx *ctx = NULL;
+    char err[512];
+    int rc = dfc_init(&ctx, &c, &oc, embed, head, maxS, maxN, chunk, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "bench_drafter: dfc_init: %s\n", err);
+        return 1;
+    }
+    printf("bench_drafter: %zu trainable params, context holds %.1f GiB\n", dfc_param_count(ctx),
+           (double)dfc_device_bytes(ctx) / (1u << 30));
+    DFC_OK(ctx, dfc_params_init_device(ctx, 42, 0.02f));
+    cudaStream_t s = dfc_stream(ctx);
+
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxS), *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
+    uint8_t *lm = (uint8_t *)malloc((size_t)maxS), *keep = (uint8_t *)malloc((size_t)maxN);
+    int32_t *x_d, *anc_d;
+    uint8_t *lm_d, *keep_d;
+    CUDA_OK(cudaMalloc((void **)&x_d, sizeof(int32_t) * (size_t)maxS));
+    CUDA_OK(cudaMalloc((void **)&anc_d, sizeof(int32_t) * (size_t)maxN));
+    CUDA_OK(cudaMalloc((void **)&lm_d, (size_t)maxS));
+    CUDA_OK(cudaMalloc((void **)&keep_d, (size_t)maxN));
+    if (!x || !anc || !lm || !keep) {
+        fprintf(stderr, "bench_drafter: out of host memory\n");
+        return 1;
+    }
+    df_rng r;
+    df_rng_seed(&r, 5);
+    result res[MAXCFG];
+    memset(res, 0, sizeof res);
+    size_t np = dfc_param_count(ctx);
+    double p_head = (double)V * d, p_fc = (double)d * c.n_capture * d;
+    double p_kv = (double)c.n_layers * 2 * c.n_kv_heads * c.head_dim * d;
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    for (int ci = 0; ci < ncfg; ci++) {
+        int S = seqs[ci], N = anch[ci];
+        for (int i = 0; i < S; i++) {
+            x[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+            lm[i] = i >= S / 8;
+        }
+        int n = dflash_sample_anchors(anc, keep, N, lm, S, 1, (uint64_t)ci);
+        if (n < 0) {
+            fprintf(stderr, "bench_drafter: anchor sampling failed\n");
+            return 1;
+        }
+        double pairs = 0; /* allowed (query, key) pairs over all layers */
+        for (int l = 0; l < c.n_layers; l++)
+            for (int j = 0; j < n; j++)
+                for (int k = 0; k < B; k++) {
+                    if (c.layer_sliding[l]) {
+                        int lo = DF_MAX(0, anc[j] + k - (c.sliding_window - 1));
+                        pairs += (anc[j] - lo > 0 ? anc[j] - lo : 0) + k + 1;
+                    } else {
+                        pairs += anc[j] + B;
+                    }
+                }
+        double flops = (double)N * B * (6.0 * (double)np + 4.0 * p_head) + (double)S * 6.0 * (p_fc + p_kv) +
+                       12.0 * pairs * c.n_heads * c.head_dim;
+        CUDA_OK(cudaMemcpy(x_d, x, sizeof(int32_t) * (size_t)S, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(lm_d, lm, (size_t)S, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(anc_d, anc, sizeof(int32_t) * (size_t)N, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(keep_d, keep, (size_t)N, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaDeviceSynchronize());
+        dfc_batch b = {S, N, n, Hd, 1, x_d, lm_d, anc_d, keep_d};
+        printf("bench_drafter: S=%d anchors=%d (%d real): warmup %d, timing %d steps ...\n", S, N, n, warmup, iters);
+        fflush(stdout);
+        result *o = &res[ci];
+        for (int it = 0; it < warmup + iters; it++) {
+            CUDA_OK(cudaEventRecord(e0, s));
+            DFC_OK(ctx, dfc_zero_grads(ctx));
+            DFC_OK(ctx, dfc_step_accumulate(ctx, &b, 0, NULL));
+            DFC_OK(ctx, dfc_optimizer_step(ctx, NULL));
+            CUDA_OK(cudaEventRecord(e1, s));
+            CUDA_OK(cudaEventSynchronize(e1));
+            if (it >= warmup)
+                CUDA_OK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
+        }
+        /* one more step with phase events (not in the median: events add a little) */
+        DFC_OK(ctx, dfc_timing_enable(ctx, 1));
+        DFC_OK(ctx, dfc_zero_grads(ctx));
+        DFC_OK(ctx, dfc_step_accumulate(ctx, &b, 0, NULL));
+        DFC_OK(ctx, dfc_optimizer_step(ctx, NULL));
+        DFC_OK(ctx, dfc_timing_read(ctx, &o->ph));
+        DFC_OK(ctx, dfc_timing_enable(ctx, 0));
+        dflash_stats st;
+        DFC_OK(ctx, dfc_stats_read(ctx, &st));
+        float sorted[64];
+        memcpy(sorted, o->all_ms, sizeof(float) * (size_t)o->n_ms);
+        qsort(sorted, (size_t)o->n_ms, sizeof(float), cmp_f);
+        o->S = S, o->anchors = N, o->real = n, o->ms = sorted[o->n_ms / 2], o->tflop = flops / 1e12;
+        o->tflops = flops / (o->ms * 1e-3) / 1e12, o->mfu = ceiling > 0 ? o->tflops / ceiling : 0;
+        o->loss = st.loss, o->attn_pairs = pairs;
+        printf("bench_drafter: S=%d anchors=%d: %.2f ms/step, %.1f TFLOP/s, MFU %.1f%%, loss %.4f\n", S, N, o->ms,
+               o->tflops, 100 * o->mfu, o->loss);
+        printf("bench_drafter:   phases: forward %.2f ms (attention %.2f), loss %.2f, backward %.2f ms (attention "
+               "%.2f), optimizer %.2f\n",
+               o->ph.fwd_ms, o->ph.attn_fwd_ms, o->ph.loss_ms, o->ph.bwd_ms, o->ph.attn_bwd_ms, o->ph.opt_ms);
+        if (!isfinite(st.loss)) {
+            fprintf(stderr, "bench_drafter: non-finite loss\n");
+            return 1;
+        }
+    }
+
+    printf("\n%-6s %-8s %-6s %10s %10s %10s %9s %8s %8s\n", "S", "anchors", "real", "ms/step", "samples/s",
+           "TFLOP/step", "TFLOP/s", "MFU", "loss");
+    for (int i = 0; i < ncfg; i++)
+        printf("%-6d %-8d %-6d %10.2f %10.2f %10.2f %9.1f %7.1f%% %8.4f\n", res[i].S, res[i].anchors, res[i].real,
+               res[i].ms, 1000.0 / res[i].ms, res[i].tflop, res[i].tflops, 100 * res[i].mfu, res[i].loss);
+    printf("(GEMM ceiling %.1f TFLOP/s, %s)\n", ceiling, prop.name);
+
+    char *slash = strrchr(json, '/');
+    if (slash) {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - json), json);
+        df_mkdir_p(dir, 0755);
+    }
+    char buf[16384];
+    size_t off = 0;
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    char date[32];
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+    off += (size_t)snprintf(buf + off, sizeof buf - off, "[\n");
+    for (int i = 0; i < ncfg; i++) {
+        off += (size_t)snprintf(buf + off, sizeof buf - off,
+                                " {\"bench\": \"drafter_step_cuda\", \"shape\": \"%s\", \"seq\": %d, \"anchors\": %d, "
+                                "\"real_anchors\": %d, \"block_size\": %d, \"ms_per_step\": %.3f, \"ms_per_sample\": %.3f, "
+                                "\"samples_per_s\": %.3f, \"tflop_per_step\": %.3f, \"tflops\": %.1f, \"mfu\": %.4f, "
+                                "\"gemm_ceiling_tflops\": %.1f, \"loss\": %.4f, \"chunk_rows\": %d, \"warmup\": %d, "
+                                "\"iters\": %d, \"attention_pairs\": %.0f, \"device\": \"%s\", \"date\": \"%s\", "
+                                "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
+                                "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
+                                "\"step_ms_all\": [",
+                                tiny ? "tiny" : "qwen3-8b-b16", res[i].S, res[i].anchors, res[i].real, B, res[i].ms,
+                                res[i].ms, 1000.0 / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling,
+                                res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms,
+                                res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms,
+                                res[i].ph.opt_ms);
+        for (int k = 0; k < res[i].n_ms; k++)
+            off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
+        off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < ncfg ? "," : "");
+    }
+    off += (size_t)snprintf(buf + off, sizeof buf - off, "]\n");
+    if (off >= sizeof buf || (rc = df_write_file_atomic(json, buf, off)) < 0) {
+        fprintf(stderr, "bench_drafter: cannot write %s: %s\n", json, off >= sizeof buf ? "too long" : strerror(-rc));
+        return 1;
+    }
+    printf("bench_drafter: wrote %s\n", json);
+    dfc_free(ctx);
+    return 0;
+}
+#endif /* DF_WITH_CUDA */

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# bench/drafter/run.sh: the drafter training step, ours (CUDA, bench_drafter) against the eager
+# PyTorch peer (scripts/dflash_torch.py step-bench), same GPU, same shapes, one table.
+#   bench/drafter/run.sh [BUILD_DIR]        (default build-cuda; build with `make CUDA=1`)
+# Env: SEQS="768 2048" ANCHORS="256 512" (pairs), ITERS=10 WARMUP=3, PYTHON=python3.
+# Writes bench/results/drafter_cuda.json, drafter_torch.json (when the peer runs) and the
+# merged bench/results/drafter.json (both sides + ratios). Exit 1 if our bench fails; a
+# missing or failing peer is reported in the table and the JSON, not fatal.
+set -u
+cd "$(dirname "$0")/../.."
+BUILD=${1:-${BUILD:-build-cuda}}
+SEQS=${SEQS:-"768 2048"}
+ANCHORS=${ANCHORS:-"256 512"}
+ITERS=${ITERS:-10}
+WARMUP=${WARMUP:-3}
+PY=${PYTHON:-python3}
+OUT=bench/results
+mkdir -p "$OUT"
+bin=$BUILD/bench/bench_drafter
+if [ ! -x "$bin" ]; then
+  echo "run.sh: $bin not found: build first with: make CUDA=1 BUILD_ROOT=${BUILD%-cuda}" >&2
+  exit 1
+fi
+echo "== ours: $bin"
+"$bin" --seq $SEQS --anchors $ANCHORS --iters "$ITERS" --warmup "$WARMUP" --json "$OUT/drafter_cuda.json"
+rc=$?
+if [ $rc -ne 0 ]; then echo "run.sh: bench_drafter failed (rc $rc)" >&2; exit 1; fi
+peer_status="not run"
+rm -f "$OUT/drafter_torch.json"
+if [ -f scripts/dflash_torch.py ] && $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  echo "== peer: scripts/dflash_torch.py step-bench"
+  if timeout 1200 $PY scripts/dflash_torch.py step-bench --seq $SEQS --anchors $ANCHORS --iters "$ITERS" \
+       --warmup "$WARMUP" --json-out "$OUT/drafter_torch.json" >/dev/null; then
+    peer_status="ok"
+  else
+    peer_status="failed (see its stderr above)"
+  fi
+else
+  peer_status="unavailable (no scripts/dflash_torch.py or no torch with CUDA)"
+fi
+# The peer runs every (seq x anchors) combination; we run the pairs. Merge on (seq, anchors).
+$PY - "$OUT/drafter_cuda.json" "$OUT/drafter_torch.json" "$OUT/drafter.json" "$peer_status" <<'PYEOF'
+import json, os, sys, time
+ours = json.load(open(sys.argv[1]))
+peer = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else []
+status = sys.argv[4]
+pk = {(r["seq"], r["anchors"]): r for r in peer}
+rows = []
+print()
+print(f"{'S':>5} {'anchors':>7} | {'ours ms':>8} {'samp/s':>7} {'TFLOP/s':>8} {'MFU':>6} | "
+      f"{'torch ms':>8} {'samp/s':>7} {'TFLOP/s':>8} {'MFU':>6} | {'speedup':>7}")
+for o in ours:
+    p = pk.get((o["seq"], o["anchors"]))
+    row = {"seq": o["seq"], "anchors": o["anchors"], "ours": o, "torch": p}
+    if p:
+        row["speedup"] = round(p["ms_per_step"] / o["ms_per_step"], 3)
+        ptxt = f"{p['ms_per_step']:8.1f} {p['samples_per_s']:7.2f} {p['tflops']:8.1f} {100*p['mfu']:5.1f}%"
+        sp = f"{row['speedup']:6.2f}x"
+    else:
+        ptxt = f"{'-':>8} {'-':>7} {'-':>8} {'-':>6}"
+        sp = f"{'-':>7}"
+    print(f"{o['seq']:5d} {o['anchors']:7d} | {o['ms_per_step']:8.1f} {o['samples_per_s']:7.2f} "
+          f"{o['tflops']:8.1f} {100*o['mfu']:5.1f}% | {ptxt} | {sp}")
+    rows.append(row)
+print(f"(GEMM ceiling ours {ours[0]['gemm_ceiling_tflops']} TFLOP/s"
+      + (f", torch {peer[0]['gemm_ceiling_tflops']} TFLOP/s" if peer else "") + f"; peer: {status})")
+doc = {"bench": "drafter", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+       "device": ours[0].get("device"), "peer_status": status, "rows": rows}
+try:
+    import subprocess
+    doc["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+except Exception:
+    pass
+tmp = sys.argv[3] + ".tmp"
+with open(tmp, "w") as f:
+    json.dump(doc, f, indent=1)
+    f.write("\n")
+os.replace(tmp, sys.argv[3])
+print(f"wrote {sys.argv[3]}")
+PYEOF

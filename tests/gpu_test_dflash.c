@@ -1,0 +1,404 @@
+/* gpu_test_dflash: the CUDA drafter step (drafter_worker/dflash_cuda.*) against the CPU fp32
+ * reference (dflash_loss_and_grad, adamw_step), on two shapes with fresh random weights:
+ *   tiny  dflash_config_tiny (d 32, B 4, layer 1 sliding W 8), S 40, 8 anchor slots + 2 pads,
+ *         H uploaded as fp32 (device conversion path), one loss chunk per 16 rows;
+ *   mid   d 256, H 8 / KV 2 / hd 32, I 512, V 1000, B 16, 3 captured layers, 2 layers with
+ *         layer 1 sliding (W 48), S 300, 16 anchor slots + 2 pads, H as bf16, weight decay.
+ * Checks, each printed with its numbers:
+ *   - loss rel err < 1e-2; per-position weighted-row counts equal; accuracy counts close
+ *     (bf16 logits may flip near-ties);
+ *   - EVERY parameter tensor's gradient: ||g - ref|| / ||ref|| < 3e-2 (table of all tensors);
+ *   - padding slots: attention output rows of every layer exactly 0, everything finite;
+ *   - determinism: a second step gives bit-identical gradients and loss;
+ *   - AdamW: two updates from the same gradients on both sides: the weight change agrees
+ *     (||dp_gpu - dp_cpu|| / ||dp_cpu|| < 1e-3), lr / norm / clip equal; two GPU runs
+ *     bit-identical; a NaN gradient skips the update and leaves the weights untouched.
+ * The reference sees exactly the device's inputs: weights, features and the frozen tensors
+ * are rounded to bf16 values first. No GPU: prints SKIPPED and exits 77.
+ * Seed: DFLASH_SEED (default 1), printed. */
+#include "drafter_worker/adamw.h"
+#include "drafter_worker/dflash_batch.h"
+#include "drafter_worker/dflash_cuda.h"
+#include "drafter_worker/dflash_model.h"
+#include "test_helpers.h"
+#include "util.h"
+
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                    \
+            printf(__VA_ARGS__);                                                             \
+            printf("\n");                                                                    \
+            failures++;                                                                      \
+        }                                                                                    \
+    } while (0)
+#define CUDA_OK(call)                                                                        \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+#define DFC_OK(ctx, call)                                                                    \
+    do {                                                                                     \
+        int rc_ = (call);                                                                    \
+        if (rc_ < 0) {                                                                       \
+            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, dfc_error(ctx)); \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static float round_bf16(float f) { return dfc_bf16_to_f32(dfc_f32_to_bf16(f)); }
+
+static void fill_normal(float *p, size_t n, df_rng *r, double std)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = round_bf16((float)(std * df_rng_normal(r)));
+}
+
+static double rel_err(const float *a, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void *dev_copy(const void *src, size_t bytes)
+{
+    void *d = NULL;
+    CUDA_OK(cudaMalloc(&d, bytes ? bytes : 1));
+    CUDA_OK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+
+typedef struct tcase {
+    const char *name;
+    dflash_config c;
+    int S, anchors, pads, chunk, H_bf16;
+    double wd;
+} tcase;
+
+static void run_case(const tcase *tc, uint64_t seed)
+{
+    const dflash_config *c = &tc->c;
+    int S = tc->S, d = c->hidden, V = c->vocab, B = c->block_size;
+    size_t np = dflash_config_param_count(c);
+    printf("== case %s: d %d H %d KV %d hd %d I %d V %d B %d layers %d (sliding:", tc->name, d, c->n_heads,
+           c->n_kv_heads, c->head_dim, c->intermediate, V, B, c->n_layers);
+    for (int l = 0; l < c->n_layers; l++)
+        printf(" %d", c->layer_sliding[l]);
+    printf(", W %d) S %d anchors %d + %d pads, %zu params\n", c->sliding_window, S, tc->anchors, tc->pads, np);
+
+    df_rng r;
+    df_rng_seed(&r, seed * 7919 + (uint64_t)d);
+    dflash_params p;
+    T_ASSERT_RC(dflash_params_alloc(&p, c));
+    dflash_params_init_random(&p, c, seed, 0.05f);
+    for (size_t i = 0; i < np; i++)
+        p.data[i] = round_bf16(p.data[i]);
+    for (int l = 0; l < c->n_layers; l++) /* non-trivial norm gains */
+        for (int i = 0; i < d; i++)
+            p.layer[l].post_norm[i] = round_bf16(1.0f + 0.2f * (float)df_rng_normal(&r));
+    float *embed = malloc(sizeof(float) * (size_t)V * d), *head = malloc(sizeof(float) * (size_t)V * d);
+    size_t nH = (size_t)S * c->n_capture * d;
+    float *H = malloc(sizeof(float) * nH);
+    int32_t *x = malloc(sizeof(int32_t) * (size_t)S);
+    uint8_t *lm = malloc((size_t)S);
+    T_ASSERT(embed && head && H && x && lm);
+    fill_normal(embed, (size_t)V * d, &r, 1.0);
+    fill_normal(head, (size_t)V * d, &r, 0.08);
+    fill_normal(H, nH, &r, 1.0);
+    for (int i = 0; i < S; i++) {
+        x[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+        lm[i] = i >= S / 5 && !(i >= S * 6 / 10 && i < S * 6 / 10 + 3); /* prompt, then a hole */
+    }
+    dflash_batch b;
+    T_ASSERT_RC(dflash_batch_init(&b, c, S, tc->anchors, H, x, lm, seed, 7));
+    int n_real = b.n_real, N = tc->anchors + tc->pads;
+    int32_t *anc = calloc((size_t)N, sizeof(int32_t));
+    uint8_t *keep = calloc((size_t)N, 1);
+    for (int j = 0; j < n_real; j++)
+        anc[j] = b.anchors[j], keep[j] = 1;
+    T_ASSERT_RC(dflash_batch_set_anchors(&b, c, anc, keep, N));
+    printf("  %d real anchors, %d slots, sum_w %.4f\n", n_real, N, b.sum_w);
+
+    /* CPU reference */
+    dflash_frozen f = {embed, head};
+    dflash_acts acts;
+    memset(&acts, 0, sizeof acts);
+    dflash_params gref;
+    T_ASSERT_RC(dflash_params_alloc(&gref, c));
+    dflash_stats st_ref;
+    T_ASSERT_RC(dflash_loss_and_grad(c, &p, &f, &b, &acts, &gref, 0, 64, &st_ref));
+
+    /* GPU */
+    dfc_bf16 *embed_d, *head_d;
+    T_ASSERT_RC(dfc_upload_bf16(&embed_d, embed, (size_t)V * d));
+    T_ASSERT_RC(dfc_upload_bf16(&head_d, head, (size_t)V * d));
+    adamw_config oc;
+    adamw_config_default(&oc, 100);
+    oc.lr = 1e-3;
+    oc.weight_decay = tc->wd;
+    dfc_ctx *ctx = NULL;
+    char err[512];
+    int rc = dfc_init(&ctx, c, &oc, embed_d, head_d, S, N, tc->chunk, err, sizeof err);
+    if (rc < 0) {
+        fprintf(stderr, "dfc_init: %d %s\n", rc, err);
+        exit(1);
+    }
+    void *H_d;
+    if (tc->H_bf16) {
+        dfc_bf16 *hb = malloc(sizeof(dfc_bf16) * nH);
+        T_ASSERT(hb);
+        for (size_t i = 0; i < nH; i++)
+            hb[i] = dfc_f32_to_bf16(H[i]);
+        H_d = dev_copy(hb, sizeof(dfc_bf16) * nH);
+        free(hb);
+    } else {
+        H_d = dev_copy(H, sizeof(float) * nH);
+    }
+    dfc_batch db = {S, N, n_real, H_d, tc->H_bf16, dev_copy(x, sizeof(int32_t) * (size_t)S), dev_copy(lm, (size_t)S),
+                    dev_copy(b.anchors, sizeof(int32_t) * (size_t)N), dev_copy(b.keep, (size_t)N)};
+    CUDA_OK(cudaDeviceSynchronize()); /* uploads complete before the context's stream reads them */
+    DFC_OK(ctx, dfc_params_from_host(ctx, p.data));
+    DFC_OK(ctx, dfc_zero_grads(ctx));
+    dflash_stats st;
+    DFC_OK(ctx, dfc_step_accumulate(ctx, &db, 0, &st));
+    float *g1 = malloc(sizeof(float) * np), *g2 = malloc(sizeof(float) * np);
+    T_ASSERT(g1 && g2);
+    DFC_OK(ctx, dfc_grads_to_host(ctx, g1));
+
+    /* loss and accuracy */
+    double lrel = fabs(st.loss - st_ref.loss) / fabs(st_ref.loss);
+    printf("  loss gpu %.6f cpu %.6f rel %.2e; sum_w gpu %.6f cpu %.6f\n", st.loss, st_ref.loss, lrel, st.sum_w,
+           st_ref.sum_w);
+    CHECK(lrel < 1e-2, "loss rel err %.3e >= 1e-2", lrel);
+    CHECK(fabs(st.sum_w - st_ref.sum_w) < 1e-4 * st_ref.sum_w, "sum_w differs");
+    for (int k = 0; k < B; k++) {
+        CHECK(st.count[k] == st_ref.count[k], "count[%d] gpu %.0f cpu %.0f", k, st.count[k], st_ref.count[k]);
+        double tol = 2 + 0.05 * st_ref.count[k];
+        CHECK(fabs(st.correct[k] - st_ref.correct[k]) <= tol, "correct[%d] gpu %.0f cpu %.0f", k, st.correct[k],
+              st_ref.correct[k]);
+    }
+    printf("  acc_1 gpu %.3f cpu %.3f, tau gpu %.3f cpu %.3f\n", dflash_stats_acc(&st, 1), dflash_stats_acc(&st_ref, 1),
+           dflash_stats_tau(&st, B), dflash_stats_tau(&st_ref, B));
+
+    /* every gradient tensor */
+    int nt = dflash_tensor_count(c);
+    double worst = 0;
+    printf("  %-44s %12s %12s %10s\n", "tensor", "|ref|", "|gpu|", "rel err");
+    for (int i = 0; i < nt; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(c, i, &t);
+        double e = rel_err(g1 + t.offset, gref.data + t.offset, t.numel);
+        double nr = 0, ng = 0;
+        int finite = 1;
+        for (size_t k = 0; k < t.numel; k++) {
+            nr += (double)gref.data[t.offset + k] * gref.data[t.offset + k];
+            ng += (double)g1[t.offset + k] * g1[t.offset + k];
+            finite &= isfinite(g1[t.offset + k]) != 0;
+        }
+        printf("  %-44s %12.4e %12.4e %10.2e%s\n", t.name, sqrt(nr), sqrt(ng), e, e < 3e-2 && finite ? "" : "  <-- FAIL");
+        if (!(e < 3e-2) || !finite) { /* show where: the largest reference element, then the first few */
+            size_t best = 0;
+            for (size_t k = 1; k < t.numel; k++)
+                if (fabsf(gref.data[t.offset + k]) > fabsf(gref.data[t.offset + best]))
+                    best = k;
+            printf("      max  [%zu] cpu %.6e gpu %.6e\n", best, gref.data[t.offset + best], g1[t.offset + best]);
+            for (size_t k = 0; k < t.numel && k < 6; k++)
+                printf("      [%zu] cpu %.6e gpu %.6e\n", k, gref.data[t.offset + k], g1[t.offset + k]);
+        }
+        CHECK(finite, "%s has non-finite gradients", t.name);
+        CHECK(e < 3e-2, "%s gradient rel err %.3e >= 3e-2", t.name, e);
+        if (e > worst)
+            worst = e;
+    }
+    printf("  worst gradient rel err %.3e\n", worst);
+
+    /* padding slots: exact zeros */
+    long R = (long)N * B, qd = (long)c->n_heads * c->head_dim;
+    float *att = malloc(sizeof(float) * (size_t)(R * qd)), *z = malloc(sizeof(float) * (size_t)(R * d));
+    T_ASSERT(att && z);
+    long nonzero = 0, nonfinite = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        DFC_OK(ctx, dfc_debug_att(ctx, l, att));
+        for (long e = 0; e < R * qd; e++) {
+            nonfinite += !isfinite(att[e]);
+            if (e / qd / B >= n_real)
+                nonzero += att[e] != 0.0f;
+        }
+    }
+    DFC_OK(ctx, dfc_debug_z(ctx, z));
+    for (long e = 0; e < R * d; e++)
+        nonfinite += !isfinite(z[e]);
+    printf("  padding slots: %ld non-zero attention outputs, %ld non-finite values (att, z)\n", nonzero, nonfinite);
+    CHECK(nonzero == 0 && nonfinite == 0, "padding rows not exact zeros or non-finite values");
+
+    /* determinism */
+    DFC_OK(ctx, dfc_zero_grads(ctx));
+    dflash_stats st2;
+    DFC_OK(ctx, dfc_timing_enable(ctx, 1)); /* the phase events must not change anything */
+    DFC_OK(ctx, dfc_step_accumulate(ctx, &db, 0, &st2));
+    DFC_OK(ctx, dfc_grads_to_host(ctx, g2));
+    dfc_timing tm;
+    DFC_OK(ctx, dfc_timing_read(ctx, &tm));
+    DFC_OK(ctx, dfc_timing_enable(ctx, 0));
+    printf("  timed step: forward %.3f ms (attention %.3f), loss %.3f, backward %.3f (attention %.3f)\n", tm.fwd_ms,
+           tm.attn_fwd_ms, tm.loss_ms, tm.bwd_ms, tm.attn_bwd_ms);
+    int same = memcmp(g1, g2, sizeof(float) * np) == 0 && st.wce == st2.wce;
+    printf("  determinism: second step %s\n", same ? "bit-identical" : "DIFFERS");
+    CHECK(same, "two identical steps gave different gradients or loss");
+
+    /* AdamW against the CPU, same gradients, two updates; clip engaged by scaling */
+    for (size_t i = 0; i < np; i++)
+        g1[i] = gref.data[i] * 10.0f;
+    adamw o;
+    T_ASSERT_RC(adamw_init(&o, &oc, np));
+    adamw_segment segs[3 + 11 * DFLASH_MAX_LAYERS];
+    int nseg = dflash_decay_segments(c, segs, (int)DF_ARRAY_LEN(segs));
+    float *pc = malloc(sizeof(float) * np), *pg = malloc(sizeof(float) * np), *pg2 = malloc(sizeof(float) * np);
+    float *gc = malloc(sizeof(float) * np);
+    T_ASSERT(pc && pg && pg2 && gc);
+    memcpy(pc, p.data, sizeof(float) * np);
+    DFC_OK(ctx, dfc_opt_from_host(ctx, NULL, NULL, 0));
+    for (int it = 0; it < 2; it++) {
+        adamw_info ic, ig;
+        memcpy(gc, g1, sizeof(float) * np);
+        T_ASSERT_RC(adamw_step(&o, pc, gc, segs, nseg, &ic));
+        DFC_OK(ctx, dfc_grads_from_host(ctx, g1));
+        DFC_OK(ctx, dfc_optimizer_step(ctx, &ig));
+        printf("  adamw %d: lr gpu %.6e cpu %.6e, norm gpu %.6e cpu %.6e, clip gpu %.6f cpu %.6f\n", it, ig.lr, ic.lr,
+               ig.grad_norm, ic.grad_norm, ig.clip_scale, ic.clip_scale);
+        CHECK(fabs(ig.lr - ic.lr) <= 1e-12 * ic.lr, "lr differs");
+        CHECK(fabs(ig.grad_norm - ic.grad_norm) <= 1e-6 * ic.grad_norm, "grad norm differs");
+        CHECK(fabs(ig.clip_scale - ic.clip_scale) <= 1e-6, "clip scale differs");
+        CHECK(!ig.skipped && !ic.skipped, "unexpected skip");
+    }
+    DFC_OK(ctx, dfc_params_to_host(ctx, pg));
+    double num = 0, den = 0;
+    for (size_t i = 0; i < np; i++) {
+        double dc = (double)pc[i] - p.data[i], dg = (double)pg[i] - p.data[i];
+        num += (dg - dc) * (dg - dc);
+        den += dc * dc;
+    }
+    double urel = sqrt(num / den);
+    printf("  adamw: weight change rel err %.3e (|dp| %.4e)\n", urel, sqrt(den));
+    CHECK(urel < 1e-3, "AdamW weight change rel err %.3e >= 1e-3", urel);
+    /* same again from the same state: bit-identical */
+    DFC_OK(ctx, dfc_params_from_host(ctx, p.data));
+    DFC_OK(ctx, dfc_opt_from_host(ctx, NULL, NULL, 0));
+    for (int it = 0; it < 2; it++) {
+        DFC_OK(ctx, dfc_grads_from_host(ctx, g1));
+        DFC_OK(ctx, dfc_optimizer_step(ctx, NULL));
+    }
+    DFC_OK(ctx, dfc_params_to_host(ctx, pg2));
+    same = memcmp(pg, pg2, sizeof(float) * np) == 0;
+    printf("  adamw determinism: %s\n", same ? "bit-identical" : "DIFFERS");
+    CHECK(same, "two optimizer runs differ");
+    /* a NaN gradient skips the update */
+    g1[np / 2] = NAN;
+    DFC_OK(ctx, dfc_grads_from_host(ctx, g1));
+    adamw_info in;
+    long step_before, step_after;
+    float *mtmp = malloc(sizeof(float) * np), *vtmp = malloc(sizeof(float) * np);
+    T_ASSERT(mtmp && vtmp);
+    DFC_OK(ctx, dfc_opt_to_host(ctx, mtmp, vtmp, &step_before));
+    DFC_OK(ctx, dfc_optimizer_step(ctx, &in));
+    DFC_OK(ctx, dfc_opt_to_host(ctx, mtmp, vtmp, &step_after));
+    DFC_OK(ctx, dfc_params_to_host(ctx, pg2));
+    same = memcmp(pg, pg2, sizeof(float) * np) == 0;
+    printf("  NaN gradient: skipped %d, step %ld -> %ld, weights %s\n", in.skipped, step_before, step_after,
+           same ? "untouched" : "CHANGED");
+    CHECK(in.skipped == 1 && same && step_before == step_after && step_before == 2, "NaN skip");
+
+    free(mtmp);
+    free(vtmp);
+    adamw_free(&o);
+    free(pc);
+    free(pg);
+    free(pg2);
+    free(gc);
+    free(att);
+    free(z);
+    free(g1);
+    free(g2);
+    cudaFree(H_d);
+    cudaFree((void *)db.x);
+    cudaFree((void *)db.loss_mask);
+    cudaFree((void *)db.anchors);
+    cudaFree((void *)db.keep);
+    dfc_free(ctx);
+    cudaFree(embed_d);
+    cudaFree(head_d);
+    dflash_acts_free(&acts);
+    dflash_params_free(&gref);
+    dflash_params_free(&p);
+    dflash_batch_free(&b);
+    free(anc);
+    free(keep);
+    free(embed);
+    free(head);
+    free(H);
+    free(x);
+    free(lm);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: gpu_test_dflash   (env DFLASH_SEED=n replays a seed)\n"
+               "Checks the CUDA DFlash drafter step against the CPU reference; exit 0 pass, 1 fail, 77 no GPU.\n");
+        return 0;
+    }
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev < 1)
+        T_SKIP("gpu_test_dflash: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    uint64_t seed = 1;
+    const char *s = getenv("DFLASH_SEED");
+    if (s)
+        seed = strtoull(s, NULL, 0);
+    printf("gpu_test_dflash: seed %llu (DFLASH_SEED to replay)\n", (unsigned long long)seed);
+
+    tcase tiny;
+    memset(&tiny, 0, sizeof tiny);
+    tiny.name = "tiny";
+    dflash_config_tiny(&tiny.c);
+    tiny.S = 40, tiny.anchors = 8, tiny.pads = 2, tiny.chunk = 16, tiny.H_bf16 = 0, tiny.wd = 0;
+
+    tcase mid;
+    memset(&mid, 0, sizeof mid);
+    mid.name = "mid";
+    dflash_config_tiny(&mid.c);
+    mid.c.hidden = 256, mid.c.intermediate = 512, mid.c.n_layers = 2, mid.c.n_heads = 8, mid.c.n_kv_heads = 2;
+    mid.c.head_dim = 32, mid.c.vocab = 1000, mid.c.block_size = 16, mid.c.n_capture = 3;
+    mid.c.num_target_layers = 12;
+    dflash_default_layer_ids(mid.c.target_layer_ids, mid.c.n_capture, mid.c.num_target_layers);
+    mid.c.mask_token_id = 999, mid.c.sliding_window = 48, mid.c.layer_sliding[0] = 0, mid.c.layer_sliding[1] = 1;
+    mid.c.tie_word_embeddings = 0;
+    mid.c.gamma = dflash_default_gamma(16);
+    mid.S = 300, mid.anchors = 16, mid.pads = 2, mid.chunk = 100, mid.H_bf16 = 1, mid.wd = 0.1;
+
+    run_case(&tiny, seed);
+    run_case(&mid, seed);
+    if (failures) {
+        printf("gpu_test_dflash: %d check(s) FAILED\n", failures);
+        return 1;
+    }
+    printf("gpu_test_dflash: all checks passed\n");
+    return 0;
+}

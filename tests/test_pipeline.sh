@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# test_pipeline: the real pipeline on the CPU backend, end to end: orchestrator +
+# target_worker + postproc_worker + drafter_worker over shared-memory rings, on the tiny
+# target and a small slice of its chat data.
+#   1. a clean run: exit 0, the ledger audit shows every batch exactly once, the loss falls,
+#      checkpoints, the release export, and every stage's metrics are written;
+#   2. the same run while each stage is SIGKILLed once (target, postproc, drafter, the
+#      drafter after a checkpoint so it resumes from it): it still completes with the same
+#      audit (every batch committed exactly once, nothing poisoned).
+source "$(dirname "$0")/orch_lib.sh"
+unset DF_SYNTHETIC_SAMPLES
+for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
+
+python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
+  --max-samples 90 --max-len 400 >/dev/null || fail "prepare_data"
+mk_topo() { # NAME
+  RUN=$T/run-$1; TOPO=$T/$1.json
+  cat >"$TOPO" <<JSON
+{ "version": 1, "name": "$1", "run_dir": "$RUN", "backend": "cpu", "seed": 5, "deterministic": true,
+  "target": { "model_dir": "$PWD/models/tiny-target", "capture_layers": [1, 3] },
+  "drafter": { "num_layers": 1, "block_size": 8, "num_anchors": 16, "lr": 3e-3, "warmup_frac": 0.1,
+               "checkpoint_every": 4, "mask_token_id": 261 },
+  "data": { "shards": ["$T/data-000.dfs"], "token_budget": 800, "max_seq_len": 400 },
+  "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 2097152, "max_attempts": 4 },
+             { "name": "pd", "slots": 4, "slot_bytes": 2097152, "max_attempts": 4 } ],
+  "workers": [ { "name": "target0", "role": "target", "out": "tp" },
+               { "name": "postproc0", "role": "postproc", "in": "tp", "out": "pd" },
+               { "name": "drafter0", "role": "drafter", "in": "pd" } ],
+  "supervision": { "backoff_initial_ms": 50, "backoff_max_ms": 400, "max_restarts": 10, "restart_window_s": 60,
+                   "heartbeat_timeout_ms": 20000, "shutdown_timeout_ms": 5000, "metrics_interval_ms": 300 } }
+JSON
+}
+steps() { grep -c '"ev":"step"' "$RUN/metrics/drafter0.jsonl" 2>/dev/null || echo 0; }
+inc() { wstat "$1" incarnation 2>/dev/null || echo 0; }
+
+# 1. clean run
+mk_topo clean
+start_orch; wait_orch 240
+[ "$ORCH_RC" = 0 ] || fail "clean run exited $ORCH_RC"
+audit_exactly_once
+n_batches=$(pyjson "$RUN/ledger_audit.json" "d['n_batches']")
+[ "$(pyjson "$RUN/ledger_audit.json" "d['counts']['committed']")" = "$n_batches" ] || fail "not every batch committed"
+python3 - "$RUN" <<'PY' || fail "loss/summary check"
+import json, sys
+run = sys.argv[1]
+L = [json.loads(l) for l in open(f"{run}/metrics/drafter0.jsonl") if '"ev":"step"' in l]
+first = sum(x["loss"] for x in L[:3]) / 3
+last = sum(x["loss"] for x in L[-3:]) / 3
+print(f"steps {len(L)}, loss first 3 {first:.3f} -> last 3 {last:.3f}")
+assert last < 0.5 * first, "loss did not fall"
+s = json.load(open(f"{run}/train_summary.json"))
+assert s["steps"] == len(L) and len(s["acc"]) == 7 and 1.0 <= s["expected_tau"] <= 8.0, s
+for w in ("target0", "postproc0", "drafter0"):
+    st = [json.loads(l) for l in open(f"{run}/metrics/{w}.jsonl") if '"ev":"stage"' in l]
+    assert st and "busy_frac" in st[-1] and "tok_s" in st[-1], w
+    assert sum(x["items_s"] for x in st) > 0, w
+PY
+[ -f "$RUN/drafter/config.json" ] && [ -f "$RUN/drafter/model.safetensors" ] || fail "no release export"
+grep -q '"DFlashDraftModel"' "$RUN/drafter/config.json" || fail "release config.json"
+[ -f "$RUN/checkpoints/latest" ] || fail "no checkpoint"
+ok "clean run: $n_batches batches exactly once, checkpoint, export, metrics"
+
+# 2. each stage killed once during the run
+mk_topo chaos
+start_orch
+wait_for 120 test -S "$RUN/ctl.sock" || fail "no control socket"
+wait_for 120 sh -c "[ \$(grep -c '\"ev\":\"step\"' '$RUN/metrics/drafter0.jsonl' 2>/dev/null || echo 0) -ge 1 ]" || fail "no step"
+"$DFCTL" --run-dir "$RUN" kill target0 >/dev/null || fail "dfctl kill target0"
+wait_for 60 sh -c "[ \$('$DFCTL' --run-dir '$RUN' --json status | python3 -c 'import json,sys;print([w for w in json.load(sys.stdin)[\"workers\"] if w[\"name\"]==\"target0\"][0][\"incarnation\"])') -ge 2 ]" || fail "target0 not restarted"
+"$DFCTL" --run-dir "$RUN" kill postproc0 >/dev/null || fail "dfctl kill postproc0"
+wait_for 60 test -f "$RUN/checkpoints/latest" || fail "no checkpoint before the drafter kill"
+wait_for 60 sh -c "[ \$(grep -c '\"ev\":\"step\"' '$RUN/metrics/drafter0.jsonl') -ge 6 ]" || fail "drafter stalled"
+"$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"
+wait_orch 300
+[ "$ORCH_RC" = 0 ] || fail "chaos run exited $ORCH_RC"
+audit_exactly_once
+[ "$(pyjson "$RUN/ledger_audit.json" "d['n_batches']")" = "$n_batches" ] || fail "batch count differs"
+[ "$(pyjson "$RUN/ledger_audit.json" "d['counts']['committed']")" = "$n_batches" ] || fail "not every batch committed"
+[ "$(pyjson "$RUN/ledger_audit.json" "d['counts']['poisoned']")" = 0 ] || fail "poisoned batches"
+restarts=$(events restart | wc -l)
+[ "$restarts" -ge 3 ] || fail "expected >= 3 restarts, saw $restarts"
+grep -q 'resumed from' "$RUN/logs/drafter0.log" || fail "drafter did not resume from its checkpoint"
+rewound=$(pyjson "$RUN/ledger_audit.json" "d['stats']['rewound']")
+ok "chaos run: 3 kills, $restarts restarts, $rewound batches rewound and retrained, $n_batches batches exactly once"
+echo "test_pipeline: ok"

@@ -12,6 +12,7 @@
 #ifndef DF_ORCH_H
 #define DF_ORCH_H
 
+#include <limits.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <sys/types.h>

@@ -34,6 +34,18 @@
 #include "orch.h"
 #include "util.h"
 
+/* realpath into a buffer of cap bytes (realpath itself needs PATH_MAX). 0 or -errno. */
+static int resolve_path(const char *in, char *out, size_t cap)
+{
+    char full[PATH_MAX];
+    if (!realpath(in, full))
+        return -errno;
+    if (strlen(full) >= cap)
+        return -ENAMETOOLONG;
+    memcpy(out, full, strlen(full) + 1);
+    return 0;
+}
+
 static int is_dir(const char *p)
 {
     struct stat st;
@@ -226,9 +238,10 @@ static int make_run_dir(orch *o, const char *want, char *err, size_t errlen)
             snprintf(err, errlen, "run dir %s: %s", want, strerror(-rc));
         return rc;
     }
-    if (!realpath(want, o->run_dir)) {
-        snprintf(err, errlen, "run dir %s: %s", want, strerror(errno));
-        return -errno;
+    int prc = resolve_path(want, o->run_dir, sizeof o->run_dir);
+    if (prc < 0) {
+        snprintf(err, errlen, "run dir %s: %s", want, strerror(-prc));
+        return prc;
     }
     return 0;
 }
@@ -262,9 +275,10 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             snprintf(dir, sizeof dir, "%s", tmp.run_dir);
             topo_free(&tmp);
         }
-        if (!realpath(dir, o->run_dir)) {
-            snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(errno));
-            return -errno;
+        int prc = resolve_path(dir, o->run_dir, sizeof o->run_dir);
+        if (prc < 0) {
+            snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(-prc));
+            return prc;
         }
         snprintf(o->topo_path, sizeof o->topo_path, "%s/topology.json", o->run_dir);
         if ((rc = topo_load(&o->t, o->topo_path, err, errlen)) < 0)

@@ -260,16 +260,19 @@ static int spawn_worker(orch *o, orch_worker *w)
     }
     i = 0;
     for (char **e = environ; *e; e++)
-        if (!env_is_ours(*e))
-            env[i++] = strdup(*e);
-    (void)asprintf(&env[i++], "DF_CTL_FD=%d", 3);
-    (void)asprintf(&env[i++], "DF_WORKER=%s", w->tw->name);
-    (void)asprintf(&env[i++], "DF_WORKER_ID=%d", w->id);
-    (void)asprintf(&env[i++], "DF_INCARNATION=%u", w->incarnation);
-    (void)asprintf(&env[i++], "DF_RUN_DIR=%s", o->run_dir);
-    (void)asprintf(&env[i++], "DF_ORCH_PID=%d", (int)getpid());
+        if (!env_is_ours(*e) && !(env[i++] = strdup(*e)))
+            goto nomem;
+    if (asprintf(&env[i++], "DF_CTL_FD=%d", 3) < 0 || asprintf(&env[i++], "DF_WORKER=%s", w->tw->name) < 0 ||
+        asprintf(&env[i++], "DF_WORKER_ID=%d", w->id) < 0 ||
+        asprintf(&env[i++], "DF_INCARNATION=%u", w->incarnation) < 0 ||
+        asprintf(&env[i++], "DF_RUN_DIR=%s", o->run_dir) < 0 ||
+        asprintf(&env[i++], "DF_ORCH_PID=%d", (int)getpid()) < 0) {
+        env[i - 1] = NULL; /* asprintf leaves it undefined on failure */
+        goto nomem;
+    }
     for (char **e = w->tw->env; e && *e; e++)
-        env[i++] = strdup(*e);
+        if (!(env[i++] = strdup(*e)))
+            goto nomem;
     env[i] = NULL;
 
     size_t nargs = 1;
@@ -355,6 +358,8 @@ static int spawn_worker(orch *o, orch_worker *w)
     }
     rc = 0;
     goto out;
+nomem:
+    rc = -ENOMEM;
 fail:
     df_log("%s: cannot start: %s", w->tw->name, strerror(-rc));
 out:

@@ -135,6 +135,8 @@ endif
 BENCHES   := $(addprefix $(BUILD)/bench/,$(basename $(notdir $(BENCH_C) $(BENCH_CU))))
 
 
+# keep the *_main.o intermediates (no relink on every make)
+.SECONDARY:
 .PHONY: all test test-gpu bench run deps fuzz clean print-config help
 all: print-config $(BINS) $(TESTS) $(GPU_TESTS) $(BENCHES)
 

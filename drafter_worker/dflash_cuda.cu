@@ -1199,6 +1199,8 @@ int dfc_grads_from_host(dfc_ctx *x, const float *g)
 {
     return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice);
 }
+float *dfc_grads_device(dfc_ctx *x) { return x->Gr; }
+
 int dfc_zero_grads(dfc_ctx *x)
 {
     CK_CUDA(x, cudaMemsetAsync(x->Gr, 0, sizeof(float) * x->np, x->st));

@@ -73,6 +73,8 @@ int dfc_params_to_host(dfc_ctx *ctx, float *params);
 int dfc_grads_to_host(dfc_ctx *ctx, float *grads);
 int dfc_grads_from_host(dfc_ctx *ctx, const float *grads);
 int dfc_zero_grads(dfc_ctx *ctx); /* async */
+/* The fp32 gradient buffer [n] on the device (data-parallel all-reduce in place, NCCL). */
+float *dfc_grads_device(dfc_ctx *ctx);
 /* AdamW state for checkpoints: m, v [n] and the update count. */
 int dfc_opt_to_host(dfc_ctx *ctx, float *m, float *v, long *step);
 int dfc_opt_from_host(dfc_ctx *ctx, const float *m, const float *v, long step);

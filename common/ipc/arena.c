@@ -212,6 +212,40 @@ int arena_grant_access(const arena *a, int peer_device)
     return arena_cuda_grant_access(a, peer_device);
 }
 
+static int copy_check(const arena *a, uint64_t off, uint64_t n)
+{
+    if (a->base == NULL)
+        return arena_fail(-EINVAL, "arena is not mapped");
+    if (off > a->size || n > a->size - off)
+        return arena_fail(-ERANGE, "bytes [%llu, +%llu) outside the arena of %llu bytes", (unsigned long long)off,
+                          (unsigned long long)n, (unsigned long long)a->size);
+    return 0;
+}
+
+int arena_read(const arena *a, uint64_t off, void *dst, uint64_t n)
+{
+    clear_fail();
+    int rc = copy_check(a, off, n);
+    if (rc < 0 || n == 0)
+        return rc;
+    if (a->kind == ARENA_CUDA)
+        return arena_cuda_copy(a, off, dst, n, 1);
+    memcpy(dst, (const char *)a->base + off, (size_t)n);
+    return 0;
+}
+
+int arena_write(const arena *a, uint64_t off, const void *src, uint64_t n)
+{
+    clear_fail();
+    int rc = copy_check(a, off, n);
+    if (rc < 0 || n == 0)
+        return rc;
+    if (a->kind == ARENA_CUDA)
+        return arena_cuda_copy(a, off, (void *)src, n, 0);
+    memcpy((char *)a->base + off, src, (size_t)n);
+    return 0;
+}
+
 void arena_close(arena *a)
 {
     if (a->base != NULL) {

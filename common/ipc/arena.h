@@ -63,6 +63,13 @@ int arena_dup_fd(const arena *a);
  * into another GPU's arena). ARENA_CPU: -EINVAL. 0 or -errno. */
 int arena_grant_access(const arena *a, int peer_device);
 
+/* Copy n bytes between the arena at offset off and host memory (synchronous): for
+ * ARENA_CPU a memcpy, for ARENA_CUDA a driver copy in the device's primary context. The
+ * stages use them for a slot's small header/metadata part; bulk features stay on the
+ * device. 0, -ERANGE (off + n beyond the arena) or -errno. */
+int arena_read(const arena *a, uint64_t off, void *dst, uint64_t n);
+int arena_write(const arena *a, uint64_t off, const void *src, uint64_t n);
+
 /* Unmap, close the fd, reset to the init state. No-op on an init-state arena. */
 void arena_close(arena *a);
 

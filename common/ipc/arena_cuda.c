@@ -286,6 +286,25 @@ fail:
     return rc;
 }
 
+int arena_cuda_copy(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    int rc = open_device(a->device, &dev, &ctx);
+    if (rc < 0)
+        return rc;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)a->base + off;
+    if (to_host)
+        CU_TRY(cuMemcpyDtoH(buf, p, (size_t)n), a->device);
+    else
+        CU_TRY(cuMemcpyHtoD(p, buf, (size_t)n), a->device);
+    close_device(dev, 1);
+    return 0;
+fail:
+    close_device(dev, 1);
+    return rc;
+}
+
 void arena_cuda_close(arena *a)
 {
     CUdevice dev;

@@ -30,3 +30,8 @@ void arena_cuda_close(arena *a)
 {
     (void)a;
 }
+
+int arena_cuda_copy(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host)
+{
+    return arena_fail(-ENOTSUP, "CUDA arenas need a build with CUDA=1");
+}

@@ -15,6 +15,8 @@ int arena_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3
 int arena_cuda_create(arena *a, int device, uint64_t size);
 int arena_cuda_import(arena *a, int device, int fd, uint64_t size);
 int arena_cuda_grant_access(const arena *a, int peer_device);
+/* Synchronous copy device <-> host (to_host 1: arena -> buf). Bounds checked by arena.c. */
+int arena_cuda_copy(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host);
 /* Unmap and release the mapping and handle; does not close a->fd. */
 void arena_cuda_close(arena *a);
 

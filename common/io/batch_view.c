@@ -1,0 +1,78 @@
+/* batch_view.c: host views of batches in CPU or CUDA ring slots (batch_view.h). */
+#include "io/batch_view.h"
+
+#include "util.h"
+
+#include <stdio.h>
+
+static int grow(batch_view *v, size_t n)
+{
+    if (v->cap >= n)
+        return 0;
+    void *p = realloc(v->buf, n);
+    if (!p)
+        return -ENOMEM;
+    v->buf = p;
+    v->cap = n;
+    return 0;
+}
+
+int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_bytes, uint32_t kind,
+                    batch_header **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (off > A->size || slot_bytes > A->size - off || slot_bytes < sizeof(batch_header)) {
+        snprintf(err, errlen, "slot [%llu, +%llu) is outside the arena of %llu bytes", (unsigned long long)off,
+                 (unsigned long long)slot_bytes, (unsigned long long)A->size);
+        return -EINVAL;
+    }
+    if (A->kind == ARENA_CPU) {
+        batch_header *h = (batch_header *)((char *)A->base + off);
+        int rc = batch_validate(h, slot_bytes, kind, err, errlen);
+        if (rc == 0)
+            *out = h;
+        return rc;
+    }
+    int rc = grow(v, sizeof(batch_header));
+    if (rc == 0)
+        rc = arena_read(A, off, v->buf, sizeof(batch_header));
+    if (rc < 0) {
+        snprintf(err, errlen, "reading the slot header: %s", arena_strerror(rc));
+        return rc;
+    }
+    batch_header probe = *(batch_header *)v->buf;
+    uint64_t off_feat = probe.off_feat;
+    if (probe.magic != BATCH_MAGIC || off_feat < sizeof(batch_header) || off_feat > slot_bytes) {
+        snprintf(err, errlen, "batch: bad magic %08x or metadata size %llu (slot %llu bytes)", probe.magic,
+                 (unsigned long long)off_feat, (unsigned long long)slot_bytes);
+        return -EINVAL;
+    }
+    if ((rc = grow(v, (size_t)off_feat)) < 0 || (rc = arena_read(A, off, v->buf, off_feat)) < 0) {
+        snprintf(err, errlen, "reading %llu bytes of slot metadata: %s", (unsigned long long)off_feat,
+                 rc == -ENOMEM ? "out of memory" : arena_strerror(rc));
+        return rc;
+    }
+    batch_header *h = (batch_header *)v->buf;
+    if ((rc = batch_validate(h, slot_bytes, kind, err, errlen)) < 0)
+        return rc;
+    *out = h;
+    return 0;
+}
+
+int batch_view_write(const arena *A, uint64_t off, const batch_header *h, char *err, size_t errlen)
+{
+    if (A->kind == ARENA_CPU && (const char *)h == (const char *)A->base + off)
+        return 0;
+    int rc = arena_write(A, off, h, h->off_feat);
+    if (rc < 0)
+        snprintf(err, errlen, "writing %llu bytes of batch %llu's metadata into the slot: %s",
+                 (unsigned long long)h->off_feat, (unsigned long long)h->batch_id, arena_strerror(rc));
+    return rc;
+}
+
+void batch_view_free(batch_view *v)
+{
+    free(v->buf);
+    v->buf = NULL;
+    v->cap = 0;
+}

@@ -1,0 +1,252 @@
+/* trainer.c: the drafter's model state and its optimizer step (trainer.h). The CPU
+ * backend lives here; the CUDA one in trainer_cuda.c behind the trainer_cuda_* seam. */
+#include "drafter_worker/trainer.h"
+
+#include "drafter_worker/dflash_batch.h"
+#include "io/hfconfig.h"
+#include "util.h"
+
+#include <jansson.h>
+#include <math.h>
+
+/* The drafter's shape: the target's width and heads, the topology's depth and block. */
+static void build_config(dflash_config *c, const topo *t, const hfc_config *hc)
+{
+    memset(c, 0, sizeof *c);
+    c->hidden = hc->hidden_size;
+    c->intermediate = hc->intermediate_size;
+    c->n_layers = (int)t->drafter.num_layers;
+    c->n_heads = hc->num_attention_heads;
+    c->n_kv_heads = hc->num_key_value_heads;
+    c->head_dim = hc->head_dim;
+    c->vocab = hc->vocab_size;
+    c->block_size = (int)t->drafter.block_size;
+    c->n_capture = t->n_capture;
+    for (int i = 0; i < t->n_capture && i < DFLASH_MAX_CAPTURE; i++)
+        c->target_layer_ids[i] = t->capture_layers[i];
+    c->num_target_layers = hc->num_hidden_layers;
+    c->mask_token_id = t->drafter.mask_token_id >= 0 ? (int)t->drafter.mask_token_id : hc->vocab_size - 1;
+    c->tie_word_embeddings = hc->tie_word_embeddings;
+    c->max_position_embeddings = hc->max_position_embeddings ? hc->max_position_embeddings : 4096;
+    c->rms_norm_eps = hc->rms_norm_eps;
+    c->rope_theta = hc->rope_theta;
+    c->gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(c->block_size);
+}
+
+int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const char *ckpt_dir, char *err,
+                 size_t errlen)
+{
+    memset(tr, 0, sizeof *tr);
+    tr->cuda = t->backend != TOPO_CPU;
+    tr->device = device;
+    char path[1200];
+    hfc_config hc;
+    snprintf(path, sizeof path, "%s/config.json", t->target_model_dir);
+    int rc = hfc_load(&hc, path, err, errlen);
+    if (rc < 0)
+        return rc;
+    build_config(&tr->cfg, t, &hc);
+    hfc_free(&hc);
+    char e2[512];
+    if ((rc = dflash_config_validate(&tr->cfg, e2, sizeof e2)) < 0) {
+        snprintf(err, errlen, "%s: drafter: %s", t->source_path, e2);
+        return rc;
+    }
+    adamw_config oc;
+    adamw_config_default(&oc, total_steps);
+    oc.lr = t->drafter.lr;
+    oc.warmup_frac = t->drafter.warmup_frac;
+    oc.weight_decay = t->drafter.weight_decay;
+    oc.clip_norm = t->drafter.grad_clip;
+
+    if (ckpt_dir) { /* restart: continue from the checkpoint the ledger committed */
+        dflash_config saved;
+        if ((rc = dflash_ckpt_load(ckpt_dir, &saved, &tr->p, &tr->opt, &tr->ts, e2, sizeof e2)) < 0) {
+            snprintf(err, errlen, "resume: %s", e2);
+            return rc == -EINVAL ? -EIO : rc; /* a broken checkpoint is not a bad topology */
+        }
+        tr->opt.cfg.total_steps = total_steps;
+    } else {
+        if (t->drafter.init_dir) {
+            if ((rc = dflash_load_release(t->drafter.init_dir, &tr->cfg, &tr->p, err, errlen)) < 0)
+                return rc;
+            tr->cfg.gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(tr->cfg.block_size);
+        } else {
+            if ((rc = dflash_params_alloc(&tr->p, &tr->cfg)) < 0)
+                return rc;
+            dflash_params_init_random(&tr->p, &tr->cfg, t->seed, 0.02f);
+        }
+        if ((rc = adamw_init(&tr->opt, &oc, tr->p.n)) < 0)
+            return rc;
+        tr->ts.seed = t->seed;
+    }
+    tr->n_decay = dflash_decay_segments(&tr->cfg, tr->decay, (int)DF_ARRAY_LEN(tr->decay));
+    if (tr->cuda)
+        return trainer_cuda_open(tr, t, total_steps, ckpt_dir != NULL, err, errlen);
+
+    if ((rc = tm_load_embeddings(&tr->emb, t->target_model_dir, 0, err, errlen)) < 0)
+        return rc;
+    if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden) {
+        snprintf(err, errlen, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
+                 t->target_model_dir, tr->emb.vocab, tr->emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
+        return -EINVAL;
+    }
+    tr->fz.embed = tr->emb.embed;
+    tr->fz.lm_head = tr->emb.lm_head;
+    return dflash_params_alloc(&tr->g, &tr->cfg);
+}
+
+void trainer_close(trainer *tr)
+{
+    if (tr->cuda)
+        trainer_cuda_close(tr);
+    dflash_acts_free(&tr->acts);
+    dflash_params_free(&tr->g);
+    dflash_params_free(&tr->p);
+    adamw_free(&tr->opt);
+    tm_embeddings_free(&tr->emb);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* Sum the gradients over the drafter ranks (each already divided by the world size). */
+static int reduce_grads(ar_comm *ar, float *g, size_t n, char *err, size_t errlen)
+{
+    if (!ar || ar->world <= 1)
+        return 0;
+    int rc = ar_allreduce_sum(ar, g, n, ar->timeout_ns);
+    if (rc < 0)
+        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
+    return rc;
+}
+
+int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, void (*hb)(void *), void *hb_arg,
+                 dflash_stats *out, adamw_info *info, char *err, size_t errlen)
+{
+    const dflash_config *c = &tr->cfg;
+    if ((int)h->n_capture != c->n_capture || (int)h->d != c->hidden || (int)h->block_size != c->block_size) {
+        snprintf(err, errlen, "batch %llu: features %ux%u block %u do not match the drafter (%dx%d, block %d)",
+                 (unsigned long long)h->batch_id, h->n_capture, h->d, h->block_size, c->n_capture, c->hidden,
+                 c->block_size);
+        return -EINVAL;
+    }
+    memset(out, 0, sizeof *out);
+    int rc;
+    if (tr->cuda) {
+        rc = trainer_cuda_step(tr, h, slot, ar, out, info, err, errlen);
+        if (rc == 0)
+            tr->ts.step++;
+        return rc;
+    }
+    if (h->feat_dtype != BATCH_FEAT_F32) {
+        snprintf(err, errlen, "batch %llu: bf16 features, the cpu drafter takes fp32", (unsigned long long)h->batch_id);
+        return -EINVAL;
+    }
+    batch_header *b = (batch_header *)slot; /* cpu: h == slot */
+    dflash_batch seq[BATCH_MAX_DOCS];
+    int nd = (int)b->n_docs, ncd = c->n_capture * c->hidden;
+    double norm = 0;
+    for (int k = 0; k < nd; k++) {
+        int s0 = b->doc_starts[k], S = b->doc_starts[k + 1] - s0;
+        const float *H = (const float *)batch_feat(b) + (size_t)s0 * ncd;
+        if ((rc = dflash_batch_init(&seq[k], c, S, (int)b->num_anchors, H, batch_tokens(b) + s0, batch_mask(b) + s0,
+                                    tr->ts.seed, b->batch_id)) < 0 ||
+            (rc = dflash_batch_set_anchors(&seq[k], c, batch_anchors(b) + (size_t)k * b->num_anchors,
+                                           batch_keep(b) + (size_t)k * b->num_anchors, (int)b->num_anchors)) < 0) {
+            snprintf(err, errlen, "batch %llu document %d: bad anchors or tokens (%s)", (unsigned long long)b->batch_id,
+                     k, strerror(-rc));
+            for (int j = 0; j <= k; j++)
+                dflash_batch_free(&seq[j]);
+            return -EINVAL;
+        }
+        norm += seq[k].sum_w;
+    }
+    if (ar && ar->world > 1)
+        norm *= ar->world; /* each rank's gradient / world: the all-reduced sum is the mean */
+    memset(tr->g.data, 0, tr->g.n * sizeof(float));
+    rc = 0;
+    for (int k = 0; k < nd; k++) {
+        dflash_stats st;
+        if (rc == 0 && seq[k].sum_w > 0) { /* a document without loss positions contributes nothing */
+            rc = dflash_loss_and_grad(c, &tr->p, &tr->fz, &seq[k], &tr->acts, &tr->g, norm, 64, &st);
+            if (rc < 0)
+                snprintf(err, errlen, "batch %llu document %d: forward/backward: %s", (unsigned long long)b->batch_id,
+                         k, strerror(-rc));
+            else
+                dflash_stats_merge(out, &st);
+        }
+        if (hb)
+            hb(hb_arg);
+        dflash_batch_free(&seq[k]);
+    }
+    if (rc < 0)
+        return rc;
+    if ((rc = reduce_grads(ar, tr->g.data, tr->g.n, err, errlen)) < 0)
+        return rc;
+    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
+        snprintf(err, errlen, "AdamW: %s", strerror(-rc));
+        return rc;
+    }
+    tr->ts.step++;
+    return 0;
+}
+
+int trainer_save(trainer *tr, const char *root, char *err, size_t errlen)
+{
+    int rc;
+    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 1, err, errlen)) < 0)
+        return rc;
+    tr->ts.ledger_committed_step = tr->ts.step;
+    return dflash_ckpt_save(root, &tr->cfg, &tr->p, &tr->opt, &tr->ts, err, errlen);
+}
+
+int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen)
+{
+    int rc;
+    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 0, err, errlen)) < 0)
+        return rc;
+    return dflash_export_release(dir, &tr->cfg, &tr->p, err, errlen);
+}
+
+void trainer_record(trainer *tr, const dflash_stats *st)
+{
+    if (tr->start_n < TRAINER_START_STEPS) {
+        tr->start_loss_sum += st->loss;
+        tr->start_n++;
+    }
+    tr->end_win[(tr->ts.step + TRAINER_END_STEPS - 1) % TRAINER_END_STEPS] = *st;
+}
+
+int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *err, size_t errlen)
+{
+    dflash_stats end;
+    memset(&end, 0, sizeof end);
+    int n_end = (int)DF_MIN(tr->ts.step, TRAINER_END_STEPS);
+    for (int i = 0; i < n_end; i++)
+        dflash_stats_merge(&end, &tr->end_win[i]);
+    int B = tr->cfg.block_size;
+    double start_loss = tr->start_n ? tr->start_loss_sum / tr->start_n : NAN;
+    json_t *acc = json_array();
+    for (int k = 1; k < B; k++)
+        json_array_append_new(acc, json_real(dflash_stats_acc(&end, k)));
+    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:f, s:i, s:s, s:s}", "steps", (json_int_t)tr->ts.step,
+                          "loss_start", start_loss, "loss_end", end.loss, "acc", acc, "expected_tau",
+                          dflash_stats_tau(&end, B), "seconds", secs, "block_size", B, "release_dir", "drafter",
+                          "backend", tr->cuda ? "cuda" : "cpu");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
+    char *txt = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+    json_decref(j);
+    if (!txt) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    int rc = df_write_file_atomic(path, txt, strlen(txt));
+    free(txt);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    df_log("summary: %ld steps, loss %.4f -> %.4f, expected tau %.2f (block %d)", tr->ts.step, start_loss, end.loss,
+           dflash_stats_tau(&end, B), B);
+    return 0;
+}

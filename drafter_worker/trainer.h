@@ -1,0 +1,97 @@
+/* trainer.h: the drafter's training state and one optimizer step over a PD batch, on the
+ * CPU reference or on one GPU (prefix trainer_). drafter_worker_main.c owns the loop (which
+ * batch, when to checkpoint, the ledger); this file owns the model.
+ *
+ * One step: every document of the batch is one training sequence (its context features,
+ * tokens and anchors); gradients are summed over the documents with the loss normalised by
+ * the batch's total weight; with several drafter ranks the gradients are then summed over
+ * the ranks (ar_allreduce_sum) and divided by the world size; then AdamW with clipping and
+ * the warmup + cosine schedule.
+ *
+ * Backends (topology "backend"):
+ *   cpu   master weights, gradients and AdamW on the host (dflash_model.c, adamw.c); the
+ *         PD batch is read in place in its (host) ring slot.
+ *   cuda  dfc_* (dflash_cuda.h) on the worker's GPU; the batch's tokens, mask, anchors and
+ *         features are read in place in the (device) ring slot. trainer_cuda.c; a CPU-only
+ *         build has trainer_nocuda.c, which refuses with a message. The host copies of the
+ *         weights and of AdamW's moments are refreshed only for checkpoints and the export.
+ *
+ * Checkpoints and the release export go through dflash_ckpt.c in both cases, so a CPU run
+ * can resume a GPU checkpoint and the other way round.
+ *
+ * Errors: 0 or -errno with a message in err; the worker maps -EINVAL on setup (bad model,
+ * bad shape) to DF_EXIT_PERM and everything else to DF_EXIT_TEMP. */
+#ifndef DF_TRAINER_H
+#define DF_TRAINER_H
+
+#include "drafter_worker/adamw.h"
+#include "drafter_worker/dflash_ckpt.h"
+#include "drafter_worker/dflash_config.h"
+#include "drafter_worker/dflash_loss.h"
+#include "drafter_worker/dflash_model.h"
+#include "io/batch.h"
+#include "io/topology.h"
+#include "ipc/allreduce.h"
+#include "target_worker/target_model.h"
+
+#define TRAINER_START_STEPS 5 /* "loss at start" = mean of the first steps */
+#define TRAINER_END_STEPS 20  /* "loss at end" and the accuracies = the last steps */
+
+typedef struct trainer_cuda trainer_cuda; /* trainer_cuda.c */
+
+typedef struct trainer {
+    dflash_config cfg;
+    int cuda;               /* 0: CPU backend, 1: CUDA */
+    int device;             /* CUDA device (cuda only) */
+    dflash_params p;        /* master weights (cpu: live; cuda: host copy for checkpoints) */
+    adamw opt;              /* AdamW (cpu: live; cuda: host copy of m, v, step) */
+    dflash_train_state ts;
+    /* cpu backend */
+    dflash_params g;
+    dflash_frozen fz;
+    tm_embeddings emb;
+    adamw_segment decay[4 * DFLASH_MAX_LAYERS + 8];
+    int n_decay;
+    dflash_acts acts;
+    /* cuda backend */
+    trainer_cuda *gpu;
+    /* the summary's statistics */
+    dflash_stats end_win[TRAINER_END_STEPS];
+    double start_loss_sum;
+    int start_n;
+} trainer;
+
+/* Build the drafter from the topology and the target's config.json; then either resume the
+ * checkpoint ckpt_dir (non-NULL), or start from drafter.init_dir (release format), or from
+ * a random init seeded by the topology's seed. total_steps sizes the LR schedule; device is
+ * the worker's GPU (cuda backend). 0 or -errno with err set. */
+int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const char *ckpt_dir, char *err,
+                 size_t errlen);
+void trainer_close(trainer *tr); /* safe on a zeroed trainer */
+
+/* One optimizer step. h: the batch's header and metadata readable on the host (for the cpu
+ * backend the slot itself; for cuda a host copy of the slot's first h->off_feat bytes).
+ * slot: the slot as mapped in this process (host memory for cpu, device memory for cuda),
+ * holding tokens, mask, anchors, keep and features at h's offsets. ar: the drafter group
+ * (NULL or world 1: no reduction). hb: called between documents (long CPU steps keep the
+ * heartbeat alive), may be NULL. Fills st (merged over documents, this rank) and info. */
+int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, void (*hb)(void *), void *hb_arg,
+                 dflash_stats *st, adamw_info *info, char *err, size_t errlen);
+
+/* Checkpoint under root (dflash_ckpt_save) with ts.ledger_committed_step = ts.step. */
+int trainer_save(trainer *tr, const char *root, char *err, size_t errlen);
+/* Release-format export into dir. */
+int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen);
+/* Record a step's statistics for the summary; write <run_dir>/train_summary.json (loss at
+ * start and end, per-position accuracy, expected acceptance length) and log it. */
+void trainer_record(trainer *tr, const dflash_stats *st);
+int trainer_write_summary(trainer *tr, const char *run_dir, double seconds, char *err, size_t errlen);
+
+/* ---- backend seam (trainer_cuda.c / trainer_nocuda.c) ---- */
+int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen);
+int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
+                      adamw_info *info, char *err, size_t errlen);
+int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen); /* refresh tr->p (+ tr->opt) */
+void trainer_cuda_close(trainer *tr);
+
+#endif

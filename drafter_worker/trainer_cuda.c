@@ -1,0 +1,169 @@
+/* trainer_cuda.c: the trainer's CUDA backend (trainer.h): dfc_* on the worker's GPU.
+ *
+ * The frozen embedding and lm_head are uploaded once as bf16 (host fp32 copies freed right
+ * after). The batch is read in place in the device ring slot: tokens, mask, anchors and keep
+ * at the header's offsets, features (bf16) at off_feat; the host copy of the header gives
+ * the document boundaries and, per document, the loss normaliser and the number of kept
+ * anchors (dflash_batch_* on the host copy, no device round trip). */
+#include "drafter_worker/dflash_batch.h"
+#include "drafter_worker/dflash_cuda.h"
+#include "drafter_worker/trainer.h"
+#include "util.h"
+
+#include <cuda_runtime.h>
+
+struct trainer_cuda {
+    dfc_ctx *ctx;
+    dfc_bf16 *embed, *head; /* head == embed when tied */
+};
+
+static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
+    return -EIO;
+}
+
+int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
+{
+    cudaError_t ce = cudaSetDevice(tr->device);
+    if (ce != cudaSuccess)
+        return cuda_fail(ce, "cudaSetDevice", err, errlen);
+    trainer_cuda *g = calloc(1, sizeof *g);
+    if (!g)
+        return -ENOMEM;
+    tr->gpu = g;
+    tm_embeddings emb;
+    int rc = tm_load_embeddings(&emb, t->target_model_dir, 0, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (emb.vocab != tr->cfg.vocab || emb.hidden != tr->cfg.hidden) {
+        snprintf(err, errlen, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
+                 t->target_model_dir, emb.vocab, emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
+        tm_embeddings_free(&emb);
+        return -EINVAL;
+    }
+    size_t n = (size_t)emb.vocab * emb.hidden;
+    rc = dfc_upload_bf16(&g->embed, emb.embed, n);
+    if (rc == 0)
+        rc = emb.tied ? (g->head = g->embed, 0) : dfc_upload_bf16(&g->head, emb.lm_head, n);
+    tm_embeddings_free(&emb);
+    if (rc < 0) {
+        snprintf(err, errlen, "upload of the embeddings (%zu x 2 bytes): %s", n, strerror(-rc));
+        return rc;
+    }
+    adamw_config oc = tr->opt.cfg;
+    oc.total_steps = total_steps;
+    rc = dfc_init(&g->ctx, &tr->cfg, &oc, g->embed, g->head, (int)t->max_seq_len, (int)t->drafter.num_anchors, 0,
+                  err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = dfc_params_from_host(g->ctx, tr->p.data)) < 0 ||
+        (rc = dfc_opt_from_host(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
+                                resumed ? tr->opt.step : 0)) < 0) {
+        snprintf(err, errlen, "upload of the weights: %s", dfc_error(g->ctx));
+        return rc;
+    }
+    df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device", tr->device, dfc_param_count(g->ctx),
+           (double)dfc_device_bytes(g->ctx) / (1u << 30));
+    return 0;
+}
+
+int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
+                      adamw_info *info, char *err, size_t errlen)
+{
+    trainer_cuda *g = tr->gpu;
+    const dflash_config *c = &tr->cfg;
+    if (h->feat_dtype != BATCH_FEAT_BF16) {
+        snprintf(err, errlen, "batch %llu: fp32 features, the cuda drafter reads bf16 slots",
+                 (unsigned long long)h->batch_id);
+        return -EINVAL;
+    }
+    const char *base = (const char *)slot;
+    const char *hb = (const char *)h; /* the host copy: same offsets */
+    int N = (int)h->num_anchors, ncd = c->n_capture * c->hidden;
+    dflash_batch seq[BATCH_MAX_DOCS];
+    double norm = 0;
+    int nd = (int)h->n_docs, rc = 0;
+    for (int k = 0; k < nd; k++) {
+        int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
+        const int32_t *x = (const int32_t *)(hb + h->off_tokens) + s0;
+        const uint8_t *lm = (const uint8_t *)(hb + h->off_mask) + s0;
+        rc = dflash_batch_init(&seq[k], c, S, N, NULL, x, lm, tr->ts.seed, h->batch_id);
+        if (rc == 0)
+            rc = dflash_batch_set_anchors(&seq[k], c, (const int32_t *)(hb + h->off_anchors) + (size_t)k * N,
+                                          (const uint8_t *)(hb + h->off_keep) + (size_t)k * N, N);
+        if (rc < 0) {
+            snprintf(err, errlen, "batch %llu document %d: bad anchors or tokens (%s)", (unsigned long long)h->batch_id,
+                     k, strerror(-rc));
+            for (int j = 0; j <= k; j++)
+                dflash_batch_free(&seq[j]);
+            return -EINVAL;
+        }
+        norm += seq[k].sum_w;
+    }
+    if (ar && ar->world > 1)
+        norm *= ar->world; /* each rank's gradient / world: the all-reduced sum is the mean */
+    if ((rc = dfc_zero_grads(g->ctx)) < 0)
+        goto fail;
+    for (int k = 0; k < nd && rc == 0; k++) {
+        int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
+        if (seq[k].sum_w <= 0)
+            continue; /* no loss position: contributes nothing */
+        dfc_batch b = {
+            .S = S,
+            .N = N,
+            .n_real = seq[k].n_real,
+            .H = base + h->off_feat + (size_t)s0 * ncd * sizeof(dfc_bf16),
+            .H_bf16 = 1,
+            .x = (const int32_t *)(base + h->off_tokens) + s0,
+            .loss_mask = (const uint8_t *)(base + h->off_mask) + s0,
+            .anchors = (const int32_t *)(base + h->off_anchors) + (size_t)k * N,
+            .keep = (const uint8_t *)(base + h->off_keep) + (size_t)k * N,
+        };
+        dflash_stats ds;
+        rc = dfc_step_accumulate(g->ctx, &b, norm, &ds);
+        if (rc == 0)
+            dflash_stats_merge(st, &ds);
+    }
+    if (rc < 0)
+        goto fail;
+    if (ar && ar->world > 1) { /* gradients were pre-scaled by 1/world: the sum is the mean */
+        if ((rc = ar_set_stream(ar, dfc_stream(g->ctx))) < 0 ||
+            (rc = ar_allreduce_sum(ar, dfc_grads_device(g->ctx), dfc_param_count(g->ctx), ar->timeout_ns)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
+            goto out;
+        }
+    }
+    rc = dfc_optimizer_step(g->ctx, info);
+fail:
+    if (rc < 0)
+        snprintf(err, errlen, "batch %llu: %s", (unsigned long long)h->batch_id, dfc_error(g->ctx));
+out:
+    for (int k = 0; k < nd; k++)
+        dflash_batch_free(&seq[k]);
+    return rc;
+}
+
+int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
+{
+    trainer_cuda *g = tr->gpu;
+    int rc = dfc_params_to_host(g->ctx, tr->p.data);
+    if (rc == 0 && with_opt)
+        rc = dfc_opt_to_host(g->ctx, tr->opt.m, tr->opt.v, &tr->opt.step);
+    if (rc < 0)
+        snprintf(err, errlen, "copy of the weights to the host: %s", dfc_error(g->ctx));
+    return rc;
+}
+
+void trainer_cuda_close(trainer *tr)
+{
+    trainer_cuda *g = tr->gpu;
+    if (!g)
+        return;
+    dfc_free(g->ctx);
+    if (g->head && g->head != g->embed)
+        cudaFree(g->head);
+    cudaFree(g->embed);
+    free(g);
+    tr->gpu = NULL;
+}

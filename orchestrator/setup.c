@@ -9,11 +9,10 @@
  * no memory, and each (re)start gets the same segments in its hello.
  *
  * GPU arenas (a ring with gpu >= 0): the orchestrator never initialises CUDA. The seam is
- * setup_ring_arena(): for a GPU ring it must obtain the arena fd from a CUDA-capable
- * process (a tiny helper binary, arena_helper, that calls arena_create(ARENA_CUDA) and
- * sends the fd back with fdpass, then exits; the VMM allocation lives on through our fd).
- * Until that helper exists this returns -ENOTSUP with a message; the rest of the
- * orchestrator already treats arenas as opaque (fd, size, backend, device).
+ * setup_ring_arena(): a GPU ring's arena fd comes from a CUDA-capable process: the tiny
+ * arena_helper binary calls arena_create(ARENA_CUDA) and sends the fd back with fdpass,
+ * then exits; the VMM allocation lives on through our fd. The rest of the orchestrator
+ * treats arenas as opaque (fd, size, backend, device).
  *
  * Resume: the ledger is persisted to <run_dir>/ledger.bin (the whole segment, written
  * atomically) after every checkpoint commit. On --resume a fresh ledger is built from the
@@ -23,6 +22,10 @@
  * from). The snapshot must match the plan (batch count, seed, epoch) or resume refuses.
  */
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ipc/fdpass.h"
 #include "ipc/shm.h"
 #include "orch.h"
 #include "util.h"
@@ -52,6 +56,60 @@ static int is_dir(const char *p)
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Make *p absolute against the current directory (malloc'd, the old string freed). The
+ * topology's relative paths mean "relative to where the orchestrator was started"; the
+ * run dir's topology.json stores them absolute so that `--resume` from another directory
+ * (and every worker) finds the same files. NULL stays NULL. 0 or -errno. */
+static int absolutise(char **p)
+{
+    if (!*p || (*p)[0] == '/')
+        return 0;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return -errno;
+    char *abs = NULL;
+    if (asprintf(&abs, "%s/%s", cwd, *p) < 0)
+        return -ENOMEM;
+    free(*p);
+    *p = abs;
+    return 0;
+}
+
+static int absolutise_paths(topo *t)
+{
+    int rc = 0;
+    if (!rc) rc = absolutise(&t->run_dir);
+    if (!rc) rc = absolutise(&t->target_model_dir);
+    if (!rc) rc = absolutise(&t->drafter.init_dir);
+    if (!rc) rc = absolutise(&t->bin_dir);
+    for (int i = 0; !rc && i < t->n_shards; i++)
+        rc = absolutise(&t->shards[i]);
+    return rc;
+}
+
+/* --resume trusts the run dir's topology.json, which names the binaries to run: refuse a
+ * run dir that is not ours or that others may write (they could have planted it). */
+static int check_run_dir_owner(const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+    if (lstat(dir, &st) < 0) {
+        int e = errno;
+        snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "--resume: run dir %s is not a directory", dir);
+        return -ENOTDIR;
+    }
+    if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+        snprintf(err, errlen, "--resume: run dir %s is owned by uid %u with mode %03o: it must be ours (uid %u) "
+                 "and not writable by group or others (chmod 700)", dir, (unsigned)st.st_uid,
+                 (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+        return -EPERM;
+    }
+    return 0;
+}
+
 /* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker. */
 static void worker_binary(const orch *o, const topo_worker *tw, char *out, size_t cap)
 {
@@ -62,23 +120,90 @@ static void worker_binary(const orch *o, const topo_worker *tw, char *out, size_
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
 }
 
+/* A GPU ring's arena: run <bin_dir>/arena_helper, which creates the VMM allocation on the
+ * ring's device and sends back its fd (the orchestrator itself never loads CUDA). */
+static int cuda_arena_from_helper(orch *o, int i, uint64_t bytes, char *err, size_t errlen)
+{
+    const topo_ring *r = &o->t.rings[i];
+    char bin[1200], sockarg[16], devarg[16], bytesarg[32], name[80];
+    snprintf(bin, sizeof bin, "%s/arena_helper", o->t.bin_dir ? o->t.bin_dir : o->self_dir);
+    if (access(bin, X_OK) < 0) {
+        snprintf(err, errlen, "rings[%d] \"%s\": GPU arena helper %s: %s", i, r->name, bin, strerror(errno));
+        return -ENOENT;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+        snprintf(err, errlen, "socketpair: %s", strerror(errno));
+        return -errno;
+    }
+    snprintf(sockarg, sizeof sockarg, "%d", sv[1]);
+    snprintf(devarg, sizeof devarg, "%d", r->gpu);
+    snprintf(bytesarg, sizeof bytesarg, "%llu", (unsigned long long)bytes);
+    snprintf(name, sizeof name, "df-arena-%s", r->name);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(sv[0]), close(sv[1]);
+        snprintf(err, errlen, "fork: %s", strerror(e));
+        return -e;
+    }
+    if (pid == 0) {
+        fcntl(sv[1], F_SETFD, 0); /* the helper's end survives exec */
+        execl(bin, bin, "--sock", sockarg, "--device", devarg, "--bytes", bytesarg, "--name", name, (char *)NULL);
+        _exit(127);
+    }
+    close(sv[1]);
+    char msg[600] = "";
+    int fd = -1, nfd = 0, rc;
+    struct pollfd pfd = {.fd = sv[0], .events = POLLIN};
+    rc = poll(&pfd, 1, 120000); /* the first CUDA init on a cold machine takes seconds */
+    if (rc <= 0) {
+        kill(pid, SIGKILL);
+        rc = rc == 0 ? -ETIMEDOUT : -errno;
+        snprintf(err, errlen, "rings[%d] \"%s\": arena_helper gave no answer: %s", i, r->name, strerror(-rc));
+    } else {
+        rc = fdpass_recv(sv[0], msg, sizeof msg - 1, &fd, 1, &nfd);
+        if (rc > 0 && nfd == 1 && !strncmp(msg, "ok ", 3)) {
+            rc = 0;
+        } else {
+            if (nfd == 1)
+                close(fd);
+            snprintf(err, errlen, "rings[%d] \"%s\": GPU arena of %llu bytes on device %d: %s", i, r->name,
+                     (unsigned long long)bytes, r->gpu, rc > 0 ? msg : "arena_helper died without an answer");
+            rc = -EIO;
+        }
+    }
+    close(sv[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (rc < 0)
+        return rc;
+    arena *a = &o->ring_arena[i];
+    arena_init(a);
+    a->kind = ARENA_CUDA;
+    a->fd = fd;
+    a->device = r->gpu;
+    a->size = bytes; /* importers round up exactly as the creator did */
+    df_log("rings[%d] \"%s\": GPU arena of %llu bytes on device %d (%s)", i, r->name, (unsigned long long)bytes,
+           r->gpu, msg);
+    return 0;
+}
+
 static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
 {
     const topo_ring *r = &o->t.rings[i];
     uint64_t bytes = (uint64_t)r->slots * r->slot_bytes;
     char name[64];
     snprintf(name, sizeof name, "df-arena-%s", r->name);
-    if (r->gpu >= 0) {
-        snprintf(err, errlen,
-                 "rings[%d] \"%s\": GPU arenas are created by a CUDA helper (orchestrator/setup.c, "
-                 "setup_ring_arena), which is not implemented yet",
-                 i, r->name);
-        return -ENOTSUP;
-    }
+    if (r->gpu >= 0)
+        return cuda_arena_from_helper(o, i, bytes, err, errlen);
     int rc = arena_create(&o->ring_arena[i], ARENA_CPU, -1, bytes, name);
-    if (rc < 0)
-        snprintf(err, errlen, "rings[%d] \"%s\": arena of %llu bytes: %s", i, r->name,
-                 (unsigned long long)bytes, arena_strerror(rc));
+    if (rc < 0) /* name the two fields that size it: they are what the operator can change */
+        snprintf(err, errlen, "rings[%d] \"%s\": arena of %llu bytes (rings[%d].slots %u x rings[%d].slot_bytes %llu): "
+                 "%s: lower rings[%d].slots or rings[%d].slot_bytes, or free memory",
+                 i, r->name, (unsigned long long)bytes, i, r->slots, i, (unsigned long long)r->slot_bytes,
+                 arena_strerror(rc), i, i);
     return rc;
 }
 
@@ -213,6 +338,8 @@ static int setup_segments(orch *o, char *err, size_t errlen)
         if ((rc = setup_ring_arena(o, i, err, errlen)) < 0)
             return rc;
     }
+    if ((rc = group_setup(o, err, errlen)) < 0)
+        return rc;
     return setup_ledger(o, err, errlen);
 }
 
@@ -253,6 +380,7 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     arena_init(&o->status_seg);
     arena_init(&o->handoff_seg);
     arena_init(&o->ledger_seg);
+    arena_init(&o->ar_seg);
     for (int i = 0; i < TOPO_MAX_RINGS; i++) {
         arena_init(&o->ring_seg[i]);
         arena_init(&o->ring_arena[i]);
@@ -280,12 +408,18 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(-prc));
             return prc;
         }
+        if ((rc = check_run_dir_owner(o->run_dir, err, errlen)) < 0)
+            return rc;
         snprintf(o->topo_path, sizeof o->topo_path, "%s/topology.json", o->run_dir);
         if ((rc = topo_load(&o->t, o->topo_path, err, errlen)) < 0)
             return rc;
     } else {
         if ((rc = topo_load(&o->t, path, err, errlen)) < 0)
             return rc;
+        if ((rc = absolutise_paths(&o->t)) < 0) {
+            snprintf(err, errlen, "%s: making paths absolute: %s", path, strerror(-rc));
+            return rc;
+        }
     }
 
     /* check the binaries before creating anything */
@@ -355,6 +489,7 @@ void setup_teardown(orch *o)
     arena_close(&o->status_seg);
     arena_close(&o->handoff_seg);
     arena_close(&o->ledger_seg);
+    group_teardown(o);
     for (int i = 0; i < TOPO_MAX_RINGS; i++) {
         arena_close(&o->ring_seg[i]);
         arena_close(&o->ring_arena[i]);

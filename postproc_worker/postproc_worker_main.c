@@ -13,6 +13,8 @@
  * slot (restarted; the batch is retried and poisoned after max_attempts). */
 #include "drafter_worker/dflash_batch.h"
 #include "io/batch.h"
+#include "io/batch_view.h"
+#include "postproc_worker/pp_copy.h"
 #include "io/metrics.h"
 #include "io/stage.h"
 #include "ipc/ctl.h"
@@ -38,8 +40,6 @@ int main(int argc, char **argv)
     DF_CHECK_ERR(ctl_worker_start(&w, argc, argv));
     df_log_init(w.name);
     const topo *t = &w.topo;
-    if (t->backend != TOPO_CPU)
-        df_die(DF_EXIT_PERM, "backend \"cuda\" is not wired into postproc_worker yet: use \"cpu\"");
     ring *in = ctl_ring_in(&w), *out = ctl_ring_out(&w);
     arena *Ain = ctl_ring_arena(&w, in), *Aout = ctl_ring_arena(&w, out);
     uint64_t in_bytes = ctl_ring_slot_bytes(&w, in), out_bytes = ctl_ring_slot_bytes(&w, out);
@@ -50,6 +50,12 @@ int main(int argc, char **argv)
     int N = (int)dr->num_anchors;
 
     char mdir[1200], err[512];
+    /* the copies run on the drafter's GPU (it pulls from the target's, which never waits) */
+    pp_copier *cp;
+    if (pp_copier_open(&cp, Aout->kind == ARENA_CUDA ? Aout->device : -1, err, sizeof err) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    batch_view iview = {0};
+    void *ometa = NULL; /* host buffer for the output metadata (cuda) */
     snprintf(mdir, sizeof mdir, "%s/metrics", w.run_dir);
     metrics_writer mw;
     DF_CHECK_ERR(metrics_open(&mw, mdir, w.name, w.incarnation));
@@ -82,8 +88,8 @@ int main(int argc, char **argv)
             break; /* closed and drained: upstream is gone */
         DF_CHECK_ERR(rc);
         const ring_desc *id = ring_desc_at(in, islot);
-        batch_header *src = (batch_header *)((char *)Ain->base + id->offset);
-        if (id->offset + sizeof *src > Ain->size || batch_validate(src, in_bytes, BATCH_KIND_TP, err, sizeof err) < 0)
+        batch_header *src;
+        if (batch_view_read(&iview, Ain, id->offset, in_bytes, BATCH_KIND_TP, &src, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "input slot %u: %s", islot, err); /* retried, then poisoned */
 
         for (;;) {
@@ -101,7 +107,17 @@ int main(int argc, char **argv)
         DF_CHECK_ERR(handoff_begin(H, (uint16_t)w.id, w.incarnation, &ie, &oe));
 
         uint64_t off = (uint64_t)oslot * out_bytes;
+        batch_header probe = *src;
+        probe.kind = BATCH_KIND_PD;
+        probe.num_anchors = (uint32_t)N;
+        batch_layout(&probe);
         batch_header *dst = (batch_header *)((char *)Aout->base + off);
+        if (Aout->kind == ARENA_CUDA) { /* build the metadata on the host, copy it in below */
+            free(ometa);
+            if (!(ometa = calloc(1, probe.off_feat)))
+                df_die(DF_EXIT_TEMP, "out of memory");
+            dst = ometa;
+        }
         *dst = *src;
         dst->kind = BATCH_KIND_PD;
         dst->num_anchors = (uint32_t)N;
@@ -119,11 +135,12 @@ int main(int argc, char **argv)
                                                batch_mask(src) + s0, S, t->seed,
                                                dst->batch_id * BATCH_MAX_DOCS + k));
         }
-        size_t nfeat = (size_t)src->T * src->n_capture * src->d;
-        memcpy(batch_feat(dst), batch_feat(src), nfeat * sizeof(float));
-        if (dr->noise_std > 0)
-            dflash_add_noise((float *)batch_feat(dst), nfeat, dr->noise_std, t->seed, dst->batch_id);
         dst->checksum = batch_checksum(dst);
+        size_t nfeat = (size_t)src->T * src->n_capture * src->d;
+        if (batch_view_write(Aout, off, dst, err, sizeof err) < 0 ||
+            pp_copy_features(cp, Aout, off + dst->off_feat, Ain, id->offset + src->off_feat, nfeat, src->feat_dtype,
+                             dr->noise_std, t->seed, dst->batch_id, err, sizeof err) < 0)
+            df_die(DF_EXIT_TEMP, "%s", err);
 
         ring_desc *od = ring_desc_at(out, oslot);
         *od = *id;
@@ -140,6 +157,9 @@ int main(int argc, char **argv)
     df_log("done: %llu batches, busy %.1fs, waiting %.1fs", (unsigned long long)done, st.busy_total_s,
            st.wait_total_s);
     metrics_close(&mw);
+    batch_view_free(&iview);
+    free(ometa);
+    pp_copier_close(cp);
     ctl_worker_close(&w);
     return DF_EXIT_OK;
 }

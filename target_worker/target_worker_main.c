@@ -16,6 +16,7 @@
 #include "io/shard.h"
 #include "io/stage.h"
 #include "ipc/ctl.h"
+#include "target_worker/target_backend.h"
 #include "target_worker/target_model.h"
 #include "util.h"
 
@@ -42,16 +43,13 @@ int main(int argc, char **argv)
     const topo *t = &w.topo;
     char err[1024];
 
-    if (t->backend != TOPO_CPU)
-        df_die(DF_EXIT_PERM, "backend \"cuda\" is not wired into target_worker yet: use \"cpu\"");
-    tm_model m;
-    int rc = tm_load(&m, t->target_model_dir, t->capture_layers, t->n_capture, err, sizeof err);
+    tb_backend *m;
+    int rc = tb_open(&m, t, w.self->gpu, err, sizeof err);
     if (rc < 0)
-        df_die(tm_exit_code(rc), "%s", err);
+        df_die(rc == -ENOTSUP ? DF_EXIT_PERM : tm_exit_code(rc), "%s", err);
     dataset *ds;
     if (dataset_open(&ds, t->shards, t->n_shards, err, sizeof err) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
-    DF_CHECK_ERR(tm_reserve(&m, (int)t->token_budget));
 
     ring *out = ctl_ring_out(&w);
     arena *A = ctl_ring_arena(&w, out);
@@ -59,10 +57,10 @@ int main(int argc, char **argv)
     DF_CHECK(out && A && A->base && slot_bytes > 0);
     ledger *L = ctl_ledger(&w);
     handoff_table *H = ctl_handoff(&w);
-    int d = m.cfg.hidden_size;
+    int d = tb_hidden(m);
 
     batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
-                          .d = (uint32_t)d, .feat_dtype = BATCH_FEAT_F32};
+                          .d = (uint32_t)d, .feat_dtype = tb_feat_dtype(m)};
     if (batch_layout(&probe) > slot_bytes)
         df_die(DF_EXIT_PERM, "%s: rings[%d].slot_bytes %llu is too small for a batch of %llu tokens (%llu bytes needed)",
                t->source_path, w.self->out_ring,
@@ -77,7 +75,7 @@ int main(int argc, char **argv)
     stage_init(&st, &mw, NULL, out, 1000000000ull);
     DF_CHECK_ERR(ctl_ready(&w));
     df_log("ready: %s, %d layers run of %d, capture %d layers, %llu samples", t->target_model_dir,
-           m.n_layers, m.cfg.num_hidden_layers, t->n_capture, (unsigned long long)dataset_n_samples(ds));
+           tb_n_layers_run(m), tb_n_layers(m), t->n_capture, (unsigned long long)dataset_n_samples(ds));
 
     uint64_t produced = 0;
     for (;;) {
@@ -91,7 +89,9 @@ int main(int argc, char **argv)
             continue;
         }
         uint64_t bid;
-        rc = ledger_claim_next(L, (uint16_t)w.id, w.incarnation, &bid);
+        /* fast mode: any pending batch; deterministic: the lowest pending one inside the
+         * window after the drafter's low-water mark (docs/ledger.md) */
+        rc = ledger_claim(L, (uint16_t)w.id, w.incarnation, ctl_claim_window(&w), &bid);
         if (rc == -ENODATA) {
             if (ledger_epoch_done(L))
                 break;
@@ -124,12 +124,12 @@ int main(int argc, char **argv)
             df_die(DF_EXIT_PERM, "batch %llu has %u samples, more than %d", (unsigned long long)bid, ns,
                    BATCH_MAX_DOCS);
         uint64_t off = (uint64_t)slot * slot_bytes;
-        batch_header *b = (batch_header *)((char *)A->base + off);
+        batch_header *b = tb_meta_buffer(m, A, off); /* the slot (cpu) or a host buffer (cuda) */
         memset(b, 0, sizeof *b);
         b->magic = BATCH_MAGIC;
         b->version = BATCH_VERSION;
         b->kind = BATCH_KIND_TP;
-        b->feat_dtype = BATCH_FEAT_F32;
+        b->feat_dtype = tb_feat_dtype(m);
         b->batch_id = bid;
         b->n_docs = ns;
         b->n_capture = (uint32_t)t->n_capture;
@@ -159,7 +159,8 @@ int main(int argc, char **argv)
             }
         }
         b->checksum = batch_checksum(b);
-        DF_CHECK_ERR(tm_forward_cpu(&m, tok, b->doc_starts, (int)ns, (float *)batch_feat(b)));
+        if ((rc = tb_forward(m, A, off, b, err, sizeof err)) < 0) /* bad token: bad data, do not retry */
+            df_die(rc == -ERANGE || rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s", err);
 
         ring_desc *desc = ring_desc_at(out, slot);
         memset(desc, 0, sizeof *desc);
@@ -181,7 +182,7 @@ int main(int argc, char **argv)
            (unsigned long long)st.tokens_total, st.busy_total_s, st.wait_total_s);
     metrics_close(&mw);
     dataset_close(ds);
-    tm_free(&m);
+    tb_close(m);
     ctl_worker_close(&w);
     return DF_EXIT_OK;
 }

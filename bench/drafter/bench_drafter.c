@@ -38,7 +38,7 @@ int main(int argc, char **argv)
 static void usage(void)
 {
     printf("usage: bench_drafter [--seq S ...] [--anchors N ...] [--iters n] [--warmup n] [--chunk rows]\n"
-           "                     [--json PATH] [--tiny]\n"
+           "                     [--json PATH] [--tiny | --shape 1.7b|8b]\n"
            "  default: S in {768, 2048} x anchors in {256, 512} ... run as the pairs (768,256) and (2048,512)\n"
            "  --seq/--anchors  give the pairs explicitly (same count), e.g. --seq 768 2048 --anchors 256 512\n"
            "  --iters 10 --warmup 3 --chunk 1024; --tiny: a small shape (smoke test of the code path)\n"
@@ -74,6 +74,16 @@ static void qwen3_8b_b16(dflash_config *c)
     memset(c->layer_sliding, 0, sizeof c->layer_sliding);
     c->tie_word_embeddings = 0, c->max_position_embeddings = 40960;
     c->rms_norm_eps = 1e-6, c->rope_theta = 1e6, c->gamma = 7.0;
+}
+
+/* The same drafter on the Qwen3-1.7B target (d 2048, 16/8 heads, I 6144, 28 layers, tied). */
+static void qwen3_1p7b_b16(dflash_config *c)
+{
+    qwen3_8b_b16(c);
+    c->hidden = 2048, c->intermediate = 6144, c->n_heads = 16, c->n_kv_heads = 8, c->num_target_layers = 28;
+    int ids[5] = {1, 7, 13, 19, 25};
+    memcpy(c->target_layer_ids, ids, sizeof ids);
+    c->tie_word_embeddings = 1;
 }
 
 static void tiny_shape(dflash_config *c)
@@ -138,7 +148,7 @@ typedef struct result {
 int main(int argc, char **argv)
 {
     int seqs[MAXCFG] = {768, 2048}, anch[MAXCFG] = {256, 512}, nseq = 0, nanc = 0, iters = 10, warmup = 3;
-    int chunk = 1024, tiny = 0;
+    int chunk = 1024, tiny = 0, small = 0;
     const char *json = "bench/results/drafter_cuda.json";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -160,6 +170,14 @@ int main(int argc, char **argv)
             json = argv[++i];
         } else if (!strcmp(argv[i], "--tiny")) {
             tiny = 1;
+        } else if (i + 1 < argc && !strcmp(argv[i], "--shape")) {
+            i++;
+            if (!strcmp(argv[i], "1.7b"))
+                small = 1;
+            else if (strcmp(argv[i], "8b")) {
+                fprintf(stderr, "bench_drafter: --shape takes 1.7b or 8b, got %s\n", argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "bench_drafter: unknown argument '%s' (--help)\n", argv[i]);
             return 2;
@@ -188,6 +206,8 @@ int main(int argc, char **argv)
     dflash_config c;
     if (tiny)
         tiny_shape(&c);
+    else if (small)
+        qwen3_1p7b_b16(&c);
     else
         qwen3_8b_b16(&c);
     int maxS = 0, maxN = 0;
@@ -197,7 +217,7 @@ int main(int argc, char **argv)
     cudaStream_t s0;
     CUDA_OK(cudaStreamCreate(&s0));
     printf("bench_drafter: %s, %s shape, measuring the bf16 8192^3 GEMM ceiling ...\n", prop.name,
-           tiny ? "tiny" : "Qwen3-8B-DFlash-b16");
+           tiny ? "tiny" : small ? "Qwen3-1.7B-DFlash-b16" : "Qwen3-8B-DFlash-b16");
     fflush(stdout);
     double ceiling = gemm_ceiling(s0);
     printf("bench_drafter: GEMM ceiling %.1f TFLOP/s\n", ceiling);
@@ -346,7 +366,7 @@ int main(int argc, char **argv)
                                 "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
                                 "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
                                 "\"step_ms_all\": [",
-                                tiny ? "tiny" : "qwen3-8b-b16", res[i].S, res[i].anchors, res[i].real, B, res[i].ms,
+                                tiny ? "tiny" : small ? "qwen3-1.7b-b16" : "qwen3-8b-b16", res[i].S, res[i].anchors, res[i].real, B, res[i].ms,
                                 res[i].ms, 1000.0 / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling,
                                 res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms,
                                 res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms,

@@ -65,6 +65,8 @@ void stage_tick(stage_stats *s, int force)
         metrics_num(&l, "tok_s", (double)s->tokens / dt);
         metrics_u64(&l, "items", s->items_total);
         metrics_u64(&l, "tokens", s->tokens_total);
+        metrics_num(&l, "busy_s", s->busy_total_s);
+        metrics_num(&l, "wait_s", s->wait_total_s);
         ring_fields(&l, "in", s->in);
         ring_fields(&l, "out", s->out);
         metrics_end(&l);

@@ -1,0 +1,77 @@
+/* target_backend.c: the CPU side of target_backend.h (tm_forward_cpu in the slot) and
+ * the dispatch; the CUDA side is target_backend_cuda.c. */
+#include "target_worker/target_backend_internal.h"
+
+#include "target_worker/target_model.h"
+#include "util.h"
+
+typedef struct tb_cpu {
+    struct tb_backend base;
+    tm_model m;
+} tb_cpu;
+
+static int cpu_forward(tb_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
+{
+    tb_cpu *b = (tb_cpu *)bb;
+    int rc = tm_forward_cpu(&b->m, batch_tokens(h), h->doc_starts, (int)h->n_docs, (float *)batch_feat(h));
+    if (rc < 0)
+        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id,
+                 rc == -ERANGE ? "a token id is outside the vocabulary" : strerror(-rc));
+    return rc;
+}
+
+static batch_header *cpu_meta(tb_backend *b, const arena *A, uint64_t off)
+{
+    return (batch_header *)((char *)A->base + off);
+}
+
+static void cpu_close(tb_backend *bb)
+{
+    tb_cpu *b = (tb_cpu *)bb;
+    tm_free(&b->m);
+    free(b);
+}
+
+int tb_open(tb_backend **out, const topo *t, int device, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (t->backend != TOPO_CPU)
+        return tb_cuda_open(out, t, device, err, errlen);
+    tb_cpu *b = calloc(1, sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    int rc = tm_load(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, err, errlen);
+    if (rc == 0 && (rc = tm_reserve(&b->m, (int)t->token_budget)) < 0)
+        snprintf(err, errlen, "workspace for %llu tokens: out of memory", (unsigned long long)t->token_budget);
+    if (rc < 0) {
+        tm_free(&b->m);
+        free(b);
+        return rc;
+    }
+    b->base.hidden = b->m.cfg.hidden_size;
+    b->base.n_layers_run = b->m.n_layers;
+    b->base.n_layers = b->m.cfg.num_hidden_layers;
+    b->base.forward = cpu_forward;
+    b->base.meta = cpu_meta;
+    b->base.close = cpu_close;
+    *out = &b->base;
+    return 0;
+}
+
+void tb_close(tb_backend *b)
+{
+    if (b)
+        b->close(b);
+}
+
+int tb_hidden(const tb_backend *b) { return b->hidden; }
+int tb_n_layers_run(const tb_backend *b) { return b->n_layers_run; }
+int tb_n_layers(const tb_backend *b) { return b->n_layers; }
+uint32_t tb_feat_dtype(const tb_backend *b) { return b->cuda ? BATCH_FEAT_BF16 : BATCH_FEAT_F32; }
+
+batch_header *tb_meta_buffer(tb_backend *b, const arena *A, uint64_t off) { return b->meta(b, A, off); }
+
+int tb_forward(tb_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
+{
+    return b->forward(b, A, off, h, err, errlen);
+}

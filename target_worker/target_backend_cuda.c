@@ -1,0 +1,116 @@
+/* target_backend_cuda.c: the CUDA side of target_backend.h: tmc_forward straight into the
+ * device ring slot. The metadata is built on the host and copied in first (tokens and
+ * doc_starts must be on the device for the forward); the features are written as bf16 at
+ * off_feat; the stream is synchronised before returning so the slot can be published. */
+#include "target_worker/target_backend_internal.h"
+#include "target_worker/target_model_cuda.h"
+#include "io/batch_view.h"
+#include "util.h"
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+typedef struct tb_cuda {
+    struct tb_backend base;
+    tmc_model m;
+    cudaStream_t s;
+    void *meta;      /* host buffer for one slot's metadata */
+    size_t meta_cap;
+    int device;
+} tb_cuda;
+
+static int cuda_forward(tb_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
+{
+    tb_cuda *b = (tb_cuda *)bb;
+    if (A->kind != ARENA_CUDA || A->device != b->device) {
+        snprintf(err, errlen, "the output ring's arena is %s device %d; the cuda target runs on device %d",
+                 A->kind == ARENA_CUDA ? "on" : "in host memory, not on", A->device, b->device);
+        return -EINVAL;
+    }
+    int rc = batch_view_write(A, off, h, err, errlen);
+    if (rc < 0)
+        return rc;
+    char *slot = (char *)A->base + off;
+    rc = tmc_forward(&b->m, (const int32_t *)(slot + h->off_tokens),
+                     (const int32_t *)(slot + offsetof(batch_header, doc_starts)), (int)h->n_docs, (int)h->T,
+                     (nnc_bf16 *)(slot + h->off_feat), b->s);
+    if (rc < 0) {
+        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, tmc_error(&b->m));
+        return rc == -EINVAL ? -EINVAL : -EIO;
+    }
+    cudaError_t ce = cudaStreamSynchronize(b->s);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id,
+                 cudaGetErrorString(ce));
+        return -EIO;
+    }
+    int bad = 0;
+    if ((rc = tmc_take_token_error(&b->m, &bad)) < 0) {
+        snprintf(err, errlen, "%s", tmc_error(&b->m));
+        return -EIO;
+    }
+    if (bad) {
+        snprintf(err, errlen, "batch %llu: a token id is outside the vocabulary", (unsigned long long)h->batch_id);
+        return -ERANGE;
+    }
+    return 0;
+}
+
+static batch_header *cuda_meta(tb_backend *bb, const arena *A, uint64_t off)
+{
+    return (batch_header *)((tb_cuda *)bb)->meta;
+}
+
+static void cuda_close(tb_backend *bb)
+{
+    tb_cuda *b = (tb_cuda *)bb;
+    tmc_free(&b->m);
+    if (b->s)
+        cudaStreamDestroy(b->s);
+    free(b->meta);
+    free(b);
+}
+
+int tb_cuda_open(tb_backend **out, const topo *t, int device, char *err, size_t errlen)
+{
+    *out = NULL;
+    cudaError_t ce = cudaSetDevice(device);
+    if (ce != cudaSuccess) {
+        snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
+        return -EIO;
+    }
+    tb_cuda *b = calloc(1, sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    b->device = device;
+    batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
+                          .d = 1, .feat_dtype = BATCH_FEAT_BF16};
+    batch_layout(&probe);
+    b->meta_cap = probe.off_feat;
+    b->meta = calloc(1, b->meta_cap);
+    int rc = b->meta ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = tmc_load(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, (int)t->token_budget, err, errlen);
+    if (rc == 0 && (ce = cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking)) != cudaSuccess) {
+        snprintf(err, errlen, "cudaStreamCreate: %s", cudaGetErrorString(ce));
+        rc = -EIO;
+    }
+    if (rc < 0) {
+        cuda_close(&b->base);
+        return rc;
+    }
+    b->base.cuda = 1;
+    b->base.hidden = b->m.d;
+    b->base.n_layers_run = b->m.n_layers;
+    hfc_config hc;
+    char path[1200], e2[256];
+    memset(&hc, 0, sizeof hc);
+    snprintf(path, sizeof path, "%s/config.json", t->target_model_dir);
+    b->base.n_layers = hfc_load(&hc, path, e2, sizeof e2) == 0 ? hc.num_hidden_layers : b->m.n_layers;
+    hfc_free(&hc);
+    b->base.forward = cuda_forward;
+    b->base.meta = cuda_meta;
+    b->base.close = cuda_close;
+    *out = &b->base;
+    return 0;
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""report.py: end-to-end figures of one pipeline run, from its run directory.
+
+    python3 bench/pipeline/report.py RUN_DIR [--json PATH] [--target-json F] [--drafter-json F]
+
+Reads metrics/<worker>.jsonl (the workers' "stage" lines: cumulative tokens, items, busy_s,
+wait_s; the drafter's "step" lines), ledger_audit.json and train_summary.json, and prints:
+end-to-end tokens/s and samples/s (drafter-trained tokens over the wall time from the first
+worker line to the last drafter step), the steady state (the same over the steps after the
+first 10%), and each stage's busy / waiting fractions. With --target-json / --drafter-json
+(the JSON of bench_target / bench_drafter measured in the same call) it adds the
+stage-alone ceilings beside them.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+
+def lines(path):
+    out = []
+    with open(path) as f:
+        for ln in f:
+            try:
+                out.append(json.loads(ln))
+            except ValueError:
+                pass  # a torn last line of a killed writer
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir")
+    ap.add_argument("--json")
+    ap.add_argument("--target-json")
+    ap.add_argument("--drafter-json")
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    mdir = os.path.join(a.run_dir, "metrics")
+    workers = {}
+    for p in sorted(glob.glob(os.path.join(mdir, "*.jsonl"))):
+        name = os.path.basename(p)[:-6]
+        if name in ("orchestrator", "summary"):
+            continue
+        workers[name] = lines(p)
+    if not workers:
+        sys.exit(f"report: no worker metrics in {mdir}")
+    audit = json.load(open(os.path.join(a.run_dir, "ledger_audit.json")))
+    summ_path = os.path.join(a.run_dir, "train_summary.json")
+    summ = json.load(open(summ_path)) if os.path.exists(summ_path) else {}
+    t0 = min(ls[0]["t"] for ls in workers.values() if ls)
+    steps = [l for ls in workers.values() for l in ls if l.get("ev") == "step"]
+    steps.sort(key=lambda l: l["t"])
+    if not steps:
+        sys.exit("report: no drafter step lines")
+    t1 = steps[-1]["t"]
+    tokens = sum(l["tokens"] for l in steps)
+    wall = t1 - t0
+    k = max(1, len(steps) // 10)
+    ss_tokens = sum(l["tokens"] for l in steps[k:])
+    ss_wall = steps[-1]["t"] - steps[k - 1]["t"]
+    n_samples = audit.get("n_samples", 0)
+    stages = {}
+    for name, ls in workers.items():
+        st = [l for l in ls if l.get("ev") == "stage"]
+        if not st:
+            continue
+        last = st[-1]
+        span = st[-1]["t"] - ls[0]["t"]
+        stages[name] = {
+            "tokens": last.get("tokens"), "items": last.get("items"),
+            "busy_s": last.get("busy_s"), "wait_s": last.get("wait_s"), "span_s": span,
+            "busy_frac": (last.get("busy_s") or 0) / span if span > 0 else None,
+            "wait_frac": (last.get("wait_s") or 0) / span if span > 0 else None,
+            "busy_tok_s": last["tokens"] / last["busy_s"] if last.get("busy_s") else None,
+        }
+    res = {
+        "label": a.label, "run_dir": a.run_dir, "steps": len(steps), "tokens": tokens, "samples": n_samples,
+        "wall_s": wall, "tok_s": tokens / wall, "samples_s": n_samples / wall,
+        "steady_tok_s": ss_tokens / ss_wall if ss_wall > 0 else None,
+        "exactly_once": audit.get("exactly_once"), "loss_start": summ.get("loss_start"),
+        "loss_end": summ.get("loss_end"), "expected_tau": summ.get("expected_tau"), "stages": stages,
+    }
+    print(f"pipeline {a.label}: {len(steps)} steps, {tokens} tokens, {n_samples} samples in {wall:.1f}s, "
+          f"exactly once: {audit.get('exactly_once')}")
+    print(f"  end to end: {res['tok_s']:,.0f} tok/s, {res['samples_s']:.1f} samples/s; "
+          f"steady state (after the first 10% of steps): {res['steady_tok_s'] or 0:,.0f} tok/s")
+    if summ:
+        print(f"  drafter loss {summ.get('loss_start', 0):.3f} -> {summ.get('loss_end', 0):.3f}, "
+              f"expected tau {summ.get('expected_tau', 0):.2f}")
+    print(f"  {'stage':<12} {'busy':>6} {'wait':>6} {'tokens':>10} {'tok/s busy':>12}")
+    for name, s in stages.items():
+        print(f"  {name:<12} {s['busy_frac'] or 0:>6.1%} {s['wait_frac'] or 0:>6.1%} {s['tokens'] or 0:>10} "
+              f"{s['busy_tok_s'] or 0:>12,.0f}")
+    if a.target_json:
+        tj = json.load(open(a.target_json))
+        rows = tj.get("results", tj) if isinstance(tj, dict) else tj
+        res["target_alone"] = rows
+        for r in rows if isinstance(rows, list) else []:
+            tok = r.get("tok_s") or r.get("tokens_per_s")
+            if tok:
+                print(f"  ceiling: target alone (bench_target {r.get('model', '')}, T={r.get('T', '')}): {tok:,.0f} tok/s")
+    if a.drafter_json:
+        dj = json.load(open(a.drafter_json))
+        res["drafter_alone"] = dj
+        for r in dj:
+            print(f"  ceiling: drafter alone (bench_drafter {r['shape']}, S={r['seq']}, {r['anchors']} anchors): "
+                  f"{r['seq'] * r['samples_per_s']:,.0f} tok/s ({r['ms_per_step']:.1f} ms/step, MFU {r['mfu']:.1%})")
+    if a.json:
+        os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+        print(f"  -> {a.json}")
+
+
+if __name__ == "__main__":
+    main()

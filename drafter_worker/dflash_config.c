@@ -225,6 +225,11 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
         (rc = get_num(o, "rope_theta", &theta, 0, what, err, errlen)) < 0 ||
         (rc = get_num(o, "dflash_gamma", &gamma, 0, what, err, errlen)) < 0)
         return rc;
+    /* transformers 5 writes rope_theta inside rope_parameters, not at the top level */
+    json_t *rp = json_object_get(o, "rope_parameters");
+    if (!json_object_get(o, "rope_theta") && json_is_object(rp) &&
+        (rc = get_num(rp, "rope_theta", &theta, 0, what, err, errlen)) < 0)
+        return rc;
     c->rms_norm_eps = eps;
     c->rope_theta = theta;
     c->gamma = gamma > 0 ? gamma : dflash_default_gamma(c->block_size);

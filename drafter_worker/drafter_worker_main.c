@@ -2,17 +2,35 @@
  * every document of the batch is one sequence (its context features, tokens and anchors);
  * the loss is normalised by the batch's total weight, gradients summed over documents,
  * then AdamW with clipping and the warmup + cosine schedule. Every checkpoint_every steps
- * (and on `dfctl checkpoint`, and at the end) it writes a checkpoint and tells the
+ * (and on `dfctl checkpoint`, and at the end) rank 0 writes a checkpoint and tells the
  * orchestrator, which commits the ledger up to that step.
  *
- * Exactly once: a batch is marked trained in the ledger at the step that consumed it, under
- * a hand-off intent (input = the ring slot, output = the ledger mark). If the drafter dies
- * the orchestrator restarts it from the last checkpoint and rewinds the ledger to it: every
- * batch trained after that checkpoint is produced and trained again, once.
+ * Data parallel: R drafter workers (topology ranks 0..R-1) are one group. Each step every
+ * rank contributes one batch (or nothing, near the end of the epoch), the gradients are
+ * summed over the ranks (trainer_step -> ar_allreduce_sum; cpu: the orchestrator's shm
+ * segment) and every rank applies the same AdamW update, so all hold the same weights bit
+ * for bit. Rank 0 alone writes checkpoints, the export and the summary. Each iteration the
+ * ranks first agree (a small all-reduce of flags) on who has a batch and whether to stop,
+ * so they always run the same number of steps and leave the loop together.
  *
- * At the end of the epoch: a final checkpoint, the release-format export in
- * <run_dir>/drafter, and <run_dir>/train_summary.json (loss at start and end, per-position
- * accuracy, expected acceptance length). */
+ * Which batch: fast mode takes any READY slot of the input ring. Deterministic mode
+ * ("deterministic": true) trains batches in plan order: at each step rank 0 names the R
+ * lowest open batch ids (ledger_next_open: not yet trained or poisoned), rank r waits for
+ * the r-th one's slot (ring_acquire_ready_batch); with one rank that is the low-water
+ * mark. Together with the targets' claim window and the orchestrator's restart of the whole
+ * pipeline after a drafter death, a run with kills ends with the same bytes as a clean one
+ * (docs/ledger.md, "Deterministic mode").
+ *
+ * Exactly once: a rank marks its batch trained at the step that consumes it, under a
+ * hand-off intent (input = the ring slot, output = the ledger mark), BEFORE the gradient
+ * all-reduce of that step, so when rank 0 checkpoints after step s every batch of step s is
+ * marked and the commit covers it. If any rank dies the orchestrator restarts the whole
+ * group from the last checkpoint and rewinds the ledger to it: every batch trained after
+ * that checkpoint is produced and trained again, once.
+ *
+ * At the end of the epoch: rank 0 writes a final checkpoint, the release-format export in
+ * <run_dir>/drafter, and <run_dir>/train_summary.json; every rank writes a "final" metrics
+ * line with a hash of its weights and optimizer state (the ranks must agree). */
 #include "drafter_worker/trainer.h"
 #include "io/batch.h"
 #include "io/batch_view.h"
@@ -21,6 +39,8 @@
 #include "ipc/ctl.h"
 #include "util.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -30,10 +50,31 @@ static const char usage[] =
     "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
 
 #define WAIT_NS (200 * 1000000ll)
+/* A control all-reduce waits for the slowest rank, which may itself be waiting for its
+ * batch (a target restarting). A dead or hung peer is noticed by the orchestrator, which
+ * aborts the segment (-ECANCELED); this bound only catches what nobody noticed. */
+#define CONTROL_TIMEOUT_NS (600ll * 1000000000ll)
+#define NO_BATCH UINT64_MAX
+
 typedef struct drafter {
     ctl_worker *w;
     trainer tr;
     char ckpt_root[1200];
+    ledger *L;
+    ring *in;
+    arena *A;
+    uint64_t slot_bytes;
+    handoff_table *H;
+    batch_view view;
+    metrics_writer mw;
+    stage_stats st;
+    int det, rank, R;
+    ar_comm ar;               /* world R > 1 only */
+    atomic_int in_collective; /* 1 while waiting for the peers: the helper thread heartbeats */
+    _Atomic uint64_t hb_step, hb_items, hb_tokens; /* what it reports meanwhile */
+    atomic_int hb_quit;
+    pthread_t hb_thread;
+    int hb_started;
 } drafter;
 
 static void save_checkpoint(drafter *d)
@@ -51,7 +92,212 @@ static void save_checkpoint(drafter *d)
 static void heartbeat(void *arg)
 {
     drafter *d = arg; /* a step may take seconds on the CPU */
-    ctl_heartbeat(d->w, (uint64_t)d->tr.ts.step, 0, 0);
+    ctl_heartbeat(d->w, (uint64_t)d->tr.ts.step, d->st.items_total, d->st.tokens_total);
+}
+
+/* While this rank waits in a control all-reduce it is not hung: its peer is (and the
+ * orchestrator watches that one). The thread heartbeats only during those waits, so a rank
+ * stuck anywhere else still misses its heartbeats and is killed. */
+static void *hb_main(void *arg)
+{
+    drafter *d = arg;
+    while (!atomic_load(&d->hb_quit)) {
+        if (atomic_load(&d->in_collective))
+            ctl_heartbeat(d->w, atomic_load(&d->hb_step), atomic_load(&d->hb_items), atomic_load(&d->hb_tokens));
+        usleep(200000);
+    }
+    return NULL;
+}
+
+/* Sum v[0..n) over the ranks (exact for the small integers it carries). */
+static void collective(drafter *d, float *v, size_t n)
+{
+    if (d->R <= 1)
+        return;
+    atomic_store(&d->hb_step, (uint64_t)d->tr.ts.step);
+    atomic_store(&d->hb_items, d->st.items_total);
+    atomic_store(&d->hb_tokens, d->st.tokens_total);
+    atomic_store(&d->in_collective, 1);
+    int rc = ar_allreduce_sum(&d->ar, v, n, CONTROL_TIMEOUT_NS);
+    atomic_store(&d->in_collective, 0);
+    if (rc < 0) /* a peer died (the orchestrator restarts the group) or the group broke */
+        df_die(DF_EXIT_TEMP, "control all-reduce (rank %d of %d): %s", d->rank, d->R, ar_strerror(rc));
+}
+
+static int all_trained(ledger *L)
+{
+    ledger_counts_t lc;
+    ledger_counts(L, &lc);
+    return lc.pending + lc.claimed + lc.in_ring == 0; /* every batch trained, committed or poisoned */
+}
+
+/* What one iteration found. */
+typedef struct pick {
+    int has;      /* this rank holds a slot: *slot */
+    int can_end;  /* no batch and none will come: epoch trained, ring closed and empty, or stop */
+    int stop;     /* SIGTERM or the run's stop flag */
+    uint32_t slot;
+} pick;
+
+/* Deterministic mode: which batch each rank trains this step. Rank 0 names the R lowest
+ * open ids and the others learn theirs from the sum (the others contribute zeros; ids are
+ * sent as id + 1 < 2^24, exact in float). Also agrees on stop. NO_BATCH: none for us. */
+static uint64_t det_assign(drafter *d, int stop, int paused, int *stop_any)
+{
+    float v[1 + AR_MAX_WORLD];
+    memset(v, 0, sizeof v);
+    v[0] = (float)stop;
+    if (d->rank == 0 && !stop && !paused) {
+        uint64_t ids[AR_MAX_WORLD];
+        uint32_t n = ledger_next_open(d->L, (uint32_t)d->R, ids);
+        for (uint32_t r = 0; r < n; r++)
+            v[1 + r] = (float)(ids[r] + 1);
+    }
+    collective(d, v, (size_t)(1 + d->R));
+    *stop_any = v[0] > 0;
+    return v[1 + d->rank] > 0 ? (uint64_t)v[1 + d->rank] - 1 : NO_BATCH;
+}
+
+/* Deterministic mode: wait for batch `want`'s READY slot. Gives up (no batch this step)
+ * when the batch gets poisoned, the ring is closed without it, or we are told to stop. */
+static void det_acquire(drafter *d, uint64_t want, pick *p)
+{
+    ctl_worker *w = d->w;
+    for (;;) {
+        int rc = ring_acquire_ready_batch(d->in, (uint16_t)w->id, w->incarnation, want, WAIT_NS, &p->slot);
+        if (rc == 0) {
+            p->has = 1;
+            return;
+        }
+        if (rc == -EPIPE) { /* closed (shutdown) and the batch never came */
+            p->can_end = 1;
+            return;
+        }
+        if (rc != -ETIMEDOUT)
+            DF_CHECK_ERR(rc);
+        heartbeat(d);
+        stage_tick(&d->st, 0);
+        if (ctl_should_stop(w)) {
+            p->stop = p->can_end = 1;
+            return;
+        }
+        ledger_batch_status bs;
+        if (ledger_batch_status_get(d->L, want, &bs) == 0 && bs.state == LEDGER_POISONED)
+            return; /* a consumer upstream failed it max_attempts times: skip it */
+    }
+}
+
+static void fast_acquire(drafter *d, pick *p)
+{
+    ctl_worker *w = d->w;
+    int rc = ring_acquire_ready(d->in, (uint16_t)w->id, w->incarnation, WAIT_NS, &p->slot);
+    if (rc == 0)
+        p->has = 1;
+    else if (rc == -EPIPE)
+        p->can_end = 1; /* closed and drained: upstream is gone */
+    else if (rc == -ETIMEDOUT)
+        p->can_end = all_trained(d->L);
+    else
+        DF_CHECK_ERR(rc);
+}
+
+/* Train the batch in p->slot: mark it, step, release it, log it. */
+static void train_batch(drafter *d, const pick *p, uint64_t want)
+{
+    ctl_worker *w = d->w;
+    trainer *tr = &d->tr;
+    char err[1024];
+    const ring_desc *rd = ring_desc_at(d->in, p->slot);
+    batch_header *b;
+    if (batch_view_read(&d->view, d->A, rd->offset, d->slot_bytes, BATCH_KIND_PD, &b, err, sizeof err) < 0)
+        df_die(DF_EXIT_TEMP, "input slot %u: %s", p->slot, err); /* retried, then poisoned */
+    if (want != NO_BATCH && b->batch_id != want)
+        df_die(DF_EXIT_TEMP, "input slot %u: descriptor says batch %llu, the batch header %llu", p->slot,
+               (unsigned long long)want, (unsigned long long)b->batch_id);
+    uint64_t bid = b->batch_id;
+    uint32_t T = b->T;
+    handoff_end ie = {.r = d->in, .slot = p->slot}, oe = {.r = NULL, .token = bid};
+    DF_CHECK_ERR(handoff_begin(d->H, (uint16_t)w->id, w->incarnation, &ie, &oe));
+    /* marked before the step's all-reduce (see the top of the file); a death from here on
+     * loses the step, and the group restart rewinds this mark with the others */
+    DF_CHECK_ERR(ledger_mark_trained(d->L, bid, (uint64_t)tr->ts.step + 1));
+    DF_CHECK_ERR(handoff_mark_published(d->H, (uint16_t)w->id));
+
+    dflash_stats s;
+    adamw_info info;
+    int rc = trainer_step(tr, b, (const char *)d->A->base + rd->offset, d->R > 1 ? &d->ar : NULL, heartbeat, d, &s,
+                          &info, err, sizeof err);
+    if (rc < 0)
+        df_die(rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld: %s", tr->ts.step + 1, err);
+    DF_CHECK_ERR(handoff_finish(d->H, (uint16_t)w->id, w->incarnation, d->in, p->slot));
+    stage_count(&d->st, 1, T);
+    stage_busy(&d->st);
+
+    trainer_record(tr, &s);
+    metrics_line ml;
+    metrics_begin(&ml, &d->mw, "step");
+    metrics_int(&ml, "step", tr->ts.step);
+    metrics_u64(&ml, "batch", bid);
+    metrics_num(&ml, "loss", s.loss);
+    metrics_num(&ml, "acc1", dflash_stats_acc(&s, 1));
+    metrics_num(&ml, "tau", dflash_stats_tau(&s, tr->cfg.block_size));
+    metrics_num(&ml, "lr", info.lr);
+    metrics_num(&ml, "grad_norm", info.grad_norm);
+    metrics_int(&ml, "tokens", T);
+    metrics_end(&ml);
+}
+
+/* A rank without a batch this step still takes part in the reduction and the update. */
+static void empty_step(drafter *d)
+{
+    char err[512];
+    adamw_info info;
+    int rc = trainer_step_empty(&d->tr, &d->ar, &info, err, sizeof err);
+    if (rc < 0)
+        df_die(rc == -ENOTSUP ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld (no batch on this rank): %s",
+               d->tr.ts.step + 1, err);
+    metrics_line ml;
+    metrics_begin(&ml, &d->mw, "empty_step");
+    metrics_int(&ml, "step", d->tr.ts.step);
+    metrics_num(&ml, "grad_norm", info.grad_norm);
+    metrics_end(&ml);
+    stage_busy(&d->st);
+}
+
+/* A hash of everything the ranks must agree on: weights, AdamW moments, step. */
+static uint64_t state_hash(const trainer *tr)
+{
+    uint64_t h = df_fnv1a64(tr->p.data, tr->p.n * sizeof(float), 0);
+    h = df_fnv1a64(tr->opt.m, tr->opt.n * sizeof(float), h);
+    h = df_fnv1a64(tr->opt.v, tr->opt.n * sizeof(float), h);
+    return df_fnv1a64(&tr->ts.step, sizeof tr->ts.step, h);
+}
+
+static void setup_group(drafter *d)
+{
+    ctl_worker *w = d->w;
+    const topo *t = &w->topo;
+    d->R = topo_n_drafters(t);
+    d->rank = w->self->rank < 0 ? 0 : w->self->rank;
+    d->det = t->deterministic;
+    if (d->det && d->R > 1 && ctl_claim_window(w) < (uint32_t)d->R)
+        df_die(DF_EXIT_PERM, "%s: deterministic mode with %d drafter ranks needs every ring to have at least %d "
+               "slots (the R batches of a step must fit at once; docs/ledger.md)", t->source_path, d->R, d->R);
+    ar_comm_init(&d->ar);
+    if (d->R <= 1)
+        return;
+    uint64_t bytes;
+    void *seg = ctl_allreduce_segment(w, &bytes);
+    if (!seg)
+        df_die(DF_EXIT_PERM, "%s: %d drafter ranks on the %s backend: no all-reduce segment in the hello (the NCCL "
+               "id exchange is not wired into the orchestrator yet)", t->source_path, d->R,
+               topo_backend_name(t->backend));
+    int rc = ar_open_shm(&d->ar, seg, bytes, d->rank, d->R);
+    if (rc < 0) /* e.g. -EBUSY: the segment was not re-formatted for this group: restart */
+        df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, ar_strerror(rc));
+    if ((rc = pthread_create(&d->hb_thread, NULL, hb_main, d)) != 0)
+        df_die(DF_EXIT_TEMP, "heartbeat thread: %s", strerror(rc));
+    d->hb_started = 1;
 }
 
 int main(int argc, char **argv)
@@ -66,20 +312,18 @@ int main(int argc, char **argv)
     df_log_init(w.name);
     const topo *t = &w.topo;
     char err[1024], path[2600];
-    if (topo_n_drafters(t) != 1)
-        df_die(DF_EXIT_PERM, "%s: %d drafter ranks: data-parallel drafter groups are not wired in yet",
-               t->source_path, topo_n_drafters(t));
 
-    drafter dr;
-    memset(&dr, 0, sizeof dr);
-    dr.w = &w;
-    trainer *tr = &dr.tr;
-    ledger *L = ctl_ledger(&w);
-    long total_steps = (long)ledger_n_batches(L) * (long)DF_MAX(t->drafter.epochs, 1u);
-    snprintf(dr.ckpt_root, sizeof dr.ckpt_root, "%s/checkpoints", w.run_dir);
+    static drafter dr; /* large (the trainer's statistics); zeroed */
+    drafter *d = &dr;
+    d->w = &w;
+    trainer *tr = &d->tr;
+    d->L = ctl_ledger(&w);
+    setup_group(d);
+    long total_steps = ((long)ledger_n_batches(d->L) + d->R - 1) / d->R * (long)DF_MAX(t->drafter.epochs, 1u);
+    snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w.run_dir);
     const char *resume = NULL;
     if (w.committed_step > 0) { /* restart: continue from the checkpoint the ledger committed */
-        snprintf(path, sizeof path, "%s/step-%08llu", dr.ckpt_root, (unsigned long long)w.committed_step);
+        snprintf(path, sizeof path, "%s/step-%08llu", d->ckpt_root, (unsigned long long)w.committed_step);
         resume = path;
     }
     int rc = trainer_open(tr, t, w.self->gpu, total_steps, resume, err, sizeof err);
@@ -88,96 +332,98 @@ int main(int argc, char **argv)
     if (resume)
         df_log("resumed from %s (step %ld)", resume, tr->ts.step);
 
-    ring *in = ctl_ring_in(&w);
-    arena *A = ctl_ring_arena(&w, in);
-    uint64_t slot_bytes = ctl_ring_slot_bytes(&w, in);
-    DF_CHECK(in && A && A->base);
-    batch_view view = {0};
-    handoff_table *H = ctl_handoff(&w);
+    d->in = ctl_ring_in(&w);
+    d->A = ctl_ring_arena(&w, d->in);
+    d->slot_bytes = ctl_ring_slot_bytes(&w, d->in);
+    DF_CHECK(d->in && d->A && d->A->base);
+    d->H = ctl_handoff(&w);
     snprintf(path, sizeof path, "%s/metrics", w.run_dir);
-    metrics_writer mw;
-    DF_CHECK_ERR(metrics_open(&mw, path, w.name, w.incarnation));
-    stage_stats st;
-    stage_init(&st, &mw, in, NULL, 1000000000ull);
+    DF_CHECK_ERR(metrics_open(&d->mw, path, w.name, w.incarnation));
+    stage_init(&d->st, &d->mw, d->in, NULL, 1000000000ull);
     DF_CHECK_ERR(ctl_ready(&w));
-    df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned",
-           tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps);
+    df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, rank %d of %d, %s "
+           "mode",
+           tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
+           d->rank, d->R, d->det ? "deterministic" : "fast");
 
     uint64_t t_start = df_now_ns();
     for (;;) {
-        ctl_heartbeat(&w, (uint64_t)tr->ts.step, st.items_total, st.tokens_total);
-        stage_tick(&st, 0);
-        if (ctl_should_stop(&w))
-            break;
-        if (ctl_checkpoint_requested(&w))
-            save_checkpoint(&dr);
-        if (ctl_paused(&w)) {
-            usleep(100000);
-            stage_wait(&st);
+        heartbeat(d);
+        stage_tick(&d->st, 0);
+        if (d->rank == 0 && ctl_checkpoint_requested(&w))
+            save_checkpoint(d);
+        pick p = {0};
+        p.stop = ctl_should_stop(&w);
+        int paused = ctl_paused(&w), stop_any = p.stop;
+        uint64_t want = NO_BATCH;
+        if (d->det) {
+            if (d->R > 1)
+                want = det_assign(d, p.stop, paused, &stop_any);
+            else if (!p.stop && !paused && (want = ledger_low_water(d->L)) >= ledger_n_batches(d->L))
+                want = NO_BATCH;
+        }
+        /* deterministic: a named batch is always fetched (rank 0's pause already decided) */
+        if (p.stop || stop_any)
+            p.can_end = 1;
+        else if (d->det && want != NO_BATCH)
+            det_acquire(d, want, &p);
+        else if (paused)
+            ;
+        else if (!d->det)
+            fast_acquire(d, &p);
+        else
+            p.can_end = all_trained(d->L);
+        stage_wait(&d->st);
+
+        /* agree: how many ranks have a batch, whether all can end, whether any stops */
+        float f[3] = {(float)p.has, (float)p.can_end, (float)p.stop};
+        collective(d, f, 3);
+        stop_any |= f[2] > 0;
+        if (f[0] == 0) {
+            if (f[1] >= (float)d->R || stop_any)
+                break;
+            if (paused)
+                usleep(100000);
             continue;
         }
-        uint32_t slot;
-        rc = ring_acquire_ready(in, (uint16_t)w.id, w.incarnation, WAIT_NS, &slot);
-        if (rc == -ETIMEDOUT) {
-            stage_wait(&st);
-            ledger_counts_t lc;
-            ledger_counts(L, &lc);
-            if (lc.pending + lc.claimed + lc.in_ring == 0)
-                break; /* every batch of the epoch is trained (or poisoned) */
-            continue;
-        }
-        stage_wait(&st);
-        if (rc == -EPIPE)
+        if (p.has)
+            train_batch(d, &p, want);
+        else
+            empty_step(d);
+        if (d->rank == 0 && t->drafter.checkpoint_every && tr->ts.step % (long)t->drafter.checkpoint_every == 0)
+            save_checkpoint(d);
+        if (stop_any)
             break;
-        DF_CHECK_ERR(rc);
-        const ring_desc *d = ring_desc_at(in, slot);
-        batch_header *b;
-        if (batch_view_read(&view, A, d->offset, slot_bytes, BATCH_KIND_PD, &b, err, sizeof err) < 0)
-            df_die(DF_EXIT_TEMP, "input slot %u: %s", slot, err); /* retried, then poisoned */
-        handoff_end ie = {.r = in, .slot = slot}, oe = {.r = NULL, .token = b->batch_id};
-        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w.id, w.incarnation, &ie, &oe));
-
-        dflash_stats s;
-        adamw_info info;
-        rc = trainer_step(tr, b, (const char *)A->base + d->offset, NULL, heartbeat, &dr, &s, &info, err, sizeof err);
-        if (rc < 0)
-            df_die(rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld: %s", tr->ts.step + 1, err);
-        DF_CHECK_ERR(ledger_mark_trained(L, b->batch_id, (uint64_t)tr->ts.step));
-        DF_CHECK_ERR(handoff_mark_published(H, (uint16_t)w.id));
-        uint32_t T = b->T;
-        uint64_t bid = b->batch_id;
-        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w.id, w.incarnation, in, slot));
-        stage_count(&st, 1, T);
-        stage_busy(&st);
-
-        trainer_record(tr, &s);
-        metrics_line ml;
-        metrics_begin(&ml, &mw, "step");
-        metrics_int(&ml, "step", tr->ts.step);
-        metrics_u64(&ml, "batch", bid);
-        metrics_num(&ml, "loss", s.loss);
-        metrics_num(&ml, "acc1", dflash_stats_acc(&s, 1));
-        metrics_num(&ml, "tau", dflash_stats_tau(&s, tr->cfg.block_size));
-        metrics_num(&ml, "lr", info.lr);
-        metrics_num(&ml, "grad_norm", info.grad_norm);
-        metrics_int(&ml, "tokens", T);
-        metrics_end(&ml);
-        if (t->drafter.checkpoint_every && tr->ts.step % (long)t->drafter.checkpoint_every == 0)
-            save_checkpoint(&dr);
     }
-    stage_tick(&st, 1);
-    if (tr->ts.step > 0 && tr->ts.step != tr->ts.ledger_committed_step)
-        save_checkpoint(&dr);
-    if (!ctl_should_stop(&w) && tr->ts.step > 0) { /* the epoch is complete: export and summarise */
+    stage_tick(&d->st, 1);
+    if (d->rank == 0 && tr->ts.step > 0 && tr->ts.step != tr->ts.ledger_committed_step)
+        save_checkpoint(d);
+    if (d->rank == 0 && !ctl_should_stop(&w) && tr->ts.step > 0) { /* the epoch is complete: export, summarise */
         snprintf(path, sizeof path, "%s/drafter", w.run_dir);
         if (trainer_export(tr, path, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "export: %s", err);
         if (trainer_write_summary(tr, w.run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "%s", err);
     }
-    df_log("done at step %ld: busy %.1fs, waiting %.1fs", tr->ts.step, st.busy_total_s, st.wait_total_s);
-    metrics_close(&mw);
-    batch_view_free(&view);
+    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 1, err, sizeof err)) < 0)
+        df_die(DF_EXIT_TEMP, "%s", err);
+    char hex[24];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)state_hash(tr));
+    metrics_line ml;
+    metrics_begin(&ml, &d->mw, "final");
+    metrics_int(&ml, "step", tr->ts.step);
+    metrics_int(&ml, "rank", d->rank);
+    metrics_str(&ml, "state_hash", hex);
+    metrics_end(&ml);
+    df_log("done at step %ld (rank %d of %d, state hash %s): busy %.1fs, waiting %.1fs", tr->ts.step, d->rank, d->R,
+           hex, d->st.busy_total_s, d->st.wait_total_s);
+    if (d->hb_started) {
+        atomic_store(&d->hb_quit, 1);
+        pthread_join(d->hb_thread, NULL);
+    }
+    ar_close(&d->ar);
+    metrics_close(&d->mw);
+    batch_view_free(&d->view);
     trainer_close(tr);
     ctl_worker_close(&w);
     return DF_EXIT_OK;

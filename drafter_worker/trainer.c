@@ -190,6 +190,24 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     return 0;
 }
 
+int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
+{
+    if (tr->cuda) {
+        snprintf(err, errlen, "an empty group step is not wired into the cuda backend yet");
+        return -ENOTSUP;
+    }
+    memset(tr->g.data, 0, tr->g.n * sizeof(float)); /* x + 0 = x: the others' sum is unchanged */
+    int rc = reduce_grads(ar, tr->g.data, tr->g.n, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
+        snprintf(err, errlen, "AdamW: %s", strerror(-rc));
+        return rc;
+    }
+    tr->ts.step++;
+    return 0;
+}
+
 int trainer_save(trainer *tr, const char *root, char *err, size_t errlen)
 {
     int rc;

@@ -78,6 +78,12 @@ void trainer_close(trainer *tr); /* safe on a zeroed trainer */
 int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, void (*hb)(void *), void *hb_arg,
                  dflash_stats *st, adamw_info *info, char *err, size_t errlen);
 
+/* The same optimizer step for a rank of a group (ar world > 1) that has no batch this step
+ * (the end of an epoch with fewer batches left than ranks): it contributes zero gradients
+ * to the all-reduce and applies the group's update like every rank, so the weights stay
+ * identical everywhere. cpu backend only for now (cuda: -ENOTSUP). */
+int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen);
+
 /* Checkpoint under root (dflash_ckpt_save) with ts.ledger_committed_step = ts.step. */
 int trainer_save(trainer *tr, const char *root, char *err, size_t errlen);
 /* Release-format export into dir. */

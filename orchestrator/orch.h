@@ -4,6 +4,7 @@
  *   setup.c        run dir, topology.json, shm segments, arenas, ledger (+ resume)
  *   plan_source.c  sample lengths for the ledger plan (the one call into the shard reader)
  *   supervisor.c   spawn, hello, exit/hang handling, reclaim, restart policy, groups, shutdown
+ *   group.c        restart groups' shared memory: all-reduce segment, deterministic reset
  *   control.c      the control socket <run_dir>/ctl.sock (dfctl's server)
  *   report.c       status JSON, events (metrics/orchestrator.jsonl), metrics aggregation
  * Everything runs on the loop thread, so no locks; shared memory is only touched through the
@@ -91,7 +92,9 @@ typedef struct orch {
     int ring_closed[TOPO_MAX_RINGS];
     uint64_t committed_step;
     uint64_t poisoned_total;
-    int group_pending;         /* drafter group restart waiting for every rank to be reaped */
+    arena ar_seg;              /* the drafter group's shm all-reduce segment (cpu, R > 1), group.c */
+    uint64_t group_gen;        /* 1 + group restarts so far (sent to drafters in the hello) */
+    int group_pending;         /* group restart waiting for every member to be reaped */
     uint64_t group_delay_ms;   /* the backoff the group restarts with */
     uint64_t restarts_total;
 
@@ -119,6 +122,15 @@ typedef struct orch {
 int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen);
 void setup_teardown(orch *o);
 int setup_persist_ledger(orch *o); /* <run_dir>/ledger.bin after each commit */
+
+/* group.c: restart groups (drafter ranks; every worker in deterministic mode) */
+int group_in(const orch *o, const orch_worker *w); /* w restarts with the group */
+int group_setup(orch *o, char *err, size_t errlen);  /* the all-reduce segment, at setup */
+void group_abort_allreduce(orch *o);                 /* a rank died: wake the others */
+/* Every member reaped: re-format the all-reduce segment; deterministic mode also re-formats
+ * every ring and returns in-flight batches to PENDING (*in_flight_returned). 0 or -errno. */
+int group_restart_prepare(orch *o, uint32_t *in_flight_returned);
+void group_teardown(orch *o);
 
 /* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees) */
 int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);

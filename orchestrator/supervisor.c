@@ -18,8 +18,10 @@
  * starts at backoff_initial_ms, doubles up to backoff_max_ms and resets once the worker
  * was up for stable_ms; more than max_restarts restarts of one worker within
  * restart_window_s -> the run shuts down, exit 1, naming the worker and its log tail.
- * Drafter ranks are one group: when one dies the others are SIGKILLed, all are reclaimed,
- * the ledger rewinds to the last committed step, and all restart together.
+ * Drafter ranks are one group: when one dies the group's all-reduce is aborted, the others
+ * are SIGKILLed, all are reclaimed, the ledger rewinds to the last committed step, and all
+ * restart together (group.c re-formats the all-reduce segment). In deterministic mode the
+ * group is every worker, and the rings are re-formatted too (docs/ledger.md).
  *
  * Shutdown (signal or `dfctl shutdown`; docs/operations.md): stop-claiming is set, so
  * producers finish their batch and exit 0; a ring whose producers have all exited is
@@ -176,12 +178,20 @@ static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
         json_object_set_new(last, "backend", json_string(o->ring_arena[i].kind == ARENA_CUDA ? "cuda" : "cpu"));
         json_object_set_new(last, "device", json_integer(o->ring_arena[i].device));
     }
+    int drafter = w->tw->role == TOPO_ROLE_DRAFTER;
+    if (drafter && o->ar_seg.base)
+        SEG("allreduce", "allreduce", &o->ar_seg, -1);
 #undef SEG
     *nfds = k;
-    return json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:s, s:I, s:o}", "v", 1, "worker_id", w->id, "name",
-                     w->tw->name, "incarnation", (int)w->incarnation, "role", topo_role_name(w->tw->role),
-                     "topology", o->topo_path, "run_dir", o->run_dir, "committed_step",
-                     (json_int_t)o->committed_step, "segments", segs);
+    json_t *h = json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:s, s:I, s:o}", "v", 1, "worker_id", w->id, "name",
+                          w->tw->name, "incarnation", (int)w->incarnation, "role", topo_role_name(w->tw->role),
+                          "topology", o->topo_path, "run_dir", o->run_dir, "committed_step",
+                          (json_int_t)o->committed_step, "segments", segs);
+    if (h && drafter) /* the group's identity; an NCCL unique id would go here, per generation */
+        json_object_set_new(h, "group", json_pack("{s:i, s:I, s:s}", "world", topo_n_drafters(&o->t), "generation",
+                                                  (json_int_t)o->group_gen, "allreduce",
+                                                  o->ar_seg.base ? "shm" : "none"));
+    return h;
 }
 
 /* ---- spawn ----------------------------------------------------------------------- */
@@ -422,8 +432,24 @@ static uint32_t sweep_poisoned(orch *o, json_t *ids)
     return n;
 }
 
+/* Deterministic mode, a member killed for a group restart: its leases need no recovery,
+ * because every ring is re-formatted and every in-flight batch returned to PENDING once the
+ * whole group is reaped (group_restart_prepare). Running the ring recovery anyway would
+ * count the kill as a failed attempt of the batch it held, and could poison it. */
+static void reclaim_for_group(orch *o, orch_worker *w)
+{
+    uint32_t returned = 0;
+    (void)handoff_clear(&o->handoff, (uint16_t)w->id);
+    (void)ledger_reclaim_owner_ex(&o->led, (uint16_t)w->id, &returned);
+    ev_worker(o, w, "reclaim", json_pack("{s:s, s:i}", "mode", "group reset", "ledger_returned", (int)returned));
+}
+
 static void reclaim(orch *o, orch_worker *w)
 {
+    if (o->t.deterministic && w->after == AFTER_GROUP) {
+        reclaim_for_group(o, w);
+        return;
+    }
     ring *rp[TOPO_MAX_RINGS];
     for (int i = 0; i < o->t.n_rings; i++)
         rp[i] = &o->rings[i];
@@ -521,33 +547,43 @@ static int has_replacement(orch *o, orch_worker *w)
     return 0;
 }
 
-/* Once no drafter runs any more: rewind the ledger and restart every rank of the group. */
+/* Once no member runs any more: rewind the ledger (and, in deterministic mode, reset the
+ * rings and the in-flight batches: group.c) and restart every member of the group. */
 static void group_maybe_restart(orch *o)
 {
     if (!o->group_pending)
         return;
     for (int i = 0; i < o->n; i++)
-        if (o->w[i].tw->role == TOPO_ROLE_DRAFTER && running(&o->w[i]))
+        if (group_in(o, &o->w[i]) && running(&o->w[i]))
             return;
     o->group_pending = 0;
-    uint32_t back = 0;
+    uint32_t back = 0, in_flight = 0;
     uint64_t step = ledger_committed_step(&o->led);
     int rc = ledger_rewind_ex(&o->led, step, &back);
-    df_log("drafter group: every rank reaped; ledger rewound to step %llu (%u trained batches back to pending); "
+    int prc = group_restart_prepare(o, &in_flight);
+    if (prc < 0) { /* a segment we formatted ourselves would not re-format: nothing sane is left */
+        sup_begin_shutdown(o, 1, "group restart: re-formatting the shared segments failed");
+        return;
+    }
+    df_log("%s: every member reaped; ledger rewound to step %llu (%u trained batches back to pending%s); "
            "restarting in %llu ms",
-           (unsigned long long)step, back, (unsigned long long)o->group_delay_ms);
-    orch_event(o, json_pack("{s:s, s:I, s:i, s:i, s:I}", "ev", "group_restart", "step", (json_int_t)step,
-                            "returned", (int)back, "rc", rc, "delay_ms", (json_int_t)o->group_delay_ms));
+           o->t.deterministic ? "deterministic restart of the pipeline" : "drafter group", (unsigned long long)step,
+           back, o->t.deterministic ? ", rings reset" : "", (unsigned long long)o->group_delay_ms);
+    orch_event(o, json_pack("{s:s, s:I, s:i, s:i, s:i, s:b, s:I, s:I}", "ev", "group_restart", "step",
+                            (json_int_t)step, "returned", (int)back, "in_flight_returned", (int)in_flight, "rc", rc,
+                            "pipeline", o->t.deterministic, "generation", (json_int_t)o->group_gen, "delay_ms",
+                            (json_int_t)o->group_delay_ms));
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
-        if (x->tw->role != TOPO_ROLE_DRAFTER || x->state != STATUS_GROUPWAIT)
+        if (!group_in(o, x) || x->state != STATUS_GROUPWAIT)
             continue;
         set_state(x, STATUS_BACKOFF);
         worker_timer(x, TIMER_RESPAWN, o->group_delay_ms);
     }
 }
 
-/* A drafter rank went down (or is being restarted): take the whole group down. */
+/* A drafter rank went down (or is being restarted): take the whole group down (every
+ * worker in deterministic mode). */
 static void group_fail(orch *o, orch_worker *dead, uint64_t delay_ms)
 {
     o->group_pending = 1;
@@ -555,7 +591,7 @@ static void group_fail(orch *o, orch_worker *dead, uint64_t delay_ms)
     set_state(dead, STATUS_GROUPWAIT);
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
-        if (x == dead || x->tw->role != TOPO_ROLE_DRAFTER)
+        if (x == dead || !group_in(o, x))
             continue;
         if (x->pid > 0) {
             x->after = AFTER_GROUP;
@@ -581,9 +617,14 @@ static void describe_exit(orch_worker *w)
 static void after_exit(orch *o, orch_worker *w)
 {
     uint64_t up_ms = w->start_ns ? (df_now_ns() - w->start_ns) / 1000000ull : 0;
+    int ok = !w->term_signal && w->exit_status == 0;
+    if (!ok && w->tw->role == TOPO_ROLE_DRAFTER)
+        group_abort_allreduce(o); /* its peers return -ECANCELED now instead of timing out */
+    /* a member that died by itself while its group is being taken down joins the group */
+    if (!ok && w->after == AFTER_POLICY && o->group_pending && group_in(o, w) && w->tw->role != TOPO_ROLE_DRAFTER)
+        w->after = AFTER_GROUP;
     reclaim(o, w);
     describe_exit(w);
-    int ok = !w->term_signal && w->exit_status == 0;
     ev_worker(o, w, "exit",
               json_pack("{s:i, s:i, s:s, s:s, s:I}", "status", w->exit_status, "signal", w->term_signal, "reason",
                         w->reason, "how", w->last_exit, "uptime_ms", (json_int_t)up_ms));

@@ -3,12 +3,22 @@
 # (models/tiny-target) on its own chat answers (data/tiny), entirely on the CPU backend,
 # through the real pipeline: orchestrator + target_worker + postproc_worker + drafter_worker
 # over shared-memory rings. Ends with the loss at start and end, per-position accuracy,
-# the expected acceptance length, and a release-format drafter directory.
-#   scripts/run_default.sh            (BUILD=build by default; RUN_DIR=run/tiny)
+# the expected acceptance length, and a release-format drafter directory; then measures
+# the real acceptance length: greedy speculative decoding (build/bin/dflash_eval) on
+# held-out prompts with the trained drafter and with the untrained one (its initial
+# weights: the same random init, same seed), printing both taus.
+#   scripts/run_default.sh            (BUILD=build by default; CONFIG=configs/tiny.json,
+#                                      whose run_dir is run/tiny)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-RUN_DIR=run/tiny
+CONFIG=${CONFIG:-configs/tiny.json}
+cfg() { # cfg KEY [KEY...]: a field of the run config
+  python3 -c 'import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v = v[k]
+print(v)' "$CONFIG" "$@"; }
+RUN_DIR=$(cfg run_dir)
 if [ ! -f data/tiny/train-000.dfs ]; then
   echo "run: preparing data/tiny/train-000.dfs from data/tiny/chat-train.jsonl"
   python3 scripts/prepare_data.py --tokenizer models/tiny-target --out data/tiny/train \
@@ -19,9 +29,9 @@ if [ -e "$RUN_DIR" ]; then
   echo "run: moving the previous run to $old"
   mv "$RUN_DIR" "$old"
 fi
-echo "run: $BUILD/bin/orchestrator configs/tiny.json   (watch it: $BUILD/bin/dfctl --run-dir $RUN_DIR top)"
+echo "run: $BUILD/bin/orchestrator $CONFIG   (watch it: $BUILD/bin/dfctl --run-dir $RUN_DIR top)"
 t0=$(date +%s)
-"$BUILD/bin/orchestrator" configs/tiny.json
+"$BUILD/bin/orchestrator" "$CONFIG"
 echo "run: finished in $(( $(date +%s) - t0 ))s; run dir $RUN_DIR"
 python3 - "$RUN_DIR" <<'PY'
 import json, sys
@@ -35,4 +45,29 @@ print("  per-position accuracy (last steps): " + " ".join(f"{x:.2f}" for x in s[
 print(f"  expected acceptance length tau ~ {s['expected_tau']:.2f}")
 print(f"  ledger audit: exactly once = {a.get('exactly_once')}")
 print(f"  release-format drafter: {run}/drafter/ (config.json + model.safetensors)")
+PY
+
+# The figure that matters: tau of real speculative decoding (docs/eval.md). The untrained
+# baseline is this run's own starting point: the drafter worker initialises with the run
+# seed (std 0.02), and --random-drafter SEED rebuilds exactly those weights.
+echo
+echo "run: evaluating on held-out prompts (data/tiny/chat-heldout.jsonl): untrained vs trained drafter"
+EVAL=("$BUILD/bin/dflash_eval" --target "$(cfg target model_dir)" --drafter "$RUN_DIR/drafter"
+      --prompts data/tiny/chat-heldout.jsonl --max-prompts 16 --max-new 128 --quiet)
+"${EVAL[@]}" --random-drafter "$(cfg seed)" --label "untrained (initial weights)" \
+  --json "$RUN_DIR/eval_untrained.json" >"$RUN_DIR/eval_untrained.txt"
+"${EVAL[@]}" --label "trained" --json "$RUN_DIR/eval_trained.json" | tee "$RUN_DIR/eval_trained.txt"
+python3 - "$RUN_DIR" <<'PY'
+import json, sys
+run = sys.argv[1]
+u = json.load(open(f"{run}/eval_untrained.json"))["overall"]
+t = json.load(open(f"{run}/eval_trained.json"))["overall"]
+print()
+print(f"acceptance length tau on {t['n_prompts']} held-out prompts (greedy, block size "
+      f"{len(t['hist']) - 1}; max = block size):")
+print(f"  untrained drafter: tau {u['tau']:.2f}  (per verify step, all prompts pooled: {u['tau_token_weighted']:.2f})")
+print(f"  trained drafter:   tau {t['tau']:.2f}  (per verify step, all prompts pooled: {t['tau_token_weighted']:.2f})")
+print(f"  speculative output == plain greedy output for {t['n_prompts'] - t['mismatches']} of {t['n_prompts']} "
+      f"prompts; speedup on this CPU {t['speedup']:.2f}x (time per output token, plain / speculative)")
+print(f"  details: {run}/eval_trained.txt, {run}/eval_trained.json, {run}/eval_untrained.json")
 PY

@@ -72,8 +72,9 @@ def main():
         stages[name] = {
             "tokens": last.get("tokens"), "items": last.get("items"),
             "busy_s": last.get("busy_s"), "wait_s": last.get("wait_s"), "span_s": span,
-            "busy_frac": (last.get("busy_s") or 0) / span if span > 0 else None,
-            "wait_frac": (last.get("wait_s") or 0) / span if span > 0 else None,
+            # fractions of the stage's own loop time (busy + waiting), so they add up to 1
+            "busy_frac": (last.get("busy_s") or 0) / ((last.get("busy_s") or 0) + (last.get("wait_s") or 0) or 1),
+            "wait_frac": (last.get("wait_s") or 0) / ((last.get("busy_s") or 0) + (last.get("wait_s") or 0) or 1),
             "busy_tok_s": last["tokens"] / last["busy_s"] if last.get("busy_s") else None,
         }
     res = {

@@ -7,12 +7,12 @@
 # 2. runs the orchestrator on configs/qwen3-<shape>.json (run dir gpu/runs/qwen3-<shape>)
 # 3. bench_target (target alone, T = 8192) and bench_drafter (drafter alone, S = 2048,
 #    512 anchors) at the same shape
-# 4. prints the table and writes bench/results/pipeline_<shape>.json (bench/pipeline/report.py)
+# 4. prints the table and writes bench/results/pipeline/pipeline_<shape>.json (bench/pipeline/report.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shape=${1:?usage: bench/pipeline/run.sh 1.7b|8b}
 BUILD=${BUILD:-build-cuda}
-res=bench/results; mkdir -p "$res" gpu/models gpu/data
+res=bench/results/pipeline; mkdir -p "$res" gpu/models gpu/data
 model=gpu/models/qwen3-$shape
 if [ ! -f "$model/config.json" ] || [ ! -f "gpu/data/qwen3-$shape-train-000.dfs" ]; then
   if [ "$shape" = 1.7b ]; then gen="--generate 224 --train 2048 --heldout 32 --batch 512"

@@ -52,6 +52,7 @@ static void ctl_init_fields(ctl_worker *w)
         arena_init(&w->ring_seg[i]);
         arena_init(&w->ring_arena[i]);
     }
+    arena_init(&w->ar_seg);
 }
 
 /* Map one segment of the hello. fd ownership passes to the arena (also on failure). */
@@ -81,6 +82,8 @@ static int map_segment(ctl_worker *w, json_t *seg, int fd)
             return rc;
         return ledger_open(&w->ledger, w->ledger_seg.base, w->ledger_seg.size);
     }
+    if (!strcmp(kind, "allreduce")) /* mapped as is: the rank opens it (ar_open_shm) */
+        return shm_import(&w->ar_seg, fd);
     if (ri < 0 || ri >= TOPO_MAX_RINGS) {
         close(fd);
         return -EPROTO;
@@ -133,6 +136,11 @@ static int receive_hello(ctl_worker *w)
     snprintf(w->topo_path, sizeof w->topo_path, "%s",
              json_string_value(json_object_get(root, "topology")) ?: "");
     w->committed_step = (uint64_t)json_integer_value(json_object_get(root, "committed_step"));
+    json_t *grp = json_object_get(root, "group");
+    if (grp) {
+        w->group_world = (int)json_integer_value(json_object_get(grp, "world"));
+        w->group_gen = (uint64_t)json_integer_value(json_object_get(grp, "generation"));
+    }
     json_t *segs = json_object_get(root, "segments"), *seg;
     size_t i;
     json_array_foreach(segs, i, seg) {
@@ -300,6 +308,23 @@ ledger *ctl_ledger(ctl_worker *w)
     return &w->ledger;
 }
 
+uint32_t ctl_claim_window(const ctl_worker *w)
+{
+    if (!w->topo.deterministic || w->topo.n_rings == 0)
+        return 0;
+    uint32_t m = w->topo.rings[0].slots;
+    for (int i = 1; i < w->topo.n_rings; i++)
+        m = DF_MIN(m, w->topo.rings[i].slots);
+    return m;
+}
+
+void *ctl_allreduce_segment(ctl_worker *w, uint64_t *bytes)
+{
+    if (bytes)
+        *bytes = w->ar_seg.base ? w->ar_seg.size : 0;
+    return w->ar_seg.base;
+}
+
 handoff_table *ctl_handoff(ctl_worker *w)
 {
     return w->have_handoff ? &w->handoff : NULL;
@@ -332,6 +357,7 @@ void ctl_worker_close(ctl_worker *w)
         arena_close(&w->ring_arena[i]);
         w->rings[i].shm = NULL;
     }
+    arena_close(&w->ar_seg);
     w->status = NULL;
     w->slot = NULL;
     w->ledger.shm = NULL;

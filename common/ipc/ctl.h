@@ -13,7 +13,11 @@
  *      with every segment's fd attached (SCM_RIGHTS); "fd" is the index among the attached
  *      fds. Kinds: status (status.h), handoff (handoff.h), ledger (ledger.h), ring (one per
  *      topology ring, "ring": index), arena (the payload arena of ring "ring", with
- *      "backend": "cpu"|"cuda" and "device").
+ *      "backend": "cpu"|"cuda" and "device"), allreduce (drafter ranks of a group of
+ *      R > 1 on the cpu backend only: the shm all-reduce segment, allreduce.h, formatted
+ *      by the orchestrator for this incarnation of the group). Drafters also get
+ *      "group": {"world": R, "generation": g, "allreduce": "shm"|"none"}; g counts group
+ *      restarts (a later NCCL backend hands its unique id here, per generation).
  *   3. The worker maps everything, loads what it needs (model, ...), then ctl_ready() sends
  *      {"ev":"ready"}; from then on the orchestrator counts it as up.
  *   4. Later messages are events, one JSON object per message: {"ev":"checkpoint","step":N}
@@ -71,6 +75,10 @@ typedef struct ctl_worker {
     arena ring_seg[TOPO_MAX_RINGS];
     ring rings[TOPO_MAX_RINGS];
     arena ring_arena[TOPO_MAX_RINGS]; /* payload arena of ring i: slot s at s * slot_bytes */
+
+    arena ar_seg;          /* the drafter group's shm all-reduce segment (base NULL if none) */
+    int group_world;       /* drafters: R from the hello's "group" (0 for other roles) */
+    uint64_t group_gen;    /* drafters: the group's restart generation */
 } ctl_worker;
 
 /* Read the environment, receive the hello and its fds, map every segment, load the
@@ -100,6 +108,12 @@ arena *ctl_ring_arena(ctl_worker *w, const ring *r);
 /* Slot bytes of ring r (from the topology), 0 if r is not one of ours. */
 uint64_t ctl_ring_slot_bytes(ctl_worker *w, const ring *r);
 ledger *ctl_ledger(ctl_worker *w);
+/* The deterministic mode's claim window for ledger_claim (0 = fast mode: claim anything):
+ * the smallest ring capacity of the topology, so every batch in the window fits in every
+ * ring at once (docs/ledger.md, "Deterministic mode"). */
+uint32_t ctl_claim_window(const ctl_worker *w);
+/* The drafter group's all-reduce segment: base and size, or NULL (none was sent). */
+void *ctl_allreduce_segment(ctl_worker *w, uint64_t *bytes);
 handoff_table *ctl_handoff(ctl_worker *w);
 
 /* Send one event (a JSON object text, e.g. {"ev":"checkpoint","step":12}). */

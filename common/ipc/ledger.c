@@ -402,6 +402,49 @@ int ledger_claim_batch(ledger *l, uint64_t batch_id, uint16_t worker, uint32_t i
     }
 }
 
+/* "Open" = not yet trained: the batches a deterministic drafter still has to consume in id
+ * order (PENDING, CLAIMED, IN_RING). TRAINED, COMMITTED and POISONED are behind it. */
+static int is_open(uint64_t w)
+{
+    unsigned st = w_state(w);
+    return st == LEDGER_PENDING || st == LEDGER_CLAIMED || st == LEDGER_IN_RING;
+}
+
+uint32_t ledger_next_open(ledger *l, uint32_t k, uint64_t *ids)
+{
+    uint32_t n = 0;
+    for (uint64_t id = 0; id < l->n_batches && n < k; id++)
+        if (is_open(load_word(l, id)))
+            ids[n++] = id;
+    return n;
+}
+
+uint64_t ledger_low_water(ledger *l)
+{
+    uint64_t id;
+    return ledger_next_open(l, 1, &id) ? id : l->n_batches;
+}
+
+int ledger_claim_window(ledger *l, uint16_t worker, uint32_t inc, uint32_t window, uint64_t *batch_id)
+{
+    if (window == 0)
+        return -EINVAL;
+    uint64_t low = ledger_low_water(l);
+    uint64_t end = DF_MIN(low + window, (uint64_t)l->n_batches);
+    for (uint64_t id = low; id < end; id++)
+        if (w_state(load_word(l, id)) == LEDGER_PENDING && try_claim(l, id, worker, inc)) {
+            *batch_id = id;
+            return 0;
+        }
+    return -ENODATA;
+}
+
+int ledger_claim(ledger *l, uint16_t worker, uint32_t inc, uint32_t window, uint64_t *batch_id)
+{
+    return window ? ledger_claim_window(l, worker, inc, window, batch_id)
+                  : ledger_claim_next(l, worker, inc, batch_id);
+}
+
 int ledger_batch_info(ledger *l, uint64_t batch_id, const uint32_t **idx, const uint32_t **len,
                       uint32_t *n, uint64_t *tokens)
 {
@@ -511,6 +554,22 @@ static int match_trained_after(uint64_t w, uint64_t step)
 static int match_claimed_by(uint64_t w, uint64_t worker)
 {
     return w_state(w) == LEDGER_CLAIMED && w_worker(w) == worker;
+}
+
+static int match_in_flight(uint64_t w, uint64_t unused)
+{
+    (void)unused;
+    return w_state(w) == LEDGER_CLAIMED || w_state(w) == LEDGER_IN_RING;
+}
+
+int ledger_reset_in_flight(ledger *l, uint32_t *n_returned)
+{
+    uint32_t k;
+    return_to_pending(l, match_in_flight, 0, &k);
+    atomic_fetch_add_explicit(&l->shm->stats.reclaimed, k, memory_order_relaxed);
+    if (n_returned)
+        *n_returned = k;
+    return 0;
 }
 
 int ledger_rewind_ex(ledger *l, uint64_t step, uint32_t *n_returned)

@@ -13,8 +13,8 @@
  *   CLAIMED(worker) --reclaim_owner(worker)--> PENDING   (orchestrator, after reaping worker)
  *   any state but COMMITTED --mark_poisoned--> POISONED
  *
- * Who calls what: target workers claim (ledger_claim_next in fast mode, ledger_claim_batch in
- * deterministic mode), read the sample list, and call ledger_set_in_ring right AFTER
+ * Who calls what: target workers claim (ledger_claim_next in fast mode, ledger_claim_window
+ * in deterministic mode; ledger_claim picks), read the sample list, and call ledger_set_in_ring right AFTER
  * ring_publish; drafter rank 0 marks trained and commits after a checkpoint; the orchestrator
  * formats, reclaims, rewinds, poisons and audits. docs/ledger.md has the whole story.
  *
@@ -114,9 +114,24 @@ uint64_t ledger_committed_step(const ledger *l);
  * or reclaim returned). -ENODATA when none is PENDING right now (others may still come back
  * if a claimer dies: check ledger_epoch_done before stopping). */
 int ledger_claim_next(ledger *l, uint16_t worker, uint32_t inc, uint64_t *batch_id);
-/* Deterministic mode: claim this batch. -EBUSY if CLAIMED/IN_RING, -EALREADY if
- * TRAINED/COMMITTED, -EINVAL if POISONED, -EAGAIN if it changed state under us (retry). */
+/* Claim this one batch (the orchestrator's --resume replay uses it). -EBUSY if
+ * CLAIMED/IN_RING, -EALREADY if TRAINED/COMMITTED, -EINVAL if POISONED, -EAGAIN if it
+ * changed state under us (retry). */
 int ledger_claim_batch(ledger *l, uint64_t batch_id, uint16_t worker, uint32_t inc);
+/* Deterministic mode (docs/ledger.md, "Deterministic mode"). A batch is "open" while it
+ * still has to be trained: PENDING, CLAIMED or IN_RING. The low-water mark is the lowest
+ * open id (n_batches when none is open); a deterministic drafter trains batches in id
+ * order, so it always waits for the low-water batch (rank r of R: the r-th open id).
+ * ledger_next_open: the k lowest open ids into ids[], returns how many (< k near the end).
+ * ledger_claim_window: claim the lowest PENDING id in [low, low + window); -ENODATA when
+ * none is (the window is full: wait for the drafter). window must be >= 1 and at most the
+ * smallest ring capacity on the path, or the pipeline can deadlock (the argument is in
+ * docs/ledger.md). These scan the state words from id 0: O(n_batches) per call.
+ * ledger_claim: window 0 = ledger_claim_next (fast mode), else ledger_claim_window. */
+uint32_t ledger_next_open(ledger *l, uint32_t k, uint64_t *ids);
+uint64_t ledger_low_water(ledger *l);
+int ledger_claim_window(ledger *l, uint16_t worker, uint32_t inc, uint32_t window, uint64_t *batch_id);
+int ledger_claim(ledger *l, uint16_t worker, uint32_t inc, uint32_t window, uint64_t *batch_id);
 /* The plan's sample list of a batch: idx points into the segment (valid while mapped). */
 int ledger_batch_samples(ledger *l, uint64_t batch_id, const uint32_t **idx, uint32_t *n);
 /* Same plus the effective length of each sample ([n], min(len, max_seq_len)) and the token sum. */
@@ -138,6 +153,10 @@ int ledger_rewind_ex(ledger *l, uint64_t step, uint32_t *n_returned);
  * and not duplicated: see docs/ledger.md, "crash windows"). */
 int ledger_reclaim_owner(ledger *l, uint16_t worker);
 int ledger_reclaim_owner_ex(ledger *l, uint16_t worker, uint32_t *n_returned);
+/* Every CLAIMED and IN_RING batch -> PENDING (counted as reclaimed). Orchestrator only, when
+ * every worker is reaped and the rings are re-formatted (the deterministic mode's restart of
+ * the whole pipeline after a drafter death): what was in flight is produced again. */
+int ledger_reset_in_flight(ledger *l, uint32_t *n_returned);
 /* Any state but COMMITTED -> POISONED (-EALREADY if COMMITTED; 0 if already POISONED). */
 int ledger_mark_poisoned(ledger *l, uint64_t batch_id);
 int ledger_batch_status_get(ledger *l, uint64_t batch_id, ledger_batch_status *st);

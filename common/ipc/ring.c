@@ -329,6 +329,41 @@ int ring_acquire_ready(ring *r, uint16_t worker, uint32_t inc, int64_t timeout_n
     }
 }
 
+int ring_acquire_ready_batch(ring *r, uint16_t worker, uint32_t inc, uint64_t batch_id, int64_t timeout_ns,
+                             uint32_t *slot)
+{
+    if (!r || !r->shm || !slot)
+        return -EINVAL;
+    struct ring_shm *shm = r->shm;
+    uint64_t deadline = deadline_of(timeout_ns);
+    for (;;) {
+        uint32_t seen = atomic_load_explicit(&shm->ready.seq, memory_order_seq_cst);
+        for (uint32_t i = 0; i < r->nslots; i++) {
+            struct ring_slot *s = slot_at(r, i);
+            uint64_t c = atomic_load_explicit(&s->ctl, memory_order_acquire);
+            if (CTL_STATE(c) != RING_READY)
+                continue;
+            /* The descriptor of a READY slot only changes after the slot went through
+             * READING/FREE/WRITING, which moves the generation: if the CAS below (against
+             * c) succeeds, the id read here was the slot's id all along. An id read from a
+             * slot that changed meanwhile is thrown away with the failed CAS. */
+            uint64_t b = __atomic_load_n(&s->desc.batch_id, __ATOMIC_RELAXED);
+            if (b != batch_id)
+                continue;
+            if (cas_ctl(s, &c, ctl_next(c, RING_READING, worker, inc))) {
+                atomic_store_explicit(&s->lease_ns, df_now_ns(), memory_order_relaxed);
+                *slot = i;
+                return 0;
+            }
+        }
+        if (timeout_ns == 0)
+            return atomic_load_explicit(&shm->closed, memory_order_seq_cst) ? -EPIPE : -ETIMEDOUT;
+        int rc = seq_wait(r, &shm->ready, seen, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
 int ring_release(ring *r, uint32_t slot, uint16_t worker, uint32_t inc)
 {
     int rc = owner_transition(r, slot, worker, inc, RING_READING, RING_FREE);

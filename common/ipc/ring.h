@@ -106,6 +106,13 @@ int ring_publish(ring *r, uint32_t slot, uint16_t worker, uint32_t incarnation);
  * it returns -EPIPE instead of waiting once none is left. */
 int ring_acquire_ready(ring *r, uint16_t worker, uint32_t incarnation, int64_t timeout_ns,
                        uint32_t *slot);
+/* The same transition for the READY slot whose descriptor names batch_id (the deterministic
+ * drafter consumes batches in plan order, whatever order they arrive in). Only WHICH slot
+ * is tried differs from ring_acquire_ready: the CAS and the wait are the same (the model in
+ * tests/ring_model.pml already lets a consumer take any READY slot). Waits while that batch
+ * is not READY; -EPIPE when the ring is closed and it is not there. */
+int ring_acquire_ready_batch(ring *r, uint16_t worker, uint32_t incarnation, uint64_t batch_id,
+                             int64_t timeout_ns, uint32_t *slot);
 /* READING(worker, incarnation) -> FREE; bumps free_seq and wakes waiters. */
 int ring_release(ring *r, uint32_t slot, uint16_t worker, uint32_t incarnation);
 

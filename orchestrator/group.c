@@ -1,0 +1,92 @@
+/* group.c: what the orchestrator owns for restart groups (prefix group_).
+ *
+ * The drafter ranks are one group: a dead rank restarts all of them from the last
+ * checkpoint (supervisor.c decides when; this file does the shared-memory part).
+ *   - All-reduce: with R > 1 ranks on the cpu backend the ranks sum their gradients through
+ *     one shm segment (common/ipc/allreduce_shm.c). It is created here at setup, handed to
+ *     every rank in its hello (kind "allreduce"), aborted when a rank dies (the others stop
+ *     waiting at once instead of after their timeout) and re-formatted before the group
+ *     starts again (a stale rank can never join the new group: allreduce.h). The cuda
+ *     backend will exchange an NCCL unique id instead; the hello's "group" object already
+ *     carries the group's generation for it.
+ *   - Deterministic mode ("deterministic": true) widens the group to every worker: after a
+ *     drafter death, later batches still in the rings would sit ahead of the rewound ones
+ *     and could fill them (docs/ledger.md). So every worker is stopped, and once all are
+ *     reaped group_reset_pipeline re-formats every ring (a closed ring stays closed) and
+ *     returns every CLAIMED / IN_RING batch to PENDING; the ledger rewind to the
+ *     checkpoint is the supervisor's, as in fast mode.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ipc/allreduce.h"
+#include "ipc/shm.h"
+#include "orch.h"
+#include "util.h"
+
+/* Floats per all-reduce round: larger gradients are reduced in rounds of this size. 1M
+ * floats = 4 MiB per rank slot; the memfd is only backed where it is touched. */
+#define GROUP_AR_MAX_FLOATS (1ull << 20)
+
+int group_in(const orch *o, const orch_worker *w)
+{
+    return o->t.deterministic || w->tw->role == TOPO_ROLE_DRAFTER;
+}
+
+int group_setup(orch *o, char *err, size_t errlen)
+{
+    int R = topo_n_drafters(&o->t);
+    o->group_gen = 1;
+    if (R <= 1 || o->t.backend != TOPO_CPU)
+        return 0; /* one rank needs no reduction; cuda ranks will use NCCL */
+    uint64_t bytes = ar_shm_bytes(R, GROUP_AR_MAX_FLOATS);
+    int rc;
+    if (bytes == 0) {
+        snprintf(err, errlen, "%s: %d drafter ranks: too many for the shm all-reduce (at most %d)",
+                 o->t.source_path, R, AR_MAX_WORLD);
+        return -EINVAL;
+    }
+    if ((rc = shm_create(&o->ar_seg, bytes, "df-allreduce")) < 0 ||
+        (rc = ar_shm_format(o->ar_seg.base, o->ar_seg.size, R, GROUP_AR_MAX_FLOATS)) < 0) {
+        snprintf(err, errlen, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R,
+                 (unsigned long long)bytes, strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+void group_abort_allreduce(orch *o)
+{
+    if (o->ar_seg.base)
+        (void)ar_shm_abort(o->ar_seg.base, o->ar_seg.size);
+}
+
+int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
+{
+    int rc = 0;
+    *in_flight_returned = 0;
+    o->group_gen++;
+    if (o->ar_seg.base &&
+        (rc = ar_shm_format(o->ar_seg.base, o->ar_seg.size, topo_n_drafters(&o->t), GROUP_AR_MAX_FLOATS)) < 0) {
+        df_log("drafter group: re-formatting the all-reduce segment: %s", strerror(-rc));
+        return rc;
+    }
+    if (!o->t.deterministic)
+        return 0;
+    for (int i = 0; i < o->t.n_rings; i++) {
+        const topo_ring *r = &o->t.rings[i];
+        if ((rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
+            (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
+            df_log("rings[%d] \"%s\": re-format: %s", i, r->name, ring_strerror(rc));
+            return rc;
+        }
+        if (o->ring_closed[i]) /* its producers are done for good: keep it closed */
+            ring_close_for_shutdown(&o->rings[i]);
+    }
+    return ledger_reset_in_flight(&o->led, in_flight_returned);
+}
+
+void group_teardown(orch *o)
+{
+    arena_close(&o->ar_seg);
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_eval: the dflash_eval program end to end on the tiny target: a randomly initialised
+# drafter (exported to the release format with dflash_tool, and as our checkpoint) decodes
+# held-out prompts from chat JSONL and from the shard; the JSON report is consistent
+# (speculative output == plain output, tau in [1, B], histogram sums, same prompts from
+# both sources give the same tokens); errors name the file/field and use the documented
+# exit codes (2 usage, 100 bad drafter/target/prompts).
+set -euo pipefail
+BUILD=${BUILD:-build}
+EVAL=$BUILD/bin/dflash_eval
+tmp=$(mktemp -d /tmp/df_test_eval_XXXXXX); trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$EVAL" --help | grep -q -- "--json PATH" || fail "--help does not describe --json"
+set +e
+"$EVAL" >/dev/null 2>&1; [ $? -eq 2 ] || fail "no arguments: expected exit 2"
+"$EVAL" --target models/tiny-target --drafter x --prompts y --max-new 0 2>/dev/null; [ $? -eq 2 ] || fail "--max-new 0: expected exit 2"
+set -e
+
+# a drafter of the make-run shape (1 layer, block 16, layers 1 and 3 of the 4-layer target)
+python3 - "$tmp/cfg.json" <<'PY'
+import json, sys
+json.dump({"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": 16,
+           "num_target_layers": 4, "dflash_config": {"target_layer_ids": [1, 3], "mask_token_id": 261},
+           "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 1, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 264, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "tie_word_embeddings": True, "layer_types": ["full_attention"]},
+          open(sys.argv[1], "w"))
+PY
+"$BUILD/bin/dflash_tool" init --out "$tmp/ck" --config "$tmp/cfg.json" --seed 11 >/dev/null
+"$BUILD/bin/dflash_tool" export "$tmp/ck" "$tmp/rel" >/dev/null
+
+"$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl \
+  --max-prompts 3 --max-new 40 --json "$tmp/a.json" >"$tmp/a.out" 2>"$tmp/a.err"
+cat "$tmp/a.out"
+grep -q "^\[3/3\] data/tiny/chat-heldout.jsonl:3: prompt" "$tmp/a.err" || { cat "$tmp/a.err"; fail "no progress line per prompt"; }
+grep -q "lossless: 3 of 3 outputs identical" "$tmp/a.out" || fail "table: lossless summary missing"
+# the same prompts from the shard and from our checkpoint directory
+"$EVAL" --target models/tiny-target --drafter "$tmp/ck" --prompts data/tiny/heldout-000.dfs \
+  --max-prompts 3 --max-new 40 --quiet --json "$tmp/b.json" >/dev/null 2>&1
+"$EVAL" --target models/tiny-target --drafter "$tmp/rel" --random-drafter 5 --prompts data/tiny/heldout-000.dfs \
+  --max-prompts 2 --max-new 20 --no-plain --quiet --json "$tmp/c.json" >/dev/null 2>&1
+python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+a, b, c = (json.load(open(f"{t}/{n}.json")) for n in "abc")
+def check(r, n, plain=True):
+    o, B = r["overall"], r["block_size"]
+    assert B == 16 and o["n_prompts"] == n == len(r["prompts"]), (B, o["n_prompts"])
+    assert 1.0 <= o["tau"] <= B, o["tau"]
+    assert sum(o["hist"]) == o["steps"] and o["hist"][0] == 0
+    assert abs(sum(i * h for i, h in enumerate(o["hist"])) / o["steps"] - o["tau_token_weighted"]) < 1e-9
+    taus = []
+    for p in r["prompts"]:
+        assert len(p["tokens"]) == p["new_tokens"] == p["spec"]["new_tokens"]
+        assert sum(p["hist"]) == p["spec"]["steps"]
+        taus.append(p["tau"])
+        if plain:
+            assert p["lossless"] and p["first_diff"] == -1 and p["plain"]["new_tokens"] == p["new_tokens"]
+            assert p["plain"]["steps"] == p["new_tokens"] - 1 or p["tokens"][-1] == r["eos"]
+    assert abs(sum(taus) / len(taus) - o["tau"]) < 1e-9
+    if plain:
+        assert o["mismatches"] == 0 and o["speedup"] > 0
+check(a, 3); check(b, 3); check(c, 2, plain=False)
+assert c["random_init_seed"] == 5 and "plain" not in c["prompts"][0]
+# JSONL and shard prompts are the same conversations: same prompt, same greedy output
+for pa, pb in zip(a["prompts"], b["prompts"]):
+    assert pa["prompt_tokens"] == pb["prompt_tokens"] and pa["tokens"] == pb["tokens"]
+print(f"json ok: tau {a['overall']['tau']:.3f} (random drafter), hist {a['overall']['hist'][:4]}..., "
+      f"speedup {a['overall']['speedup']:.2f}x on this CPU")
+PY
+
+# errors: exit code and a message naming the file / field
+expect() { # expect CODE PATTERN -- command...
+  local code=$1 pat=$2; shift 3
+  set +e; "$@" >"$tmp/e.out" 2>"$tmp/e.err"; local rc=$?; set -e
+  [ $rc -eq "$code" ] || { cat "$tmp/e.err"; fail "$*: exit $rc, expected $code"; }
+  grep -q -- "$pat" "$tmp/e.err" || { cat "$tmp/e.err"; fail "$*: message lacks '$pat'"; }
+  echo "error ok ($code): $(tail -n1 "$tmp/e.err")"
+}
+expect 100 "$tmp/none/config.json" -- "$EVAL" --target models/tiny-target --drafter "$tmp/none" --prompts data/tiny/heldout-000.dfs
+expect 100 "hidden_size = 128 does not match the target tests/fixtures/tiny-qwen3" -- \
+  "$EVAL" --target tests/fixtures/tiny-qwen3 --drafter "$tmp/rel" --prompts data/tiny/heldout-000.dfs
+printf '%s\n%s\n' '{"messages": [{"role": "user", "content": "a"}]}' '{"messages": [{"role": "robot", "content": "a"}]}' >"$tmp/bad.jsonl"
+expect 100 "bad.jsonl:2: message 0: role \"robot\"" -- \
+  "$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts "$tmp/bad.jsonl"
+# chat JSONL needs the byte tokenizer: tiny-qwen3 has none (a drafter of its shape)
+sed -e 's/"hidden_size": 128/"hidden_size": 64/; s/"intermediate_size": 384/"intermediate_size": 128/' \
+    -e 's/"head_dim": 32/"head_dim": 16/; s/"vocab_size": 264/"vocab_size": 300/' "$tmp/cfg.json" >"$tmp/cfg64.json"
+"$BUILD/bin/dflash_tool" init --out "$tmp/ck64" --config "$tmp/cfg64.json" >/dev/null
+expect 100 "tiny-qwen3/byte_tokenizer.json" -- \
+  "$EVAL" --target tests/fixtures/tiny-qwen3 --drafter "$tmp/ck64" --prompts data/tiny/chat-heldout.jsonl
+if [[ $BUILD != *cuda* ]]; then # a CPU-only build refuses the cuda backend
+  expect 2 "needs a CUDA build" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
+    --prompts data/tiny/heldout-000.dfs --backend cuda
+fi
+echo "test_eval: ok"

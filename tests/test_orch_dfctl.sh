@@ -5,7 +5,7 @@
 # (exit 2); then `dfctl shutdown` drains in pipeline order (p0, then m0, then c0 exit 0),
 # the orchestrator exits 0 and the audit shows nothing left in flight.
 . "$(dirname "$0")/orch_lib.sh"
-export DF_SYNTHETIC_SAMPLES=3000
+export DF_SYNTHETIC_SAMPLES=30000  # long enough that the run never ends before the last command, however slow the machine
 topology ctl '[{"name":"p0","role":"test","out":"tp","env":{"DF_FAKE_SLOW_MS":"15"}},
                {"name":"m0","role":"test","in":"tp","out":"pd"},
                {"name":"c0","role":"test","in":"pd"}]' \

@@ -211,6 +211,67 @@ out:
     return rc;
 }
 
+static int cmp_long_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, size_t errlen)
+{
+    if (keep == 0)
+        return 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        int e = errno;
+        snprintf(err, errlen, "%s: opendir: %s", root, strerror(e));
+        return -e;
+    }
+    long *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "step-", 5) != 0)
+            continue; /* latest, .tmp-*, .old-*: not ours to judge */
+        errno = 0;
+        long st = strtol(e->d_name + 5, &end, 10);
+        if (errno || *end || end == e->d_name + 5 || st < 0)
+            continue;
+        if (n == cap) {
+            long *nx = realloc(steps, (cap = cap ? 2 * cap : 64) * sizeof *steps);
+            if (!nx) {
+                rc = -ENOMEM;
+                snprintf(err, errlen, "%s: out of memory listing checkpoints", root);
+                goto out;
+            }
+            steps = nx;
+        }
+        steps[n++] = st;
+    }
+    qsort(steps, n, sizeof *steps, cmp_long_desc);
+    for (size_t i = keep; i < n; i++) {
+        if (steps[i] >= below)
+            continue; /* the committed one and anything newer stay, whatever keep says */
+        char dir[4200];
+        snprintf(dir, sizeof(dir), "%s/step-%08ld", root, steps[i]);
+        rm_flat_dir(dir);
+        struct stat sb;
+        if (stat(dir, &sb) == 0) { /* best effort: report, the next prune retries */
+            snprintf(err, errlen, "%s: could not be removed", dir);
+            rc = -EIO;
+            continue;
+        }
+        if (rc >= 0)
+            rc++;
+    }
+out:
+    closedir(d);
+    free(steps);
+    return rc;
+}
+
 int dflash_ckpt_resolve(const char *root_or_dir, char *out, size_t outlen)
 {
     char path[4096];

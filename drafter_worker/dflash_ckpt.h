@@ -36,6 +36,13 @@ typedef struct dflash_train_state {
 int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_params *p, const adamw *opt,
                      const dflash_train_state *ts, char *err, size_t errlen);
 
+/* Delete old step dirs under root: every step-N beyond the `keep` newest whose N < below
+ * (the caller passes the step the orchestrator acknowledged as committed and persisted, so
+ * the checkpoint a --resume would load is never touched, nor anything newer). keep 0 = keep
+ * everything. Returns how many were deleted, or -errno with err set (a directory that would
+ * not go is reported and left for the next call). */
+int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, size_t errlen);
+
 /* Resolve what to load: root/latest's directory, or dir itself when it holds a
  * trainer_state.json. Writes the path into out. 0 or -errno (-ENOENT: no checkpoint). */
 int dflash_ckpt_resolve(const char *root_or_dir, char *out, size_t outlen);

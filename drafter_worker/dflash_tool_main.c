@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "drafter_worker/dflash_ckpt.h"
 #include "drafter_worker/dflash_config.h"
@@ -63,6 +64,34 @@ static void print_config(const dflash_config *c)
     for (int l = 0; l < c->n_layers; l++)
         printf("%s", c->layer_sliding[l] ? "S" : "F");
     printf(" (S = sliding window %d)\ntrainable parameters: %zu\n", c->sliding_window, dflash_config_param_count(c));
+}
+
+/* A checkpoint's optimizer.safetensors, when it has one: load it like a resume would (every
+ * m.<name> / v.<name> present with the model tensor's shape, the settings in
+ * trainer_state.json), so garbage is found here and not at the drafter's restart. */
+static void inspect_optimizer(const char *arg, const char *dir)
+{
+    char path[4200], err[1024];
+    snprintf(path, sizeof(path), "%s/optimizer.safetensors", dir);
+    if (access(path, F_OK) != 0) {
+        printf("optimizer: none (a fresh AdamW starts from this checkpoint)\n");
+        return;
+    }
+    dflash_config c;
+    dflash_params p;
+    adamw opt;
+    if (dflash_ckpt_load(arg, &c, &p, &opt, NULL, err, sizeof(err)) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    double sm = 0, sv = 0;
+    for (size_t i = 0; i < opt.n; i++) {
+        sm += (double)opt.m[i] * opt.m[i];
+        sv += (double)opt.v[i] * opt.v[i];
+    }
+    printf("optimizer: %s: m and v for %d tensors (%zu values each), AdamW step %ld of %ld, rms(m) %.4g rms(v) %.4g\n",
+           path, dflash_tensor_count(&c), opt.n, opt.step, opt.cfg.total_steps, sqrt(sm / (double)(opt.n ? opt.n : 1)),
+           sqrt(sv / (double)(opt.n ? opt.n : 1)));
+    adamw_free(&opt);
+    dflash_params_free(&p);
 }
 
 int main(int argc, char **argv)
@@ -145,6 +174,7 @@ int main(int argc, char **argv)
                 df_die(DF_EXIT_PERM, "%s", err);
             printf("checkpoint %s: step %ld, epoch %ld, ledger committed step %ld, seed %llu\n", dir, ts.step,
                    ts.epoch, ts.ledger_committed_step, (unsigned long long)ts.seed);
+            inspect_optimizer(argv[2], dir);
         } else {
             if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)
                 df_die(DF_EXIT_PERM, "%s is neither a checkpoint nor a release dir: %s", argv[2], err);

@@ -39,6 +39,7 @@
 #include "ipc/ctl.h"
 #include "util.h"
 
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -75,18 +76,76 @@ typedef struct drafter {
     atomic_int hb_quit;
     pthread_t hb_thread;
     int hb_started;
+    uint32_t ckpt_fail_consec; /* failed checkpoints in a row */
+    uint64_t pruned_at;        /* the acknowledged step of the last prune */
+    uint64_t sent_step;        /* the last checkpoint this incarnation reported */
 } drafter;
 
+/* A failed checkpoint leaves the previous one intact, so training goes on and the next
+ * save retries; the orchestrator counts each failure (dfctl status). A disk that stays
+ * full would otherwise only fail the run at the final export, after all the training
+ * since the last good checkpoint was done for nothing: after
+ * drafter.max_checkpoint_failures in a row the drafter stops for good (exit 100) naming
+ * the directory and the error, so the operator hears of it within a few checkpoints. */
 static void save_checkpoint(drafter *d)
 {
-    char err[512];
+    char err[768];
+    const topo *t = &d->w->topo;
     int rc = trainer_save(&d->tr, d->ckpt_root, err, sizeof err);
     if (rc < 0) {
-        /* the previous checkpoint is intact; training goes on and the next save retries */
-        df_log("checkpoint at step %ld failed: %s", d->tr.ts.step, err);
+        d->ckpt_fail_consec++;
+        df_log("checkpoint at step %ld failed (%u in a row, limit %u): %s", d->tr.ts.step, d->ckpt_fail_consec,
+               t->drafter.max_checkpoint_failures, err);
+        json_t *ev = json_pack("{s:s, s:I, s:s, s:i, s:i}", "ev", "checkpoint_failed", "step",
+                               (json_int_t)d->tr.ts.step, "error", err, "errno", -rc, "consecutive",
+                               (int)d->ckpt_fail_consec);
+        char *txt = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+        json_decref(ev);
+        if (txt)
+            (void)ctl_send(d->w, txt); /* best effort: the count is a report, not the policy */
+        free(txt);
+        if (d->ckpt_fail_consec >= t->drafter.max_checkpoint_failures)
+            df_die(DF_EXIT_PERM, "%s: %u checkpoints in a row failed (drafter.max_checkpoint_failures %u), "
+                   "last: %s (%s); the last good checkpoint is intact: free space or fix %s, then "
+                   "orchestrator --resume", d->ckpt_root, d->ckpt_fail_consec, t->drafter.max_checkpoint_failures,
+                   strerror(-rc), err, d->ckpt_root);
         return;
     }
-    DF_CHECK_ERR(ctl_send_checkpoint(d->w, (uint64_t)d->tr.ts.step));
+    d->ckpt_fail_consec = 0;
+    d->sent_step = (uint64_t)d->tr.ts.step;
+    DF_CHECK_ERR(ctl_send_checkpoint(d->w, d->sent_step));
+}
+
+/* Delete checkpoints beyond drafter.keep_checkpoints, but only below the step the
+ * orchestrator acknowledged as committed AND persisted in ledger.bin: that is the one a
+ * --resume loads (and a group restart rewinds to), so it and everything newer stay. */
+static void prune_checkpoints(drafter *d)
+{
+    uint32_t keep = d->w->topo.drafter.keep_checkpoints;
+    uint64_t ack = ctl_committed_ack(d->w);
+    if (keep == 0 || ack <= d->pruned_at)
+        return;
+    d->pruned_at = ack;
+    char err[512];
+    int n = dflash_ckpt_prune(d->ckpt_root, keep, (long)ack, err, sizeof err);
+    if (n < 0)
+        df_log("pruning old checkpoints: %s", err); /* disk use only: training goes on */
+    else if (n > 0)
+        df_log("pruned %d old checkpoint%s (keep %u, committed step %llu)", n, n > 1 ? "s" : "", keep,
+               (unsigned long long)ack);
+}
+
+/* At the end: give the orchestrator a moment to acknowledge the final checkpoint, so the
+ * run leaves exactly keep_checkpoints behind. Not waiting would only leave one more. */
+static void final_prune(drafter *d)
+{
+    uint64_t want = (uint64_t)d->tr.ts.step, t0 = df_now_ns();
+    while (d->w->topo.drafter.keep_checkpoints && d->sent_step == want && ctl_committed_ack(d->w) < want &&
+           df_now_ns() - t0 < 5000000000ull) {
+        ctl_heartbeat(d->w, want, d->st.items_total, d->st.tokens_total);
+        usleep(10000);
+    }
+    prune_checkpoints(d);
 }
 
 static void heartbeat(void *arg)
@@ -286,15 +345,22 @@ static void setup_group(drafter *d)
     ar_comm_init(&d->ar);
     if (d->R <= 1)
         return;
-    uint64_t bytes;
-    void *seg = ctl_allreduce_segment(w, &bytes);
-    if (!seg)
-        df_die(DF_EXIT_PERM, "%s: %d drafter ranks on the %s backend: no all-reduce segment in the hello (the NCCL "
-               "id exchange is not wired into the orchestrator yet)", t->source_path, d->R,
-               topo_backend_name(t->backend));
-    int rc = ar_open_shm(&d->ar, seg, bytes, d->rank, d->R);
-    if (rc < 0) /* e.g. -EBUSY: the segment was not re-formatted for this group: restart */
-        df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, ar_strerror(rc));
+    int rc;
+    if (t->backend != TOPO_CPU) { /* NCCL across the ranks' GPUs, id from the orchestrator */
+        if (!w->has_nccl_id)
+            df_die(DF_EXIT_PERM, "%s: %d cuda drafter ranks: no NCCL unique id in the hello", t->source_path, d->R);
+        rc = ar_open_nccl(&d->ar, w->nccl_id, d->rank, d->R, w->self->gpu);
+        if (rc < 0) /* a peer that never arrives: -ETIMEDOUT; the orchestrator restarts the group */
+            df_die(DF_EXIT_TEMP, "NCCL: rank %d of %d on GPU %d: %s", d->rank, d->R, w->self->gpu, ar_strerror(rc));
+    } else {
+        uint64_t bytes;
+        void *seg = ctl_allreduce_segment(w, &bytes);
+        if (!seg)
+            df_die(DF_EXIT_PERM, "%s: %d drafter ranks: no all-reduce segment in the hello", t->source_path, d->R);
+        rc = ar_open_shm(&d->ar, seg, bytes, d->rank, d->R);
+        if (rc < 0) /* e.g. -EBUSY: the segment was not re-formatted for this group: restart */
+            df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, ar_strerror(rc));
+    }
     if ((rc = pthread_create(&d->hb_thread, NULL, hb_main, d)) != 0)
         df_die(DF_EXIT_TEMP, "heartbeat thread: %s", strerror(rc));
     d->hb_started = 1;
@@ -319,7 +385,12 @@ int main(int argc, char **argv)
     trainer *tr = &d->tr;
     d->L = ctl_ledger(&w);
     setup_group(d);
-    long total_steps = ((long)ledger_n_batches(d->L) + d->R - 1) / d->R * (long)DF_MAX(t->drafter.epochs, 1u);
+    /* one LR schedule over every epoch: the orchestrator counts the steps of all the plans
+     * (each epoch packs differently); the fallback assumes equal epochs */
+    long total_steps = w.total_steps > 0 ? (long)w.total_steps
+                                         : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R *
+                                               (long)DF_MAX(t->drafter.epochs, 1u);
+    int last_epoch = ledger_epoch(d->L) + 1 >= DF_MAX(t->drafter.epochs, 1u);
     snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w.run_dir);
     const char *resume = NULL;
     if (w.committed_step > 0) { /* restart: continue from the checkpoint the ledger committed */
@@ -327,10 +398,12 @@ int main(int argc, char **argv)
         resume = path;
     }
     int rc = trainer_open(tr, t, w.self->gpu, total_steps, resume, err, sizeof err);
-    if (rc < 0)
-        df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s", err);
+    if (rc < 0) /* -EBADMSG: the committed checkpoint fails validation; a restart cannot fix it */
+        df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP || rc == -EBADMSG ? DF_EXIT_PERM : DF_EXIT_TEMP,
+               "%s", err);
     if (resume)
         df_log("resumed from %s (step %ld)", resume, tr->ts.step);
+    tr->ts.epoch = (long)ledger_epoch(d->L); /* recorded in the checkpoints of this epoch */
 
     d->in = ctl_ring_in(&w);
     d->A = ctl_ring_arena(&w, d->in);
@@ -341,10 +414,10 @@ int main(int argc, char **argv)
     DF_CHECK_ERR(metrics_open(&d->mw, path, w.name, w.incarnation));
     stage_init(&d->st, &d->mw, d->in, NULL, 1000000000ull);
     DF_CHECK_ERR(ctl_ready(&w));
-    df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, rank %d of %d, %s "
-           "mode",
+    df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
+           "rank %d of %d, %s mode",
            tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
-           d->rank, d->R, d->det ? "deterministic" : "fast");
+           ledger_epoch(d->L), DF_MAX(t->drafter.epochs, 1u), d->rank, d->R, d->det ? "deterministic" : "fast");
 
     uint64_t t_start = df_now_ns();
     for (;;) {
@@ -352,6 +425,8 @@ int main(int argc, char **argv)
         stage_tick(&d->st, 0);
         if (d->rank == 0 && ctl_checkpoint_requested(&w))
             save_checkpoint(d);
+        if (d->rank == 0)
+            prune_checkpoints(d);
         pick p = {0};
         p.stop = ctl_should_stop(&w);
         int paused = ctl_paused(&w), stop_any = p.stop;
@@ -398,7 +473,11 @@ int main(int argc, char **argv)
     stage_tick(&d->st, 1);
     if (d->rank == 0 && tr->ts.step > 0 && tr->ts.step != tr->ts.ledger_committed_step)
         save_checkpoint(d);
-    if (d->rank == 0 && !ctl_should_stop(&w) && tr->ts.step > 0) { /* the epoch is complete: export, summarise */
+    if (d->rank == 0 && tr->ts.step > 0)
+        final_prune(d);
+    /* the last epoch is complete: export, summarise (an earlier epoch only checkpoints: the
+     * orchestrator starts the next one with a new ledger) */
+    if (d->rank == 0 && !ctl_should_stop(&w) && tr->ts.step > 0 && last_epoch) {
         snprintf(path, sizeof path, "%s/drafter", w.run_dir);
         if (trainer_export(tr, path, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "export: %s", err);

@@ -63,7 +63,9 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         dflash_config saved;
         if ((rc = dflash_ckpt_load(ckpt_dir, &saved, &tr->p, &tr->opt, &tr->ts, e2, sizeof e2)) < 0) {
             snprintf(err, errlen, "resume: %s", e2);
-            return rc == -EINVAL ? -EIO : rc; /* a broken checkpoint is not a bad topology */
+            /* a checkpoint that fails validation is not a bad topology, and not worth a
+             * restart either: -EBADMSG (the worker exits 100); I/O errors stay as they are */
+            return rc == -EINVAL ? -EBADMSG : rc;
         }
         tr->opt.cfg.total_steps = total_steps;
     } else {
@@ -193,8 +195,10 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
 int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     if (tr->cuda) {
-        snprintf(err, errlen, "an empty group step is not wired into the cuda backend yet");
-        return -ENOTSUP;
+        int rc = trainer_cuda_step_empty(tr, ar, info, err, errlen);
+        if (rc == 0)
+            tr->ts.step++;
+        return rc;
     }
     memset(tr->g.data, 0, tr->g.n * sizeof(float)); /* x + 0 = x: the others' sum is unchanged */
     int rc = reduce_grads(ar, tr->g.data, tr->g.n, err, errlen);
@@ -246,8 +250,11 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
     json_t *acc = json_array();
     for (int k = 1; k < B; k++)
         json_array_append_new(acc, json_real(dflash_stats_acc(&end, k)));
-    json_t *j = json_pack("{s:I, s:f, s:f, s:o, s:f, s:f, s:i, s:s, s:s}", "steps", (json_int_t)tr->ts.step,
-                          "loss_start", start_loss, "loss_end", end.loss, "acc", acc, "expected_tau",
+    /* no step in this incarnation (a resume of a trained-out epoch): the start loss is
+     * unknown, NaN, which json_real refuses; write null */
+    json_t *j = json_pack("{s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:s, s:s}", "steps", (json_int_t)tr->ts.step,
+                          "loss_start", isfinite(start_loss) ? json_real(start_loss) : json_null(), "loss_end",
+                          tr->start_n ? json_real(end.loss) : json_null(), "acc", acc, "expected_tau",
                           dflash_stats_tau(&end, B), "seconds", secs, "block_size", B, "release_dir", "drafter",
                           "backend", tr->cuda ? "cuda" : "cpu");
     char path[1200];

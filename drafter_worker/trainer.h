@@ -98,6 +98,7 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
 int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
                       adamw_info *info, char *err, size_t errlen);
 int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen); /* refresh tr->p (+ tr->opt) */
+int trainer_cuda_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen);
 void trainer_cuda_close(trainer *tr);
 
 #endif

@@ -144,6 +144,25 @@ out:
     return rc;
 }
 
+/* A rank without a batch this step: zero gradients into the sum, the same AdamW step. */
+int trainer_cuda_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
+{
+    trainer_cuda *g = tr->gpu;
+    int rc = dfc_zero_grads(g->ctx);
+    if (rc == 0 && ar && ar->world > 1) {
+        if ((rc = ar_set_stream(ar, dfc_stream(g->ctx))) < 0 ||
+            (rc = ar_allreduce_sum(ar, dfc_grads_device(g->ctx), dfc_param_count(g->ctx), ar->timeout_ns)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
+            return rc;
+        }
+    }
+    if (rc == 0)
+        rc = dfc_optimizer_step(g->ctx, info);
+    if (rc < 0)
+        snprintf(err, errlen, "empty step: %s", dfc_error(g->ctx));
+    return rc;
+}
+
 int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;

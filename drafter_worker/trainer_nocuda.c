@@ -22,4 +22,10 @@ int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
     return -ENOTSUP;
 }
 
+int trainer_cuda_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "no CUDA in this build");
+    return -ENOTSUP;
+}
+
 void trainer_cuda_close(trainer *tr) {}

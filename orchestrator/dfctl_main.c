@@ -206,6 +206,14 @@ static void print_status(json_t *s)
                json_real_value(json_object_get(w, "items_per_s")), json_real_value(json_object_get(w, "tokens_per_s")),
                le && *le ? le : "-");
     }
+    json_array_foreach(json_object_get(s, "workers"), i, w) { /* only when something failed */
+        json_int_t nf = json_integer_value(json_object_get(w, "checkpoint_failures"));
+        if (nf > 0)
+            printf("%s: %lld checkpoint failures (%lld in a row), last: %s\n",
+                   json_string_value(json_object_get(w, "name")), (long long)nf,
+                   (long long)json_integer_value(json_object_get(w, "checkpoint_failures_in_a_row")),
+                   json_string_value(json_object_get(w, "checkpoint_last_error")) ?: "?");
+    }
     printf("\n%-12s %5s %5s %7s %5s %7s %8s %9s %8s  %s\n", "RING", "SLOTS", "FREE", "WRITING", "READY", "READING",
            "POISONED", "PUBLISHED", "OLDEST", "");
     json_array_foreach(json_object_get(s, "rings"), i, w) {

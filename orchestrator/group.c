@@ -6,9 +6,10 @@
  *     one shm segment (common/ipc/allreduce_shm.c). It is created here at setup, handed to
  *     every rank in its hello (kind "allreduce"), aborted when a rank dies (the others stop
  *     waiting at once instead of after their timeout) and re-formatted before the group
- *     starts again (a stale rank can never join the new group: allreduce.h). The cuda
- *     backend will exchange an NCCL unique id instead; the hello's "group" object already
- *     carries the group's generation for it.
+ *     starts again (a stale rank can never join the new group: allreduce.h). On the cuda
+ *     backend the ranks build an NCCL communicator instead: cuda_helper makes a fresh unique
+ *     id for every generation of the group (a restarted group never meets the old one's
+ *     bootstrap), and the hello's "group" object carries it (hex) to every rank.
  *   - Deterministic mode ("deterministic": true) widens the group to every worker: after a
  *     drafter death, later batches still in the rings would sit ahead of the rewound ones
  *     and could fill them (docs/ledger.md). So every worker is stopped, and once all are
@@ -18,6 +19,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ipc/allreduce.h"
 #include "ipc/shm.h"
@@ -33,12 +35,35 @@ int group_in(const orch *o, const orch_worker *w)
     return o->t.deterministic || w->tw->role == TOPO_ROLE_DRAFTER;
 }
 
+/* A new NCCL unique id for this generation of a cuda drafter group (R > 1). */
+static int new_nccl_id(orch *o, char *err, size_t errlen)
+{
+    const char *args[] = {"--nccl-id", NULL};
+    char answer[600], e2[700];
+    int fd = -1;
+    int rc = helper_call(o, args, answer, sizeof answer, &fd, e2, sizeof e2);
+    if (fd >= 0)
+        close(fd);
+    if (rc == 0 && strlen(answer) != 256)
+        snprintf(e2, sizeof e2, "cuda_helper --nccl-id: %zu hex digits, expected 256", strlen(answer)), rc = -EIO;
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: %d cuda drafter ranks need an NCCL unique id: %s", o->t.source_path,
+                 topo_n_drafters(&o->t), e2);
+        return rc;
+    }
+    memcpy(o->nccl_id, answer, 257);
+    return 0;
+}
+
 int group_setup(orch *o, char *err, size_t errlen)
 {
     int R = topo_n_drafters(&o->t);
     o->group_gen = 1;
-    if (R <= 1 || o->t.backend != TOPO_CPU)
-        return 0; /* one rank needs no reduction; cuda ranks will use NCCL */
+    o->nccl_id[0] = 0;
+    if (R > 1 && o->t.backend != TOPO_CPU)
+        return new_nccl_id(o, err, errlen);
+    if (R <= 1)
+        return 0; /* one rank needs no reduction */
     uint64_t bytes = ar_shm_bytes(R, GROUP_AR_MAX_FLOATS);
     int rc;
     if (bytes == 0) {
@@ -66,6 +91,13 @@ int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
     int rc = 0;
     *in_flight_returned = 0;
     o->group_gen++;
+    if (o->nccl_id[0]) {
+        char err[800];
+        if ((rc = new_nccl_id(o, err, sizeof err)) < 0) {
+            df_log("drafter group: %s", err);
+            return rc;
+        }
+    }
     if (o->ar_seg.base &&
         (rc = ar_shm_format(o->ar_seg.base, o->ar_seg.size, topo_n_drafters(&o->t), GROUP_AR_MAX_FLOATS)) < 0) {
         df_log("drafter group: re-formatting the all-reduce segment: %s", strerror(-rc));

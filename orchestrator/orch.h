@@ -58,6 +58,9 @@ typedef struct orch_worker {
     int kill_sent;          /* we sent SIGKILL (shutdown escalation / hang) */
     int exit_status, term_signal;
     char last_exit[64];     /* "exit 1", "signal 9 (hang)" ... for dfctl status */
+    uint32_t ckpt_failures;    /* checkpoint_failed events over the run (drafter rank 0) */
+    uint32_t ckpt_fail_consec; /* in a row, as the drafter counts them; 0 after a good one */
+    char ckpt_last_error[256];
     uv_process_t proc;
     int ctl_fd; /* our end of the control socketpair, -1 when none */
     uv_poll_t poll;
@@ -91,9 +94,13 @@ typedef struct orch {
     ring rings[TOPO_MAX_RINGS];
     int ring_closed[TOPO_MAX_RINGS];
     uint64_t committed_step;
+    uint32_t epoch;       /* the ledger's epoch, 0..drafter.epochs-1 */
+    uint64_t total_steps; /* optimizer steps over all epochs (the drafter's LR schedule) */
+    int epoch_switching;  /* spawning for the next epoch: not a restart */
     uint64_t poisoned_total;
     arena ar_seg;              /* the drafter group's shm all-reduce segment (cpu, R > 1), group.c */
     uint64_t group_gen;        /* 1 + group restarts so far (sent to drafters in the hello) */
+    char nccl_id[257];         /* cuda drafter groups (R > 1): this generation's NCCL unique id, hex */
     int group_pending;         /* group restart waiting for every member to be reaped */
     uint64_t group_delay_ms;   /* the backoff the group restarts with */
     uint64_t restarts_total;
@@ -122,6 +129,12 @@ typedef struct orch {
 int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen);
 void setup_teardown(orch *o);
 int setup_persist_ledger(orch *o); /* <run_dir>/ledger.bin after each commit */
+/* Every batch of o->epoch is committed and another epoch follows: build its plan into a new
+ * ledger segment (committed step carried over), re-format the rings, persist ledger.bin.
+ * The caller respawns the workers (their hello carries the new segment). 0 or -errno. */
+int setup_next_epoch(orch *o, char *err, size_t errlen);
+/* --resume: 1 when the run has nothing left to do (every batch committed, the summary written) */
+int setup_run_complete(orch *o);
 
 /* group.c: restart groups (drafter ranks; every worker in deterministic mode) */
 int group_in(const orch *o, const orch_worker *w); /* w restarts with the group */
@@ -131,6 +144,12 @@ void group_abort_allreduce(orch *o);                 /* a rank died: wake the ot
  * every ring and returns in-flight batches to PENDING (*in_flight_returned). 0 or -errno. */
 int group_restart_prepare(orch *o, uint32_t *in_flight_returned);
 void group_teardown(orch *o);
+
+/* helper.c: run <bin_dir>/cuda_helper with args (NULL-terminated; args[0] names the request)
+ * and read its one answer: 0 with the text after "ok " in answer (and an fd in *fd_out, or
+ * -1), or -errno with err set (missing binary, timeout, "error: ..." from the helper). */
+int helper_call(const orch *o, const char *const *args, char *answer, size_t cap, int *fd_out, char *err,
+                size_t errlen);
 
 /* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees) */
 int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);
@@ -142,7 +161,7 @@ int sup_cmd_stop(orch *o, orch_worker *w);
 int sup_cmd_start(orch *o, orch_worker *w);
 int sup_cmd_restart(orch *o, orch_worker *w);
 int sup_cmd_kill(orch *o, orch_worker *w);
-int sup_commit(orch *o, uint64_t step); /* ledger commit + persist */
+int sup_commit(orch *o, uint64_t step); /* ledger commit + persist; <0 if ledger.bin was not written */
 
 /* control.c */
 int ctlsrv_start(orch *o, char *err, size_t errlen);

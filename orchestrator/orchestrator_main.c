@@ -80,6 +80,15 @@ int main(int argc, char **argv)
         setup_teardown(&o);
         return DF_EXIT_USAGE;
     }
+    if (resume && setup_run_complete(&o)) {
+        /* --resume of a finished run: starting the workers would only have them find nothing
+         * to do (or, before, fail on the summary); say so and leave everything as it is */
+        printf("orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), release "
+               "export in %s/drafter; nothing to do\n",
+               o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), o.run_dir);
+        setup_teardown(&o);
+        return DF_EXIT_OK;
+    }
     o.loop = uv_default_loop();
     if ((rc = ctlsrv_start(&o, err, sizeof err)) < 0) {
         fprintf(stderr, "orchestrator: control socket: %s\n", err);

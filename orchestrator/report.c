@@ -101,6 +101,12 @@ json_t *report_status_json(orch *o)
                               topo_role_name(w->tw->role), "pid", (int)w->pid, "state", status_state_name(w->state),
                               "incarnation", (int)w->incarnation, "restarts", (int)w->restarts, "last_exit",
                               w->last_exit, "items_per_s", w->items_per_s, "tokens_per_s", w->tokens_per_s);
+        if (w->tw->role == TOPO_ROLE_DRAFTER) {
+            json_object_set_new(j, "checkpoint_failures", json_integer(w->ckpt_failures));
+            json_object_set_new(j, "checkpoint_failures_in_a_row", json_integer(w->ckpt_fail_consec));
+            if (w->ckpt_last_error[0])
+                json_object_set_new(j, "checkpoint_last_error", json_string(w->ckpt_last_error));
+        }
         if (w->pid > 0) {
             json_object_set_new(j, "uptime_s", json_real((double)(now - w->start_ns) * 1e-9));
             json_object_set_new(j, "heartbeat_age_ms", json_real(age_ms_of(o, w, now)));
@@ -126,6 +132,8 @@ json_t *report_status_json(orch *o)
                             "pending", (int)c.pending, "claimed", (int)c.claimed, "in_ring", (int)c.in_ring,
                             "trained", (int)c.trained, "committed", (int)c.committed, "poisoned", (int)c.poisoned,
                             "committed_step", (json_int_t)ledger_committed_step(&o->led));
+    json_object_set_new(led, "epoch", json_integer(o->epoch));
+    json_object_set_new(led, "epochs", json_integer(DF_MAX(o->t.drafter.epochs, 1u)));
     const char *st = o->finished ? "finished" : o->shutting_down ? "shutting_down" : "running";
     json_t *run = json_pack("{s:s, s:s, s:s, s:f, s:b, s:b, s:I, s:I, s:I}", "name", o->t.name, "run_dir",
                             o->run_dir, "state", st, "uptime_s", (double)(now - o->start_ns) * 1e-9, "paused",
@@ -202,6 +210,9 @@ static void write_prom(orch *o, json_t *s)
                  json_real_value(json_object_get(w, "items_per_s")));
         prom_add(&b, &len, &cap, "df_worker_tokens_per_second{worker=\"%s\"} %.3f\n", n,
                  json_real_value(json_object_get(w, "tokens_per_s")));
+        if (json_object_get(w, "checkpoint_failures"))
+            prom_add(&b, &len, &cap, "df_worker_checkpoint_failures_total{worker=\"%s\"} %lld\n", n,
+                     (long long)json_integer_value(json_object_get(w, "checkpoint_failures")));
         if (json_object_get(w, "heartbeat_age_ms"))
             prom_add(&b, &len, &cap, "df_worker_heartbeat_age_seconds{worker=\"%s\"} %.3f\n", n,
                      json_real_value(json_object_get(w, "heartbeat_age_ms")) / 1000.0);

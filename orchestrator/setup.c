@@ -10,8 +10,8 @@
  *
  * GPU arenas (a ring with gpu >= 0): the orchestrator never initialises CUDA. The seam is
  * setup_ring_arena(): a GPU ring's arena fd comes from a CUDA-capable process: the tiny
- * arena_helper binary calls arena_create(ARENA_CUDA) and sends the fd back with fdpass,
- * then exits; the VMM allocation lives on through our fd. The rest of the orchestrator
+ * cuda_helper binary (helper.c) calls arena_create(ARENA_CUDA) and sends the fd back with
+ * fdpass, then exits; the VMM allocation lives on through our fd. The rest of the orchestrator
  * treats arenas as opaque (fd, size, backend, device).
  *
  * Resume: the ledger is persisted to <run_dir>/ledger.bin (the whole segment, written
@@ -120,73 +120,33 @@ static void worker_binary(const orch *o, const topo_worker *tw, char *out, size_
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
 }
 
-/* A GPU ring's arena: run <bin_dir>/arena_helper, which creates the VMM allocation on the
- * ring's device and sends back its fd (the orchestrator itself never loads CUDA). */
+/* A GPU ring's arena: cuda_helper creates the VMM allocation on the ring's GPU and sends
+ * back its fd (the orchestrator itself never loads CUDA). */
 static int cuda_arena_from_helper(orch *o, int i, uint64_t bytes, char *err, size_t errlen)
 {
     const topo_ring *r = &o->t.rings[i];
-    char bin[1200], sockarg[16], devarg[16], bytesarg[32], name[80];
-    snprintf(bin, sizeof bin, "%s/arena_helper", o->t.bin_dir ? o->t.bin_dir : o->self_dir);
-    if (access(bin, X_OK) < 0) {
-        snprintf(err, errlen, "rings[%d] \"%s\": GPU arena helper %s: %s", i, r->name, bin, strerror(errno));
-        return -ENOENT;
-    }
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        snprintf(err, errlen, "socketpair: %s", strerror(errno));
-        return -errno;
-    }
-    snprintf(sockarg, sizeof sockarg, "%d", sv[1]);
+    char devarg[16], bytesarg[32], name[80], answer[600], e2[700];
     snprintf(devarg, sizeof devarg, "%d", r->gpu);
     snprintf(bytesarg, sizeof bytesarg, "%llu", (unsigned long long)bytes);
     snprintf(name, sizeof name, "df-arena-%s", r->name);
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(sv[0]), close(sv[1]);
-        snprintf(err, errlen, "fork: %s", strerror(e));
-        return -e;
-    }
-    if (pid == 0) {
-        fcntl(sv[1], F_SETFD, 0); /* the helper's end survives exec */
-        execl(bin, bin, "--sock", sockarg, "--device", devarg, "--bytes", bytesarg, "--name", name, (char *)NULL);
-        _exit(127);
-    }
-    close(sv[1]);
-    char msg[600] = "";
-    int fd = -1, nfd = 0, rc;
-    struct pollfd pfd = {.fd = sv[0], .events = POLLIN};
-    rc = poll(&pfd, 1, 120000); /* the first CUDA init on a cold machine takes seconds */
-    if (rc <= 0) {
-        kill(pid, SIGKILL);
-        rc = rc == 0 ? -ETIMEDOUT : -errno;
-        snprintf(err, errlen, "rings[%d] \"%s\": arena_helper gave no answer: %s", i, r->name, strerror(-rc));
-    } else {
-        rc = fdpass_recv(sv[0], msg, sizeof msg - 1, &fd, 1, &nfd);
-        if (rc > 0 && nfd == 1 && !strncmp(msg, "ok ", 3)) {
-            rc = 0;
-        } else {
-            if (nfd == 1)
-                close(fd);
-            snprintf(err, errlen, "rings[%d] \"%s\": GPU arena of %llu bytes on device %d: %s", i, r->name,
-                     (unsigned long long)bytes, r->gpu, rc > 0 ? msg : "arena_helper died without an answer");
-            rc = -EIO;
-        }
-    }
-    close(sv[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (rc < 0)
+    const char *args[] = {"--arena", "--device", devarg, "--bytes", bytesarg, "--name", name, NULL};
+    int fd = -1;
+    int rc = helper_call(o, args, answer, sizeof answer, &fd, e2, sizeof e2);
+    if (rc == 0 && fd < 0)
+        snprintf(e2, sizeof e2, "cuda_helper --arena answered without an fd"), rc = -EIO;
+    if (rc < 0) {
+        snprintf(err, errlen, "rings[%d] \"%s\": GPU arena of %llu bytes on device %d: %s", i, r->name,
+                 (unsigned long long)bytes, r->gpu, e2);
         return rc;
+    }
     arena *a = &o->ring_arena[i];
     arena_init(a);
     a->kind = ARENA_CUDA;
     a->fd = fd;
     a->device = r->gpu;
     a->size = bytes; /* importers round up exactly as the creator did */
-    df_log("rings[%d] \"%s\": GPU arena of %llu bytes on device %d (%s)", i, r->name, (unsigned long long)bytes,
-           r->gpu, msg);
+    df_log("rings[%d] \"%s\": GPU arena of %llu bytes on device %d (%s mapped)", i, r->name,
+           (unsigned long long)bytes, r->gpu, answer);
     return 0;
 }
 
@@ -278,7 +238,10 @@ out:
     return rc;
 }
 
-static int setup_ledger(orch *o, char *err, size_t errlen)
+/* Build epoch `epoch`'s plan into a fresh ledger segment (o->ledger_seg / o->led; the old
+ * one, if any, is closed: the workers get the new fd in their next hello). *n_batches: the
+ * plan's batch count. */
+static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int quiet, char *err, size_t errlen)
 {
     uint32_t *lens = NULL, n = 0;
     ledger_plan plan;
@@ -289,24 +252,119 @@ static int setup_ledger(orch *o, char *err, size_t errlen)
     uint32_t msl = o->t.max_seq_len;
     if (msl > o->t.token_budget)
         msl = (uint32_t)o->t.token_budget;
-    rc = ledger_plan_build(&plan, lens, n, o->t.seed, 0, o->t.token_budget, msl);
+    rc = ledger_plan_build(&plan, lens, n, o->t.seed, epoch, o->t.token_budget, msl);
     free(lens);
     if (rc < 0) {
-        snprintf(err, errlen, "ledger plan over %u samples: %s", n, strerror(-rc));
+        snprintf(err, errlen, "ledger plan of epoch %u over %u samples: %s", epoch, n, strerror(-rc));
         return rc;
     }
+    *n_batches = plan.n_batches;
+    if (quiet) { /* only counting (the LR schedule's total) */
+        ledger_plan_free(&plan);
+        return 0;
+    }
     uint64_t bytes = ledger_shm_bytes(&plan);
+    arena_close(&o->ledger_seg);
+    arena_init(&o->ledger_seg);
     if ((rc = shm_create(&o->ledger_seg, bytes, "df-ledger")) < 0 ||
         (rc = ledger_format(o->ledger_seg.base, o->ledger_seg.size, &plan)) < 0 ||
         (rc = ledger_open(&o->led, o->ledger_seg.base, o->ledger_seg.size)) < 0) {
-        snprintf(err, errlen, "ledger segment (%llu bytes): %s", (unsigned long long)bytes, strerror(-rc));
+        snprintf(err, errlen, "ledger segment of epoch %u (%llu bytes): %s", epoch, (unsigned long long)bytes,
+                 strerror(-rc));
         ledger_plan_free(&plan);
         return rc;
     }
-    df_log("plan: %u samples -> %u batches (token budget %llu, seed %llu)", plan.n_samples, plan.n_batches,
-           (unsigned long long)o->t.token_budget, (unsigned long long)o->t.seed);
+    df_log("plan: epoch %u of %u: %u samples -> %u batches (token budget %llu, seed %llu)", epoch,
+           DF_MAX(o->t.drafter.epochs, 1u), plan.n_samples, plan.n_batches, (unsigned long long)o->t.token_budget,
+           (unsigned long long)o->t.seed);
     ledger_plan_free(&plan);
+    return 0;
+}
+
+/* The epoch a ledger.bin snapshot is in (0 when there is none or it is unreadable: then
+ * resume_ledger reports the problem against the epoch-0 plan). */
+static uint32_t snapshot_epoch(orch *o)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    uint32_t e = 0;
+    if (df_read_file(path, &buf, &len) < 0)
+        return 0;
+    size_t cap = (len + 63) & ~(size_t)63;
+    void *mem = aligned_alloc(64, cap ? cap : 64);
+    if (mem) {
+        memset(mem, 0, cap);
+        memcpy(mem, buf, len);
+        ledger snap;
+        if (ledger_open(&snap, mem, len) == 0)
+            e = ledger_epoch(&snap);
+    }
+    free(mem);
+    free(buf);
+    return e;
+}
+
+/* Multi-epoch runs (drafter.epochs > 1): the drafter keeps one LR schedule over all epochs,
+ * so it needs the total optimizer steps: the sum over epochs of ceil(batches / ranks). Each
+ * epoch's plan packs differently (another shuffle), so every plan is built once to count. */
+static int count_total_steps(orch *o, char *err, size_t errlen)
+{
+    uint32_t E = DF_MAX(o->t.drafter.epochs, 1u), R = (uint32_t)DF_MAX(topo_n_drafters(&o->t), 1);
+    o->total_steps = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        uint32_t nb = 0;
+        int rc = build_epoch_ledger(o, e, &nb, 1, err, errlen);
+        if (rc < 0)
+            return rc;
+        o->total_steps += (nb + R - 1) / R;
+    }
+    return 0;
+}
+
+static int setup_ledger(orch *o, char *err, size_t errlen)
+{
+    uint32_t nb;
+    int rc = count_total_steps(o, err, errlen);
+    if (rc < 0)
+        return rc;
+    o->epoch = o->resume ? snapshot_epoch(o) : 0;
+    if ((rc = build_epoch_ledger(o, o->epoch, &nb, 0, err, errlen)) < 0)
+        return rc;
     return o->resume ? resume_ledger(o, err, errlen) : 0;
+}
+
+int setup_next_epoch(orch *o, char *err, size_t errlen)
+{
+    uint32_t nb;
+    uint64_t step = ledger_committed_step(&o->led);
+    int rc = build_epoch_ledger(o, o->epoch + 1, &nb, 0, err, errlen);
+    if (rc < 0)
+        return rc;
+    o->epoch++;
+    /* the new ledger continues the step count: a rewind or a resume never goes below the
+     * last checkpoint of the previous epoch, which is where the drafter continues from */
+    if (step > 0 && (rc = ledger_commit(&o->led, step)) < 0) {
+        snprintf(err, errlen, "epoch %u: ledger_commit(%llu): %s", o->epoch, (unsigned long long)step, strerror(-rc));
+        return rc;
+    }
+    o->committed_step = step;
+    for (int i = 0; i < o->t.n_rings; i++) { /* every worker exited 0: the rings are empty; re-open them */
+        const topo_ring *r = &o->t.rings[i];
+        if ((rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
+            (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
+            snprintf(err, errlen, "rings[%d] \"%s\": re-format for epoch %u: %s", i, r->name, o->epoch,
+                     ring_strerror(rc));
+            return rc;
+        }
+        o->ring_closed[i] = 0;
+    }
+    if ((rc = setup_persist_ledger(o)) < 0) {
+        snprintf(err, errlen, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
+        return rc;
+    }
+    return 0;
 }
 
 static int setup_segments(orch *o, char *err, size_t errlen)
@@ -475,6 +533,17 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
 dir_fail:
     snprintf(err, errlen, "%s: %s", sub, strerror(-rc));
     return rc;
+}
+
+int setup_run_complete(orch *o)
+{
+    if (o->epoch + 1 < DF_MAX(o->t.drafter.epochs, 1u))
+        return 0;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/train_summary.json", o->run_dir);
+    /* the summary is the drafter's last act after the final checkpoint and the export; an
+     * epoch committed without it (a crash in between) still needs the drafter to finish */
+    return ledger_epoch_done(&o->led) && access(path, F_OK) == 0;
 }
 
 int setup_persist_ledger(orch *o)

@@ -110,8 +110,32 @@ static void handle_message(orch *o, orch_worker *w, const char *buf)
         }
     } else if (!strcmp(ev, "checkpoint")) {
         json_int_t step = json_integer_value(json_object_get(m, "step"));
-        if (step > 0)
-            sup_commit(o, (uint64_t)step);
+        w->ckpt_fail_consec = 0;
+        /* acknowledge only a commit that ledger.bin holds: the drafter may then delete older
+         * checkpoints, and a --resume after any crash starts from this one or a later one */
+        if (step > 0 && sup_commit(o, (uint64_t)step) == 0) {
+            char ack[96];
+            int n = snprintf(ack, sizeof ack, "{\"ev\":\"committed\",\"step\":%llu}",
+                             (unsigned long long)o->committed_step);
+            int rc = fdpass_send(w->ctl_fd, ack, (size_t)n, NULL, 0);
+            /* a dying worker needs no ack; a full socket means the worker does not read acks
+             * (it then prunes nothing, which is safe) */
+            if (rc < 0 && rc != -EPIPE && rc != -ECONNRESET && rc != -EAGAIN && rc != -EWOULDBLOCK)
+                df_log("%s: sending the commit acknowledgement: %s", w->tw->name, strerror(-rc));
+        }
+    } else if (!strcmp(ev, "checkpoint_failed")) {
+        /* the drafter trains on (its previous checkpoint is intact) and gives up by itself
+         * after drafter.max_checkpoint_failures in a row; we count for dfctl status */
+        w->ckpt_failures++;
+        w->ckpt_fail_consec = (uint32_t)json_integer_value(json_object_get(m, "consecutive"));
+        snprintf(w->ckpt_last_error, sizeof w->ckpt_last_error, "%s",
+                 json_string_value(json_object_get(m, "error")) ?: "");
+        df_log("%s: checkpoint at step %lld failed (%u in a row): %s", w->tw->name,
+               (long long)json_integer_value(json_object_get(m, "step")), w->ckpt_fail_consec, w->ckpt_last_error);
+        json_t *e = json_deep_copy(m);
+        json_object_del(e, "ev");
+        json_object_set_new(e, "failures_total", json_integer(w->ckpt_failures));
+        ev_worker(o, w, "checkpoint_failed", e);
     } else {
         json_t *e = json_deep_copy(m);
         json_object_set_new(e, "worker_ev", json_string(ev));
@@ -187,10 +211,14 @@ static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
                           w->tw->name, "incarnation", (int)w->incarnation, "role", topo_role_name(w->tw->role),
                           "topology", o->topo_path, "run_dir", o->run_dir, "committed_step",
                           (json_int_t)o->committed_step, "segments", segs);
-    if (h && drafter) /* the group's identity; an NCCL unique id would go here, per generation */
-        json_object_set_new(h, "group", json_pack("{s:i, s:I, s:s}", "world", topo_n_drafters(&o->t), "generation",
-                                                  (json_int_t)o->group_gen, "allreduce",
-                                                  o->ar_seg.base ? "shm" : "none"));
+    if (h && drafter) { /* the group's identity, and for cuda groups this generation's NCCL id */
+        json_t *g = json_pack("{s:i, s:I, s:s}", "world", topo_n_drafters(&o->t), "generation",
+                              (json_int_t)o->group_gen, "allreduce",
+                              o->ar_seg.base ? "shm" : o->nccl_id[0] ? "nccl" : "none");
+        if (g && o->nccl_id[0])
+            json_object_set_new(g, "nccl_id", json_string(o->nccl_id));
+        json_object_set_new(h, "group", g);
+    }
     return h;
 }
 
@@ -343,7 +371,7 @@ static int spawn_worker(orch *o, orch_worker *w)
     w->after = AFTER_POLICY;
     w->items_prev = w->tokens_prev = 0;
     w->sample_ns = w->start_ns;
-    if (w->incarnation > 1)
+    if (w->incarnation > 1 && !o->epoch_switching)
         w->restarts++;
     w->ctl_fd = sv[0];
     sv[0] = -1;
@@ -791,6 +819,48 @@ static void close_cb_noop(uv_handle_t *h)
     (void)h;
 }
 
+static void write_epoch_audit(orch *o)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ledger_audit-epoch%u.json", o->run_dir, o->epoch);
+    int rc = ledger_audit_write(&o->led, path);
+    if (rc < 0)
+        df_log("%s: %s", path, strerror(-rc));
+}
+
+/* Every batch of this epoch is committed and another follows: audit it, swap in the next
+ * epoch's ledger (setup_next_epoch) and start every worker that finished, with the new
+ * segment in its hello. Workers map the ledger once, at start, so a restart is how they
+ * learn of the new epoch (docs/ledger.md, "Epochs"). 0, or -1 when the run was shut down. */
+static int advance_epoch(orch *o)
+{
+    char err[1024];
+    uint32_t done = o->epoch;
+    write_epoch_audit(o);
+    int rc = setup_next_epoch(o, err, sizeof err);
+    if (rc < 0) {
+        df_log("next epoch: %s", err);
+        sup_begin_shutdown(o, 1, err);
+        return -1;
+    }
+    df_log("epoch %u done (every batch committed, step %llu): starting epoch %u of %u", done,
+           (unsigned long long)o->committed_step, o->epoch, DF_MAX(o->t.drafter.epochs, 1u));
+    orch_event(o, json_pack("{s:s, s:i, s:i, s:I, s:i}", "ev", "epoch", "done", (int)done, "epoch", (int)o->epoch,
+                            "step", (json_int_t)o->committed_step, "batches", (int)ledger_n_batches(&o->led)));
+    return 0;
+}
+
+static void respawn_for_epoch(orch *o)
+{
+    o->epoch_switching = 1;
+    for (int i = 0; i < o->n; i++)
+        if (o->w[i].state == STATUS_DONE) {
+            set_state(&o->w[i], STATUS_BACKOFF);
+            spawn_worker(o, &o->w[i]);
+        }
+    o->epoch_switching = 0;
+}
+
 static void maybe_finish(orch *o)
 {
     if (o->finished)
@@ -805,6 +875,11 @@ static void maybe_finish(orch *o)
     }
     if (active || (!o->shutting_down && !all_final))
         return;
+    if (!o->shutting_down && ledger_epoch_done(&o->led) && o->epoch + 1 < DF_MAX(o->t.drafter.epochs, 1u)) {
+        if (advance_epoch(o) == 0)
+            respawn_for_epoch(o);
+        return;
+    }
     o->finished = 1;
     if (!o->shutting_down) {
         if (ledger_epoch_done(&o->led)) {
@@ -822,6 +897,8 @@ static void maybe_finish(orch *o)
         df_log("shutdown: some workers had to be killed");
         o->exit_code = 1;
     }
+    if (ledger_epoch_done(&o->led))
+        write_epoch_audit(o);
     char path[1200];
     snprintf(path, sizeof path, "%s/ledger_audit.json", o->run_dir);
     int rc = ledger_audit_write(&o->led, path);
@@ -863,12 +940,12 @@ int sup_commit(orch *o, uint64_t step)
     o->committed_step = s;
     rc = setup_persist_ledger(o);
     if (rc < 0)
-        df_log("%s/ledger.bin: %s", o->run_dir, strerror(-rc));
+        df_log("%s/ledger.bin: %s (the commit holds in memory; not acknowledged)", o->run_dir, strerror(-rc));
     ledger_counts_t c;
     ledger_counts(&o->led, &c);
     orch_event(o, json_pack("{s:s, s:I, s:i, s:i}", "ev", "checkpoint", "step", (json_int_t)s, "committed",
                             (int)c.committed, "persist_rc", rc));
-    return 0;
+    return rc < 0 ? rc : 0;
 }
 
 void sup_begin_shutdown(orch *o, int exit_code, const char *why)
@@ -977,6 +1054,11 @@ int sup_start(orch *o)
     }
     uint64_t period = DF_MAX(20u, DF_MIN(1000u, min_to / 4));
     uv_timer_start(&o->hang_timer, hang_cb, period, period);
+    /* --resume after every batch of a non-last epoch was committed (the orchestrator died
+     * before it started the next one): start the next epoch right away */
+    while (ledger_epoch_done(&o->led) && o->epoch + 1 < DF_MAX(o->t.drafter.epochs, 1u))
+        if (advance_epoch(o) < 0)
+            return 0;
     for (int i = 0; i < o->n; i++)
         spawn_worker(o, &o->w[i]);
     return 0;

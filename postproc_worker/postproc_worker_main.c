@@ -54,6 +54,13 @@ int main(int argc, char **argv)
     pp_copier *cp;
     if (pp_copier_open(&cp, Aout->kind == ARENA_CUDA ? Aout->device : -1, err, sizeof err) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
+    if (Ain->kind == ARENA_CUDA && Aout->kind == ARENA_CUDA && Ain->device != Aout->device) {
+        /* the target's slots are on another GPU: let ours read them (peer copy) */
+        int rc = arena_grant_access(Ain, Aout->device);
+        if (rc < 0)
+            df_die(DF_EXIT_PERM, "input ring on GPU %d is not reachable from GPU %d: %s", Ain->device, Aout->device,
+                   arena_strerror(rc));
+    }
     batch_view iview = {0};
     void *ometa = NULL; /* host buffer for the output metadata (cuda) */
     snprintf(mdir, sizeof mdir, "%s/metrics", w.run_dir);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_test_pipeline: the real pipeline on the CUDA backend (configs/tiny-cuda.json: the tiny
-# target, GPU arenas from arena_helper, tmc forward into device slots, device copies in the
+# target, GPU arenas from cuda_helper, tmc forward into device slots, device copies in the
 # postproc stage, the dfc drafter), one clean run and one run in which the target, the
 # postproc stage and the drafter (after a checkpoint) are SIGKILLed once each. Both must end
 # with every batch trained exactly once, the loss falling, a release export and metrics.
@@ -10,7 +10,7 @@ BUILD=${BUILD:-build-cuda}
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: gpu_test_pipeline: no CUDA device"; exit 77
 fi
-for b in orchestrator dfctl target_worker postproc_worker drafter_worker arena_helper; do
+for b in orchestrator dfctl target_worker postproc_worker drafter_worker cuda_helper; do
   [ -x "$BUILD/bin/$b" ] || { echo "gpu_test_pipeline: $BUILD/bin/$b missing (make CUDA=1)"; exit 1; }
 done
 tmp=$(mktemp -d /tmp/gpu-pipe.XXXXXX)

@@ -326,7 +326,7 @@ static int parse_drafter(pctx *c, topo *t, const json_t *root)
 {
     static const char *const keys[] = {"num_layers", "block_size", "num_anchors", "gamma", "lr",
         "warmup_frac", "weight_decay", "grad_clip", "noise_std", "epochs", "checkpoint_every",
-        "init_dir", "mask_token_id", NULL};
+        "keep_checkpoints", "max_checkpoint_failures", "init_dir", "mask_token_id", NULL};
     topo_drafter *d = &t->drafter;
     json_t *o;
     int rc = get_obj(c, root, "", "drafter", OPTIONAL, &o);
@@ -352,6 +352,11 @@ static int parse_drafter(pctx *c, topo *t, const json_t *root)
     if (!rc) rc = get_num(c, o, P, "noise_std", 0, 0, 1e3, "a number 0..1000", 0.0, &d->noise_std);
     if (!rc) rc = get_u32(c, o, P, "epochs", 1, 100000, 1, &d->epochs);
     if (!rc) rc = get_u32(c, o, P, "checkpoint_every", 1, 1000000000, 50, &d->checkpoint_every);
+    /* 0 = keep every checkpoint; otherwise the newest N step dirs (never the committed one) */
+    if (!rc) rc = get_u32(c, o, P, "keep_checkpoints", 0, 1000000, 3, &d->keep_checkpoints);
+    /* consecutive failed checkpoints before the drafter gives up (exit 100): a full disk is
+     * reported within N * checkpoint_every steps, not at the end of the run */
+    if (!rc) rc = get_u32(c, o, P, "max_checkpoint_failures", 1, 1000000, 3, &d->max_checkpoint_failures);
     if (!rc) rc = get_str(c, o, P, "init_dir", OPTIONAL, 1, &d->init_dir);
     if (!rc) {
         json_t *v = json_object_get(o, "mask_token_id");
@@ -971,6 +976,8 @@ json_t *topo_to_json(const topo *t)
         put(dr, "noise_std", json_real(d->noise_std), &bad);
         put(dr, "epochs", json_integer(d->epochs), &bad);
         put(dr, "checkpoint_every", json_integer(d->checkpoint_every), &bad);
+        put(dr, "keep_checkpoints", json_integer(d->keep_checkpoints), &bad);
+        put(dr, "max_checkpoint_failures", json_integer(d->max_checkpoint_failures), &bad);
         put(dr, "init_dir", str_or_null(d->init_dir), &bad);
         put(dr, "mask_token_id", d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id), &bad);
     }

@@ -92,7 +92,7 @@ int ar_set_stream(ar_comm *c, void *cuda_stream);
 /* --- reductions ---------------------------------------------------------------------- */
 
 /* buf[0..n) <- sum over ranks of buf[0..n), in place, every rank the same n. shm: a host
- * buffer; nccl: a device buffer. Returns when buf holds the result (nccl: host waits for
+ * buffer; nccl: a device buffer, or a (small) host buffer staged through the device. Returns when buf holds the result (nccl: host waits for
  * the comm stream). timeout_ns bounds each wait for the slowest peer (< 0: forever).
  * -ETIMEDOUT: a peer did not arrive (dead or hung); the group is broken from then on, on
  * every rank (they all return -ETIMEDOUT): exit and let the orchestrator restart the

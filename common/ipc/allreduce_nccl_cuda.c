@@ -47,6 +47,8 @@ typedef struct ar_nccl_state {
     int device;
     int broken;          /* 0, or the error every later call returns */
     uint32_t next_bucket;
+    float *stage;        /* device staging for host buffers (small agreements), grown as needed */
+    size_t stage_n;
     char broken_detail[200];
 } ar_nccl_state;
 
@@ -230,6 +232,19 @@ int ar_nccl_set_stream(ar_comm *c, void *cuda_stream)
     return 0;
 }
 
+/* 1 if p is ordinary host memory (not device, managed or registered): such a buffer is
+ * staged through s->stage so small host-side agreements (a few flags per step) work on the
+ * nccl backend too. */
+static int is_host_pointer(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError();
+        return 1;
+    }
+    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+}
+
 int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
 {
     ar_nccl_state *s = c->impl;
@@ -238,10 +253,32 @@ int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
     if (s->next_bucket)
         return ar_fail(-EBUSY, "ar_allreduce_sum: buckets in flight: call ar_wait_all first");
     uint64_t dl = deadline_of(timeout_ns);
-    int rc = enqueue(c, s, buf, n, "ncclAllReduce", dl);
-    if (rc)
-        return rc;
-    return wait_done(c, s, "ncclAllReduce", dl);
+    float *dev = buf;
+    int host = n > 0 && is_host_pointer(buf);
+    if (host) {
+        if (s->stage_n < n) {
+            cudaFree(s->stage);
+            s->stage = NULL, s->stage_n = 0;
+            if (cudaMalloc((void **)&s->stage, n * sizeof(float)) != cudaSuccess) {
+                cudaGetLastError();
+                return ar_fail(-ENOMEM, "ar_allreduce_sum: staging %zu floats on device %d", n, s->device);
+            }
+            s->stage_n = n;
+        }
+        if (cudaMemcpy(s->stage, buf, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+            cudaGetLastError();
+            return ar_fail(-EIO, "ar_allreduce_sum: copy of %zu floats to device %d", n, s->device);
+        }
+        dev = s->stage;
+    }
+    int rc = enqueue(c, s, dev, n, "ncclAllReduce", dl);
+    if (rc == 0)
+        rc = wait_done(c, s, "ncclAllReduce", dl);
+    if (rc == 0 && host && cudaMemcpy(buf, dev, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
+        cudaGetLastError();
+        return ar_fail(-EIO, "ar_allreduce_sum: copy of %zu floats from device %d", n, s->device);
+    }
+    return rc;
 }
 
 int ar_nccl_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
@@ -292,6 +329,7 @@ void ar_nccl_close(ar_comm *c)
         }
         s->comm = NULL;
     }
+    cudaFree(s->stage);
     cudaEventDestroy(s->ev_done);
     cudaEventDestroy(s->ev_ready);
     cudaStreamDestroy(s->stream);

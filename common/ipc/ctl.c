@@ -23,22 +23,22 @@ static void on_sigterm(int sig)
     g_sigterm = 1;
 }
 
-static int env_long(const char *key, long lo, long hi, long *out)
+/* A missing or malformed DF_* variable means the binary was not started by the orchestrator
+ * (run by hand, or by a wrapper that dropped the environment): bad usage, exit 2, with the
+ * variable named. Nothing is mapped yet, so exiting here leaks nothing. */
+static long env_long(const char *key, long lo, long hi)
 {
     const char *v = getenv(key);
-    if (!v || !*v) {
-        df_log("ctl: environment variable %s is not set (workers are started by the orchestrator)", key);
-        return -EINVAL;
-    }
+    if (!v || !*v)
+        df_die(DF_EXIT_USAGE, "ctl: environment variable %s is not set (workers are started by the orchestrator)",
+               key);
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (errno || *end || x < lo || x > hi) {
-        df_log("ctl: %s=%s: expected an integer %ld..%ld", key, v, lo, hi);
-        return -EINVAL;
-    }
-    *out = x;
-    return 0;
+    if (errno || *end || x < lo || x > hi)
+        df_die(DF_EXIT_USAGE, "ctl: %s=%s: expected an integer %ld..%ld (workers are started by the orchestrator)",
+               key, v, lo, hi);
+    return x;
 }
 
 static void ctl_init_fields(ctl_worker *w)
@@ -136,10 +136,31 @@ static int receive_hello(ctl_worker *w)
     snprintf(w->topo_path, sizeof w->topo_path, "%s",
              json_string_value(json_object_get(root, "topology")) ?: "");
     w->committed_step = (uint64_t)json_integer_value(json_object_get(root, "committed_step"));
+    w->epoch = (uint32_t)json_integer_value(json_object_get(root, "epoch"));
+    w->epochs = (uint32_t)json_integer_value(json_object_get(root, "epochs"));
+    w->total_steps = (uint64_t)json_integer_value(json_object_get(root, "total_steps"));
     json_t *grp = json_object_get(root, "group");
     if (grp) {
         w->group_world = (int)json_integer_value(json_object_get(grp, "world"));
         w->group_gen = (uint64_t)json_integer_value(json_object_get(grp, "generation"));
+        const char *hex = json_string_value(json_object_get(grp, "nccl_id"));
+        if (hex) { /* 256 hex digits -> the 128-byte NCCL unique id */
+            if (strlen(hex) != 2 * sizeof w->nccl_id) {
+                df_log("ctl: hello group.nccl_id has %zu hex digits, expected %zu", strlen(hex), 2 * sizeof w->nccl_id);
+                rc = -EPROTO;
+                goto out;
+            }
+            for (size_t k = 0; k < sizeof w->nccl_id; k++) {
+                unsigned v;
+                if (sscanf(hex + 2 * k, "%2x", &v) != 1) {
+                    df_log("ctl: hello group.nccl_id: not hex at digit %zu", 2 * k);
+                    rc = -EPROTO;
+                    goto out;
+                }
+                w->nccl_id[k] = (unsigned char)v;
+            }
+            w->has_nccl_id = 1;
+        }
     }
     json_t *segs = json_object_get(root, "segments"), *seg;
     size_t i;
@@ -174,7 +195,7 @@ out:
 
 int ctl_worker_start(ctl_worker *w, int argc, char **argv)
 {
-    long v, orch_pid = 0;
+    long orch_pid;
     int rc;
     ctl_init_fields(w);
     if (argc > 0 && argv && argv[0]) {
@@ -187,8 +208,7 @@ int ctl_worker_start(ctl_worker *w, int argc, char **argv)
     /* Die with the orchestrator; then close the race where it died before prctl. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
         return -errno;
-    if (env_long("DF_ORCH_PID", 1, INT_MAX, &orch_pid) < 0)
-        return -EINVAL;
+    orch_pid = env_long("DF_ORCH_PID", 1, INT_MAX);
     if (getppid() != (pid_t)orch_pid) {
         df_log("ctl: the orchestrator (pid %ld) is gone; exiting", orch_pid);
         return -ESRCH;
@@ -200,15 +220,9 @@ int ctl_worker_start(ctl_worker *w, int argc, char **argv)
     if (sigaction(SIGTERM, &sa, NULL) < 0)
         return -errno;
 
-    if ((rc = env_long("DF_CTL_FD", 0, INT_MAX, &v)) < 0)
-        return rc;
-    w->sock = (int)v;
-    if ((rc = env_long("DF_WORKER_ID", 0, STATUS_MAX_WORKERS - 1, &v)) < 0)
-        goto fail;
-    w->id = (int)v;
-    if ((rc = env_long("DF_INCARNATION", 1, INT_MAX, &v)) < 0)
-        goto fail;
-    w->incarnation = (uint32_t)v;
+    w->sock = (int)env_long("DF_CTL_FD", 0, INT_MAX);
+    w->id = (int)env_long("DF_WORKER_ID", 0, STATUS_MAX_WORKERS - 1);
+    w->incarnation = (uint32_t)env_long("DF_INCARNATION", 1, INT_MAX);
     snprintf(w->name, sizeof w->name, "%s", getenv("DF_WORKER") ?: "");
     snprintf(w->run_dir, sizeof w->run_dir, "%s", getenv("DF_RUN_DIR") ?: "");
 
@@ -335,6 +349,29 @@ int ctl_send(ctl_worker *w, const char *json)
     if (w->sock < 0)
         return -EBADF;
     return fdpass_send(w->sock, json, strlen(json), NULL, 0);
+}
+
+/* Drain what the orchestrator sent since the hello (never blocks). Today only
+ * {"ev":"committed","step":S}: checkpoint S is committed in the ledger AND ledger.bin holds
+ * it, so a --resume after any crash starts from S or later. Anything else is ignored. */
+uint64_t ctl_committed_ack(ctl_worker *w)
+{
+    char buf[512];
+    for (;;) {
+        if (w->sock < 0)
+            break;
+        ssize_t n = recv(w->sock, buf, sizeof buf - 1, MSG_DONTWAIT);
+        if (n <= 0) /* EAGAIN: nothing more; 0 or an error: the orchestrator is gone (pdeathsig) */
+            break;
+        buf[n] = 0;
+        json_t *m = json_loads(buf, 0, NULL);
+        const char *ev = json_string_value(json_object_get(m, "ev"));
+        json_int_t step = json_integer_value(json_object_get(m, "step"));
+        if (ev && !strcmp(ev, "committed") && step > 0 && (uint64_t)step > w->acked_step)
+            w->acked_step = (uint64_t)step;
+        json_decref(m);
+    }
+    return w->acked_step;
 }
 
 int ctl_send_checkpoint(ctl_worker *w, uint64_t step)

@@ -9,20 +9,28 @@
  *   2. It sends ONE message, the hello: a JSON object
  *        {"v":1, "worker_id":i, "name":"...", "incarnation":n, "role":"...",
  *         "topology":"<run dir>/topology.json", "run_dir":"...", "committed_step":S,
+ *         "epoch":e, "epochs":E, "total_steps":N,
  *         "segments":[{"name":"status","kind":"status","size":B,"fd":0}, ...]}
  *      with every segment's fd attached (SCM_RIGHTS); "fd" is the index among the attached
- *      fds. Kinds: status (status.h), handoff (handoff.h), ledger (ledger.h), ring (one per
+ *      fds. A multi-epoch run (drafter.epochs E > 1) gives every epoch a new ledger segment
+ *      and restarts the workers with it: "epoch" is the segment's, "total_steps" the
+ *      drafter's LR schedule over all E epochs. Kinds: status (status.h), handoff (handoff.h), ledger (ledger.h), ring (one per
  *      topology ring, "ring": index), arena (the payload arena of ring "ring", with
  *      "backend": "cpu"|"cuda" and "device"), allreduce (drafter ranks of a group of
  *      R > 1 on the cpu backend only: the shm all-reduce segment, allreduce.h, formatted
  *      by the orchestrator for this incarnation of the group). Drafters also get
- *      "group": {"world": R, "generation": g, "allreduce": "shm"|"none"}; g counts group
- *      restarts (a later NCCL backend hands its unique id here, per generation).
+ *      "group": {"world": R, "generation": g, "allreduce": "shm"|"nccl"|"none"[, "nccl_id":
+ *      256 hex digits]}; g counts group restarts; cuda groups get a fresh NCCL unique id per
+ *      generation (made by cuda_helper).
  *   3. The worker maps everything, loads what it needs (model, ...), then ctl_ready() sends
  *      {"ev":"ready"}; from then on the orchestrator counts it as up.
  *   4. Later messages are events, one JSON object per message: {"ev":"checkpoint","step":N}
- *      (the orchestrator then commits the ledger up to N and persists it), or anything else
- *      with an "ev" key (logged into metrics/orchestrator.jsonl).
+ *      (the orchestrator then commits the ledger up to N and persists it),
+ *      {"ev":"checkpoint_failed","step":N,"error":"...","consecutive":k} (counted, shown by
+ *      dfctl status), or anything else with an "ev" key (logged into
+ *      metrics/orchestrator.jsonl). The orchestrator answers a checkpoint whose commit it
+ *      persisted to ledger.bin with {"ev":"committed","step":N} (ctl_committed_ack): only
+ *      then may the drafter delete older checkpoints.
  * Liveness goes through the status segment (ctl_heartbeat), not the socket.
  *
  * The worker dies with the orchestrator: PR_SET_PDEATHSIG(SIGKILL), and getppid() is
@@ -55,6 +63,9 @@ typedef struct ctl_worker {
     char run_dir[1024];
     char topo_path[1100];
     uint64_t committed_step; /* ledger committed step when this incarnation was started */
+    uint32_t epoch, epochs;  /* the hello's: this ledger segment's epoch, of how many (0: not sent) */
+    uint64_t total_steps;    /* the hello's: optimizer steps over all epochs (0: not sent) */
+    uint64_t acked_step;     /* highest {"ev":"committed"} from the orchestrator (ctl_committed_ack) */
 
     topo topo;                /* the run's topology (loaded from topo_path) */
     const topo_worker *self;  /* &topo.workers[id] */
@@ -79,12 +90,16 @@ typedef struct ctl_worker {
     arena ar_seg;          /* the drafter group's shm all-reduce segment (base NULL if none) */
     int group_world;       /* drafters: R from the hello's "group" (0 for other roles) */
     uint64_t group_gen;    /* drafters: the group's restart generation */
+    unsigned char nccl_id[128]; /* cuda drafter groups: this generation's NCCL unique id */
+    int has_nccl_id;
 } ctl_worker;
 
 /* Read the environment, receive the hello and its fds, map every segment, load the
  * topology, set the parent-death signal and the SIGTERM flag, and write a first heartbeat.
- * argv is only used for the log prefix. On failure *w is closed and a negative errno
- * returned; the message has been logged (df_log). Workers usually DF_CHECK_ERR it. */
+ * argv is only used for the log prefix. A missing or malformed DF_* variable (the worker was
+ * run by hand) exits DF_EXIT_USAGE (2) at once with the variable named. Any other failure
+ * (a bad hello, a segment that does not map) closes *w and returns a negative errno; the
+ * message has been logged (df_log). Workers usually DF_CHECK_ERR it (exit 1). */
 int ctl_worker_start(ctl_worker *w, int argc, char **argv);
 /* Tell the orchestrator this worker is loaded and ready. */
 int ctl_ready(ctl_worker *w);
@@ -120,6 +135,10 @@ handoff_table *ctl_handoff(ctl_worker *w);
 int ctl_send(ctl_worker *w, const char *json);
 /* The checkpoint event for step (the orchestrator commits the ledger up to it). */
 int ctl_send_checkpoint(ctl_worker *w, uint64_t step);
+
+/* The highest step the orchestrator acknowledged as committed and persisted (ledger.bin),
+ * 0 before the first acknowledgement of this incarnation. Never blocks. */
+uint64_t ctl_committed_ack(ctl_worker *w);
 
 /* Unmap everything, close the socket and free the topology. Safe to call twice. */
 void ctl_worker_close(ctl_worker *w);

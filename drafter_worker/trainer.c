@@ -121,6 +121,35 @@ static int reduce_grads(ar_comm *ar, float *g, size_t n, char *err, size_t errle
     return rc;
 }
 
+int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const ar_comm *ar, dflash_batch *seq,
+                 double *norm, char *err, size_t errlen)
+{
+    const dflash_config *c = &tr->cfg;
+    const char *hb = (const char *)h;
+    int N = (int)h->num_anchors, ncd = c->n_capture * c->hidden;
+    *norm = 0;
+    for (int k = 0; k < (int)h->n_docs; k++) {
+        int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
+        int rc = dflash_batch_init(&seq[k], c, S, N, feat ? feat + (size_t)s0 * ncd : NULL,
+                                   (const int32_t *)(hb + h->off_tokens) + s0, (const uint8_t *)(hb + h->off_mask) + s0,
+                                   tr->ts.seed, h->batch_id);
+        if (rc == 0)
+            rc = dflash_batch_set_anchors(&seq[k], c, (const int32_t *)(hb + h->off_anchors) + (size_t)k * N,
+                                          (const uint8_t *)(hb + h->off_keep) + (size_t)k * N, N);
+        if (rc < 0) {
+            snprintf(err, errlen, "batch %llu document %d: bad anchors or tokens (%s)", (unsigned long long)h->batch_id,
+                     k, strerror(-rc));
+            for (int j = 0; j <= k; j++)
+                dflash_batch_free(&seq[j]);
+            return -EINVAL;
+        }
+        *norm += seq[k].sum_w;
+    }
+    if (ar && ar->world > 1)
+        *norm *= ar->world; /* each rank's gradient / world: the all-reduced sum is the mean */
+    return 0;
+}
+
 int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, void (*hb)(void *), void *hb_arg,
                  dflash_stats *out, adamw_info *info, char *err, size_t errlen)
 {
@@ -145,25 +174,10 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     }
     batch_header *b = (batch_header *)slot; /* cpu: h == slot */
     dflash_batch seq[BATCH_MAX_DOCS];
-    int nd = (int)b->n_docs, ncd = c->n_capture * c->hidden;
-    double norm = 0;
-    for (int k = 0; k < nd; k++) {
-        int s0 = b->doc_starts[k], S = b->doc_starts[k + 1] - s0;
-        const float *H = (const float *)batch_feat(b) + (size_t)s0 * ncd;
-        if ((rc = dflash_batch_init(&seq[k], c, S, (int)b->num_anchors, H, batch_tokens(b) + s0, batch_mask(b) + s0,
-                                    tr->ts.seed, b->batch_id)) < 0 ||
-            (rc = dflash_batch_set_anchors(&seq[k], c, batch_anchors(b) + (size_t)k * b->num_anchors,
-                                           batch_keep(b) + (size_t)k * b->num_anchors, (int)b->num_anchors)) < 0) {
-            snprintf(err, errlen, "batch %llu document %d: bad anchors or tokens (%s)", (unsigned long long)b->batch_id,
-                     k, strerror(-rc));
-            for (int j = 0; j <= k; j++)
-                dflash_batch_free(&seq[j]);
-            return -EINVAL;
-        }
-        norm += seq[k].sum_w;
-    }
-    if (ar && ar->world > 1)
-        norm *= ar->world; /* each rank's gradient / world: the all-reduced sum is the mean */
+    int nd = (int)b->n_docs;
+    double norm;
+    if ((rc = trainer_docs(tr, b, (const float *)batch_feat(b), ar, seq, &norm, err, errlen)) < 0)
+        return rc;
     memset(tr->g.data, 0, tr->g.n * sizeof(float));
     rc = 0;
     for (int k = 0; k < nd; k++) {

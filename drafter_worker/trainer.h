@@ -25,6 +25,7 @@
 #define DF_TRAINER_H
 
 #include "drafter_worker/adamw.h"
+#include "drafter_worker/dflash_batch.h"
 #include "drafter_worker/dflash_ckpt.h"
 #include "drafter_worker/dflash_config.h"
 #include "drafter_worker/dflash_loss.h"
@@ -94,6 +95,12 @@ void trainer_record(trainer *tr, const dflash_stats *st);
 int trainer_write_summary(trainer *tr, const char *run_dir, double seconds, char *err, size_t errlen);
 
 /* ---- backend seam (trainer_cuda.c / trainer_nocuda.c) ---- */
+/* Both backends: the batch's documents as training sequences from the host view h (anchors,
+ * keep, labels and weights; feat: the fp32 features in host memory, or NULL when they stay on
+ * the device), and the loss normaliser (the batch's total weight, times the world size so an
+ * all-reduced sum of gradients is the mean). The caller frees seq[0..h->n_docs). */
+int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const ar_comm *ar, dflash_batch *seq,
+                 double *norm, char *err, size_t errlen);
 int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen);
 int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
                       adamw_info *info, char *err, size_t errlen);

@@ -79,30 +79,13 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_c
         return -EINVAL;
     }
     const char *base = (const char *)slot;
-    const char *hb = (const char *)h; /* the host copy: same offsets */
     int N = (int)h->num_anchors, ncd = c->n_capture * c->hidden;
     dflash_batch seq[BATCH_MAX_DOCS];
-    double norm = 0;
-    int nd = (int)h->n_docs, rc = 0;
-    for (int k = 0; k < nd; k++) {
-        int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
-        const int32_t *x = (const int32_t *)(hb + h->off_tokens) + s0;
-        const uint8_t *lm = (const uint8_t *)(hb + h->off_mask) + s0;
-        rc = dflash_batch_init(&seq[k], c, S, N, NULL, x, lm, tr->ts.seed, h->batch_id);
-        if (rc == 0)
-            rc = dflash_batch_set_anchors(&seq[k], c, (const int32_t *)(hb + h->off_anchors) + (size_t)k * N,
-                                          (const uint8_t *)(hb + h->off_keep) + (size_t)k * N, N);
-        if (rc < 0) {
-            snprintf(err, errlen, "batch %llu document %d: bad anchors or tokens (%s)", (unsigned long long)h->batch_id,
-                     k, strerror(-rc));
-            for (int j = 0; j <= k; j++)
-                dflash_batch_free(&seq[j]);
-            return -EINVAL;
-        }
-        norm += seq[k].sum_w;
-    }
-    if (ar && ar->world > 1)
-        norm *= ar->world; /* each rank's gradient / world: the all-reduced sum is the mean */
+    double norm;
+    int nd = (int)h->n_docs;
+    int rc = trainer_docs(tr, h, NULL, ar, seq, &norm, err, errlen); /* h: the host copy, same offsets */
+    if (rc < 0)
+        return rc;
     if ((rc = dfc_zero_grads(g->ctx)) < 0)
         goto fail;
     for (int k = 0; k < nd && rc == 0; k++) {

@@ -230,8 +230,10 @@ static void print_status(json_t *s)
                json_is_true(json_object_get(w, "closed")) ? "closed" : "");
     }
     json_t *l = json_object_get(s, "ledger");
-    printf("\nledger: %lld batches: %lld pending, %lld claimed, %lld in ring, %lld trained, %lld committed, %lld "
-           "poisoned; committed step %lld\n",
+    printf("\nledger: epoch %lld of %lld, %lld batches: %lld pending, %lld claimed, %lld in ring, %lld trained, "
+           "%lld committed, %lld poisoned; committed step %lld\n",
+           (long long)json_integer_value(json_object_get(l, "epoch")) + 1,
+           (long long)json_integer_value(json_object_get(l, "epochs")),
            (long long)json_integer_value(json_object_get(l, "batches")),
            (long long)json_integer_value(json_object_get(l, "pending")),
            (long long)json_integer_value(json_object_get(l, "claimed")),

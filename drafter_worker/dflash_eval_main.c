@@ -45,6 +45,7 @@ static void usage(FILE *f)
             "                       training run starts) of the same shape: the untrained baseline\n"
             "  --no-plain           skip plain decoding (no speedup, no lossless check)\n"
             "  --backend cpu|cuda   where to run (default cpu; cuda needs a CUDA build)\n"
+            "  --device N           the CUDA device of --backend cuda (default 0)\n"
             "  --label TEXT         name of this drafter in the table and the JSON\n"
             "  --json PATH          also write every number as JSON\n"
             "  --quiet              no progress line per prompt\n"
@@ -61,6 +62,7 @@ typedef struct eval_opts {
     const char *target, *drafter, *json, *label, *backend;
     const char *prompts[MAX_PROMPT_FILES];
     int n_prompts_files, max_prompts, max_new, max_prompt_len, eos, eos_given, no_plain, quiet;
+    int device;            /* CUDA device of --backend cuda; -1: not given */
     long long random_seed; /* -1: keep the trained weights */
 } eval_opts;
 
@@ -80,7 +82,7 @@ static int parse_int(const char *s, const char *opt, long long lo, long long *ou
 static int parse_args(int argc, char **argv, eval_opts *o)
 {
     *o = (eval_opts){.max_prompts = 8, .max_new = 128, .max_prompt_len = 1024, .eos = -1, .random_seed = -1,
-                     .backend = "cpu"};
+                     .backend = "cpu", .device = -1};
     static const struct option opts[] = {
         {"target", required_argument, 0, 't'},       {"drafter", required_argument, 0, 'd'},
         {"prompts", required_argument, 0, 'p'},      {"max-prompts", required_argument, 0, 'n'},
@@ -89,6 +91,7 @@ static int parse_args(int argc, char **argv, eval_opts *o)
         {"no-plain", no_argument, 0, 'P'},           {"backend", required_argument, 0, 'b'},
         {"label", required_argument, 0, 'l'},        {"json", required_argument, 0, 'j'},
         {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
+        {"device", required_argument, 0, 'D'},
         {0, 0, 0, 0}};
     int c;
     long long v;
@@ -110,6 +113,7 @@ static int parse_args(int argc, char **argv, eval_opts *o)
         case 'r': if (parse_int(optarg, "--random-drafter", 0, &v)) return -1; o->random_seed = v; break;
         case 'P': o->no_plain = 1; break;
         case 'b': o->backend = optarg; break;
+        case 'D': if (parse_int(optarg, "--device", 0, &v)) return -1; o->device = (int)v; break;
         case 'l': o->label = optarg; break;
         case 'j': o->json = optarg; break;
         case 'q': o->quiet = 1; break;
@@ -127,6 +131,10 @@ static int parse_args(int argc, char **argv, eval_opts *o)
     }
     if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
         fprintf(stderr, "dflash_eval: --backend must be cpu or cuda, got '%s'\n", o->backend);
+        return -1;
+    }
+    if (o->device >= 0 && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "dflash_eval: --device is for --backend cuda\n");
         return -1;
     }
     if (!o->label)
@@ -246,7 +254,10 @@ int main(int argc, char **argv)
 
     /* backends */
     sd_backend be;
-    if ((rc = sd_backend_open(&be, o.backend, o.target, &dc, &dp, max_ctx, err, sizeof err)) < 0)
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s:%d", o.backend, o.device < 0 ? 0 : o.device);
+    if ((rc = sd_backend_open(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx, err,
+                              sizeof err)) < 0)
         df_die(rc == -ENOTSUP ? DF_EXIT_USAGE : tm_exit_code(rc), "%s", err);
 
     sd_opts so = {.max_new = o.max_new, .eos = o.eos};

@@ -461,6 +461,7 @@ int main(int argc, char **argv)
                 usleep(100000);
             continue;
         }
+        tr->ranks_with_batch = (int)f[0]; /* the gradient is the mean over the batches of this step */
         if (p.has)
             train_batch(d, &p, want);
         else

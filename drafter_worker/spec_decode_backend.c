@@ -27,10 +27,17 @@ int sd_backend_open(sd_backend *b, const char *kind, const char *target_dir, con
                     const dflash_params *p, int max_ctx, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
-    if (!strcmp(kind, "cuda"))
-        return sd_backend_open_cuda(b, target_dir, c, p, max_ctx, err, errlen);
+    if (!strncmp(kind, "cuda", 4) && (kind[4] == 0 || kind[4] == ':')) {
+        char *end = NULL;
+        long dev = kind[4] ? strtol(kind + 5, &end, 10) : 0;
+        if (kind[4] && (end == kind + 5 || *end || dev < 0 || dev > 1024)) {
+            snprintf(err, errlen, "backend '%s': the device after 'cuda:' is not a number", kind);
+            return -EINVAL;
+        }
+        return sd_backend_open_cuda(b, target_dir, c, p, max_ctx, (int)dev, err, errlen);
+    }
     if (strcmp(kind, "cpu")) {
-        snprintf(err, errlen, "unknown backend '%s' (cpu or cuda)", kind);
+        snprintf(err, errlen, "unknown backend '%s' (cpu, cuda or cuda:N)", kind);
         return -EINVAL;
     }
     cpu_impl *ci = calloc(1, sizeof *ci);

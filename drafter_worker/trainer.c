@@ -145,8 +145,8 @@ int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, co
         }
         *norm += seq[k].sum_w;
     }
-    if (ar && ar->world > 1)
-        *norm *= ar->world; /* each rank's gradient / world: the all-reduced sum is the mean */
+    if (ar && ar->world > 1) /* each rank's gradient / n: the all-reduced sum is the mean of n batches */
+        *norm *= tr->ranks_with_batch > 0 ? tr->ranks_with_batch : ar->world;
     return 0;
 }
 

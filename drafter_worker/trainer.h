@@ -56,6 +56,10 @@ typedef struct trainer {
     dflash_acts acts;
     /* cuda backend */
     trainer_cuda *gpu;
+    /* data parallel: how many ranks contribute a batch to this step (set by the caller each
+     * step; 0 = all of them). The loss normaliser is scaled by it, so the all-reduced sum is
+     * the mean over the batches actually trained, also in a short last step. */
+    int ranks_with_batch;
     /* the summary's statistics */
     dflash_stats end_win[TRAINER_END_STEPS];
     double start_loss_sum;

@@ -1,0 +1,480 @@
+/* gpu_test_eval: the CUDA backend of dflash_eval (target_decode_cuda, dflash_infer_cuda,
+ * spec_decode_cuda) on the tiny target models/tiny-target, fresh random inputs every run
+ * (seed printed; NNC_TEST_SEED=... replays one):
+ *   a. CUDA KV-cached target decode vs the CPU target_decode on random prompts: prefill,
+ *      extends in random chunks (k = 1..16, logits of every new row), truncation and
+ *      extending with other tokens. Logits and captured features match to a bf16
+ *      tolerance (relative L2 pooled over all calls < 2e-2, as gpu_test_target's
+ *      forward; < 5e-2 for any one call, a single logit row included); greedy tokens that
+ *      differ are counted, and each must be a near-tie the measured logit error explains
+ *      (CPU margin between the two tokens <= 2 x the row's max |logit error|).
+ *   b. CUDA drafter drafts vs CPU dflash_infer fed the same features (the GPU target's,
+ *      bf16 -> fp32), for the public release fixture tests/fixtures/dflash-release-tiny
+ *      and a random 2-layer drafter with a sliding layer; context appended in pieces
+ *      (one of 280 rows: more than one append chunk); logits relative L2 as in (a), draft
+ *      differences counted and explained as in (a).
+ *   c. lossless on the GPU: through sd_backend_open("cuda"), speculative output == plain
+ *      greedy output token for token, exactly, with the release drafter, a random
+ *      drafter, and an oracle drafter that drafts the plain output with 30% of its tokens
+ *      corrupted (real multi-token acceptances: truncation and multi-row appends);
+ *   d. CUDA plain greedy vs CPU plain greedy on the same prompts: differing tokens and the
+ *      first difference are reported (bf16 vs fp32 arithmetic; not a failure).
+ * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
+#include "gpu_test_check.h"
+
+#include <errno.h>
+
+#include "drafter_worker/dflash_ckpt.h"
+#include "drafter_worker/dflash_config.h"
+#include "drafter_worker/dflash_infer.h"
+#include "drafter_worker/dflash_infer_cuda.h"
+#include "drafter_worker/dflash_model.h"
+#include "drafter_worker/eval_prompts.h"
+#include "drafter_worker/spec_decode.h"
+#include "drafter_worker/spec_decode_backend.h"
+#include "target_worker/target_decode.h"
+#include "target_worker/target_decode_cuda.h"
+#include "util.h"
+
+#define TARGET "models/tiny-target"
+#define RELEASE "tests/fixtures/dflash-release-tiny"
+#define HELDOUT "data/tiny/chat-heldout.jsonl"
+#define MAX_CTX 640
+/* Relative L2 limits: over everything one check compared (pooled), and per call, where a
+ * single logit row after hundreds of bf16 tokens can reach ~2.5e-2 (seen once on an
+ * H200). A wrong position, mask or cache row gives errors of order 1. */
+#define REL_L2 2e-2
+#define REL_L2_CALL 5e-2
+
+static df_rng g_rng;
+static long g_fail;
+static char g_err[1024];
+
+static int rnd(int lo, int hi) /* [lo, hi] */
+{
+    return lo + (int)df_rng_below(&g_rng, (uint64_t)(hi - lo + 1));
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+static int32_t argmax(const float *x, int n)
+{
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Greedy tokens of GPU rows vs CPU rows: counts differences; a difference whose CPU
+ * margin exceeds 2 x the row's max |logit error| cannot be bf16 rounding and fails. */
+typedef struct flips {
+    long rows, diff, unexplained;
+} flips;
+
+static void count_flips(flips *f, const int32_t *gpu_tok, const float *gpu, const float *cpu, int rows, int V,
+                        const char *what)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *g = gpu + (size_t)r * V, *c = cpu + (size_t)r * V;
+        int32_t tc = argmax(c, V), tg = gpu_tok[r];
+        if (tg != argmax(g, V)) {
+            printf("FAIL %s row %d: device argmax %d is not the argmax %d of its own logits\n", what, r, tg,
+                   argmax(g, V));
+            g_fail++;
+        }
+        f->rows++;
+        if (tc == tg)
+            continue;
+        double emax = 0;
+        for (int v = 0; v < V; v++)
+            emax = fmax(emax, fabs((double)g[v] - c[v]));
+        double margin = (double)c[tc] - c[tg];
+        f->diff++;
+        if (margin > 2 * emax) {
+            f->unexplained++;
+            printf("FAIL %s row %d: GPU picks %d, CPU %d with margin %.4g > 2 x max logit error %.4g\n", what, r, tg,
+                   tc, margin, emax);
+            g_fail++;
+        }
+    }
+}
+
+/* Pooled relative L2 error: sum |got - ref|^2 / sum |ref|^2 over every call, and the
+ * worst single call. */
+typedef struct l2acc {
+    double num, den, worst;
+} l2acc;
+
+static void l2_add(l2acc *a, const float *got, const float *ref, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - ref[i];
+        num += e * e, den += (double)ref[i] * ref[i];
+    }
+    a->num += num, a->den += den;
+    a->worst = fmax(a->worst, sqrt(num / (den > 0 ? den : 1)));
+}
+
+/* Prints the pooled error of a; 1 when it is over REL_L2 (or NaN). */
+static int l2_check(const char *what, const l2acc *a)
+{
+    double rel = sqrt(a->num / (a->den > 0 ? a->den : 1));
+    int ok = rel <= REL_L2;
+    printf("%s %-44s pooled rel_l2_err=%.3g (limit %.2g), worst call %.3g (limit %.2g)\n", ok ? "PASS" : "FAIL", what,
+           rel, REL_L2, a->worst, REL_L2_CALL);
+    return !ok;
+}
+
+/* ---- a. target decode ----------------------------------------------------------------- */
+
+/* One extend of k tokens on both; compares features and the logits of all k rows. */
+static void extend_both(td_model *cpu, tdc_model *gpu, const int32_t *tok, int k, int n_next, flips *f, l2acc *lf,
+                        l2acc *ll, const char *what)
+{
+    int V = cpu->tm.cfg.vocab_size, F = cpu->n_capture * cpu->tm.cfg.hidden_size;
+    int32_t *next = xmalloc(sizeof(int32_t) * n_next);
+    float *lg = xmalloc(sizeof(float) * (size_t)n_next * V), *ft = xmalloc(sizeof(float) * (size_t)k * F);
+    RC_CHECK(td_extend(cpu, tok, k, n_next), "td_extend");
+    RC_CHECK(tdc_extend(gpu, tok, k, n_next, next), tdc_error(gpu));
+    RC_CHECK(tdc_logits_to_host(gpu, lg), tdc_error(gpu));
+    RC_CHECK(tdc_feats_to_host(gpu, k, ft), tdc_error(gpu));
+    char w[160];
+    snprintf(w, sizeof w, "%s: features of %d rows", what, k);
+    if (gt_check_rel_l2(w, ft, cpu->feat, (size_t)k * F, REL_L2_CALL))
+        g_fail++;
+    snprintf(w, sizeof w, "%s: logits of %d rows", what, n_next);
+    if (gt_check_rel_l2(w, lg, cpu->logits, (size_t)n_next * V, REL_L2_CALL))
+        g_fail++;
+    l2_add(lf, ft, cpu->feat, (size_t)k * F);
+    l2_add(ll, lg, cpu->logits, (size_t)n_next * V);
+    count_flips(f, next, lg, cpu->logits, n_next, V, what);
+    free(next), free(lg), free(ft);
+}
+
+static void test_target(td_model *cpu, tdc_model *gpu)
+{
+    int V = cpu->tm.cfg.vocab_size;
+    flips f = {0};
+    l2acc lf = {0}, ll = {0};
+    int32_t tok[MAX_CTX];
+    for (int round = 0; round < 3; round++) {
+        int n = rnd(5, 300), total = n + rnd(40, 80);
+        for (int i = 0; i < total; i++)
+            tok[i] = rnd(0, V - 1);
+        td_reset(cpu), tdc_reset(gpu);
+        char what[96];
+        snprintf(what, sizeof what, "round %d prefill %d", round, n);
+        extend_both(cpu, gpu, tok, n, 1, &f, &lf, &ll, what);
+        int at = n;
+        while (at < total) {
+            int k = rnd(1, 16); /* not inside DF_MIN: the macro evaluates its arguments twice */
+            k = DF_MIN(k, total - at);
+            snprintf(what, sizeof what, "round %d extend %d at %d", round, k, at);
+            extend_both(cpu, gpu, tok + at, k, k, &f, &lf, &ll, what);
+            at += k;
+            if (rnd(0, 3) == 0) { /* reject part of what was just run, continue with other tokens */
+                int keep = at - rnd(0, k);
+                RC_CHECK(td_truncate(cpu, keep), "td_truncate");
+                RC_CHECK(tdc_truncate(gpu, keep), "tdc_truncate");
+                for (int i = keep; i < total; i++)
+                    tok[i] = rnd(0, V - 1);
+                at = keep;
+            }
+        }
+    }
+    printf("(a) target decode CUDA vs CPU: %ld greedy rows, %ld differ (near-ties: %ld explained by the logit error, "
+           "%ld not), worst logits rel L2 %.3g\n",
+           f.rows, f.diff, f.diff - f.unexplained, f.unexplained, ll.worst);
+    g_fail += l2_check("(a) target features, all calls", &lf);
+    g_fail += l2_check("(a) target logits, all calls", &ll);
+}
+
+/* Time per extend (k = 1: a plain step, k = 16: a verify) at a short and a long context:
+ * what the simple cached attention costs as the context grows. Printed, not asserted. */
+static void time_extends(tdc_model *gpu)
+{
+    int32_t tok[MAX_CTX], next[16];
+    for (int i = 0; i < MAX_CTX; i++)
+        tok[i] = rnd(0, gpu->tm.V - 1);
+    int ctxs[2] = {64, MAX_CTX - 40}, ks[2] = {1, 16};
+    printf("extend timing (ms, mean of 50, prefill excluded):");
+    for (int c = 0; c < 2; c++) {
+        tdc_reset(gpu);
+        RC_CHECK(tdc_extend(gpu, tok, ctxs[c], 1, next), tdc_error(gpu));
+        for (int j = 0; j < 2; j++) {
+            uint64_t t0 = df_now_ns();
+            for (int r = 0; r < 50; r++) {
+                RC_CHECK(tdc_extend(gpu, tok + ctxs[c], ks[j], ks[j], next), tdc_error(gpu));
+                RC_CHECK(tdc_truncate(gpu, ctxs[c]), "tdc_truncate");
+            }
+            printf(" context %d k=%d %.3f;", ctxs[c], ks[j], (double)(df_now_ns() - t0) * 1e-6 / 50);
+        }
+    }
+    printf("\n");
+}
+
+/* ---- b. drafter ------------------------------------------------------------------------- */
+
+static void random_drafter(dflash_config *c, dflash_params *p, const hfc_config *t, uint64_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->hidden = t->hidden_size, c->intermediate = 2 * t->hidden_size, c->n_layers = 2;
+    c->n_heads = 4, c->n_kv_heads = 2, c->head_dim = t->hidden_size / 4, c->vocab = t->vocab_size;
+    c->block_size = 8, c->n_capture = 2, c->target_layer_ids[0] = 1, c->target_layer_ids[1] = 3;
+    c->num_target_layers = t->num_hidden_layers, c->mask_token_id = 261, c->tie_word_embeddings = 1;
+    c->sliding_window = 5, c->layer_sliding[1] = 1;
+    c->max_position_embeddings = 1024, c->rms_norm_eps = 1e-6, c->rope_theta = 10000.0;
+    c->gamma = dflash_default_gamma(c->block_size);
+    RC_CHECK(dflash_config_validate(c, g_err, sizeof g_err), g_err);
+    RC_CHECK(dflash_params_alloc(p, c), "dflash_params_alloc");
+    /* std 0.1 rather than the training init's 0.02: logits far from uniform, so argmax is
+     * meaningful and near-ties are rare */
+    dflash_params_init_random(p, c, seed, 0.1f);
+}
+
+static void test_drafter(const char *name, const dflash_config *c, const dflash_params *p, td_model *cpu_t,
+                         tdc_model *gpu_t)
+{
+    int V = c->vocab, B = c->block_size, F = c->n_capture * c->hidden;
+    dfi_state cd;
+    dfic_state gd;
+    dflash_frozen fr = {.embed = cpu_t->head.embed, .lm_head = cpu_t->head.lm_head};
+    RC_CHECK(dfi_init(&cd, c, p, &fr, MAX_CTX), "dfi_init");
+    RC_CHECK(dfic_init(&gd, c, p, gpu_t->tm.embed, gpu_t->lm_head, MAX_CTX, gpu_t->stream, g_err, sizeof g_err), g_err);
+    int32_t tok[MAX_CTX], *draft = xmalloc(sizeof(int32_t) * B), *next = xmalloc(sizeof(int32_t) * 16);
+    float *ft = xmalloc(sizeof(float) * MAX_CTX * F), *lg = xmalloc(sizeof(float) * (size_t)(B - 1) * V);
+    flips f = {0};
+    l2acc ll = {0};
+    int S = 0, n0 = 280; /* > DFIC_CHUNK rows in the first append */
+    for (int i = 0; i < MAX_CTX; i++)
+        tok[i] = rnd(0, V - 1);
+    tdc_reset(gpu_t);
+    for (int step = 0; step < 8; step++) {
+        int k = step == 0 ? n0 : rnd(1, 16);
+        RC_CHECK(tdc_extend(gpu_t, tok + S, k, 1, next), tdc_error(gpu_t));
+        RC_CHECK(tdc_feats_to_host(gpu_t, k, ft), tdc_error(gpu_t));
+        RC_CHECK(dfi_append(&cd, ft, k), "dfi_append");
+        RC_CHECK(dfic_append(&gd, gpu_t->feat, k), dfic_error(&gd));
+        S += k;
+        int32_t anchor = tok[S];
+        RC_CHECK(dfi_draft(&cd, anchor, draft), "dfi_draft");
+        RC_CHECK(dfic_draft(&gd, anchor, draft), dfic_error(&gd));
+        RC_CHECK(dfic_logits_to_host(&gd, lg), dfic_error(&gd));
+        char what[160];
+        snprintf(what, sizeof what, "(b) %s: draft at context %d: logits", name, S);
+        l2_add(&ll, lg, cd.logits, (size_t)(B - 1) * V);
+        if (gt_check_rel_l2(what, lg, cd.logits, (size_t)(B - 1) * V, REL_L2_CALL))
+            g_fail++;
+        count_flips(&f, draft, lg, cd.logits, B - 1, V, what);
+    }
+    printf("(b) drafter %s (B=%d, %d layers): %ld drafted tokens, %ld differ from the CPU (%ld unexplained), worst "
+           "logits rel L2 %.3g\n",
+           name, B, c->n_layers, f.rows, f.diff, f.unexplained, ll.worst);
+    char w[160];
+    snprintf(w, sizeof w, "(b) %s logits, all drafts", name);
+    g_fail += l2_check(w, &ll);
+    dfi_free(&cd);
+    dfic_free(&gd);
+    free(draft), free(next), free(ft), free(lg);
+}
+
+/* ---- c. lossless, d. CUDA vs CPU greedy ---------------------------------------------- */
+
+/* Drafts the known plain output (prompt + plain tokens) with a seeded fraction corrupted:
+ * drives real acceptances through the CUDA target's verify / truncate path. */
+typedef struct oracle {
+    const int32_t *seq;
+    int n_seq, n_ctx, B, V;
+    df_rng rng;
+} oracle;
+
+static int or_reset(void *ctx)
+{
+    ((oracle *)ctx)->n_ctx = 0;
+    return 0;
+}
+
+static int or_append(void *ctx, const float *feats, int n)
+{
+    (void)feats;
+    ((oracle *)ctx)->n_ctx += n;
+    return 0;
+}
+
+static int or_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    oracle *o = ctx;
+    (void)anchor;
+    for (int k = 1; k < o->B; k++) {
+        int at = o->n_ctx + k;
+        int32_t t = at < o->n_seq ? o->seq[at] : 0;
+        if (df_rng_below(&o->rng, 10) < 3)
+            t = (t + 1) % o->V;
+        draft[k - 1] = t;
+    }
+    return 0;
+}
+
+static double tpot_ms(const sd_result *r)
+{
+    return r->n_tokens > 1 ? 1e3 * r->decode_s / (r->n_tokens - 1) : 0.0;
+}
+
+static int first_diff(const sd_result *a, const sd_result *b, long *ndiff)
+{
+    int n = DF_MIN(a->n_tokens, b->n_tokens), fd = -1;
+    *ndiff = labs((long)a->n_tokens - b->n_tokens);
+    for (int i = 0; i < n; i++)
+        if (a->tokens[i] != b->tokens[i]) {
+            (*ndiff)++;
+            if (fd < 0)
+                fd = i;
+        }
+    if (fd < 0 && a->n_tokens != b->n_tokens)
+        fd = n;
+    return fd;
+}
+
+/* The CPU target's logit margin between its token and the GPU's at the first output
+ * position where they differ (prompt + common prefix through td): small = a near-tie. */
+static double cpu_margin(td_model *td, const ep_prompt *pr, const sd_result *gpu, const sd_result *cpu, int fd)
+{
+    td_reset(td);
+    RC_CHECK(td_extend(td, pr->tokens, pr->n, 1), "td_extend (prompt)");
+    if (fd > 0)
+        RC_CHECK(td_extend(td, cpu->tokens, fd, 1), "td_extend (common prefix)");
+    if (fd >= gpu->n_tokens || fd >= cpu->n_tokens)
+        return NAN;
+    const float *lg = td->logits;
+    return (double)lg[cpu->tokens[fd]] - lg[gpu->tokens[fd]];
+}
+
+static void test_lossless(const char *name, const dflash_config *c, const dflash_params *p, const ep_list *pl,
+                          int max_new, td_model *with_cpu)
+{
+    sd_backend g, cpu;
+    int max_ctx = 1024 + max_new + c->block_size;
+    RC_CHECK(sd_backend_open(&g, "cuda", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
+    if (with_cpu)
+        RC_CHECK(sd_backend_open(&cpu, "cpu", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
+    sd_opts o = {.max_new = max_new, .eos = -1}; /* never stop early: every prompt decodes max_new tokens */
+    double tau = 0, tp = 0, ts = 0, to = 0, tau_o = 0;
+    long same = 0, same_o = 0, cpu_same = 0, cpu_tok_diff = 0, cpu_tok = 0;
+    for (int i = 0; i < pl->n; i++) {
+        const ep_prompt *pr = &pl->p[i];
+        sd_result a, b, r;
+        RC_CHECK(sd_generate_plain(&g.target, pr->tokens, pr->n, &o, &a), "sd_generate_plain (cuda)");
+        RC_CHECK(sd_generate_spec(&g.target, &g.drafter, pr->tokens, pr->n, &o, &b), "sd_generate_spec (cuda)");
+        long nd;
+        int fd = first_diff(&a, &b, &nd);
+        same += fd < 0;
+        if (fd >= 0) {
+            printf("FAIL (c) %s: %s: speculative output differs from plain at token %d (%ld tokens differ)\n", name,
+                   pr->source, fd, nd);
+            g_fail++;
+        }
+        tau += sd_result_tau(&b) / pl->n, tp += tpot_ms(&a) / pl->n, ts += tpot_ms(&b) / pl->n;
+        /* the oracle: plain output with 30% of the drafts corrupted */
+        int32_t *seq = xmalloc(sizeof(int32_t) * (size_t)(pr->n + a.n_tokens));
+        memcpy(seq, pr->tokens, sizeof(int32_t) * pr->n);
+        memcpy(seq + pr->n, a.tokens, sizeof(int32_t) * a.n_tokens);
+        oracle orc = {.seq = seq, .n_seq = pr->n + a.n_tokens, .B = c->block_size, .V = c->vocab};
+        df_rng_seed(&orc.rng, df_rng_next(&g_rng));
+        sd_drafter od = {.ctx = &orc, .block_size = c->block_size, .reset = or_reset, .append = or_append,
+                         .draft = or_draft};
+        RC_CHECK(sd_generate_spec(&g.target, &od, pr->tokens, pr->n, &o, &r), "sd_generate_spec (cuda, oracle)");
+        fd = first_diff(&a, &r, &nd);
+        same_o += fd < 0;
+        if (fd >= 0) {
+            printf("FAIL (c) %s: %s: oracle speculative output differs from plain at token %d (%ld differ)\n", name,
+                   pr->source, fd, nd);
+            g_fail++;
+        }
+        tau_o += sd_result_tau(&r) / pl->n, to += tpot_ms(&r) / pl->n;
+        sd_result_free(&r);
+        free(seq);
+        if (with_cpu) { /* d. */
+            sd_result cp;
+            RC_CHECK(sd_generate_plain(&cpu.target, pr->tokens, pr->n, &o, &cp), "sd_generate_plain (cpu)");
+            fd = first_diff(&a, &cp, &nd);
+            cpu_same += fd < 0, cpu_tok_diff += nd, cpu_tok += cp.n_tokens;
+            printf("(d) %s: CUDA vs CPU greedy: %s (%ld of %d tokens differ)\n", pr->source,
+                   fd < 0 ? "identical" : "differ", nd, cp.n_tokens);
+            if (fd >= 0)
+                printf("    first difference at token %d: GPU %d, CPU %d; the CPU's logit margin between them %.4g\n",
+                       fd, a.tokens[fd], cp.tokens[fd], cpu_margin(with_cpu, pr, &a, &cp, fd));
+            sd_result_free(&cp);
+        }
+        sd_result_free(&a), sd_result_free(&b);
+    }
+    printf("(c) %s: %d prompts x %d tokens: speculative == plain on the GPU for %ld of %d; tau %.3f; time per token "
+           "plain %.3f ms, speculative %.3f ms\n",
+           name, pl->n, max_new, same, pl->n, tau, tp, ts);
+    printf("(c) %s + oracle drafter (plain output, 30%% of drafts corrupted): identical for %ld of %d; tau %.3f, "
+           "%.3f ms per token (plain %.3f)\n",
+           name, same_o, pl->n, tau_o, to, tp);
+    if (with_cpu)
+        printf("(d) CUDA vs CPU plain greedy: %ld of %d prompts identical, %ld of %ld tokens differ\n", cpu_same, pl->n,
+               cpu_tok_diff, cpu_tok);
+    sd_backend_close(&g);
+    if (with_cpu)
+        sd_backend_close(&cpu);
+}
+
+int main(void)
+{
+    gt_setup(300);
+    df_rng_seed(&g_rng, gt_seed());
+    if (access(TARGET "/config.json", R_OK) != 0) {
+        printf("SKIPPED: %s is absent (run from the repository root)\n", TARGET);
+        return 77;
+    }
+    int capture[2] = {1, 3}; /* the release fixture's target_layer_ids, also the random drafter's */
+    td_model cpu;
+    tdc_model gpu;
+    RC_CHECK(td_load(&cpu, TARGET, capture, 2, MAX_CTX, g_err, sizeof g_err), g_err);
+    RC_CHECK(tdc_load(&gpu, TARGET, capture, 2, MAX_CTX, 16, g_err, sizeof g_err), g_err);
+    test_target(&cpu, &gpu);
+    time_extends(&gpu);
+
+    dflash_config rc_, rl;
+    dflash_params rp, lp;
+    random_drafter(&rc_, &rp, &cpu.tm.cfg, df_rng_next(&g_rng));
+    test_drafter("random (full + sliding layer)", &rc_, &rp, &cpu, &gpu);
+    int have_release = access(RELEASE "/config.json", R_OK) == 0;
+    if (have_release) {
+        RC_CHECK(dflash_load_release(RELEASE, &rl, &lp, g_err, sizeof g_err), g_err);
+        test_drafter("release fixture", &rl, &lp, &cpu, &gpu);
+    } else {
+        printf("SKIPPED one check: %s is absent (scripts/make_release_drafter.py writes it)\n", RELEASE);
+    }
+    tdc_free(&gpu);
+
+    ep_list pl = {0};
+    RC_CHECK(ep_load(&pl, HELDOUT, TARGET, cpu.tm.cfg.vocab_size, 4, 512, g_err, sizeof g_err), g_err);
+    test_lossless("random drafter B=8", &rc_, &rp, &pl, 96, &cpu);
+    if (have_release)
+        test_lossless("release drafter B=16", &rl, &lp, &pl, 96, NULL);
+
+    td_free(&cpu);
+    dflash_params_free(&rp);
+    if (have_release)
+        dflash_params_free(&lp);
+    ep_free(&pl);
+    if (g_fail) {
+        printf("FAIL: %ld checks failed\n", g_fail);
+        return 1;
+    }
+    printf("PASS gpu_test_eval\n");
+    return 0;
+}

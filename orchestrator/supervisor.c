@@ -155,6 +155,11 @@ static void read_ctl(orch *o, orch_worker *w)
             close(fds[i]); /* workers send no fds; never leak one */
         if (n == -EAGAIN || n == -EWOULDBLOCK)
             return;
+        /* A worker that exits with our acks unread in its queue makes the kernel report
+         * ECONNRESET here once, ahead of the messages it sent before exiting (a final
+         * checkpoint): the error is cleared by being reported, so read on. */
+        if (n == -ECONNRESET)
+            continue;
         if (n <= 0) { /* closed or broken: the exit callback cleans up */
             if (uv_is_active((uv_handle_t *)&w->poll))
                 uv_poll_stop(&w->poll);

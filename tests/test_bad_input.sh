@@ -13,7 +13,10 @@ python3 scripts/prepare_data.py --tokenizer "$M" --out "$T/data" data/tiny/chat-
   --max-samples 40 --max-len 300 >/dev/null || fail "prepare_data"
 DATA=$T/data-000.dfs
 MOUNTS=()
-cleanup_mounts() { for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done; cleanup; }
+# a worker that outlives a failed case may still hold files there: detach lazily if busy
+cleanup_mounts() {
+  if [ -n "$ORCH_PID" ]; then kill -KILL "$ORCH_PID" 2>/dev/null; wait "$ORCH_PID" 2>/dev/null; ORCH_PID=; fi
+  for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done; cleanup; }
 trap cleanup_mounts EXIT
 
 # real3 NAME RUN_DIR MODEL_DIR SHARD [RING0_SLOTS RING0_SLOT_BYTES [EXTRA]]: the three real
@@ -192,8 +195,16 @@ PY
   start_orch
   wait_for 120 test -f "$RUN/checkpoints/latest" || fail "no first checkpoint"
   "$DFCTL" --run-dir "$RUN" pause >/dev/null || fail "dfctl pause"
-  avail=$(( $(stat -f -c '%a * %S' "$T/full") ))
-  fallocate -l $(( avail - 65536 )) "$T/full/filler" || fail "fallocate filler"
+  # the paused drafter may still finish a checkpoint and the workers keep writing metrics, so
+  # the free space can shrink between stat and fallocate: retry with a wider margin (always
+  # well under one checkpoint, ~2.8 MB here)
+  filled=
+  for margin in 65536 262144 1048576; do
+    avail=$(( $(stat -f -c '%a * %S' "$T/full") ))
+    fallocate -l $(( avail - margin )) "$T/full/filler" 2>"$T/falloc.err" && { filled=1; break; }
+    rm -f "$T/full/filler"
+  done
+  [ -n "$filled" ] || fail "fallocate filler: $(cat "$T/falloc.err")"
   "$DFCTL" --run-dir "$RUN" resume >/dev/null || fail "dfctl resume"
   # the first failure proves every earlier checkpoint is complete: record the latest now
   wait_for 120 grep -q 'checkpoint at step [0-9]* failed (1 in a row, limit 3): .*No space left on device' "$RUN/logs/drafter0.log" \

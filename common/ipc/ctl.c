@@ -383,8 +383,15 @@ int ctl_send_checkpoint(ctl_worker *w, uint64_t step)
 
 void ctl_worker_close(ctl_worker *w)
 {
-    if (w->sock >= 0)
+    if (w->sock >= 0) {
+        /* Closing with unread acks in the queue would make the orchestrator's next read
+         * fail with ECONNRESET ahead of our last messages (it reads on, but be polite):
+         * discard what is queued first. */
+        char junk[512];
+        while (recv(w->sock, junk, sizeof junk, MSG_DONTWAIT) > 0)
+            ;
         close(w->sock);
+    }
     w->sock = -1;
     arena_close(&w->status_seg);
     arena_close(&w->handoff_seg);

@@ -7,7 +7,9 @@
 #      followed by `orchestrator --resume <run dir>`. The run must end with exit 0, the
 #      ledger audit must show every batch committed exactly once and none poisoned, the
 #      drafter must have resumed from a checkpoint, the workers must have died with the
-#      orchestrator, and the final checkpoint must load (dflash_tool inspect).
+#      orchestrator, and the final checkpoint must load (dflash_tool inspect). Then a clean
+#      run of the same deterministic topology: its final checkpoint and release export must
+#      be byte-identical to the attacked run's (cmp).
 #   2. drafter ranks: the fake worker as two drafter ranks (a group) plus a producer, random
 #      SIGKILLs of all three; every drafter kill must restart the group, exactly once.
 # Options (for the long version, e.g. on the GPU machine):
@@ -15,8 +17,7 @@
 #   --seed S           the killer's seed (default 1)     --samples M      data size (default 240)
 #   --keep DIR         keep the part 1 run dir (and summary.json) at DIR
 #   --cuda             part 1 on the CUDA backend (GPU 0: device rings, tmc target, dfc drafter)
-# The last line names the final checkpoint (final_checkpoint=PATH), for a later comparison
-# with a clean deterministic run of the same topology.
+# The last line names the attacked run's final checkpoint (final_checkpoint=PATH).
 source "$(dirname "$0")/orch_lib.sh"
 unset DF_SYNTHETIC_SAMPLES
 KILLS=20 GROUP_KILLS=10 SEED=1 SAMPLES=240 KEEP= BACKEND=cpu GPU=-1
@@ -85,6 +86,23 @@ steps=$(python3 -c "import json;print(json.load(open('$ckpt/trainer_state.json')
 restarts=$(events restart | wc -l)
 ok "pipeline: $(sj "d['kills']") kills $(sj "d['kills_by_worker']"), watchdog found the stopped $hw, orchestrator killed and resumed, $restarts restarts, $n batches exactly once, final step $steps"
 [ -n "$KEEP" ] && cp "$S" "$KEEP/chaos_summary.json"
+
+# the same topology, deterministic, without a single fault: the final checkpoint and the
+# release export must be byte-identical to the attacked run's
+CHAOS_RUN=$RUN; RUN=$T/run-clean
+sed "s|\"run_dir\": \"$CHAOS_RUN\"|\"run_dir\": \"$RUN\"|" "$T/chaos.json" >"$T/clean.json"
+grep -q "\"run_dir\": \"$RUN\"" "$T/clean.json" || fail "could not write the clean topology"
+TOPO=$T/clean.json; start_orch; wait_orch 300
+[ "$ORCH_RC" = 0 ] || fail "clean run exited $ORCH_RC: $(tail -5 "$T/orch.out")"
+audit_exactly_once
+clean_ckpt=$RUN/checkpoints/$(cat "$RUN/checkpoints/latest")
+[ "$(basename "$clean_ckpt")" = "$(basename "$ckpt")" ] || fail "final checkpoints differ in step: $clean_ckpt vs $ckpt"
+for f in model.safetensors optimizer.safetensors trainer_state.json; do
+  cmp "$clean_ckpt/$f" "$ckpt/$f" || fail "final checkpoint file $f differs from the clean run's"
+done
+[ "$(ls "$RUN/drafter")" = "$(ls "$CHAOS_RUN/drafter")" ] || fail "release exports have different files"
+for f in $(ls "$RUN/drafter"); do cmp "$RUN/drafter/$f" "$CHAOS_RUN/drafter/$f" || fail "release file $f differs"; done
+ok "deterministic: the attacked run's final checkpoint $(basename "$ckpt") and release export are byte-identical to a clean run's"
 
 # ---- 2. drafter ranks as a group (fake workers) ----------------------------------------------
 export DF_SYNTHETIC_SAMPLES=1500

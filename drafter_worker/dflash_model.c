@@ -294,8 +294,38 @@ int dflash_forward(const dflash_config *c, const dflash_params *p, const dflash_
 
 /* ---- backward ---------------------------------------------------------------- */
 
+int dflash_grad_boundaries(const dflash_config *c, size_t *lo, int max)
+{
+    int n = c->n_layers + 2;
+    if (max < n)
+        return -EINVAL;
+    dflash_tensor t;
+    dflash_tensor_info(c, dflash_tensor_count(c) - 1, &t); /* norm.weight */
+    lo[0] = t.offset;
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        dflash_tensor_info(c, 2 + l * PER_LAYER, &t); /* layers.l.input_layernorm, its first */
+        lo[c->n_layers - l] = t.offset;
+    }
+    lo[n - 1] = 0;
+    return n;
+}
+
+/* the hook's view: where stage lo starts in g, as an offset */
+#define GRAD_READY(ptr)                                                                                            \
+    do {                                                                                                       \
+        if (hook && hook->ready)                                                                               \
+            hook->ready(hook->arg, (size_t)((ptr) - g->data));                                                  \
+    } while (0)
+
 int dflash_backward(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, const dflash_batch *b,
                     dflash_acts *a, const float *dz, dflash_params *g, float *dH)
+{
+    return dflash_backward_hooked(c, p, f, b, a, dz, g, dH, NULL);
+}
+
+int dflash_backward_hooked(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
+                           const dflash_batch *b, dflash_acts *a, const float *dz, dflash_params *g, float *dH,
+                           const dflash_grad_hook *hook)
 {
     int B = c->block_size, S = b->S, R = b->N * B, T = S + R;
     int d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, I = c->intermediate;
@@ -309,6 +339,7 @@ int dflash_backward(const dflash_config *c, const dflash_params *p, const dflash
     /* dh = d(loss)/d(h_out) through the final norm */
     memset(a->dh, 0, sizeof(float) * Rd);
     nn_rmsnorm_backward(a->dh, g->final_norm, dz, a->h_out, p->final_norm, R, d, eps);
+    GRAD_READY(g->final_norm);
     memset(a->dctx, 0, sizeof(float) * (size_t)S * d);
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const dflash_layer_params *P = &p->layer[l];
@@ -355,17 +386,27 @@ int dflash_backward(const dflash_config *c, const dflash_params *p, const dflash
         nn_matmul_backward(a->da, G->wq, NULL, a->datt, L->a, P->wq, R, d, qd);
         nn_rmsnorm_backward(a->dh, G->input_norm, a->da, L->h_in, P->input_norm, R, d, eps);
         /* dL/dh0 (into the frozen embedding) is dropped after layer 0 */
+        GRAD_READY(G->input_norm); /* layer l's tensors are contiguous from input_norm */
     }
     /* context path: C = RMSNorm_hidden(H fc^T) */
     memset(a->dfc, 0, sizeof(float) * (size_t)S * d);
     nn_rmsnorm_backward(a->dfc, g->hidden_norm, a->dctx, a->fc_out, p->hidden_norm, S, d, eps);
     nn_matmul_backward(dH, g->fc, NULL, a->dfc, b->H, p->fc, S, c->n_capture * d, d);
+    GRAD_READY(g->data); /* fc and hidden_norm: the whole array is final */
     return 0;
 }
+#undef GRAD_READY
 
 int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
                          const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm, int chunk_rows,
                          dflash_stats *st)
+{
+    return dflash_loss_and_grad_hooked(c, p, f, b, a, g, norm, chunk_rows, st, NULL);
+}
+
+int dflash_loss_and_grad_hooked(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
+                                const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm,
+                                int chunk_rows, dflash_stats *st, const dflash_grad_hook *hook)
 {
     int rc = dflash_forward(c, p, f, b, a);
     if (rc < 0)
@@ -375,5 +416,5 @@ int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const d
                              c->block_size, chunk_rows, norm, st);
     if (rc < 0 || !g)
         return rc;
-    return dflash_backward(c, p, f, b, a, a->dz, g, NULL);
+    return dflash_backward_hooked(c, p, f, b, a, a->dz, g, NULL, hook);
 }

@@ -126,10 +126,33 @@ int dflash_forward(const dflash_config *c, const dflash_params *p, const dflash_
 int dflash_backward(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, const dflash_batch *b,
                     dflash_acts *a, const float *dz, dflash_params *g, float *dH);
 
+/* Gradient readiness, for overlapping an all-reduce with the backward. The backward
+ * produces the flat gradient array from its end to its start: the final norm (the last
+ * tensor), then layer n_layers-1 .. 0, then the context path (fc, hidden_norm: the first
+ * tensors). After each of these n_layers + 2 stages it calls ready(arg, lo): every
+ * g->data[i] with i >= lo is final for this backward and is not touched again by it.
+ * The boundaries are dflash_grad_boundaries'. The hook runs on the caller's thread. */
+typedef struct dflash_grad_hook {
+    void (*ready)(void *arg, size_t lo);
+    void *arg;
+} dflash_grad_hook;
+
+/* The lo values the hook will see, in order (strictly decreasing, the last is 0). Writes
+ * n_layers + 2 of them into lo[max] and returns that count (or -EINVAL if max is short). */
+int dflash_grad_boundaries(const dflash_config *c, size_t *lo, int max);
+
+/* dflash_backward / dflash_loss_and_grad that call hook (may be NULL) as above. */
+int dflash_backward_hooked(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
+                           const dflash_batch *b, dflash_acts *a, const float *dz, dflash_params *g, float *dH,
+                           const dflash_grad_hook *hook);
+
 /* forward + chunked loss (norm as in dflash_loss_chunked) + backward into g (added; g
  * may be NULL for evaluation only). st gets loss and accuracies. 0 or -errno. */
 int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
                          const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm, int chunk_rows,
                          dflash_stats *st);
+int dflash_loss_and_grad_hooked(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
+                                const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm,
+                                int chunk_rows, dflash_stats *st, const dflash_grad_hook *hook);
 
 #endif

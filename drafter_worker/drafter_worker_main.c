@@ -7,8 +7,8 @@
  *
  * Data parallel: R drafter workers (topology ranks 0..R-1) are one group. Each step every
  * rank contributes one batch (or nothing, near the end of the epoch), the gradients are
- * summed over the ranks (trainer_step -> ar_allreduce_sum; cpu: the orchestrator's shm
- * segment) and every rank applies the same AdamW update, so all hold the same weights bit
+ * summed over the ranks (trainer_step; cpu: buckets handed to the orchestrator's shm
+ * segment while the backward runs, grad_buckets.h; cuda: one NCCL all-reduce) and every rank applies the same AdamW update, so all hold the same weights bit
  * for bit. Rank 0 alone writes checkpoints, the export and the summary. Each iteration the
  * ranks first agree (a small all-reduce of flags) on who has a batch and whether to stop,
  * so they always run the same number of steps and leave the loop together.
@@ -303,6 +303,10 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_num(&ml, "lr", info.lr);
     metrics_num(&ml, "grad_norm", info.grad_norm);
     metrics_int(&ml, "tokens", T);
+    if (d->R > 1 && !tr->cuda) { /* the bucketed reduction: what the backward did not hide */
+        metrics_num(&ml, "ar_wait_ms", (double)tr->ar_wait_ns * 1e-6);
+        metrics_int(&ml, "ar_buckets_overlapped", tr->ar_early);
+    }
     metrics_end(&ml);
 }
 

@@ -95,6 +95,11 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     }
     tr->fz.embed = tr->emb.embed;
     tr->fz.lm_head = tr->emb.lm_head;
+    if ((rc = gb_plan_make(&tr->buckets, &tr->cfg, (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) <
+        0) {
+        snprintf(err, errlen, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
+        return rc;
+    }
     return dflash_params_alloc(&tr->g, &tr->cfg);
 }
 
@@ -110,12 +115,16 @@ void trainer_close(trainer *tr)
     memset(tr, 0, sizeof *tr);
 }
 
-/* Sum the gradients over the drafter ranks (each already divided by the world size). */
-static int reduce_grads(ar_comm *ar, float *g, size_t n, char *err, size_t errlen)
+/* Finish the step's bucketed gradient all-reduce (each rank's gradient already scaled by
+ * its share): hand over what the backward did not, wait for the sums. */
+static int reduce_grads(trainer *tr, gb_step *gs, ar_comm *ar, char *err, size_t errlen)
 {
+    tr->ar_wait_ns = 0;
+    tr->ar_early = 0;
     if (!ar || ar->world <= 1)
         return 0;
-    int rc = ar_allreduce_sum(ar, g, n, ar->timeout_ns);
+    int rc = gb_step_finish(gs, &tr->ar_wait_ns);
+    tr->ar_early = gs->early;
     if (rc < 0)
         snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
     return rc;
@@ -179,11 +188,22 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     if ((rc = trainer_docs(tr, b, (const float *)batch_feat(b), ar, seq, &norm, err, errlen)) < 0)
         return rc;
     memset(tr->g.data, 0, tr->g.n * sizeof(float));
+    /* the last document with loss positions completes the gradients: its backward hands the
+     * buckets to the all-reduce as it finishes them (grad_buckets.h) */
+    int last = -1;
+    for (int k = 0; k < nd; k++)
+        if (seq[k].sum_w > 0)
+            last = k;
+    gb_step gs = {0};
+    int bucketed = ar && ar->world > 1;
+    if (bucketed)
+        gb_step_begin(&gs, &tr->buckets, ar, tr->g.data);
     rc = 0;
     for (int k = 0; k < nd; k++) {
         dflash_stats st;
         if (rc == 0 && seq[k].sum_w > 0) { /* a document without loss positions contributes nothing */
-            rc = dflash_loss_and_grad(c, &tr->p, &tr->fz, &seq[k], &tr->acts, &tr->g, norm, 64, &st);
+            rc = dflash_loss_and_grad_hooked(c, &tr->p, &tr->fz, &seq[k], &tr->acts, &tr->g, norm, 64, &st,
+                                             bucketed && k == last ? gb_step_hook(&gs) : NULL);
             if (rc < 0)
                 snprintf(err, errlen, "batch %llu document %d: forward/backward: %s", (unsigned long long)b->batch_id,
                          k, strerror(-rc));
@@ -195,8 +215,8 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
         dflash_batch_free(&seq[k]);
     }
     if (rc < 0)
-        return rc;
-    if ((rc = reduce_grads(ar, tr->g.data, tr->g.n, err, errlen)) < 0)
+        return rc; /* the worker exits; the orchestrator restarts the group */
+    if ((rc = reduce_grads(tr, &gs, ar, err, errlen)) < 0)
         return rc;
     if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
         snprintf(err, errlen, "AdamW: %s", strerror(-rc));
@@ -215,7 +235,10 @@ int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, si
         return rc;
     }
     memset(tr->g.data, 0, tr->g.n * sizeof(float)); /* x + 0 = x: the others' sum is unchanged */
-    int rc = reduce_grads(ar, tr->g.data, tr->g.n, err, errlen);
+    gb_step gs = {0}; /* the same buckets as the ranks that trained a batch: every bucket at the end */
+    if (ar && ar->world > 1)
+        gb_step_begin(&gs, &tr->buckets, ar, tr->g.data);
+    int rc = reduce_grads(tr, &gs, ar, err, errlen);
     if (rc < 0)
         return rc;
     if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {

@@ -5,7 +5,8 @@
  * One step: every document of the batch is one training sequence (its context features,
  * tokens and anchors); gradients are summed over the documents with the loss normalised by
  * the batch's total weight; with several drafter ranks the gradients are then summed over
- * the ranks (ar_allreduce_sum) and divided by the world size; then AdamW with clipping and
+ * the ranks (cpu: in buckets handed over during the last document's backward,
+ * grad_buckets.h; cuda: one ar_allreduce_sum) and divided by the world size; then AdamW with clipping and
  * the warmup + cosine schedule.
  *
  * Backends (topology "backend"):
@@ -30,6 +31,7 @@
 #include "drafter_worker/dflash_config.h"
 #include "drafter_worker/dflash_loss.h"
 #include "drafter_worker/dflash_model.h"
+#include "drafter_worker/grad_buckets.h"
 #include "io/batch.h"
 #include "io/topology.h"
 #include "ipc/allreduce.h"
@@ -54,6 +56,9 @@ typedef struct trainer {
     adamw_segment decay[4 * DFLASH_MAX_LAYERS + 8];
     int n_decay;
     dflash_acts acts;
+    gb_plan buckets;        /* the gradient all-reduce's buckets (drafter.allreduce_bucket_kb) */
+    int64_t ar_wait_ns;     /* last step: time spent waiting for the reduction after the backward */
+    int ar_early;           /* last step: buckets handed over while the backward still ran */
     /* cuda backend */
     trainer_cuda *gpu;
     /* data parallel: how many ranks contribute a batch to this step (set by the caller each

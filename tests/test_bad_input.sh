@@ -2,7 +2,7 @@
 # test_bad_input: the real binaries (orchestrator, the three workers, dflash_tool) on bad
 # input, end to end: each case must give its documented message and exit code, start
 # nothing where the docs say nothing starts, and leave the previous checkpoint intact.
-# The parsers have their own unit tests (test_topology: 76 topology cases, test_safetensors +
+# The parsers have their own unit tests (test_topology: 82 topology cases, test_safetensors +
 # tests/bad_safetensors/, test_shard); this checks what the operator sees. docs/reliability.md
 # lists every case. Cases that need root to mount a tmpfs print SKIP-CASE and the reason.
 source "$(dirname "$0")/orch_lib.sh"

@@ -8,7 +8,8 @@
 #   2. deterministic, rank 1 SIGKILLed after a checkpoint: the orchestrator aborts the
 #      all-reduce, restarts the group (the whole pipeline in this mode) from the checkpoint,
 #      the audit is still exactly once and the final checkpoint and export are byte-identical
-#      to run 1's;
+#      to run 1's, although this run all-reduces in per-layer buckets handed over during the
+#      backward (drafter.allreduce_bucket_kb 0) and run 1 in one bucket;
 #   3. fast mode (any ready slot per rank), rank 0 SIGKILLed after a checkpoint: exactly once,
 #      the ranks' hashes agree.
 source "$(dirname "$0")/orch_lib.sh"
@@ -17,13 +18,13 @@ for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fa
 
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
   --max-samples 110 --max-len 300 >/dev/null || fail "prepare_data"
-mk_topo() { # NAME DETERMINISTIC
+mk_topo() { # NAME DETERMINISTIC [ALLREDUCE_BUCKET_KB]
   RUN=$T/run-$1; TOPO=$T/$1.json
   cat >"$TOPO" <<JSON
 { "version": 1, "name": "$1", "run_dir": "$RUN", "backend": "cpu", "seed": 9, "deterministic": $2,
   "target": { "model_dir": "$PWD/models/tiny-target", "capture_layers": [1, 3] },
   "drafter": { "num_layers": 1, "block_size": 8, "num_anchors": 8, "lr": 3e-3, "warmup_frac": 0.1,
-               "checkpoint_every": 3, "mask_token_id": 261 },
+               "checkpoint_every": 3, "mask_token_id": 261, "allreduce_bucket_kb": ${3:-16384} },
   "data": { "shards": ["$T/data-000.dfs"], "token_budget": 600, "max_seq_len": 300 },
   "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 1048576, "max_attempts": 8 },
              { "name": "pd", "slots": 4, "slot_bytes": 1048576, "max_attempts": 8 } ],
@@ -69,8 +70,9 @@ s0=$(steps drafter0); s1=$(steps drafter1)
 [ $((s0 + s1)) = "$n" ] || fail "clean run: ranks trained $s0 + $s1 batches, the plan has $n"
 ok "clean run, 2 ranks: $n batches exactly once in $fs steps ($s0 on rank 0, $s1 on rank 1), identical state $(last_final drafter0 state_hash)"
 
-# 2. deterministic, rank 1 killed after a checkpoint
-mk_topo killed true
+# 2. deterministic, rank 1 killed after a checkpoint; gradients all-reduced in per-layer
+#    buckets overlapped with the backward (the clean run: one bucket): the bits must not change
+mk_topo killed true 0
 start_orch
 wait_for 60 test -f "$RUN/checkpoints/latest" || fail "no checkpoint before the kill"
 wait_for 60 steps_ge drafter1 4 || fail "rank 1 stalled"
@@ -85,7 +87,13 @@ for f in model.safetensors optimizer.safetensors trainer_state.json; do
   cmp "$A/$f" "$B/$f" || fail "killed run: final checkpoint file $f differs from the clean run's"
 done
 for f in $(ls "$CLEAN/drafter"); do cmp "$CLEAN/drafter/$f" "$RUN/drafter/$f" || fail "release file $f differs"; done
-ok "rank 1 killed: group restarted from its checkpoint, exactly once, final checkpoint and export byte-identical to the clean run's"
+ov=$(python3 -c "
+import json,sys
+s=[json.loads(l) for l in open(sys.argv[1]) if '\"ev\":\"step\"' in l]
+print(min(x['ar_buckets_overlapped'] for x in s), max(x['ar_buckets_overlapped'] for x in s))" "$RUN/metrics/drafter0.jsonl")
+# (a batch without loss positions has no backward: 0 overlapped, all handed over at the end)
+[ "${ov#* }" = 3 ] || fail "killed run: steps handed over $ov (min max) buckets from inside the backward, expected 3 (1 layer + final norm + context)"
+ok "rank 1 killed: group restarted from its checkpoint, exactly once; per-layer buckets (3 a step, overlapped with the backward); final checkpoint and export byte-identical to the clean (one-bucket) run's"
 
 # 3. fast mode, rank 0 killed after a checkpoint
 mk_topo fast false

@@ -84,3 +84,17 @@ audit_exactly_once() {
   [ -f "$RUN/ledger_audit.json" ] || fail "no ledger_audit.json"
   [ "$(pyjson "$RUN/ledger_audit.json" "d['exactly_once']")" = True ] || fail "audit: exactly_once is not true: $(head -c 800 "$RUN/ledger_audit.json")"
 }
+# final_ckpt RUN_DIR: the run's latest checkpoint directory
+final_ckpt() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+# same_result CLEAN_RUN_DIR RUN_DIR WHAT: the two runs' final checkpoints (same step; model,
+# optimizer and trainer state) and release exports are byte-identical, else fail naming the file
+same_result() {
+  local a b f
+  a=$(final_ckpt "$1"); b=$(final_ckpt "$2")
+  [ "$(basename "$a")" = "$(basename "$b")" ] || fail "$3: final checkpoints differ in step: $a vs $b"
+  for f in model.safetensors optimizer.safetensors trainer_state.json; do
+    cmp "$a/$f" "$b/$f" || fail "$3: final checkpoint file $f differs from the clean run's"
+  done
+  [ "$(ls "$1/drafter")" = "$(ls "$2/drafter")" ] || fail "$3: release exports have different files"
+  for f in $(ls "$1/drafter"); do cmp "$1/drafter/$f" "$2/drafter/$f" || fail "$3: release file $f differs"; done
+}

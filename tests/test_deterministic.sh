@@ -38,7 +38,6 @@ JSON
 steps() { grep -c '"ev":"step"' "$RUN/metrics/drafter0.jsonl" 2>/dev/null || echo 0; }
 steps_ge() { [ "$(steps)" -ge "$1" ]; }
 inc_ge() { [ "$(wstat "$1" incarnation 2>/dev/null || echo 0)" -ge "$2" ]; }
-final_ckpt() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 
 # 1. clean run
 mk_topo clean
@@ -81,13 +80,8 @@ events group_restart | grep -q '"pipeline": true' || fail "no deterministic pipe
 [ "$(grep -c 'resumed from' "$RUN/logs/drafter0.log")" -ge 2 ] || fail "the drafter did not resume twice"
 
 # 3. byte for byte
-A=$(final_ckpt "$CLEAN"); B=$(final_ckpt "$RUN")
-[ "$(basename "$A")" = "$(basename "$B")" ] || fail "final checkpoints differ in step: $A vs $B"
-for f in model.safetensors optimizer.safetensors trainer_state.json; do
-  cmp "$A/$f" "$B/$f" || fail "final checkpoint file $f differs"
-done
-[ "$(ls "$CLEAN/drafter")" = "$(ls "$RUN/drafter")" ] || fail "release exports have different files"
-for f in $(ls "$CLEAN/drafter"); do cmp "$CLEAN/drafter/$f" "$RUN/drafter/$f" || fail "release file $f differs"; done
+same_result "$CLEAN" "$RUN" "killed run"
+B=$(final_ckpt "$RUN")
 redone=$(events group_restart | python3 -c "import json,sys; print(sum(json.loads(l)['returned'] + json.loads(l)['in_flight_returned'] for l in sys.stdin))")
 [ "$redone" -ge 1 ] || fail "the drafter kill sent no batch back: the restart was not exercised"
 ok "killed run (target1, postproc0, drafter0, orchestrator + --resume; the pipeline restart redid $redone batches): final checkpoint $(basename "$B") and release export byte-identical to the clean run's"

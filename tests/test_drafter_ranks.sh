@@ -39,7 +39,6 @@ JSON
 steps() { grep -c '"ev":"step"' "$RUN/metrics/$1.jsonl" 2>/dev/null || echo 0; }
 steps_ge() { [ "$(steps "$1")" -ge "$2" ]; }
 inc_ge() { [ "$(wstat "$1" incarnation 2>/dev/null || echo 0)" -ge "$2" ]; }
-final_ckpt() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 # last_final WORKER FIELD: the last "final" metrics line's field
 last_final() { python3 -c "
 import json,sys
@@ -81,12 +80,7 @@ wait_orch 200
 check_run "killed run"
 events group_restart | grep -q '"pipeline": true' || fail "killed run: no group restart"
 for d in drafter0 drafter1; do grep -q 'resumed from' "$RUN/logs/$d.log" || fail "killed run: $d did not resume"; done
-A=$(final_ckpt "$CLEAN"); B=$(final_ckpt "$RUN")
-[ "$(basename "$A")" = "$(basename "$B")" ] || fail "final checkpoints differ in step: $A vs $B"
-for f in model.safetensors optimizer.safetensors trainer_state.json; do
-  cmp "$A/$f" "$B/$f" || fail "killed run: final checkpoint file $f differs from the clean run's"
-done
-for f in $(ls "$CLEAN/drafter"); do cmp "$CLEAN/drafter/$f" "$RUN/drafter/$f" || fail "release file $f differs"; done
+same_result "$CLEAN" "$RUN" "killed run"
 ov=$(python3 -c "
 import json,sys
 s=[json.loads(l) for l in open(sys.argv[1]) if '\"ev\":\"step\"' in l]

@@ -1,63 +1,106 @@
 /* attention.c: CPU reference masked attention with GQA. A mask is given as at most two
  * key ranges per query (nn_key_ranges): enough for packed causal documents (one range)
  * and for DFlash training (context before the anchor + the query's own block). Softmax
- * is computed in double so this stays the reference the kernels are judged against. */
+ * is computed in double so this stays the reference the kernels are judged against.
+ *
+ * Speed without changing a bit: only the allowed keys are visited (nn_key_spans), in
+ * ascending order as a loop over every key would, and the q.k dot products of eight keys
+ * run side by side (eight independent sums, each over d in order), which hides the
+ * latency of the serial double additions. tests/test_nn_exact.c checks the results
+ * against the plain one-key-at-a-time loops (tests/nn_plain.h) bit for bit. */
 #include "nn/nn.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int in_ranges(const nn_key_ranges *r, int k)
+int nn_key_spans(const nn_key_ranges *r, int Tk, int lo[2], int hi[2])
 {
-    return (k >= r->lo0 && k < r->hi0) || (k >= r->lo1 && k < r->hi1);
+    int a0 = r->lo0 > 0 ? r->lo0 : 0, b0 = r->hi0 < Tk ? r->hi0 : Tk;
+    int a1 = r->lo1 > 0 ? r->lo1 : 0, b1 = r->hi1 < Tk ? r->hi1 : Tk;
+    int n = 0;
+    if (a0 < b0) {
+        lo[n] = a0, hi[n] = b0, n++;
+    }
+    if (a1 < b1) {
+        lo[n] = a1, hi[n] = b1, n++;
+    }
+    if (n == 2 && lo[1] < lo[0]) { /* ascending */
+        int t = lo[0];
+        lo[0] = lo[1], lo[1] = t;
+        t = hi[0];
+        hi[0] = hi[1], hi[1] = t;
+    }
+    if (n == 2 && lo[1] <= hi[0]) { /* overlapping or touching: one span */
+        hi[0] = hi[1] > hi[0] ? hi[1] : hi[0];
+        n = 1;
+    }
+    return n;
+}
+
+void nn_scores(double *sc, const float *qh, const float *k, int lo, int hi, int kv_stride, int hd, double scale)
+{
+    int j = lo;
+    for (; j + 8 <= hi; j += 8) { /* eight independent sums keep the adder busy */
+        const float *kr[8];
+        for (int r = 0; r < 8; r++)
+            kr[r] = k + (long)(j + r) * kv_stride;
+        double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int d = 0; d < hd; d++) {
+            double qd = qh[d];
+            for (int r = 0; r < 8; r++)
+                s[r] += qd * kr[r][d];
+        }
+        for (int r = 0; r < 8; r++)
+            sc[j + r] = s[r] * scale;
+    }
+    for (; j < hi; j++) {
+        const float *kj = k + (long)j * kv_stride;
+        double s0 = 0;
+        for (int d = 0; d < hd; d++)
+            s0 += (double)qh[d] * kj[d];
+        sc[j] = s0 * scale;
+    }
 }
 
 void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
                   int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
 {
-    int group = n_heads / n_kv_heads;
+    int group = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
     double *sc = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
     double *acc = malloc(sizeof(double) * (size_t)hd);
     if (!sc || !acc)
         abort(); /* reference code: allocation failure is not recoverable here */
     for (int t = 0; t < Tq; t++) {
-        const nn_key_ranges *r = &ranges[t];
+        int lo[2], hi[2];
+        int ns = nn_key_spans(&ranges[t], Tk, lo, hi);
         for (int h = 0; h < n_heads; h++) {
             int kh = h / group;
             const float *qh = q + ((long)t * n_heads + h) * hd;
             float *oh = out + ((long)t * n_heads + h) * hd;
-            double mx = -INFINITY;
-            int any = 0;
-            for (int j = 0; j < Tk; j++) {
-                if (!in_ranges(r, j)) {
-                    sc[j] = -INFINITY;
-                    continue;
-                }
-                const float *kj = k + ((long)j * n_kv_heads + kh) * hd;
-                double s = 0;
-                for (int d = 0; d < hd; d++)
-                    s += (double)qh[d] * kj[d];
-                sc[j] = s * scale;
-                if (sc[j] > mx)
-                    mx = sc[j];
-                any = 1;
-            }
-            if (!any) { /* padding query: exact zeros, never NaN */
+            if (ns == 0) { /* padding query: exact zeros, never NaN */
                 memset(oh, 0, sizeof(float) * (size_t)hd);
                 continue;
             }
+            double mx = -INFINITY;
+            for (int s = 0; s < ns; s++) {
+                nn_scores(sc, qh, k + (long)kh * hd, lo[s], hi[s], kv_stride, hd, scale);
+                for (int j = lo[s]; j < hi[s]; j++)
+                    if (sc[j] > mx)
+                        mx = sc[j];
+            }
             double den = 0;
             memset(acc, 0, sizeof(double) * (size_t)hd);
-            for (int j = 0; j < Tk; j++) {
-                if (sc[j] == -INFINITY)
-                    continue;
-                double p = exp(sc[j] - mx);
-                den += p;
-                const float *vj = v + ((long)j * n_kv_heads + kh) * hd;
-                for (int d = 0; d < hd; d++)
-                    acc[d] += p * vj[d];
-            }
+            for (int s = 0; s < ns; s++)
+                for (int j = lo[s]; j < hi[s]; j++) {
+                    if (sc[j] == -INFINITY)
+                        continue;
+                    double p = exp(sc[j] - mx);
+                    den += p;
+                    const float *vj = v + (long)j * kv_stride + (long)kh * hd;
+                    for (int d = 0; d < hd; d++)
+                        acc[d] += p * vj[d];
+                }
             for (int d = 0; d < hd; d++)
                 oh[d] = (float)(acc[d] / den);
         }

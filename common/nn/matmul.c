@@ -2,24 +2,84 @@
  * The dot products run over contiguous memory of both x and w (HF [out, in] weights),
  * in 8 independent partial sums that are added in a fixed order at the end: the compiler
  * turns the lanes into SIMD registers (common/nn is built with -O3), and the result is
- * the same on every run (no threads, no reordering left to chance). */
+ * the same on every run (no threads, no reordering left to chance). Four outputs share
+ * each load of x (four weight rows side by side, each with its own 8 lanes): every output
+ * still sums exactly as dot() alone would, so the bits equal the one-output loop
+ * (tests/test_nn_exact.c). */
 #include "nn/nn.h"
+
+#include <string.h>
 
 #define LANES 8
 
+/* Four float lanes (GCC/Clang vector extension; SSE2 on x86-64, NEON on arm64): lane-wise
+ * products and sums, rounded exactly as the scalar operations are. */
+typedef float v4 __attribute__((vector_size(16)));
+
+static inline v4 load4(const float *p)
+{
+    v4 v;
+    memcpy(&v, p, sizeof v); /* unaligned load */
+    return v;
+}
+
+/* sum of a[i] * b[i]: lane l (0..7) accumulates the i = l (mod 8) terms of the whole
+ * blocks, the tail goes into s one term at a time, then the lanes are added to s in order */
 static float dot(const float *restrict a, const float *restrict b, int n)
 {
-    float acc[LANES] = {0};
+    v4 lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
     int i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++)
-            acc[l] += a[i + l] * b[i + l];
+    for (; i + LANES <= n; i += LANES) {
+        lo += load4(a + i) * load4(b + i);
+        hi += load4(a + i + 4) * load4(b + i + 4);
+    }
     float s = 0.0f;
     for (; i < n; i++)
         s += a[i] * b[i];
-    for (int l = 0; l < LANES; l++)
-        s += acc[l];
+    for (int l = 0; l < 4; l++)
+        s += lo[l];
+    for (int l = 0; l < 4; l++)
+        s += hi[l];
     return s;
+}
+
+/* dot(a, b_r) for the four rows b0..b3, each summed exactly as dot() does; a is loaded once */
+static void dot4(float out[4], const float *restrict a, const float *restrict b0, const float *restrict b1,
+                 const float *restrict b2, const float *restrict b3, int n)
+{
+    v4 l0 = {0, 0, 0, 0}, h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0, h3 = l0;
+    int i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        v4 al = load4(a + i), ah = load4(a + i + 4);
+        l0 += al * load4(b0 + i);
+        h0 += ah * load4(b0 + i + 4);
+        l1 += al * load4(b1 + i);
+        h1 += ah * load4(b1 + i + 4);
+        l2 += al * load4(b2 + i);
+        h2 += ah * load4(b2 + i + 4);
+        l3 += al * load4(b3 + i);
+        h3 += ah * load4(b3 + i + 4);
+    }
+    float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (; i < n; i++) {
+        s0 += a[i] * b0[i];
+        s1 += a[i] * b1[i];
+        s2 += a[i] * b2[i];
+        s3 += a[i] * b3[i];
+    }
+    for (int l = 0; l < 4; l++) {
+        s0 += l0[l];
+        s1 += l1[l];
+        s2 += l2[l];
+        s3 += l3[l];
+    }
+    for (int l = 0; l < 4; l++) {
+        s0 += h0[l];
+        s1 += h1[l];
+        s2 += h2[l];
+        s3 += h3[l];
+    }
+    out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;
 }
 
 void nn_matmul(float *out, const float *x, const float *w, const float *bias, int T, int n_in, int n_out)
@@ -27,7 +87,15 @@ void nn_matmul(float *out, const float *x, const float *w, const float *bias, in
     for (int t = 0; t < T; t++) {
         const float *xr = x + (long)t * n_in;
         float *orow = out + (long)t * n_out;
-        for (int o = 0; o < n_out; o++)
+        int o = 0;
+        for (; o + 4 <= n_out; o += 4) {
+            const float *w0 = w + (long)o * n_in;
+            float d[4];
+            dot4(d, xr, w0, w0 + n_in, w0 + 2 * (long)n_in, w0 + 3 * (long)n_in, n_in);
+            for (int r = 0; r < 4; r++)
+                orow[o + r] = (bias ? bias[o + r] : 0.0f) + d[r];
+        }
+        for (; o < n_out; o++)
             orow[o] = (bias ? bias[o] : 0.0f) + dot(xr, w + (long)o * n_in, n_in);
     }
 }

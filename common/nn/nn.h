@@ -50,6 +50,16 @@ typedef struct nn_key_ranges {
 void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
                   int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale);
 
+/* The keys of r inside [0, Tk) as at most two disjoint spans [lo, hi), ascending: every k
+ * with lo0 <= k < hi0 or lo1 <= k < hi1, in the order a loop over all keys meets them.
+ * Returns the count (0: the query sees nothing). */
+int nn_key_spans(const nn_key_ranges *r, int Tk, int lo[2], int hi[2]);
+
+/* sc[j] = (qh . k_j) * scale in double, for j in [lo, hi); k_j = k + j * kv_stride, hd
+ * floats each. Each dot product sums over d in order (eight keys at a time, side by side),
+ * so the result does not depend on lo or hi. */
+void nn_scores(double *sc, const float *qh, const float *k, int lo, int hi, int kv_stride, int hd, double scale);
+
 /* Causal ranges for a packed row: documents given by starts[n_docs+1] (starts[0] = 0,
  * starts[n_docs] = T). Query t of document d sees keys [starts[d], t]. Also fills
  * pos[t] = t - starts[d] when pos is non-NULL. */

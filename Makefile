@@ -155,7 +155,9 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 # The CPU reference layers are the hot loops of the CPU backend: let the compiler vectorise them.
+# bench_nn_cpu times them against the plain loops (tests/nn_plain.h) it compiles itself: same flags.
 $(BUILD)/common/nn/%.o: CFLAGS += -O3
+$(BUILD)/bench/bench_nn_cpu: CFLAGS += -O3
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)

@@ -1,0 +1,257 @@
+/* bench_nn_cpu: the CPU layers of common/nn against the plain loops they replaced
+ * (tests/nn_plain.h: one output, one key, one term at a time), in the same process, at the
+ * shapes of the embedded default (configs/tiny.json: d = 128, I = 384, 4 heads of 32, 2 kv
+ * heads): the target's packed causal forward over a 1024-token batch, and the drafter's
+ * training step over 32 anchors x block 16 = 512 block rows against 512 context rows.
+ * Both sides must give the same bits (checked here too; test_nn_exact checks it widely).
+ * Prints a table (median ms of --iters runs, GFLOP/s, speedup) and writes JSON (date, host,
+ * cpus, commit, every figure) to --out (default bench/results/nn_cpu.json).
+ *   build/bench/bench_nn_cpu [--iters N] [--out PATH] */
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nn/nn.h"
+#include "nn/nn_backward.h"
+#include "tests/nn_plain.h"
+#include "util.h"
+
+enum { D = 128, I = 384, H = 4, KV = 2, HD = 32, T_TGT = 1024, S_CTX = 512, N_ANCH = 32, BLK = 16 };
+enum { R_BLK = N_ANCH * BLK, T_KEYS = S_CTX + R_BLK, MAX_ITERS = 200 };
+
+static df_rng g_rng;
+
+static float *buf(size_t n, double scale)
+{
+    float *p = malloc(sizeof(float) * n);
+    if (!p) {
+        fprintf(stderr, "bench_nn_cpu: out of memory\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)(scale * df_rng_normal(&g_rng));
+    return p;
+}
+
+static double now_ms(void)
+{
+    return (double)df_now_ns() * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct inputs {
+    float *x, *w, *out, *g, *dx, *dw;              /* linear: x [T_TGT, D], w [I, D] */
+    float *q, *k, *v, *att, *datt, *dq, *dk, *dv;  /* attention */
+    nn_key_ranges *causal;                         /* [T_TGT]: 4 packed documents of 256 */
+    nn_key_ranges *dflash;                         /* [R_BLK]: context before the anchor + own block */
+    float *qb, *kb, *vb, *attb;                    /* drafter attention: R_BLK queries over T_KEYS keys */
+} inputs;
+
+typedef struct row {
+    const char *name, *key;
+    double flops; /* per call */
+    double ms_ours, ms_plain;
+    int same;
+} row;
+
+/* the layer calls, ours (plain = 0) or the plain loops (plain = 1) */
+static void call(int which, int plain, inputs *in)
+{
+    switch (which) {
+    case 0: (plain ? plain_matmul : nn_matmul)(in->out, in->x, in->w, NULL, T_TGT, D, I); break;
+    case 1:
+        memset(in->dx, 0, sizeof(float) * T_TGT * D);
+        memset(in->dw, 0, sizeof(float) * I * D);
+        (plain ? plain_matmul_backward : nn_matmul_backward)(in->dx, in->dw, NULL, in->g, in->x, in->w, T_TGT, D, I);
+        break;
+    case 2:
+        (plain ? plain_attention : nn_attention)(in->att, in->q, in->k, in->v, in->causal, T_TGT, T_TGT, H, KV, HD,
+                                                 0.17677669f);
+        break;
+    case 3:
+        (plain ? plain_attention : nn_attention)(in->attb, in->qb, in->kb, in->vb, in->dflash, R_BLK, T_KEYS, H, KV, HD,
+                                                 0.17677669f);
+        break;
+    default:
+        memset(in->dq, 0, sizeof(float) * R_BLK * H * HD);
+        memset(in->dk, 0, sizeof(float) * T_KEYS * KV * HD);
+        memset(in->dv, 0, sizeof(float) * T_KEYS * KV * HD);
+        (plain ? plain_attention_backward : nn_attention_backward)(in->dq, in->dk, in->dv, in->datt, in->qb, in->kb,
+                                                                   in->vb, in->dflash, R_BLK, T_KEYS, H, KV, HD,
+                                                                   0.17677669f);
+        break;
+    }
+}
+
+/* the call's result, to compare ours with the plain loops */
+static size_t result(int which, inputs *in, float **parts, size_t *sizes)
+{
+    switch (which) {
+    case 0: parts[0] = in->out, sizes[0] = (size_t)T_TGT * I; return 1;
+    case 1: parts[0] = in->dx, sizes[0] = (size_t)T_TGT * D, parts[1] = in->dw, sizes[1] = (size_t)I * D; return 2;
+    case 2: parts[0] = in->att, sizes[0] = (size_t)T_TGT * H * HD; return 1;
+    case 3: parts[0] = in->attb, sizes[0] = (size_t)R_BLK * H * HD; return 1;
+    default:
+        parts[0] = in->dq, sizes[0] = (size_t)R_BLK * H * HD;
+        parts[1] = in->dk, sizes[1] = (size_t)T_KEYS * KV * HD;
+        parts[2] = in->dv, sizes[2] = (size_t)T_KEYS * KV * HD;
+        return 3;
+    }
+}
+
+static double time_it(int which, int plain, inputs *in, int iters)
+{
+    double t[MAX_ITERS];
+    call(which, plain, in); /* warm */
+    for (int i = 0; i < iters; i++) {
+        double t0 = now_ms();
+        call(which, plain, in);
+        t[i] = now_ms() - t0;
+    }
+    qsort(t, (size_t)iters, sizeof *t, cmp_double);
+    return t[iters / 2];
+}
+
+static void git_commit(char *out, size_t cap)
+{
+    snprintf(out, cap, "unknown");
+    FILE *f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+    if (!f)
+        return;
+    if (fgets(out, (int)cap, f))
+        out[strcspn(out, "\n")] = 0;
+    pclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    int iters = 15;
+    const char *out = "bench/results/nn_cpu.json";
+    static const struct option lo[] = {{"iters", 1, 0, 'i'}, {"out", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        if (ch == 'i')
+            iters = atoi(optarg);
+        else if (ch == 'o')
+            out = optarg;
+        else if (ch == 'h') {
+            printf("usage: %s [--iters N] [--out PATH]\nThe CPU layers against the plain loops at the embedded "
+                   "default's shapes (one core).\n",
+                   argv[0]);
+            return 0;
+        } else
+            return 2;
+    }
+    if (iters < 1 || iters > MAX_ITERS) {
+        fprintf(stderr, "bench_nn_cpu: --iters must be 1..%d\n", MAX_ITERS);
+        return 2;
+    }
+    df_rng_seed(&g_rng, 12345);
+    inputs in;
+    in.x = buf((size_t)T_TGT * D, 1), in.w = buf((size_t)I * D, 0.1), in.out = buf((size_t)T_TGT * I, 0);
+    in.g = buf((size_t)T_TGT * I, 1), in.dx = buf((size_t)T_TGT * D, 0), in.dw = buf((size_t)I * D, 0);
+    in.q = buf((size_t)T_TGT * H * HD, 1), in.k = buf((size_t)T_TGT * KV * HD, 1), in.v = buf((size_t)T_TGT * KV * HD, 1);
+    in.att = buf((size_t)T_TGT * H * HD, 0);
+    in.qb = buf((size_t)R_BLK * H * HD, 1), in.kb = buf((size_t)T_KEYS * KV * HD, 1),
+    in.vb = buf((size_t)T_KEYS * KV * HD, 1), in.attb = buf((size_t)R_BLK * H * HD, 0);
+    in.datt = buf((size_t)R_BLK * H * HD, 1), in.dq = buf((size_t)R_BLK * H * HD, 0);
+    in.dk = buf((size_t)T_KEYS * KV * HD, 0), in.dv = buf((size_t)T_KEYS * KV * HD, 0);
+    in.causal = malloc(sizeof(nn_key_ranges) * T_TGT);
+    in.dflash = malloc(sizeof(nn_key_ranges) * R_BLK);
+    if (!in.causal || !in.dflash)
+        return 1;
+    int32_t starts[5] = {0, 256, 512, 768, 1024};
+    nn_packed_causal_ranges(in.causal, NULL, starts, 4);
+    double causal_keys = 0, dflash_keys = 0;
+    for (int t = 0; t < T_TGT; t++)
+        causal_keys += in.causal[t].hi0 - in.causal[t].lo0;
+    for (int j = 0; j < N_ANCH; j++) { /* sorted anchors spread over the context */
+        int a = (int)((long)(j + 1) * (S_CTX - 1) / (N_ANCH + 1));
+        for (int b = 0; b < BLK; b++) {
+            in.dflash[j * BLK + b] = (nn_key_ranges){0, a, S_CTX + j * BLK, S_CTX + (j + 1) * BLK};
+            dflash_keys += a + BLK;
+        }
+    }
+    row rows[5] = {
+        {"linear fwd [1024x128]x[128->384]", "linear_fwd", 2.0 * T_TGT * D * I, 0, 0, 0},
+        {"linear bwd (dx + dw)", "linear_bwd", 4.0 * T_TGT * D * I, 0, 0, 0},
+        {"attention fwd, target (4 docs x 256, causal)", "attn_fwd_target", 4.0 * causal_keys * H * HD, 0, 0, 0},
+        {"attention fwd, drafter (512 block rows)", "attn_fwd_drafter", 4.0 * dflash_keys * H * HD, 0, 0, 0},
+        {"attention bwd, drafter", "attn_bwd_drafter", 8.0 * dflash_keys * H * HD, 0, 0, 0},
+    };
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    char commit[64], host[128] = "unknown", date[64];
+    git_commit(commit, sizeof commit);
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    printf("bench_nn_cpu  (%s, %ld cpus, commit %s): one core, medians of %d calls; peer = the plain loops "
+           "(tests/nn_plain.h)\n\n",
+           host, ncpu, commit, iters);
+    printf("%-46s %10s %10s %9s %9s %8s %5s\n", "layer", "ours ms", "plain ms", "ours GF/s", "plain GF/s", "speedup",
+           "same");
+    for (int r = 0; r < 5; r++) {
+        float *parts[3], *copy[3];
+        size_t sizes[3];
+        call(r, 1, &in);
+        size_t np = result(r, &in, parts, sizes);
+        for (size_t p = 0; p < np; p++) {
+            copy[p] = malloc(sizeof(float) * sizes[p]);
+            if (!copy[p])
+                return 1;
+            memcpy(copy[p], parts[p], sizeof(float) * sizes[p]);
+        }
+        call(r, 0, &in);
+        rows[r].same = 1;
+        for (size_t p = 0; p < np; p++) {
+            rows[r].same &= memcmp(copy[p], parts[p], sizeof(float) * sizes[p]) == 0;
+            free(copy[p]);
+        }
+        rows[r].ms_ours = time_it(r, 0, &in, iters);
+        rows[r].ms_plain = time_it(r, 1, &in, iters);
+        printf("%-46s %10.2f %10.2f %9.2f %9.2f %7.2fx %5s\n", rows[r].name, rows[r].ms_ours, rows[r].ms_plain,
+               rows[r].flops / rows[r].ms_ours * 1e-6, rows[r].flops / rows[r].ms_plain * 1e-6,
+               rows[r].ms_plain / rows[r].ms_ours, rows[r].same ? "yes" : "NO");
+        fflush(stdout);
+    }
+    char json[4096];
+    int k = snprintf(json, sizeof json,
+                     "{\n  \"bench\": \"nn_cpu\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n  \"cpus\": %ld,\n"
+                     "  \"commit\": \"%s\",\n  \"iters\": %d,\n  \"shape\": {\"d\": %d, \"intermediate\": %d, \"heads\": %d, "
+                     "\"kv_heads\": %d, \"head_dim\": %d, \"target_tokens\": %d, \"drafter_context\": %d, "
+                     "\"drafter_block_rows\": %d},\n  \"peer\": \"the plain loops of tests/nn_plain.h\",\n  \"layers\": [\n",
+                     date, host, ncpu, commit, iters, D, I, H, KV, HD, T_TGT, S_CTX, R_BLK);
+    for (int r = 0; r < 5 && k > 0 && (size_t)k < sizeof json; r++)
+        k += snprintf(json + k, sizeof json - (size_t)k,
+                      "    {\"layer\": \"%s\", \"flops\": %.0f, \"ours_ms\": %.4f, \"plain_ms\": %.4f, \"ours_gflops\": "
+                      "%.3f, \"plain_gflops\": %.3f, \"speedup\": %.3f, \"same_bits\": %s}%s\n",
+                      rows[r].key, rows[r].flops, rows[r].ms_ours, rows[r].ms_plain,
+                      rows[r].flops / rows[r].ms_ours * 1e-6, rows[r].flops / rows[r].ms_plain * 1e-6,
+                      rows[r].ms_plain / rows[r].ms_ours, rows[r].same ? "true" : "false", r < 4 ? "," : "");
+    if (k > 0 && (size_t)k < sizeof json)
+        k += snprintf(json + k, sizeof json - (size_t)k, "  ]\n}\n");
+    if (k <= 0 || (size_t)k >= sizeof json) {
+        fprintf(stderr, "bench_nn_cpu: JSON too long\n");
+        return 1;
+    }
+    int rc = df_write_file_atomic(out, json, (size_t)k);
+    if (rc < 0) {
+        fprintf(stderr, "bench_nn_cpu: %s: %s\n", out, strerror(-rc));
+        return 1;
+    }
+    printf("\nwrote %s\n", out);
+    int all_same = 1;
+    for (int r = 0; r < 5; r++)
+        all_same &= rows[r].same;
+    return all_same ? 0 : 1;
+}

@@ -59,6 +59,12 @@ wait_for 60 inc_ge target1 2 || fail "target1 not restarted"
 wait_for 60 inc_ge postproc0 2 || fail "postproc0 not restarted"
 wait_for 60 test -f "$RUN/checkpoints/latest" || fail "no checkpoint before the drafter kill"
 wait_for 60 steps_ge 4 || fail "drafter stalled"
+# kill the drafter while batches are in flight (claimed, in a ring or trained after the last
+# checkpoint), so the restart has something to send back; on a loaded machine the targets
+# may lag and leave nothing in flight for a moment
+in_flight_ge() { [ "$("$DFCTL" --run-dir "$RUN" --json status | python3 -c "
+import json,sys; l=json.load(sys.stdin)['ledger']; print(l['claimed'] + l['in_ring'] + l['trained'])")" -ge "$1" ]; }
+wait_for 60 in_flight_ge 2 || fail "nothing in flight before the drafter kill"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"
 wait_for 60 inc_ge drafter0 2 || fail "drafter0 not restarted"
 before=$(steps)

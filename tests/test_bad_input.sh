@@ -89,11 +89,17 @@ fi
 # ---- exhausted memory for the shared segments: arenas are memfds, sized slots x slot_bytes
 # and mapped at start; under an address-space limit the mapping fails and the message names
 # the two topology fields
+# (AddressSanitizer reserves terabytes of shadow memory at start: no address-space limit
+# leaves it room, so a SANITIZE=address build skips this case)
 real3 shm "$T/run-shm" "$M" "$DATA" 4 1073741824
-expect 2 "rings\[0\] \"tp\": arena of 4294967296 bytes (rings\[0\].slots 4 x rings\[0\].slot_bytes 1073741824): Cannot allocate memory" \
-  bash -c "ulimit -v 1000000 && exec '$ORCH' '$TOPO'"
-no_run_dir "exhausted memory"
-ok "exhausted memory (RLIMIT_AS, a 4 GiB ring) -> exit 2 naming rings[0].slots and slot_bytes, nothing created"
+if [[ $BUILD == *address* ]]; then
+  echo "SKIP-CASE exhausted memory: an AddressSanitizer build cannot start under ulimit -v"
+else
+  expect 2 "rings\[0\] \"tp\": arena of 4294967296 bytes (rings\[0\].slots 4 x rings\[0\].slot_bytes 1073741824): Cannot allocate memory" \
+    bash -c "ulimit -v 1000000 && exec '$ORCH' '$TOPO'"
+  no_run_dir "exhausted memory"
+  ok "exhausted memory (RLIMIT_AS, a 4 GiB ring) -> exit 2 naming rings[0].slots and slot_bytes, nothing created"
+fi
 
 # ---- bad model files: the target worker exits 100 (permanent), the orchestrator does not
 # restart it, shuts the run down and exits 1 with the worker's log tail naming the file

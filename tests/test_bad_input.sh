@@ -89,11 +89,11 @@ fi
 # ---- exhausted memory for the shared segments: arenas are memfds, sized slots x slot_bytes
 # and mapped at start; under an address-space limit the mapping fails and the message names
 # the two topology fields
-# (AddressSanitizer reserves terabytes of shadow memory at start: no address-space limit
-# leaves it room, so a SANITIZE=address build skips this case)
+# (AddressSanitizer and ThreadSanitizer reserve terabytes of shadow memory at start: no
+# address-space limit leaves them room, so SANITIZE=address and =thread builds skip this case)
 real3 shm "$T/run-shm" "$M" "$DATA" 4 1073741824
-if [[ $BUILD == *address* ]]; then
-  echo "SKIP-CASE exhausted memory: an AddressSanitizer build cannot start under ulimit -v"
+if [[ $BUILD == *address* || $BUILD == *thread* ]]; then
+  echo "SKIP-CASE exhausted memory: a sanitizer build ($BUILD) cannot start under ulimit -v"
 else
   expect 2 "rings\[0\] \"tp\": arena of 4294967296 bytes (rings\[0\].slots 4 x rings\[0\].slot_bytes 1073741824): Cannot allocate memory" \
     bash -c "ulimit -v 1000000 && exec '$ORCH' '$TOPO'"

@@ -30,6 +30,7 @@
 #include "ipc/arena.h"
 #include "ipc/shm.h"
 #include "util.h"
+#include "bench/bench_env.h"
 
 #define CHECK(x)                                                                                                   \
     do {                                                                                                       \
@@ -60,18 +61,6 @@ static arena g_seg;
 static double now_ms(void)
 {
     return (double)df_now_ns() * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int rank_main(int rank, const opts *o, shared_out *so)
@@ -137,17 +126,6 @@ static int rank_main(int rank, const opts *o, shared_out *so)
     return 0;
 }
 
-static void git_commit(char *out, size_t cap)
-{
-    snprintf(out, cap, "unknown");
-    FILE *f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
-    if (!f)
-        return;
-    if (fgets(out, (int)cap, f))
-        out[strcspn(out, "\n")] = 0;
-    pclose(f);
-}
-
 int main(int argc, char **argv)
 {
     opts o = {.ranks = 2, .layers = 4, .hidden = 256, .seq = 256, .anchors = 16, .steps = 15, .warmup = 3,
@@ -207,16 +185,11 @@ int main(int argc, char **argv)
     shared_out *so = (shared_out *)outa.base;
     gb_plan layer;
     CHECK(gb_plan_make(&layer, &C, 0));
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    char commit[64], host[128] = "unknown", date[64];
-    git_commit(commit, sizeof commit);
-    gethostname(host, sizeof host - 1);
-    time_t now = time(NULL);
-    struct tm tmv;
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    bench_env env;
+    bench_env_read(&env);
     printf("bench_grad_buckets  (%s, %ld cpus, commit %s): %d ranks, drafter %d layers d=%d (%zu params, %.1f MB "
            "of fp32 gradients), S=%d, %d anchors x block %d; %d buckets per layer mode\n",
-           host, ncpu, commit, o.ranks, o.layers, o.hidden, n, (double)n * 4e-6, o.seq, o.anchors, C.block_size,
+           env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, (double)n * 4e-6, o.seq, o.anchors, C.block_size,
            layer.n);
     fflush(stdout);
     pid_t pids[AR_MAX_WORLD];
@@ -241,8 +214,8 @@ int main(int argc, char **argv)
     }
     double step[N_MODES], wait[N_MODES];
     for (int m = 0; m < N_MODES; m++) {
-        step[m] = median(so->step_ms[m], o.steps);
-        wait[m] = median(so->wait_ms[m], o.steps);
+        step[m] = bench_median(so->step_ms[m], o.steps);
+        wait[m] = bench_median(so->wait_ms[m], o.steps);
     }
     printf("\n%-14s %12s %16s\n", "mode", "step ms", "exposed wait ms");
     for (int m = 0; m < N_MODES; m++)
@@ -259,7 +232,7 @@ int main(int argc, char **argv)
                      "  \"commit\": \"%s\",\n  \"ranks\": %d,\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"params\": %zu,\n"
                      "  \"seq\": %d,\n  \"anchors\": %d,\n  \"block_size\": %d,\n  \"steps\": %d,\n  \"warmup\": %d,\n"
                      "  \"buckets_per_layer_mode\": %d,\n",
-                     date, host, ncpu, commit, o.ranks, o.layers, o.hidden, n, o.seq, o.anchors, C.block_size, o.steps,
+                     env.date, env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, o.seq, o.anchors, C.block_size, o.steps,
                      o.warmup, layer.n);
     for (int m = 0; m < N_MODES && k > 0 && (size_t)k < sizeof json; m++)
         k += snprintf(json + k, sizeof json - (size_t)k, "  \"%s_step_ms\": %.3f,\n  \"%s_wait_ms\": %.3f,\n",

@@ -19,6 +19,7 @@
 #include "nn/nn_backward.h"
 #include "tests/nn_plain.h"
 #include "util.h"
+#include "bench/bench_env.h"
 
 enum { D = 128, I = 384, H = 4, KV = 2, HD = 32, T_TGT = 1024, S_CTX = 512, N_ANCH = 32, BLK = 16 };
 enum { R_BLK = N_ANCH * BLK, T_KEYS = S_CTX + R_BLK, MAX_ITERS = 200 };
@@ -40,12 +41,6 @@ static float *buf(size_t n, double scale)
 static double now_ms(void)
 {
     return (double)df_now_ns() * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 typedef struct inputs {
@@ -117,19 +112,7 @@ static double time_it(int which, int plain, inputs *in, int iters)
         call(which, plain, in);
         t[i] = now_ms() - t0;
     }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    return t[iters / 2];
-}
-
-static void git_commit(char *out, size_t cap)
-{
-    snprintf(out, cap, "unknown");
-    FILE *f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
-    if (!f)
-        return;
-    if (fgets(out, (int)cap, f))
-        out[strcspn(out, "\n")] = 0;
-    pclose(f);
+    return bench_median(t, iters);
 }
 
 int main(int argc, char **argv)
@@ -188,16 +171,11 @@ int main(int argc, char **argv)
         {"attention fwd, drafter (512 block rows)", "attn_fwd_drafter", 4.0 * dflash_keys * H * HD, 0, 0, 0},
         {"attention bwd, drafter", "attn_bwd_drafter", 8.0 * dflash_keys * H * HD, 0, 0, 0},
     };
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    char commit[64], host[128] = "unknown", date[64];
-    git_commit(commit, sizeof commit);
-    gethostname(host, sizeof host - 1);
-    time_t now = time(NULL);
-    struct tm tmv;
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
+    bench_env env;
+    bench_env_read(&env);
     printf("bench_nn_cpu  (%s, %ld cpus, commit %s): one core, medians of %d calls; peer = the plain loops "
            "(tests/nn_plain.h)\n\n",
-           host, ncpu, commit, iters);
+           env.host, env.cpus, env.commit, iters);
     printf("%-46s %10s %10s %9s %9s %8s %5s\n", "layer", "ours ms", "plain ms", "ours GF/s", "plain GF/s", "speedup",
            "same");
     for (int r = 0; r < 5; r++) {
@@ -230,7 +208,7 @@ int main(int argc, char **argv)
                      "  \"commit\": \"%s\",\n  \"iters\": %d,\n  \"shape\": {\"d\": %d, \"intermediate\": %d, \"heads\": %d, "
                      "\"kv_heads\": %d, \"head_dim\": %d, \"target_tokens\": %d, \"drafter_context\": %d, "
                      "\"drafter_block_rows\": %d},\n  \"peer\": \"the plain loops of tests/nn_plain.h\",\n  \"layers\": [\n",
-                     date, host, ncpu, commit, iters, D, I, H, KV, HD, T_TGT, S_CTX, R_BLK);
+                     env.date, env.host, env.cpus, env.commit, iters, D, I, H, KV, HD, T_TGT, S_CTX, R_BLK);
     for (int r = 0; r < 5 && k > 0 && (size_t)k < sizeof json; r++)
         k += snprintf(json + k, sizeof json - (size_t)k,
                       "    {\"layer\": \"%s\", \"flops\": %.0f, \"ours_ms\": %.4f, \"plain_ms\": %.4f, \"ours_gflops\": "

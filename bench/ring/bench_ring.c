@@ -25,6 +25,7 @@
 #include "ipc/ring.h"
 #include "ipc/shm.h"
 #include "util.h"
+#include "bench/bench_env.h"
 
 #define CHECK(expr)                                                                    \
     do {                                                                               \
@@ -213,21 +214,6 @@ static lat median_lat(const lat *l, int n)
     return m;
 }
 
-static void git_commit(char *out, size_t cap)
-{
-    snprintf(out, cap, "unknown");
-    FILE *f = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
-    if (!f)
-        return;
-    char buf[64];
-    if (fgets(buf, sizeof buf, f)) {
-        buf[strcspn(buf, "\n")] = 0;
-        if (buf[0])
-            snprintf(out, cap, "%s", buf);
-    }
-    pclose(f);
-}
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_ring [--handoffs N] [--iters N] [--repeat R] [--out PATH]\n"
@@ -277,13 +263,10 @@ int main(int argc, char **argv)
     lat lr = median_lat(lr_r, repeat), lp = median_lat(lp_r, repeat), le = median_lat(le_r, repeat);
     arena_close(&seg);
 
-    char host[128] = "unknown", commit[64], date[64];
-    (void)gethostname(host, sizeof host - 1);
-    git_commit(commit, sizeof commit);
-    time_t now = time(NULL);
-    struct tm tmv;
-    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tmv));
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    bench_env env;
+    bench_env_read(&env);
+    const char *host = env.host, *commit = env.commit, *date = env.date;
+    long ncpu = env.cpus;
     double load[1] = {-1}; /* other work on the host skews every figure: record it */
     if (getloadavg(load, 1) != 1)
         load[0] = -1;

@@ -200,6 +200,45 @@ static json_t *timing_json(const sd_result *r)
     return o;
 }
 
+/* [B] accuracies for positions 0..B-1; position 0 (the anchor) is null */
+static json_t *pos_acc_json(const long *hit, const long *n, int B)
+{
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int k = 1; k < B; k++)
+        json_array_append_new(a, n[k] ? json_real((double)hit[k] / n[k]) : json_null());
+    return a;
+}
+
+static json_t *pos_n_json(const long *n, int B)
+{
+    json_t *a = json_array();
+    for (int k = 0; k < B; k++)
+        json_array_append_new(a, json_integer(k ? n[k] : 0));
+    return a;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of the per-response taus (the middle response: a few degenerate responses that
+ * are drafted perfectly cannot move it). */
+static double median_tau(const prompt_eval *pe, int n)
+{
+    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!v)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    for (int i = 0; i < n; i++)
+        v[i] = sd_result_tau(&pe[i].spec);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double m = n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    free(v);
+    return m;
+}
+
 static json_t *hist_json(const long *h, int B)
 {
     json_t *a = json_array();
@@ -313,6 +352,14 @@ int main(int argc, char **argv)
         }
     }
     double tau = tau_sum / pl.n;
+    double tau_median = median_tau(pe, pl.n);
+    /* per-position accuracy, all prompts pooled (spec_decode.h: pos_hit / pos_n) */
+    long *pos_hit = calloc((size_t)B, sizeof(long)), *pos_n = calloc((size_t)B, sizeof(long));
+    if (!pos_hit || !pos_n)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    for (int i = 0; i < pl.n; i++)
+        for (int k = 1; k < B; k++)
+            pos_hit[k] += pe[i].spec.pos_hit[k], pos_n[k] += pe[i].spec.pos_n[k];
     double tpot_p = pn ? 1e3 * pd / pn : 0, tpot_s = sn ? 1e3 * sd / sn : 0;
     double speedup = tpot_s > 0 && tpot_p > 0 ? tpot_p / tpot_s : 0;
 
@@ -333,8 +380,12 @@ int main(int argc, char **argv)
                    tpot_ms(&e->spec) > 0 ? tpot_ms(&e->plain) / tpot_ms(&e->spec) : 0.0,
                    e->first_diff < 0 ? "yes" : "NO");
     }
-    printf("overall: tau %.3f (mean over %d responses; %ld verify steps, token-weighted %.3f)\n", tau, pl.n, steps,
-           steps ? (double)acc / steps : 0.0);
+    printf("overall: tau %.3f pooled over %ld verify steps; per response: mean %.3f, median %.3f (%d responses)\n",
+           steps ? (double)acc / steps : 0.0, steps, tau, tau_median, pl.n);
+    printf("per-position accuracy of the drafts vs the target's greedy output (k = 1..%d):", B - 1);
+    for (int k = 1; k < B; k++)
+        printf(" %.2f", pos_n[k] ? (double)pos_hit[k] / pos_n[k] : 0.0);
+    printf("\n");
     printf("acceptance length histogram:");
     for (int a = 1; a <= B; a++)
         printf(" %d:%ld", a, hist[a]);
@@ -366,6 +417,7 @@ int main(int argc, char **argv)
             json_object_set_new(po, "new_tokens", json_integer(e->spec.n_tokens));
             json_object_set_new(po, "tau", json_real(sd_result_tau(&e->spec)));
             json_object_set_new(po, "hist", hist_json(e->spec.hist, B));
+            json_object_set_new(po, "pos_acc", pos_acc_json(e->spec.pos_hit, e->spec.pos_n, B));
             json_object_set_new(po, "spec", timing_json(&e->spec));
             if (!o.no_plain) {
                 json_object_set_new(po, "plain", timing_json(&e->plain));
@@ -385,6 +437,9 @@ int main(int argc, char **argv)
         json_object_set_new(ov, "n_prompts", json_integer(pl.n));
         json_object_set_new(ov, "tau", json_real(tau));
         json_object_set_new(ov, "tau_token_weighted", json_real(steps ? (double)acc / steps : 0.0));
+        json_object_set_new(ov, "tau_median", json_real(tau_median));
+        json_object_set_new(ov, "pos_acc", pos_acc_json(pos_hit, pos_n, B));
+        json_object_set_new(ov, "pos_n", pos_n_json(pos_n, B));
         json_object_set_new(ov, "steps", json_integer(steps));
         json_object_set_new(ov, "hist", hist_json(hist, B));
         json_object_set_new(ov, "spec_tpot_ms", json_real(tpot_s));
@@ -411,6 +466,8 @@ int main(int argc, char **argv)
     }
     free(pe);
     free(hist);
+    free(pos_hit);
+    free(pos_n);
     sd_backend_close(&be);
     ep_free(&pl);
     dflash_params_free(&dp);

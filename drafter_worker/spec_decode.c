@@ -16,6 +16,8 @@ void sd_result_free(sd_result *r)
         return;
     free(r->tokens);
     free(r->hist);
+    free(r->pos_hit);
+    free(r->pos_n);
     memset(r, 0, sizeof *r);
 }
 
@@ -31,7 +33,9 @@ static int result_init(sd_result *r, const sd_opts *o, int block_size)
         return -EINVAL;
     r->tokens = malloc(sizeof(int32_t) * (size_t)o->max_new);
     r->hist = calloc((size_t)block_size + 1, sizeof(long));
-    if (!r->tokens || !r->hist) {
+    r->pos_hit = calloc((size_t)block_size, sizeof(long));
+    r->pos_n = calloc((size_t)block_size, sizeof(long));
+    if (!r->tokens || !r->hist || !r->pos_hit || !r->pos_n) {
         sd_result_free(r);
         return -ENOMEM;
     }
@@ -103,8 +107,11 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
         return rc;
     int32_t *block = malloc(sizeof(int32_t) * (size_t)B);
     int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
-    if (!block || !next) {
-        free(block), free(next);
+    /* every step's drafts and anchor index, scored against the output at the end */
+    int32_t *drafts = malloc(sizeof(int32_t) * (size_t)o->max_new * (size_t)(B - 1 > 0 ? B - 1 : 1));
+    int *anchor_at = malloc(sizeof(int) * (size_t)o->max_new);
+    if (!block || !next || !drafts || !anchor_at) {
+        free(block), free(next), free(drafts), free(anchor_at);
         sd_result_free(r);
         return -ENOMEM;
     }
@@ -116,6 +123,8 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
         block[0] = r->tokens[r->n_tokens - 1];
         if ((rc = dr->draft(dr->ctx, block[0], block + 1)) < 0)
             break;
+        anchor_at[r->n_steps] = r->n_tokens - 1; /* n_steps < max_new: each step emits >= 1 */
+        memcpy(drafts + (size_t)r->n_steps * (size_t)(B - 1), block + 1, sizeof(int32_t) * (size_t)(B - 1));
         const float *feats;
         if ((rc = t->extend(t->ctx, block, B, B, next, &feats)) < 0)
             break;
@@ -134,7 +143,12 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
             done = emit(r, o, next[m]); /* the bonus: the target's own token after the accepted ones */
     }
     r->decode_s = (double)(df_now_ns() - t0) * 1e-9;
-    free(block), free(next);
+    for (int s = 0; rc == 0 && s < r->n_steps; s++)
+        for (int k = 1; k < B && anchor_at[s] + k < r->n_tokens; k++) {
+            r->pos_n[k]++;
+            r->pos_hit[k] += drafts[(size_t)s * (size_t)(B - 1) + (size_t)(k - 1)] == r->tokens[anchor_at[s] + k];
+        }
+    free(block), free(next), free(drafts), free(anchor_at);
     if (rc < 0)
         sd_result_free(r);
     return rc;

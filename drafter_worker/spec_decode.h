@@ -63,6 +63,13 @@ typedef struct sd_result {
     int n_steps;      /* target forward calls after the prefill (verify steps) */
     long accept_sum;  /* sum of acceptance lengths over the steps */
     long *hist;       /* [block_size + 1]: hist[a] = steps with acceptance length a (a >= 1) */
+    /* Per-position accuracy of the drafts against the final output (speculative runs;
+     * zeros for plain): for each step anchored at output token j and each k = 1..B-1
+     * whose token j+k exists, pos_n[k]++ and pos_hit[k] += (d_k == output[j+k]). The
+     * output is the target's greedy text, so this is the training-time acc_k measured on
+     * held-out prompts, every draft position counted (not only the leading accepted). */
+    long *pos_hit;    /* [block_size] */
+    long *pos_n;      /* [block_size] */
     double prefill_s; /* prompt through the target (and the drafter's context), first token */
     double decode_s;  /* everything after: the tokens 2..n_tokens */
 } sd_result;

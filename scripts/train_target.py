@@ -1,0 +1,431 @@
+#!/usr/bin/env python3
+"""train_target.py: train a byte-level Qwen3 target on real text, then let it answer prompts.
+
+    python3 scripts/train_target.py --shape tiny --out models/tiny-target --data data/tiny
+    python3 scripts/train_target.py --shape 0.6b --out gpu/models/qwen3-0.6b-bytes \\
+        --data gpu/data/qwen3-0.6b-bytes --time-budget 240 --n-train 8000
+
+Why: a drafter can only be judged against a target whose text means something, and no
+weights can be downloaded on the GPU machine. So the target is trained here, from scratch,
+on the source of Python's standard library (shipped with every Python, offline), with a
+byte vocabulary (the tokenizer is 256 bytes + 8 specials: nothing to download either).
+
+The model is written in plain torch (no transformers needed): Qwen3 decoder layers
+(GQA, q_norm/k_norm, RoPE, SwiGLU, tied embeddings), saved as a Hugging Face directory
+(config.json + model.safetensors with HF's tensor names, bf16), which the project's C/CUDA
+target loads and which transformers' Qwen3ForCausalLM loads too.
+
+Then the target answers prompts GREEDILY (the DFlash recipe: train on the target's own
+responses; greedy, because evaluation decodes greedily): prompts are cut at line starts
+from training files (chat-train.jsonl) and from held-out files (chat-heldout.jsonl, files
+whose path hashes to 0 mod 20, never trained on by target or drafter).
+
+Writes
+    <out>/config.json, generation_config.json, model.safetensors, byte_tokenizer.json
+    <data>/chat-train.jsonl, <data>/chat-heldout.jsonl   {"messages": [user, assistant]}
+Text fields hold bytes decoded as latin-1, so every byte maps to one character and back.
+
+Byte vocabulary: ids 0..255 are bytes; 256 <|bos|>, 257 <|eos|>, 258 <|user|>,
+259 <|assistant|>, 260 <|pad|>, 261 <|mask|> (DFlash's mask token); vocab_size 264.
+Chat layout: <|bos|> <|user|> prompt <|assistant|> response <|eos|>.
+
+Seeded (--seed): corpus split, batches, init and prompts are drawn from it; GPU kernels
+are not bit-deterministic, so two runs on a GPU agree in quality, not in bits.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import struct
+import sys
+import sysconfig
+import time
+import zlib
+
+import torch
+import torch.nn.functional as F
+
+BOS, EOS, USER, ASSISTANT, PAD, MASK, VOCAB = 256, 257, 258, 259, 260, 261, 264
+
+# Shapes. "tiny" is the embedded default's target (make run); "0.6b" is Qwen3-0.6B's
+# body (28 layers, 1024 wide, 16/8 heads of 128, 3072 MLP) with the byte vocabulary.
+SHAPES = {
+    "tiny": dict(hidden=128, inter=384, layers=4, heads=4, kv=2, head_dim=32, max_pos=1024,
+                 seq=256, batch=128, lr=3e-3, steps=3000, theta=10000.0),
+    "tiny-deep": dict(hidden=128, inter=384, layers=6, heads=4, kv=2, head_dim=32, max_pos=1024,
+                      seq=256, batch=128, lr=2e-3, steps=6000, theta=10000.0),
+    "0.6b": dict(hidden=1024, inter=3072, layers=28, heads=16, kv=8, head_dim=128, max_pos=4096,
+                 seq=1024, batch=32, lr=6e-4, steps=0, theta=1000000.0),
+}
+EPS = 1e-6
+
+
+def log(msg):
+    print(f"train_target: {msg}", flush=True)
+
+
+# ---- the model ------------------------------------------------------------------------
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(n))
+
+    def forward(self, x):  # HF Qwen3RMSNorm: normalise in fp32, scale in the input dtype
+        dt = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS)
+        return self.weight * x.to(dt)
+
+
+def rope_tables(head_dim, theta, n, device):
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim))
+    f = torch.outer(torch.arange(n, device=device, dtype=torch.float32), inv)
+    emb = torch.cat([f, f], dim=-1)
+    return emb.cos(), emb.sin()  # [n, head_dim] each
+
+
+def rope(x, cos, sin):  # x [B, H, T, hd]; HF rotate_half convention
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return (x.float() * cos + rot.float() * sin).to(x.dtype)
+
+
+def attend(q, k, v, causal_offset):
+    """q [B,H,Tq,hd], k/v [B,H,Tk,hd] (kv heads already repeated). Query i sits at key
+    position causal_offset + i and sees keys 0..causal_offset+i."""
+    Tq, Tk = q.shape[2], k.shape[2]
+    if hasattr(F, "scaled_dot_product_attention"):
+        if Tq == Tk:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if Tq == 1:
+            return F.scaled_dot_product_attention(q, k, v)
+    s = (q.float() @ k.float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    allowed = torch.arange(Tk, device=q.device)[None, :] <= (causal_offset + torch.arange(Tq, device=q.device))[:, None]
+    s = s.masked_fill(~allowed, float("-inf"))
+    return (s.softmax(-1) @ v.float()).to(q.dtype)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, H, KV, hd = c["hidden"], c["heads"], c["kv"], c["head_dim"]
+        self.H, self.KV, self.hd = H, KV, hd
+        self.input_layernorm = RMSNorm(d)
+        self.post_attention_layernorm = RMSNorm(d)
+        self.q_proj = torch.nn.Linear(d, H * hd, bias=False)
+        self.k_proj = torch.nn.Linear(d, KV * hd, bias=False)
+        self.v_proj = torch.nn.Linear(d, KV * hd, bias=False)
+        self.o_proj = torch.nn.Linear(H * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd)
+        self.k_norm = RMSNorm(hd)
+        self.gate_proj = torch.nn.Linear(d, c["inter"], bias=False)
+        self.up_proj = torch.nn.Linear(d, c["inter"], bias=False)
+        self.down_proj = torch.nn.Linear(c["inter"], d, bias=False)
+
+    def forward(self, x, cos, sin, cache=None):
+        """x [B, T, d]; cos/sin for the T positions; cache: None, or a dict holding this
+        layer's K/V so far ("k", "v": [B, KV, n, hd]) that gets the new rows appended."""
+        B, T, _ = x.shape
+        a = self.input_layernorm(x)
+        q = self.q_norm(self.q_proj(a).view(B, T, self.H, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(a).view(B, T, self.KV, self.hd)).transpose(1, 2)
+        v = self.v_proj(a).view(B, T, self.KV, self.hd).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        off = 0
+        if cache is not None:
+            if "k" in cache:
+                off = cache["k"].shape[2]
+                k = torch.cat([cache["k"], k], dim=2)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        rep = self.H // self.KV
+        o = attend(q, k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1), off)
+        x = x + self.o_proj(o.transpose(1, 2).reshape(B, T, self.H * self.hd))
+        n = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(n)) * self.up_proj(n))
+
+
+class Model(torch.nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = torch.nn.Embedding(VOCAB, c["hidden"])
+        self.layers = torch.nn.ModuleList(Layer(c) for _ in range(c["layers"]))
+        self.norm = RMSNorm(c["hidden"])
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02
+                if name.endswith(("o_proj.weight", "down_proj.weight")):
+                    std = 0.02 / math.sqrt(2 * c["layers"])  # residual branches: keep the stream's scale
+                torch.nn.init.normal_(p, std=std)
+
+    def forward(self, ids, pos0=0, caches=None):
+        """ids [B, T] -> logits [B, T, VOCAB] (tied head); positions pos0..pos0+T-1."""
+        x = self.embed_tokens(ids)
+        cos, sin = self.rope[0][pos0:pos0 + ids.shape[1]], self.rope[1][pos0:pos0 + ids.shape[1]]
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, None if caches is None else caches[i])
+        return self.norm(x) @ self.embed_tokens.weight.t()
+
+    def set_rope(self, device):
+        self.rope = rope_tables(self.c["head_dim"], self.c["theta"], self.c["max_pos"], device)
+
+
+def reset_mask_row(model, seed):
+    """Give the mask token's embedding row a fresh random draw (std 0.02), as an unused
+    row of a real vocabulary has. Training never feeds the mask token, but the tied head
+    pushes every unused row towards the mean of the byte embeddings (measured on the
+    tiny target: cosine 0.99, norm 3.4), so a drafter whose block starts from that row
+    predicts with logits of ~38 and starts at a loss of ~41 instead of ~5. Greedy text
+    is unchanged: the mask token's logit only drops, and answers never choose it."""
+    g = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        w = model.embed_tokens.weight
+        w[MASK] = (torch.randn(w.shape[1], generator=g) * 0.02).to(w.device, w.dtype)
+
+
+def hf_state(model):
+    """Tensors under Hugging Face's Qwen3ForCausalLM names (tied head: no lm_head)."""
+    out = {"model.embed_tokens.weight": model.embed_tokens.weight, "model.norm.weight": model.norm.weight}
+    for i, L in enumerate(model.layers):
+        p = f"model.layers.{i}."
+        for n in ("input_layernorm", "post_attention_layernorm"):
+            out[p + n + ".weight"] = getattr(L, n).weight
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"):
+            out[p + "self_attn." + n + ".weight"] = getattr(L, n).weight
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            out[p + "mlp." + n + ".weight"] = getattr(L, n).weight
+    return out
+
+
+def save_safetensors(path, tensors):
+    """bf16 safetensors, written to a temp name then renamed."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu", torch.bfloat16).contiguous()
+        b = t.view(torch.int16).numpy().tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+    os.replace(path + ".tmp", path)
+
+
+def save_model(model, out, shape):
+    c = model.c
+    os.makedirs(out, exist_ok=True)
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "dtype": "bfloat16",
+        "torch_dtype": "bfloat16", "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "hidden_act": "silu",
+        "hidden_size": c["hidden"], "intermediate_size": c["inter"], "num_hidden_layers": c["layers"],
+        "num_attention_heads": c["heads"], "num_key_value_heads": c["kv"], "head_dim": c["head_dim"],
+        "initializer_range": 0.02, "max_position_embeddings": c["max_pos"], "max_window_layers": c["layers"],
+        "rms_norm_eps": EPS, "rope_theta": c["theta"],
+        "rope_parameters": {"rope_theta": c["theta"], "rope_type": "default"},
+        "layer_types": ["full_attention"] * c["layers"], "sliding_window": None,
+        "use_sliding_window": False, "tie_word_embeddings": True, "use_cache": True,
+        "vocab_size": VOCAB, "byte_target_shape": shape,
+    }
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    with open(os.path.join(out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}, f, indent=2)
+    with open(os.path.join(out, "byte_tokenizer.json"), "w") as f:
+        json.dump({"type": "bytes", "vocab_size": VOCAB, "bos": BOS, "eos": EOS, "user": USER,
+                   "assistant": ASSISTANT, "pad": PAD, "mask": MASK,
+                   "chat": "<|bos|> <|user|> prompt <|assistant|> response <|eos|>"}, f, indent=1)
+    save_safetensors(os.path.join(out, "model.safetensors"), hf_state(model))
+
+
+# ---- data -----------------------------------------------------------------------------
+
+def load_corpus(with_tests):
+    root = sysconfig.get_paths()["stdlib"]
+    files = sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True))
+    train, held = [], []
+    for f in files:
+        rel = os.path.relpath(f, root)
+        if "site-packages" in rel or "dist-packages" in rel:
+            continue
+        if not with_tests and ("test" in rel.split(os.sep)[0] or "/test" in rel):
+            continue
+        try:
+            b = open(f, "rb").read()
+        except OSError:
+            continue
+        if len(b) < 2048:
+            continue
+        (held if zlib.crc32(rel.encode()) % 20 == 0 else train).append(b)
+    return train, held
+
+
+def batches(corpus, seq, bs, rng):
+    while True:
+        out = torch.empty((bs, seq), dtype=torch.long)
+        for i in range(bs):
+            doc = corpus[rng.randrange(len(corpus))]
+            s = rng.randrange(0, len(doc) - seq)
+            out[i] = torch.frombuffer(bytearray(doc[s:s + seq]), dtype=torch.uint8).long()
+        yield out
+
+
+def prompt_from(doc, rng, n):
+    for _ in range(20):  # start at a line boundary so prompts read like code
+        s = rng.randrange(0, len(doc) - 400)
+        nl = doc.find(b"\n", s)
+        if 0 <= nl < len(doc) - 300:
+            return doc[nl + 1:nl + 1 + n]
+    return doc[:n]
+
+
+@torch.no_grad()
+def answer(model, prompts, n_new, dev):
+    """Greedy continuations of equal-length prompts (no padding needed), KV-cached.
+    Special tokens are never chosen (the target only ever saw bytes)."""
+    ids = torch.tensor([[BOS, USER] + list(p) + [ASSISTANT] for p in prompts], device=dev)
+    caches = [dict() for _ in model.layers]
+    logits = model(ids, 0, caches)[:, -1]
+    pos, out = ids.shape[1], []
+    for _ in range(n_new):
+        logits = logits.float()
+        logits[:, 256:] = float("-inf")
+        nxt = logits.argmax(-1)
+        out.append(nxt)
+        logits = model(nxt[:, None], pos, caches)[:, -1]
+        pos += 1
+    return [bytes(r) for r in torch.stack(out, 1).tolist()]
+
+
+def write_chat(path, prompts, answers):
+    with open(path + ".tmp", "w") as f:
+        for p, a in zip(prompts, answers):
+            f.write(json.dumps({"messages": [{"role": "user", "content": p.decode("latin-1")},
+                                             {"role": "assistant", "content": a.decode("latin-1")}]}) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def make_chat(model, corpus, n, rng, lens, n_new, batch, dev, path):
+    """n prompts whose lengths are drawn from `lens`; prompts of one length are answered
+    together (so no padding is needed)."""
+    by_len = {}
+    for _ in range(n):
+        L = rng.choice(lens)
+        p = prompt_from(corpus[rng.randrange(len(corpus))], rng, L)
+        assert len(p) == L  # prompt_from never cuts short: files are >= 2048 bytes
+        by_len.setdefault(L, []).append(p)
+    prompts, answers, t0 = [], [], time.time()
+    for L in sorted(by_len):
+        for i in range(0, len(by_len[L]), batch):
+            chunk = by_len[L][i:i + batch]
+            prompts += chunk
+            answers += answer(model, chunk, n_new, dev)
+    write_chat(path, prompts, answers)
+    log(f"{path}: {len(prompts)} prompts, {n_new} greedy bytes each, {time.time() - t0:.0f}s")
+
+
+# ---- main -----------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
+    ap.add_argument("--out", required=True, help="model directory to write")
+    ap.add_argument("--data", required=True, help="directory for chat-train.jsonl / chat-heldout.jsonl")
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the shape's)")
+    ap.add_argument("--time-budget", type=float, default=0,
+                    help="seconds of training: the step count is set from the first steps' speed")
+    ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--with-tests", action="store_true", help="train on the stdlib's test files too")
+    ap.add_argument("--n-train", type=int, default=4000)
+    ap.add_argument("--n-heldout", type=int, default=64)
+    ap.add_argument("--resp-len", type=int, default=224, help="greedy bytes per answer")
+    ap.add_argument("--gen-batch", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = ap.parse_args()
+    c = dict(SHAPES[a.shape])
+    seq, bs, lr = a.seq or c["seq"], a.batch or c["batch"], a.lr or c["lr"]
+    dev = a.device
+    rng = random.Random(a.seed)
+    torch.manual_seed(a.seed)
+    train, held = load_corpus(a.with_tests)
+    if not train or not held:
+        sys.exit("train_target: no Python standard library sources found")
+    log(f"corpus: {len(train)} train files ({sum(map(len, train)) / 1e6:.1f} MB), {len(held)} held-out "
+        f"({sum(map(len, held)) / 1e6:.1f} MB) from {sysconfig.get_paths()['stdlib']}")
+    model = Model(c).to(dev)
+    model.set_rope(dev)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"model: shape {a.shape}, {n_params / 1e6:.2f}M params on {dev}; batch {bs} x {seq} bytes, lr {lr}")
+    kw = {"fused": True} if dev.startswith("cuda") else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **kw)
+    it = batches(train, seq + 1, bs, rng)
+    steps = a.steps or c["steps"] or 1000
+    warm = max(10, min(200, steps // 15))
+    t0, t_probe = time.time(), None
+    step = 0
+    while step < steps:
+        frac = step / steps
+        cur = lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = cur
+        b = next(it).to(dev, non_blocking=True)
+        with torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
+                            enabled=dev.startswith("cuda")):
+            logits = model(b[:, :-1])
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), b[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if a.time_budget and step == 20:  # 20 steps timed after the first 10 (warm-up)
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+            dt = (time.time() - t_probe) / 10
+            steps = max(40, int(a.time_budget / dt))
+            warm = max(10, min(200, steps // 15))
+            log(f"{dt * 1e3:.0f} ms/step: {steps} steps fit the {a.time_budget:.0f}s budget")
+        if a.time_budget and step == 10:
+            if dev.startswith("cuda"):
+                torch.cuda.synchronize()
+            t_probe = time.time()
+        if step % max(1, steps // 12) == 0 or step == steps:
+            log(f"step {step:5d}/{steps} loss {loss.item():.3f} ({loss.item() / math.log(2):.2f} bits/byte) "
+                f"lr {cur:.2e} {time.time() - t0:.0f}s")
+    model.eval()
+    # held-out loss on a fixed sample of held-out files
+    hrng = random.Random(a.seed + 1)
+    with torch.no_grad(), torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
+                                         enabled=dev.startswith("cuda")):
+        hb = next(batches(held, seq + 1, min(bs, 64), hrng)).to(dev)
+        hl = F.cross_entropy(model(hb[:, :-1]).float().reshape(-1, VOCAB), hb[:, 1:].reshape(-1)).item()
+    log(f"held-out loss {hl:.3f} ({hl / math.log(2):.2f} bits/byte)")
+    reset_mask_row(model, a.seed)
+    save_model(model, a.out, a.shape)
+    log(f"wrote {a.out} (bf16)")
+
+    # the target answers, greedily, from its bf16 weights (what the pipeline will load)
+    model = model.to(torch.bfloat16) if dev.startswith("cuda") else model
+    os.makedirs(a.data, exist_ok=True)
+    lens = [64, 96, 128]
+    make_chat(model, train, a.n_train, rng, lens, a.resp_len, a.gen_batch, dev,
+              os.path.join(a.data, "chat-train.jsonl"))
+    make_chat(model, held, a.n_heldout, rng, lens, a.resp_len, a.gen_batch, dev,
+              os.path.join(a.data, "chat-heldout.jsonl"))
+    log(f"done in {time.time() - t0:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

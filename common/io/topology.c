@@ -414,7 +414,9 @@ static int parse_data(pctx *c, topo *t, const json_t *root)
         if (!(t->shards[i] = strdup(json_string_value(v))))
             return -ENOMEM;
     }
-    rc = get_int(c, o, "data", "token_budget", OPTIONAL, 1, (int64_t)1 << 32, 2048, &x);
+    /* at most INT32_MAX: a batch's T is a uint32 in its header and the target sizes its
+     * workspace with an int; a larger budget would be truncated there, not refused */
+    rc = get_int(c, o, "data", "token_budget", OPTIONAL, 1, INT32_MAX, 2048, &x);
     if (rc)
         return rc;
     t->token_budget = (uint64_t)x;

@@ -58,19 +58,59 @@ int df_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-int df_read_file(const char *path, char **out, size_t *len)
+const char *df_file_kind(unsigned mode)
 {
-    int fd = -1, rc = 0;
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO (named pipe)";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    }
+    return "not a regular file";
+}
+
+int df_open_regular(const char *path, struct stat *stp, char *err, size_t errlen)
+{
+    struct stat st;
+    /* O_NONBLOCK: opening a FIFO with no writer returns at once instead of waiting forever;
+     * it changes nothing for a regular file */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+        return -e;
+    }
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        if (err && errlen)
+            snprintf(err, errlen, "%s: fstat: %s", path, strerror(e));
+        return -e;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        if (err && errlen)
+            snprintf(err, errlen, "%s: is %s, not a regular file", path, df_file_kind(st.st_mode));
+        return -EINVAL;
+    }
+    if (stp)
+        *stp = st;
+    return fd;
+}
+
+int df_read_regular(const char *path, char **out, size_t *len, char *err, size_t errlen)
+{
+    int rc = 0;
     char *buf = NULL;
     struct stat st;
     *out = NULL;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = df_open_regular(path, &st, err, errlen);
     if (fd < 0)
-        return -errno;
-    if (fstat(fd, &st) < 0) {
-        rc = -errno;
-        goto out;
-    }
+        return fd;
     buf = malloc((size_t)st.st_size + 1);
     if (!buf) {
         rc = -ENOMEM;
@@ -95,10 +135,16 @@ int df_read_file(const char *path, char **out, size_t *len)
     if (len)
         *len = got;
 out:
+    if (rc < 0 && err && errlen)
+        snprintf(err, errlen, "%s: cannot read: %s", path, strerror(-rc));
     free(buf);
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     return rc;
+}
+
+int df_read_file(const char *path, char **out, size_t *len)
+{
+    return df_read_regular(path, out, len, NULL, 0);
 }
 
 int df_fsync_dir_of(const char *path)

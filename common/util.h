@@ -18,6 +18,8 @@
 #include <string.h>
 #include <time.h>
 
+struct stat;
+
 enum {
     DF_EXIT_OK = 0,
     DF_EXIT_TEMP = 1,
@@ -67,8 +69,19 @@ void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3),
 
 /* Write all of buf to fd (restarting on EINTR / short writes). 0 or -errno. */
 int df_write_all(int fd, const void *buf, size_t len);
-/* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). 0 or -errno. */
+/* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). 0 or -errno;
+ * -EINVAL when path is not a regular file (df_read_regular says which kind it is). */
 int df_read_file(const char *path, char **out, size_t *len);
+/* Open a file that must be a regular file (a shard, a model file, a config): O_RDONLY |
+ * O_CLOEXEC | O_NONBLOCK, so that a FIFO cannot block the open, then fstat. Returns the fd
+ * (st filled, st may be NULL), or -errno with err = "<path>: cannot open: <strerror>", or
+ * -EINVAL with err = "<path>: is a FIFO (named pipe), not a regular file" (or a directory,
+ * a character device, ...). */
+int df_open_regular(const char *path, struct stat *st, char *err, size_t errlen);
+/* df_read_file with df_open_regular's check and messages (err may be NULL). */
+int df_read_regular(const char *path, char **out, size_t *len, char *err, size_t errlen);
+/* "a directory", "a FIFO (named pipe)", "a character device", ... for an st_mode. */
+const char *df_file_kind(unsigned mode);
 /* Crash-safe file write: path.tmp, fsync, rename, fsync dir. 0 or -errno. */
 int df_write_file_atomic(const char *path, const void *buf, size_t len);
 /* fsync the directory holding path. 0 or -errno. */

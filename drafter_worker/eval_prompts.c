@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/shard.h"
 #include "util.h"
@@ -220,9 +221,15 @@ static int load_jsonl(ep_list *l, const char *path, const char *tokenizer_dir, i
     int rc = read_byte_tok(&bt, tokenizer_dir, err, errlen);
     if (rc < 0)
         return rc;
-    FILE *f = fopen(path, "r");
+    /* regular files only: a FIFO or a device named as the prompts file is refused at once
+     * (a FIFO would block the open, /dev/zero would be read without end) */
+    int fd = df_open_regular(path, NULL, err, errlen);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "r");
     if (!f) {
         rc = -errno;
+        close(fd);
         snprintf(err, errlen, "%s: %s", path, strerror(-rc));
         return rc;
     }

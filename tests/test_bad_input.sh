@@ -2,9 +2,11 @@
 # test_bad_input: the real binaries (orchestrator, the three workers, dflash_tool) on bad
 # input, end to end: each case must give its documented message and exit code, start
 # nothing where the docs say nothing starts, and leave the previous checkpoint intact.
-# The parsers have their own unit tests (test_topology: 82 topology cases, test_safetensors +
+# The parsers have their own unit tests (test_topology: 86 topology cases, test_safetensors +
 # tests/bad_safetensors/, test_shard); this checks what the operator sees. docs/reliability.md
-# lists every case. Cases that need root to mount a tmpfs print SKIP-CASE and the reason.
+# lists every case; inputs that are not what they claim (FIFOs, devices, overflowing sizes,
+# reserved bytes, ring graphs) are in tests/test_bad_files.sh. Cases that need root to mount
+# a tmpfs print SKIP-CASE and the reason.
 source "$(dirname "$0")/orch_lib.sh"
 unset DF_SYNTHETIC_SAMPLES
 for b in target_worker postproc_worker drafter_worker dflash_tool; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done

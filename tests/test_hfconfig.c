@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int parse(hfc_config *c, const char *json, char *err, size_t errlen)
@@ -220,6 +221,25 @@ static void bad(void)
          " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 10,"
          " \"sliding_window\": 0}",
          "cfg.json: sliding_window: expected a positive integer or null, got 0"},
+        /* products of the shape fields: checked, bounded, named */
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 1073741824, \"head_dim\": 1073741824, \"vocab_size\": 10}",
+         "cfg.json: num_attention_heads x head_dim: 1073741824 x 1073741824 = 1152921504606846976, above the "
+         "limit of 1048576"},
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"head_dim\": 1048576, \"vocab_size\": 10}",
+         "cfg.json: num_attention_heads x head_dim: 4 x 1048576 = 4194304, above the limit of 1048576"},
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 1073741824, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 4, \"vocab_size\": 10}",
+         "cfg.json: hidden_size: 1073741824 is above the limit of 1048576"},
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 65536, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+         " \"num_attention_heads\": 4, \"vocab_size\": 1073741824}",
+         "cfg.json: vocab_size x hidden_size: 70368744177664 elements in one weight, above the limit of "
+         "68719476736"},
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 8192, \"intermediate_size\": 28672, \"num_hidden_layers\": 1073741824,"
+         " \"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"vocab_size\": 128256}",
+         "cfg.json: num_hidden_layers: 1073741824 layers of hidden_size 8192, intermediate_size 28672 and "
+         "vocab_size 128256 are more than 4398046511104 parameters"},
         {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"hidden_size\": 64, \"hidden_size\": 65}",
          "cfg.json: line 1 column *"}, /* the tail is jansson's wording */
     };
@@ -242,7 +262,20 @@ static void bad(void)
     char err[512];
     T_ASSERT(hfc_load(&c, "/nonexistent/dir/config.json", err, sizeof err) == -ENOENT);
     T_ASSERT_STREQ(err, "/nonexistent/dir/config.json: cannot read: No such file or directory");
-    printf("bad configs: %zu messages ok\n", DF_ARRAY_LEN(cases) + 1);
+    /* config.json that is a FIFO (the read must not block) or a directory */
+    char dir[] = "/tmp/df_test_hfc_XXXXXX", cfg[64], want[160];
+    T_ASSERT(mkdtemp(dir));
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    T_ASSERT(mkfifo(cfg, 0600) == 0);
+    T_ASSERT(hfc_load(&c, dir, err, sizeof err) == -EINVAL);
+    snprintf(want, sizeof want, "%s: is a FIFO (named pipe), not a regular file", cfg);
+    T_ASSERT_STREQ(err, want);
+    T_ASSERT(unlink(cfg) == 0 && mkdir(cfg, 0700) == 0);
+    T_ASSERT(hfc_load(&c, dir, err, sizeof err) == -EINVAL);
+    snprintf(want, sizeof want, "%s: is a directory, not a regular file", cfg);
+    T_ASSERT_STREQ(err, want);
+    T_ASSERT(rmdir(cfg) == 0 && rmdir(dir) == 0);
+    printf("bad configs: %zu messages ok\n", DF_ARRAY_LEN(cases) + 3);
 }
 
 int main(void)

@@ -329,6 +329,27 @@ static void atomic_write(void)
     printf("atomic write: failed write cleans up, overwrite ok\n");
 }
 
+/* a FIFO (the open must return, not wait for a writer), a device and a directory named like
+ * a model file are refused naming what they are */
+static void not_regular(void)
+{
+    char fifo[600], sub[600], err[1024], want[1200];
+    snprintf(fifo, sizeof fifo, "%s/fifo.safetensors", tmpdir);
+    snprintf(sub, sizeof sub, "%s/dir.safetensors", tmpdir);
+    T_ASSERT(mkfifo(fifo, 0600) == 0 && mkdir(sub, 0700) == 0);
+    const char *paths[] = {fifo, "/dev/null", sub};
+    const char *kinds[] = {"a FIFO (named pipe)", "a character device", "a directory"};
+    for (int i = 0; i < 3; i++) {
+        st_file f;
+        T_ASSERT(st_open(&f, paths[i], err, sizeof err) == -EINVAL);
+        snprintf(want, sizeof want, "%s: is %s, not a regular file", paths[i], kinds[i]);
+        T_ASSERT_STREQ(err, want);
+        st_close(&f);
+    }
+    unlink(fifo);
+    rmdir(sub);
+}
+
 static void rm_rf(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -358,6 +379,7 @@ int main(void)
     bad_files();
     models();
     atomic_write();
+    not_regular();
     rm_rf(tmpdir);
     printf("test_safetensors: ok\n");
     return 0;

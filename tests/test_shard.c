@@ -7,6 +7,7 @@
 #include "util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/df_test_shard_XXXXXX";
@@ -151,6 +152,28 @@ int main(int argc, char **argv)
     corrupt(a, bad, mask_off + 3, &two, 1);
     refresh_checksums(bad);
     expect_error(bad, "offset 539: loss_mask value 2, expected 0 or 1");
+
+    /* reserved header bytes (48..63, outside header_fnv) must be zero */
+    corrupt(a, bad, 53, "\x01", 1);
+    refresh_checksums(bad);
+    expect_error(bad, "offset 53: reserved header byte is 0x01, expected 0");
+    /* huge counts with valid checksums: refused by field before any offset is computed */
+    uint64_t huge = 1ull << 63;
+    corrupt(a, bad, 16, &huge, 8);
+    refresh_checksums(bad);
+    expect_error(bad, "offset 16: n_samples 9223372036854775808 exceeds the limit of 1099511627776");
+    huge = UINT64_MAX / 4 + 2; /* 4 * n_tokens wraps to 4 */
+    corrupt(a, bad, 24, &huge, 8);
+    refresh_checksums(bad);
+    expect_error(bad, "offset 24: n_tokens 4611686018427387905 exceeds the limit of 1099511627776");
+    /* not a regular file: a directory, a FIFO (the open must not block), a device */
+    char fifo[256];
+    snprintf(fifo, sizeof fifo, "%s/fifo.dfs", dir);
+    T_ASSERT(mkfifo(fifo, 0600) == 0);
+    expect_error(dir, "is a directory, not a regular file");
+    expect_error(fifo, "is a FIFO (named pipe), not a regular file");
+    expect_error("/dev/zero", "is a character device, not a regular file");
+    unlink(fifo);
 
     /* mixed vocabularies across shards */
     make_shard(bad, 2, 2, 50);

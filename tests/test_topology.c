@@ -14,6 +14,9 @@
 
 #include "io/topology.h"
 #include "test_helpers.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 #include "util.h"
 
 static char *q(const char *s) /* 'x' -> "x" */
@@ -137,6 +140,22 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "]"), "t: rings[1]: ring \"pd\" has no consumer (no worker has \"in\": \"pd\")"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'d0','role':'drafter','in':'tp'},{'name':'d1','role':'drafter','in':'pd'}]"),
      "t: rings[1]: ring \"pd\" has no producer (no worker has \"out\": \"pd\")"},
+    /* the ring graph: stage order target -> postproc -> drafter, no cycle */
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'tp'},{'name':'d1','role':'drafter','in':'pd'}]"),
+     "t: workers[2].in: ring \"tp\" is written by workers[0] \"t0\" (role target), but a drafter reads only what a "
+     "postproc writes (stage order target -> postproc -> drafter)"},
+    {DOC(HEAD ",'rings':[{'name':'tp'},{'name':'pp'},{'name':'pd'}],'workers':[" W_T ",{'name':'p0','role':'postproc','in':'tp','out':'pp'},"
+         "{'name':'p1','role':'postproc','in':'pp','out':'pd'}," W_D "]"),
+     "t: workers[2].in: ring \"pp\" is written by workers[1] \"p0\" (role postproc), but a postproc reads only what a "
+     "target writes (stage order target -> postproc -> drafter)"},
+    {DOC(HEAD "," RINGS ",'workers':[{'name':'a','role':'test','in':'tp','out':'pd'},{'name':'b','role':'test','in':'pd','out':'tp'}]"),
+     "t: rings[0]: ring \"tp\" is part of a cycle: tp -> workers[0] \"a\" -> pd -> workers[1] \"b\" -> tp (batches "
+     "would flow back into it)"},
+    {DOC(HEAD ",'rings':[{'name':'src'},{'name':'tp'},{'name':'pd'}],'workers':[{'name':'s','role':'test','out':'src'},"
+         "{'name':'m','role':'test','in':'src','out':'tp'},{'name':'p0','role':'postproc','in':'tp','out':'pd'},"
+         "{'name':'x','role':'test','in':'pd','out':'tp'},{'name':'c','role':'test','in':'pd'}]"),
+     "t: rings[1]: ring \"tp\" is part of a cycle: tp -> workers[2] \"p0\" -> pd -> workers[3] \"x\" -> tp (batches "
+     "would flow back into it)"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','heartbeat_timeout_ms':0}]"),
      "t: workers[2].heartbeat_timeout_ms: expected an integer 100..86400000, got 0"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','env':{'1X':'a'}}]"),
@@ -221,7 +240,17 @@ static void test_missing_file(void)
     T_ASSERT(is_zeroed(&t));
     rc = topo_load(&t, "tests/topologies", err, sizeof err); /* a directory */
     T_ASSERT(rc < 0);
-    T_ASSERT(strncmp(err, "tests/topologies: ", 18) == 0);
+    T_ASSERT_STREQ(err, "tests/topologies: is a directory, not a regular file (the topology file)");
+    /* a FIFO: refused at once (a plain open would wait for a writer forever) */
+    char fifo[] = "/tmp/df_test_topo_fifo_XXXXXX";
+    int tfd = mkstemp(fifo);
+    T_ASSERT(tfd >= 0 && close(tfd) == 0 && unlink(fifo) == 0 && mkfifo(fifo, 0600) == 0);
+    rc = topo_load(&t, fifo, err, sizeof err);
+    T_ASSERT(rc == -EINVAL && is_zeroed(&t));
+    char want[128];
+    snprintf(want, sizeof want, "%s: is a FIFO (named pipe), not a regular file (the topology file)", fifo);
+    T_ASSERT_STREQ(err, want);
+    unlink(fifo);
     printf("ok: unreadable files named in the message\n");
 }
 
@@ -253,18 +282,20 @@ static void check_minimal_defaults(const topo *t)
     T_ASSERT(t->n_shards == 1);
     T_ASSERT_STREQ(t->shards[0], "s.dfs");
     T_ASSERT(t->token_budget == 2048 && t->max_seq_len == 512);
-    T_ASSERT(t->n_rings == 1);
+    T_ASSERT(t->n_rings == 2);
     T_ASSERT_STREQ(t->rings[0].name, "tp");
+    T_ASSERT_STREQ(t->rings[1].name, "pd");
     T_ASSERT(t->rings[0].slots == 8 && t->rings[0].slot_bytes == 4194304);
     T_ASSERT(t->rings[0].max_attempts == 3 && t->rings[0].gpu == -1);
-    T_ASSERT(t->n_workers == 2);
-    const topo_worker *w0 = &t->workers[0], *w1 = &t->workers[1];
+    T_ASSERT(t->n_workers == 3);
+    const topo_worker *w0 = &t->workers[0], *w1 = &t->workers[2];
     T_ASSERT_STREQ(w0->name, "t0");
     T_ASSERT(w0->role == TOPO_ROLE_TARGET && w0->gpu == -1 && w0->in_ring == -1 && w0->out_ring == 0);
     T_ASSERT(w0->rank == -1 && w0->heartbeat_timeout_ms == 10000);
     T_ASSERT(w0->env && !w0->env[0] && w0->args && !w0->args[0]);
     T_ASSERT_STREQ(w1->name, "d0");
-    T_ASSERT(w1->role == TOPO_ROLE_DRAFTER && w1->in_ring == 0 && w1->out_ring == -1 && w1->rank == 0);
+    T_ASSERT(w1->role == TOPO_ROLE_DRAFTER && w1->in_ring == 1 && w1->out_ring == -1 && w1->rank == 0);
+    T_ASSERT(t->workers[1].role == TOPO_ROLE_POSTPROC && t->workers[1].in_ring == 0 && t->workers[1].out_ring == 1);
     const topo_supervision *s = &t->sup;
     T_ASSERT(s->backoff_initial_ms == 100 && s->backoff_max_ms == 5000 && s->stable_ms == 10000);
     T_ASSERT(s->max_restarts == 5 && s->restart_window_s == 60 && s->heartbeat_timeout_ms == 10000);

@@ -1,6 +1,7 @@
 /* batch.c: offsets of the sections of a batch in a slot, and its validation. */
 #include "io/batch.h"
 
+#include "ckmath.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -20,8 +21,11 @@ uint64_t batch_layout(batch_header *h)
     h->off_keep = o;
     o = align_up(o + na, 256);
     h->off_feat = o;
-    uint64_t esz = h->feat_dtype == BATCH_FEAT_BF16 ? 2 : 4;
-    o += (uint64_t)h->T * h->n_capture * h->d * esz;
+    uint64_t esz = h->feat_dtype == BATCH_FEAT_BF16 ? 2 : 4, feat;
+    /* T x n_capture x d x esz can exceed 64 bits for header values read from a slot (or a
+     * huge topology): an overflow gives UINT64_MAX, larger than any slot */
+    if (ckm_mul4(h->T, h->n_capture, h->d, esz, &feat) || ckm_add(o, feat, &o))
+        o = UINT64_MAX;
     h->total_bytes = o;
     return o;
 }

@@ -4,6 +4,7 @@
  * same thing here. */
 #include "io/hfconfig.h"
 
+#include "ckmath.h"
 #include "util.h"
 
 #include <errno.h>
@@ -288,6 +289,50 @@ static int parse_layer_types(parser *p, json_t *root, hfc_config *c)
     return 0;
 }
 
+/* The products of the shape fields, in checked 64-bit arithmetic: each dimension alone is
+ * at most 2^30, but their products size every weight and workspace. An attention width
+ * (heads x head_dim) above HFC_MAX_WIDTH, a weight matrix above HFC_MAX_TENSOR elements or a
+ * model above HFC_MAX_PARAMS parameters is refused naming the fields, before anything is
+ * allocated or any safetensors shape is compared. */
+static int check_sizes(parser *p, const hfc_config *c)
+{
+    uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim, qd, kvd;
+    if (ckm_mul((uint64_t)c->num_attention_heads, hd, &qd) || qd > HFC_MAX_WIDTH)
+        return perr(p, "num_attention_heads x head_dim: %d x %d = %llu, above the limit of %llu", c->num_attention_heads,
+                    c->head_dim, (unsigned long long)((uint64_t)c->num_attention_heads * hd),
+                    (unsigned long long)HFC_MAX_WIDTH);
+    if (ckm_mul((uint64_t)c->num_key_value_heads, hd, &kvd) || kvd > HFC_MAX_WIDTH)
+        return perr(p, "num_key_value_heads x head_dim: %d x %d = %llu, above the limit of %llu",
+                    c->num_key_value_heads, c->head_dim, (unsigned long long)((uint64_t)c->num_key_value_heads * hd),
+                    (unsigned long long)HFC_MAX_WIDTH);
+    if (H > HFC_MAX_WIDTH)
+        return perr(p, "hidden_size: %d is above the limit of %llu", c->hidden_size, (unsigned long long)HFC_MAX_WIDTH);
+    /* the largest matrices: embed_tokens / lm_head, gate/up/down, q/o */
+    static const char *const names[] = {"vocab_size x hidden_size", "intermediate_size x hidden_size",
+                                        "hidden_size x num_attention_heads x head_dim"};
+    uint64_t el[3];
+    el[0] = (uint64_t)c->vocab_size * H; /* each factor <= 2^30: no overflow */
+    el[1] = (uint64_t)c->intermediate_size * H;
+    el[2] = H * qd;
+    for (int i = 0; i < 3; i++)
+        if (el[i] > HFC_MAX_TENSOR)
+            return perr(p, "%s: %llu elements in one weight, above the limit of %llu", names[i],
+                        (unsigned long long)el[i], (unsigned long long)HFC_MAX_TENSOR);
+    /* per layer: q, k, v, o + gate, up, down (biases and norms are smaller than one row
+     * each, counted by the + 16 * width slack) */
+    uint64_t layer, total, embeds;
+    if (ckm_mul(2 * H, qd + kvd, &layer) || ckm_muladd(3, el[1], layer, &layer) ||
+        ckm_add(layer, 16 * (H + qd + (uint64_t)c->intermediate_size), &layer) ||
+        ckm_mul(layer, (uint64_t)c->num_hidden_layers, &total) ||
+        ckm_mul(el[0], c->tie_word_embeddings ? 1 : 2, &embeds) || ckm_add(total, embeds, &total) ||
+        total > HFC_MAX_PARAMS)
+        return perr(p, "num_hidden_layers: %d layers of hidden_size %d, intermediate_size %d and vocab_size %d "
+                       "are more than %llu parameters",
+                    c->num_hidden_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
+                    (unsigned long long)HFC_MAX_PARAMS);
+    return 0;
+}
+
 static int parse_root(parser *p, json_t *root, hfc_config *c)
 {
     char b[64];
@@ -366,6 +411,8 @@ static int parse_root(parser *p, json_t *root, hfc_config *c)
     if (c->dtype[0] && strcmp(c->dtype, "bfloat16") && strcmp(c->dtype, "float16") && strcmp(c->dtype, "float32"))
         return perr(p, "torch_dtype: unsupported \"%s\" (bfloat16, float16 or float32)", c->dtype);
 
+    if ((rc = check_sizes(p, c)) < 0)
+        return rc;
     if ((rc = parse_token_ids(p, root, c)) < 0)
         return rc;
     return parse_layer_types(p, root, c);
@@ -401,8 +448,12 @@ int hfc_load(hfc_config *c, const char *path, char *err, size_t errlen)
     }
     char *buf = NULL;
     size_t len = 0;
-    int rc = df_read_file(file, &buf, &len);
-    if (rc < 0)
+    char why[600];
+    /* a FIFO, a device or a directory named config.json is refused without blocking */
+    int rc = df_read_regular(file, &buf, &len, why, sizeof why);
+    if (rc == -EINVAL)
+        snprintf(err, errlen, "%s", why);
+    else if (rc < 0)
         snprintf(err, errlen, "%s: cannot read: %s", file, strerror(-rc));
     else
         rc = hfc_parse(c, buf, len, file, err, errlen);

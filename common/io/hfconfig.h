@@ -9,6 +9,9 @@
  * their absence is an error. Both rope layouts are read: transformers 4
  * (top-level rope_theta + rope_scaling) and 5 (rope_parameters with rope_theta inside).
  *
+ * The shape fields' products (attention widths, the largest weights, the parameter count)
+ * are computed with overflow checks and bounded by the HFC_MAX_* limits below; the file
+ * must be a regular file (a FIFO is refused without blocking).
  * Errors name the file and the field, e.g.
  *   tiny/config.json: num_key_value_heads: 3 does not divide num_attention_heads (4)
  * Return values: 0 or -EINVAL (bad content), -ENOENT/-errno (cannot read), -ENOMEM.
@@ -26,6 +29,13 @@ typedef enum { HFC_ARCH_QWEN3, HFC_ARCH_LLAMA } hfc_arch;
 typedef enum { HFC_FULL_ATTENTION, HFC_SLIDING_ATTENTION } hfc_layer_type;
 
 #define HFC_MAX_EOS 8
+/* Sanity limits on the products of the shape fields (checked in 64-bit arithmetic):
+ * hidden_size and heads x head_dim (any kind of head), elements in one weight matrix, total
+ * parameters. The largest released models are far below each (widths ~2^14, matrices
+ * ~2^32 elements, ~2^40 parameters). */
+#define HFC_MAX_WIDTH ((uint64_t)1 << 20)
+#define HFC_MAX_TENSOR ((uint64_t)1 << 36)
+#define HFC_MAX_PARAMS ((uint64_t)1 << 42)
 
 typedef struct hfc_config {
     hfc_arch arch;

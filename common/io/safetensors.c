@@ -394,21 +394,12 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen)
         snprintf(err, errlen, "%s: out of memory", path);
         goto fail;
     }
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(-rc));
-        goto fail;
-    }
+    /* regular files only; O_NONBLOCK so that a FIFO named like a model file cannot block */
     struct stat st;
-    if (fstat(f->fd, &st) < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "%s: fstat: %s", path, strerror(-rc));
-        goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = -EINVAL;
-        snprintf(err, errlen, "%s: not a regular file", path);
+    f->fd = df_open_regular(path, &st, err, errlen);
+    if (f->fd < 0) {
+        rc = f->fd;
+        f->fd = -1;
         goto fail;
     }
     f->size = (uint64_t)st.st_size;

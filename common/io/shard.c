@@ -1,6 +1,7 @@
 /* shard.c: validation and mmap of token shards, and the writer. See shard.h for the format. */
 #include "io/shard.h"
 
+#include "ckmath.h"
 #include "util.h"
 
 #include <fcntl.h>
@@ -41,14 +42,11 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, size_t errlen)
 {
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* a FIFO, a device or a directory is refused before anything is read (a FIFO would
+     * block, /dev/zero would pass as an empty file, a directory would fail in mmap) */
+    int fd = df_open_regular(path, &st, err, errlen);
     if (fd < 0)
-        return fail(err, errlen, -errno, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        return fail(err, errlen, -e, "%s: fstat: %s", path, strerror(e));
-    }
+        return fd;
     s->size = (uint64_t)st.st_size;
     if (s->size < SHARD_HEADER_BYTES) {
         close(fd);
@@ -83,13 +81,25 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
         return fail(err, errlen, -EINVAL, "%s: offset 12: vocab_size %u differs from the other shards' %u",
                     path, vs, *vocab);
     *vocab = vs;
-    /* sizes, checked for overflow before use */
-    if (s->n_samples > (1ull << 40) || s->n_tokens > (1ull << 40))
-        return fail(err, errlen, -EINVAL, "%s: offset 16: n_samples/n_tokens out of range", path);
-    uint64_t off_off = SHARD_HEADER_BYTES;
-    uint64_t tok_off = off_off + 8 * (s->n_samples + 1);
-    uint64_t mask_off = tok_off + align8(4 * s->n_tokens);
-    uint64_t end = mask_off + align8(s->n_tokens);
+    /* the 16 reserved bytes are not covered by header_fnv: zero is the only valid value,
+     * so that a later version can give them a meaning */
+    for (unsigned i = 48; i < SHARD_HEADER_BYTES; i++)
+        if (p[i] != 0)
+            return fail(err, errlen, -EINVAL, "%s: offset %u: reserved header byte is 0x%02x, expected 0", path, i,
+                        p[i]);
+    /* sizes: bounded, then computed with overflow checks (a header with huge counts and a
+     * matching checksum must not wrap the section offsets) */
+    if (s->n_samples > SHARD_MAX_COUNT)
+        return fail(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu exceeds the limit of %llu", path,
+                    (unsigned long long)s->n_samples, (unsigned long long)SHARD_MAX_COUNT);
+    if (s->n_tokens > SHARD_MAX_COUNT)
+        return fail(err, errlen, -EINVAL, "%s: offset 24: n_tokens %llu exceeds the limit of %llu", path,
+                    (unsigned long long)s->n_tokens, (unsigned long long)SHARD_MAX_COUNT);
+    uint64_t off_off = SHARD_HEADER_BYTES, tok_off, mask_off, end, tok_bytes;
+    if (ckm_muladd(8, s->n_samples + 1, off_off, &tok_off) || ckm_mul(4, s->n_tokens, &tok_bytes) ||
+        ckm_add(tok_off, align8(tok_bytes), &mask_off) || ckm_add(mask_off, align8(s->n_tokens), &end))
+        return fail(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu and n_tokens %llu overflow the file size",
+                    path, (unsigned long long)s->n_samples, (unsigned long long)s->n_tokens);
     if (end != s->size)
         return fail(err, errlen, -EINVAL,
                     "%s: offset %llu: file is %llu bytes, header says %llu (n_samples %llu, n_tokens %llu): "
@@ -212,10 +222,14 @@ int shard_write(const char *path, uint32_t vocab_size, uint64_t n_samples, const
                 const uint32_t *tokens, const uint8_t *loss_mask)
 {
     uint64_t n_tokens = offsets[n_samples];
+    if (n_samples > SHARD_MAX_COUNT || n_tokens > SHARD_MAX_COUNT)
+        return -EOVERFLOW;
     uint64_t tok_off = SHARD_HEADER_BYTES + 8 * (n_samples + 1);
     uint64_t mask_off = tok_off + align8(4 * n_tokens);
     uint64_t size = mask_off + align8(n_tokens);
-    uint8_t *buf = calloc(1, size);
+    if (size > SIZE_MAX)
+        return -EOVERFLOW;
+    uint8_t *buf = calloc(1, (size_t)size);
     if (!buf)
         return -ENOMEM;
     memcpy(buf, SHARD_MAGIC, 8);

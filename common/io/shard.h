@@ -18,7 +18,10 @@
  *   then       uint32 tokens[n_tokens]
  *   then       uint8  loss_mask[n_tokens]      0 or 1, padded with zeros to 8 bytes
  *
- * Errors name the file and the byte offset of the bad field, e.g.
+ * A shard must be a regular file (a FIFO, a device or a directory is refused before any
+ * read, the open cannot block). Non-zero reserved bytes are refused (offset 48..63), and
+ * n_samples / n_tokens above SHARD_MAX_COUNT; every section offset is computed with
+ * overflow checks. Errors name the file and the byte offset of the bad field, e.g.
  *   "data/x.dfs: offset 64: offsets[0] is 5, expected 0".
  */
 #ifndef DF_SHARD_H
@@ -30,6 +33,7 @@
 #define SHARD_MAGIC "DFSHARD1"
 #define SHARD_VERSION 1u
 #define SHARD_HEADER_BYTES 64u
+#define SHARD_MAX_COUNT (1ull << 40) /* n_samples and n_tokens: larger is refused */
 
 typedef struct dataset dataset;
 

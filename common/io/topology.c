@@ -414,7 +414,9 @@ static int parse_data(pctx *c, topo *t, const json_t *root)
         if (!(t->shards[i] = strdup(json_string_value(v))))
             return -ENOMEM;
     }
-    rc = get_int(c, o, "data", "token_budget", OPTIONAL, 1, (int64_t)1 << 32, 2048, &x);
+    /* at most INT32_MAX: a batch's T is a uint32 in its header and the target sizes its
+     * workspace with an int; a larger budget would be truncated there, not refused */
+    rc = get_int(c, o, "data", "token_budget", OPTIONAL, 1, INT32_MAX, 2048, &x);
     if (rc)
         return rc;
     t->token_budget = (uint64_t)x;
@@ -704,7 +706,93 @@ static int parse_supervision(pctx *c, topo *t, const json_t *root)
     return rc;
 }
 
-/* Every ring needs a producer and a consumer; drafter ranks are 0..R-1, each once. */
+/* --- the ring graph (docs/topology.md, "The ring graph") ---------------------------------------
+ * Stage order: a postproc reads only rings that targets write, a drafter only rings that
+ * postprocs write ("test" workers stand for any stage and are exempt). No cycle: following
+ * in -> out through the workers never comes back to a ring, or batches would circulate
+ * forever and the epoch could never end. */
+
+/* the stage that must write the ring a worker of role r reads; -1: any (or none) */
+static int wanted_producer(topo_role r)
+{
+    return r == TOPO_ROLE_POSTPROC ? (int)TOPO_ROLE_TARGET : r == TOPO_ROLE_DRAFTER ? (int)TOPO_ROLE_POSTPROC : -1;
+}
+
+static int check_stage_order(pctx *c, const topo *t)
+{
+    char p[96];
+    for (int i = 0; i < t->n_workers; i++) {
+        const topo_worker *w = &t->workers[i];
+        int want = wanted_producer(w->role);
+        if (want < 0 || w->in_ring < 0)
+            continue;
+        for (int j = 0; j < t->n_workers; j++) {
+            const topo_worker *pw = &t->workers[j];
+            if (pw->out_ring != w->in_ring || pw->role == TOPO_ROLE_TEST || (int)pw->role == want)
+                continue;
+            snprintf(p, sizeof p, "workers[%d].in", i);
+            return fail(c, p,
+                        "ring \"%s\" is written by workers[%d] \"%s\" (role %s), but a %s reads only what a %s "
+                        "writes (stage order target -> postproc -> drafter)",
+                        t->rings[w->in_ring].name, j, pw->name, topo_role_name(pw->role), topo_role_name(w->role),
+                        topo_role_name((topo_role)want));
+        }
+    }
+    return 0;
+}
+
+/* depth-first search from ring r; on[] marks the rings on the current path, done[] the rings
+ * whose every successor is known to be cycle-free. On a cycle, path[0..*n) holds the workers
+ * along it, from the worker that reads r back to r. */
+static int ring_dfs(const topo *t, int r, char *on, char *done, int *path, int *n, int *start)
+{
+    if (on[r]) {
+        *start = r;
+        return 1;
+    }
+    if (done[r])
+        return 0;
+    on[r] = 1;
+    for (int i = 0; i < t->n_workers; i++) {
+        const topo_worker *w = &t->workers[i];
+        if (w->in_ring != r || w->out_ring < 0)
+            continue;
+        path[(*n)++] = i;
+        if (ring_dfs(t, w->out_ring, on, done, path, n, start))
+            return 1;
+        (*n)--;
+    }
+    on[r] = 0;
+    done[r] = 1;
+    return 0;
+}
+
+static int check_no_cycle(pctx *c, const topo *t)
+{
+    char on[TOPO_MAX_RINGS] = {0}, done[TOPO_MAX_RINGS] = {0}, p[32], desc[1024];
+    int path[TOPO_MAX_WORKERS + 1], n = 0, start = -1;
+    for (int r = 0; r < t->n_rings; r++) {
+        if (!ring_dfs(t, r, on, done, path, &n, &start))
+            continue;
+        /* path runs from ring r; the cycle is the part from the first worker reading start */
+        int k = 0;
+        while (k < n && t->workers[path[k]].in_ring != start)
+            k++;
+        size_t o = (size_t)snprintf(desc, sizeof desc, "%s", t->rings[start].name);
+        for (; k < n && o < sizeof desc; k++) {
+            const topo_worker *w = &t->workers[path[k]];
+            o += (size_t)snprintf(desc + o, sizeof desc - o, " -> workers[%d] \"%s\" -> %s", path[k], w->name,
+                                  t->rings[w->out_ring].name);
+        }
+        snprintf(p, sizeof p, "rings[%d]", start);
+        return fail(c, p, "ring \"%s\" is part of a cycle: %s (batches would flow back into it)",
+                    t->rings[start].name, desc);
+    }
+    return 0;
+}
+
+/* Every ring needs a producer and a consumer, the stages come in order without a cycle;
+ * drafter ranks are 0..R-1, each once. */
 static int cross_check(pctx *c, topo *t)
 {
     char p[96];
@@ -722,6 +810,11 @@ static int cross_check(pctx *c, topo *t)
             return fail(c, p, "ring \"%s\" has no consumer (no worker has \"in\": \"%s\")",
                         t->rings[r].name, t->rings[r].name);
     }
+    int rc = check_stage_order(c, t);
+    if (!rc)
+        rc = check_no_cycle(c, t);
+    if (rc)
+        return rc;
     int n_drafters = topo_n_drafters(t);
     int owner[TOPO_MAX_WORKERS];
     for (int k = 0; k < TOPO_MAX_WORKERS; k++)
@@ -851,9 +944,13 @@ int topo_load(topo *t, const char *path, char *err, size_t errlen)
     char *text = NULL;
     size_t len = 0;
     memset(t, 0, sizeof *t);
-    int rc = df_read_file(path, &text, &len);
+    char why[600];
+    /* a FIFO, a device or a directory is refused without blocking and named as such */
+    int rc = df_read_regular(path, &text, &len, why, sizeof why);
     if (rc) {
-        if (err && errlen)
+        if (err && errlen && rc == -EINVAL)
+            snprintf(err, errlen, "%s (the topology file)", why);
+        else if (err && errlen)
             snprintf(err, errlen, "%s: cannot read the topology file: %s", path, strerror(-rc));
         return rc;
     }

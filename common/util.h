@@ -69,7 +69,8 @@ void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3),
 int df_write_all(int fd, const void *buf, size_t len);
 /* Read a whole file into a malloc'd NUL-terminated buffer (caller frees). 0 or -errno. */
 int df_read_file(const char *path, char **out, size_t *len);
-/* Crash-safe file write: path.tmp, fsync, rename, fsync dir. 0 or -errno. */
+/* Crash-safe file write: path.tmp (created 0600, O_NOFOLLOW), fsync, rename, fsync dir.
+ * 0 or -errno. */
 int df_write_file_atomic(const char *path, const void *buf, size_t len);
 /* fsync the directory holding path. 0 or -errno. */
 int df_fsync_dir_of(const char *path);

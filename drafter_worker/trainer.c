@@ -253,7 +253,7 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     if (rc < 0)
         return rc; /* the worker exits; the orchestrator restarts the group */
     if (inject)
-        out->loss = NAN;
+        out->loss = out->wce = NAN; /* as a real NaN logit would leave them (merged stats too) */
     if ((rc = reduce_grads(tr, &gs, ar, err, errlen)) < 0)
         return rc;
     if (!isfinite(out->loss) && !(ar && ar->world > 1)) {

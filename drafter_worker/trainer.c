@@ -51,8 +51,10 @@ static int parse_fault(trainer *tr, char *err, size_t errlen)
     }
     tr->fault_nf_from = s;
     tr->fault_nf_count = n;
-    df_log("fault injection (DF_FAULT_NONFINITE=%s): %ld step%s from step %ld made non-finite", v, n,
-           n == 1 ? "" : "s", s);
+    if (n > 0)
+        df_log("fault injection (DF_FAULT_NONFINITE=%s): steps %ld..%ld made non-finite", v, s, s + n - 1);
+    else
+        df_log("fault injection (DF_FAULT_NONFINITE=%s): every step from %ld made non-finite", v, s);
     return 0;
 }
 

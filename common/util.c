@@ -165,11 +165,14 @@ int df_write_file_atomic(const char *path, const void *buf, size_t len)
     int n = snprintf(tmp, sizeof tmp, "%s.tmp", path);
     if (n < 0 || (size_t)n >= sizeof tmp)
         return -ENAMETOOLONG;
-    /* O_NOFOLLOW: never write through a symlink planted at the temp name */
+    /* O_NOFOLLOW: never write through a symlink planted at the temp name; fchmod: 0600
+     * whatever the umask, also over a leftover temp file of another mode */
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -errno;
-    int rc = df_write_all(fd, buf, len);
+    int rc = fchmod(fd, 0600) < 0 ? -errno : 0;
+    if (rc == 0)
+        rc = df_write_all(fd, buf, len);
     if (rc == 0 && fsync(fd) < 0)
         rc = -errno;
     if (close(fd) < 0 && rc == 0)

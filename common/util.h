@@ -82,7 +82,8 @@ int df_open_regular(const char *path, struct stat *st, char *err, size_t errlen)
 int df_read_regular(const char *path, char **out, size_t *len, char *err, size_t errlen);
 /* "a directory", "a FIFO (named pipe)", "a character device", ... for an st_mode. */
 const char *df_file_kind(unsigned mode);
-/* Crash-safe file write: path.tmp, fsync, rename, fsync dir. 0 or -errno. */
+/* Crash-safe file write: path.tmp (created 0600, O_NOFOLLOW), fsync, rename, fsync dir.
+ * 0 or -errno. */
 int df_write_file_atomic(const char *path, const void *buf, size_t len);
 /* fsync the directory holding path. 0 or -errno. */
 int df_fsync_dir_of(const char *path);

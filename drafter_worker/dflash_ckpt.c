@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "io/safetensors.h"
+#include "sha256.h"
 
 #define CK_ERR(rc_, ...)                          \
     do {                                          \
@@ -132,6 +133,128 @@ static json_t *state_to_json(const dflash_config *c, const adamw *opt, const dfl
     return o;
 }
 
+/* The files a manifest may list, in the order it lists them. */
+static const char *const ck_files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+
+/* Write dir/manifest.json (last, after every other file is durable): step and, per file,
+ * its size and SHA-256. */
+static int write_manifest(const char *dir, long step, char *err, size_t errlen)
+{
+    char path[4200], hex[65];
+    json_t *m = json_object(), *files = json_object();
+    int rc = 0;
+    char *js = NULL;
+    if (!m || !files) {
+        json_decref(files);
+        CK_ERR(-ENOMEM, "%s/manifest.json: out of memory", dir);
+    }
+    json_object_set_new(m, "format", json_string("dflash-pipe-checkpoint-manifest"));
+    json_object_set_new(m, "version", json_integer(1));
+    json_object_set_new(m, "step", json_integer(step));
+    json_object_set_new(m, "files", files);
+    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, ck_files[i]);
+        uint64_t size = 0;
+        if (access(path, F_OK) != 0 && errno == ENOENT)
+            continue; /* no optimizer file (dflash_tool init) */
+        if ((rc = df_sha256_file(path, hex, &size)) < 0)
+            CK_ERR(rc, "%s: reading it back for its checksum: %s", path, strerror(-rc));
+        json_object_set_new(files, ck_files[i], json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "sha256", hex));
+    }
+    js = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!js)
+        CK_ERR(-ENOMEM, "%s/manifest.json: out of memory", dir);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+out:
+    free(js);
+    json_decref(m);
+    return rc;
+}
+
+int dflash_ckpt_verify(const char *dir, long *step_out, char *err, size_t errlen)
+{
+    char path[4200], hex[65];
+    json_t *m = NULL;
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (access(path, F_OK) != 0) {
+        if (errno != ENOENT)
+            CK_ERR(-errno, "%s: %s", path, strerror(errno));
+        CK_ERR(-EINVAL, "%s: missing: the checkpoint has no checksums (written before they were recorded, or the "
+               "manifest was lost), so it cannot be verified and is not loaded; continue from the release export "
+               "instead (drafter.init_dir)", path);
+    }
+    json_error_t je;
+    m = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!m)
+        CK_ERR(-EINVAL, "%s: line %d: %s", path, je.line, je.text);
+    json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step");
+    if (strcmp(json_string_value(json_object_get(m, "format")) ?: "", "dflash-pipe-checkpoint-manifest") != 0 ||
+        json_integer_value(json_object_get(m, "version")) != 1)
+        CK_ERR(-EINVAL, "%s: fields \"format\"/\"version\": not a version 1 dflash-pipe checkpoint manifest", path);
+    if (!json_is_integer(js) || json_integer_value(js) < 0)
+        CK_ERR(-EINVAL, "%s: field \"step\": expected an integer >= 0", path);
+    if (!json_is_object(files))
+        CK_ERR(-EINVAL, "%s: field \"files\": expected an object", path);
+    long step = (long)json_integer_value(js);
+    const char *key;
+    json_t *v;
+    json_object_foreach(files, key, v) {
+        int known = 0;
+        for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++)
+            known |= !strcmp(key, ck_files[i]);
+        if (!known)
+            CK_ERR(-EINVAL, "%s: field \"files.%s\": not a checkpoint file", path, key);
+    }
+    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
+        char fpath[4200];
+        snprintf(fpath, sizeof fpath, "%s/%s", dir, ck_files[i]);
+        json_t *e = json_object_get(files, ck_files[i]);
+        int present = access(fpath, F_OK) == 0;
+        if (!e) {
+            if (present || i != 1) /* only the optimizer file is optional */
+                CK_ERR(-EINVAL, "%s: %s is not listed in %s: unverifiable, not loaded", fpath,
+                       present ? "the file" : "a required file", path);
+            continue;
+        }
+        json_t *jb = json_object_get(e, "bytes");
+        const char *want = json_string_value(json_object_get(e, "sha256"));
+        if (!json_is_integer(jb) || !want || strlen(want) != 64)
+            CK_ERR(-EINVAL, "%s: field \"files.%s\": expected {\"bytes\": integer, \"sha256\": 64 hex digits}", path,
+                   ck_files[i]);
+        uint64_t size = 0;
+        if ((rc = df_sha256_file(fpath, hex, &size)) < 0) {
+            if (rc == -ENOENT)
+                CK_ERR(-EINVAL, "%s: missing (listed in %s)", fpath, path);
+            CK_ERR(rc, "%s: %s", fpath, strerror(-rc)); /* an I/O error may pass: stays temporary */
+        }
+        if (size != (uint64_t)json_integer_value(jb))
+            CK_ERR(-EINVAL, "%s: %llu bytes, %s says %lld: the file is truncated or corrupt", fpath,
+                   (unsigned long long)size, path, (long long)json_integer_value(jb));
+        if (strcmp(hex, want) != 0)
+            CK_ERR(-EINVAL, "%s: content does not match its checksum (sha256 %s, %s says %s): the file is corrupt",
+                   fpath, hex, path, want);
+    }
+    /* the directory name step-N is what `latest` and the ledger's committed step point at */
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    if (!strncmp(base, "step-", 5)) {
+        char *end;
+        errno = 0;
+        long dstep = strtol(base + 5, &end, 10);
+        if (!errno && *end == 0 && end != base + 5 && dstep != step)
+            CK_ERR(-EINVAL, "%s: field \"step\" is %ld but the directory is %s", path, step, base);
+    }
+    if (step_out)
+        *step_out = step;
+    rc = 0;
+out:
+    json_decref(m);
+    return rc;
+}
+
 int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_params *p, const adamw *opt,
                      const dflash_train_state *ts, char *err, size_t errlen)
 {
@@ -141,12 +264,12 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     json_t *st = NULL;
     if (strlen(root) > 3000)
         CK_ERR(-ENAMETOOLONG, "checkpoint root path too long (%zu bytes)", strlen(root));
-    if ((rc = df_mkdir_p(root, 0755)) < 0)
+    if ((rc = df_mkdir_p(root, 0700)) < 0)
         CK_ERR(rc, "%s: cannot create checkpoint root: %s", root, strerror(-rc));
     snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.%d", root, ts->step, (int)getpid());
     snprintf(fin, sizeof(fin), "%s/step-%08ld", root, ts->step);
     rm_flat_dir(tmp); /* a leftover of a crashed save of this pid */
-    if (mkdir(tmp, 0755) != 0)
+    if (mkdir(tmp, 0700) != 0)
         CK_ERR(-errno, "%s: mkdir: %s", tmp, strerror(errno));
     made_tmp = 1;
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
@@ -181,6 +304,8 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     snprintf(path, sizeof(path), "%s/trainer_state.json", tmp);
     if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = write_manifest(tmp, ts->step, err, errlen)) < 0)
+        goto out;
     if ((rc = df_fsync_dir_of(path)) < 0)
         CK_ERR(rc, "%s: fsync: %s", tmp, strerror(-rc));
     /* a re-save of the same step: move the old directory aside first (rename cannot
@@ -322,6 +447,9 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0)
         CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir,
                strerror(-rc));
+    long mstep;
+    if ((rc = dflash_ckpt_verify(dir, &mstep, err, errlen)) < 0)
+        goto out;
     snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
     json_error_t je;
     st = json_load_file(path, 0, &je);
@@ -331,6 +459,10 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
         CK_ERR(-EINVAL, "%s: field \"version\": expected 1", path);
     if ((rc = dflash_config_from_json(c, json_object_get(st, "config"), path, err, errlen)) < 0)
         goto out;
+    json_t *sj = json_object_get(st, "step");
+    if (!json_is_integer(sj) || json_integer_value(sj) != mstep)
+        CK_ERR(-EINVAL, "%s: field \"step\" is %lld, manifest.json says %ld", path, (long long)json_integer_value(sj),
+               mstep);
     if (ts) {
         memset(ts, 0, sizeof(*ts));
         ts->step = (long)json_integer_value(json_object_get(st, "step"));
@@ -394,7 +526,7 @@ int dflash_export_release(const char *dir, const dflash_config *c, const dflash_
 {
     int rc;
     char path[4200];
-    if ((rc = df_mkdir_p(dir, 0755)) < 0)
+    if ((rc = df_mkdir_p(dir, 0700)) < 0)
         CK_ERR(rc, "%s: cannot create: %s", dir, strerror(-rc));
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     if ((rc = write_params(path, c, p->data, "", ST_BF16)) < 0)

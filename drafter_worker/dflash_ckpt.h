@@ -4,7 +4,10 @@
  * Our checkpoint: <root>/step-<8 digits>/ holding model.safetensors (fp32 master weights,
  * release tensor names), optimizer.safetensors (m.<name>, v.<name>, fp32) and
  * trainer_state.json (step, epoch, ledger committed step, seed and rng state, optimizer
- * settings, drafter config). The step directory is built as <root>/.tmp-step-N.<pid>,
+ * settings, drafter config), and manifest.json, written last: the step and each file's
+ * size and SHA-256. Loading verifies the manifest first (every byte, the step against
+ * trainer_state.json and the directory name) and refuses a checkpoint without one. Files
+ * are created 0600, directories 0700 (whatever the umask). The step directory is built as <root>/.tmp-step-N.<pid>,
  * every file written tmp + fsync + rename, the directory fsynced and renamed into place,
  * and only then <root>/latest (one line "step-N") is replaced atomically: a crash or a
  * full disk at any point leaves the previous checkpoint as the latest, intact.
@@ -47,7 +50,14 @@ int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, si
  * trainer_state.json. Writes the path into out. 0 or -errno (-ENOENT: no checkpoint). */
 int dflash_ckpt_resolve(const char *root_or_dir, char *out, size_t outlen);
 
-/* Load a checkpoint (root or step dir): fills c, allocates p (dflash_params_alloc), and
+/* Verify the step dir `dir` against its manifest.json: every listed file present with its
+ * size and SHA-256, no unlisted model/optimizer/state file, a step-N directory name equal
+ * to the manifest's step; *step (may be NULL) gets that step. 0, -EINVAL (missing manifest,
+ * mismatch: err names the file) or another -errno (an I/O error while reading). */
+int dflash_ckpt_verify(const char *dir, long *step, char *err, size_t errlen);
+
+/* Load a checkpoint (root or step dir), verified first (dflash_ckpt_verify; trainer_state's
+ * step must equal the manifest's): fills c, allocates p (dflash_params_alloc), and
  * if opt != NULL initialises it from the saved settings with m, v, step restored (opt
  * stays zeroed when the checkpoint has no optimizer file: -ENOENT). ts may be NULL.
  * 0 or -errno with err naming the file and tensor/field. */

@@ -23,6 +23,7 @@
 #include "drafter_worker/spec_decode.h"
 #include "drafter_worker/spec_decode_backend.h"
 #include "target_worker/target_decode.h"
+#include "json_num.h"
 #include "util.h"
 
 #define MAX_PROMPT_FILES 16
@@ -192,11 +193,10 @@ static json_t *timing_json(const sd_result *r)
     json_t *o = json_object();
     json_object_set_new(o, "new_tokens", json_integer(r->n_tokens));
     json_object_set_new(o, "steps", json_integer(r->n_steps));
-    json_object_set_new(o, "prefill_s", json_real(r->prefill_s));
-    json_object_set_new(o, "decode_s", json_real(r->decode_s));
-    json_object_set_new(o, "tpot_ms", json_real(tpot_ms(r)));
-    json_object_set_new(o, "tokens_per_s",
-                        json_real(r->decode_s > 0 && r->n_tokens > 1 ? (r->n_tokens - 1) / r->decode_s : 0.0));
+    df_json_set_num(o, "prefill_s", r->prefill_s);
+    df_json_set_num(o, "decode_s", r->decode_s);
+    df_json_set_num(o, "tpot_ms", tpot_ms(r));
+    df_json_set_num(o, "tokens_per_s", r->decode_s > 0 && r->n_tokens > 1 ? (r->n_tokens - 1) / r->decode_s : 0.0);
     return o;
 }
 
@@ -415,15 +415,14 @@ int main(int argc, char **argv)
             json_object_set_new(po, "source", json_string(pl.p[i].source));
             json_object_set_new(po, "prompt_tokens", json_integer(pl.p[i].n));
             json_object_set_new(po, "new_tokens", json_integer(e->spec.n_tokens));
-            json_object_set_new(po, "tau", json_real(sd_result_tau(&e->spec)));
+            df_json_set_num(po, "tau", sd_result_tau(&e->spec));
             json_object_set_new(po, "hist", hist_json(e->spec.hist, B));
             json_object_set_new(po, "pos_acc", pos_acc_json(e->spec.pos_hit, e->spec.pos_n, B));
             json_object_set_new(po, "spec", timing_json(&e->spec));
             if (!o.no_plain) {
                 json_object_set_new(po, "plain", timing_json(&e->plain));
-                json_object_set_new(po, "speedup", json_real(tpot_ms(&e->spec) > 0
-                                                                 ? tpot_ms(&e->plain) / tpot_ms(&e->spec)
-                                                                 : 0.0));
+                df_json_set_num(po, "speedup",
+                                tpot_ms(&e->spec) > 0 ? tpot_ms(&e->plain) / tpot_ms(&e->spec) : 0.0);
                 json_object_set_new(po, "lossless", json_boolean(e->first_diff < 0));
                 json_object_set_new(po, "first_diff", json_integer(e->first_diff));
             }
@@ -435,19 +434,19 @@ int main(int argc, char **argv)
         }
         json_object_set_new(root, "prompts", arr);
         json_object_set_new(ov, "n_prompts", json_integer(pl.n));
-        json_object_set_new(ov, "tau", json_real(tau));
-        json_object_set_new(ov, "tau_token_weighted", json_real(steps ? (double)acc / steps : 0.0));
-        json_object_set_new(ov, "tau_median", json_real(tau_median));
+        df_json_set_num(ov, "tau", tau);
+        df_json_set_num(ov, "tau_token_weighted", steps ? (double)acc / steps : 0.0);
+        df_json_set_num(ov, "tau_median", tau_median);
         json_object_set_new(ov, "pos_acc", pos_acc_json(pos_hit, pos_n, B));
         json_object_set_new(ov, "pos_n", pos_n_json(pos_n, B));
         json_object_set_new(ov, "steps", json_integer(steps));
         json_object_set_new(ov, "hist", hist_json(hist, B));
-        json_object_set_new(ov, "spec_tpot_ms", json_real(tpot_s));
-        json_object_set_new(ov, "spec_tokens_per_s", json_real(tpot_s > 0 ? 1e3 / tpot_s : 0));
+        df_json_set_num(ov, "spec_tpot_ms", tpot_s);
+        df_json_set_num(ov, "spec_tokens_per_s", tpot_s > 0 ? 1e3 / tpot_s : 0);
         if (!o.no_plain) {
-            json_object_set_new(ov, "plain_tpot_ms", json_real(tpot_p));
-            json_object_set_new(ov, "plain_tokens_per_s", json_real(tpot_p > 0 ? 1e3 / tpot_p : 0));
-            json_object_set_new(ov, "speedup", json_real(speedup));
+            df_json_set_num(ov, "plain_tpot_ms", tpot_p);
+            df_json_set_num(ov, "plain_tokens_per_s", tpot_p > 0 ? 1e3 / tpot_p : 0);
+            df_json_set_num(ov, "speedup", speedup);
             json_object_set_new(ov, "mismatches", json_integer(mismatches));
         }
         json_object_set_new(root, "overall", ov);

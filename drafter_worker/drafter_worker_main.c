@@ -40,6 +40,7 @@
 #include "util.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -79,7 +80,45 @@ typedef struct drafter {
     uint32_t ckpt_fail_consec; /* failed checkpoints in a row */
     uint64_t pruned_at;        /* the acknowledged step of the last prune */
     uint64_t sent_step;        /* the last checkpoint this incarnation reported */
+    uint32_t nonfinite_consec; /* steps in a row with a NaN/Inf loss or gradient norm */
 } drafter;
+
+/* A step with a NaN/Inf loss or gradient norm updated nothing (trainer_step skips it): count
+ * it (metrics "nonfinite_steps", the summary), log it, and after
+ * drafter.max_nonfinite_steps in a row stop for good: training is not going anywhere and a
+ * restart would only repeat it. Every rank sees the same reduced gradient norm, so the
+ * ranks of a group count alike and stop at the same step. */
+static int check_finite(drafter *d, double loss, const adamw_info *info, uint64_t batch)
+{
+    trainer *tr = &d->tr;
+    uint32_t max = d->w->topo.drafter.max_nonfinite_steps;
+    if (isfinite(loss) && isfinite(info->grad_norm) && !info->skipped) {
+        d->nonfinite_consec = 0;
+        return 0;
+    }
+    tr->nonfinite_steps++;
+    d->nonfinite_consec++;
+    df_log("step %ld: non-finite loss %g / gradient norm %g (batch %lld): no update (%u in a row, limit %u)",
+           tr->ts.step, loss, info->grad_norm, batch == NO_BATCH ? -1LL : (long long)batch, d->nonfinite_consec, max);
+    return 1;
+}
+
+/* After the step's metrics line is written (so the metrics show the last count). */
+static void nonfinite_stop(drafter *d, double loss, const adamw_info *info)
+{
+    trainer *tr = &d->tr;
+    uint32_t max = d->w->topo.drafter.max_nonfinite_steps;
+    if (d->nonfinite_consec < max)
+        return;
+    char ck[96] = "no checkpoint was written yet";
+    if (tr->ts.ledger_committed_step > 0)
+        snprintf(ck, sizeof ck, "the last checkpoint (step %ld) is intact", tr->ts.ledger_committed_step);
+    df_die(DF_EXIT_PERM, "step %ld: %u steps in a row with a non-finite loss or gradient norm "
+           "(drafter.max_nonfinite_steps %u; last: loss %g, gradient norm %g); the weights were not updated at "
+           "those steps and %s. Likely causes: a learning rate too high (drafter.lr %g), bad features from the "
+           "target (NaN/Inf in its weights or activations), or bad input data",
+           tr->ts.step, d->nonfinite_consec, max, loss, info->grad_norm, ck, d->w->topo.drafter.lr);
+}
 
 /* A failed checkpoint leaves the previous one intact, so training goes on and the next
  * save retries; the orchestrator counts each failure (dfctl status). A disk that stays
@@ -292,6 +331,7 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     stage_count(&d->st, 1, T);
     stage_busy(&d->st);
 
+    int nonfinite = check_finite(d, s.loss, &info, bid);
     trainer_record(tr, &s);
     metrics_line ml;
     metrics_begin(&ml, &d->mw, "step");
@@ -303,11 +343,14 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_num(&ml, "lr", info.lr);
     metrics_num(&ml, "grad_norm", info.grad_norm);
     metrics_int(&ml, "tokens", T);
+    metrics_int(&ml, "nonfinite", nonfinite);
+    metrics_int(&ml, "nonfinite_steps", tr->nonfinite_steps);
     if (d->R > 1 && !tr->cuda) { /* the bucketed reduction: what the backward did not hide */
         metrics_num(&ml, "ar_wait_ms", (double)tr->ar_wait_ns * 1e-6);
         metrics_int(&ml, "ar_buckets_overlapped", tr->ar_early);
     }
     metrics_end(&ml);
+    nonfinite_stop(d, s.loss, &info);
 }
 
 /* A rank without a batch this step still takes part in the reduction and the update. */
@@ -319,11 +362,15 @@ static void empty_step(drafter *d)
     if (rc < 0)
         df_die(rc == -ENOTSUP ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld (no batch on this rank): %s",
                d->tr.ts.step + 1, err);
+    int nonfinite = check_finite(d, 0.0, &info, NO_BATCH);
     metrics_line ml;
     metrics_begin(&ml, &d->mw, "empty_step");
     metrics_int(&ml, "step", d->tr.ts.step);
     metrics_num(&ml, "grad_norm", info.grad_norm);
+    metrics_int(&ml, "nonfinite", nonfinite);
+    metrics_int(&ml, "nonfinite_steps", d->tr.nonfinite_steps);
     metrics_end(&ml);
+    nonfinite_stop(d, 0.0, &info);
     stage_busy(&d->st);
 }
 
@@ -405,6 +452,9 @@ int main(int argc, char **argv)
     if (rc < 0) /* -EBADMSG: the committed checkpoint fails validation; a restart cannot fix it */
         df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP || rc == -EBADMSG ? DF_EXIT_PERM : DF_EXIT_TEMP,
                "%s", err);
+    if (resume && tr->ts.step != (long)w.committed_step) /* the dir name is checked too: belt and braces */
+        df_die(DF_EXIT_PERM, "resume: %s/trainer_state.json: step %ld, but the ledger's committed step is %llu", resume,
+               tr->ts.step, (unsigned long long)w.committed_step);
     if (resume)
         df_log("resumed from %s (step %ld)", resume, tr->ts.step);
     tr->ts.epoch = (long)ledger_epoch(d->L); /* recorded in the checkpoints of this epoch */

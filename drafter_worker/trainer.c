@@ -4,6 +4,7 @@
 
 #include "drafter_worker/dflash_batch.h"
 #include "io/hfconfig.h"
+#include "json_num.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -33,10 +34,44 @@ static void build_config(dflash_config *c, const topo *t, const hfc_config *hc)
     c->gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(c->block_size);
 }
 
+/* DF_FAULT_NONFINITE="S[:N]" (trainer.h). A malformed value is an error: a test that meant
+ * to inject a fault must not pass silently without one. */
+static int parse_fault(trainer *tr, char *err, size_t errlen)
+{
+    const char *v = getenv("DF_FAULT_NONFINITE");
+    if (!v || !*v)
+        return 0;
+    long s = 0, n = -1;
+    int used = 0;
+    if (!((sscanf(v, "%ld%n", &s, &used) == 1 && v[used] == 0) ||
+          (sscanf(v, "%ld:%ld%n", &s, &n, &used) == 2 && v[used] == 0 && n > 0)) ||
+        s < 1) {
+        snprintf(err, errlen, "DF_FAULT_NONFINITE=%s: expected STEP or STEP:COUNT (integers >= 1)", v);
+        return -EINVAL;
+    }
+    tr->fault_nf_from = s;
+    tr->fault_nf_count = n;
+    if (n > 0)
+        df_log("fault injection (DF_FAULT_NONFINITE=%s): steps %ld..%ld made non-finite", v, s, s + n - 1);
+    else
+        df_log("fault injection (DF_FAULT_NONFINITE=%s): every step from %ld made non-finite", v, s);
+    return 0;
+}
+
+static int fault_nonfinite(const trainer *tr)
+{
+    long s = tr->ts.step + 1; /* the step being trained */
+    return tr->fault_nf_from > 0 && s >= tr->fault_nf_from &&
+           (tr->fault_nf_count < 0 || s < tr->fault_nf_from + tr->fault_nf_count);
+}
+
 int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const char *ckpt_dir, char *err,
                  size_t errlen)
 {
     memset(tr, 0, sizeof *tr);
+    int frc = parse_fault(tr, err, errlen);
+    if (frc < 0)
+        return frc;
     tr->cuda = t->backend != TOPO_CPU;
     tr->device = device;
     char path[1200];
@@ -188,6 +223,9 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     if ((rc = trainer_docs(tr, b, (const float *)batch_feat(b), ar, seq, &norm, err, errlen)) < 0)
         return rc;
     memset(tr->g.data, 0, tr->g.n * sizeof(float));
+    int inject = fault_nonfinite(tr);
+    if (inject)
+        tr->g.data[0] = NAN; /* accumulated into, and reduced like, a real non-finite gradient */
     /* the last document with loss positions completes the gradients: its backward hands the
      * buckets to the all-reduce as it finishes them (grad_buckets.h) */
     int last = -1;
@@ -216,9 +254,21 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     }
     if (rc < 0)
         return rc; /* the worker exits; the orchestrator restarts the group */
+    if (inject)
+        out->loss = out->wce = NAN; /* as a real NaN logit would leave them (merged stats too) */
     if ((rc = reduce_grads(tr, &gs, ar, err, errlen)) < 0)
         return rc;
-    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
+    if (!isfinite(out->loss) && !(ar && ar->world > 1)) {
+        /* one rank: a NaN/Inf loss skips the update even if the gradient looks finite. With
+         * several ranks the decision must be the same everywhere, so it rests on the reduced
+         * gradient norm alone (adamw_step); a non-finite loss comes with a non-finite
+         * gradient (the softmax of a non-finite logit is NaN) */
+        memset(info, 0, sizeof *info);
+        info->grad_norm = adamw_global_norm(tr->g.data, tr->g.n);
+        info->lr = adamw_lr(&tr->opt.cfg, tr->opt.step);
+        info->clip_scale = 1.0;
+        info->skipped = 1;
+    } else if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
         snprintf(err, errlen, "AdamW: %s", strerror(-rc));
         return rc;
     }
@@ -286,18 +336,29 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
     double start_loss = tr->start_n ? tr->start_loss_sum / tr->start_n : NAN;
     json_t *acc = json_array();
     for (int k = 1; k < B; k++)
-        json_array_append_new(acc, json_real(dflash_stats_acc(&end, k)));
-    /* no step in this incarnation (a resume of a trained-out epoch): the start loss is
-     * unknown, NaN, which json_real refuses; write null */
-    json_t *j = json_pack("{s:I, s:o, s:o, s:o, s:f, s:f, s:i, s:s, s:s}", "steps", (json_int_t)tr->ts.step,
-                          "loss_start", isfinite(start_loss) ? json_real(start_loss) : json_null(), "loss_end",
-                          tr->start_n ? json_real(end.loss) : json_null(), "acc", acc, "expected_tau",
-                          dflash_stats_tau(&end, B), "seconds", secs, "block_size", B, "release_dir", "drafter",
-                          "backend", tr->cuda ? "cuda" : "cpu");
+        json_array_append_new(acc, df_json_num_or_null(dflash_stats_acc(&end, k)));
+    /* no step in this incarnation (a resume of a trained-out epoch): the losses are unknown,
+     * null. A NaN/Inf loss from training (a non-finite step among the last ones) is null
+     * too, with "loss_end_nonfinite": true beside it (json_num.h) */
+    json_t *j = json_pack("{s:I, s:o, s:o, s:I}", "steps", (json_int_t)tr->ts.step, "loss_start", json_null(),
+                          "loss_end", json_null(), "nonfinite_steps", (json_int_t)tr->nonfinite_steps);
+    int bad = !j || !acc;
+    if (!bad && tr->start_n)
+        bad = df_json_set_num(j, "loss_start", start_loss) < 0 || df_json_set_num(j, "loss_end", end.loss) < 0;
+    if (!bad)
+        bad = json_object_set_new(j, "acc", acc) < 0;
+    acc = NULL;
+    if (!bad)
+        bad = df_json_set_num(j, "expected_tau", dflash_stats_tau(&end, B)) < 0 ||
+              df_json_set_num(j, "seconds", secs) < 0 ||
+              json_object_set_new(j, "block_size", json_integer(B)) < 0 ||
+              json_object_set_new(j, "release_dir", json_string("drafter")) < 0 ||
+              json_object_set_new(j, "backend", json_string(tr->cuda ? "cuda" : "cpu")) < 0;
     char path[1200];
     snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
-    char *txt = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+    char *txt = j && !bad ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
+    json_decref(acc);
     if (!txt) {
         snprintf(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
@@ -308,7 +369,7 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
         snprintf(err, errlen, "%s: %s", path, strerror(-rc));
         return rc;
     }
-    df_log("summary: %ld steps, loss %.4f -> %.4f, expected tau %.2f (block %d)", tr->ts.step, start_loss, end.loss,
-           dflash_stats_tau(&end, B), B);
+    df_log("summary: %ld steps, loss %.4f -> %.4f, expected tau %.2f (block %d)%s", tr->ts.step, start_loss, end.loss,
+           dflash_stats_tau(&end, B), B, tr->nonfinite_steps ? ", with non-finite steps (nonfinite_steps)" : "");
     return 0;
 }

@@ -69,6 +69,11 @@ typedef struct trainer {
     dflash_stats end_win[TRAINER_END_STEPS];
     double start_loss_sum;
     int start_n;
+    long nonfinite_steps;   /* steps of this incarnation with a NaN/Inf loss or gradient norm */
+    /* fault injection (tests): DF_FAULT_NONFINITE="S[:N]" makes steps S..S+N-1 (N omitted:
+     * every step from S on) non-finite, cpu backend: the gradient gets a NaN before the
+     * backward (so it also travels through the all-reduce) and the loss is NaN */
+    long fault_nf_from, fault_nf_count;
 } trainer;
 
 /* Build the drafter from the topology and the target's config.json; then either resume the
@@ -79,7 +84,11 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
                  size_t errlen);
 void trainer_close(trainer *tr); /* safe on a zeroed trainer */
 
-/* One optimizer step. h: the batch's header and metadata readable on the host (for the cpu
+/* One optimizer step. A step whose gradient norm (after the all-reduce: the same on every
+ * rank) or, with one rank, whose loss is NaN/Inf does not update anything: weights, AdamW
+ * moments and the optimizer's step stay as they were (info->skipped = 1); the batch still
+ * counts as consumed (tr->ts.step advances). The caller counts such steps and gives up
+ * after drafter.max_nonfinite_steps in a row. h: the batch's header and metadata readable on the host (for the cpu
  * backend the slot itself; for cuda a host copy of the slot's first h->off_feat bytes).
  * slot: the slot as mapped in this process (host memory for cpu, device memory for cuda),
  * holding tokens, mask, anchors, keep and features at h's offsets. ar: the drafter group

@@ -44,6 +44,33 @@ static const char *model_source(const st_model *st)
     return access(p, F_OK) == 0 ? "model.safetensors.index.json" : "model.safetensors";
 }
 
+int tm_check_finite(const st_tensor *t, const char *fpath, char *err, size_t errlen)
+{
+    uint64_t n = t->nbytes / (t->dtype == ST_F32 ? 4 : 2), bad = UINT64_MAX;
+    if (t->dtype == ST_F32) { /* exponent all ones: Inf or NaN */
+        const uint32_t *p = t->data;
+        for (uint64_t i = 0; i < n && bad == UINT64_MAX; i++)
+            if ((p[i] & 0x7f800000u) == 0x7f800000u)
+                bad = i;
+    } else if (t->dtype == ST_BF16 || t->dtype == ST_F16) {
+        const uint16_t *p = t->data;
+        uint16_t e = t->dtype == ST_BF16 ? 0x7f80u : 0x7c00u;
+        for (uint64_t i = 0; i < n && bad == UINT64_MAX; i++)
+            if ((p[i] & e) == e)
+                bad = i;
+    } else
+        return 0;
+    if (bad == UINT64_MAX)
+        return 0;
+    float v;
+    st_tensor one = *t;
+    one.ndim = 1, one.shape[0] = 1, one.nbytes = t->dtype == ST_F32 ? 4 : 2;
+    one.data = (const char *)t->data + bad * one.nbytes;
+    st_tensor_to_f32(&one, &v);
+    return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": element %llu is %s: a model with NaN/Inf weights is refused",
+                fpath, t->name, (unsigned long long)bad, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+}
+
 /* Find name with the given shape and a float dtype. */
 static int find_checked(const st_model *st, const char *name, int ndim, const int64_t *shape, const st_tensor **out,
                         char *err, size_t errlen)
@@ -65,6 +92,9 @@ static int find_checked(const st_model *st, const char *name, int ndim, const in
         shape_str(want, sizeof want, shape, ndim);
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, want);
     }
+    int rc = tm_check_finite(t, fpath, err, errlen);
+    if (rc < 0)
+        return rc;
     *out = t;
     return 0;
 }

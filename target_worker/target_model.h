@@ -76,6 +76,12 @@ typedef struct tm_model {
  * 0 or -errno (-EINVAL / -ENOENT: bad or missing model, permanent) with err set. */
 int tm_load(tm_model *m, const char *dir, const int *capture_layers, int n_capture, char *err, size_t errlen);
 void tm_free(tm_model *m);
+/* A weight with a NaN or Inf element is a bad model: scan tensor t (F32, BF16 or F16, raw
+ * bytes, no conversion) and return -EINVAL with err naming the file, the tensor, the first
+ * bad element and its value; 0 when every element is finite (other dtypes: 0). Both load
+ * paths (tm_load / tm_load_embeddings on the CPU, tmc_load on the GPU) call it on every
+ * tensor they use, before the first forward. */
+int tm_check_finite(const st_tensor *t, const char *fpath, char *err, size_t errlen);
 /* DF_EXIT_PERM for a bad/missing model (EINVAL, ENOENT, ENOTDIR, EACCES), else DF_EXIT_TEMP. */
 int tm_exit_code(int rc);
 

@@ -10,6 +10,7 @@
 
 extern "C" {
 #include "nn/nn.h"
+#include "target_worker/target_model.h"
 #include "util.h"
 }
 
@@ -240,6 +241,9 @@ static int upload(const st_model *st, stage *sg, const char *name, int64_t d0, i
         shape_str(exp, sizeof exp, want, ndim);
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
     }
+    int frc = tm_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
+    if (frc < 0)
+        return frc;
     size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     const void *src;
     size_t bytes;

@@ -119,10 +119,11 @@ ok "bad model (truncated safetensors, bad config.json) -> target exit 100, not r
 
 # ---- corrupt checkpoints read by dflash_tool: exit 100 naming the file
 "$BIN/dflash_tool" init --out "$T/ck" >/dev/null || fail "dflash_tool init"
-cp -r "$T/ck/step-00000000" "$T/ckt"; truncate -s 5000 "$T/ckt/model.safetensors"
+# resealed (manifest rewritten to match) so the parser, not the checksum, has to catch it
+cp -r "$T/ck/step-00000000" "$T/ckt"; truncate -s 5000 "$T/ckt/model.safetensors"; tests/ckpt_reseal.py "$T/ckt"
 expect 100 "$T/ckt/model.safetensors: tensor \"fc.weight\": data_offsets \[0, 8192\] exceed the data section" \
   "$BIN/dflash_tool" inspect "$T/ckt"
-cp -r "$T/ck/step-00000000" "$T/ckj"; echo '{"step": ' >"$T/ckj/trainer_state.json"
+cp -r "$T/ck/step-00000000" "$T/ckj"; echo '{"step": ' >"$T/ckj/trainer_state.json"; tests/ckpt_reseal.py "$T/ckj"
 expect 100 "$T/ckj/trainer_state.json: line" "$BIN/dflash_tool" inspect "$T/ckj"
 ok "corrupt checkpoint (truncated model.safetensors, broken trainer_state.json) -> dflash_tool exit 100 naming the file"
 

@@ -53,9 +53,10 @@ ok "keep_checkpoints 2: $steps steps, about $made checkpoints written, left: $di
 # ---- dflash_tool inspect reads the optimizer state
 CK=$RUN/checkpoints/$latest
 expect 0 "optimizer: $CK/optimizer.safetensors: m and v for" "$BIN/dflash_tool" inspect "$RUN/checkpoints"
-cp -r "$CK" "$T/og"; head -c 4000 /dev/urandom >"$T/og/optimizer.safetensors"
+# each broken copy is resealed (its manifest rewritten to match) so the parser itself is checked
+cp -r "$CK" "$T/og"; head -c 4000 /dev/urandom >"$T/og/optimizer.safetensors"; tests/ckpt_reseal.py "$T/og"
 expect 100 "$T/og/optimizer.safetensors" "$BIN/dflash_tool" inspect "$T/og"
-cp -r "$CK" "$T/on"; cp "$CK/model.safetensors" "$T/on/optimizer.safetensors"
+cp -r "$CK" "$T/on"; cp "$CK/model.safetensors" "$T/on/optimizer.safetensors"; tests/ckpt_reseal.py "$T/on"
 expect 100 "$T/on/optimizer.safetensors: tensor \"m\.[a-z_.0-9]*\" missing" "$BIN/dflash_tool" inspect "$T/on"
 cp -r "$CK" "$T/os"; python3 - "$T/os/optimizer.safetensors" <<'PY' || fail "reshaping the optimizer file"
 # rewrite the header so the first v.* tensor claims a different shape (same byte size)
@@ -66,6 +67,7 @@ h[k]['shape'] = [h[k]['shape'][0] // 2, h[k]['shape'][1] * 2]
 hb = json.dumps(h).encode(); hb += b' ' * ((8 - len(hb) % 8) % 8)
 open(p, 'wb').write(struct.pack('<Q', len(hb)) + hb + b[8 + n:])
 PY
+tests/ckpt_reseal.py "$T/os"
 expect 100 "$T/os/optimizer.safetensors: tensor \"v\..*\" has shape" "$BIN/dflash_tool" inspect "$T/os"
 ok "dflash_tool inspect: optimizer.safetensors validated (garbage, model names, a wrong shape -> exit 100 naming the file)"
 
@@ -85,7 +87,7 @@ rm "$RUN/train_summary.json"
 truncate -s 5000 "$CK/model.safetensors"
 spawns=$(events spawn | grep -c '"drafter0"')
 expect 1 "drafter0 failed permanently (exit 100)" "$ORCH" --resume "$RUN"
-grep -q "resume: $CK/model.safetensors: tensor" "$RUN/logs/drafter0.log" || fail "the drafter's message does not name the file"
+grep -q "resume: $CK/model.safetensors: 5000 bytes, .*manifest.json says" "$RUN/logs/drafter0.log" || fail "the drafter's message does not name the file"
 [ "$(events spawn | grep -c '"drafter0"')" = $((spawns + 1)) ] || fail "drafter0 was restarted after exit 100"
 ok "corrupt committed checkpoint at resume -> drafter exit 100 naming $CK/model.safetensors, not restarted, orchestrator exit 1"
 

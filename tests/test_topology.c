@@ -86,6 +86,8 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD ",'drafter':{'keep_checkpoints':'3'}"), "t: drafter.keep_checkpoints: expected an integer 0..1000000, got \"3\""},
     {DOC(HEAD ",'drafter':{'max_checkpoint_failures':0}"), "t: drafter.max_checkpoint_failures: expected an integer 1..1000000, got 0"},
     {DOC(HEAD ",'drafter':{'max_checkpoint_failures':2.5}"), "t: drafter.max_checkpoint_failures: expected an integer 1..1000000, got 2.5"},
+    {DOC(HEAD ",'drafter':{'max_nonfinite_steps':0}"), "t: drafter.max_nonfinite_steps: expected an integer 1..1000000, got 0"},
+    {DOC(HEAD ",'drafter':{'max_nonfinite_steps':'3'}"), "t: drafter.max_nonfinite_steps: expected an integer 1..1000000, got \"3\""},
     {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':4194305}"), "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got 4194305"},
     {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':-1}"), "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got -1"},
     /* data */
@@ -278,6 +280,7 @@ static void check_minimal_defaults(const topo *t)
     T_ASSERT(d->weight_decay == 0.0 && d->grad_clip == 1.0 && d->noise_std == 0.0);
     T_ASSERT(d->epochs == 1 && d->checkpoint_every == 50);
     T_ASSERT(d->keep_checkpoints == 3 && d->max_checkpoint_failures == 3 && d->allreduce_bucket_kb == 16384);
+    T_ASSERT(d->max_nonfinite_steps == 3);
     T_ASSERT(d->init_dir == NULL && d->mask_token_id == -1);
     T_ASSERT(t->n_shards == 1);
     T_ASSERT_STREQ(t->shards[0], "s.dfs");
@@ -373,6 +376,7 @@ static void check_round_trip(const topo *t)
     T_ASSERT(t2.drafter.lr == t->drafter.lr && t2.drafter.gamma == t->drafter.gamma);
     T_ASSERT(t2.drafter.keep_checkpoints == t->drafter.keep_checkpoints &&
              t2.drafter.max_checkpoint_failures == t->drafter.max_checkpoint_failures &&
+             t2.drafter.max_nonfinite_steps == t->drafter.max_nonfinite_steps &&
              t2.drafter.allreduce_bucket_kb == t->drafter.allreduce_bucket_kb);
     json_decref(j1);
     json_decref(j2);

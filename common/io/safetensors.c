@@ -788,8 +788,9 @@ int st_writer_write(st_writer *w, const char *path)
         rc = -ENOMEM;
         goto out;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    /* 0600 whatever the umask or a leftover temp file's mode; never through a symlink */
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || fchmod(fd, 0600) < 0) {
         rc = -errno;
         goto out;
     }

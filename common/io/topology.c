@@ -326,7 +326,7 @@ static int parse_drafter(pctx *c, topo *t, const json_t *root)
 {
     static const char *const keys[] = {"num_layers", "block_size", "num_anchors", "gamma", "lr",
         "warmup_frac", "weight_decay", "grad_clip", "noise_std", "epochs", "checkpoint_every",
-        "keep_checkpoints", "max_checkpoint_failures", "allreduce_bucket_kb", "init_dir", "mask_token_id", NULL};
+        "keep_checkpoints", "max_checkpoint_failures", "max_nonfinite_steps", "allreduce_bucket_kb", "init_dir", "mask_token_id", NULL};
     topo_drafter *d = &t->drafter;
     json_t *o;
     int rc = get_obj(c, root, "", "drafter", OPTIONAL, &o);
@@ -357,6 +357,7 @@ static int parse_drafter(pctx *c, topo *t, const json_t *root)
     /* consecutive failed checkpoints before the drafter gives up (exit 100): a full disk is
      * reported within N * checkpoint_every steps, not at the end of the run */
     if (!rc) rc = get_u32(c, o, P, "max_checkpoint_failures", 1, 1000000, 3, &d->max_checkpoint_failures);
+    if (!rc) rc = get_u32(c, o, P, "max_nonfinite_steps", 1, 1000000, 3, &d->max_nonfinite_steps);
     /* gradient all-reduce buckets (several drafter ranks): at least this many KiB each, cut
      * at layer boundaries; 0 = one bucket per layer. 16 MiB by default */
     if (!rc) rc = get_u32(c, o, P, "allreduce_bucket_kb", 0, 4194304, 16384, &d->allreduce_bucket_kb);
@@ -1078,6 +1079,7 @@ json_t *topo_to_json(const topo *t)
         put(dr, "checkpoint_every", json_integer(d->checkpoint_every), &bad);
         put(dr, "keep_checkpoints", json_integer(d->keep_checkpoints), &bad);
         put(dr, "max_checkpoint_failures", json_integer(d->max_checkpoint_failures), &bad);
+        put(dr, "max_nonfinite_steps", json_integer(d->max_nonfinite_steps), &bad);
         put(dr, "allreduce_bucket_kb", json_integer(d->allreduce_bucket_kb), &bad);
         put(dr, "init_dir", str_or_null(d->init_dir), &bad);
         put(dr, "mask_token_id", d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id), &bad);

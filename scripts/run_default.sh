@@ -38,11 +38,12 @@ import json, sys
 run = sys.argv[1]
 s = json.load(open(f"{run}/train_summary.json"))
 a = json.load(open(f"{run}/ledger_audit.json"))
+f = lambda x: "n/a (non-finite)" if x is None else f"{x:.3f}"
 print()
 print(f"drafter trained for {s['steps']} steps in {s['seconds']:.0f}s (block size {s['block_size']})")
-print(f"  loss at start {s['loss_start']:.3f} -> at end {s['loss_end']:.3f}")
-print("  per-position accuracy (last steps): " + " ".join(f"{x:.2f}" for x in s["acc"]))
-print(f"  expected acceptance length tau ~ {s['expected_tau']:.2f}")
+print(f"  loss at start {f(s['loss_start'])} -> at end {f(s['loss_end'])}")
+print("  per-position accuracy on training batches (last steps): " + " ".join(f"{x:.2f}" for x in s["acc"]))
+print(f"  expected acceptance length from those: tau ~ {f(s['expected_tau'])}")
 print(f"  ledger audit: exactly once = {a.get('exactly_once')}")
 print(f"  release-format drafter: {run}/drafter/ (config.json + model.safetensors)")
 PY
@@ -53,7 +54,7 @@ PY
 echo
 echo "run: evaluating on held-out prompts (data/tiny/chat-heldout.jsonl): untrained vs trained drafter"
 EVAL=("$BUILD/bin/dflash_eval" --target "$(cfg target model_dir)" --drafter "$RUN_DIR/drafter"
-      --prompts data/tiny/chat-heldout.jsonl --max-prompts 16 --max-new 128 --quiet)
+      --prompts data/tiny/chat-heldout.jsonl --max-prompts 32 --max-new 128 --quiet)
 "${EVAL[@]}" --random-drafter "$(cfg seed)" --label "untrained (initial weights)" \
   --json "$RUN_DIR/eval_untrained.json" >"$RUN_DIR/eval_untrained.txt"
 "${EVAL[@]}" --label "trained" --json "$RUN_DIR/eval_trained.json" | tee "$RUN_DIR/eval_trained.txt"
@@ -62,12 +63,17 @@ import json, sys
 run = sys.argv[1]
 u = json.load(open(f"{run}/eval_untrained.json"))["overall"]
 t = json.load(open(f"{run}/eval_trained.json"))["overall"]
+acc = lambda o: " ".join("  - " if x is None else f"{x:.2f}" for x in o["pos_acc"][1:])
 print()
-print(f"acceptance length tau on {t['n_prompts']} held-out prompts (greedy, block size "
-      f"{len(t['hist']) - 1}; max = block size):")
-print(f"  untrained drafter: tau {u['tau']:.2f}  (per verify step, all prompts pooled: {u['tau_token_weighted']:.2f})")
-print(f"  trained drafter:   tau {t['tau']:.2f}  (per verify step, all prompts pooled: {t['tau_token_weighted']:.2f})")
+print(f"held-out prompts ({t['n_prompts']}, greedy, block size {len(t['hist']) - 1}): acceptance length tau")
+print(f"  {'':10} {'pooled per verify step':>22} {'mean per response':>18} {'median response':>16}")
+for name, o in (("untrained", u), ("trained", t)):
+    print(f"  {name:10} {o['tau_token_weighted']:22.2f} {o['tau']:18.2f} {o['tau_median']:16.2f}")
+print(f"  per-position accuracy of the drafts vs the target's greedy text, k = 1..{len(t['pos_acc']) - 1}:")
+print(f"    untrained {acc(u)}")
+print(f"    trained   {acc(t)}")
 print(f"  speculative output == plain greedy output for {t['n_prompts'] - t['mismatches']} of {t['n_prompts']} "
-      f"prompts; speedup on this CPU {t['speedup']:.2f}x (time per output token, plain / speculative)")
+      f"prompts; speedup on this CPU {t['speedup']:.2f}x (time per output token, plain / speculative; "
+      f"a CPU verify of B rows costs ~B plain steps, docs/eval.md)")
 print(f"  details: {run}/eval_trained.txt, {run}/eval_trained.json, {run}/eval_untrained.json")
 PY

@@ -37,6 +37,15 @@ typedef enum {
     AFTER_GROUP,      /* killed because a group peer died: restart with the group */
 } orch_after;
 
+/* plan_source.c: the data's fingerprint: per file its path, size and content hash, and one
+ * digest over them (the ledger carries the digest; <run_dir>/data_files.json the list) */
+#define PLAN_FP_MAX 1024
+typedef struct plan_fp {
+    int n;
+    struct { char path[1024]; uint64_t size, hash; } f[PLAN_FP_MAX];
+    uint64_t digest;
+} plan_fp;
+
 struct orch;
 
 enum { TIMER_NONE = 0, TIMER_RESPAWN, TIMER_ESCALATE };
@@ -123,6 +132,8 @@ typedef struct orch {
     char shutdown_reason[512];
 
     int events_fd; /* metrics/orchestrator.jsonl, O_APPEND */
+    int lock_fd;   /* <run_dir>/orchestrator.lock, flock'ed for our whole life */
+    plan_fp data_fp; /* the data the plan is built from (plan_source.c) */
 } orch;
 
 /* setup.c */
@@ -135,6 +146,10 @@ int setup_persist_ledger(orch *o); /* <run_dir>/ledger.bin after each commit */
 int setup_next_epoch(orch *o, char *err, size_t errlen);
 /* --resume: 1 when the run has nothing left to do (every batch committed, the summary written) */
 int setup_run_complete(orch *o);
+/* --resume of a complete run: write the final audits (ledger_audit-epoch<E>.json,
+ * ledger_audit.json) that are missing (a crash or a failed write at the end). done: the
+ * files written, comma-separated ("" if none). 0 or -errno with err naming the file. */
+int setup_write_missing(orch *o, char *done, size_t cap, char *err, size_t errlen);
 
 /* group.c: restart groups (drafter ranks; every worker in deterministic mode) */
 int group_in(const orch *o, const orch_worker *w); /* w restarts with the group */
@@ -151,6 +166,9 @@ void group_teardown(orch *o);
 int helper_call(const orch *o, const char *const *args, char *answer, size_t cap, int *fd_out, char *err,
                 size_t errlen);
 
+
+int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen);
+uint64_t plan_source_digest(const plan_fp *fp); /* over f[0..n) */
 /* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees) */
 int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);
 

@@ -4,8 +4,10 @@
  * the run (setup.c), starts the control socket, the metrics and every worker, and runs the
  * libuv loop until the run ends. Exit codes: 0 the epoch finished, or a requested shutdown
  * drained cleanly; 1 the run failed (a worker hit its restart limit or failed permanently
- * with nobody to take over, a shutdown had to SIGKILL, or the workers ended with batches
- * left); 2 bad command line, topology or data (nothing started). docs/operations.md.
+ * with nobody to take over, a shutdown had to SIGKILL, the workers ended with batches left,
+ * or the final audit / ledger.bin could not be written); 2 bad command line, topology or
+ * data, a run dir in use by another orchestrator, or a --resume whose ledger.bin, plan or
+ * data files do not verify (nothing started). docs/operations.md.
  */
 #include <libgen.h>
 #include <limits.h>
@@ -82,10 +84,23 @@ int main(int argc, char **argv)
     }
     if (resume && setup_run_complete(&o)) {
         /* --resume of a finished run: starting the workers would only have them find nothing
-         * to do (or, before, fail on the summary); say so and leave everything as it is */
-        printf("orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), release "
-               "export in %s/drafter; nothing to do\n",
-               o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), o.run_dir);
+         * to do; write what the end of the run should have written and is missing (a full
+         * disk or a crash at the very end), and leave the rest as it is */
+        char done[2600];
+        if ((rc = setup_write_missing(&o, done, sizeof done, err, sizeof err)) < 0) {
+            fprintf(stderr, "orchestrator: run %s is complete but its final audit cannot be written: %s; free space "
+                    "and run `orchestrator --resume %s` again\n", o.t.name, err, o.run_dir);
+            setup_teardown(&o);
+            return DF_EXIT_TEMP;
+        }
+        if (done[0])
+            printf("orchestrator: run %s is complete: every batch of epoch %u committed (step %llu); wrote the "
+                   "missing %s\n", o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led),
+                   done);
+        else
+            printf("orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), "
+                   "release export in %s/drafter; nothing to do\n",
+                   o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), o.run_dir);
         setup_teardown(&o);
         return DF_EXIT_OK;
     }

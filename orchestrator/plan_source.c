@@ -5,13 +5,21 @@
  * is all the plan needs. Kept in its own file so the orchestrator depends on the shard
  * format through exactly one function.
  *
+ * It also fingerprints the data (plan_source_fingerprint): every shard's size and a 64-bit
+ * content hash, and one digest over them, which the ledger carries; --resume recomputes it
+ * and refuses a shard that changed since the plan was made (setup.c).
+ *
  * Test hook: DF_SYNTHETIC_SAMPLES=N replaces the shards by N synthetic samples whose
  * lengths are drawn from the topology's seed (16..max_seq_len tokens). The supervision
  * tests use it with fake workers, which never read tokens; a real run never sets it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "orch.h"
 #include "util.h"
@@ -80,4 +88,100 @@ int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, 
              t->n_shards > 0 ? t->shards[0] : "data.shards");
     return -ENOTSUP;
 #endif
+}
+
+/* Size and content hash of one file: 8-byte words folded through the splitmix64 finaliser
+ * (several GB/s; an integrity check against a changed or damaged file, not a cryptographic
+ * one), the length mixed in last. 0 or -errno. */
+static int hash_file(const char *path, uint64_t *size, uint64_t *hash)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    if (!buf) {
+        close(fd);
+        return -ENOMEM;
+    }
+    uint64_t h = 0x6466696c65736861ull, total = 0;
+    int rc = 0;
+    for (;;) {
+        size_t have = 0; /* fill the whole chunk (or up to EOF) so words never straddle reads */
+        while (have < CHUNK) {
+            ssize_t n = read(fd, buf + have, CHUNK - have);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0) {
+                rc = -errno;
+                goto out;
+            }
+            if (n == 0)
+                break;
+            have += (size_t)n;
+        }
+        size_t i = 0;
+        for (; i + 8 <= have; i += 8) {
+            uint64_t w;
+            memcpy(&w, buf + i, 8);
+            h = df_hash64(h ^ w);
+        }
+        if (i < have) { /* the tail of the file */
+            uint64_t w = 0;
+            memcpy(&w, buf + i, have - i);
+            h = df_hash64(h ^ w ^ 0x8000000000000000ull);
+        }
+        total += have;
+        if (have < CHUNK)
+            break;
+    }
+    *size = total;
+    *hash = df_hash64(h ^ total);
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+uint64_t plan_source_digest(const plan_fp *fp)
+{
+    uint64_t d = df_fnv1a64("dfdata1", 7, 0);
+    for (int i = 0; i < fp->n; i++) {
+        d = df_fnv1a64(fp->f[i].path, strlen(fp->f[i].path) + 1, d);
+        d = df_fnv1a64(&fp->f[i].size, 8, d);
+        d = df_fnv1a64(&fp->f[i].hash, 8, d);
+    }
+    return d;
+}
+
+int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen)
+{
+    memset(fp, 0, sizeof *fp);
+    const char *synth = getenv("DF_SYNTHETIC_SAMPLES");
+    if (synth && *synth) { /* no files: the sample count is what the plan depends on */
+        fp->n = 1;
+        snprintf(fp->f[0].path, sizeof fp->f[0].path, "DF_SYNTHETIC_SAMPLES");
+        fp->f[0].size = strtoull(synth, NULL, 10);
+        fp->digest = plan_source_digest(fp);
+        return 0;
+    }
+    if (t->n_shards > PLAN_FP_MAX) {
+        snprintf(err, errlen, "data.shards: %d files (at most %d)", t->n_shards, PLAN_FP_MAX);
+        return -E2BIG;
+    }
+    for (int i = 0; i < t->n_shards; i++) {
+        if (strlen(t->shards[i]) >= sizeof fp->f[i].path) {
+            snprintf(err, errlen, "data.shards[%d]: path too long (%zu bytes)", i, strlen(t->shards[i]));
+            return -ENAMETOOLONG;
+        }
+        snprintf(fp->f[i].path, sizeof fp->f[i].path, "%s", t->shards[i]);
+        int rc = hash_file(t->shards[i], &fp->f[i].size, &fp->f[i].hash);
+        if (rc < 0) {
+            snprintf(err, errlen, "data.shards[%d] %s: %s", i, t->shards[i], strerror(-rc));
+            return rc;
+        }
+    }
+    fp->n = t->n_shards;
+    fp->digest = plan_source_digest(fp);
+    return 0;
 }

@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <limits.h>
@@ -110,6 +111,52 @@ static int check_run_dir_owner(const char *dir, char *err, size_t errlen)
     return 0;
 }
 
+/* One orchestrator per run dir: an exclusive flock on <run_dir>/orchestrator.lock, held
+ * (fd kept, close-on-exec so no worker inherits it) until the process exits; the kernel
+ * drops it when the holder dies, however it dies. The holder's pid is in the file, for the
+ * message of the one refused. Taken before anything in the run dir is touched (the control
+ * socket above all: a second orchestrator must not unlink the live one's). */
+static int lock_run_dir(orch *o, char *err, size_t errlen)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/orchestrator.lock", o->run_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK) {
+            char buf[32] = "";
+            ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+            long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+            if (pid > 0)
+                snprintf(err, errlen, "run dir %s is in use by orchestrator pid %ld (it holds %s): stop that one first "
+                         "(dfctl --run-dir %s shutdown) or wait for it to end", o->run_dir, pid, path, o->run_dir);
+            else
+                snprintf(err, errlen, "run dir %s is in use by another orchestrator that is starting (it holds %s)",
+                         o->run_dir, path);
+            e = EBUSY;
+        } else {
+            snprintf(err, errlen, "%s: flock: %s", path, strerror(e));
+        }
+        close(fd);
+        return -e;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        int e = errno ? errno : EIO;
+        snprintf(err, errlen, "%s: writing our pid: %s", path, strerror(e));
+        close(fd);
+        return -e;
+    }
+    o->lock_fd = fd;
+    return 0;
+}
+
 /* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker. */
 static void worker_binary(const orch *o, const topo_worker *tw, char *out, size_t cap)
 {
@@ -167,74 +214,178 @@ static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
     return rc;
 }
 
-/* Replay a ledger.bin snapshot's committed/poisoned batches into the fresh ledger o->led. */
-static int resume_ledger(orch *o, char *err, size_t errlen)
+/* Read <run_dir>/ledger.bin into aligned memory (ledger_snapshot_open wants it) and verify
+ * it. 0 (snap open on *mem, caller frees *mem), -ENOENT when there is none, other -errno
+ * with err naming the file and what is wrong. */
+static int load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
     char *buf = NULL;
     size_t len = 0;
+    *mem = NULL;
     int rc = df_read_file(path, &buf, &len);
-    if (rc == -ENOENT) {
-        df_log("resume: no %s (no checkpoint was committed): every batch starts pending", path);
-        return 0;
-    }
     if (rc < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(-rc));
         return rc;
     }
-    /* ledger_open wants aligned memory: copy into an aligned buffer */
-    void *mem = aligned_alloc(64, (len + 63) & ~(size_t)63);
-    if (!mem) {
+    size_t cap = (len + 63) & ~(size_t)63;
+    void *m = aligned_alloc(64, cap ? cap : 64);
+    if (!m) {
         free(buf);
         return -ENOMEM;
     }
-    memset(mem, 0, (len + 63) & ~(size_t)63);
-    memcpy(mem, buf, len);
+    memset(m, 0, cap ? cap : 64);
+    memcpy(m, buf, len);
     free(buf);
-    ledger snap;
-    rc = ledger_open(&snap, mem, len);
+    char why[512];
+    rc = ledger_snapshot_open(snap, m, len, why, sizeof why);
     if (rc < 0) {
-        snprintf(err, errlen, "%s: not a ledger snapshot (%s)", path, strerror(-rc));
-        goto out;
+        snprintf(err, errlen, "%s: %s; refusing to resume from it", path, why);
+        free(m);
+        return rc;
     }
-    if (ledger_n_batches(&snap) != ledger_n_batches(&o->led) || ledger_seed(&snap) != ledger_seed(&o->led) ||
-        ledger_epoch(&snap) != ledger_epoch(&o->led)) {
-        snprintf(err, errlen, "%s: snapshot has %u batches (seed %llu, epoch %u), the plan has %u: "
-                 "the data or the seed changed since the run started",
-                 path, ledger_n_batches(&snap), (unsigned long long)ledger_seed(&snap), ledger_epoch(&snap),
-                 ledger_n_batches(&o->led));
+    *mem = m;
+    return 0;
+}
+
+/* Restore the verified ledger.bin into the fresh ledger o->led (ledger_restore: committed and
+ * poisoned batches stay, their counters are carried over, not raised). The snapshot must be
+ * of the plan just rebuilt from the topology and the data (plan hash, data digest, epoch). */
+static int resume_ledger(orch *o, char *err, size_t errlen)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
+    ledger snap;
+    void *mem = NULL;
+    int rc = load_snapshot(o, &snap, &mem, err, errlen);
+    if (rc == -ENOENT) {
+        df_log("resume: no %s (no checkpoint was committed): every batch starts pending", path);
+        return 0;
+    }
+    if (rc < 0)
+        return rc;
+    if (ledger_data_digest(&snap) != o->data_fp.digest) {
+        snprintf(err, errlen, "%s: planned over data with digest %016llx, the data now has %016llx (%s/data_files.json "
+                 "and ledger.bin disagree): refusing to resume", path, (unsigned long long)ledger_data_digest(&snap),
+                 (unsigned long long)o->data_fp.digest, o->run_dir);
         rc = -EINVAL;
         goto out;
     }
-    uint64_t committed = ledger_committed_step(&snap);
-    uint32_t n_comm = 0, n_pois = 0;
-    for (uint32_t b = 0; b < ledger_n_batches(&snap); b++) {
-        ledger_batch_status st;
-        if ((rc = ledger_batch_status_get(&snap, b, &st)) < 0)
-            goto out;
-        if (st.state == LEDGER_COMMITTED) {
-            if ((rc = ledger_claim_batch(&o->led, b, 0, 0)) < 0 ||
-                (rc = ledger_mark_trained(&o->led, b, st.step ? st.step : 1)) < 0)
-                goto replay_fail;
-            n_comm++;
-        } else if (st.state == LEDGER_POISONED) {
-            if ((rc = ledger_mark_poisoned(&o->led, b)) < 0)
-                goto replay_fail;
-            n_pois++;
-        }
+    if (ledger_epoch(&snap) != ledger_epoch(&o->led) || ledger_plan_hash(&snap) != ledger_plan_hash(&o->led) ||
+        ledger_n_batches(&snap) != ledger_n_batches(&o->led) || ledger_seed(&snap) != ledger_seed(&o->led)) {
+        snprintf(err, errlen, "%s: epoch %u plan hash %016llx (%u batches, seed %llu), but the plan rebuilt from the "
+                 "topology and the data is epoch %u plan hash %016llx (%u batches, seed %llu): the data or the "
+                 "topology changed since the run started; refusing to resume",
+                 path, ledger_epoch(&snap), (unsigned long long)ledger_plan_hash(&snap), ledger_n_batches(&snap),
+                 (unsigned long long)ledger_seed(&snap), ledger_epoch(&o->led),
+                 (unsigned long long)ledger_plan_hash(&o->led), ledger_n_batches(&o->led),
+                 (unsigned long long)ledger_seed(&o->led));
+        rc = -EINVAL;
+        goto out;
     }
-    if (committed > 0 && (rc = ledger_commit(&o->led, committed)) < 0)
-        goto replay_fail;
-    o->committed_step = committed;
-    df_log("resume: ledger.bin: step %llu, %u batches committed, %u poisoned, the rest pending",
-           (unsigned long long)committed, n_comm, n_pois);
+    ledger_restore_counts rc_n;
+    if ((rc = ledger_restore(&o->led, &snap, &rc_n)) < 0) {
+        snprintf(err, errlen, "%s: restoring the snapshot failed: %s", path, strerror(-rc));
+        goto out;
+    }
+    o->committed_step = ledger_committed_step(&o->led);
+    df_log("resume: ledger.bin: step %llu, %u batches committed, %u poisoned, the rest pending (%u trained after the "
+           "checkpoint and %u in flight are redone)",
+           (unsigned long long)o->committed_step, rc_n.committed, rc_n.poisoned, rc_n.rewound, rc_n.reclaimed);
     rc = 0;
-    goto out;
-replay_fail:
-    snprintf(err, errlen, "%s: replaying the snapshot failed: %s", path, strerror(-rc));
 out:
     free(mem);
+    return rc;
+}
+
+/* <run_dir>/data_files.json: the data the plan was built from (path, size, content hash per
+ * file, and their digest, which the ledger carries too). Written once, crash-safely, at the
+ * start of a run; --resume compares it with the data on disk now. */
+static int write_data_files(orch *o, char *err, size_t errlen)
+{
+    char path[1200], hex[32];
+    snprintf(path, sizeof path, "%s/data_files.json", o->run_dir);
+    json_t *files = json_array();
+    for (int i = 0; i < o->data_fp.n; i++) {
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)o->data_fp.f[i].hash);
+        json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "path", o->data_fp.f[i].path, "size",
+                                               (json_int_t)o->data_fp.f[i].size, "hash", hex));
+    }
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)o->data_fp.digest);
+    json_t *j = json_pack("{s:i, s:o, s:s}", "version", 1, "files", files, "digest", hex);
+    char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    json_decref(j);
+    if (!text)
+        return -ENOMEM;
+    int rc = df_write_file_atomic(path, text, strlen(text));
+    free(text);
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    return rc;
+}
+
+/* --resume: the data on disk must be what data_files.json recorded at plan time. */
+static int check_data_files(orch *o, char *err, size_t errlen)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/data_files.json", o->run_dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+        snprintf(err, errlen, "%s: %s: cannot verify the data the run was planned over; refusing to resume", path,
+                 je.text);
+        return -EINVAL;
+    }
+    plan_fp *rec = calloc(1, sizeof *rec);
+    int rc = rec ? 0 : -ENOMEM;
+    json_t *files = json_object_get(j, "files");
+    const char *digest = json_string_value(json_object_get(j, "digest"));
+    if (!rc && (!json_is_array(files) || !digest || json_array_size(files) > PLAN_FP_MAX)) {
+        snprintf(err, errlen, "%s: expected {\"files\": [...], \"digest\": \"...\"}; refusing to resume", path);
+        rc = -EINVAL;
+    }
+    for (size_t i = 0; !rc && i < json_array_size(files); i++) {
+        json_t *f = json_array_get(files, i);
+        const char *p = json_string_value(json_object_get(f, "path"));
+        const char *h = json_string_value(json_object_get(f, "hash"));
+        json_t *sz = json_object_get(f, "size");
+        if (!p || !h || !json_is_integer(sz) || strlen(p) >= sizeof rec->f[i].path) {
+            snprintf(err, errlen, "%s: files[%zu]: expected {\"path\", \"size\", \"hash\"}; refusing to resume", path, i);
+            rc = -EINVAL;
+            break;
+        }
+        snprintf(rec->f[i].path, sizeof rec->f[i].path, "%s", p);
+        rec->f[i].size = (uint64_t)json_integer_value(sz);
+        rec->f[i].hash = strtoull(h, NULL, 16);
+        rec->n = (int)i + 1;
+    }
+    if (!rc && strtoull(digest, NULL, 16) != plan_source_digest(rec)) {
+        snprintf(err, errlen, "%s: its digest %s does not match its file list (the file was edited); refusing to "
+                 "resume", path, digest);
+        rc = -EINVAL;
+    }
+    if (!rc && rec->n != o->data_fp.n) {
+        snprintf(err, errlen, "%s: the run was planned over %d data files, the topology names %d now; refusing to "
+                 "resume", path, rec->n, o->data_fp.n);
+        rc = -EINVAL;
+    }
+    for (int i = 0; !rc && i < rec->n; i++) {
+        const char *now = o->data_fp.f[i].path;
+        if (strcmp(rec->f[i].path, now)) {
+            snprintf(err, errlen, "data.shards[%d]: the run was planned over %s, the topology names %s now; refusing "
+                     "to resume", i, rec->f[i].path, now);
+            rc = -EINVAL;
+        } else if (rec->f[i].size != o->data_fp.f[i].size || rec->f[i].hash != o->data_fp.f[i].hash) {
+            snprintf(err, errlen, "data.shards[%d] %s changed since the run was planned: %llu bytes with content hash "
+                     "%016llx then, %llu bytes with hash %016llx now (%s); refusing to resume",
+                     i, now, (unsigned long long)rec->f[i].size, (unsigned long long)rec->f[i].hash,
+                     (unsigned long long)o->data_fp.f[i].size, (unsigned long long)o->data_fp.f[i].hash, path);
+            rc = -EINVAL;
+        }
+    }
+    free(rec);
+    json_decref(j);
     return rc;
 }
 
@@ -258,6 +409,7 @@ static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int 
         snprintf(err, errlen, "ledger plan of epoch %u over %u samples: %s", epoch, n, strerror(-rc));
         return rc;
     }
+    plan.data_digest = o->data_fp.digest;
     *n_batches = plan.n_batches;
     if (quiet) { /* only counting (the LR schedule's total) */
         ledger_plan_free(&plan);
@@ -281,28 +433,17 @@ static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int 
     return 0;
 }
 
-/* The epoch a ledger.bin snapshot is in (0 when there is none or it is unreadable: then
+/* The epoch a ledger.bin snapshot is in (0 when there is none or it does not verify: then
  * resume_ledger reports the problem against the epoch-0 plan). */
 static uint32_t snapshot_epoch(orch *o)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
-    char *buf = NULL;
-    size_t len = 0;
+    ledger snap;
+    void *mem = NULL;
+    char err[16];
     uint32_t e = 0;
-    if (df_read_file(path, &buf, &len) < 0)
-        return 0;
-    size_t cap = (len + 63) & ~(size_t)63;
-    void *mem = aligned_alloc(64, cap ? cap : 64);
-    if (mem) {
-        memset(mem, 0, cap);
-        memcpy(mem, buf, len);
-        ledger snap;
-        if (ledger_open(&snap, mem, len) == 0)
-            e = ledger_epoch(&snap);
-    }
+    if (load_snapshot(o, &snap, &mem, err, sizeof err) == 0)
+        e = ledger_epoch(&snap);
     free(mem);
-    free(buf);
     return e;
 }
 
@@ -326,8 +467,14 @@ static int count_total_steps(orch *o, char *err, size_t errlen)
 static int setup_ledger(orch *o, char *err, size_t errlen)
 {
     uint32_t nb;
-    int rc = count_total_steps(o, err, errlen);
+    /* the data's fingerprint first: the plans carry its digest, and --resume must refuse
+     * changed data before anything is built from it */
+    int rc = plan_source_fingerprint(&o->t, &o->data_fp, err, errlen);
     if (rc < 0)
+        return rc;
+    if (o->resume && (rc = check_data_files(o, err, errlen)) < 0)
+        return rc;
+    if ((rc = count_total_steps(o, err, errlen)) < 0)
         return rc;
     o->epoch = o->resume ? snapshot_epoch(o) : 0;
     if ((rc = build_epoch_ledger(o, o->epoch, &nb, 0, err, errlen)) < 0)
@@ -444,6 +591,7 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
         arena_init(&o->ring_arena[i]);
     }
     o->events_fd = -1;
+    o->lock_fd = -1;
 
     if (!resume && is_dir(path)) {
         snprintf(err, errlen, "%s is a directory: to continue that run use `orchestrator --resume %s`", path, path);
@@ -467,6 +615,8 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             return prc;
         }
         if ((rc = check_run_dir_owner(o->run_dir, err, errlen)) < 0)
+            return rc;
+        if ((rc = lock_run_dir(o, err, errlen)) < 0)
             return rc;
         snprintf(o->topo_path, sizeof o->topo_path, "%s/topology.json", o->run_dir);
         if ((rc = topo_load(&o->t, o->topo_path, err, errlen)) < 0)
@@ -507,6 +657,10 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     if (!resume) {
         if ((rc = make_run_dir(o, o->t.run_dir, err, errlen)) < 0)
             return rc;
+        if ((rc = lock_run_dir(o, err, errlen)) < 0)
+            return rc;
+        if ((rc = write_data_files(o, err, errlen)) < 0)
+            return rc;
         snprintf(o->topo_path, sizeof o->topo_path, "%s/topology.json", o->run_dir);
         json_t *j = topo_to_json(&o->t);
         char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
@@ -546,11 +700,41 @@ int setup_run_complete(orch *o)
     return ledger_epoch_done(&o->led) && access(path, F_OK) == 0;
 }
 
+int setup_write_missing(orch *o, char *done, size_t cap, char *err, size_t errlen)
+{
+    char a[1200], b[1200];
+    snprintf(a, sizeof a, "%s/ledger_audit-epoch%u.json", o->run_dir, o->epoch);
+    snprintf(b, sizeof b, "%s/ledger_audit.json", o->run_dir);
+    const char *files[] = {a, b};
+    size_t len = 0;
+    done[0] = 0;
+    for (int i = 0; i < 2; i++) {
+        if (access(files[i], F_OK) == 0)
+            continue;
+        int rc = ledger_audit_write(&o->led, files[i]);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s: %s", files[i], strerror(-rc));
+            return rc;
+        }
+        int n = snprintf(done + len, cap - len, "%s%s", len ? ", " : "", files[i]);
+        if (n > 0 && (size_t)n < cap - len)
+            len += (size_t)n;
+    }
+    return 0;
+}
+
 int setup_persist_ledger(orch *o)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
-    return df_write_file_atomic(path, o->ledger_seg.base, o->ledger_seg.size);
+    void *snap = NULL;
+    uint64_t len = 0;
+    int rc = ledger_snapshot(&o->led, &snap, &len);
+    if (rc < 0)
+        return rc;
+    rc = df_write_file_atomic(path, snap, len);
+    free(snap);
+    return rc;
 }
 
 void setup_teardown(orch *o)
@@ -565,4 +749,7 @@ void setup_teardown(orch *o)
     }
     o->status = NULL;
     topo_free(&o->t);
+    if (o->lock_fd >= 0) /* last: the run dir is ours until everything is released */
+        close(o->lock_fd);
+    o->lock_fd = -1;
 }

@@ -824,13 +824,22 @@ static void close_cb_noop(uv_handle_t *h)
     (void)h;
 }
 
-static void write_epoch_audit(orch *o)
+/* A write the run's record depends on failed (audit, ledger.bin): the run must not end 0. */
+static void record_failed(orch *o, const char *path, int rc, char *msg, size_t cap)
+{
+    snprintf(msg, cap, "%s could not be written: %s: the run's record is incomplete; free space and run "
+             "`orchestrator --resume %s` to write it", path, strerror(-rc), o->run_dir);
+    df_log("%s", msg);
+}
+
+static int write_epoch_audit(orch *o, char *msg, size_t cap)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/ledger_audit-epoch%u.json", o->run_dir, o->epoch);
     int rc = ledger_audit_write(&o->led, path);
     if (rc < 0)
-        df_log("%s: %s", path, strerror(-rc));
+        record_failed(o, path, rc, msg, cap);
+    return rc;
 }
 
 /* Every batch of this epoch is committed and another follows: audit it, swap in the next
@@ -839,10 +848,16 @@ static void write_epoch_audit(orch *o)
  * learn of the new epoch (docs/ledger.md, "Epochs"). 0, or -1 when the run was shut down. */
 static int advance_epoch(orch *o)
 {
-    char err[1024];
+    char err[2600];
     uint32_t done = o->epoch;
-    write_epoch_audit(o);
-    int rc = setup_next_epoch(o, err, sizeof err);
+    /* the audit first: if it cannot be written the run stops in this epoch, and --resume
+     * (which finds it complete) writes it before switching */
+    int rc = write_epoch_audit(o, err, sizeof err);
+    if (rc < 0) {
+        sup_begin_shutdown(o, 1, err);
+        return -1;
+    }
+    rc = setup_next_epoch(o, err, sizeof err);
     if (rc < 0) {
         df_log("next epoch: %s", err);
         sup_begin_shutdown(o, 1, err);
@@ -902,14 +917,24 @@ static void maybe_finish(orch *o)
         df_log("shutdown: some workers had to be killed");
         o->exit_code = 1;
     }
+    /* the run's record: a write that fails makes the run fail (exit 1, said on stderr), so
+     * that nobody takes a run without its audit for a finished one */
+    char msg[2600] = "";
     if (ledger_epoch_done(&o->led))
-        write_epoch_audit(o);
-    char path[1200];
+        (void)write_epoch_audit(o, msg, sizeof msg);
+    char path[1200], lpath[1200];
     snprintf(path, sizeof path, "%s/ledger_audit.json", o->run_dir);
     int rc = ledger_audit_write(&o->led, path);
     if (rc < 0)
-        df_log("%s: %s", path, strerror(-rc));
-    (void)setup_persist_ledger(o);
+        record_failed(o, path, rc, msg, sizeof msg);
+    snprintf(lpath, sizeof lpath, "%s/ledger.bin", o->run_dir);
+    if ((rc = setup_persist_ledger(o)) < 0)
+        record_failed(o, lpath, rc, msg, sizeof msg);
+    if (msg[0]) {
+        fprintf(stderr, "orchestrator: %s\n", msg);
+        if (o->exit_code == 0)
+            o->exit_code = 1;
+    }
     ledger_counts_t c;
     ledger_counts(&o->led, &c);
     orch_event(o, json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:b}", "ev", "finish", "exit_code", o->exit_code,

@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdalign.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@
 #include "util.h"
 
 #define LEDGER_MAGIC 0x315247444c454644ull /* "DFLEDGR1" little-endian */
-#define LEDGER_VERSION 1u
+#define LEDGER_VERSION 2u /* 2: data_digest, checksum, per-batch replays, stats.replayed */
 #define STEP_MAX ((1ull << 56) - 1)
 #define N_BUCKETS 64
 
@@ -59,14 +60,17 @@ struct ledger_shm {
     uint32_t n_truncated;
     uint32_t reserved0;
     uint64_t off_batches, off_sample_idx, off_sample_len, off_slots;
-    uint64_t plan_hash; /* FNV-1a of batch table + sample arrays: audit re-checks it */
-    uint64_t reserved1[4];
+    uint64_t plan_hash;   /* FNV-1a of batch table + sample arrays: audit re-checks it */
+    uint64_t data_digest; /* the data files' fingerprint at plan time (ledger_plan.data_digest) */
+    uint64_t checksum;    /* snapshots only (ledger_snapshot): FNV-1a of the bytes, this field 0 */
+    uint64_t reserved1[2];
     /* mutable, each on its own cache line */
     alignas(DF_CACHELINE) _Atomic uint64_t committed_step;
     alignas(DF_CACHELINE) _Atomic uint64_t cursor;       /* next batch id for claim_next */
     alignas(DF_CACHELINE) _Atomic uint64_t pending_hint; /* >= number of PENDING batches */
     alignas(DF_CACHELINE) struct {
         _Atomic uint64_t claims, trained, rewound, reclaimed, poisoned, double_train;
+        _Atomic uint64_t replayed; /* batches restored from a snapshot (ledger_restore) */
     } stats;
     alignas(DF_CACHELINE) uint64_t reserved2[8];
 };
@@ -75,10 +79,13 @@ struct ledger_slot {
     _Atomic uint64_t word;
     _Atomic uint32_t claims;    /* times claimed */
     _Atomic uint32_t trainings; /* times marked trained */
+    _Atomic uint32_t replays;   /* times restored COMMITTED/POISONED from a snapshot */
+    uint32_t reserved;
 };
 
 _Static_assert(sizeof(ledger_batch) == 16, "ledger_batch is 16 bytes in shared memory");
-_Static_assert(sizeof(struct ledger_slot) == 16, "ledger_slot is 16 bytes");
+_Static_assert(sizeof(struct ledger_slot) == 24, "ledger_slot is 24 bytes");
+_Static_assert(offsetof(struct ledger_shm, checksum) == LEDGER_CHECKSUM_OFFSET, "checksum offset (docs/ledger.md)");
 
 /* --- state words ----------------------------------------------------------------------- */
 
@@ -302,6 +309,7 @@ int ledger_format(void *mem, uint64_t bytes, const ledger_plan *p)
     h->off_sample_len = L.off_sample_len;
     h->off_slots = L.off_slots;
     h->plan_hash = plan_hash(p->batches, p->n_batches, p->sample_idx, p->sample_len, p->n_samples);
+    h->data_digest = p->data_digest;
     atomic_store_explicit(&h->pending_hint, p->n_batches, memory_order_relaxed);
     atomic_store_explicit(&h->magic, LEDGER_MAGIC, memory_order_release);
     return 0;
@@ -641,6 +649,7 @@ int ledger_batch_status_get(ledger *l, uint64_t batch_id, ledger_batch_status *s
     }
     s->claims = atomic_load_explicit(&l->slots[batch_id].claims, memory_order_relaxed);
     s->trainings = atomic_load_explicit(&l->slots[batch_id].trainings, memory_order_relaxed);
+    s->replays = atomic_load_explicit(&l->slots[batch_id].replays, memory_order_relaxed);
     return 0;
 }
 
@@ -731,10 +740,11 @@ int ledger_audit_write(ledger *l, const char *path)
                "\"committed\": %u, \"poisoned\": %u},\n",
             c.pending, c.claimed, c.in_ring, c.trained, c.committed, c.poisoned);
     fprintf(f, "  \"stats\": {\"claims\": %" PRIu64 ", \"trained\": %" PRIu64 ", \"rewound\": %" PRIu64
-               ", \"reclaimed\": %" PRIu64 ", \"poisoned\": %" PRIu64 ", \"double_train_rejected\": %" PRIu64 "},\n",
+               ", \"reclaimed\": %" PRIu64 ", \"poisoned\": %" PRIu64 ", \"double_train_rejected\": %" PRIu64
+               ", \"replayed\": %" PRIu64 "},\n",
             atomic_load(&h->stats.claims), atomic_load(&h->stats.trained), atomic_load(&h->stats.rewound),
             atomic_load(&h->stats.reclaimed), atomic_load(&h->stats.poisoned),
-            atomic_load(&h->stats.double_train));
+            atomic_load(&h->stats.double_train), atomic_load(&h->stats.replayed));
     fprintf(f, "  \"plan_covers_every_sample_once\": %s,\n  \"epoch_done\": %s,\n  \"exactly_once\": %s,\n",
             cover ? "true" : "false", done ? "true" : "false", cover && done ? "true" : "false");
     fprintf(f, "  \"poisoned\": [");
@@ -746,9 +756,9 @@ int ledger_audit_write(ledger *l, const char *path)
         ledger_batch_status s;
         ledger_batch_status_get(l, id, &s);
         fprintf(f, "    {\"id\": %" PRIu64 ", \"state\": \"%s\", \"step\": %" PRIu64 ", \"samples\": %u, "
-                   "\"tokens\": %" PRIu64 ", \"claims\": %u, \"trainings\": %u}%s\n",
+                   "\"tokens\": %" PRIu64 ", \"claims\": %u, \"trainings\": %u, \"replays\": %u}%s\n",
                 id, ledger_state_name(s.state), s.step, l->batches[id].count, l->batches[id].tokens,
-                s.claims, s.trainings, id + 1 < l->n_batches ? "," : "");
+                s.claims, s.trainings, s.replays, id + 1 < l->n_batches ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0) {
@@ -758,4 +768,207 @@ int ledger_audit_write(ledger *l, const char *path)
     int rc = df_write_file_atomic(path, buf, len);
     free(buf);
     return rc;
+}
+
+/* --- snapshots (ledger.bin) -------------------------------------------------------------------- */
+
+uint64_t ledger_plan_hash(const ledger *l) { return l->shm->plan_hash; }
+uint64_t ledger_data_digest(const ledger *l) { return l->shm->data_digest; }
+
+/* FNV-1a over the snapshot with its checksum field read as zero. */
+static uint64_t snapshot_sum(const void *mem, uint64_t bytes)
+{
+    static const uint8_t zero[8];
+    const uint8_t *p = mem;
+    uint64_t h = df_fnv1a64(p, LEDGER_CHECKSUM_OFFSET, 0);
+    /* continue the same FNV-1a stream: its state is the running hash XORed back with the
+     * seed, and the seed is 0 here */
+    h = df_fnv1a64(zero, 8, h ^ 0xcbf29ce484222325ull);
+    return df_fnv1a64(p + LEDGER_CHECKSUM_OFFSET + 8, bytes - LEDGER_CHECKSUM_OFFSET - 8, h ^ 0xcbf29ce484222325ull);
+}
+
+int ledger_snapshot(ledger *l, void **out, uint64_t *out_len)
+{
+    struct ledger_shm *h = l->shm;
+    uint64_t total = h->total_bytes;
+    *out = NULL;
+    *out_len = 0;
+    uint8_t *mem = aligned_alloc(64, total);
+    if (!mem)
+        return -ENOMEM;
+    /* the plan part is immutable: plain copy; the mutable words one atomic load each (the
+     * stats BEFORE the slots: a slot counter moves before its stat, so the copy never shows
+     * a stat above the sum of its slots) */
+    memset(mem, 0, total);
+    memcpy(mem, h, offsetof(struct ledger_shm, committed_step));
+    memcpy(mem + h->off_batches, (const uint8_t *)h + h->off_batches, h->off_slots - h->off_batches);
+    struct ledger_shm *c = (struct ledger_shm *)mem;
+    atomic_store_explicit(&c->committed_step, ledger_committed_step(l), memory_order_relaxed);
+    atomic_store_explicit(&c->cursor, atomic_load(&h->cursor), memory_order_relaxed);
+    atomic_store_explicit(&c->pending_hint, atomic_load(&h->pending_hint), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.claims, atomic_load(&h->stats.claims), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.trained, atomic_load(&h->stats.trained), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.rewound, atomic_load(&h->stats.rewound), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.reclaimed, atomic_load(&h->stats.reclaimed), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.poisoned, atomic_load(&h->stats.poisoned), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.double_train, atomic_load(&h->stats.double_train), memory_order_relaxed);
+    atomic_store_explicit(&c->stats.replayed, atomic_load(&h->stats.replayed), memory_order_relaxed);
+    struct ledger_slot *cs = (struct ledger_slot *)(mem + h->off_slots);
+    for (uint64_t id = 0; id < l->n_batches; id++) {
+        atomic_store_explicit(&cs[id].word, load_word(l, id), memory_order_relaxed);
+        atomic_store_explicit(&cs[id].claims, atomic_load(&l->slots[id].claims), memory_order_relaxed);
+        atomic_store_explicit(&cs[id].trainings, atomic_load(&l->slots[id].trainings), memory_order_relaxed);
+        atomic_store_explicit(&cs[id].replays, atomic_load(&l->slots[id].replays), memory_order_relaxed);
+    }
+    c->checksum = 0;
+    c->checksum = snapshot_sum(mem, total);
+    *out = mem;
+    *out_len = total;
+    return 0;
+}
+
+/* A state that no sequence of transitions produces. Checked on COMMITTED and POISONED words
+ * (the orchestrator changes those itself, so a snapshot holds them exactly) and on the
+ * counters; TRAINED/CLAIMED words may be mid-change while the snapshot is copied. */
+static int check_states(ledger *l, char *err, size_t errlen)
+{
+    struct ledger_shm *h = l->shm;
+    uint64_t committed = atomic_load(&h->committed_step);
+    uint64_t sum_claims = 0, sum_trainings = 0, sum_replays = 0;
+    uint32_t n_poisoned = 0;
+    for (uint64_t id = 0; id < l->n_batches; id++) {
+        uint64_t w = load_word(l, id);
+        unsigned st = w_state(w);
+        uint32_t claims = atomic_load(&l->slots[id].claims), trainings = atomic_load(&l->slots[id].trainings);
+        sum_claims += claims;
+        sum_trainings += trainings;
+        sum_replays += atomic_load(&l->slots[id].replays);
+        if (st > LEDGER_POISONED) {
+            snprintf(err, errlen, "batch %" PRIu64 ": state %u is not a ledger state", id, st);
+            return -EBADMSG;
+        }
+        if ((st == LEDGER_PENDING || st == LEDGER_POISONED) && w_step(w) != 0) {
+            snprintf(err, errlen, "batch %" PRIu64 " is %s with a payload (%#" PRIx64 ")", id,
+                     ledger_state_name((ledger_state)st), w_step(w));
+            return -EBADMSG;
+        }
+        n_poisoned += st == LEDGER_POISONED;
+        if (st == LEDGER_TRAINED && w_step(w) == 0) {
+            snprintf(err, errlen, "batch %" PRIu64 " is trained with no step", id);
+            return -EBADMSG;
+        }
+        if (st != LEDGER_COMMITTED)
+            continue;
+        if (w_step(w) == 0) {
+            snprintf(err, errlen, "batch %" PRIu64 " is committed with no step", id);
+            return -EBADMSG;
+        }
+        if (w_step(w) > committed) {
+            snprintf(err, errlen, "batch %" PRIu64 " is committed at step %" PRIu64 ", past the committed step %" PRIu64,
+                     id, w_step(w), committed);
+            return -EBADMSG;
+        }
+        if (trainings == 0 || trainings > claims) {
+            snprintf(err, errlen, "batch %" PRIu64 " is committed with %u trainings and %u claims (a committed batch "
+                     "was trained at least once, and each training needs a claim)", id, trainings, claims);
+            return -EBADMSG;
+        }
+    }
+    /* a slot counter moves before its stat: a stat above the sum of its slots cannot be */
+    if (atomic_load(&h->stats.trained) > sum_trainings || atomic_load(&h->stats.claims) > sum_claims ||
+        atomic_load(&h->stats.replayed) > sum_replays || atomic_load(&h->stats.poisoned) < n_poisoned) {
+        snprintf(err, errlen, "counts do not add up: stats claims %" PRIu64 " / trained %" PRIu64 " / replayed %" PRIu64
+                 " / poisoned %" PRIu64 ", batches' claims %" PRIu64 " / trainings %" PRIu64 " / replays %" PRIu64
+                 " / poisoned %u", atomic_load(&h->stats.claims), atomic_load(&h->stats.trained),
+                 atomic_load(&h->stats.replayed), atomic_load(&h->stats.poisoned), sum_claims, sum_trainings,
+                 sum_replays, n_poisoned);
+        return -EBADMSG;
+    }
+    return 0;
+}
+
+int ledger_snapshot_open(ledger *l, void *mem, uint64_t bytes, char *err, size_t errlen)
+{
+    memset(l, 0, sizeof *l);
+    struct ledger_shm *h = mem;
+    if (!mem || ((uintptr_t)mem & 63) || bytes < 16 || atomic_load(&h->magic) != LEDGER_MAGIC) {
+        snprintf(err, errlen, "not a ledger snapshot (no DFLEDGR1 magic)");
+        return -EPROTO;
+    }
+    if (h->version != LEDGER_VERSION) {
+        snprintf(err, errlen, "ledger format version %u; this orchestrator reads version %u only (the run was "
+                 "started by an older build: finish it with that build, or start a new run)", h->version,
+                 LEDGER_VERSION);
+        return -EPROTONOSUPPORT;
+    }
+    if (bytes < sizeof *h || h->total_bytes != bytes) {
+        snprintf(err, errlen, "%" PRIu64 " bytes, its header says %" PRIu64 " (truncated or extended)", bytes,
+                 bytes < sizeof *h ? 0 : h->total_bytes);
+        return -EBADMSG;
+    }
+    uint64_t sum = snapshot_sum(mem, bytes);
+    if (sum != h->checksum) {
+        snprintf(err, errlen, "checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 "): the file was "
+                 "changed or damaged after it was written", h->checksum, sum);
+        return -EBADMSG;
+    }
+    int rc = ledger_open(l, mem, bytes);
+    if (rc < 0) {
+        snprintf(err, errlen, "inconsistent layout (sizes and offsets disagree)");
+        return rc;
+    }
+    rc = plan_covers_once(l);
+    if (rc <= 0) {
+        snprintf(err, errlen, "its plan is not intact (plan hash or sample coverage)");
+        return rc < 0 ? rc : -EBADMSG;
+    }
+    return check_states(l, err, errlen);
+}
+
+int ledger_restore(ledger *l, ledger *snap, ledger_restore_counts *out)
+{
+    memset(out, 0, sizeof *out);
+    if (snap->n_batches != l->n_batches || snap->n_samples != l->n_samples ||
+        snap->shm->plan_hash != l->shm->plan_hash)
+        return -EINVAL;
+    for (uint64_t id = 0; id < l->n_batches; id++)
+        if (load_word(l, id) != 0 || atomic_load(&l->slots[id].claims) || atomic_load(&l->slots[id].trainings))
+            return -EBUSY; /* only into a freshly formatted ledger */
+    struct ledger_shm *h = l->shm, *s = snap->shm;
+    uint64_t pending = 0;
+    for (uint64_t id = 0; id < l->n_batches; id++) {
+        uint64_t w = load_word(snap, id);
+        unsigned st = w_state(w);
+        uint32_t replays = atomic_load(&snap->slots[id].replays);
+        uint64_t nw = 0;
+        if (st == LEDGER_COMMITTED || st == LEDGER_POISONED) {
+            nw = st == LEDGER_COMMITTED ? w_stepped(LEDGER_COMMITTED, w_step(w)) : w_stepped(LEDGER_POISONED, 0);
+            replays++;
+            if (st == LEDGER_COMMITTED)
+                out->committed++;
+            else
+                out->poisoned++;
+        } else {
+            pending++;
+            if (st == LEDGER_TRAINED)
+                out->rewound++;
+            else if (st == LEDGER_CLAIMED || st == LEDGER_IN_RING)
+                out->reclaimed++;
+        }
+        atomic_store_explicit(&l->slots[id].word, nw, memory_order_relaxed);
+        atomic_store_explicit(&l->slots[id].claims, atomic_load(&snap->slots[id].claims), memory_order_relaxed);
+        atomic_store_explicit(&l->slots[id].trainings, atomic_load(&snap->slots[id].trainings), memory_order_relaxed);
+        atomic_store_explicit(&l->slots[id].replays, replays, memory_order_relaxed);
+    }
+    atomic_store(&h->stats.claims, atomic_load(&s->stats.claims));
+    atomic_store(&h->stats.trained, atomic_load(&s->stats.trained));
+    atomic_store(&h->stats.rewound, atomic_load(&s->stats.rewound) + out->rewound);
+    atomic_store(&h->stats.reclaimed, atomic_load(&s->stats.reclaimed) + out->reclaimed);
+    atomic_store(&h->stats.poisoned, atomic_load(&s->stats.poisoned));
+    atomic_store(&h->stats.double_train, atomic_load(&s->stats.double_train));
+    atomic_store(&h->stats.replayed, atomic_load(&s->stats.replayed) + out->committed + out->poisoned);
+    atomic_store(&h->pending_hint, pending);
+    atomic_store(&h->cursor, 0);
+    atomic_store_explicit(&h->committed_step, ledger_committed_step(snap), memory_order_release);
+    return 0;
 }

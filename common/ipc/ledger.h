@@ -31,6 +31,7 @@
 #ifndef DF_LEDGER_H
 #define DF_LEDGER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -61,6 +62,8 @@ typedef struct ledger_plan {
     uint32_t *sample_idx;    /* [n_samples]: sample indices, batch after batch */
     uint32_t *sample_len;    /* [n_samples]: effective length (min(len, max_seq_len)) of each */
     ledger_batch *batches;   /* [n_batches] */
+    uint64_t data_digest;    /* the caller's fingerprint of the data files (0 if none); ledger_format
+                              * stores it, snapshots carry it (ledger_plan_build leaves it 0) */
 } ledger_plan;
 
 /* Process-local handle on a mapped ledger segment. */
@@ -86,7 +89,17 @@ typedef struct ledger_batch_status {
     uint64_t step;        /* TRAINED / COMMITTED: the optimizer step */
     uint32_t claims;      /* how many times it was claimed (re-claims after rewind/reclaim) */
     uint32_t trainings;   /* how many times it was marked trained (> 1 only after a rewind) */
+    uint32_t replays;     /* how many times a resume restored it (COMMITTED/POISONED) from ledger.bin */
 } ledger_batch_status;
+
+/* What ledger_restore did: batches restored COMMITTED / POISONED, and returned to PENDING
+ * because the snapshot had them TRAINED after its checkpoint (rewound) or in flight (reclaimed). */
+typedef struct ledger_restore_counts {
+    uint32_t committed, poisoned, rewound, reclaimed;
+} ledger_restore_counts;
+
+/* Byte offset of the checksum field in a snapshot (docs/ledger.md, "ledger.bin"). */
+#define LEDGER_CHECKSUM_OFFSET 112
 
 /* --- plan ---------------------------------------------------------------------------------
  * Deterministic in (lens, n, seed, epoch, token_budget, max_seq_len) on every machine.
@@ -108,6 +121,28 @@ uint64_t ledger_seed(const ledger *l);
 uint32_t ledger_epoch(const ledger *l);
 uint32_t ledger_n_batches(const ledger *l);
 uint64_t ledger_committed_step(const ledger *l);
+uint64_t ledger_plan_hash(const ledger *l);
+uint64_t ledger_data_digest(const ledger *l);
+
+/* --- snapshots (ledger.bin) ---------------------------------------------------------------
+ * ledger_snapshot: a consistent copy of the segment for persisting (malloc'd with
+ * aligned_alloc, caller frees; *len bytes), with its checksum (FNV-1a 64 of the bytes, the
+ * checksum field read as 0) filled in. The live segment's checksum stays 0.
+ * ledger_snapshot_open: open a snapshot read back from disk (mem 64-byte aligned) and trust
+ * nothing: magic (-EPROTO), format version (-EPROTONOSUPPORT), size and checksum, layout,
+ * plan hash and coverage, and states that no sequence of transitions produces (a COMMITTED
+ * batch with no step, past the committed step, never trained or trained more often than
+ * claimed; a stat above the sum of its per-batch counters): -EBADMSG. err says what and
+ * where (batch id, values).
+ * ledger_restore: copy a verified snapshot (same plan hash) into a freshly formatted ledger
+ * l: COMMITTED (with its step) and POISONED batches stay, everything else is PENDING again;
+ * the per-batch claims/trainings and the stats are carried over unchanged, so a restore is
+ * not a training: it raises only "replays" (per batch) and stats.replayed; TRAINED batches
+ * returned count as rewound, in-flight ones as reclaimed. The committed step is the
+ * snapshot's. -EINVAL plan mismatch, -EBUSY l is not fresh. */
+int ledger_snapshot(ledger *l, void **buf, uint64_t *len);
+int ledger_snapshot_open(ledger *l, void *mem, uint64_t bytes, char *err, size_t errlen);
+int ledger_restore(ledger *l, ledger *snap, ledger_restore_counts *out);
 
 /* --- transitions -------------------------------------------------------------------------- */
 /* Fast mode: the next PENDING batch (a shared cursor, then a scan for batches that a rewind

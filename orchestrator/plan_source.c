@@ -90,14 +90,14 @@ int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, 
 #endif
 }
 
-/* Size and content hash of one file: 8-byte words folded through the splitmix64 finaliser
+/* Size and content hash of one regular file (err says why not): 8-byte words folded through the splitmix64 finaliser
  * (several GB/s; an integrity check against a changed or damaged file, not a cryptographic
  * one), the length mixed in last. 0 or -errno. */
-static int hash_file(const char *path, uint64_t *size, uint64_t *hash)
+static int hash_file(const char *path, uint64_t *size, uint64_t *hash, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = df_open_regular(path, NULL, err, errlen); /* a FIFO must not block the open */
     if (fd < 0)
-        return -errno;
+        return fd;
     enum { CHUNK = 1 << 20 };
     uint8_t *buf = malloc(CHUNK);
     if (!buf) {
@@ -175,9 +175,13 @@ int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen
             return -ENAMETOOLONG;
         }
         snprintf(fp->f[i].path, sizeof fp->f[i].path, "%s", t->shards[i]);
-        int rc = hash_file(t->shards[i], &fp->f[i].size, &fp->f[i].hash);
+        char why[512] = "";
+        int rc = hash_file(t->shards[i], &fp->f[i].size, &fp->f[i].hash, why, sizeof why);
         if (rc < 0) {
-            snprintf(err, errlen, "data.shards[%d] %s: %s", i, t->shards[i], strerror(-rc));
+            if (why[0])
+                snprintf(err, errlen, "data.shards[%d]: %s", i, why);
+            else
+                snprintf(err, errlen, "data.shards[%d] %s: %s", i, t->shards[i], strerror(-rc));
             return rc;
         }
     }

@@ -28,6 +28,10 @@ What it writes (docs/DFLASH.md "Weights in the checkpoint", "config.json of a re
                      tokens [S+1] (f32, small ints; tokens[S] is the anchor), logits
                      [B-1, V] f32 of block rows 1..B-1 for the anchor at position S.
 
+--reference-only: keep the release in --out as it is and recompute only its
+reference.safetensors (same H and tokens, new logits) for --target; needs only torch (no
+transformers, no safetensors package). Used when the target's embeddings change.
+
 Weights: transformers' init (normal std 0.02 for projections), then every norm weight set to
 1 + U(-0.2, 0.2) so that a loader which ignored a norm would be caught by the reference.
 Exit status 0, or 1 with a line starting "make_release_drafter: error:".
@@ -56,7 +60,11 @@ def main():
                     help="default: the byte tokenizer's mask token, else vocab_size - 1")
     ap.add_argument("--context", type=int, default=40, help="context rows of the reference draft")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reference-only", action="store_true",
+                    help="recompute reference.safetensors of the release in --out for --target")
     args = ap.parse_args()
+    if args.reference_only:
+        return reference_only(args)
 
     try:
         import torch
@@ -150,6 +158,75 @@ def main():
     print(f"make_release_drafter: wrote {args.out}: {len(sd)} tensors ({sum(v.numel() for v in sd.values())} "
           f"params, bf16), block size {B}, target layers {ids}, mask token {mask_id}; reference draft over "
           f"{S} context rows: tokens {logits.argmax(-1).tolist()}")
+
+
+def read_safetensors(path):
+    """{name: float64 torch tensor} from a safetensors file (F32 / BF16), plain struct + torch."""
+    import struct
+    import torch
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        buf = bytearray(raw[8 + n + a:8 + n + b])
+        if v["dtype"] == "F32":
+            t = torch.frombuffer(buf, dtype=torch.float32)
+        elif v["dtype"] == "BF16":
+            t = (torch.frombuffer(buf, dtype=torch.int16).to(torch.int32) << 16).view(torch.float32)
+        else:
+            die(f"{path}: {k}: dtype {v['dtype']} not handled")
+        out[k] = t.reshape(v["shape"]).double()
+    return out
+
+
+def write_f32_safetensors(path, tensors):
+    import struct
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for k, t in tensors.items():
+        b = t.float().contiguous().numpy().tobytes()
+        header[k] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    os.replace(path + ".tmp", path)
+
+
+def reference_only(args):
+    import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import dflash_torch
+    dflash_torch.import_torch()
+    conf = json.load(open(os.path.join(args.out, "config.json")))
+    P = read_safetensors(os.path.join(args.out, "model.safetensors"))
+    ref = read_safetensors(os.path.join(args.out, "reference.safetensors"))
+    tw = {}
+    for fn in sorted(os.listdir(args.target)):
+        if fn.endswith(".safetensors"):
+            tw.update(read_safetensors(os.path.join(args.target, fn)))
+    embed = tw["model.embed_tokens.weight"]
+    head = embed if conf.get("tie_word_embeddings") else tw["lm_head.weight"]
+    d = conf["hidden_size"]
+    hd = conf.get("head_dim") or d // conf["num_attention_heads"]
+    theta = conf.get("rope_theta") or (conf.get("rope_parameters") or {}).get("rope_theta")
+    B = conf["block_size"]
+    rc = dict(rms_norm_eps=conf["rms_norm_eps"], B=B, hd=hd, heads=conf["num_attention_heads"],
+              kv=conf["num_key_value_heads"], mask_token_id=conf["dflash_config"]["mask_token_id"], rope_theta=theta,
+              layer_types=conf["layer_types"], sliding_window=0)
+    H, toks = ref["H"], ref["tokens"].long()
+    S = H.shape[0] - 1
+    z = dflash_torch.drafter_forward(P, rc, H, toks, torch.tensor([S]), torch.tensor([1]), embed, use_sdpa=False)
+    logits = (z[1:] @ head.T).float()
+    write_f32_safetensors(os.path.join(args.out, "reference.safetensors"),
+                          {"H": H.float(), "tokens": toks.float(), "logits": logits})
+    print(f"make_release_drafter: rewrote {args.out}/reference.safetensors for {args.target}: "
+          f"tokens {logits.argmax(-1).tolist()}")
 
 
 if __name__ == "__main__":

@@ -154,6 +154,43 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
     return rc;
 }
 
+int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
+                    long *hit, long *n)
+{
+    int B = dr->block_size, total = n_prompt + n_out;
+    if (n_prompt < 1 || n_out < 2)
+        return n_prompt < 1 ? -EINVAL : 0;
+    if (total + B > t->max_ctx)
+        return -ENOSPC;
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)total), *draft = malloc(sizeof(int32_t) * (size_t)B);
+    if (!all || !draft) {
+        free(all), free(draft);
+        return -ENOMEM;
+    }
+    memcpy(all, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    memcpy(all + n_prompt, out, sizeof(int32_t) * (size_t)n_out);
+    const float *feats;
+    int32_t next, rc;
+    /* rows 0..total-2: every row that is ever context (the last token is never an anchor) */
+    if ((rc = t->reset(t->ctx)) < 0 || (rc = t->extend(t->ctx, all, total - 1, 1, &next, &feats)) < 0 ||
+        (rc = dr->reset(dr->ctx)) < 0 || (rc = dr->append(dr->ctx, feats, n_prompt)) < 0)
+        goto out;
+    for (int j = 0; j + 1 < n_out; j++) {
+        int a = n_prompt + j; /* the anchor out[j]; rows < a are in the context */
+        if ((rc = dr->draft(dr->ctx, all[a], draft)) < 0)
+            goto out;
+        for (int k = 1; k < B && j + k < n_out; k++) {
+            n[k]++;
+            hit[k] += draft[k - 1] == out[j + k];
+        }
+        if ((rc = dr->append(dr->ctx, feats + (size_t)a * (size_t)t->feat_dim, 1)) < 0)
+            goto out;
+    }
+out:
+    free(all), free(draft);
+    return rc < 0 ? rc : 0;
+}
+
 /* ---- CPU adapters ---------------------------------------------------------------- */
 
 static int cpu_t_reset(void *ctx)

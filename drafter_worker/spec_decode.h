@@ -85,6 +85,17 @@ int sd_generate_plain(sd_target *t, const int32_t *prompt, int n_prompt, const s
 int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
                      sd_result *r);
 
+/* Teacher-forced per-position accuracy on a finished output: every output token but the
+ * last becomes an anchor in turn, with the target's features of everything before it as
+ * the drafter's context (computed once, in one target call), and the draft's position k
+ * is compared with out[j + k] where that token exists: hit[k] += match, n[k]++ (k = 1..B-1;
+ * the arrays have B entries and are added to). This is the training-time acc_k measured on
+ * held-out text, with anchors at every position; the drafts scored inside speculative
+ * decoding (sd_result.pos_hit) sit right after a rejected draft, a harder-than-average
+ * place. Resets the target and the drafter. 0 or -errno. */
+int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
+                    long *hit, long *n);
+
 /* CPU backends over target_decode / dflash_infer (borrowed; must outlive the structs). */
 struct td_model;
 struct dfi_state;

@@ -22,7 +22,7 @@ RUN_DIR=$(cfg run_dir)
 if [ ! -f data/tiny/train-000.dfs ]; then
   echo "run: preparing data/tiny/train-000.dfs from data/tiny/chat-train.jsonl"
   python3 scripts/prepare_data.py --tokenizer models/tiny-target --out data/tiny/train \
-    data/tiny/chat-train.jsonl --max-samples 2000 --max-len 512
+    data/tiny/chat-train.jsonl --max-samples 1600 --max-len 512
 fi
 if [ -e "$RUN_DIR" ]; then
   old="$RUN_DIR.$(date +%Y%m%d-%H%M%S)"

@@ -4,7 +4,7 @@ forward, loss and backward, written from docs/DFLASH.md (not from any public tra
 
 It exists for two jobs:
 
-  fixture     the numerical ground truth for the C CPU reference (drafter_worker/dflash_*):
+  fixture     the numerical ground truth for the C CPU reference (common/dflash/dflash_*):
               a TINY drafter with seeded random weights and inputs, evaluated in float64
               on the CPU, saved with the loss, per-position accuracy and the gradient of the
               loss w.r.t. every trainable tensor and w.r.t. the target features H into ONE

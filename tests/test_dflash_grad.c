@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_loss.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_loss.h"
+#include "dflash/dflash_model.h"
 #include "nn/nn.h"
 #include "test_helpers.h"
 #include "util.h"

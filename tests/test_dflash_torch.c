@@ -1,4 +1,4 @@
-/* test_dflash_torch.c: the C drafter (drafter_worker/dflash_*) against an independent
+/* test_dflash_torch.c: the C drafter (common/dflash/dflash_*) against an independent
  * PyTorch implementation written from docs/DFLASH.md (scripts/dflash_torch.py), on one
  * fixed batch computed there in float64: the loss, the per-position accuracy, the forward
  * output z, and the gradient of the loss w.r.t. every trainable tensor and w.r.t. the
@@ -27,10 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_loss.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_loss.h"
+#include "dflash/dflash_model.h"
 #include "io/safetensors.h"
 #include "test_helpers.h"
 

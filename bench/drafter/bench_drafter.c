@@ -21,8 +21,8 @@ int main(int argc, char **argv)
     return 0;
 }
 #else
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_cuda.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_cuda.h"
 #include "util.h"
 
 #include <cuda_runtime_api.h>

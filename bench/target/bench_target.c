@@ -22,7 +22,7 @@ int main(void)
 #else
 #include "io/hfconfig.h"
 #include "nn/nn_cuda.h"
-#include "target_worker/target_model_cuda.h"
+#include "target/target_model_cuda.h"
 #include "util.h"
 
 #include <cuda_runtime_api.h>

@@ -9,7 +9,7 @@ It exists for two jobs:
               on the CPU, saved with the loss, per-position accuracy and the gradient of the
               loss w.r.t. every trainable tensor and w.r.t. the target features H into ONE
               safetensors file that tests/test_dflash_torch.c replays.
-                  python3 scripts/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors
+                  python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors
               (also writes <out stem>-tied.safetensors: tied embeddings, other mask rules).
               Before writing, it checks itself: SDPA against an explicit masked softmax,
               the chunked head+CE against a plain full-logits autograd loss, a two-sided
@@ -22,7 +22,7 @@ It exists for two jobs:
               Qwen3-8B-DFlash-b16 shape; CUDA-event timing, median of N; FLOPs per the
               PERFORMANCE.md formulas; MFU against an 8192^3 bf16 GEMM measured in the same
               process. One JSON object per configuration on stdout.
-                  python3 scripts/dflash_torch.py step-bench --seq 768 2048 --anchors 256 512
+                  python3 tests/reference/dflash_torch.py step-bench --seq 768 2048 --anchors 256 512
 
 Model (docs/DFLASH.md): C = RMSNorm_hidden(fc(H)); block j input E[x[a_j]], E[MASK] x (B-1)
 with RoPE positions a_j + k (context rows 0..S-1); per layer a = RMSNorm_in(h),
@@ -556,7 +556,7 @@ def make_fixture_case(tied, seed, chunk):
     meta_cfg = dict(cfg)
     meta_cfg.update(n_layers=len(cfg["layer_types"]), chunk=chunk, seed=seed,
                     attention="sdpa" if use_sdpa else "explicit", sdpa_vs_explicit=sdpa_diff,
-                    torch_version=torch.__version__, fd_rel_err=fd_rel, made_by="scripts/dflash_torch.py fixture")
+                    torch_version=torch.__version__, fd_rel_err=fd_rel, made_by="tests/reference/dflash_torch.py fixture")
     log(f"{tag}: loss {loss.item():.10f}, sum_w {w.sum().item():.6f}, acc {[round(x, 4) for x in acc.tolist()]}, "
         f"||grad.H|| {gH.norm().item():.4e}")
     return out, {"config": json.dumps(meta_cfg, sort_keys=True)}
@@ -786,8 +786,8 @@ def main(argv=None):
         description="PyTorch reference of the DFlash drafter (docs/DFLASH.md): test fixture and step benchmark.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-               "  python3 scripts/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors\n"
-               "  python3 scripts/dflash_torch.py step-bench --seq 768 2048 --anchors 256 512 \\\n"
+               "  python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors\n"
+               "  python3 tests/reference/dflash_torch.py step-bench --seq 768 2048 --anchors 256 512 \\\n"
                "      --json-out bench/results/drafter-torch.json\n")
     sub = ap.add_subparsers(dest="cmd")
     fx = sub.add_parser("fixture", help="write the float64 ground-truth fixture(s) for tests/test_dflash_torch.c")

@@ -1,6 +1,6 @@
 /* dflash_eval: how good is a drafter? Greedy speculative decoding with a DFlash drafter
  * against its target, beside plain greedy decoding of the same prompts in the same run:
- * acceptance length tau (docs/DFLASH.md "Evaluation"), its histogram, tokens/s, time per
+ * acceptance length tau (docs/dflash_spec.md "Evaluation"), its histogram, tokens/s, time per
  * output token and speedup, and the lossless check (speculative output == plain output
  * token for token). docs/eval.md describes the options, the output and the numbers.
  *
@@ -332,7 +332,7 @@ int main(int argc, char **argv)
         }
     }
 
-    /* overall: tau averaged per response, then across responses (docs/DFLASH.md) */
+    /* overall: tau averaged per response, then across responses (docs/dflash_spec.md) */
     long *hist = calloc((size_t)B + 1, sizeof(long));
     if (!hist)
         df_die(DF_EXIT_TEMP, "out of memory");

@@ -9,7 +9,7 @@
  * dropped (n_ctx does not move).
  *
  * The anchor sits at position n_ctx: the context is every token BEFORE the anchor, the
- * anchor's own feature is never seen (docs/DFLASH.md, the "strictly <" trap). Masks are
+ * anchor's own feature is never seen (docs/dflash_spec.md, the "strictly <" trap). Masks are
  * the training ones (dflash_mask_ranges for one block): full layers see all context rows
  * and the whole block, sliding layers the last W-1 context rows before each query and the
  * block causally. So a draft equals dflash_forward's block for an anchor at n_ctx with

@@ -1,6 +1,6 @@
 /* spec_decode.h: greedy speculative decoding with a DFlash drafter, and plain greedy
  * decoding of the target for comparison (prefix sd_). docs/eval.md has the loop and the
- * statistics; docs/DFLASH.md "Evaluation" defines tau.
+ * statistics; docs/dflash_spec.md "Evaluation" defines tau.
  *
  * The loop is written against two small interfaces so the same code runs the CPU models
  * (target_decode.h, dflash_infer.h; sd_target_cpu / sd_drafter_cpu below) and the CUDA

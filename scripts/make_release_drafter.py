@@ -11,7 +11,7 @@ export (dflash_export_release), and that our cached inference drafts what PyTorc
 Needs torch, transformers (Qwen3) and safetensors: run on the GPU machine (CPU torch is
 enough), then commit the output directory.
 
-What it writes (docs/DFLASH.md "Weights in the checkpoint", "config.json of a release"):
+What it writes (docs/dflash_spec.md "Weights in the checkpoint", "config.json of a release"):
   config.json        transformers' Qwen3Config of the drafter's shape (to_dict(), so every
                      field transformers writes is there), plus architectures
                      ["DFlashDraftModel"], auto_map, block_size, num_target_layers,

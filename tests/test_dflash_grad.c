@@ -1,5 +1,5 @@
 /* test_dflash_grad.c: the DFlash drafter's gradient and every training rule of
- * docs/DFLASH.md, on a tiny model (d=32, H=4, KV=2, hd=8, I=64, V=50, B=4, S=24, N=4,
+ * docs/dflash_spec.md, on a tiny model (d=32, H=4, KV=2, hd=8, I=64, V=50, B=4, S=24, N=4,
  * 2 captured layers, 2 layers: full + sliding W=8).
  *  - finite differences of the WHOLE loss w.r.t. every parameter kind (largest-gradient
  *    elements, random elements, and the directional derivative along the gradient) and

@@ -1,5 +1,5 @@
 /* test_dflash_torch.c: the C drafter (common/dflash/dflash_*) against an independent
- * PyTorch implementation written from docs/DFLASH.md (tests/reference/dflash_torch.py), on one
+ * PyTorch implementation written from docs/dflash_spec.md (tests/reference/dflash_torch.py), on one
  * fixed batch computed there in float64: the loss, the per-position accuracy, the forward
  * output z, and the gradient of the loss w.r.t. every trainable tensor and w.r.t. the
  * captured target features H. docs/drafter_torch.md says why and how.

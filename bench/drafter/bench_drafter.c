@@ -5,7 +5,7 @@
  * Per configuration (S, anchors): warmup steps, then timed steps with CUDA events on the
  * step's stream; the median is reported as ms/step (one sequence = one sample), samples/s,
  * TFLOP/s and MFU. FLOPs use the formula of the PyTorch peer (tests/reference/dflash_torch.py
- * step_flops, PERFORMANCE.md): all N*B block positions x (6 trainable + 4 lm_head params),
+ * step_flops, docs/performance.md): all N*B block positions x (6 trainable + 4 lm_head params),
  * 6 (fc + L (k,v proj)) per context token, 12 H hd per allowed (query, key) pair. MFU is over
  * a bf16 8192^3 cuBLASLt GEMM measured in the same run. The prompt is the first S/8 tokens
  * (loss_mask 0), as the peer does. Prints a table, writes JSON (--json, default

@@ -1,5 +1,5 @@
 /* dflash_batch.c: anchors, labels, loss weights, training mask and feature noise for
- * one sequence. Every rule here is a trap of docs/DFLASH.md written as code:
+ * one sequence. Every rule here is a trap of docs/dflash_spec.md written as code:
  * strict "< anchor" context visibility, no label shift, position 0 without loss. */
 #include "dflash/dflash_batch.h"
 

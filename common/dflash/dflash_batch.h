@@ -1,5 +1,5 @@
 /* dflash_batch.h: everything the drafter derives from one training sequence before the
- * model runs (docs/DFLASH.md "Training"): anchor sampling, labels, loss weights, the
+ * model runs (docs/dflash_spec.md "Training"): anchor sampling, labels, loss weights, the
  * training attention mask as nn_key_ranges, and the optional feature noise.
  *
  * Shaped as plain functions over arrays so the postproc_worker (which samples anchors

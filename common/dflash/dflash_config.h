@@ -1,4 +1,4 @@
-/* dflash_config.h: the DFlash drafter's shape and constants (docs/DFLASH.md), and the
+/* dflash_config.h: the DFlash drafter's shape and constants (docs/dflash_spec.md), and the
  * release config.json (z-lab format) read/write. One struct that every other dflash_*
  * file takes; validated once so the math code can trust it. */
 #ifndef DF_DFLASH_CONFIG_H
@@ -47,7 +47,7 @@ int dflash_config_validate(const dflash_config *c, char *err, size_t errlen);
 /* Trainable parameter count (what the checkpoint holds). */
 size_t dflash_config_param_count(const dflash_config *c);
 
-/* Release config.json (docs/DFLASH.md "config.json of a release"), written atomically.
+/* Release config.json (docs/dflash_spec.md "config.json of a release"), written atomically.
  * 0 or -errno. */
 int dflash_config_write_release(const dflash_config *c, const char *path);
 /* Parse a release config.json. Missing optional fields get Qwen3 defaults (sliding off,

@@ -1,6 +1,6 @@
 /* dflash_loss.h: the drafter's frozen lm_head + softmax + weighted cross-entropy and its
  * gradient, computed in row chunks so that [rows x vocab] logits never exist at once
- * (151936-wide vocab: docs/DFLASH.md). Rows with zero weight (position 0, padding,
+ * (151936-wide vocab: docs/dflash_spec.md). Rows with zero weight (position 0, padding,
  * prompt tokens) are skipped entirely: no logits, zero gradient. Also collects the
  * per-position accuracies and the expected acceptance length tau. */
 #ifndef DF_DFLASH_LOSS_H

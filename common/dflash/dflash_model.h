@@ -1,4 +1,4 @@
-/* dflash_model.h: the DFlash drafter on the CPU in fp32 (docs/DFLASH.md): parameters in
+/* dflash_model.h: the DFlash drafter on the CPU in fp32 (docs/dflash_spec.md): parameters in
  * one flat buffer (so AdamW, clipping, all-reduce and checkpoints see one array), the
  * training forward over one sequence's N anchor blocks, and the backward to every
  * trainable parameter and optionally to the captured features H.

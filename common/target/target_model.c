@@ -389,7 +389,7 @@ int tm_load_embeddings(tm_embeddings *e, const char *dir, int want_final_norm, c
     if ((rc = load_f32(&st, "model.embed_tokens.weight", c.vocab_size, c.hidden_size, &e->embed, err, errlen)) < 0)
         goto out;
     if (e->tied)
-        e->lm_head = e->embed; /* tied: lm_head IS the embedding matrix (docs/DFLASH.md) */
+        e->lm_head = e->embed; /* tied: lm_head IS the embedding matrix (docs/dflash_spec.md) */
     else if ((rc = load_f32(&st, "lm_head.weight", c.vocab_size, c.hidden_size, &e->lm_head, err, errlen)) < 0)
         goto out;
     if (want_final_norm && (rc = load_f32(&st, "model.norm.weight", c.hidden_size, 0, &e->final_norm, err, errlen)) < 0)

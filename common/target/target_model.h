@@ -1,7 +1,7 @@
 /* target_model.h: the frozen target LLM (Qwen3 / Llama, HF format), its weights and
  * its CPU forward (prefix tm_).
  *
- * The target worker only needs the features of a few layers (docs/DFLASH.md: "layer l"
+ * The target worker only needs the features of a few layers (docs/dflash_spec.md: "layer l"
  * is the OUTPUT of decoder layer l, HF hidden_states[l+1], before any final norm), so
  * tm_load reads config.json and the weights of layers 0..max(capture) only: no later
  * layers, no final norm, no lm_head. Weights are converted to fp32 (bf16/f16/f32 files);

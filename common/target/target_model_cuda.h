@@ -106,7 +106,7 @@ int tmc_take_token_error(tmc_model *m, int *bad);
 /* Text of the last failure of tmc_forward (GEMM or kernel launch). */
 const char *tmc_error(const tmc_model *m);
 
-/* FLOP of one forward over documents of the given lengths (docs/PERFORMANCE.md):
+/* FLOP of one forward over documents of the given lengths (docs/performance.md):
  * 2 * (params of layers 0..n_layers-1) per token + 2 * n_layers * L_doc * H * hd per token
  * of each document of length L_doc (causal attention). */
 double tmc_forward_flops(const tmc_model *m, const int32_t *doc_starts, int n_docs);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """dflash_torch.py: an independent PyTorch implementation of the DFlash drafter's training
-forward, loss and backward, written from docs/DFLASH.md (not from any public trainer).
+forward, loss and backward, written from docs/dflash_spec.md (not from any public trainer).
 
 It exists for two jobs:
 
@@ -16,15 +16,15 @@ It exists for two jobs:
               finite difference of the loss along a random direction, its vectorised mask
               against a loop written from the spec text, and exact zeros for padding blocks.
 
-  step-bench  the eager PyTorch peer of the drafter training step (PERFORMANCE.md, "Peers"):
+  step-bench  the eager PyTorch peer of the drafter training step (docs/performance.md, "Peers"):
               fwd + bwd + grad clip + fused AdamW, fp32 master weights, bf16 autocast,
               SDPA with a dense bool mask, chunked frozen lm_head + CE, at the
               Qwen3-8B-DFlash-b16 shape; CUDA-event timing, median of N; FLOPs per the
-              PERFORMANCE.md formulas; MFU against an 8192^3 bf16 GEMM measured in the same
+              docs/performance.md formulas; MFU against an 8192^3 bf16 GEMM measured in the same
               process. One JSON object per configuration on stdout.
                   python3 tests/reference/dflash_torch.py step-bench --seq 768 2048 --anchors 256 512
 
-Model (docs/DFLASH.md): C = RMSNorm_hidden(fc(H)); block j input E[x[a_j]], E[MASK] x (B-1)
+Model (docs/dflash_spec.md): C = RMSNorm_hidden(fc(H)); block j input E[x[a_j]], E[MASK] x (B-1)
 with RoPE positions a_j + k (context rows 0..S-1); per layer a = RMSNorm_in(h),
 Q = RoPE(q_norm(a Wq)), K = RoPE(k_norm([C;a] Wk)), V = [C;a] Wv, GQA attention under the
 training mask (context kv < a_j strictly, own block bidirectional; sliding layers add
@@ -165,7 +165,7 @@ def build_mask(S, anchors, keep, B, window):
 
 
 def build_mask_loop(S, anchors, keep, B, window):
-    """The same mask by the letter of docs/DFLASH.md, one (query, key) at a time (tests only)."""
+    """The same mask by the letter of docs/dflash_spec.md, one (query, key) at a time (tests only)."""
     N = len(anchors)
     R = N * B
     m = [[False] * (S + R) for _ in range(R)]
@@ -625,7 +625,7 @@ def gemm_ceiling_tflops(dev, n):
 
 
 def step_flops(cfg, S, n_block_positions, attn_pairs):
-    """PERFORMANCE.md: per block position 6 * trainable + 4 * lm_head; per context token
+    """docs/performance.md: per block position 6 * trainable + 4 * lm_head; per context token
     6 * (fc + n_layers * (k_proj + v_proj)); attention 3 x forward (QK^T and PV: 4 FLOP per
     allowed (query, key) pair per head per head_dim element)."""
     d, hd, L = cfg["d"], cfg["hd"], len(cfg["layer_types"])
@@ -783,7 +783,7 @@ def cmd_step_bench(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="dflash_torch.py",
-        description="PyTorch reference of the DFlash drafter (docs/DFLASH.md): test fixture and step benchmark.",
+        description="PyTorch reference of the DFlash drafter (docs/dflash_spec.md): test fixture and step benchmark.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
                "  python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors\n"

@@ -11,9 +11,13 @@
 #                                            (static link; for the GPU machine, which has no apt)
 #
 # Conventions (the build finds files by name, so adding a file needs no Makefile edit):
-#   common/**.c                  -> build/libcommon.a
-#   <role>/*.c                   -> build/lib<role>.a, except *_main.c
-#   <role>/<name>_main.c         -> build/bin/<name>
+#   common/**.c                  -> build/libcommon.a   (but common/target/, common/dflash/)
+#   common/target/*.c            -> build/libtarget.a   (the target model: forward, KV decode)
+#   common/dflash/*.c            -> build/libdflash.a   (the DFlash model: fwd/bwd, loss, AdamW, ckpt)
+#   <room>/*.c                   -> build/lib<room>.a, except *_main.c  (room: eval, tools,
+#                                   orchestrator, target_worker, postproc_worker, drafter_worker)
+#   <room>/<name>_main.c         -> build/bin/<name>, linked with only the layers <room> may use
+#                                   (<room>_USES below; a new room needs a _USES line)
 #   tests/test_*.c               -> build/tests/test_*        (run by `make test`)
 #   tests/<name>_main.c          -> build/bin/<name>          (programs tests launch: fake_worker)
 #   tests/gpu_test_*.c|.cu       -> build/tests/gpu_test_*    (CUDA=1, run by `make test-gpu`)
@@ -74,49 +78,77 @@ CFLAGS  += -DDF_WITH_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lcuda -lnccl -lstdc++ -ldl
 endif
 
-# --- source discovery -------------------------------------------------------
+# --- source discovery and layers -------------------------------------------
 .DEFAULT_GOAL := all
-ROLES := orchestrator target_worker postproc_worker drafter_worker
+# A room is a folder built into one library (every .c/.cu but *_main.c) plus its programs.
+# The layers, lowest first; a room may use its own code and the rooms in its _USES line,
+# nothing else. Programs link exactly those libraries in that order, without
+# --start-group: a call upward or sideways is an undefined symbol at link time, and
+# tests/test_layering.sh refuses an #include across the same lines (`make print-layers`).
+#   common          common/ minus the two model libraries: util, ipc/, io/, nn/
+#   target, dflash  common/target/ (the target model), common/dflash/ (the DFlash model)
+#   eval            eval/: speculative decoding with a trained drafter (dflash_eval)
+#   tools           tools/: offline command-line tools (dflash_tool)
+#   the processes   orchestrator/ target_worker/ postproc_worker/ drafter_worker/
+ROLES   := orchestrator target_worker postproc_worker drafter_worker
+ROOMS   := common target dflash eval tools $(ROLES)
+common_DIR := common
+target_DIR := common/target
+dflash_DIR := common/dflash
+$(foreach r,eval tools $(ROLES),$(eval $(r)_DIR := $(r)))
+common_USES          :=
+target_USES          := common
+dflash_USES          := common
+eval_USES            := dflash target common
+tools_USES           := dflash common
+orchestrator_USES    := common
+target_worker_USES   := target common
+postproc_worker_USES := dflash common
+drafter_worker_USES  := dflash target common
 
 ifeq ($(CUDA),1)
   src_filter = $(filter-out %_nocuda.c,$(1))
-  cu_find    = $(shell find $(1) -name '*.cu' 2>/dev/null | sort)
 else
   src_filter = $(filter-out %_cuda.c,$(1))
-  cu_find    =
 endif
+# common/ is searched recursively, but common/target and common/dflash are rooms of their own
+common_FIND := find common -path common/target -prune -o -path common/dflash -prune -o
+room_find    = $(shell $(if $(filter common,$(1)),$(common_FIND),find $($(1)_DIR) -maxdepth 1) -name '$(2)' -print 2>/dev/null | sort)
 
-COMMON_C  := $(call src_filter,$(shell find common -name '*.c' | sort))
-COMMON_CU := $(call cu_find,common)
-COMMON_O  := $(COMMON_C:%.c=$(BUILD)/%.o) $(COMMON_CU:%.cu=$(BUILD)/%.cu.o)
-
-ALL_LIBS  := $(foreach r,$(ROLES),$(BUILD)/lib$(r).a) $(BUILD)/libcommon.a
-# One group: a binary or test may use code of several rooms (postproc samples anchors
-# with the drafter's code); the linker resolves across the group in any order.
-LINK_LIBS := -Wl,--start-group $(ALL_LIBS) -Wl,--end-group
-NV_LINK_LIBS := -Xlinker --start-group $(ALL_LIBS) -Xlinker --end-group
-
-define role_template
-$(1)_ALL  := $$(call src_filter,$$(wildcard $(1)/*.c))
+define room_template
+$(1)_ALL  := $$(call src_filter,$$(call room_find,$(1),*.c))
 $(1)_MAIN := $$(filter %_main.c,$$($(1)_ALL))
 $(1)_LIBC := $$(filter-out %_main.c,$$($(1)_ALL))
-$(1)_CU   := $$(call cu_find,$(1))
-$(1)_O    := $$($(1)_LIBC:%.c=$(BUILD)/%.o) $$($(1)_CU:%.cu=$(BUILD)/%.cu.o)
-$(1)_BINS := $$(patsubst $(1)/%_main.c,$(BUILD)/bin/%,$$($(1)_MAIN))
-$(BUILD)/lib$(1).a: $$($(1)_O)
+$(1)_CU   := $$(if $$(filter 1,$$(CUDA)),$$(call room_find,$(1),*.cu))
+$(1)_O    := $$($(1)_LIBC:%.c=$$(BUILD)/%.o) $$($(1)_CU:%.cu=$$(BUILD)/%.cu.o)
+$(1)_LIB  := $$(if $$(strip $$($(1)_O)),$$(BUILD)/lib$(1).a)
+$(1)_BINS := $$(patsubst $$($(1)_DIR)/%_main.c,$$(BUILD)/bin/%,$$($(1)_MAIN))
+endef
+$(foreach r,$(ROOMS),$(eval $(call room_template,$(r))))
+# what a room's programs link, in order: its own library, then its _USES
+$(foreach r,$(ROOMS),$(eval $(r)_LINK := $($(r)_LIB) $(foreach u,$($(r)_USES),$($(u)_LIB))))
+
+define lib_rule
+ifneq ($$($(1)_LIB),)
+$$($(1)_LIB): $$($(1)_O)
 	@mkdir -p $$(@D)
 	rm -f $$@; $$(AR) rcs $$@ $$^
-$(BUILD)/bin/%: $(BUILD)/$(1)/%_main.o $$(ALL_LIBS)
+endif
+$$(BUILD)/bin/%: $$(BUILD)/$$($(1)_DIR)/%_main.o $$($(1)_LINK)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$< $$(LINK_LIBS) $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -o $$@ $$< $$($(1)_LINK) $$(LDLIBS)
 endef
-$(foreach r,$(ROLES),$(eval $(call role_template,$(r))))
+$(foreach r,$(ROOMS),$(eval $(call lib_rule,$(r))))
 
-ROLE_LIBS := $(foreach r,$(ROLES),$(BUILD)/lib$(r).a)
+# Tests, benchmarks and test programs may use every layer: highest first.
+ALL_LIBS  := $(foreach r,$(ROLES) tools eval dflash target common,$($(r)_LIB))
+LINK_LIBS := $(ALL_LIBS)
+NV_LINK_LIBS := $(ALL_LIBS)
+
 # tests/<name>_main.c: helper programs the tests launch (e.g. the fake worker) -> build/bin/<name>
 TEST_MAIN := $(call src_filter,$(wildcard tests/*_main.c))
 TEST_BINS := $(patsubst tests/%_main.c,$(BUILD)/bin/%,$(TEST_MAIN))
-BINS      := $(foreach r,$(ROLES),$($(r)_BINS)) $(TEST_BINS)
+BINS      := $(foreach r,$(ROOMS),$($(r)_BINS)) $(TEST_BINS)
 
 TEST_C    := $(sort $(wildcard tests/test_*.c))
 TESTS     := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
@@ -137,18 +169,18 @@ BENCHES   := $(addprefix $(BUILD)/bench/,$(basename $(notdir $(BENCH_C) $(BENCH_
 
 # keep the *_main.o intermediates (no relink on every make)
 .SECONDARY:
-.PHONY: all test test-gpu bench run deps fuzz clean print-config help
+.PHONY: all test test-gpu bench run deps fuzz clean print-config print-layers help
 all: print-config $(BINS) $(TESTS) $(GPU_TESTS) $(BENCHES)
 
 help:
-	@sed -n '1,25p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,29p' Makefile | sed 's/^# \{0,1\}//'
 
 print-config:
 	@echo "config: CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) SANITIZE=$(or $(SANITIZE),none) DEPS_PREFIX=$(or $(DEPS_PREFIX),system) BUILD=$(BUILD)"
 
-$(BUILD)/libcommon.a: $(COMMON_O)
-	@mkdir -p $(@D)
-	rm -f $@; $(AR) rcs $@ $^
+# one line per room: its folder and the folders it may include from (tests/test_layering.sh)
+print-layers:
+	@$(foreach r,$(ROOMS),echo "$($(r)_DIR): $($(r)_DIR) $(foreach u,$($(r)_USES),$($(u)_DIR))";)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

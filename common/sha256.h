@@ -1,5 +1,5 @@
 /* sha256.h: SHA-256 (FIPS 180-4), portable C, for the checkpoint manifest
- * (drafter_worker/dflash_ckpt.c): each file's digest is recorded when the checkpoint is
+ * (common/dflash/dflash_ckpt.c): each file's digest is recorded when the checkpoint is
  * written and checked before it is loaded. The hex digest is what `sha256sum` prints, so
  * an operator can check a checkpoint by hand. Corruption detection, not authentication:
  * whoever can rewrite a file can rewrite the manifest (docs/security.md). */

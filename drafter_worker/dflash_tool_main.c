@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "drafter_worker/dflash_ckpt.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_model.h"
 #include "util.h"
 
 static void usage(FILE *f)

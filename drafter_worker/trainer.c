@@ -2,7 +2,7 @@
  * backend lives here; the CUDA one in trainer_cuda.c behind the trainer_cuda_* seam. */
 #include "drafter_worker/trainer.h"
 
-#include "drafter_worker/dflash_batch.h"
+#include "dflash/dflash_batch.h"
 #include "io/hfconfig.h"
 #include "json_num.h"
 #include "util.h"

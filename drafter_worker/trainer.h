@@ -25,17 +25,17 @@
 #ifndef DF_TRAINER_H
 #define DF_TRAINER_H
 
-#include "drafter_worker/adamw.h"
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_ckpt.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_loss.h"
-#include "drafter_worker/dflash_model.h"
-#include "drafter_worker/grad_buckets.h"
+#include "dflash/adamw.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_loss.h"
+#include "dflash/dflash_model.h"
+#include "dflash/grad_buckets.h"
 #include "io/batch.h"
 #include "io/topology.h"
 #include "ipc/allreduce.h"
-#include "target_worker/target_model.h"
+#include "target/target_model.h"
 
 #define TRAINER_START_STEPS 5 /* "loss at start" = mean of the first steps */
 #define TRAINER_END_STEPS 20  /* "loss at end" and the accuracies = the last steps */

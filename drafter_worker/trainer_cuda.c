@@ -5,8 +5,8 @@
  * at the header's offsets, features (bf16) at off_feat; the host copy of the header gives
  * the document boundaries and, per document, the loss normaliser and the number of kept
  * anchors (dflash_batch_* on the host copy, no device round trip). */
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_cuda.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_cuda.h"
 #include "drafter_worker/trainer.h"
 #include "util.h"
 

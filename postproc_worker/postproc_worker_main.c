@@ -11,7 +11,7 @@
  *
  * Exit codes: 0 when its input ring is closed and drained or the epoch is done; 1 on a bad
  * slot (restarted; the batch is retried and poisoned after max_attempts). */
-#include "drafter_worker/dflash_batch.h"
+#include "dflash/dflash_batch.h"
 #include "io/batch.h"
 #include "io/batch_view.h"
 #include "postproc_worker/pp_copy.h"

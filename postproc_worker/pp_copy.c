@@ -1,7 +1,7 @@
 /* pp_copy.c: the CPU side of pp_copy.h and the dispatch to the CUDA side. */
 #include "postproc_worker/pp_copy.h"
 
-#include "drafter_worker/dflash_batch.h"
+#include "dflash/dflash_batch.h"
 #include "io/batch.h"
 #include "util.h"
 

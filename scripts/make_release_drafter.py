@@ -11,7 +11,7 @@ export (dflash_export_release), and that our cached inference drafts what PyTorc
 Needs torch, transformers (Qwen3) and safetensors: run on the GPU machine (CPU torch is
 enough), then commit the output directory.
 
-What it writes (docs/DFLASH.md "Weights in the checkpoint", "config.json of a release"):
+What it writes (docs/dflash_spec.md "Weights in the checkpoint", "config.json of a release"):
   config.json        transformers' Qwen3Config of the drafter's shape (to_dict(), so every
                      field transformers writes is there), plus architectures
                      ["DFlashDraftModel"], auto_map, block_size, num_target_layers,
@@ -23,7 +23,7 @@ What it writes (docs/DFLASH.md "Weights in the checkpoint", "config.json of a re
                      state_dict names ARE the release names), norm.weight; no embed_tokens,
                      no lm_head (taken from the target)
   reference.safetensors (not part of the format; ignored by loaders): a draft computed with
-                     scripts/dflash_torch.py's drafter forward in float64 from these bf16
+                     tests/reference/dflash_torch.py's drafter forward in float64 from these bf16
                      weights: H [S+1, n*d] f32 (random context features; row S unused),
                      tokens [S+1] (f32, small ints; tokens[S] is the anchor), logits
                      [B-1, V] f32 of block rows 1..B-1 for the anchor at position S.
@@ -73,7 +73,7 @@ def main():
         from transformers.models.qwen3.modeling_qwen3 import Qwen3DecoderLayer, Qwen3RMSNorm
     except ImportError as e:
         die(f"needs torch, safetensors and transformers with Qwen3 ({e})")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
     import dflash_torch  # our PyTorch reference of the drafter forward
     dflash_torch.import_torch()
 
@@ -200,7 +200,7 @@ def write_f32_safetensors(path, tensors):
 
 def reference_only(args):
     import torch
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
     import dflash_torch
     dflash_torch.import_torch()
     conf = json.load(open(os.path.join(args.out, "config.json")))

@@ -2,7 +2,7 @@
  * the dispatch; the CUDA side is target_backend_cuda.c. */
 #include "target_worker/target_backend_internal.h"
 
-#include "target_worker/target_model.h"
+#include "target/target_model.h"
 #include "util.h"
 
 typedef struct tb_cpu {

@@ -3,7 +3,7 @@
  * doc_starts must be on the device for the forward); the features are written as bf16 at
  * off_feat; the stream is synchronised before returning so the slot can be published. */
 #include "target_worker/target_backend_internal.h"
-#include "target_worker/target_model_cuda.h"
+#include "target/target_model_cuda.h"
 #include "io/batch_view.h"
 #include "util.h"
 

@@ -17,7 +17,7 @@
 #include "io/stage.h"
 #include "ipc/ctl.h"
 #include "target_worker/target_backend.h"
-#include "target_worker/target_model.h"
+#include "target/target_model.h"
 #include "util.h"
 
 #include <unistd.h>

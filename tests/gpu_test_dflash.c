@@ -1,4 +1,4 @@
-/* gpu_test_dflash: the CUDA drafter step (drafter_worker/dflash_cuda.*) against the CPU fp32
+/* gpu_test_dflash: the CUDA drafter step (common/dflash/dflash_cuda.*) against the CPU fp32
  * reference (dflash_loss_and_grad, adamw_step), on two shapes with fresh random weights:
  *   tiny  dflash_config_tiny (d 32, B 4, layer 1 sliding W 8), S 40, 8 anchor slots + 2 pads,
  *         H uploaded as fp32 (device conversion path), one loss chunk per 16 rows;
@@ -16,10 +16,10 @@
  * The reference sees exactly the device's inputs: weights, features and the frozen tensors
  * are rounded to bf16 values first. No GPU: prints SKIPPED and exits 77.
  * Seed: DFLASH_SEED (default 1), printed. */
-#include "drafter_worker/adamw.h"
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_cuda.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/adamw.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_cuda.h"
+#include "dflash/dflash_model.h"
 #include "test_helpers.h"
 #include "util.h"
 

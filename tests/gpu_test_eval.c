@@ -24,16 +24,16 @@
 
 #include <errno.h>
 
-#include "drafter_worker/dflash_ckpt.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_infer.h"
-#include "drafter_worker/dflash_infer_cuda.h"
-#include "drafter_worker/dflash_model.h"
-#include "drafter_worker/eval_prompts.h"
-#include "drafter_worker/spec_decode.h"
-#include "drafter_worker/spec_decode_backend.h"
-#include "target_worker/target_decode.h"
-#include "target_worker/target_decode_cuda.h"
+#include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_config.h"
+#include "eval/dflash_infer.h"
+#include "eval/dflash_infer_cuda.h"
+#include "dflash/dflash_model.h"
+#include "eval/eval_prompts.h"
+#include "eval/spec_decode.h"
+#include "eval/spec_decode_backend.h"
+#include "target/target_decode.h"
+#include "target/target_decode_cuda.h"
 #include "util.h"
 
 #define TARGET "models/tiny-target"

@@ -15,8 +15,8 @@
 
 #include "io/hfconfig.h"
 #include "io/safetensors.h"
-#include "target_worker/target_model.h"
-#include "target_worker/target_model_cuda.h"
+#include "target/target_model.h"
+#include "target/target_model_cuda.h"
 #include "util.h"
 
 #include <sys/stat.h>

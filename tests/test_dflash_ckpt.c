@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "drafter_worker/adamw.h"
-#include "drafter_worker/dflash_ckpt.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/adamw.h"
+#include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_model.h"
 #include "io/safetensors.h"
 #include "test_helpers.h"
 #include "util.h"

@@ -1,5 +1,5 @@
 /* test_dflash_grad.c: the DFlash drafter's gradient and every training rule of
- * docs/DFLASH.md, on a tiny model (d=32, H=4, KV=2, hd=8, I=64, V=50, B=4, S=24, N=4,
+ * docs/dflash_spec.md, on a tiny model (d=32, H=4, KV=2, hd=8, I=64, V=50, B=4, S=24, N=4,
  * 2 captured layers, 2 layers: full + sliding W=8).
  *  - finite differences of the WHOLE loss w.r.t. every parameter kind (largest-gradient
  *    elements, random elements, and the directional derivative along the gradient) and
@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_loss.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_loss.h"
+#include "dflash/dflash_model.h"
 #include "nn/nn.h"
 #include "test_helpers.h"
 #include "util.h"

@@ -1,11 +1,11 @@
-/* test_dflash_torch.c: the C drafter (drafter_worker/dflash_*) against an independent
- * PyTorch implementation written from docs/DFLASH.md (scripts/dflash_torch.py), on one
+/* test_dflash_torch.c: the C drafter (common/dflash/dflash_*) against an independent
+ * PyTorch implementation written from docs/dflash_spec.md (tests/reference/dflash_torch.py), on one
  * fixed batch computed there in float64: the loss, the per-position accuracy, the forward
  * output z, and the gradient of the loss w.r.t. every trainable tensor and w.r.t. the
  * captured target features H. docs/drafter_torch.md says why and how.
  *
  * The fixtures are made on a machine with torch (none here):
- *   python3 scripts/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors
+ *   python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors
  * which also writes dflash-torch-tied.safetensors (tied embeddings, other mask rules).
  * Without the first one the test is SKIPPED (exit 77); the tied one is checked when present.
  *
@@ -27,10 +27,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_loss.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_loss.h"
+#include "dflash/dflash_model.h"
 #include "io/safetensors.h"
 #include "test_helpers.h"
 
@@ -350,7 +350,7 @@ int main(int argc, char **argv)
     if (argc > 1) { /* explicit fixtures (e.g. made with a deliberately broken reference) */
         if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
             printf("usage: %s [fixture.safetensors ...]\n"
-                   "Checks the C drafter against scripts/dflash_torch.py fixtures (default: %s and %s).\n",
+                   "Checks the C drafter against tests/reference/dflash_torch.py fixtures (default: %s and %s).\n",
                    argv[0], FIXTURE, FIXTURE_TIED);
             return 0;
         }
@@ -362,7 +362,7 @@ int main(int argc, char **argv)
     if (access(FIXTURE, R_OK) != 0) {
         if (errno != ENOENT)
             fprintf(stderr, "%s: %s\n", FIXTURE, strerror(errno));
-        T_SKIP("%s not made yet (run scripts/dflash_torch.py fixture on a machine with torch)", FIXTURE);
+        T_SKIP("%s not made yet (run tests/reference/dflash_torch.py fixture on a machine with torch)", FIXTURE);
     }
     int fails = run_fixture(FIXTURE);
     if (access(FIXTURE_TIED, R_OK) == 0)

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "drafter_worker/adamw.h"
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_model.h"
+#include "dflash/adamw.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_model.h"
 #include "test_helpers.h"
 #include "util.h"
 

@@ -1,5 +1,5 @@
 /* test_grad_buckets: the drafter's bucketed gradient all-reduce, overlapped with the
- * backward (drafter_worker/grad_buckets.h), on the real CPU backward and the real shm
+ * backward (common/dflash/grad_buckets.h), on the real CPU backward and the real shm
  * all-reduce across forked ranks over a memfd segment. Fresh random inputs every run
  * (the seed is printed; GB_TEST_SEED=N replays).
  *  - the plan: buckets tile the flat array from its end, are cut at the backward's
@@ -18,10 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_model.h"
-#include "drafter_worker/grad_buckets.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_model.h"
+#include "dflash/grad_buckets.h"
 #include "ipc/allreduce.h"
 #include "ipc/arena.h"
 #include "ipc/shm.h"

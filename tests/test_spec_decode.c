@@ -26,17 +26,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_ckpt.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_infer.h"
-#include "drafter_worker/dflash_model.h"
-#include "drafter_worker/eval_prompts.h"
-#include "drafter_worker/spec_decode.h"
-#include "drafter_worker/spec_decode_backend.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_config.h"
+#include "eval/dflash_infer.h"
+#include "dflash/dflash_model.h"
+#include "eval/eval_prompts.h"
+#include "eval/spec_decode.h"
+#include "eval/spec_decode_backend.h"
 #include "io/safetensors.h"
-#include "target_worker/target_decode.h"
-#include "target_worker/target_model.h"
+#include "target/target_decode.h"
+#include "target/target_model.h"
 #include "test_helpers.h"
 #include "util.h"
 

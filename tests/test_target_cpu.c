@@ -13,7 +13,7 @@
  */
 #include "io/hfconfig.h"
 #include "io/safetensors.h"
-#include "target_worker/target_model.h"
+#include "target/target_model.h"
 #include "test_helpers.h"
 #include "util.h"
 

@@ -1,5 +1,5 @@
 /* bench_grad_buckets: what overlapping the gradient all-reduce with the backward buys on
- * the CPU backend (drafter_worker/grad_buckets.h), measured in one run beside its two
+ * the CPU backend (common/dflash/grad_buckets.h), measured in one run beside its two
  * bounds:
  *   compute alone   forward + backward, no reduction (world 1): the floor for a step
  *   one bucket      the whole gradient reduced after the backward (no overlap: the peer)
@@ -22,10 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_config.h"
-#include "drafter_worker/dflash_model.h"
-#include "drafter_worker/grad_buckets.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_model.h"
+#include "dflash/grad_buckets.h"
 #include "ipc/allreduce.h"
 #include "ipc/arena.h"
 #include "ipc/shm.h"

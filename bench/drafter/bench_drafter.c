@@ -4,8 +4,8 @@
  *
  * Per configuration (S, anchors): warmup steps, then timed steps with CUDA events on the
  * step's stream; the median is reported as ms/step (one sequence = one sample), samples/s,
- * TFLOP/s and MFU. FLOPs use the formula of the PyTorch peer (scripts/dflash_torch.py
- * step_flops, PERFORMANCE.md): all N*B block positions x (6 trainable + 4 lm_head params),
+ * TFLOP/s and MFU. FLOPs use the formula of the PyTorch peer (tests/reference/dflash_torch.py
+ * step_flops, docs/performance.md): all N*B block positions x (6 trainable + 4 lm_head params),
  * 6 (fc + L (k,v proj)) per context token, 12 H hd per allowed (query, key) pair. MFU is over
  * a bf16 8192^3 cuBLASLt GEMM measured in the same run. The prompt is the first S/8 tokens
  * (loss_mask 0), as the peer does. Prints a table, writes JSON (--json, default
@@ -21,8 +21,8 @@ int main(int argc, char **argv)
     return 0;
 }
 #else
-#include "drafter_worker/dflash_batch.h"
-#include "drafter_worker/dflash_cuda.h"
+#include "dflash/dflash_batch.h"
+#include "dflash/dflash_cuda.h"
 #include "util.h"
 
 #include <cuda_runtime_api.h>

@@ -3,7 +3,7 @@
 
 The C benchmark (bench/drafter/bench_drafter*) times its own training step and, in the same
 call on the same GPU, runs this to time the PyTorch implementation of the same step
-(scripts/dflash_torch.py step-bench: fwd + bwd + clip + fused AdamW, fp32 master weights,
+(tests/reference/dflash_torch.py step-bench: fwd + bwd + clip + fused AdamW, fp32 master weights,
 bf16 autocast, SDPA with a dense bool mask, chunked frozen lm_head + CE). Shaped as a thin
 wrapper so there is one PyTorch implementation, the one tests/test_dflash_torch.c checks.
 
@@ -19,7 +19,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT_DIR = os.path.join(HERE, "..", "..", "scripts")
+REFERENCE_DIR = os.path.join(HERE, "..", "..", "tests", "reference")
 
 
 def main():
@@ -34,11 +34,11 @@ def main():
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke test with --shape tiny")
     a = ap.parse_args()
-    sys.path.insert(0, os.path.abspath(SCRIPT_DIR))
+    sys.path.insert(0, os.path.abspath(REFERENCE_DIR))
     try:
         import dflash_torch
     except ImportError as e:
-        print(f"peer_torch: error: cannot import scripts/dflash_torch.py ({e})", file=sys.stderr)
+        print(f"peer_torch: error: cannot import tests/reference/dflash_torch.py ({e})", file=sys.stderr)
         return 1
     argv = ["step-bench", "--shape", a.shape, "--seq", *map(str, a.seq), "--anchors", *map(str, a.anchors),
             "--warmup", str(a.warmup), "--iters", str(a.iters), "--chunk", str(a.chunk), "--device", a.device]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/drafter/run.sh: the drafter training step, ours (CUDA, bench_drafter) against the eager
-# PyTorch peer (scripts/dflash_torch.py step-bench), same GPU, same shapes, one table.
+# PyTorch peer (tests/reference/dflash_torch.py step-bench), same GPU, same shapes, one table.
 #   bench/drafter/run.sh [BUILD_DIR]        (default build-cuda; build with `make CUDA=1`)
 # Env: SEQS="768 2048" ANCHORS="256 512" (pairs), ITERS=10 WARMUP=3, PYTHON=python3.
 # Writes bench/results/drafter_cuda.json, drafter_torch.json (when the peer runs) and the
@@ -27,16 +27,16 @@ rc=$?
 if [ $rc -ne 0 ]; then echo "run.sh: bench_drafter failed (rc $rc)" >&2; exit 1; fi
 peer_status="not run"
 rm -f "$OUT/drafter_torch.json"
-if [ -f scripts/dflash_torch.py ] && $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  echo "== peer: scripts/dflash_torch.py step-bench"
-  if timeout 1200 $PY scripts/dflash_torch.py step-bench --seq $SEQS --anchors $ANCHORS --iters "$ITERS" \
+if [ -f tests/reference/dflash_torch.py ] && $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  echo "== peer: tests/reference/dflash_torch.py step-bench"
+  if timeout 1200 $PY tests/reference/dflash_torch.py step-bench --seq $SEQS --anchors $ANCHORS --iters "$ITERS" \
        --warmup "$WARMUP" --json-out "$OUT/drafter_torch.json" >/dev/null; then
     peer_status="ok"
   else
     peer_status="failed (see its stderr above)"
   fi
 else
-  peer_status="unavailable (no scripts/dflash_torch.py or no torch with CUDA)"
+  peer_status="unavailable (no tests/reference/dflash_torch.py or no torch with CUDA)"
 fi
 # The peer runs every (seq x anchors) combination; we run the pairs. Merge on (seq, anchors).
 $PY - "$OUT/drafter_cuda.json" "$OUT/drafter_torch.json" "$OUT/drafter.json" "$peer_status" <<'PYEOF'

@@ -7,7 +7,7 @@
  * "mixed" layout of uneven documents. Capture layers: the DFlash default for 5 layers,
  * round(1 + i*(L-4)/4); only layers 0..last captured run. The forward is captured in a
  * CUDA graph after one eager call and replayed --iters times between CUDA events; the
- * eager time is reported too. FLOP per docs/PERFORMANCE.md (tmc_forward_flops); MFU
+ * eager time is reported too. FLOP per docs/performance.md (tmc_forward_flops); MFU
  * against a bf16 8192^3 cuBLASLt GEMM measured in the same run (same wrapper).
  * Prints a table, writes JSON (--json, default bench/results/target_ours.json).
  * A watchdog (alarm) ends a hung run with exit 1. Exit 77 without a GPU. In a CPU build
@@ -22,7 +22,7 @@ int main(void)
 #else
 #include "io/hfconfig.h"
 #include "nn/nn_cuda.h"
-#include "target_worker/target_model_cuda.h"
+#include "target/target_model_cuda.h"
 #include "util.h"
 
 #include <cuda_runtime_api.h>

@@ -5,7 +5,7 @@ weights, at the Qwen3-1.7B and Qwen3-8B shapes, batches of B sequences of T toke
 B*T = --tokens (default 8192), the same token count as our packed row. All layers run
 (the peer does not trim; that is part of what we compare). Also measures torch's bf16
 8192^3 matmul for its MFU. Prints one JSON object on stdout (and --json PATH).
-FLOP per docs/PERFORMANCE.md: 2 * body params per token + 2 * layers * T * heads * hd."""
+FLOP per docs/performance.md: 2 * body params per token + 2 * layers * T * heads * hd."""
 import argparse
 import json
 import sys

@@ -1,0 +1,565 @@
+/* dflash_ckpt.c: checkpoint save/load and release export/import (see dflash_ckpt.h).
+ * Crash safety comes from ordering: files complete and fsynced -> directory renamed into
+ * place and its parent fsynced -> "latest" replaced atomically. Readers only follow
+ * "latest", so nothing half-written is ever reachable. */
+#include "dflash/dflash_ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/safetensors.h"
+#include "sha256.h"
+
+#define CK_ERR(rc_, ...)                          \
+    do {                                          \
+        snprintf(err, errlen, __VA_ARGS__);       \
+        rc = (rc_);                               \
+        goto out;                                 \
+    } while (0)
+
+/* Remove a flat directory (our checkpoint dirs hold only files). Best effort. */
+static void rm_flat_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char p[4096];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static int write_params(const char *path, const dflash_config *c, const float *data, const char *prefix,
+                        st_dtype dt)
+{
+    st_writer *w = st_writer_new();
+    if (!w)
+        return -ENOMEM;
+    int rc = 0, nt = dflash_tensor_count(c);
+    for (int i = 0; i < nt && rc == 0; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(c, i, &t);
+        char name[160];
+        snprintf(name, sizeof(name), "%s%s", prefix, t.name);
+        rc = dt == ST_F32 ? st_writer_add(w, name, ST_F32, t.ndim, t.shape, data + t.offset)
+                          : st_writer_add_f32_as(w, name, dt, t.ndim, t.shape, data + t.offset);
+    }
+    if (rc == 0)
+        rc = st_writer_set_metadata(w, "format", "pt");
+    if (rc == 0)
+        rc = st_writer_write(w, path);
+    st_writer_free(w);
+    return rc;
+}
+
+/* Read every tensor prefix+name of the table into data (f32), checking shapes. */
+static int read_params(const st_file *f, const dflash_config *c, float *data, const char *prefix, char *err,
+                       size_t errlen)
+{
+    int nt = dflash_tensor_count(c);
+    for (int i = 0; i < nt; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(c, i, &t);
+        char name[160];
+        snprintf(name, sizeof(name), "%s%s", prefix, t.name);
+        const st_tensor *s = st_find(f, name);
+        if (!s) {
+            snprintf(err, errlen, "%s: tensor \"%s\" missing", f->path, name);
+            return -EINVAL;
+        }
+        int ok = s->ndim == t.ndim;
+        for (int k = 0; ok && k < t.ndim; k++)
+            ok = s->shape[k] == t.shape[k];
+        if (!ok) {
+            snprintf(err, errlen, "%s: tensor \"%s\" has shape [%lld%s%lld], expected [%lld, %lld]", f->path, name,
+                     (long long)s->shape[0], s->ndim > 1 ? ", " : "", s->ndim > 1 ? (long long)s->shape[1] : 0LL,
+                     (long long)t.shape[0], (long long)t.shape[1]);
+            return -EINVAL;
+        }
+        int rc = st_tensor_to_f32(s, data + t.offset);
+        if (rc < 0) {
+            snprintf(err, errlen, "%s: tensor \"%s\": dtype %s cannot be read as float", f->path, name,
+                     st_dtype_name(s->dtype));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static json_t *state_to_json(const dflash_config *c, const adamw *opt, const dflash_train_state *ts)
+{
+    json_t *o = json_object(), *rng = json_array(), *cfg = dflash_config_to_json(c);
+    if (!o || !rng || !cfg) {
+        json_decref(o);
+        json_decref(rng);
+        json_decref(cfg);
+        return NULL;
+    }
+    char hex[32];
+    for (int i = 0; i < 4; i++) {
+        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)ts->rng.s[i]);
+        json_array_append_new(rng, json_string(hex));
+    }
+    snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)ts->seed);
+    json_object_set_new(o, "format", json_string("dflash-pipe-checkpoint"));
+    json_object_set_new(o, "version", json_integer(1));
+    json_object_set_new(o, "step", json_integer(ts->step));
+    json_object_set_new(o, "epoch", json_integer(ts->epoch));
+    json_object_set_new(o, "ledger_committed_step", json_integer(ts->ledger_committed_step));
+    json_object_set_new(o, "seed", json_string(hex));
+    json_object_set_new(o, "rng", rng);
+    if (opt) {
+        const adamw_config *a = &opt->cfg;
+        json_object_set_new(o, "optimizer",
+                            json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "lr", a->lr, "min_lr",
+                                      a->min_lr, "beta1", a->beta1, "beta2", a->beta2, "eps", a->eps,
+                                      "weight_decay", a->weight_decay, "warmup_frac", a->warmup_frac, "clip_norm",
+                                      a->clip_norm, "total_steps", (json_int_t)a->total_steps, "step",
+                                      (json_int_t)opt->step));
+    }
+    json_object_set_new(o, "config", cfg);
+    return o;
+}
+
+/* The files a manifest may list, in the order it lists them. */
+static const char *const ck_files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+
+/* Write dir/manifest.json (last, after every other file is durable): step and, per file,
+ * its size and SHA-256. */
+static int write_manifest(const char *dir, long step, char *err, size_t errlen)
+{
+    char path[4200], hex[65];
+    json_t *m = json_object(), *files = json_object();
+    int rc = 0;
+    char *js = NULL;
+    if (!m || !files) {
+        json_decref(files);
+        CK_ERR(-ENOMEM, "%s/manifest.json: out of memory", dir);
+    }
+    json_object_set_new(m, "format", json_string("dflash-pipe-checkpoint-manifest"));
+    json_object_set_new(m, "version", json_integer(1));
+    json_object_set_new(m, "step", json_integer(step));
+    json_object_set_new(m, "files", files);
+    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, ck_files[i]);
+        uint64_t size = 0;
+        if (access(path, F_OK) != 0 && errno == ENOENT)
+            continue; /* no optimizer file (dflash_tool init) */
+        if ((rc = df_sha256_file(path, hex, &size)) < 0)
+            CK_ERR(rc, "%s: reading it back for its checksum: %s", path, strerror(-rc));
+        json_object_set_new(files, ck_files[i], json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "sha256", hex));
+    }
+    js = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!js)
+        CK_ERR(-ENOMEM, "%s/manifest.json: out of memory", dir);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+out:
+    free(js);
+    json_decref(m);
+    return rc;
+}
+
+int dflash_ckpt_verify(const char *dir, long *step_out, char *err, size_t errlen)
+{
+    char path[4200], hex[65];
+    json_t *m = NULL;
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (access(path, F_OK) != 0) {
+        if (errno != ENOENT)
+            CK_ERR(-errno, "%s: %s", path, strerror(errno));
+        CK_ERR(-EINVAL, "%s: missing: the checkpoint has no checksums (written before they were recorded, or the "
+               "manifest was lost), so it cannot be verified and is not loaded; continue from the release export "
+               "instead (drafter.init_dir)", path);
+    }
+    json_error_t je;
+    m = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!m)
+        CK_ERR(-EINVAL, "%s: line %d: %s", path, je.line, je.text);
+    json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step");
+    if (strcmp(json_string_value(json_object_get(m, "format")) ?: "", "dflash-pipe-checkpoint-manifest") != 0 ||
+        json_integer_value(json_object_get(m, "version")) != 1)
+        CK_ERR(-EINVAL, "%s: fields \"format\"/\"version\": not a version 1 dflash-pipe checkpoint manifest", path);
+    if (!json_is_integer(js) || json_integer_value(js) < 0)
+        CK_ERR(-EINVAL, "%s: field \"step\": expected an integer >= 0", path);
+    if (!json_is_object(files))
+        CK_ERR(-EINVAL, "%s: field \"files\": expected an object", path);
+    long step = (long)json_integer_value(js);
+    const char *key;
+    json_t *v;
+    json_object_foreach(files, key, v) {
+        int known = 0;
+        for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++)
+            known |= !strcmp(key, ck_files[i]);
+        if (!known)
+            CK_ERR(-EINVAL, "%s: field \"files.%s\": not a checkpoint file", path, key);
+    }
+    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
+        char fpath[4200];
+        snprintf(fpath, sizeof fpath, "%s/%s", dir, ck_files[i]);
+        json_t *e = json_object_get(files, ck_files[i]);
+        int present = access(fpath, F_OK) == 0;
+        if (!e) {
+            if (present || i != 1) /* only the optimizer file is optional */
+                CK_ERR(-EINVAL, "%s: %s is not listed in %s: unverifiable, not loaded", fpath,
+                       present ? "the file" : "a required file", path);
+            continue;
+        }
+        json_t *jb = json_object_get(e, "bytes");
+        const char *want = json_string_value(json_object_get(e, "sha256"));
+        if (!json_is_integer(jb) || !want || strlen(want) != 64)
+            CK_ERR(-EINVAL, "%s: field \"files.%s\": expected {\"bytes\": integer, \"sha256\": 64 hex digits}", path,
+                   ck_files[i]);
+        uint64_t size = 0;
+        if ((rc = df_sha256_file(fpath, hex, &size)) < 0) {
+            if (rc == -ENOENT)
+                CK_ERR(-EINVAL, "%s: missing (listed in %s)", fpath, path);
+            CK_ERR(rc, "%s: %s", fpath, strerror(-rc)); /* an I/O error may pass: stays temporary */
+        }
+        if (size != (uint64_t)json_integer_value(jb))
+            CK_ERR(-EINVAL, "%s: %llu bytes, %s says %lld: the file is truncated or corrupt", fpath,
+                   (unsigned long long)size, path, (long long)json_integer_value(jb));
+        if (strcmp(hex, want) != 0)
+            CK_ERR(-EINVAL, "%s: content does not match its checksum (sha256 %s, %s says %s): the file is corrupt",
+                   fpath, hex, path, want);
+    }
+    /* the directory name step-N is what `latest` and the ledger's committed step point at */
+    const char *base = strrchr(dir, '/');
+    base = base ? base + 1 : dir;
+    if (!strncmp(base, "step-", 5)) {
+        char *end;
+        errno = 0;
+        long dstep = strtol(base + 5, &end, 10);
+        if (!errno && *end == 0 && end != base + 5 && dstep != step)
+            CK_ERR(-EINVAL, "%s: field \"step\" is %ld but the directory is %s", path, step, base);
+    }
+    if (step_out)
+        *step_out = step;
+    rc = 0;
+out:
+    json_decref(m);
+    return rc;
+}
+
+int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_params *p, const adamw *opt,
+                     const dflash_train_state *ts, char *err, size_t errlen)
+{
+    int rc = 0, made_tmp = 0;
+    char tmp[3900], fin[3900], path[4200], old[3900];
+    char *js = NULL;
+    json_t *st = NULL;
+    if (strlen(root) > 3000)
+        CK_ERR(-ENAMETOOLONG, "checkpoint root path too long (%zu bytes)", strlen(root));
+    if ((rc = df_mkdir_p(root, 0700)) < 0)
+        CK_ERR(rc, "%s: cannot create checkpoint root: %s", root, strerror(-rc));
+    snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.%d", root, ts->step, (int)getpid());
+    snprintf(fin, sizeof(fin), "%s/step-%08ld", root, ts->step);
+    rm_flat_dir(tmp); /* a leftover of a crashed save of this pid */
+    if (mkdir(tmp, 0700) != 0)
+        CK_ERR(-errno, "%s: mkdir: %s", tmp, strerror(errno));
+    made_tmp = 1;
+    snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
+    if ((rc = write_params(path, c, p->data, "", ST_F32)) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if (opt) {
+        snprintf(path, sizeof(path), "%s/optimizer.safetensors", tmp);
+        st_writer *w = st_writer_new();
+        if (!w)
+            CK_ERR(-ENOMEM, "%s: out of memory", path);
+        int nt = dflash_tensor_count(c);
+        for (int i = 0; i < nt && rc == 0; i++) {
+            dflash_tensor t;
+            dflash_tensor_info(c, i, &t);
+            char name[160];
+            snprintf(name, sizeof(name), "m.%s", t.name);
+            rc = st_writer_add(w, name, ST_F32, t.ndim, t.shape, opt->m + t.offset);
+            snprintf(name, sizeof(name), "v.%s", t.name);
+            if (rc == 0)
+                rc = st_writer_add(w, name, ST_F32, t.ndim, t.shape, opt->v + t.offset);
+        }
+        if (rc == 0)
+            rc = st_writer_write(w, path);
+        st_writer_free(w);
+        if (rc < 0)
+            CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    }
+    st = state_to_json(c, opt, ts);
+    js = st ? json_dumps(st, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
+    if (!js)
+        CK_ERR(-ENOMEM, "trainer_state.json: out of memory");
+    snprintf(path, sizeof(path), "%s/trainer_state.json", tmp);
+    if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = write_manifest(tmp, ts->step, err, errlen)) < 0)
+        goto out;
+    if ((rc = df_fsync_dir_of(path)) < 0)
+        CK_ERR(rc, "%s: fsync: %s", tmp, strerror(-rc));
+    /* a re-save of the same step: move the old directory aside first (rename cannot
+     * replace a non-empty directory) */
+    snprintf(old, sizeof(old), "%s/.old-step-%08ld.%d", root, ts->step, (int)getpid());
+    struct stat sb;
+    int had_old = stat(fin, &sb) == 0;
+    if (had_old && rename(fin, old) != 0)
+        CK_ERR(-errno, "%s: rename to %s: %s", fin, old, strerror(errno));
+    if (rename(tmp, fin) != 0)
+        CK_ERR(-errno, "%s: rename to %s: %s", tmp, fin, strerror(errno));
+    made_tmp = 0;
+    if ((rc = df_fsync_dir_of(fin)) < 0)
+        CK_ERR(rc, "%s: fsync: %s", root, strerror(-rc));
+    char line[64];
+    int n = snprintf(line, sizeof(line), "step-%08ld\n", ts->step);
+    snprintf(path, sizeof(path), "%s/latest", root);
+    if ((rc = df_write_file_atomic(path, line, (size_t)n)) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if (had_old)
+        rm_flat_dir(old);
+    rc = 0;
+out:
+    if (made_tmp)
+        rm_flat_dir(tmp);
+    free(js);
+    json_decref(st);
+    return rc;
+}
+
+static int cmp_long_desc(const void *a, const void *b)
+{
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, size_t errlen)
+{
+    if (keep == 0)
+        return 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        int e = errno;
+        snprintf(err, errlen, "%s: opendir: %s", root, strerror(e));
+        return -e;
+    }
+    long *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        char *end;
+        if (strncmp(e->d_name, "step-", 5) != 0)
+            continue; /* latest, .tmp-*, .old-*: not ours to judge */
+        errno = 0;
+        long st = strtol(e->d_name + 5, &end, 10);
+        if (errno || *end || end == e->d_name + 5 || st < 0)
+            continue;
+        if (n == cap) {
+            long *nx = realloc(steps, (cap = cap ? 2 * cap : 64) * sizeof *steps);
+            if (!nx) {
+                rc = -ENOMEM;
+                snprintf(err, errlen, "%s: out of memory listing checkpoints", root);
+                goto out;
+            }
+            steps = nx;
+        }
+        steps[n++] = st;
+    }
+    qsort(steps, n, sizeof *steps, cmp_long_desc);
+    for (size_t i = keep; i < n; i++) {
+        if (steps[i] >= below)
+            continue; /* the committed one and anything newer stay, whatever keep says */
+        char dir[4200];
+        snprintf(dir, sizeof(dir), "%s/step-%08ld", root, steps[i]);
+        rm_flat_dir(dir);
+        struct stat sb;
+        if (stat(dir, &sb) == 0) { /* best effort: report, the next prune retries */
+            snprintf(err, errlen, "%s: could not be removed", dir);
+            rc = -EIO;
+            continue;
+        }
+        if (rc >= 0)
+            rc++;
+    }
+out:
+    closedir(d);
+    free(steps);
+    return rc;
+}
+
+int dflash_ckpt_resolve(const char *root_or_dir, char *out, size_t outlen)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/trainer_state.json", root_or_dir);
+    if (access(path, F_OK) == 0) {
+        snprintf(out, outlen, "%s", root_or_dir);
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/latest", root_or_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = df_read_file(path, &buf, &len);
+    if (rc < 0)
+        return rc;
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
+        buf[--len] = 0;
+    if (len == 0 || strchr(buf, '/')) {
+        free(buf);
+        return -EINVAL;
+    }
+    snprintf(out, outlen, "%s/%s", root_or_dir, buf);
+    free(buf);
+    return 0;
+}
+
+static int parse_hex(const json_t *v, uint64_t *out)
+{
+    const char *s = json_string_value(v);
+    if (!s)
+        return -EINVAL;
+    char *end;
+    errno = 0;
+    *out = strtoull(s, &end, 16);
+    return (errno || *end || end == s) ? -EINVAL : 0;
+}
+
+int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p, adamw *opt,
+                     dflash_train_state *ts, char *err, size_t errlen)
+{
+    int rc;
+    char dir[4096], path[4200];
+    json_t *st = NULL;
+    st_file mf = {0}, of = {0};
+    int mf_open = 0, of_open = 0;
+    memset(p, 0, sizeof(*p));
+    if (opt)
+        memset(opt, 0, sizeof(*opt));
+    if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0)
+        CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir,
+               strerror(-rc));
+    long mstep;
+    if ((rc = dflash_ckpt_verify(dir, &mstep, err, errlen)) < 0)
+        goto out;
+    snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
+    json_error_t je;
+    st = json_load_file(path, 0, &je);
+    if (!st)
+        CK_ERR(-EINVAL, "%s: line %d: %s", path, je.line, je.text);
+    if (json_integer_value(json_object_get(st, "version")) != 1)
+        CK_ERR(-EINVAL, "%s: field \"version\": expected 1", path);
+    if ((rc = dflash_config_from_json(c, json_object_get(st, "config"), path, err, errlen)) < 0)
+        goto out;
+    json_t *sj = json_object_get(st, "step");
+    if (!json_is_integer(sj) || json_integer_value(sj) != mstep)
+        CK_ERR(-EINVAL, "%s: field \"step\" is %lld, manifest.json says %ld", path, (long long)json_integer_value(sj),
+               mstep);
+    if (ts) {
+        memset(ts, 0, sizeof(*ts));
+        ts->step = (long)json_integer_value(json_object_get(st, "step"));
+        ts->epoch = (long)json_integer_value(json_object_get(st, "epoch"));
+        ts->ledger_committed_step = (long)json_integer_value(json_object_get(st, "ledger_committed_step"));
+        json_t *r = json_object_get(st, "rng");
+        if (parse_hex(json_object_get(st, "seed"), &ts->seed) < 0 || json_array_size(r) != 4)
+            CK_ERR(-EINVAL, "%s: fields \"seed\"/\"rng\" must be hex strings (rng: 4 of them)", path);
+        for (int i = 0; i < 4; i++)
+            if (parse_hex(json_array_get(r, (size_t)i), &ts->rng.s[i]) < 0)
+                CK_ERR(-EINVAL, "%s: field \"rng[%d]\" is not a hex string", path, i);
+    }
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    if ((rc = st_open(&mf, path, err, errlen)) < 0)
+        goto out;
+    mf_open = 1;
+    if ((rc = dflash_params_alloc(p, c)) < 0)
+        CK_ERR(rc, "%s: out of memory", path);
+    if ((rc = read_params(&mf, c, p->data, "", err, errlen)) < 0)
+        goto out;
+    if (opt) {
+        json_t *oj = json_object_get(st, "optimizer");
+        snprintf(path, sizeof(path), "%s/optimizer.safetensors", dir);
+        if (!json_is_object(oj) || access(path, F_OK) != 0)
+            CK_ERR(-ENOENT, "%s: checkpoint has no optimizer state", dir);
+        adamw_config a;
+        json_int_t total = 0, ostep = 0;
+        if (json_unpack(oj, "{s:F, s:F, s:F, s:F, s:F, s:F, s:F, s:F, s:I, s:I}", "lr", &a.lr, "min_lr", &a.min_lr,
+                        "beta1", &a.beta1, "beta2", &a.beta2, "eps", &a.eps, "weight_decay", &a.weight_decay,
+                        "warmup_frac", &a.warmup_frac, "clip_norm", &a.clip_norm, "total_steps", &total, "step",
+                        &ostep) != 0)
+            CK_ERR(-EINVAL, "%s/trainer_state.json: object \"optimizer\" lacks a field or has a wrong type", dir);
+        a.total_steps = (long)total;
+        if ((rc = adamw_init(opt, &a, p->n)) < 0)
+            CK_ERR(rc, "%s/trainer_state.json: optimizer settings rejected", dir);
+        opt->step = (long)ostep;
+        if ((rc = st_open(&of, path, err, errlen)) < 0)
+            goto out;
+        of_open = 1;
+        if ((rc = read_params(&of, c, opt->m, "m.", err, errlen)) < 0 ||
+            (rc = read_params(&of, c, opt->v, "v.", err, errlen)) < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    if (mf_open)
+        st_close(&mf);
+    if (of_open)
+        st_close(&of);
+    json_decref(st);
+    if (rc < 0) {
+        dflash_params_free(p);
+        if (opt)
+            adamw_free(opt);
+    }
+    return rc;
+}
+
+int dflash_export_release(const char *dir, const dflash_config *c, const dflash_params *p, char *err,
+                          size_t errlen)
+{
+    int rc;
+    char path[4200];
+    if ((rc = df_mkdir_p(dir, 0700)) < 0)
+        CK_ERR(rc, "%s: cannot create: %s", dir, strerror(-rc));
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    if ((rc = write_params(path, c, p->data, "", ST_BF16)) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    if ((rc = dflash_config_write_release(c, path)) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    rc = 0;
+out:
+    return rc;
+}
+
+int dflash_load_release(const char *dir, dflash_config *c, dflash_params *p, char *err, size_t errlen)
+{
+    int rc;
+    char path[4200];
+    st_file f = {0};
+    int f_open = 0;
+    memset(p, 0, sizeof(*p));
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    if ((rc = dflash_config_read_release(c, path, err, errlen)) < 0)
+        goto out;
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    if ((rc = st_open(&f, path, err, errlen)) < 0)
+        goto out;
+    f_open = 1;
+    if ((rc = dflash_params_alloc(p, c)) < 0)
+        CK_ERR(rc, "%s: out of memory", path);
+    rc = read_params(&f, c, p->data, "", err, errlen);
+out:
+    if (f_open)
+        st_close(&f);
+    if (rc < 0)
+        dflash_params_free(p);
+    return rc;
+}

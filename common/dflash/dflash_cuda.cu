@@ -1,0 +1,1651 @@
+/* dflash_cuda.cu: the DFlash drafter training step on the GPU (see dflash_cuda.h and
+ * docs/drafter_cuda.md). The order of operations follows dflash_model.c step by step so
+ * the two can be compared tensor by tensor; what differs is only where the data lives and
+ * how the small ops are fused:
+ *
+ *   - projections: cuBLASLt bf16 GEMMs (dfc_gemm_run); q/k/v and gate/up fused (adjacent in
+ *     the flat parameter array); the residual adds ride in the GEMM epilogue (beta = 1, fp32
+ *     C = the residual); weight gradients accumulate into the fp32 gradient array with beta 1.
+ *   - per-head q/k RMSNorm + RoPE: one warp per (token, head), writing the attention layout
+ *     [kv head][row][group head][hd] so that the attention GEMMs of a KV head are plain
+ *     strided GEMMs over R*G query rows (the 16 rows of a block x G heads share K/V).
+ *   - DFlash attention: scores against the S context keys are one batched GEMM per layer;
+ *     a warp per query row applies the training mask (context [lo, a_j), own block keys,
+ *     sliding window / in-block causality), computes the block-key scores itself, the
+ *     softmax and its LSE; P @ V is a second GEMM plus the block keys' term. Backward
+ *     recomputes P from the saved LSE; dK/dV of context keys are GEMMs over all query rows
+ *     (a fixed-order sum, no atomics); block keys are reduced per (block, KV head) CTA.
+ *     Context scores are computed for every key (masked afterwards): about 2x the useful
+ *     attention FLOPs, at tensor-core speed, which at B=16 is a few % of the step.
+ *   - loss: rows with weight > 0 are compacted on the device; chunks of chunk_rows rows go
+ *     through logits GEMM (fp32) -> one CE/softmax/dlogits kernel per row -> dz GEMM; the
+ *     chunk count comes from the host-known bound n_real*(B-1), so the host never waits.
+ *   - reductions that produce gradients of norm weights and the global norm go through
+ *     fixed-size partial buffers summed in a fixed order: bit-identical runs.
+ */
+#include "dflash/dflash_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "dflash/dflash_model.h"
+#include "nn/nn.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- context ------------------------------------------------------------------------ */
+
+enum { T_IN = 0, T_POST, T_Q, T_K, T_V, T_O, T_QN, T_KN, T_GATE, T_UP, T_DOWN, PER_LAYER };
+enum { ERR_ANCHOR = 1, ERR_TOKEN = 2, ERR_ROWS = 4 };
+#define NPART 1024      /* partial sums of the global norm */
+#define COL_CHUNK 256   /* rows per partial of a column sum */
+
+typedef struct dev_stats {
+    double wce, sum_w, norm;
+    double count[DFLASH_MAX_BLOCK], correct[DFLASH_MAX_BLOCK];
+    int n_kept, err;
+} dev_stats;
+
+typedef struct opt_state {
+    double norm, lr, clip_scale;
+    float gscale, wd_factor, step_size, inv_sqrt_bc2;
+    int skip, do_clip;
+    long long step;
+} opt_state;
+
+typedef struct tensor_ent {
+    long long off, len;
+    int is_norm;
+} tensor_ent;
+
+typedef struct layer_buf {
+    float *h_in, *h_mid, *lse;
+    bf16 *a, *qkv, *kvc, *Qh, *Kh, *Vh, *att, *n, *gu, *act;
+} layer_buf;
+
+struct dfc_ctx {
+    dflash_config c;
+    adamw_config opt;
+    long warm;
+    int d, H, KV, hd, G, I, V, Vp, B, nc, L, qd, kvd, qkvd;
+    float eps, scale;
+    int max_S, max_N, max_R, max_T, CH;
+    size_t np;
+    int ntensor;
+    size_t off_fc, off_hn, off_fn, off[DFLASH_MAX_LAYERS][PER_LAYER];
+    cudaStream_t st;
+    dfc_gemm *gemm;
+    const bf16 *embed, *head;
+    void *arena;
+    size_t arena_bytes;
+    /* parameters */
+    float *P, *Gr, *Mm, *Vm;
+    bf16 *Wb;
+    tensor_ent *tens;
+    float *inv_freq;
+    /* batch */
+    int32_t *pos, *labels, *idx;
+    float *wts;
+    dev_stats *ds;
+    bf16 *Hb, *ctxb;
+    float *fc_out;
+    layer_buf lb[DFLASH_MAX_LAYERS];
+    float *h_out;
+    bf16 *z;
+    /* attention scratch */
+    float *Sc, *dPc, *Pb, *Oc, *dSb, *Drow, *dQh, *dKh, *dVh;
+    bf16 *Pc, *dSc, *dOh;
+    /* loss */
+    bf16 *zc, *dlog;
+    float *logits, *dzc, *dz;
+    double *row_wce;
+    uint8_t *row_ok;
+    /* backward */
+    float *dh, *dh2, *dn, *da, *dctx, *dfc, *contrib, *partial;
+    bf16 *dhb, *dh2b, *dact, *dgu, *datt, *dqkv, *dkvc, *dfcb;
+    /* optimizer */
+    double *norm_part;
+    opt_state *os;
+    int last_S, last_N;
+    /* phase timing (dfc_timing_enable) */
+    int timing;
+    cudaEvent_t ev_ph[6];                        /* start, z, loss, bwd end, opt start, opt end */
+    cudaEvent_t ev_at[4 * DFLASH_MAX_LAYERS];    /* per layer: fwd start/end, bwd start/end */
+    char err[512];
+};
+
+static int set_err(dfc_ctx *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_err(dfc_ctx *x, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(x->err, sizeof x->err, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+#define CK_LAUNCH(x, what)                                                                         \
+    do {                                                                                           \
+        cudaError_t e_ = cudaGetLastError();                                                       \
+        if (e_ != cudaSuccess)                                                                     \
+            return set_err(x, -EIO, "%s: %s (%s:%d)", what, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+#define CK_CUDA(x, call)                                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return set_err(x, -EIO, "%s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
+
+const char *dfc_error(const dfc_ctx *x) { return x ? x->err : "no context"; }
+cudaStream_t dfc_stream(const dfc_ctx *x) { return x->st; }
+size_t dfc_param_count(const dfc_ctx *x) { return x->np; }
+size_t dfc_device_bytes(const dfc_ctx *x) { return x->arena_bytes + (64u << 20); }
+
+/* ---- device helpers ------------------------------------------------------------------- */
+
+__device__ __forceinline__ float bf2f(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ bf16 f2bf(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Fixed-order block sum (blockDim.x a multiple of 32); all threads get the total. */
+template <typename Tv>
+__device__ Tv block_sum_t(Tv v, Tv *sh /* >= 32 */)
+{
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0)
+        sh[wid] = v;
+    __syncthreads();
+    Tv t = lane < nw ? sh[lane] : (Tv)0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        t += __shfl_xor_sync(0xffffffffu, t, o);
+    return t;
+}
+
+__device__ __forceinline__ float rms_r(float ss, int C, float eps)
+{
+    return (float)(1.0 / sqrt((double)ss / C + (double)eps));
+}
+
+static inline int cdiv(long a, long b) { return (int)((a + b - 1) / b); }
+
+/* ---- elementwise ---------------------------------------------------------------------- */
+
+__global__ void k_f32_to_bf16(bf16 *out, const float *in, long n)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        out[i] = f2bf(in[i]);
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+__device__ __forceinline__ float hash_unit(uint64_t seed, long long i) /* uniform [-1, 1) */
+{
+    uint64_t h = mix64(seed ^ mix64((uint64_t)i));
+    return (float)((double)(h >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+__global__ void k_fill_uniform_bf16(bf16 *p, long n, uint64_t seed, float scale)
+{
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        p[i] = f2bf(scale * hash_unit(seed, i));
+}
+
+__global__ void k_params_init(float *P, bf16 *Wb, const tensor_ent *tens, uint64_t seed, float amp)
+{
+    tensor_ent t = tens[blockIdx.y];
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < t.len;
+         e += (long long)gridDim.x * blockDim.x) {
+        long long i = t.off + e;
+        float v = t.is_norm ? 1.0f : amp * hash_unit(seed, i);
+        P[i] = v;
+        Wb[i] = f2bf(v);
+    }
+}
+
+/* ---- batch preparation: labels, weights, positions, compaction (one block) ------------ */
+
+__global__ void __launch_bounds__(1024) k_batch_prep(int32_t *labels, float *wts, int32_t *pos, int32_t *idx,
+                                                     dev_stats *ds, const int32_t *x, const uint8_t *lmask,
+                                                     const int32_t *anchors, const uint8_t *keep, int S, int N,
+                                                     int B, int V, double gamma, double norm_arg, int rows_max)
+{
+    __shared__ int scan[1024];
+    __shared__ double shd[32];
+    __shared__ int err_sh;
+    int tid = threadIdx.x, R = N * B;
+    if (tid == 0)
+        err_sh = 0;
+    __syncthreads();
+    int err = 0;
+    for (int j = tid; j < N; j += blockDim.x)
+        if (anchors[j] < 0 || anchors[j] >= S)
+            err |= ERR_ANCHOR;
+    for (int t = tid; t < S + R; t += blockDim.x) {
+        if (t < S) {
+            pos[t] = t;
+        } else {
+            int r = t - S, a = anchors[r / B];
+            pos[t] = (a >= 0 && a < S ? a : 0) + r % B;
+        }
+    }
+    double sw = 0;
+    int base = 0;
+    for (int r0 = 0; r0 < R; r0 += blockDim.x) {
+        int r = r0 + tid, flag = 0;
+        if (r < R) {
+            int j = r / B, k = r % B, a = anchors[j], p = a + k;
+            int lab = -1;
+            float w = 0.0f;
+            if (keep[j] && k > 0 && a >= 0 && a < S && p < S) {
+                lab = x[p];
+                if (lmask[p]) {
+                    w = (float)exp(-(double)(k - 1) / gamma);
+                    if (lab < 0 || lab >= V)
+                        err |= ERR_TOKEN;
+                }
+            }
+            if (keep[j] && a >= 0 && a < S && (x[a] < 0 || x[a] >= V))
+                err |= ERR_TOKEN;
+            labels[r] = lab;
+            wts[r] = w;
+            flag = w > 0.0f;
+            sw += (double)w;
+        }
+        scan[tid] = flag;
+        __syncthreads();
+        for (int o = 1; o < (int)blockDim.x; o <<= 1) { /* inclusive Hillis-Steele scan */
+            int v = tid >= o ? scan[tid - o] : 0;
+            __syncthreads();
+            scan[tid] += v;
+            __syncthreads();
+        }
+        if (flag)
+            idx[base + scan[tid] - 1] = r;
+        base += scan[blockDim.x - 1];
+        __syncthreads();
+    }
+    if (err)
+        atomicOr(&err_sh, err);
+    double total = block_sum_t<double>(sw, shd);
+    __syncthreads();
+    if (tid == 0) {
+        if (base > rows_max)
+            err_sh |= ERR_ROWS;
+        ds->n_kept = base;
+        ds->err = err_sh;
+        ds->sum_w = total;
+        ds->norm = norm_arg > 0 ? norm_arg : total;
+    }
+}
+
+/* h0[r] = E[x[a_j]] (k = 0) or E[MASK] */
+__global__ void k_embed_h0(float *h, const bf16 *E, const int32_t *x, const int32_t *anchors, int R, int B, int d,
+                           int S, int V, int mask_id)
+{
+    long n = (long)R * d;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        int r = (int)(i / d), c = (int)(i % d), k = r % B, a = anchors[r / B];
+        int tok = mask_id;
+        if (k == 0) {
+            tok = (a >= 0 && a < S) ? x[a] : 0;
+            if (tok < 0 || tok >= V)
+                tok = 0; /* flagged by k_batch_prep */
+        }
+        h[i] = bf2f(E[(long)tok * d + c]);
+    }
+}
+
+/* ---- RMSNorm (whole rows) -------------------------------------------------------------- */
+
+__global__ void k_rmsnorm_fwd(bf16 *out, const float *x, const float *w, int C, float eps)
+{
+    __shared__ float sh[32];
+    const float *xr = x + (long)blockIdx.x * C;
+    float ss = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        ss += xr[c] * xr[c];
+    ss = block_sum_t<float>(ss, sh);
+    float r = rms_r(ss, C, eps);
+    bf16 *o = out + (long)blockIdx.x * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        o[c] = f2bf(xr[c] * r * w[c]);
+}
+
+/* dx = resid + r (g w) - x r^3 mean(g w x); dxb = bf16(dx); contrib = g x r (for dw) */
+__global__ void k_rmsnorm_bwd(float *dx, bf16 *dxb, float *contrib, const float *resid, const float *dout,
+                              const float *x, const float *w, int C, float eps)
+{
+    __shared__ float sh[32];
+    long o = (long)blockIdx.x * C;
+    float ss = 0, dot = 0;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float xv = x[o + c];
+        ss += xv * xv;
+        dot += dout[o + c] * w[c] * xv;
+    }
+    ss = block_sum_t<float>(ss, sh);
+    dot = block_sum_t<float>(dot, sh);
+    float r = rms_r(ss, C, eps);
+    float k = dot * r * r * r / (float)C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float g = dout[o + c], xv = x[o + c];
+        float v = g * w[c] * r - xv * k;
+        if (resid)
+            v += resid[o + c];
+        dx[o + c] = v;
+        if (dxb)
+            dxb[o + c] = f2bf(v);
+        contrib[o + c] = g * xv * r;
+    }
+}
+
+/* out[c] += sum over rows of X[r][c], in a fixed order: partial per COL_CHUNK rows, then
+ * the partials in order. */
+__global__ void k_colsum_partial(float *part, const float *X, long rows, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    long r0 = (long)blockIdx.y * COL_CHUNK, r1 = min(rows, r0 + COL_CHUNK);
+    float s = 0;
+    for (long r = r0; r < r1; r++)
+        s += X[r * C + c];
+    part[(long)blockIdx.y * C + c] = s;
+}
+__global__ void k_colsum_final(float *out, const float *part, int nchunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C)
+        return;
+    float s = 0;
+    for (int i = 0; i < nchunks; i++)
+        s += part[(long)i * C + c];
+    out[c] += s;
+}
+
+/* ---- q/k norm + RoPE ---------------------------------------------------------------------
+ * One warp per (row, head); lane handles the rotation pairs (p, p + hd/2), p = lane + 32m. */
+
+#define MAXP 4 /* hd <= 256 */
+
+__device__ __forceinline__ void norm_rope_fwd(bf16 *out, const bf16 *x, const float *w, int hd, float eps, float posf,
+                                              const float *inv_freq, int lane)
+{
+    int half = hd / 2;
+    float x1[MAXP], x2[MAXP], ss = 0;
+#pragma unroll
+    for (int m = 0; m < MAXP; m++) {
+        int p = lane + 32 * m;
+        x1[m] = x2[m] = 0;
+        if (p < half) {
+            x1[m] = bf2f(x[p]);
+            x2[m] = bf2f(x[p + half]);
+            ss += x1[m] * x1[m] + x2[m] * x2[m];
+        }
+    }
+    float r = rms_r(warp_sum(ss), hd, eps);
+#pragma unroll
+    for (int m = 0; m < MAXP; m++) {
+        int p = lane + 32 * m;
+        if (p < half) {
+            float y1 = x1[m] * r * w[p], y2 = x2[m] * r * w[p + half];
+            float ang = posf * inv_freq[p], cs = cosf(ang), sn = sinf(ang);
+            out[p] = f2bf(y1 * cs - y2 * sn);
+            out[p + half] = f2bf(y2 * cs + y1 * sn);
+        }
+    }
+}
+
+__device__ __forceinline__ void norm_rope_bwd(bf16 *dxo, float *contrib, const float *dy, const bf16 *x, const float *w,
+                                              int hd, float eps, float posf, const float *inv_freq, int lane)
+{
+    int half = hd / 2;
+    float g1[MAXP], g2[MAXP], x1[MAXP], x2[MAXP], ss = 0, dot = 0;
+#pragma unroll
+    for (int m = 0; m < MAXP; m++) {
+        int p = lane + 32 * m;
+        g1[m] = g2[m] = x1[m] = x2[m] = 0;
+        if (p < half) {
+            float a = dy[p], b = dy[p + half];
+            float ang = posf * inv_freq[p], cs = cosf(ang), sn = sinf(ang);
+            g1[m] = a * cs + b * sn;
+            g2[m] = b * cs - a * sn;
+            x1[m] = bf2f(x[p]);
+            x2[m] = bf2f(x[p + half]);
+            ss += x1[m] * x1[m] + x2[m] * x2[m];
+            dot += g1[m] * w[p] * x1[m] + g2[m] * w[p + half] * x2[m];
+        }
+    }
+    float r = rms_r(warp_sum(ss), hd, eps);
+    dot = warp_sum(dot);
+    float k = dot * r * r * r / (float)hd;
+#pragma unroll
+    for (int m = 0; m < MAXP; m++) {
+        int p = lane + 32 * m;
+        if (p < half) {
+            dxo[p] = f2bf(g1[m] * w[p] * r - x1[m] * k);
+            dxo[p + half] = f2bf(g2[m] * w[p + half] * r - x2[m] * k);
+            contrib[p] = g1[m] * x1[m] * r;
+            contrib[p + half] = g2[m] * x2[m] * r;
+        }
+    }
+}
+
+/* units [0, R*H): queries; [R*H, R*H + T*KV): key + value of (t, g). */
+__global__ void k_qk_fwd(bf16 *Qh, bf16 *Kh, bf16 *Vh, const bf16 *qkv, const bf16 *kvc, const float *qn,
+                         const float *kn, const float *inv_freq, const int32_t *pos, int S, int R, int H, int KV,
+                         int hd, float eps)
+{
+    long unit = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31, G = H / KV, T = S + R, qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd;
+    if (unit < (long)R * H) {
+        int r = (int)(unit / H), h = (int)(unit % H), g = h / G, hh = h % G;
+        long rho = ((long)g * R + r) * G + hh;
+        norm_rope_fwd(Qh + rho * hd, qkv + (long)r * qkvd + (long)h * hd, qn, hd, eps, (float)pos[S + r], inv_freq,
+                      lane);
+        return;
+    }
+    unit -= (long)R * H;
+    if (unit >= (long)T * KV)
+        return;
+    int t = (int)(unit / KV), g = (int)(unit % KV);
+    const bf16 *ks, *vs;
+    if (t < S) {
+        ks = kvc + (long)t * 2 * kvd + (long)g * hd;
+        vs = ks + kvd;
+    } else {
+        ks = qkv + (long)(t - S) * qkvd + qd + (long)g * hd;
+        vs = ks + kvd;
+    }
+    long o = ((long)g * T + t) * hd;
+    norm_rope_fwd(Kh + o, ks, kn, hd, eps, (float)pos[t], inv_freq, lane);
+    for (int i = lane; i < hd; i += 32)
+        Vh[o + i] = vs[i];
+}
+
+__global__ void k_qk_bwd(bf16 *dqkv, bf16 *dkvc, float *cq, float *ck, const float *dQh, const float *dKh,
+                         const float *dVh, const bf16 *qkv, const bf16 *kvc, const float *qn, const float *kn,
+                         const float *inv_freq, const int32_t *pos, int S, int R, int H, int KV, int hd, float eps)
+{
+    long unit = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31, G = H / KV, T = S + R, qd = H * hd, kvd = KV * hd, qkvd = qd + 2 * kvd;
+    if (unit < (long)R * H) {
+        int r = (int)(unit / H), h = (int)(unit % H), g = h / G, hh = h % G;
+        long rho = ((long)g * R + r) * G + hh;
+        long o = (long)r * qkvd + (long)h * hd;
+        norm_rope_bwd(dqkv + o, cq + unit * hd, dQh + rho * hd, qkv + o, qn, hd, eps, (float)pos[S + r], inv_freq,
+                      lane);
+        return;
+    }
+    unit -= (long)R * H;
+    if (unit >= (long)T * KV)
+        return;
+    int t = (int)(unit / KV), g = (int)(unit % KV);
+    const bf16 *ks;
+    bf16 *dks;
+    if (t < S) {
+        ks = kvc + (long)t * 2 * kvd + (long)g * hd;
+        dks = dkvc + (long)t * 2 * kvd + (long)g * hd;
+    } else {
+        ks = qkv + (long)(t - S) * qkvd + qd + (long)g * hd;
+        dks = dqkv + (long)(t - S) * qkvd + qd + (long)g * hd;
+    }
+    long o = ((long)g * T + t) * hd;
+    norm_rope_bwd(dks, ck + unit * hd, dKh + o, ks, kn, hd, eps, (float)pos[t], inv_freq, lane);
+    for (int i = lane; i < hd; i += 32)
+        dks[kvd + i] = f2bf(dVh[o + i]);
+}
+
+/* ---- attention ----------------------------------------------------------------------------
+ * Query rows rho = (g * R + r) * G + hh (kv head g, block row r = j*B + k, head h = g*G + hh).
+ * Keys of kv head g at Kh + (g*T + t)*hd: context t < S, block rows t = S + j*B + kk. */
+
+struct attn_args {
+    int S, Sp, R, T, B, G, hd, window;
+    float scale;
+    const int32_t *anchors;
+    const uint8_t *keep;
+};
+
+/* Mask of row rho: context [lo, hi), block keys [0, nb); returns 0 for padding. */
+__device__ __forceinline__ int row_mask(const attn_args &A, long rho, int *j, int *k, int *g, int *lo, int *hi, int *nb)
+{
+    int r = (int)((rho / A.G) % A.R);
+    *g = (int)(rho / ((long)A.G * A.R));
+    *j = r / A.B;
+    *k = r % A.B;
+    if (!A.keep[*j])
+        return 0;
+    int a = A.anchors[*j];
+    *hi = a;
+    *lo = A.window > 0 ? max(0, a + *k - (A.window - 1)) : 0;
+    *nb = A.window > 0 ? *k + 1 : A.B;
+    return 1;
+}
+
+/* dot(a[hd], b[hd]) over the warp (all lanes get it) */
+__device__ __forceinline__ float warp_dot(const bf16 *a, const bf16 *b, int hd, int lane)
+{
+    float s = 0;
+    for (int i = lane; i < hd; i += 32)
+        s += bf2f(a[i]) * bf2f(b[i]);
+    return warp_sum(s);
+}
+
+__global__ void k_attn_fwd_softmax(bf16 *Pc, float *Pb, float *lse, const float *Sc, const bf16 *Qh, const bf16 *Kh,
+                                   attn_args A, long HR)
+{
+    long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (rho >= HR)
+        return;
+    int j, k, g, lo = 0, hi = 0, nb = 0;
+    bf16 *prow = Pc + rho * A.Sp;
+    float *pb = Pb + rho * A.B;
+    if (!row_mask(A, rho, &j, &k, &g, &lo, &hi, &nb)) {
+        for (int s = lane; s < A.Sp; s += 32)
+            prow[s] = f2bf(0.0f);
+        for (int kk = lane; kk < A.B; kk += 32)
+            pb[kk] = 0.0f;
+        if (lane == 0)
+            lse[rho] = -INFINITY;
+        return;
+    }
+    const bf16 *q = Qh + rho * A.hd;
+    const bf16 *kb = Kh + ((long)g * A.T + A.S + (long)j * A.B) * A.hd;
+    float sb0 = -INFINITY, sb1 = -INFINITY;
+    for (int kk = 0; kk < nb; kk++) {
+        float s = warp_dot(q, kb + (long)kk * A.hd, A.hd, lane) * A.scale;
+        if (kk == lane)
+            sb0 = s;
+        if (kk == lane + 32)
+            sb1 = s;
+    }
+    const float *srow = Sc + rho * A.Sp;
+    float m = fmaxf(sb0, sb1);
+    for (int s = lo + lane; s < hi; s += 32)
+        m = fmaxf(m, srow[s] * A.scale);
+    m = warp_max(m);
+    float sum = (sb0 > -INFINITY ? expf(sb0 - m) : 0.0f) + (sb1 > -INFINITY ? expf(sb1 - m) : 0.0f);
+    for (int s = lo + lane; s < hi; s += 32)
+        sum += expf(srow[s] * A.scale - m);
+    sum = warp_sum(sum);
+    float L = m + logf(sum);
+    for (int s = lane; s < A.Sp; s += 32)
+        prow[s] = f2bf(s >= lo && s < hi ? expf(srow[s] * A.scale - L) : 0.0f);
+    for (int kk = lane; kk < A.B; kk += 32) {
+        float sb = kk < 32 ? sb0 : sb1;
+        pb[kk] = kk < nb ? expf(sb - L) : 0.0f;
+    }
+    if (lane == 0)
+        lse[rho] = L;
+}
+
+/* att[r][h*hd + i] = Oc[rho][i] + sum_kk Pb[rho][kk] V[block kk][i] */
+__global__ void k_attn_combine(bf16 *att, const float *Oc, const float *Pb, const bf16 *Vh, attn_args A, int H,
+                               long n)
+{
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long rho = e / A.hd;
+        int i = (int)(e % A.hd), hh = (int)(rho % A.G), r = (int)((rho / A.G) % A.R), g = (int)(rho / ((long)A.G * A.R));
+        int j = r / A.B;
+        const bf16 *vb = Vh + ((long)g * A.T + A.S + (long)j * A.B) * A.hd + i;
+        const float *pb = Pb + rho * A.B;
+        float v = Oc[e];
+        for (int kk = 0; kk < A.B; kk++)
+            v += pb[kk] * bf2f(vb[(long)kk * A.hd]);
+        att[(long)r * H * A.hd + (long)(g * A.G + hh) * A.hd + i] = f2bf(v);
+    }
+}
+
+/* dOh[rho] = datt[r][h]; Drow[rho] = dO . O */
+__global__ void k_attn_prep_bwd(bf16 *dOh, float *Drow, const bf16 *datt, const bf16 *att, attn_args A, int H,
+                                long HR)
+{
+    long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (rho >= HR)
+        return;
+    int hh = (int)(rho % A.G), r = (int)((rho / A.G) % A.R), g = (int)(rho / ((long)A.G * A.R));
+    long o = (long)r * H * A.hd + (long)(g * A.G + hh) * A.hd;
+    float s = 0;
+    for (int i = lane; i < A.hd; i += 32) {
+        bf16 v = datt[o + i];
+        dOh[rho * A.hd + i] = v;
+        s += bf2f(v) * bf2f(att[o + i]);
+    }
+    s = warp_sum(s);
+    if (lane == 0)
+        Drow[rho] = s;
+}
+
+/* P recomputed from Sc and the saved LSE; dS = P (dP - D). */
+__global__ void k_attn_bwd_softmax(bf16 *dSc, bf16 *Pc, float *dSb, float *Pb, const float *Sc, const float *dPc,
+                                   const float *lse, const float *Drow, const bf16 *Qh, const bf16 *Kh,
+                                   const bf16 *Vh, const bf16 *dOh, attn_args A, long HR)
+{
+    long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (rho >= HR)
+        return;
+    int j, k, g, lo = 0, hi = 0, nb = 0;
+    bf16 *ds = dSc + rho * A.Sp, *pc = Pc + rho * A.Sp;
+    float *dsb = dSb + rho * A.B, *pb = Pb + rho * A.B;
+    if (!row_mask(A, rho, &j, &k, &g, &lo, &hi, &nb)) {
+        for (int s = lane; s < A.Sp; s += 32)
+            ds[s] = pc[s] = f2bf(0.0f);
+        for (int kk = lane; kk < A.B; kk += 32)
+            dsb[kk] = pb[kk] = 0.0f;
+        return;
+    }
+    float L = lse[rho], D = Drow[rho];
+    const bf16 *q = Qh + rho * A.hd, *dO = dOh + rho * A.hd;
+    long kb = ((long)g * A.T + A.S + (long)j * A.B) * A.hd;
+    for (int kk = 0; kk < A.B; kk++) {
+        float p = 0, dsv = 0;
+        if (kk < nb) {
+            float s = warp_dot(q, Kh + kb + (long)kk * A.hd, A.hd, lane) * A.scale;
+            float dp = warp_dot(dO, Vh + kb + (long)kk * A.hd, A.hd, lane);
+            p = expf(s - L);
+            dsv = p * (dp - D);
+        }
+        if (lane == 0) {
+            pb[kk] = p;
+            dsb[kk] = dsv;
+        }
+    }
+    const float *srow = Sc + rho * A.Sp, *dprow = dPc + rho * A.Sp;
+    for (int s = lane; s < A.Sp; s += 32) {
+        float p = 0, dsv = 0;
+        if (s >= lo && s < hi) {
+            p = expf(srow[s] * A.scale - L);
+            dsv = p * (dprow[s] - D);
+        }
+        pc[s] = f2bf(p);
+        ds[s] = f2bf(dsv);
+    }
+}
+
+/* One CTA per (block j, kv head g): dK, dV of the block's own keys (sum over its B*G query
+ * rows in a fixed order) and the block-key term of dQ. */
+__global__ void k_attn_block_bwd(float *dQh, float *dKh, float *dVh, const float *dSb, const float *Pb,
+                                 const bf16 *Qh, const bf16 *Kh, const bf16 *dOh, attn_args A)
+{
+    int j = blockIdx.x, g = blockIdx.y, BG = A.B * A.G;
+    long row0 = ((long)g * A.R + (long)j * A.B) * A.G; /* first rho of the block: rows are contiguous */
+    long kb = ((long)g * A.T + A.S + (long)j * A.B) * A.hd;
+    for (int e = threadIdx.x; e < A.B * A.hd; e += blockDim.x) {
+        int kk = e / A.hd, i = e % A.hd;
+        float dk = 0, dv = 0;
+        for (int q = 0; q < BG; q++) {
+            long rho = row0 + q;
+            dk += dSb[rho * A.B + kk] * bf2f(Qh[rho * A.hd + i]);
+            dv += Pb[rho * A.B + kk] * bf2f(dOh[rho * A.hd + i]);
+        }
+        dKh[kb + (long)kk * A.hd + i] = dk * A.scale;
+        dVh[kb + (long)kk * A.hd + i] = dv;
+    }
+    for (int e = threadIdx.x; e < BG * A.hd; e += blockDim.x) {
+        long rho = row0 + e / A.hd;
+        int i = e % A.hd;
+        float acc = 0;
+        for (int kk = 0; kk < A.B; kk++)
+            acc += dSb[rho * A.B + kk] * bf2f(Kh[kb + (long)kk * A.hd + i]);
+        dQh[rho * A.hd + i] += acc * A.scale;
+    }
+}
+
+/* ---- SwiGLU --------------------------------------------------------------------------------- */
+
+__global__ void k_swiglu_fwd(bf16 *act, const bf16 *gu, int I, long n)
+{
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / I, i = e % I;
+        float g = bf2f(gu[r * 2 * I + i]), u = bf2f(gu[r * 2 * I + I + i]);
+        act[e] = f2bf(g / (1.0f + expf(-g)) * u);
+    }
+}
+__global__ void k_swiglu_bwd(bf16 *dgu, const bf16 *dact, const bf16 *gu, int I, long n)
+{
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long r = e / I, i = e % I;
+        float g = bf2f(gu[r * 2 * I + i]), u = bf2f(gu[r * 2 * I + I + i]), d = bf2f(dact[e]);
+        float sg = 1.0f / (1.0f + expf(-g));
+        dgu[r * 2 * I + i] = f2bf(d * u * sg * (1.0f + g * (1.0f - sg)));
+        dgu[r * 2 * I + I + i] = f2bf(d * g * sg);
+    }
+}
+
+/* ---- loss ----------------------------------------------------------------------------------- */
+
+__global__ void k_gather_z(bf16 *zc, const bf16 *z, const int32_t *idx, const dev_stats *ds, int rows_max, int d)
+{
+    long n = (long)rows_max * d;
+    int kept = ds->n_kept;
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long ci = e / d;
+        zc[e] = ci < kept ? z[(long)idx[ci] * d + e % d] : f2bf(0.0f);
+    }
+}
+
+/* One block per row of the chunk: softmax, CE, argmax, dlogits = (p - onehot) w / norm. */
+__global__ void __launch_bounds__(1024) k_ce(bf16 *dlog, double *row_wce, uint8_t *row_ok, const float *logits,
+                                             const int32_t *idx, const int32_t *labels, const float *wts,
+                                             const dev_stats *ds, int c0, int V, int Vp)
+{
+    __shared__ float shv[32];
+    __shared__ int shi[32];
+    __shared__ double shd[32];
+    int ci = c0 + blockIdx.x;
+    if (ci >= ds->n_kept)
+        return;
+    int row = idx[ci], y = labels[row];
+    float w = wts[row];
+    const float *l = logits + (long)blockIdx.x * Vp;
+    float mx = -INFINITY;
+    int am = 0x7fffffff;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float x = l[v];
+        if (x > mx) {
+            mx = x;
+            am = v;
+        }
+    }
+    /* block arg-max: larger value wins, ties go to the smaller index (the CPU's first max) */
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+        int a2 = __shfl_xor_sync(0xffffffffu, am, o);
+        if (m2 > mx || (m2 == mx && a2 < am))
+            mx = m2, am = a2;
+    }
+    if (lane == 0)
+        shv[wid] = mx, shi[wid] = am;
+    __syncthreads();
+    mx = lane < nw ? shv[lane] : -INFINITY;
+    am = lane < nw ? shi[lane] : 0x7fffffff;
+    for (int o = 16; o > 0; o >>= 1) {
+        float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
+        int a2 = __shfl_xor_sync(0xffffffffu, am, o);
+        if (m2 > mx || (m2 == mx && a2 < am))
+            mx = m2, am = a2;
+    }
+    float se = 0;
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        se += expf(l[v] - mx);
+    double sed = block_sum_t<double>((double)se, shd);
+    float lse = (float)((double)mx + log(sed));
+    float scale = (float)((double)w / ds->norm);
+    bf16 *dl = dlog + (long)blockIdx.x * Vp;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float p = expf(l[v] - lse) * scale;
+        dl[v] = f2bf(v == y ? p - scale : p);
+    }
+    if (threadIdx.x == 0) {
+        row_wce[ci] = (double)w * ((double)lse - (double)l[y]);
+        row_ok[ci] = am == y;
+    }
+}
+
+__global__ void k_scatter_dz(float *dz, const float *dzc, const int32_t *idx, const dev_stats *ds, int c0, int m,
+                             int d)
+{
+    long n = (long)m * d;
+    int kept = ds->n_kept;
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long ci = c0 + e / d;
+        if (ci < kept)
+            dz[(long)idx[ci] * d + e % d] = dzc[e];
+    }
+}
+
+__global__ void __launch_bounds__(1024) k_stats(dev_stats *ds, const double *row_wce, const uint8_t *row_ok,
+                                                const int32_t *idx, int B)
+{
+    __shared__ int cnt[DFLASH_MAX_BLOCK], ok[DFLASH_MAX_BLOCK];
+    __shared__ double shd[32];
+    int tid = threadIdx.x, kept = ds->n_kept;
+    if (tid < DFLASH_MAX_BLOCK)
+        cnt[tid] = ok[tid] = 0;
+    __syncthreads();
+    double s = 0;
+    for (int ci = tid; ci < kept; ci += blockDim.x) {
+        s += row_wce[ci];
+        int k = idx[ci] % B;
+        atomicAdd(&cnt[k], 1); /* integer counts: order-independent */
+        atomicAdd(&ok[k], (int)row_ok[ci]);
+    }
+    double tot = block_sum_t<double>(s, shd);
+    __syncthreads();
+    if (tid == 0)
+        ds->wce = tot;
+    if (tid < DFLASH_MAX_BLOCK) {
+        ds->count[tid] = cnt[tid];
+        ds->correct[tid] = ok[tid];
+    }
+}
+
+/* ---- optimizer -------------------------------------------------------------------------------- */
+
+__global__ void k_sqnorm_partial(double *part, const float *g, long n)
+{
+    __shared__ double shd[32];
+    double s = 0;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
+        s += (double)g[i] * g[i];
+    s = block_sum_t<double>(s, shd);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+__global__ void __launch_bounds__(NPART) k_opt_plan(opt_state *os, const double *part, double lr_peak, double min_lr,
+                                                    long long warm, long long total, double clip, double b1,
+                                                    double b2, double wd)
+{
+    __shared__ double shd[32];
+    double s = block_sum_t<double>(part[threadIdx.x], shd);
+    if (threadIdx.x != 0)
+        return;
+    double norm = sqrt(s);
+    long long step = os->step;
+    double lr;
+    if (step < warm) {
+        lr = lr_peak * (double)(step + 1) / (double)warm;
+    } else {
+        long long span = total - warm;
+        double t = span > 0 ? (double)(step - warm) / (double)span : 1.0;
+        if (t > 1)
+            t = 1;
+        lr = min_lr + (lr_peak - min_lr) * 0.5 * (1.0 + cos(M_PI * t));
+    }
+    os->norm = norm;
+    os->lr = lr;
+    os->clip_scale = 1.0;
+    os->do_clip = 0;
+    os->gscale = 1.0f;
+    if (!isfinite(norm)) {
+        os->skip = 1;
+        return;
+    }
+    os->skip = 0;
+    if (clip > 0 && norm > clip) {
+        os->clip_scale = clip / (norm + 1e-6);
+        os->gscale = (float)os->clip_scale;
+        os->do_clip = 1;
+    }
+    long long t = step + 1;
+    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
+    os->wd_factor = (float)(1.0 - lr * wd);
+    os->step_size = (float)(lr / bc1);
+    os->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    os->step = t;
+}
+
+__global__ void k_adamw(float *P, bf16 *Wb, float *M, float *Vv, const float *Gr, const tensor_ent *tens,
+                        const opt_state *os, float b1, float b2, float eps, int use_wd)
+{
+    if (os->skip)
+        return;
+    tensor_ent t = tens[blockIdx.y];
+    int clip = os->do_clip, decay = use_wd && !t.is_norm;
+    float gs = os->gscale, wdf = os->wd_factor, ss = os->step_size, ib = os->inv_sqrt_bc2;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < t.len;
+         e += (long long)gridDim.x * blockDim.x) {
+        long long i = t.off + e;
+        float g = Gr[i];
+        if (clip)
+            g *= gs;
+        float p = P[i];
+        if (decay)
+            p *= wdf;
+        float m = b1 * M[i] + (1.0f - b1) * g;
+        float v = b2 * Vv[i] + (1.0f - b2) * g * g;
+        p -= ss * m / (sqrtf(v) * ib + eps);
+        M[i] = m;
+        Vv[i] = v;
+        P[i] = p;
+        Wb[i] = f2bf(p);
+    }
+}
+
+/* ---- init / memory -------------------------------------------------------------------------- */
+
+static size_t carve(dfc_ctx *x, char *base)
+{
+    size_t off = 0;
+#define TAKE(ptr, type, count)                                                 \
+    do {                                                                       \
+        if (base)                                                              \
+            (ptr) = (type *)(base + off);                                      \
+        off += ((size_t)(count) * sizeof(type) + 255) & ~(size_t)255;          \
+    } while (0)
+    long d = x->d, R = x->max_R, S = x->max_S, T = x->max_T, I = x->I, CH = x->CH;
+    long Sp = (S + 7) / 8 * 8, HR = (long)x->H * R;
+    long rows_cap = (long)x->max_N * (x->B - 1);
+    TAKE(x->P, float, x->np);
+    TAKE(x->Gr, float, x->np);
+    TAKE(x->Mm, float, x->np);
+    TAKE(x->Vm, float, x->np);
+    TAKE(x->Wb, bf16, x->np);
+    TAKE(x->tens, tensor_ent, x->ntensor);
+    TAKE(x->inv_freq, float, x->hd / 2);
+    TAKE(x->pos, int32_t, T);
+    TAKE(x->labels, int32_t, R);
+    TAKE(x->idx, int32_t, R);
+    TAKE(x->wts, float, R);
+    TAKE(x->ds, dev_stats, 1);
+    TAKE(x->Hb, bf16, S * x->nc * d);
+    TAKE(x->ctxb, bf16, S * d);
+    TAKE(x->fc_out, float, S * d);
+    for (int l = 0; l < x->L; l++) {
+        layer_buf *b = &x->lb[l];
+        TAKE(b->h_in, float, R * d);
+        TAKE(b->h_mid, float, R * d);
+        TAKE(b->lse, float, HR);
+        TAKE(b->a, bf16, R * d);
+        TAKE(b->qkv, bf16, R * x->qkvd);
+        TAKE(b->kvc, bf16, S * 2 * x->kvd);
+        TAKE(b->Qh, bf16, R * x->qd);
+        TAKE(b->Kh, bf16, T * x->kvd);
+        TAKE(b->Vh, bf16, T * x->kvd);
+        TAKE(b->att, bf16, R * x->qd);
+        TAKE(b->n, bf16, R * d);
+        TAKE(b->gu, bf16, R * 2 * I);
+        TAKE(b->act, bf16, R * I);
+    }
+    TAKE(x->h_out, float, R * d);
+    TAKE(x->z, bf16, R * d);
+    TAKE(x->Sc, float, HR * Sp);
+    TAKE(x->dPc, float, HR * Sp);
+    TAKE(x->Pc, bf16, HR * Sp);
+    TAKE(x->dSc, bf16, HR * Sp);
+    TAKE(x->Pb, float, HR * x->B);
+    TAKE(x->dSb, float, HR * x->B);
+    TAKE(x->Oc, float, HR * x->hd);
+    TAKE(x->Drow, float, HR);
+    TAKE(x->dQh, float, HR * x->hd);
+    TAKE(x->dKh, float, T * x->kvd);
+    TAKE(x->dVh, float, T * x->kvd);
+    TAKE(x->dOh, bf16, HR * x->hd);
+    TAKE(x->zc, bf16, (rows_cap > 0 ? rows_cap : 1) * d);
+    TAKE(x->logits, float, CH * x->Vp);
+    TAKE(x->dlog, bf16, CH * x->Vp);
+    TAKE(x->dzc, float, CH * d);
+    TAKE(x->dz, float, R * d);
+    TAKE(x->row_wce, double, R);
+    TAKE(x->row_ok, uint8_t, R);
+    TAKE(x->dh, float, R * d);
+    TAKE(x->dh2, float, R * d);
+    TAKE(x->dn, float, R * d);
+    TAKE(x->da, float, R * d);
+    TAKE(x->dctx, float, S * d);
+    TAKE(x->dfc, float, S * d);
+    long contrib = DF_MAX(R * d, S * d);
+    contrib = DF_MAX(contrib, R * x->qd + T * x->kvd);
+    TAKE(x->contrib, float, contrib);
+    long maxrows = DF_MAX(DF_MAX(R, S), DF_MAX(HR, T * x->KV));
+    TAKE(x->partial, float, ((maxrows + COL_CHUNK - 1) / COL_CHUNK + 1) * DF_MAX(d, x->hd));
+    TAKE(x->dhb, bf16, R * d);
+    TAKE(x->dh2b, bf16, R * d);
+    TAKE(x->dact, bf16, R * I);
+    TAKE(x->dgu, bf16, R * 2 * I);
+    TAKE(x->datt, bf16, R * x->qd);
+    TAKE(x->dqkv, bf16, R * x->qkvd);
+    TAKE(x->dkvc, bf16, S * 2 * x->kvd);
+    TAKE(x->dfcb, bf16, S * d);
+    TAKE(x->norm_part, double, NPART);
+    TAKE(x->os, opt_state, 1);
+#undef TAKE
+    return off;
+}
+
+static void timing_destroy(dfc_ctx *x)
+{
+    if (!x->timing)
+        return;
+    for (int i = 0; i < 6; i++)
+        cudaEventDestroy(x->ev_ph[i]);
+    for (int i = 0; i < 4 * x->L; i++)
+        cudaEventDestroy(x->ev_at[i]);
+    x->timing = 0;
+}
+
+void dfc_free(dfc_ctx *x)
+{
+    if (!x)
+        return;
+    timing_destroy(x);
+    if (x->arena)
+        cudaFree(x->arena);
+    dfc_gemm_destroy(x->gemm);
+    if (x->st)
+        cudaStreamDestroy(x->st);
+    free(x);
+}
+
+int dfc_init(dfc_ctx **out, const dflash_config *c, const adamw_config *opt, const dfc_bf16 *embed,
+             const dfc_bf16 *lm_head, int max_S, int max_N, int chunk_rows, char *err, size_t errlen)
+{
+    *out = NULL;
+    char verr[256];
+    if (dflash_config_validate(c, verr, sizeof verr) < 0) {
+        snprintf(err, errlen, "dfc_init: bad config: %s", verr);
+        return -EINVAL;
+    }
+    if (c->hidden % 8 || c->head_dim % 8 || c->intermediate % 8 || c->head_dim > 256 || c->block_size > 64 ||
+        c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head || !opt) {
+        snprintf(err, errlen,
+                 "dfc_init: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
+                 "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head/opt non-NULL "
+                 "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
+                 c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
+        return -EINVAL;
+    }
+    dfc_ctx *x = (dfc_ctx *)calloc(1, sizeof *x);
+    if (!x)
+        return -ENOMEM;
+    x->c = *c;
+    x->opt = *opt;
+    x->warm = (long)ceil(opt->warmup_frac * (double)opt->total_steps);
+    x->d = c->hidden, x->H = c->n_heads, x->KV = c->n_kv_heads, x->hd = c->head_dim, x->G = x->H / x->KV;
+    x->I = c->intermediate, x->V = c->vocab, x->Vp = (c->vocab + 7) / 8 * 8, x->B = c->block_size, x->nc = c->n_capture, x->L = c->n_layers;
+    x->qd = x->H * x->hd, x->kvd = x->KV * x->hd, x->qkvd = x->qd + 2 * x->kvd;
+    x->eps = (float)c->rms_norm_eps;
+    x->scale = 1.0f / sqrtf((float)x->hd);
+    x->max_S = max_S, x->max_N = max_N, x->max_R = max_N * c->block_size, x->max_T = max_S + x->max_R;
+    x->CH = chunk_rows > 0 ? chunk_rows : 1024;
+    x->np = dflash_config_param_count(c);
+    x->ntensor = dflash_tensor_count(c);
+    x->embed = (const bf16 *)embed;
+    x->head = (const bf16 *)lm_head;
+    tensor_ent *th = (tensor_ent *)calloc((size_t)x->ntensor, sizeof *th);
+    if (!th) {
+        free(x);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < x->ntensor; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(c, i, &t);
+        th[i].off = (long long)t.offset, th[i].len = (long long)t.numel, th[i].is_norm = t.is_norm;
+        if (i == 0)
+            x->off_fc = t.offset;
+        else if (i == 1)
+            x->off_hn = t.offset;
+        else if (i == x->ntensor - 1)
+            x->off_fn = t.offset;
+        else
+            x->off[(i - 2) / PER_LAYER][(i - 2) % PER_LAYER] = t.offset;
+        if (t.offset % 8) {
+            snprintf(err, errlen, "dfc_init: tensor %s at offset %zu is not 16-byte aligned in bf16", t.name,
+                     t.offset);
+            free(th);
+            free(x);
+            return -EINVAL;
+        }
+    }
+    int rc = 0;
+    float *inv = (float *)malloc(sizeof(float) * (size_t)(x->hd / 2));
+    if (!inv) {
+        free(th);
+        free(x);
+        return -ENOMEM;
+    }
+    nn_rope_inv_freq(inv, x->hd, c->rope_theta, NULL);
+    /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
+    if (cudaStreamCreateWithFlags(&x->st, cudaStreamDefault) != cudaSuccess) {
+        snprintf(err, errlen, "dfc_init: cudaStreamCreate: %s", cudaGetErrorString(cudaGetLastError()));
+        rc = -EIO;
+        goto fail;
+    }
+    if ((rc = dfc_gemm_create(&x->gemm, 64u << 20)) < 0) {
+        snprintf(err, errlen, "dfc_init: cuBLASLt handle/workspace: %s", rc == -ENOMEM ? "out of memory" : "failed");
+        goto fail;
+    }
+    x->arena_bytes = carve(x, NULL);
+    if (cudaMalloc(&x->arena, x->arena_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        x->arena = NULL;
+        snprintf(err, errlen, "dfc_init: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed",
+                 (double)x->arena_bytes / (1u << 30), max_S, max_N);
+        rc = -ENOMEM;
+        goto fail;
+    }
+    carve(x, (char *)x->arena);
+    if (cudaMemsetAsync(x->arena, 0, x->arena_bytes, x->st) != cudaSuccess ||
+        cudaMemcpyAsync(x->tens, th, sizeof(tensor_ent) * (size_t)x->ntensor, cudaMemcpyHostToDevice, x->st) !=
+            cudaSuccess ||
+        cudaMemcpyAsync(x->inv_freq, inv, sizeof(float) * (size_t)(x->hd / 2), cudaMemcpyHostToDevice, x->st) !=
+            cudaSuccess ||
+        cudaStreamSynchronize(x->st) != cudaSuccess) {
+        snprintf(err, errlen, "dfc_init: upload: %s", cudaGetErrorString(cudaGetLastError()));
+        rc = -EIO;
+        goto fail;
+    }
+    free(th);
+    free(inv);
+    *out = x;
+    return 0;
+fail:
+    free(th);
+    free(inv);
+    dfc_free(x);
+    return rc;
+}
+
+/* ---- host <-> device -------------------------------------------------------------------------- */
+
+static int refresh_mirror(dfc_ctx *x)
+{
+    k_f32_to_bf16<<<1024, 256, 0, x->st>>>(x->Wb, x->P, (long)x->np);
+    CK_LAUNCH(x, "k_f32_to_bf16");
+    return 0;
+}
+
+static int copy_sync(dfc_ctx *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+{
+    CK_CUDA(x, cudaMemcpyAsync(dst, src, bytes, kind, x->st));
+    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    return 0;
+}
+
+int dfc_params_from_host(dfc_ctx *x, const float *p)
+{
+    CK(copy_sync(x, x->P, p, sizeof(float) * x->np, cudaMemcpyHostToDevice));
+    CK(refresh_mirror(x));
+    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    return 0;
+}
+int dfc_params_to_host(dfc_ctx *x, float *p) { return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
+int dfc_grads_to_host(dfc_ctx *x, float *g) { return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
+int dfc_grads_from_host(dfc_ctx *x, const float *g)
+{
+    return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice);
+}
+float *dfc_grads_device(dfc_ctx *x) { return x->Gr; }
+
+int dfc_zero_grads(dfc_ctx *x)
+{
+    CK_CUDA(x, cudaMemsetAsync(x->Gr, 0, sizeof(float) * x->np, x->st));
+    return 0;
+}
+
+int dfc_opt_to_host(dfc_ctx *x, float *m, float *v, long *step)
+{
+    opt_state os;
+    CK(copy_sync(x, m, x->Mm, sizeof(float) * x->np, cudaMemcpyDeviceToHost));
+    CK(copy_sync(x, v, x->Vm, sizeof(float) * x->np, cudaMemcpyDeviceToHost));
+    CK(copy_sync(x, &os, x->os, sizeof os, cudaMemcpyDeviceToHost));
+    *step = (long)os.step;
+    return 0;
+}
+
+int dfc_opt_from_host(dfc_ctx *x, const float *m, const float *v, long step)
+{
+    opt_state os;
+    memset(&os, 0, sizeof os);
+    os.step = step;
+    if (m)
+        CK(copy_sync(x, x->Mm, m, sizeof(float) * x->np, cudaMemcpyHostToDevice));
+    else
+        CK_CUDA(x, cudaMemsetAsync(x->Mm, 0, sizeof(float) * x->np, x->st));
+    if (v)
+        CK(copy_sync(x, x->Vm, v, sizeof(float) * x->np, cudaMemcpyHostToDevice));
+    else
+        CK_CUDA(x, cudaMemsetAsync(x->Vm, 0, sizeof(float) * x->np, x->st));
+    return copy_sync(x, x->os, &os, sizeof os, cudaMemcpyHostToDevice);
+}
+
+int dfc_params_init_device(dfc_ctx *x, uint64_t seed, float std)
+{
+    dim3 grid(256, (unsigned)x->ntensor);
+    k_params_init<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->tens, seed, std * sqrtf(3.0f));
+    CK_LAUNCH(x, "k_params_init");
+    CK(dfc_opt_from_host(x, NULL, NULL, 0));
+    CK(dfc_zero_grads(x));
+    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    return 0;
+}
+
+int dfc_debug_att(dfc_ctx *x, int layer, float *out)
+{
+    if (layer < 0 || layer >= x->L || !x->last_N)
+        return -EINVAL;
+    long n = (long)x->last_N * x->B * x->qd;
+    bf16 *h = (bf16 *)malloc(sizeof(bf16) * (size_t)n);
+    if (!h)
+        return -ENOMEM;
+    int rc = copy_sync(x, h, x->lb[layer].att, sizeof(bf16) * (size_t)n, cudaMemcpyDeviceToHost);
+    for (long i = 0; rc == 0 && i < n; i++)
+        out[i] = __bfloat162float(h[i]);
+    free(h);
+    return rc;
+}
+
+int dfc_debug_z(dfc_ctx *x, float *out)
+{
+    if (!x->last_N)
+        return -EINVAL;
+    long n = (long)x->last_N * x->B * x->d;
+    bf16 *h = (bf16 *)malloc(sizeof(bf16) * (size_t)n);
+    if (!h)
+        return -ENOMEM;
+    int rc = copy_sync(x, h, x->z, sizeof(bf16) * (size_t)n, cudaMemcpyDeviceToHost);
+    for (long i = 0; rc == 0 && i < n; i++)
+        out[i] = __bfloat162float(h[i]);
+    free(h);
+    return rc;
+}
+
+int dfc_timing_enable(dfc_ctx *x, int on)
+{
+    if (!on) {
+        timing_destroy(x);
+        return 0;
+    }
+    if (x->timing)
+        return 0;
+    for (int i = 0; i < 6; i++)
+        CK_CUDA(x, cudaEventCreate(&x->ev_ph[i]));
+    for (int i = 0; i < 4 * x->L; i++)
+        CK_CUDA(x, cudaEventCreate(&x->ev_at[i]));
+    x->timing = 1;
+    return 0;
+}
+
+static float ev_ms(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, a, b) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return ms;
+}
+
+int dfc_timing_read(dfc_ctx *x, dfc_timing *t)
+{
+    memset(t, 0, sizeof *t);
+    if (!x->timing)
+        return set_err(x, -EINVAL, "dfc_timing_read: timing not enabled");
+    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    t->fwd_ms = ev_ms(x->ev_ph[0], x->ev_ph[1]);
+    t->loss_ms = ev_ms(x->ev_ph[1], x->ev_ph[2]);
+    t->bwd_ms = ev_ms(x->ev_ph[2], x->ev_ph[3]);
+    t->opt_ms = ev_ms(x->ev_ph[4], x->ev_ph[5]);
+    for (int l = 0; l < x->L; l++) {
+        t->attn_fwd_ms += ev_ms(x->ev_at[4 * l], x->ev_at[4 * l + 1]);
+        t->attn_bwd_ms += ev_ms(x->ev_at[4 * l + 2], x->ev_at[4 * l + 3]);
+    }
+    return 0;
+}
+
+#define MARK(ev)                                                   \
+    do {                                                           \
+        if (x->timing)                                             \
+            CK_CUDA(x, cudaEventRecord((ev), x->st));              \
+    } while (0)
+
+/* ---- the step --------------------------------------------------------------------------------- */
+
+static int mm(dfc_ctx *x, int ta, int tb, int M, int N, int K, const void *A, long lda, const void *B, long ldb,
+              void *D, long ldd, int dt, float alpha, float beta, const void *C)
+{
+    dfc_mm p;
+    memset(&p, 0, sizeof p);
+    p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
+    p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = beta, p.C = C, p.batch = 1;
+    int rc = dfc_gemm_run(x->gemm, &p, x->st);
+    if (rc < 0)
+        return set_err(x, rc, "%s", dfc_gemm_error(x->gemm));
+    return 0;
+}
+
+static int mm_batched(dfc_ctx *x, int ta, int tb, int M, int N, int K, const void *A, long lda, long long sA,
+                      const void *B, long ldb, long long sB, void *D, long ldd, long long sD, int dt, float alpha,
+                      int batch)
+{
+    dfc_mm p;
+    memset(&p, 0, sizeof p);
+    p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
+    p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = 0.0f, p.batch = batch, p.sA = sA, p.sB = sB, p.sD = sD;
+    int rc = dfc_gemm_run(x->gemm, &p, x->st);
+    if (rc < 0)
+        return set_err(x, rc, "%s", dfc_gemm_error(x->gemm));
+    return 0;
+}
+
+/* Y[M, N] (+= C) = X[M, K] W[N, K]^T */
+static int lin_fwd(dfc_ctx *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N, const float *C)
+{
+    return mm(x, 0, 1, M, N, K, X, K, W, K, Y, N, dt, 1.0f, C ? 1.0f : 0.0f, C);
+}
+/* dX[M, K] (= or +=) dY[M, N] W[N, K] */
+static int lin_dx(dfc_ctx *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta)
+{
+    return mm(x, 0, 0, M, K, N, dY, N, W, K, dX, K, dt, 1.0f, beta, NULL);
+}
+/* dW[N, K] += dY[M, N]^T X[M, K] (fp32) */
+static int lin_dw(dfc_ctx *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N)
+{
+    return mm(x, 1, 0, N, K, M, dY, N, X, K, dW, K, DFC_F32, 1.0f, 1.0f, NULL);
+}
+
+static int grid_for(long n) { return (int)DF_MIN((n + 255) / 256, 4096L); }
+
+static int colsum(dfc_ctx *x, float *out, const float *X, long rows, int C)
+{
+    int nch = cdiv(rows, COL_CHUNK);
+    dim3 g1(cdiv(C, 128), nch);
+    k_colsum_partial<<<g1, 128, 0, x->st>>>(x->partial, X, rows, C);
+    CK_LAUNCH(x, "k_colsum_partial");
+    k_colsum_final<<<cdiv(C, 128), 128, 0, x->st>>>(out, x->partial, nch, C);
+    CK_LAUNCH(x, "k_colsum_final");
+    return 0;
+}
+
+static int rms_bwd(dfc_ctx *x, float *dx, bf16 *dxb, float *dw_grad, const float *resid, const float *dout,
+                   const float *xin, const float *w, int rows, int C)
+{
+    k_rmsnorm_bwd<<<rows, 256, 0, x->st>>>(dx, dxb, x->contrib, resid, dout, xin, w, C, x->eps);
+    CK_LAUNCH(x, "k_rmsnorm_bwd");
+    return colsum(x, dw_grad, x->contrib, rows, C);
+}
+
+static int attention_fwd(dfc_ctx *x, layer_buf *lb, int l, const attn_args *A)
+{
+    long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
+    CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
+                  x->Sc, A->Sp, Rg * A->Sp, DFC_F32, 1.0f, x->KV));
+    k_attn_fwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->Pc, x->Pb, lb->lse, x->Sc, lb->Qh, lb->Kh, *A, HR);
+    CK_LAUNCH(x, "k_attn_fwd_softmax");
+    CK(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd, (long long)A->T * x->hd,
+                  x->Oc, x->hd, Rg * x->hd, DFC_F32, 1.0f, x->KV));
+    k_attn_combine<<<grid_for(HR * x->hd), 256, 0, x->st>>>(lb->att, x->Oc, x->Pb, lb->Vh, *A, x->H, HR * x->hd);
+    CK_LAUNCH(x, "k_attn_combine");
+    (void)l;
+    return 0;
+}
+
+static int attention_bwd(dfc_ctx *x, layer_buf *lb, const attn_args *A)
+{
+    long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
+    k_attn_prep_bwd<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dOh, x->Drow, x->datt, lb->att, *A, x->H, HR);
+    CK_LAUNCH(x, "k_attn_prep_bwd");
+    CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
+                  x->Sc, A->Sp, Rg * A->Sp, DFC_F32, 1.0f, x->KV));
+    CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd, (long long)A->T * x->hd,
+                  x->dPc, A->Sp, Rg * A->Sp, DFC_F32, 1.0f, x->KV));
+    k_attn_bwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dSc, x->Pc, x->dSb, x->Pb, x->Sc, x->dPc, lb->lse, x->Drow,
+                                                        lb->Qh, lb->Kh, lb->Vh, x->dOh, *A, HR);
+    CK_LAUNCH(x, "k_attn_bwd_softmax");
+    /* dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO (context keys) */
+    CK(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd, (long long)A->T * x->hd,
+                  x->dQh, x->hd, Rg * x->hd, DFC_F32, A->scale, x->KV));
+    CK(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh, x->hd,
+                  (long long)A->T * x->hd, DFC_F32, A->scale, x->KV));
+    CK(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh, x->hd,
+                  (long long)A->T * x->hd, DFC_F32, 1.0f, x->KV));
+    dim3 g(A->R / A->B, x->KV);
+    k_attn_block_bwd<<<g, 256, 0, x->st>>>(x->dQh, x->dKh, x->dVh, x->dSb, x->Pb, lb->Qh, lb->Kh, x->dOh, *A);
+    CK_LAUNCH(x, "k_attn_block_bwd");
+    return 0;
+}
+
+int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stats *st)
+{
+    int S = b->S, N = b->N, B = x->B, R = N * B, T = S + R, d = x->d, I = x->I;
+    if (S < 1 || S > x->max_S || N < 1 || N > x->max_N || !b->H || !b->x || !b->loss_mask || !b->anchors || !b->keep)
+        return set_err(x, -EINVAL, "dfc_step_accumulate: S=%d (max %d), N=%d (max %d) or a NULL pointer", S,
+                       x->max_S, N, x->max_N);
+    int n_real = b->n_real >= 0 ? DF_MIN(b->n_real, N) : N;
+    int rows_max = n_real * (B - 1);
+    cudaStream_t s = x->st;
+    x->last_S = S, x->last_N = N;
+    attn_args A;
+    A.S = S, A.Sp = (S + 7) / 8 * 8, A.R = R, A.T = T, A.B = B, A.G = x->G, A.hd = x->hd, A.scale = x->scale;
+    A.anchors = b->anchors, A.keep = b->keep, A.window = 0;
+
+    MARK(x->ev_ph[0]);
+    /* batch: labels, weights, positions, loss rows */
+    k_batch_prep<<<1, 1024, 0, s>>>(x->labels, x->wts, x->pos, x->idx, x->ds, b->x, b->loss_mask, b->anchors, b->keep,
+                                    S, N, B, x->V, x->c.gamma, norm, rows_max);
+    CK_LAUNCH(x, "k_batch_prep");
+    const bf16 *Hb = (const bf16 *)b->H;
+    if (!b->H_bf16) {
+        k_f32_to_bf16<<<grid_for((long)S * x->nc * d), 256, 0, s>>>(x->Hb, (const float *)b->H, (long)S * x->nc * d);
+        CK_LAUNCH(x, "k_f32_to_bf16(H)");
+        Hb = x->Hb;
+    }
+    /* context: C = RMSNorm_hidden(H fc^T) */
+    CK(lin_fwd(x, x->fc_out, DFC_F32, Hb, x->Wb + x->off_fc, S, x->nc * d, d, NULL));
+    k_rmsnorm_fwd<<<S, 256, 0, s>>>(x->ctxb, x->fc_out, x->P + x->off_hn, d, x->eps);
+    CK_LAUNCH(x, "k_rmsnorm_fwd(hidden)");
+    k_embed_h0<<<grid_for((long)R * d), 256, 0, s>>>(x->lb[0].h_in, x->embed, b->x, b->anchors, R, B, d, S, x->V,
+                                                      x->c.mask_token_id);
+    CK_LAUNCH(x, "k_embed_h0");
+
+    for (int l = 0; l < x->L; l++) {
+        layer_buf *lb = &x->lb[l];
+        const size_t *o = x->off[l];
+        A.window = x->c.layer_sliding[l] ? x->c.sliding_window : 0;
+        k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->a, lb->h_in, x->P + o[T_IN], d, x->eps);
+        CK_LAUNCH(x, "k_rmsnorm_fwd(input)");
+        CK(lin_fwd(x, lb->qkv, DFC_BF16, lb->a, x->Wb + o[T_Q], R, d, x->qkvd, NULL));
+        CK(lin_fwd(x, lb->kvc, DFC_BF16, x->ctxb, x->Wb + o[T_K], S, d, 2 * x->kvd, NULL));
+        long units = (long)R * x->H + (long)T * x->KV;
+        k_qk_fwd<<<cdiv(units, 8), 256, 0, s>>>(lb->Qh, lb->Kh, lb->Vh, lb->qkv, lb->kvc, x->P + o[T_QN],
+                                                x->P + o[T_KN], x->inv_freq, x->pos, S, R, x->H, x->KV, x->hd, x->eps);
+        CK_LAUNCH(x, "k_qk_fwd");
+        MARK(x->ev_at[4 * l]);
+        CK(attention_fwd(x, lb, l, &A));
+        MARK(x->ev_at[4 * l + 1]);
+        CK(lin_fwd(x, lb->h_mid, DFC_F32, lb->att, x->Wb + o[T_O], R, x->qd, d, lb->h_in));
+        k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->n, lb->h_mid, x->P + o[T_POST], d, x->eps);
+        CK_LAUNCH(x, "k_rmsnorm_fwd(post)");
+        CK(lin_fwd(x, lb->gu, DFC_BF16, lb->n, x->Wb + o[T_GATE], R, d, 2 * I, NULL));
+        k_swiglu_fwd<<<grid_for((long)R * I), 256, 0, s>>>(lb->act, lb->gu, I, (long)R * I);
+        CK_LAUNCH(x, "k_swiglu_fwd");
+        float *h_next = l + 1 < x->L ? x->lb[l + 1].h_in : x->h_out;
+        CK(lin_fwd(x, h_next, DFC_F32, lb->act, x->Wb + o[T_DOWN], R, I, d, lb->h_mid));
+    }
+    k_rmsnorm_fwd<<<R, 256, 0, s>>>(x->z, x->h_out, x->P + x->off_fn, d, x->eps);
+    CK_LAUNCH(x, "k_rmsnorm_fwd(final)");
+    MARK(x->ev_ph[1]);
+
+    /* loss over the compacted rows, chunk by chunk */
+    CK_CUDA(x, cudaMemsetAsync(x->dz, 0, sizeof(float) * (size_t)R * d, s));
+    if (rows_max > 0) {
+        k_gather_z<<<grid_for((long)rows_max * d), 256, 0, s>>>(x->zc, x->z, x->idx, x->ds, rows_max, d);
+        CK_LAUNCH(x, "k_gather_z");
+    }
+    for (int c0 = 0; c0 < rows_max; c0 += x->CH) {
+        int m = DF_MIN(x->CH, rows_max - c0);
+        CK(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, DFC_F32, 1.0f, 0.0f, NULL));
+        k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V,
+                                x->Vp);
+        CK_LAUNCH(x, "k_ce");
+        CK(mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, DFC_F32, 1.0f, 0.0f, NULL));
+        k_scatter_dz<<<grid_for((long)m * d), 256, 0, s>>>(x->dz, x->dzc, x->idx, x->ds, c0, m, d);
+        CK_LAUNCH(x, "k_scatter_dz");
+    }
+    k_stats<<<1, 1024, 0, s>>>(x->ds, x->row_wce, x->row_ok, x->idx, B);
+    CK_LAUNCH(x, "k_stats");
+    MARK(x->ev_ph[2]);
+
+    /* backward */
+    CK(rms_bwd(x, x->dh, x->dhb, x->Gr + x->off_fn, NULL, x->dz, x->h_out, x->P + x->off_fn, R, d));
+    for (int l = x->L - 1; l >= 0; l--) {
+        layer_buf *lb = &x->lb[l];
+        const size_t *o = x->off[l];
+        float *G = x->Gr;
+        A.window = x->c.layer_sliding[l] ? x->c.sliding_window : 0;
+        /* MLP */
+        CK(lin_dx(x, x->dact, DFC_BF16, x->dhb, x->Wb + o[T_DOWN], R, I, d, 0.0f));
+        CK(lin_dw(x, G + o[T_DOWN], x->dhb, lb->act, R, I, d));
+        k_swiglu_bwd<<<grid_for((long)R * I), 256, 0, s>>>(x->dgu, x->dact, lb->gu, I, (long)R * I);
+        CK_LAUNCH(x, "k_swiglu_bwd");
+        CK(lin_dx(x, x->dn, DFC_F32, x->dgu, x->Wb + o[T_GATE], R, d, 2 * I, 0.0f));
+        CK(lin_dw(x, G + o[T_GATE], x->dgu, lb->n, R, d, 2 * I));
+        CK(rms_bwd(x, x->dh2, x->dh2b, G + o[T_POST], x->dh, x->dn, lb->h_mid, x->P + o[T_POST], R, d));
+        /* attention */
+        CK(lin_dx(x, x->datt, DFC_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f));
+        CK(lin_dw(x, G + o[T_O], x->dh2b, lb->att, R, x->qd, d));
+        MARK(x->ev_at[4 * l + 2]);
+        CK(attention_bwd(x, lb, &A));
+        MARK(x->ev_at[4 * l + 3]);
+        long units = (long)R * x->H + (long)T * x->KV;
+        float *cq = x->contrib, *ck = x->contrib + (long)R * x->qd;
+        k_qk_bwd<<<cdiv(units, 8), 256, 0, s>>>(x->dqkv, x->dkvc, cq, ck, x->dQh, x->dKh, x->dVh, lb->qkv, lb->kvc,
+                                                x->P + o[T_QN], x->P + o[T_KN], x->inv_freq, x->pos, S, R, x->H, x->KV,
+                                                x->hd, x->eps);
+        CK_LAUNCH(x, "k_qk_bwd");
+        CK(colsum(x, G + o[T_QN], cq, (long)R * x->H, x->hd));
+        CK(colsum(x, G + o[T_KN], ck, (long)T * x->KV, x->hd));
+        CK(lin_dx(x, x->da, DFC_F32, x->dqkv, x->Wb + o[T_Q], R, d, x->qkvd, 0.0f));
+        CK(lin_dw(x, G + o[T_Q], x->dqkv, lb->a, R, d, x->qkvd));
+        CK(lin_dx(x, x->dctx, DFC_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd, l == x->L - 1 ? 0.0f : 1.0f));
+        CK(lin_dw(x, G + o[T_K], x->dkvc, x->ctxb, S, d, 2 * x->kvd));
+        CK(rms_bwd(x, x->dh, x->dhb, G + o[T_IN], x->dh2, x->da, lb->h_in, x->P + o[T_IN], R, d));
+    }
+    CK(rms_bwd(x, x->dfc, x->dfcb, x->Gr + x->off_hn, NULL, x->dctx, x->fc_out, x->P + x->off_hn, S, d));
+    CK(lin_dw(x, x->Gr + x->off_fc, x->dfcb, Hb, S, x->nc * d, d));
+    MARK(x->ev_ph[3]);
+    if (st)
+        return dfc_stats_read(x, st);
+    return 0;
+}
+
+int dfc_stats_read(dfc_ctx *x, dflash_stats *st)
+{
+    dev_stats ds;
+    CK(copy_sync(x, &ds, x->ds, sizeof ds, cudaMemcpyDeviceToHost));
+    memset(st, 0, sizeof *st);
+    st->wce = ds.wce;
+    st->sum_w = ds.sum_w;
+    st->loss = ds.norm > 0 ? ds.wce / ds.norm : 0.0;
+    for (int k = 0; k < DFLASH_MAX_BLOCK; k++) {
+        st->count[k] = ds.count[k];
+        st->correct[k] = ds.correct[k];
+    }
+    if (ds.err)
+        return set_err(x, -EINVAL, "bad batch:%s%s%s", ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
+                       ds.err & ERR_TOKEN ? " token/label outside [0, vocab)" : "",
+                       ds.err & ERR_ROWS ? " more weighted rows than n_real*(B-1) (n_real wrong?)" : "");
+    return 0;
+}
+
+int dfc_optimizer_step(dfc_ctx *x, adamw_info *info)
+{
+    const adamw_config *c = &x->opt;
+    MARK(x->ev_ph[4]);
+    k_sqnorm_partial<<<NPART, 256, 0, x->st>>>(x->norm_part, x->Gr, (long)x->np);
+    CK_LAUNCH(x, "k_sqnorm_partial");
+    k_opt_plan<<<1, NPART, 0, x->st>>>(x->os, x->norm_part, c->lr, c->min_lr, x->warm, c->total_steps, c->clip_norm,
+                                       c->beta1, c->beta2, c->weight_decay);
+    CK_LAUNCH(x, "k_opt_plan");
+    dim3 grid(256, (unsigned)x->ntensor);
+    k_adamw<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->Mm, x->Vm, x->Gr, x->tens, x->os, (float)c->beta1,
+                                     (float)c->beta2, (float)c->eps, c->weight_decay > 0);
+    CK_LAUNCH(x, "k_adamw");
+    MARK(x->ev_ph[5]);
+    if (info) {
+        opt_state os;
+        CK(copy_sync(x, &os, x->os, sizeof os, cudaMemcpyDeviceToHost));
+        memset(info, 0, sizeof *info);
+        info->lr = os.lr;
+        info->grad_norm = os.norm;
+        info->clip_scale = os.clip_scale;
+        info->skipped = os.skip;
+    }
+    return 0;
+}
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+dfc_bf16 dfc_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) /* NaN stays NaN */
+        return (dfc_bf16)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (dfc_bf16)(u >> 16);
+}
+
+float dfc_bf16_to_f32(dfc_bf16 h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+int dfc_upload_bf16(dfc_bf16 **dst, const float *src, size_t n)
+{
+    *dst = NULL;
+    dfc_bf16 *h = (dfc_bf16 *)malloc(sizeof(dfc_bf16) * (n ? n : 1));
+    if (!h)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        h[i] = dfc_f32_to_bf16(src[i]);
+    void *d = NULL;
+    if (cudaMalloc(&d, sizeof(dfc_bf16) * (n ? n : 1)) != cudaSuccess) {
+        cudaGetLastError();
+        free(h);
+        return -ENOMEM;
+    }
+    cudaError_t e = cudaMemcpy(d, h, sizeof(dfc_bf16) * n, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaDeviceSynchronize(); /* the DMA from pageable memory may still be in flight */
+    free(h);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        return -EIO;
+    }
+    *dst = (dfc_bf16 *)d;
+    return 0;
+}
+
+int dfc_fill_uniform_bf16(dfc_bf16 *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
+{
+    k_fill_uniform_bf16<<<4096, 256, 0, s>>>((bf16 *)p, (long)n, seed, scale);
+    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+}

@@ -1,0 +1,471 @@
+/* target_model_cuda.cu: the CUDA target forward (tmc_), wired from the nnc_ layers in
+ * the HF module order of one decoder layer. See target_model_cuda.h for the contract and
+ * docs/target_cuda.md for the kernels, fusions and FLOP count.
+ *
+ * The residual step is shifted by half a layer so that every add is fused into the norm
+ * that follows it: layer l starts with x += y (the previous MLP output), writes layer
+ * l-1's capture from the updated x, and normalises with input_layernorm in the same pass;
+ * after the last layer one more pass adds the last MLP output and writes its capture. */
+#include "target/target_model_cuda.h"
+
+extern "C" {
+#include "nn/nn.h"
+#include "target/target_model.h"
+#include "util.h"
+}
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int lerr(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int lerr(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+/* A failed CUDA runtime call in init/load: message with the call and the error. */
+#define CU_INIT(call)                                                                                  \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            rc = lerr(err, errlen, e_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO, "%s:%d: %s: %s", \
+                      __FILE__, __LINE__, #call, cudaGetErrorString(e_));                              \
+            goto fail;                                                                                 \
+        }                                                                                              \
+    } while (0)
+
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Bump allocator over one device block: pass 1 (base NULL) only counts bytes. */
+typedef struct bump {
+    char *base;
+    size_t off;
+} bump;
+static void *bump_take(bump *b, size_t bytes)
+{
+    void *p = b->base ? b->base + b->off : NULL;
+    b->off += align256(bytes);
+    return p;
+}
+
+static void carve_weights(tmc_model *m, bump *b)
+{
+    size_t d = m->d, I = m->I, hd = m->hd, qkv_n = (size_t)(m->H + 2 * m->KV) * hd, qd = (size_t)m->H * hd;
+    m->embed = (nnc_bf16 *)bump_take(b, (size_t)m->V * d * 2);
+    m->inv_freq = (float *)bump_take(b, sizeof(float) * hd / 2);
+    for (int l = 0; l < m->n_layers; l++) {
+        tmc_layer *L = &m->layers[l];
+        L->w_qkv = (nnc_bf16 *)bump_take(b, qkv_n * d * 2);
+        L->w_o = (nnc_bf16 *)bump_take(b, d * qd * 2);
+        L->w_gu = (nnc_bf16 *)bump_take(b, 2 * I * d * 2);
+        L->w_down = (nnc_bf16 *)bump_take(b, d * I * 2);
+        L->in_norm = (float *)bump_take(b, sizeof(float) * d);
+        L->post_norm = (float *)bump_take(b, sizeof(float) * d);
+        L->q_norm = m->qk_norm ? (float *)bump_take(b, sizeof(float) * hd) : NULL;
+        L->k_norm = m->qk_norm ? (float *)bump_take(b, sizeof(float) * hd) : NULL;
+        L->b_qkv = m->attention_bias ? (nnc_bf16 *)bump_take(b, qkv_n * 2) : NULL;
+        L->b_o = m->attention_bias ? (nnc_bf16 *)bump_take(b, d * 2) : NULL;
+        L->b_gu = m->mlp_bias ? (nnc_bf16 *)bump_take(b, 2 * I * 2) : NULL;
+        L->b_down = m->mlp_bias ? (nnc_bf16 *)bump_take(b, d * 2) : NULL;
+    }
+}
+
+static void carve_acts(tmc_model *m, bump *b)
+{
+    size_t T = m->max_T, d = m->d, I = m->I, hd = m->hd;
+    m->x = (float *)bump_take(b, sizeof(float) * T * d);
+    m->a = (nnc_bf16 *)bump_take(b, 2 * T * d);
+    m->y = (nnc_bf16 *)bump_take(b, 2 * T * d);
+    m->qkv = (nnc_bf16 *)bump_take(b, 2 * T * (m->H + 2 * m->KV) * hd);
+    m->att = (nnc_bf16 *)bump_take(b, 2 * T * m->H * hd);
+    m->gu = (nnc_bf16 *)bump_take(b, 2 * T * 2 * I);
+    m->h = (nnc_bf16 *)bump_take(b, 2 * T * I);
+    m->pos = (int32_t *)bump_take(b, sizeof(int32_t) * T);
+    m->bad_token = (int *)bump_take(b, sizeof(int));
+}
+
+void tmc_free(tmc_model *m)
+{
+    if (m->weights)
+        cudaFree(m->weights);
+    if (m->acts)
+        cudaFree(m->acts);
+    nnc_gemm_destroy(m->gemm);
+    free(m->capture);
+    free(m->capture_slot);
+    free(m->layers);
+    memset(m, 0, sizeof *m);
+}
+
+int tmc_init(tmc_model *m, const hfc_config *c, const int *capture, int n_capture, int max_T, char *err,
+             size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    int rc = 0, last = -1;
+    float *inv = NULL;
+    if (n_capture < 1)
+        return lerr(err, errlen, -EINVAL, "no layers to capture");
+    if (max_T < 1)
+        return lerr(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
+    if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 256)
+        return lerr(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256", c->head_dim);
+    if (c->num_key_value_heads <= 0 || c->num_attention_heads % c->num_key_value_heads)
+        return lerr(err, errlen, -EINVAL, "num_key_value_heads %d does not divide num_attention_heads %d",
+                    c->num_key_value_heads, c->num_attention_heads);
+    for (int i = 0; i < n_capture; i++) {
+        int l = capture[i];
+        if (l < 0 || l >= c->num_hidden_layers)
+            return lerr(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)", l,
+                        c->num_hidden_layers, c->num_hidden_layers - 1);
+        for (int j = 0; j < i; j++)
+            if (capture[j] == l)
+                return lerr(err, errlen, -EINVAL, "capture layer %d listed twice", l);
+        last = DF_MAX(last, l);
+    }
+    m->d = c->hidden_size, m->I = c->intermediate_size, m->H = c->num_attention_heads;
+    m->KV = c->num_key_value_heads, m->hd = c->head_dim, m->V = c->vocab_size;
+    m->n_layers = last + 1, m->n_capture = n_capture, m->max_T = max_T;
+    m->qk_norm = c->qk_norm, m->attention_bias = c->attention_bias, m->mlp_bias = c->mlp_bias;
+    m->eps = (float)c->rms_norm_eps;
+    m->capture = (int *)malloc(sizeof(int) * (size_t)n_capture);
+    m->capture_slot = (int *)malloc(sizeof(int) * (size_t)m->n_layers);
+    m->layers = (tmc_layer *)calloc((size_t)m->n_layers, sizeof(tmc_layer));
+    inv = (float *)malloc(sizeof(float) * (size_t)(m->hd / 2));
+    if (!m->capture || !m->capture_slot || !m->layers || !inv) {
+        rc = lerr(err, errlen, -ENOMEM, "out of host memory");
+        goto fail;
+    }
+    for (int l = 0; l < m->n_layers; l++)
+        m->capture_slot[l] = -1;
+    for (int i = 0; i < n_capture; i++) {
+        m->capture[i] = capture[i];
+        m->capture_slot[capture[i]] = i;
+    }
+    for (int l = 0; l < m->n_layers; l++)
+        m->layers[l].window =
+            c->layer_types && c->layer_types[l] == HFC_SLIDING_ATTENTION && c->sliding_window > 0 ? c->sliding_window
+                                                                                                  : 0;
+    {
+        bump b = {NULL, 0};
+        carve_weights(m, &b);
+        m->weight_bytes = b.off;
+        CU_INIT(cudaMalloc(&m->weights, m->weight_bytes));
+        b = (bump){(char *)m->weights, 0};
+        carve_weights(m, &b);
+
+        bump a = {NULL, 0};
+        carve_acts(m, &a);
+        m->act_bytes = a.off;
+        CU_INIT(cudaMalloc(&m->acts, m->act_bytes));
+        a = (bump){(char *)m->acts, 0};
+        carve_acts(m, &a);
+        CU_INIT(cudaMemset(m->bad_token, 0, sizeof(int)));
+    }
+    /* the same frequencies as the CPU path (llama3 scaling included) */
+    nn_rope_inv_freq(inv, m->hd, c->rope_theta, strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
+    CU_INIT(cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(m->hd / 2), cudaMemcpyHostToDevice));
+    free(inv);
+    inv = NULL;
+    if ((rc = nnc_gemm_create(&m->gemm, (size_t)32 << 20)) < 0) {
+        rc = lerr(err, errlen, rc, "cuBLASLt handle / 32 MiB workspace: %s", strerror(-rc));
+        goto fail;
+    }
+    return 0;
+fail:
+    free(inv);
+    tmc_free(m);
+    return rc;
+}
+
+/* ---- weights from an HF model ------------------------------------------------------ */
+
+static void shape_str(char *buf, size_t len, const int64_t *shape, int ndim)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+/* Host staging buffers, grown on demand, freed at the end of tmc_load_weights. */
+typedef struct stage {
+    float *f;
+    uint16_t *h;
+    size_t cap;
+} stage;
+
+static int stage_reserve(stage *s, size_t n)
+{
+    if (n <= s->cap)
+        return 0;
+    free(s->f);
+    free(s->h);
+    s->f = (float *)malloc(sizeof(float) * n);
+    s->h = (uint16_t *)malloc(sizeof(uint16_t) * n);
+    s->cap = s->f && s->h ? n : 0;
+    return s->cap ? 0 : -ENOMEM;
+}
+
+/* Find name ([d0] when d1 == 0, else [d0, d1], a float dtype), convert and copy it to
+ * dst on the device: bf16 (as_f32 == 0; bf16 files copy as is) or fp32. */
+static int upload(const st_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst, int as_f32,
+                  char *err, size_t errlen)
+{
+    const char *fpath = NULL;
+    const st_tensor *t = st_model_find(st, name, &fpath);
+    int ndim = d1 ? 2 : 1;
+    int64_t want[2] = {d0, d1};
+    if (!t)
+        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
+    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+        return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
+                    st_dtype_name(t->dtype));
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == want[i];
+    if (!same) {
+        char got[128], exp[128];
+        shape_str(got, sizeof got, t->shape, t->ndim);
+        shape_str(exp, sizeof exp, want, ndim);
+        return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
+    }
+    int frc = tm_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
+    if (frc < 0)
+        return frc;
+    size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    const void *src;
+    size_t bytes;
+    if (!as_f32 && t->dtype == ST_BF16) {
+        src = t->data;
+        bytes = n * 2;
+    } else {
+        if (stage_reserve(sg, n) < 0)
+            return lerr(err, errlen, -ENOMEM, "%s: out of host memory staging tensor \"%s\"", fpath, name);
+        st_tensor_to_f32(t, sg->f);
+        if (as_f32) {
+            src = sg->f;
+            bytes = n * sizeof(float);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                sg->h[i] = st_f32_to_bf16(sg->f[i]);
+            src = sg->h;
+            bytes = n * 2;
+        }
+    }
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess)
+        return lerr(err, errlen, -EIO, "%s: tensor \"%s\": cudaMemcpy: %s", fpath, name, cudaGetErrorString(e));
+    return 0;
+}
+
+int tmc_load_weights(tmc_model *m, const st_model *st, char *err, size_t errlen)
+{
+    stage sg = {NULL, NULL, 0};
+    int rc = 0;
+    int64_t d = m->d, I = m->I, hd = m->hd, qd = (int64_t)m->H * hd, kvd = (int64_t)m->KV * hd;
+    char n[ST_MAX_NAME];
+#define UP(suffix, d0, d1, dst, f32)                                                             \
+    do {                                                                                         \
+        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                  \
+        if ((rc = upload(st, &sg, n, d0, d1, dst, f32, err, errlen)) < 0)                        \
+            goto out;                                                                            \
+    } while (0)
+    if ((rc = upload(st, &sg, "model.embed_tokens.weight", m->V, d, m->embed, 0, err, errlen)) < 0)
+        goto out;
+    for (int l = 0; l < m->n_layers; l++) {
+        tmc_layer *L = &m->layers[l];
+        UP("input_layernorm.weight", d, 0, L->in_norm, 1);
+        UP("self_attn.q_proj.weight", qd, d, L->w_qkv, 0);
+        UP("self_attn.k_proj.weight", kvd, d, L->w_qkv + qd * d, 0);
+        UP("self_attn.v_proj.weight", kvd, d, L->w_qkv + (qd + kvd) * d, 0);
+        UP("self_attn.o_proj.weight", d, qd, L->w_o, 0);
+        if (m->attention_bias) {
+            UP("self_attn.q_proj.bias", qd, 0, L->b_qkv, 0);
+            UP("self_attn.k_proj.bias", kvd, 0, L->b_qkv + qd, 0);
+            UP("self_attn.v_proj.bias", kvd, 0, L->b_qkv + qd + kvd, 0);
+            UP("self_attn.o_proj.bias", d, 0, L->b_o, 0);
+        }
+        if (m->qk_norm) {
+            UP("self_attn.q_norm.weight", hd, 0, L->q_norm, 1);
+            UP("self_attn.k_norm.weight", hd, 0, L->k_norm, 1);
+        }
+        UP("post_attention_layernorm.weight", d, 0, L->post_norm, 1);
+        UP("mlp.gate_proj.weight", I, d, L->w_gu, 0);
+        UP("mlp.up_proj.weight", I, d, L->w_gu + I * d, 0);
+        UP("mlp.down_proj.weight", d, I, L->w_down, 0);
+        if (m->mlp_bias) {
+            UP("mlp.gate_proj.bias", I, 0, L->b_gu, 0);
+            UP("mlp.up_proj.bias", I, 0, L->b_gu + I, 0);
+            UP("mlp.down_proj.bias", d, 0, L->b_down, 0);
+        }
+    }
+#undef UP
+out:
+    free(sg.f);
+    free(sg.h);
+    return rc;
+}
+
+int tmc_load(tmc_model *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
+             size_t errlen)
+{
+    hfc_config cfg;
+    st_model st;
+    memset(&cfg, 0, sizeof cfg);
+    memset(&st, 0, sizeof st);
+    memset(m, 0, sizeof *m);
+    int rc = hfc_load(&cfg, dir, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = st_model_open(&st, dir, err, errlen)) < 0)
+        goto out;
+    if ((rc = tmc_init(m, &cfg, capture, n_capture, max_T, err, errlen)) < 0)
+        goto out;
+    if ((rc = tmc_load_weights(m, &st, err, errlen)) < 0)
+        tmc_free(m);
+out:
+    st_model_close(&st);
+    hfc_free(&cfg);
+    return rc;
+}
+
+int tmc_randomize(tmc_model *m, uint64_t seed)
+{
+    const float w_scale = 0.02f * 1.7320508f; /* uniform with std 0.02 */
+    size_t d = m->d, I = m->I, hd = m->hd, qkv_n = (size_t)(m->H + 2 * m->KV) * hd, qd = (size_t)m->H * hd;
+    uint64_t k = seed * 1000003ull;
+    int rc = 0;
+#define F(call)                  \
+    do {                         \
+        if ((rc = (call)) < 0)   \
+            return rc;           \
+    } while (0)
+    F(nnc_fill_uniform_bf16(m->embed, (size_t)m->V * d, k++, 1.0f, 0));
+    for (int l = 0; l < m->n_layers; l++) {
+        tmc_layer *L = &m->layers[l];
+        F(nnc_fill_uniform_bf16(L->w_qkv, qkv_n * d, k++, w_scale, 0));
+        F(nnc_fill_uniform_bf16(L->w_o, d * qd, k++, w_scale, 0));
+        F(nnc_fill_uniform_bf16(L->w_gu, 2 * I * d, k++, w_scale, 0));
+        F(nnc_fill_uniform_bf16(L->w_down, d * I, k++, w_scale, 0));
+        F(nnc_fill_uniform_f32(L->in_norm, d, k++, 1.0f, 0.1f, 0));
+        F(nnc_fill_uniform_f32(L->post_norm, d, k++, 1.0f, 0.1f, 0));
+        if (L->q_norm) {
+            F(nnc_fill_uniform_f32(L->q_norm, hd, k++, 1.0f, 0.1f, 0));
+            F(nnc_fill_uniform_f32(L->k_norm, hd, k++, 1.0f, 0.1f, 0));
+        }
+        if (L->b_qkv) {
+            F(nnc_fill_uniform_bf16(L->b_qkv, qkv_n, k++, w_scale, 0));
+            F(nnc_fill_uniform_bf16(L->b_o, d, k++, w_scale, 0));
+        }
+        if (L->b_gu) {
+            F(nnc_fill_uniform_bf16(L->b_gu, 2 * I, k++, w_scale, 0));
+            F(nnc_fill_uniform_bf16(L->b_down, d, k++, w_scale, 0));
+        }
+    }
+#undef F
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        snprintf(m->err, sizeof m->err, "tmc_randomize: %s", cudaGetErrorString(e));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* ---- the forward --------------------------------------------------------------------- */
+
+const char *tmc_error(const tmc_model *m) { return m->err; }
+
+/* A failed step of the forward: keep the text (kernel or GEMM) and return rc. */
+#define STEP(call, what)                                                                        \
+    do {                                                                                        \
+        int rc_ = (call);                                                                       \
+        if (rc_ < 0) {                                                                          \
+            snprintf(m->err, sizeof m->err, "layer %d: %s failed (%d): %s", l, what, rc_,       \
+                     (what)[0] == 'g' ? nnc_gemm_error(m->gemm) : nnc_last_cuda_error());      \
+            return rc_;                                                                         \
+        }                                                                                       \
+    } while (0)
+
+int tmc_forward(tmc_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nnc_bf16 *out,
+                cudaStream_t s)
+{
+    if (T < 1 || T > m->max_T || n_docs < 1 || !out) {
+        snprintf(m->err, sizeof m->err, "tmc_forward: T %d outside [1, %d] or n_docs %d < 1", T, m->max_T, n_docs);
+        return -EINVAL;
+    }
+    const int d = m->d, I = m->I, H = m->H, KV = m->KV, hd = m->hd, nc = m->n_capture;
+    const int qkv_n = (H + 2 * KV) * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const long cap_stride = (long)nc * d;
+    int l = -1;
+    STEP(nnc_positions(m->pos, doc_starts, n_docs, T, s), "positions");
+    STEP(nnc_embed(m->x, m->embed, tokens, T, d, m->V, m->bad_token, s), "embed");
+    for (l = 0; l < m->n_layers; l++) {
+        const tmc_layer *L = &m->layers[l];
+        /* x += y (previous MLP), capture layer l-1, a = input_layernorm(x) */
+        int prev_slot = l > 0 ? m->capture_slot[l - 1] : -1;
+        STEP(nnc_add_rmsnorm(m->x, l > 0 ? m->y : NULL, L->in_norm, m->a, prev_slot >= 0 ? out + (size_t)prev_slot * d : NULL,
+                             cap_stride, T, d, m->eps, s),
+             "add_rmsnorm (input)");
+        STEP(nnc_gemm_bf16(m->gemm, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s), "gemm qkv");
+        STEP(nnc_qk_norm_rope(m->qkv, L->q_norm, L->k_norm, m->inv_freq, m->pos, T, H, KV, hd, m->eps, s),
+             "qk_norm_rope");
+        STEP(nnc_attention_packed(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, s), "attention");
+        STEP(nnc_gemm_bf16(m->gemm, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s), "gemm o_proj");
+        STEP(nnc_add_rmsnorm(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s), "add_rmsnorm (post)");
+        STEP(nnc_gemm_bf16(m->gemm, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s), "gemm gate_up");
+        STEP(nnc_swiglu(m->h, m->gu, T, I, s), "swiglu");
+        STEP(nnc_gemm_bf16(m->gemm, m->y, m->h, L->w_down, L->b_down, T, I, d, s), "gemm down");
+    }
+    l = m->n_layers - 1; /* the last layer run is always captured */
+    STEP(nnc_add_rmsnorm(m->x, m->y, NULL, NULL, out + (size_t)m->capture_slot[l] * d, cap_stride, T, d, m->eps, s),
+         "add (last capture)");
+    return 0;
+}
+
+int tmc_take_token_error(tmc_model *m, int *bad)
+{
+    int v = 0;
+    if (cudaMemcpy(&v, m->bad_token, sizeof v, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemset(m->bad_token, 0, sizeof v) != cudaSuccess) {
+        snprintf(m->err, sizeof m->err, "tmc_take_token_error: %s", cudaGetErrorString(cudaGetLastError()));
+        return -EIO;
+    }
+    *bad = v;
+    return 0;
+}
+
+double tmc_layer_params(const tmc_model *m)
+{
+    double d = m->d, I = m->I, hd = m->hd, H = m->H, KV = m->KV;
+    double per = d * (H + 2 * KV) * hd + H * hd * d + 3 * d * I + 2 * d;
+    if (m->qk_norm)
+        per += 2 * hd;
+    if (m->attention_bias)
+        per += (H + 2 * KV) * hd + d;
+    if (m->mlp_bias)
+        per += 2 * I + d;
+    return per * m->n_layers;
+}
+
+double tmc_forward_flops(const tmc_model *m, const int32_t *doc_starts, int n_docs)
+{
+    double T = doc_starts[n_docs] - doc_starts[0], att = 0;
+    for (int i = 0; i < n_docs; i++) {
+        double L = doc_starts[i + 1] - doc_starts[i];
+        att += L * 2.0 * m->n_layers * L * m->H * m->hd;
+    }
+    return 2.0 * tmc_layer_params(m) * T + att;
+}

@@ -1,0 +1,493 @@
+/* dflash_eval: how good is a drafter? Greedy speculative decoding with a DFlash drafter
+ * against its target, beside plain greedy decoding of the same prompts in the same run:
+ * acceptance length tau (docs/dflash_spec.md "Evaluation"), its histogram, tokens/s, time per
+ * output token and speedup, and the lossless check (speculative output == plain output
+ * token for token). docs/eval.md describes the options, the output and the numbers.
+ *
+ * Exit codes: 0 done (also when outputs differ: that is reported, see docs/eval.md),
+ * 1 temporary failure (out of memory, I/O), 2 bad command line, 100 bad model, drafter
+ * or prompt file (the message names the file and the field). */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_config.h"
+#include "eval/dflash_infer.h"
+#include "dflash/dflash_model.h"
+#include "eval/eval_prompts.h"
+#include "eval/spec_decode.h"
+#include "eval/spec_decode_backend.h"
+#include "target/target_decode.h"
+#include "json_num.h"
+#include "util.h"
+
+#define MAX_PROMPT_FILES 16
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dflash_eval --target DIR --drafter DIR --prompts FILE [options]\n"
+            "  --target DIR         the target model (HF Qwen3/Llama directory)\n"
+            "  --drafter DIR        a release-format drafter (config.json + model.safetensors, ours or a\n"
+            "                       public DFlashDraftModel one) or one of our checkpoints (root or step dir)\n"
+            "  --prompts FILE       chat JSONL (needs DIR/byte_tokenizer.json) or a .dfs token shard;\n"
+            "                       repeat for several files. A prompt is a conversation up to its first\n"
+            "                       assistant turn\n"
+            "  --max-prompts N      evaluate the first N prompts (default 8)\n"
+            "  --max-new N          new tokens per prompt (default 128)\n"
+            "  --max-prompt-len N   keep the last N tokens of longer prompts (default 1024)\n"
+            "  --eos ID             stop at this token (default: the tokenizer's / config's eos; -1: never)\n"
+            "  --random-drafter SEED  replace the drafter's weights by a random init (std 0.02, as a fresh\n"
+            "                       training run starts) of the same shape: the untrained baseline\n"
+            "  --no-plain           skip plain decoding (no speedup, no lossless check)\n"
+            "  --backend cpu|cuda   where to run (default cpu; cuda needs a CUDA build)\n"
+            "  --device N           the CUDA device of --backend cuda (default 0)\n"
+            "  --label TEXT         name of this drafter in the table and the JSON\n"
+            "  --json PATH          also write every number as JSON\n"
+            "  --quiet              no progress line per prompt\n"
+            "  --help               this text\n"
+            "exit codes: 0 done, 1 temporary failure, 2 bad command line, 100 bad model/drafter/prompts\n");
+}
+
+typedef struct prompt_eval {
+    sd_result plain, spec;
+    int first_diff; /* -1: identical outputs */
+    long *acc_hit, *acc_n; /* [B] teacher-forced per-position accuracy (sd_score_drafts) */
+} prompt_eval;
+
+typedef struct eval_opts {
+    const char *target, *drafter, *json, *label, *backend;
+    const char *prompts[MAX_PROMPT_FILES];
+    int n_prompts_files, max_prompts, max_new, max_prompt_len, eos, eos_given, no_plain, quiet;
+    int device;            /* CUDA device of --backend cuda; -1: not given */
+    long long random_seed; /* -1: keep the trained weights */
+} eval_opts;
+
+static int parse_int(const char *s, const char *opt, long long lo, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 0);
+    if (errno || *end || end == s || v < lo) {
+        fprintf(stderr, "dflash_eval: %s: '%s' is not an integer >= %lld\n", opt, s, lo);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, eval_opts *o)
+{
+    *o = (eval_opts){.max_prompts = 8, .max_new = 128, .max_prompt_len = 1024, .eos = -1, .random_seed = -1,
+                     .backend = "cpu", .device = -1};
+    static const struct option opts[] = {
+        {"target", required_argument, 0, 't'},       {"drafter", required_argument, 0, 'd'},
+        {"prompts", required_argument, 0, 'p'},      {"max-prompts", required_argument, 0, 'n'},
+        {"max-new", required_argument, 0, 'm'},      {"max-prompt-len", required_argument, 0, 'L'},
+        {"eos", required_argument, 0, 'e'},          {"random-drafter", required_argument, 0, 'r'},
+        {"no-plain", no_argument, 0, 'P'},           {"backend", required_argument, 0, 'b'},
+        {"label", required_argument, 0, 'l'},        {"json", required_argument, 0, 'j'},
+        {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
+        {"device", required_argument, 0, 'D'},
+        {0, 0, 0, 0}};
+    int c;
+    long long v;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': o->target = optarg; break;
+        case 'd': o->drafter = optarg; break;
+        case 'p':
+            if (o->n_prompts_files == MAX_PROMPT_FILES) {
+                fprintf(stderr, "dflash_eval: at most %d --prompts files\n", MAX_PROMPT_FILES);
+                return -1;
+            }
+            o->prompts[o->n_prompts_files++] = optarg;
+            break;
+        case 'n': if (parse_int(optarg, "--max-prompts", 1, &v)) return -1; o->max_prompts = (int)v; break;
+        case 'm': if (parse_int(optarg, "--max-new", 1, &v)) return -1; o->max_new = (int)v; break;
+        case 'L': if (parse_int(optarg, "--max-prompt-len", 1, &v)) return -1; o->max_prompt_len = (int)v; break;
+        case 'e': if (parse_int(optarg, "--eos", -1, &v)) return -1; o->eos = (int)v, o->eos_given = 1; break;
+        case 'r': if (parse_int(optarg, "--random-drafter", 0, &v)) return -1; o->random_seed = v; break;
+        case 'P': o->no_plain = 1; break;
+        case 'b': o->backend = optarg; break;
+        case 'D': if (parse_int(optarg, "--device", 0, &v)) return -1; o->device = (int)v; break;
+        case 'l': o->label = optarg; break;
+        case 'j': o->json = optarg; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "dflash_eval: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!o->target || !o->drafter || !o->n_prompts_files) {
+        fprintf(stderr, "dflash_eval: --target, --drafter and --prompts are required (--help)\n");
+        return -1;
+    }
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "dflash_eval: --backend must be cpu or cuda, got '%s'\n", o->backend);
+        return -1;
+    }
+    if (o->device >= 0 && strcmp(o->backend, "cuda")) {
+        fprintf(stderr, "dflash_eval: --device is for --backend cuda\n");
+        return -1;
+    }
+    if (!o->label)
+        o->label = o->random_seed >= 0 ? "random init" : o->drafter;
+    return 0;
+}
+
+/* Our checkpoint (root with 'latest' or a step dir) or a release dir. cfg_file: where
+ * its config lives (for messages). */
+static int load_drafter(const char *dir, dflash_config *c, dflash_params *p, char *cfg_file, size_t cfg_len,
+                        char *err, size_t errlen)
+{
+    char step[4096];
+    if (dflash_ckpt_resolve(dir, step, sizeof step) == 0) {
+        snprintf(cfg_file, cfg_len, "%s/trainer_state.json", step);
+        return dflash_ckpt_load(dir, c, p, NULL, NULL, err, errlen);
+    }
+    snprintf(cfg_file, cfg_len, "%s/config.json", dir);
+    return dflash_load_release(dir, c, p, err, errlen);
+}
+
+/* The drafter must fit the target it is evaluated against. */
+static int check_pair(const dflash_config *c, const hfc_config *t, const char *dcfg, const char *tdir, char *err,
+                      size_t errlen)
+{
+    const char *what = NULL;
+    long dv = 0, tv = 0;
+    if (c->hidden != t->hidden_size)
+        what = "hidden_size", dv = c->hidden, tv = t->hidden_size;
+    else if (c->vocab != t->vocab_size)
+        what = "vocab_size", dv = c->vocab, tv = t->vocab_size;
+    else if (c->num_target_layers != t->num_hidden_layers)
+        what = "num_target_layers", dv = c->num_target_layers, tv = t->num_hidden_layers;
+    if (what) {
+        snprintf(err, errlen, "%.400s: %s = %ld does not match the target %.400s/config.json (%ld)", dcfg, what, dv,
+                 tdir, tv);
+        return -EINVAL;
+    }
+    for (int i = 0; i < c->n_capture; i++)
+        if (c->target_layer_ids[i] < 0 || c->target_layer_ids[i] >= t->num_hidden_layers) {
+            snprintf(err, errlen, "%.900s: dflash_config.target_layer_ids[%d] = %d, the target has %d layers", dcfg, i,
+                     c->target_layer_ids[i], t->num_hidden_layers);
+            return -EINVAL;
+        }
+    return 0;
+}
+
+static double tpot_ms(const sd_result *r) /* decode time per token after the first */
+{
+    return r->n_tokens > 1 ? 1e3 * r->decode_s / (r->n_tokens - 1) : 0.0;
+}
+
+static json_t *timing_json(const sd_result *r)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "new_tokens", json_integer(r->n_tokens));
+    json_object_set_new(o, "steps", json_integer(r->n_steps));
+    df_json_set_num(o, "prefill_s", r->prefill_s);
+    df_json_set_num(o, "decode_s", r->decode_s);
+    df_json_set_num(o, "tpot_ms", tpot_ms(r));
+    df_json_set_num(o, "tokens_per_s", r->decode_s > 0 && r->n_tokens > 1 ? (r->n_tokens - 1) / r->decode_s : 0.0);
+    return o;
+}
+
+/* [B] accuracies for positions 0..B-1; position 0 (the anchor) is null */
+static json_t *pos_acc_json(const long *hit, const long *n, int B)
+{
+    json_t *a = json_array();
+    json_array_append_new(a, json_null());
+    for (int k = 1; k < B; k++)
+        json_array_append_new(a, n[k] ? json_real((double)hit[k] / n[k]) : json_null());
+    return a;
+}
+
+static json_t *pos_n_json(const long *n, int B)
+{
+    json_t *a = json_array();
+    for (int k = 0; k < B; k++)
+        json_array_append_new(a, json_integer(k ? n[k] : 0));
+    return a;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of the per-response taus (the middle response: a few degenerate responses that
+ * are drafted perfectly cannot move it). */
+static double median_tau(const prompt_eval *pe, int n)
+{
+    double *v = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!v)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    for (int i = 0; i < n; i++)
+        v[i] = sd_result_tau(&pe[i].spec);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double m = n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    free(v);
+    return m;
+}
+
+static json_t *hist_json(const long *h, int B)
+{
+    json_t *a = json_array();
+    for (int i = 0; i <= B; i++)
+        json_array_append_new(a, json_integer(h[i]));
+    return a;
+}
+
+int main(int argc, char **argv)
+{
+    df_log_init("dflash_eval");
+    eval_opts o;
+    if (parse_args(argc, argv, &o) < 0)
+        return DF_EXIT_USAGE;
+    char err[1024] = "";
+    int rc;
+
+    /* drafter */
+    dflash_config dc;
+    dflash_params dp;
+    char dcfg[4200];
+    if ((rc = load_drafter(o.drafter, &dc, &dp, dcfg, sizeof dcfg, err, sizeof err)) < 0)
+        df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "%s", err);
+    if (o.random_seed >= 0)
+        dflash_params_init_random(&dp, &dc, (uint64_t)o.random_seed, 0.02f);
+    int B = dc.block_size;
+
+    /* prompts (the target's vocabulary bounds the token ids) */
+    hfc_config hc;
+    if ((rc = hfc_load(&hc, o.target, err, sizeof err)) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    if ((rc = check_pair(&dc, &hc, dcfg, o.target, err, sizeof err)) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    if (!o.eos_given) { /* the chat end-of-turn token: byte tokenizer's eos, else config.json's */
+        o.eos = ep_byte_tokenizer_eos(o.target);
+        if (o.eos < 0 && hc.n_eos > 0)
+            o.eos = (int)hc.eos_token_ids[0];
+    }
+    ep_list pl = {0};
+    for (int i = 0; i < o.n_prompts_files && pl.n < o.max_prompts; i++)
+        if ((rc = ep_load(&pl, o.prompts[i], o.target, hc.vocab_size, o.max_prompts, o.max_prompt_len, err,
+                          sizeof err)) < 0)
+            df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "%s", err);
+    if (pl.n == 0)
+        df_die(DF_EXIT_PERM, "no prompt in %s%s (a prompt needs a user turn followed by an assistant one)",
+               o.prompts[0], o.n_prompts_files > 1 ? " and the other --prompts files" : "");
+    int longest = 0;
+    for (int i = 0; i < pl.n; i++)
+        longest = DF_MAX(longest, pl.p[i].n);
+    int max_ctx = longest + o.max_new + B;
+    hfc_free(&hc);
+
+    /* backends */
+    sd_backend be;
+    char kind[32];
+    snprintf(kind, sizeof kind, "%s:%d", o.backend, o.device < 0 ? 0 : o.device);
+    if ((rc = sd_backend_open(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx, err,
+                              sizeof err)) < 0)
+        df_die(rc == -ENOTSUP ? DF_EXIT_USAGE : tm_exit_code(rc), "%s", err);
+
+    sd_opts so = {.max_new = o.max_new, .eos = o.eos};
+    prompt_eval *pe = calloc((size_t)pl.n, sizeof *pe);
+    if (!pe)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    fprintf(stderr,
+            "dflash_eval: %d prompts, up to %d new tokens each, block size %d, eos %d, backend %s, drafter %s%s\n",
+            pl.n, o.max_new, B, o.eos, o.backend, o.drafter, o.random_seed >= 0 ? " (random init)" : "");
+    for (int i = 0; i < pl.n; i++) {
+        prompt_eval *e = &pe[i];
+        const ep_prompt *p = &pl.p[i];
+        if (!o.no_plain && (rc = sd_generate_plain(&be.target, p->tokens, p->n, &so, &e->plain)) < 0)
+            df_die(DF_EXIT_TEMP, "%s: plain decoding failed: %s", p->source, strerror(-rc));
+        if ((rc = sd_generate_spec(&be.target, &be.drafter, p->tokens, p->n, &so, &e->spec)) < 0)
+            df_die(DF_EXIT_TEMP, "%s: speculative decoding failed: %s", p->source, strerror(-rc));
+        e->first_diff = -1;
+        e->acc_hit = calloc((size_t)B, sizeof(long));
+        e->acc_n = calloc((size_t)B, sizeof(long));
+        if (!e->acc_hit || !e->acc_n)
+            df_die(DF_EXIT_TEMP, "out of memory");
+        if ((rc = sd_score_drafts(&be.target, &be.drafter, p->tokens, p->n, e->spec.tokens, e->spec.n_tokens,
+                                  e->acc_hit, e->acc_n)) < 0)
+            df_die(DF_EXIT_TEMP, "%s: scoring the drafts failed: %s", p->source, strerror(-rc));
+        if (!o.no_plain) {
+            int n = DF_MIN(e->plain.n_tokens, e->spec.n_tokens);
+            for (int k = 0; k < n && e->first_diff < 0; k++)
+                if (e->plain.tokens[k] != e->spec.tokens[k])
+                    e->first_diff = k;
+            if (e->first_diff < 0 && e->plain.n_tokens != e->spec.n_tokens)
+                e->first_diff = n;
+        }
+        if (!o.quiet) {
+            fprintf(stderr, "[%d/%d] %s: prompt %d tokens, %d new, tau %.2f", i + 1, pl.n, p->source, p->n,
+                    e->spec.n_tokens, sd_result_tau(&e->spec));
+            if (!o.no_plain)
+                fprintf(stderr, ", %.3f ms/token plain, %.3f spec, %s", tpot_ms(&e->plain), tpot_ms(&e->spec),
+                        e->first_diff < 0 ? "same output" : "OUTPUT DIFFERS");
+            fprintf(stderr, "\n");
+        }
+    }
+
+    /* overall: tau averaged per response, then across responses (docs/dflash_spec.md) */
+    long *hist = calloc((size_t)B + 1, sizeof(long));
+    if (!hist)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    double tau_sum = 0, pd = 0, sd = 0;
+    long pn = 0, sn = 0, steps = 0, acc = 0;
+    int mismatches = 0;
+    for (int i = 0; i < pl.n; i++) {
+        prompt_eval *e = &pe[i];
+        tau_sum += sd_result_tau(&e->spec);
+        steps += e->spec.n_steps, acc += e->spec.accept_sum;
+        for (int a = 0; a <= B; a++)
+            hist[a] += e->spec.hist[a];
+        sd += e->spec.decode_s, sn += DF_MAX(e->spec.n_tokens - 1, 0);
+        if (!o.no_plain) {
+            pd += e->plain.decode_s, pn += DF_MAX(e->plain.n_tokens - 1, 0);
+            mismatches += e->first_diff >= 0;
+        }
+    }
+    double tau = tau_sum / pl.n;
+    double tau_median = median_tau(pe, pl.n);
+    /* per-position accuracy, all prompts pooled (spec_decode.h: pos_hit / pos_n) */
+    long *pos_hit = calloc((size_t)B, sizeof(long)), *pos_n = calloc((size_t)B, sizeof(long));
+    if (!pos_hit || !pos_n)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    long *dec_hit = calloc((size_t)B, sizeof(long)), *dec_n = calloc((size_t)B, sizeof(long));
+    if (!dec_hit || !dec_n)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    for (int i = 0; i < pl.n; i++)
+        for (int k = 1; k < B; k++) {
+            pos_hit[k] += pe[i].acc_hit[k], pos_n[k] += pe[i].acc_n[k];
+            dec_hit[k] += pe[i].spec.pos_hit[k], dec_n[k] += pe[i].spec.pos_n[k];
+        }
+    double tpot_p = pn ? 1e3 * pd / pn : 0, tpot_s = sn ? 1e3 * sd / sn : 0;
+    double speedup = tpot_s > 0 && tpot_p > 0 ? tpot_p / tpot_s : 0;
+
+    /* terminal table */
+    printf("\ndrafter: %s (block size %d)\n", o.label, B);
+    printf("%4s  %-34s %6s %5s %6s %12s %12s %8s  %s\n", "#", "prompt", "len", "new", "tau", "plain ms/tok",
+           "spec ms/tok", "speedup", "lossless");
+    for (int i = 0; i < pl.n; i++) {
+        prompt_eval *e = &pe[i];
+        const char *src = pl.p[i].source;
+        size_t sl = strlen(src);
+        printf("%4d  %-34s %6d %5d %6.2f", i + 1, sl > 34 ? src + sl - 34 : src, pl.p[i].n, e->spec.n_tokens,
+               sd_result_tau(&e->spec));
+        if (o.no_plain)
+            printf(" %12s %12.3f %8s  %s\n", "-", tpot_ms(&e->spec), "-", "-");
+        else
+            printf(" %12.3f %12.3f %7.2fx  %s\n", tpot_ms(&e->plain), tpot_ms(&e->spec),
+                   tpot_ms(&e->spec) > 0 ? tpot_ms(&e->plain) / tpot_ms(&e->spec) : 0.0,
+                   e->first_diff < 0 ? "yes" : "NO");
+    }
+    printf("overall: tau %.3f pooled over %ld verify steps; per response: mean %.3f, median %.3f (%d responses)\n",
+           steps ? (double)acc / steps : 0.0, steps, tau, tau_median, pl.n);
+    printf("per-position accuracy, every output token as an anchor (k = 1..%d):", B - 1);
+    for (int k = 1; k < B; k++)
+        printf(" %.2f", pos_n[k] ? (double)pos_hit[k] / pos_n[k] : 0.0);
+    printf("\n");
+    printf("acceptance length histogram:");
+    for (int a = 1; a <= B; a++)
+        printf(" %d:%ld", a, hist[a]);
+    printf("\n");
+    if (!o.no_plain)
+        printf("decode: plain %.3f ms/token (%.1f tokens/s), speculative %.3f ms/token (%.1f tokens/s), speedup "
+               "%.2fx; lossless: %d of %d outputs identical\n",
+               tpot_p, tpot_p > 0 ? 1e3 / tpot_p : 0, tpot_s, tpot_s > 0 ? 1e3 / tpot_s : 0, speedup,
+               pl.n - mismatches, pl.n);
+    else
+        printf("decode: speculative %.3f ms/token (%.1f tokens/s)\n", tpot_s, tpot_s > 0 ? 1e3 / tpot_s : 0);
+
+    int exit_code = DF_EXIT_OK;
+    if (o.json) {
+        json_t *root = json_object(), *arr = json_array(), *ov = json_object();
+        json_object_set_new(root, "target", json_string(o.target));
+        json_object_set_new(root, "drafter", json_string(o.drafter));
+        json_object_set_new(root, "label", json_string(o.label));
+        json_object_set_new(root, "random_init_seed", o.random_seed >= 0 ? json_integer(o.random_seed) : json_null());
+        json_object_set_new(root, "backend", json_string(o.backend));
+        json_object_set_new(root, "block_size", json_integer(B));
+        json_object_set_new(root, "max_new", json_integer(o.max_new));
+        json_object_set_new(root, "eos", json_integer(o.eos));
+        for (int i = 0; i < pl.n; i++) {
+            prompt_eval *e = &pe[i];
+            json_t *po = json_object();
+            json_object_set_new(po, "source", json_string(pl.p[i].source));
+            json_object_set_new(po, "prompt_tokens", json_integer(pl.p[i].n));
+            json_object_set_new(po, "new_tokens", json_integer(e->spec.n_tokens));
+            df_json_set_num(po, "tau", sd_result_tau(&e->spec));
+            json_object_set_new(po, "hist", hist_json(e->spec.hist, B));
+            json_object_set_new(po, "pos_acc", pos_acc_json(e->acc_hit, e->acc_n, B));
+            json_object_set_new(po, "pos_acc_in_decode", pos_acc_json(e->spec.pos_hit, e->spec.pos_n, B));
+            json_object_set_new(po, "spec", timing_json(&e->spec));
+            if (!o.no_plain) {
+                json_object_set_new(po, "plain", timing_json(&e->plain));
+                df_json_set_num(po, "speedup",
+                                tpot_ms(&e->spec) > 0 ? tpot_ms(&e->plain) / tpot_ms(&e->spec) : 0.0);
+                json_object_set_new(po, "lossless", json_boolean(e->first_diff < 0));
+                json_object_set_new(po, "first_diff", json_integer(e->first_diff));
+            }
+            json_t *toks = json_array();
+            for (int k = 0; k < e->spec.n_tokens; k++)
+                json_array_append_new(toks, json_integer(e->spec.tokens[k]));
+            json_object_set_new(po, "tokens", toks);
+            json_array_append_new(arr, po);
+        }
+        json_object_set_new(root, "prompts", arr);
+        json_object_set_new(ov, "n_prompts", json_integer(pl.n));
+        df_json_set_num(ov, "tau", tau);
+        df_json_set_num(ov, "tau_token_weighted", steps ? (double)acc / steps : 0.0);
+        df_json_set_num(ov, "tau_median", tau_median);
+        json_object_set_new(ov, "pos_acc", pos_acc_json(pos_hit, pos_n, B));
+        json_object_set_new(ov, "pos_n", pos_n_json(pos_n, B));
+        json_object_set_new(ov, "pos_acc_in_decode", pos_acc_json(dec_hit, dec_n, B));
+        json_object_set_new(ov, "steps", json_integer(steps));
+        json_object_set_new(ov, "hist", hist_json(hist, B));
+        df_json_set_num(ov, "spec_tpot_ms", tpot_s);
+        df_json_set_num(ov, "spec_tokens_per_s", tpot_s > 0 ? 1e3 / tpot_s : 0);
+        if (!o.no_plain) {
+            df_json_set_num(ov, "plain_tpot_ms", tpot_p);
+            df_json_set_num(ov, "plain_tokens_per_s", tpot_p > 0 ? 1e3 / tpot_p : 0);
+            df_json_set_num(ov, "speedup", speedup);
+            json_object_set_new(ov, "mismatches", json_integer(mismatches));
+        }
+        json_object_set_new(root, "overall", ov);
+        char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+        json_decref(root);
+        if (!s || (rc = df_write_file_atomic(o.json, s, strlen(s))) < 0) {
+            df_log("%s: cannot write: %s", o.json, s ? strerror(-rc) : "out of memory");
+            exit_code = DF_EXIT_TEMP;
+        }
+        free(s);
+    }
+
+    for (int i = 0; i < pl.n; i++) {
+        sd_result_free(&pe[i].plain);
+        sd_result_free(&pe[i].spec);
+        free(pe[i].acc_hit);
+        free(pe[i].acc_n);
+    }
+    free(pe);
+    free(hist);
+    free(pos_hit);
+    free(pos_n);
+    free(dec_hit);
+    free(dec_n);
+    sd_backend_close(&be);
+    ep_free(&pl);
+    dflash_params_free(&dp);
+    return exit_code;
+}

@@ -1,0 +1,98 @@
+/* dflash_infer_cuda.h: DFlash drafter inference on the GPU (prefix dfic_), the CUDA twin of
+ * dflash_infer.h (same contract; read that header for the math): a context K/V cache per
+ * drafter layer built once per accepted token from the target's captured features, then
+ * one block [anchor, MASK x (B-1)] per draft through the layers, final norm, lm_head and
+ * argmax on the device; B-1 ints come back.
+ *
+ * Numerics: the drafter's fp32 parameters (release format or our checkpoint) are
+ * uploaded once as bf16 for the projections (q/k/v and gate/up fused: their tensors are
+ * adjacent in dflash_params) and fp32 for the norms; the context's fc output, the
+ * residual stream and logits are fp32, other activations bf16, every accumulation fp32.
+ * The context rows reuse the fused QKV projection (their q part is computed and unused:
+ * one GEMM and the shared q/k norm + RoPE kernel instead of a k/v-only path).
+ *
+ * Features in: DEVICE bf16 [n, n_capture * d] (tdc_model.feat, the target's capture
+ * order). The frozen embedding and lm_head are borrowed device bf16 [V, d] tensors (the
+ * target's). Work is enqueued on a borrowed stream (the target's, so features are
+ * consumed in order); dfic_draft returns after synchronising it, dfic_append only
+ * enqueues (the features must stay unchanged until the next draft or sync).
+ *
+ * Ownership: dfic_state owns its device weights, caches and scratch (dfic_free); it
+ * borrows the config (must outlive it), embed, lm_head and the stream. */
+#ifndef DF_DFLASH_INFER_CUDA_H
+#define DF_DFLASH_INFER_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_model.h"
+#include "nn/nn_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dfic_layer {
+    nnc_bf16 *w_qkv;      /* [(H + 2KV) * hd, d] */
+    nnc_bf16 *w_o;        /* [d, H * hd] */
+    nnc_bf16 *w_gu;       /* [2I, d] gate rows then up rows */
+    nnc_bf16 *w_down;     /* [d, I] */
+    float *in_norm, *post_norm, *q_norm, *k_norm; /* [d], [d], [hd], [hd] */
+} dfic_layer;
+
+typedef struct dfic_state {
+    const dflash_config *c;
+    int cap;               /* context rows the cache holds */
+    int n_ctx;             /* context rows cached = position of the next anchor */
+    cudaStream_t stream;   /* borrowed */
+    const nnc_bf16 *embed, *lm_head; /* borrowed, [V, d] */
+    void *wb;              /* one allocation: every bf16 weight */
+    void *wf;              /* one allocation: every fp32 norm + inv_freq */
+    nnc_bf16 *fc;          /* [d, n_capture * d] */
+    float *hidden_norm, *final_norm, *inv_freq; /* [d], [d], [hd/2] */
+    dfic_layer layer[DFLASH_MAX_LAYERS];
+    nnc_bf16 *kc, *vc;     /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
+    void *acts;            /* one allocation: the scratch below */
+    float *fc_out;         /* [chunk, d] fp32 */
+    nnc_bf16 *ctx;         /* [chunk, d] C */
+    nnc_bf16 *qkv;         /* [max(chunk, B), (H+2KV)*hd] */
+    int32_t *pos;          /* [max(chunk, B)] */
+    float *h;              /* [B, d] residual stream */
+    nnc_bf16 *a, *att, *y, *gu, *act, *z; /* [B, d], [B, H*hd], [B, d], [B, 2I], [B, I], [B, d] */
+    float *logits;         /* [B-1, V] of the last draft */
+    int32_t *tokens;       /* [B] */
+    int32_t *draft_d;      /* [B] */
+    nn_key_ranges *ranges; /* [2, B]: full layers, sliding layers */
+    int32_t *draft_h;      /* pinned host [B] */
+    nn_key_ranges *ranges_h; /* pinned host [2, B] */
+    nnc_gemm *gemm;
+    char err[400];
+} dfic_state;
+
+/* Upload p (host fp32, dflash_params layout) and allocate caches for cap context rows on
+ * the current device. 0, -EINVAL (cap < 1, a shape the kernels do not take: message in
+ * err), -ENOMEM, -EIO. */
+int dfic_init(dfic_state *s, const dflash_config *c, const dflash_params *p, const nnc_bf16 *embed,
+              const nnc_bf16 *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
+void dfic_free(dfic_state *s);
+
+/* Forget the context. */
+void dfic_reset(dfic_state *s);
+/* Append n context rows from DEVICE bf16 features H[n, n_capture*d]. 0, -EINVAL (n < 1),
+ * -ENOSPC (past cap), -EIO (text in dfic_error). */
+int dfic_append(dfic_state *s, const nnc_bf16 *H, int n);
+/* Draft block rows 1..B-1 for the anchor at position n_ctx: draft[B-1] (host). 0, -EINVAL
+ * (no context, bad anchor), -EIO. */
+int dfic_draft(dfic_state *s, int32_t anchor, int32_t *draft);
+/* The last draft's logits [B-1, V] to host out. 0 or -EIO. */
+int dfic_logits_to_host(dfic_state *s, float *out);
+
+const char *dfic_error(const dfic_state *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,253 @@
+/* spec_decode.c: the plain and the speculative greedy loops (see spec_decode.h) and the
+ * CPU adapters that plug target_decode and dflash_infer into them. */
+#include "eval/spec_decode.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval/dflash_infer.h"
+#include "target/target_decode.h"
+#include "util.h"
+
+void sd_result_free(sd_result *r)
+{
+    if (!r)
+        return;
+    free(r->tokens);
+    free(r->hist);
+    free(r->pos_hit);
+    free(r->pos_n);
+    memset(r, 0, sizeof *r);
+}
+
+double sd_result_tau(const sd_result *r)
+{
+    return r->n_steps ? (double)r->accept_sum / r->n_steps : 0.0;
+}
+
+static int result_init(sd_result *r, const sd_opts *o, int block_size)
+{
+    memset(r, 0, sizeof *r);
+    if (o->max_new < 1 || block_size < 1)
+        return -EINVAL;
+    r->tokens = malloc(sizeof(int32_t) * (size_t)o->max_new);
+    r->hist = calloc((size_t)block_size + 1, sizeof(long));
+    r->pos_hit = calloc((size_t)block_size, sizeof(long));
+    r->pos_n = calloc((size_t)block_size, sizeof(long));
+    if (!r->tokens || !r->hist || !r->pos_hit || !r->pos_n) {
+        sd_result_free(r);
+        return -ENOMEM;
+    }
+    r->block_size = block_size;
+    return 0;
+}
+
+/* Append tok; 1 when the generation is complete (max_new reached or tok is eos). */
+static int emit(sd_result *r, const sd_opts *o, int32_t tok)
+{
+    r->tokens[r->n_tokens++] = tok;
+    return r->n_tokens >= o->max_new || (o->eos >= 0 && tok == o->eos);
+}
+
+/* Prefill: prompt through the target (features to the drafter when there is one), the
+ * first new token from the last prompt position. 1 when that already ends it. */
+static int prefill(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
+                   sd_result *r, int *rc)
+{
+    uint64_t t0 = df_now_ns();
+    int32_t first;
+    const float *feats = NULL;
+    if (n_prompt < 1) {
+        *rc = -EINVAL;
+        return 1;
+    }
+    if (n_prompt + o->max_new + r->block_size > t->max_ctx) {
+        *rc = -ENOSPC; /* the cache would overflow mid-generation */
+        return 1;
+    }
+    if ((*rc = t->reset(t->ctx)) < 0 || (*rc = t->extend(t->ctx, prompt, n_prompt, 1, &first, &feats)) < 0)
+        return 1;
+    if (dr && ((*rc = dr->reset(dr->ctx)) < 0 || (*rc = dr->append(dr->ctx, feats, n_prompt)) < 0))
+        return 1;
+    int done = emit(r, o, first);
+    r->prefill_s = (double)(df_now_ns() - t0) * 1e-9;
+    return done;
+}
+
+int sd_generate_plain(sd_target *t, const int32_t *prompt, int n_prompt, const sd_opts *o, sd_result *r)
+{
+    int rc = result_init(r, o, 1);
+    if (rc < 0)
+        return rc;
+    int done = prefill(t, NULL, prompt, n_prompt, o, r, &rc);
+    uint64_t t0 = df_now_ns();
+    while (!done && rc == 0) {
+        int32_t last = r->tokens[r->n_tokens - 1], next;
+        const float *feats;
+        if ((rc = t->extend(t->ctx, &last, 1, 1, &next, &feats)) < 0)
+            break;
+        r->n_steps++;
+        r->accept_sum++;
+        r->hist[1]++;
+        done = emit(r, o, next);
+    }
+    r->decode_s = (double)(df_now_ns() - t0) * 1e-9;
+    if (rc < 0)
+        sd_result_free(r);
+    return rc;
+}
+
+int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
+                     sd_result *r)
+{
+    int B = dr->block_size;
+    int rc = result_init(r, o, B);
+    if (rc < 0)
+        return rc;
+    int32_t *block = malloc(sizeof(int32_t) * (size_t)B);
+    int32_t *next = malloc(sizeof(int32_t) * (size_t)B);
+    /* every step's drafts and anchor index, scored against the output at the end */
+    int32_t *drafts = malloc(sizeof(int32_t) * (size_t)o->max_new * (size_t)(B - 1 > 0 ? B - 1 : 1));
+    int *anchor_at = malloc(sizeof(int) * (size_t)o->max_new);
+    if (!block || !next || !drafts || !anchor_at) {
+        free(block), free(next), free(drafts), free(anchor_at);
+        sd_result_free(r);
+        return -ENOMEM;
+    }
+    int done = prefill(t, dr, prompt, n_prompt, o, r, &rc);
+    uint64_t t0 = df_now_ns();
+    while (!done && rc == 0) {
+        /* tokens so far n = n_prompt + n_tokens; cache and context hold n-1 rows */
+        int cached = n_prompt + r->n_tokens - 1;
+        block[0] = r->tokens[r->n_tokens - 1];
+        if ((rc = dr->draft(dr->ctx, block[0], block + 1)) < 0)
+            break;
+        anchor_at[r->n_steps] = r->n_tokens - 1; /* n_steps < max_new: each step emits >= 1 */
+        memcpy(drafts + (size_t)r->n_steps * (size_t)(B - 1), block + 1, sizeof(int32_t) * (size_t)(B - 1));
+        const float *feats;
+        if ((rc = t->extend(t->ctx, block, B, B, next, &feats)) < 0)
+            break;
+        int m = 0;
+        while (m < B - 1 && block[m + 1] == next[m])
+            m++;
+        /* keep the anchor and the m accepted drafts; the rest of the block is dropped */
+        if ((rc = t->truncate(t->ctx, cached + m + 1)) < 0 || (rc = dr->append(dr->ctx, feats, m + 1)) < 0)
+            break;
+        r->n_steps++;
+        r->accept_sum += m + 1;
+        r->hist[m + 1]++;
+        for (int k = 1; k <= m && !done; k++)
+            done = emit(r, o, block[k]);
+        if (!done)
+            done = emit(r, o, next[m]); /* the bonus: the target's own token after the accepted ones */
+    }
+    r->decode_s = (double)(df_now_ns() - t0) * 1e-9;
+    for (int s = 0; rc == 0 && s < r->n_steps; s++)
+        for (int k = 1; k < B && anchor_at[s] + k < r->n_tokens; k++) {
+            r->pos_n[k]++;
+            r->pos_hit[k] += drafts[(size_t)s * (size_t)(B - 1) + (size_t)(k - 1)] == r->tokens[anchor_at[s] + k];
+        }
+    free(block), free(next), free(drafts), free(anchor_at);
+    if (rc < 0)
+        sd_result_free(r);
+    return rc;
+}
+
+int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
+                    long *hit, long *n)
+{
+    int B = dr->block_size, total = n_prompt + n_out;
+    if (n_prompt < 1 || n_out < 2)
+        return n_prompt < 1 ? -EINVAL : 0;
+    if (total + B > t->max_ctx)
+        return -ENOSPC;
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)total), *draft = malloc(sizeof(int32_t) * (size_t)B);
+    if (!all || !draft) {
+        free(all), free(draft);
+        return -ENOMEM;
+    }
+    memcpy(all, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    memcpy(all + n_prompt, out, sizeof(int32_t) * (size_t)n_out);
+    const float *feats;
+    int32_t next, rc;
+    /* rows 0..total-2: every row that is ever context (the last token is never an anchor) */
+    if ((rc = t->reset(t->ctx)) < 0 || (rc = t->extend(t->ctx, all, total - 1, 1, &next, &feats)) < 0 ||
+        (rc = dr->reset(dr->ctx)) < 0 || (rc = dr->append(dr->ctx, feats, n_prompt)) < 0)
+        goto out;
+    for (int j = 0; j + 1 < n_out; j++) {
+        int a = n_prompt + j; /* the anchor out[j]; rows < a are in the context */
+        if ((rc = dr->draft(dr->ctx, all[a], draft)) < 0)
+            goto out;
+        for (int k = 1; k < B && j + k < n_out; k++) {
+            n[k]++;
+            hit[k] += draft[k - 1] == out[j + k];
+        }
+        if ((rc = dr->append(dr->ctx, feats + (size_t)a * (size_t)t->feat_dim, 1)) < 0)
+            goto out;
+    }
+out:
+    free(all), free(draft);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- CPU adapters ---------------------------------------------------------------- */
+
+static int cpu_t_reset(void *ctx)
+{
+    td_reset(ctx);
+    return 0;
+}
+
+static int cpu_t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats)
+{
+    td_model *m = ctx;
+    int rc = td_extend(m, tokens, k, n_next);
+    if (rc < 0)
+        return rc;
+    int V = m->tm.cfg.vocab_size;
+    for (int i = 0; i < n_next; i++)
+        next[i] = td_argmax(m->logits + (size_t)i * V, V);
+    *feats = m->feat;
+    return 0;
+}
+
+static int cpu_t_truncate(void *ctx, int len)
+{
+    return td_truncate(ctx, len);
+}
+
+void sd_target_cpu(sd_target *t, td_model *m)
+{
+    *t = (sd_target){.ctx = m,
+                     .feat_dim = m->n_capture * m->tm.cfg.hidden_size,
+                     .max_ctx = m->max_ctx,
+                     .reset = cpu_t_reset,
+                     .extend = cpu_t_extend,
+                     .truncate = cpu_t_truncate};
+}
+
+static int cpu_d_reset(void *ctx)
+{
+    dfi_reset(ctx);
+    return 0;
+}
+
+static int cpu_d_append(void *ctx, const float *feats, int n)
+{
+    return dfi_append(ctx, feats, n);
+}
+
+static int cpu_d_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    return dfi_draft(ctx, anchor, draft);
+}
+
+void sd_drafter_cpu(sd_drafter *d, dfi_state *s)
+{
+    *d = (sd_drafter){.ctx = s,
+                      .block_size = s->c->block_size,
+                      .reset = cpu_d_reset,
+                      .append = cpu_d_append,
+                      .draft = cpu_d_draft};
+}

@@ -1,0 +1,105 @@
+/* spec_decode.h: greedy speculative decoding with a DFlash drafter, and plain greedy
+ * decoding of the target for comparison (prefix sd_). docs/eval.md has the loop and the
+ * statistics; docs/dflash_spec.md "Evaluation" defines tau.
+ *
+ * The loop is written against two small interfaces so the same code runs the CPU models
+ * (target_decode.h, dflash_infer.h; sd_target_cpu / sd_drafter_cpu below) and the CUDA
+ * ones (spec_decode_cuda.h): the backend seam is here, the loop never knows which.
+ *
+ * One speculative step, with n tokens so far (prompt + output) and `last` the newest:
+ * the target cache and the drafter context hold rows 0..n-2; `last` is the anchor, at
+ * position n-1, its features not computed yet:
+ *   1. the drafter drafts d_1..d_{B-1} for the block [last, MASK...];
+ *   2. the target runs [last, d_1..d_{B-1}] at positions n-1..n+B-2 against its cache;
+ *      its greedy token after each block row is t_0..t_{B-1};
+ *   3. m = the number of leading k with d_k == t_{k-1}; the step yields d_1..d_m and the
+ *      bonus t_m: acceptance length m + 1 (1..B);
+ *   4. the target cache keeps rows 0..n-1+m (the anchor and the m accepted drafts),
+ *      those m+1 rows' features are appended to the drafter context, and the bonus is
+ *      the next anchor.
+ * Every yielded token is the target's own greedy choice given the tokens before it, so
+ * the output equals plain greedy decoding (lossless), up to ties broken differently by
+ * different arithmetic (none on the CPU: a row's math does not depend on its block). */
+#ifndef DF_SPEC_DECODE_H
+#define DF_SPEC_DECODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The target: a KV-cached greedy decoder with captured features. */
+typedef struct sd_target {
+    void *ctx;
+    int feat_dim;     /* floats per token of captured features (n_capture * d) */
+    int max_ctx;      /* tokens the cache holds */
+    int (*reset)(void *ctx);
+    /* Run k tokens after the cached ones; next[i] (i < n_next) = greedy token after new
+     * position k - n_next + i; *feats = the k new tokens' features [k, feat_dim] in the
+     * backend's memory, valid until the next call. 0 or -errno. */
+    int (*extend)(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats);
+    int (*truncate)(void *ctx, int len);
+} sd_target;
+
+/* The drafter: context from features, one greedy block per call. */
+typedef struct sd_drafter {
+    void *ctx;
+    int block_size;   /* B: a draft has B-1 tokens */
+    int (*reset)(void *ctx);
+    /* Append n context rows (feats from sd_target.extend, same memory kind). 0 or -errno. */
+    int (*append)(void *ctx, const float *feats, int n);
+    /* Draft B-1 tokens for the block anchored at the next context position. 0 or -errno. */
+    int (*draft)(void *ctx, int32_t anchor, int32_t *draft);
+} sd_drafter;
+
+typedef struct sd_opts {
+    int max_new;      /* stop after this many new tokens */
+    int eos;          /* stop after this token (-1: never) */
+} sd_opts;
+
+/* One generation. Owns tokens and hist (sd_result_free). Times in seconds, CLOCK_MONOTONIC. */
+typedef struct sd_result {
+    int32_t *tokens;  /* [max_new] the new tokens (eos included when it stopped there) */
+    int n_tokens;
+    int block_size;   /* 1 for plain decoding */
+    int n_steps;      /* target forward calls after the prefill (verify steps) */
+    long accept_sum;  /* sum of acceptance lengths over the steps */
+    long *hist;       /* [block_size + 1]: hist[a] = steps with acceptance length a (a >= 1) */
+    /* Per-position accuracy of the drafts against the final output (speculative runs;
+     * zeros for plain): for each step anchored at output token j and each k = 1..B-1
+     * whose token j+k exists, pos_n[k]++ and pos_hit[k] += (d_k == output[j+k]). The
+     * output is the target's greedy text, so this is the training-time acc_k measured on
+     * held-out prompts, every draft position counted (not only the leading accepted). */
+    long *pos_hit;    /* [block_size] */
+    long *pos_n;      /* [block_size] */
+    double prefill_s; /* prompt through the target (and the drafter's context), first token */
+    double decode_s;  /* everything after: the tokens 2..n_tokens */
+} sd_result;
+
+void sd_result_free(sd_result *r);
+/* Mean acceptance length of this generation (0 when it had no step). */
+double sd_result_tau(const sd_result *r);
+
+/* Plain greedy decoding: prefill, then one token per target call. 0 or -errno (the
+ * backend's code; -ENOSPC when prompt + max_new exceeds the cache). */
+int sd_generate_plain(sd_target *t, const int32_t *prompt, int n_prompt, const sd_opts *o, sd_result *r);
+/* Speculative greedy decoding as above. 0 or -errno. */
+int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
+                     sd_result *r);
+
+/* Teacher-forced per-position accuracy on a finished output: every output token but the
+ * last becomes an anchor in turn, with the target's features of everything before it as
+ * the drafter's context (computed once, in one target call), and the draft's position k
+ * is compared with out[j + k] where that token exists: hit[k] += match, n[k]++ (k = 1..B-1;
+ * the arrays have B entries and are added to). This is the training-time acc_k measured on
+ * held-out text, with anchors at every position; the drafts scored inside speculative
+ * decoding (sd_result.pos_hit) sit right after a rejected draft, a harder-than-average
+ * place. Resets the target and the drafter. 0 or -errno. */
+int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
+                    long *hit, long *n);
+
+/* CPU backends over target_decode / dflash_infer (borrowed; must outlive the structs). */
+struct td_model;
+struct dfi_state;
+void sd_target_cpu(sd_target *t, struct td_model *m);
+void sd_drafter_cpu(sd_drafter *d, struct dfi_state *s);
+
+#endif

@@ -14,7 +14,7 @@
 #   common/**.c                  -> build/libcommon.a   (but common/target/, common/dflash/)
 #   common/target/*.c            -> build/libtarget.a   (the target model: forward, KV decode)
 #   common/dflash/*.c            -> build/libdflash.a   (the DFlash model: fwd/bwd, loss, AdamW, ckpt)
-#   <room>/*.c                   -> build/lib<room>.a, except *_main.c  (room: eval, tools,
+#   <room>/*.c                   -> build/lib<room>.a, except *_main.c  (room: eval,
 #                                   orchestrator, target_worker, postproc_worker, drafter_worker)
 #   <room>/<name>_main.c         -> build/bin/<name>, linked with only the layers <room> may use
 #                                   (<room>_USES below; a new room needs a _USES line)
@@ -88,19 +88,17 @@ endif
 #   common          common/ minus the two model libraries: util, ipc/, io/, nn/
 #   target, dflash  common/target/ (the target model), common/dflash/ (the DFlash model)
 #   eval            eval/: speculative decoding with a trained drafter (dflash_eval)
-#   tools           tools/: offline command-line tools (dflash_tool)
 #   the processes   orchestrator/ target_worker/ postproc_worker/ drafter_worker/
 ROLES   := orchestrator target_worker postproc_worker drafter_worker
-ROOMS   := common target dflash eval tools $(ROLES)
+ROOMS   := common target dflash eval $(ROLES)
 common_DIR := common
 target_DIR := common/target
 dflash_DIR := common/dflash
-$(foreach r,eval tools $(ROLES),$(eval $(r)_DIR := $(r)))
+$(foreach r,eval $(ROLES),$(eval $(r)_DIR := $(r)))
 common_USES          :=
 target_USES          := common
 dflash_USES          := common
 eval_USES            := dflash target common
-tools_USES           := dflash common
 orchestrator_USES    := common
 target_worker_USES   := target common
 postproc_worker_USES := dflash common
@@ -134,14 +132,16 @@ $$($(1)_LIB): $$($(1)_O)
 	@mkdir -p $$(@D)
 	rm -f $$@; $$(AR) rcs $$@ $$^
 endif
-$$(BUILD)/bin/%: $$(BUILD)/$$($(1)_DIR)/%_main.o $$($(1)_LINK)
+# a static pattern over this room's own programs: an object left behind by a file that
+# moved to another room can never satisfy it
+$$($(1)_BINS): $$(BUILD)/bin/%: $$(BUILD)/$$($(1)_DIR)/%_main.o $$($(1)_LINK)
 	@mkdir -p $$(@D)
 	$$(CC) $$(LDFLAGS) -o $$@ $$< $$($(1)_LINK) $$(LDLIBS)
 endef
 $(foreach r,$(ROOMS),$(eval $(call lib_rule,$(r))))
 
 # Tests, benchmarks and test programs may use every layer: highest first.
-ALL_LIBS  := $(foreach r,$(ROLES) tools eval dflash target common,$($(r)_LIB))
+ALL_LIBS  := $(foreach r,$(ROLES) eval dflash target common,$($(r)_LIB))
 LINK_LIBS := $(ALL_LIBS)
 NV_LINK_LIBS := $(ALL_LIBS)
 

@@ -183,7 +183,8 @@ int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_p
             n[k]++;
             hit[k] += draft[k - 1] == out[j + k];
         }
-        if ((rc = dr->append(dr->ctx, feats + (size_t)a * (size_t)t->feat_dim, 1)) < 0)
+        const float *row = (const float *)(const void *)((const char *)feats + (size_t)a * t->feat_row_bytes);
+        if ((rc = dr->append(dr->ctx, row, 1)) < 0)
             goto out;
     }
 out:
@@ -221,6 +222,7 @@ void sd_target_cpu(sd_target *t, td_model *m)
 {
     *t = (sd_target){.ctx = m,
                      .feat_dim = m->n_capture * m->tm.cfg.hidden_size,
+                     .feat_row_bytes = sizeof(float) * (size_t)m->n_capture * (size_t)m->tm.cfg.hidden_size,
                      .max_ctx = m->max_ctx,
                      .reset = cpu_t_reset,
                      .extend = cpu_t_extend,

@@ -29,7 +29,10 @@
 /* The target: a KV-cached greedy decoder with captured features. */
 typedef struct sd_target {
     void *ctx;
-    int feat_dim;     /* floats per token of captured features (n_capture * d) */
+    int feat_dim;     /* feature elements per token (n_capture * d) */
+    size_t feat_row_bytes; /* bytes of one token's features in the backend's memory (fp32
+                            * on the CPU, bf16 on the GPU): the stride between rows of
+                            * *feats, whatever its C type says */
     int max_ctx;      /* tokens the cache holds */
     int (*reset)(void *ctx);
     /* Run k tokens after the cached ones; next[i] (i < n_next) = greedy token after new

@@ -121,6 +121,7 @@ int sd_backend_open_cuda(sd_backend *b, const char *target_dir, const dflash_con
     }
     b->target = (sd_target){.ctx = &ci->target,
                             .feat_dim = c->n_capture * c->hidden,
+                            .feat_row_bytes = sizeof(nnc_bf16) * (size_t)c->n_capture * (size_t)c->hidden,
                             .max_ctx = max_ctx,
                             .reset = t_reset,
                             .extend = t_extend,

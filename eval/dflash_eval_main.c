@@ -360,6 +360,15 @@ int main(int argc, char **argv)
         }
     }
     double tau = tau_sum / pl.n;
+    double part_d = 0, part_v = 0, part_a = 0;
+    for (int i = 0; i < pl.n; i++)
+        part_d += pe[i].spec.draft_s, part_v += pe[i].spec.verify_s, part_a += pe[i].spec.accept_s;
+    double per_step = steps ? 1e3 / (double)steps : 0; /* seconds -> ms per verify step */
+    double plain_step_ms = 0;
+    long plain_steps = 0;
+    for (int i = 0; i < pl.n && !o.no_plain; i++)
+        plain_step_ms += pe[i].plain.decode_s, plain_steps += pe[i].plain.n_steps;
+    plain_step_ms = plain_steps ? 1e3 * plain_step_ms / (double)plain_steps : 0;
     double tau_median = median_tau(pe, pl.n);
     /* per-position accuracy, all prompts pooled (spec_decode.h: pos_hit / pos_n) */
     long *pos_hit = calloc((size_t)B, sizeof(long)), *pos_n = calloc((size_t)B, sizeof(long));
@@ -398,6 +407,12 @@ int main(int argc, char **argv)
     printf("per-position accuracy, every output token as an anchor (k = 1..%d):", B - 1);
     for (int k = 1; k < B; k++)
         printf(" %.2f", pos_n[k] ? (double)pos_hit[k] / pos_n[k] : 0.0);
+    printf("\n");
+    printf("speculative step, per verify step: draft %.3f ms, verify (%d rows) %.3f ms, accept + append %.3f ms",
+           part_d * per_step, B, part_v * per_step, part_a * per_step);
+    if (!o.no_plain)
+        printf("; a plain step %.3f ms (the verify costs %.1f plain steps)", plain_step_ms,
+               plain_step_ms > 0 ? part_v * per_step / plain_step_ms : 0.0);
     printf("\n");
     printf("acceptance length histogram:");
     for (int a = 1; a <= B; a++)
@@ -451,6 +466,11 @@ int main(int argc, char **argv)
         df_json_set_num(ov, "tau", tau);
         df_json_set_num(ov, "tau_token_weighted", steps ? (double)acc / steps : 0.0);
         df_json_set_num(ov, "tau_median", tau_median);
+        df_json_set_num(ov, "draft_ms_per_step", part_d * per_step);
+        df_json_set_num(ov, "verify_ms_per_step", part_v * per_step);
+        df_json_set_num(ov, "accept_ms_per_step", part_a * per_step);
+        if (!o.no_plain)
+            df_json_set_num(ov, "plain_step_ms", plain_step_ms);
         json_object_set_new(ov, "pos_acc", pos_acc_json(pos_hit, pos_n, B));
         json_object_set_new(ov, "pos_n", pos_n_json(pos_n, B));
         json_object_set_new(ov, "pos_acc_in_decode", pos_acc_json(dec_hit, dec_n, B));

@@ -121,19 +121,26 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
         /* tokens so far n = n_prompt + n_tokens; cache and context hold n-1 rows */
         int cached = n_prompt + r->n_tokens - 1;
         block[0] = r->tokens[r->n_tokens - 1];
+        uint64_t ta = df_now_ns();
         if ((rc = dr->draft(dr->ctx, block[0], block + 1)) < 0)
             break;
+        uint64_t tb = df_now_ns();
         anchor_at[r->n_steps] = r->n_tokens - 1; /* n_steps < max_new: each step emits >= 1 */
         memcpy(drafts + (size_t)r->n_steps * (size_t)(B - 1), block + 1, sizeof(int32_t) * (size_t)(B - 1));
         const float *feats;
         if ((rc = t->extend(t->ctx, block, B, B, next, &feats)) < 0)
             break;
+        uint64_t tc = df_now_ns();
         int m = 0;
         while (m < B - 1 && block[m + 1] == next[m])
             m++;
         /* keep the anchor and the m accepted drafts; the rest of the block is dropped */
         if ((rc = t->truncate(t->ctx, cached + m + 1)) < 0 || (rc = dr->append(dr->ctx, feats, m + 1)) < 0)
             break;
+        uint64_t td = df_now_ns();
+        r->draft_s += (double)(tb - ta) * 1e-9;
+        r->verify_s += (double)(tc - tb) * 1e-9;
+        r->accept_s += (double)(td - tc) * 1e-9;
         r->n_steps++;
         r->accept_sum += m + 1;
         r->hist[m + 1]++;

@@ -75,6 +75,11 @@ typedef struct sd_result {
     long *pos_n;      /* [block_size] */
     double prefill_s; /* prompt through the target (and the drafter's context), first token */
     double decode_s;  /* everything after: the tokens 2..n_tokens */
+    /* decode_s of a speculative run in parts: drafting, the target's verify call (both
+     * return tokens to the host, so their device work is inside them), and accepting
+     * (cache truncation + the accepted rows' features appended to the drafter; on a GPU
+     * its device work may finish inside the next draft, which then counts it) */
+    double draft_s, verify_s, accept_s;
 } sd_result;
 
 void sd_result_free(sd_result *r);

@@ -77,3 +77,13 @@ print(f"  speculative output == plain greedy output for {t['n_prompts'] - t['mis
       f"a CPU verify of B rows costs ~B plain steps, docs/eval.md)")
 print(f"  details: {run}/eval_trained.txt, {run}/eval_trained.json, {run}/eval_untrained.json")
 PY
+
+# Curves (scripts/plot_run.py): with whichever Python has matplotlib; optional.
+plotted=0
+for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' >/dev/null 2>&1; then
+    "$py" scripts/plot_run.py "$RUN_DIR" && plotted=1
+    break
+  fi
+done
+[ $plotted = 1 ] || echo "run: no curves (matplotlib not found: apt-get install python3-matplotlib, then python3 scripts/plot_run.py $RUN_DIR)"

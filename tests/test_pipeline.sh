@@ -58,6 +58,18 @@ PY
 [ -f "$RUN/drafter/config.json" ] && [ -f "$RUN/drafter/model.safetensors" ] || fail "no release export"
 grep -q '"DFlashDraftModel"' "$RUN/drafter/config.json" || fail "release config.json"
 [ -f "$RUN/checkpoints/latest" ] || fail "no checkpoint"
+# curves from the metrics (scripts/plot_run.py) where a Python with matplotlib exists
+for py in python3 /usr/bin/python3; do
+  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' >/dev/null 2>&1; then
+    "$py" scripts/plot_run.py "$RUN" --out "$T/curves" >/dev/null || fail "plot_run.py"
+    for f in training stages; do
+      [ "$(head -c 4 "$T/curves/$f.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "curves/$f.png is not a PNG"
+    done
+    echo "ok: plot_run.py drew training.png and stages.png"
+    break
+  fi
+done
+python3 scripts/plot_run.py "$T/nowhere" 2>/dev/null; [ $? -eq 2 ] || fail "plot_run.py on a run dir without metrics: expected exit 2"
 ok "clean run: $n_batches batches exactly once, checkpoint, export, metrics"
 
 # 2. each stage killed once during the run

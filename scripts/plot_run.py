@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""plot_run.py: curves of a run, as PNG, from its metrics files.
+
+    python3 scripts/plot_run.py RUN_DIR [--out DIR]
+
+Reads RUN_DIR/metrics/<drafter>.jsonl (one "step" line per optimizer step: loss, acc1,
+tau, lr, grad_norm) and every worker's "stage" lines (busy and waiting fractions), and,
+when they exist, RUN_DIR/eval_trained.json / eval_untrained.json (the held-out
+per-position accuracy that `make run` measures). Writes into --out (default
+RUN_DIR/curves):
+    training.png   loss (and its moving average), acc at position 1, expected tau, lr
+    stages.png     each worker's busy and waiting share over time
+    accuracy.png   held-out accuracy per block position, trained vs untrained
+Needs matplotlib (Debian: python3-matplotlib); exits 3 with a message without it, so a
+caller can treat curves as optional. Exit 2 on a bad command line or a run dir without
+metrics.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+
+def read_jsonl(path):
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                print(f"plot_run: {path}:{n}: not JSON, skipped", file=sys.stderr)
+    return out
+
+
+def smooth(xs, k):
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= k:
+            acc -= xs[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run_dir")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    mdir = os.path.join(a.run_dir, "metrics")
+    files = sorted(glob.glob(os.path.join(mdir, "*.jsonl")))
+    if not files:
+        print(f"plot_run: {mdir}: no metrics files", file=sys.stderr)
+        return 2
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("plot_run: matplotlib is not installed (Debian: apt-get install python3-matplotlib); no curves",
+              file=sys.stderr)
+        return 3
+    out = a.out or os.path.join(a.run_dir, "curves")
+    os.makedirs(out, exist_ok=True)
+    rows = {os.path.basename(f)[:-6]: read_jsonl(f) for f in files}
+    steps = {w: [r for r in rs if r.get("ev") == "step" and r.get("loss") is not None] for w, rs in rows.items()}
+    steps = {w: s for w, s in steps.items() if s}
+    written = []
+
+    if steps:
+        fig, ax = plt.subplots(2, 2, figsize=(11, 7))
+        for w, s in steps.items():
+            x = [r["step"] for r in s]
+            loss = [r["loss"] for r in s]
+            k = max(1, len(s) // 50)
+            ax[0][0].plot(x, loss, alpha=0.25, label=f"{w} loss")
+            ax[0][0].plot(x, smooth(loss, k), label=f"{w} loss, mean of {k}")
+            ax[0][1].plot(x, smooth([r.get("acc1") or 0 for r in s], k), label=f"{w} acc at position 1")
+            ax[1][0].plot(x, smooth([r.get("tau") or 0 for r in s], k), label=f"{w} expected tau")
+            ax[1][1].plot(x, [r.get("lr") or 0 for r in s], label=f"{w} lr")
+        for axis, title in ((ax[0][0], "training loss (nats)"), (ax[0][1], "accuracy at block position 1 (training batches)"),
+                            (ax[1][0], "expected acceptance length (training batches)"), (ax[1][1], "learning rate")):
+            axis.set_title(title, fontsize=10)
+            axis.set_xlabel("optimizer step")
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=8)
+        fig.suptitle(f"{a.run_dir}: training", fontsize=11)
+        fig.tight_layout()
+        p = os.path.join(out, "training.png")
+        fig.savefig(p, dpi=90)
+        plt.close(fig)
+        written.append(p)
+
+    stages = {w: [r for r in rs if r.get("ev") == "stage"] for w, rs in rows.items()}
+    stages = {w: s for w, s in stages.items() if s}
+    if stages:
+        t0 = min(s[0]["t"] for s in stages.values())
+        fig, ax = plt.subplots(figsize=(11, 4))
+        for w, s in sorted(stages.items()):
+            x = [r["t"] - t0 for r in s]
+            ax.plot(x, [r.get("busy_frac") or 0 for r in s], label=f"{w} busy")
+            ax.plot(x, [r.get("wait_frac") or 0 for r in s], linestyle="--", label=f"{w} waiting")
+        ax.set_title("share of each interval a worker was busy or waiting on a ring", fontsize=10)
+        ax.set_xlabel("seconds since the first report")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, ncol=3)
+        fig.tight_layout()
+        p = os.path.join(out, "stages.png")
+        fig.savefig(p, dpi=90)
+        plt.close(fig)
+        written.append(p)
+
+    evals = {}
+    for name in ("untrained", "trained"):
+        f = os.path.join(a.run_dir, f"eval_{name}.json")
+        if os.path.exists(f):
+            evals[name] = json.load(open(f))["overall"]
+    if evals:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for name, o in evals.items():
+            acc = o.get("pos_acc") or []
+            ks = [k for k in range(1, len(acc)) if acc[k] is not None]
+            ax.plot(ks, [acc[k] for k in ks], marker="o",
+                    label=f"{name}: tau pooled {o.get('tau_token_weighted', 0):.2f}, median {o.get('tau_median', 0):.2f}")
+        ax.set_title("held-out accuracy per block position (every output token as an anchor)", fontsize=10)
+        ax.set_xlabel("block position k")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        p = os.path.join(out, "accuracy.png")
+        fig.savefig(p, dpi=90)
+        plt.close(fig)
+        written.append(p)
+    for p in written:
+        print(f"plot_run: wrote {p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

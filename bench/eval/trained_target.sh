@@ -13,11 +13,11 @@
 #      verify step, per response and median, the per-position accuracy curve, the lossless
 #      check, plain vs speculative time per token.
 # Prints a table; writes bench/results/eval/trained_0.6b_*.json (RES to change).
-# Env: TB (200), NTRAIN (8000), EPOCHS (3), PROMPTS (32), MAX_NEW (128), BUILD (build-cuda).
+# Env: TB (200), NTRAIN (8000), EPOCHS (2), PROMPTS (32), MAX_NEW (128), BUILD (build-cuda).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-cuda}
-TB=${TB:-200} NTRAIN=${NTRAIN:-8000} EPOCHS=${EPOCHS:-3} PROMPTS=${PROMPTS:-32} MAX_NEW=${MAX_NEW:-128}
+TB=${TB:-200} NTRAIN=${NTRAIN:-8000} EPOCHS=${EPOCHS:-2} PROMPTS=${PROMPTS:-32} MAX_NEW=${MAX_NEW:-128}
 res=${RES:-bench/results/eval}; mkdir -p "$res" gpu/models gpu/data gpu/runs
 for b in orchestrator target_worker postproc_worker drafter_worker cuda_helper dflash_eval; do
   [ -x "$BUILD/bin/$b" ] || { echo "trained_target: missing $BUILD/bin/$b: make CUDA=1 first"; exit 2; }

@@ -1,8 +1,12 @@
 /* topology.c: parse and validate the topology JSON (version 1) into a `topo`.
  *
- * Shape: one pass over the document in schema order, one small getter per JSON type
- * (get_int, get_num, get_str, ...), each of which either stores a value (or its default)
- * or writes ONE message "<source>: <json path>: expected ..., got ..." and returns -EINVAL.
+ * Shape: every key of every object is one row of a field table (top_fields, target_fields,
+ * drafter_fields, data_fields, ring_fields, worker_fields, sup_fields, binaries_fields, in
+ * "the field tables" below): name, type, offsetof into the struct, limits, default. One pass
+ * over the document in table order, one small getter per JSON type (get_int, get_num,
+ * get_str, ...), each of which either stores a value (or its default) or writes ONE message
+ * "<source>: <json path>: expected ..., got ..." and returns -EINVAL. The same tables give
+ * the known keys of each object and drive topo_to_json.
  * The first error stops the parse: an operator fixes one thing at a time, and a single clear
  * message beats a cascade. Objects are checked for unknown keys before their fields, so a
  * typo ("gpuu") is reported as such rather than as a missing key. Cross-references (ring
@@ -14,6 +18,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,7 @@ typedef struct pctx {
     size_t errlen;
     const char *src; /* prefix of every message */
     topo_backend backend;
+    int n_drafters, drafter_idx; /* while parsing workers: R and the drafters seen so far */
 } pctx;
 
 static int fail(pctx *c, const char *path, const char *fmt, ...)
@@ -80,27 +86,6 @@ static void join(char *out, size_t n, const char *path, const char *key)
         snprintf(out, n, "%s.%s", path, key);
     else
         snprintf(out, n, "%s", key);
-}
-
-/* Reject keys of obj that are not in allowed (NULL-terminated). */
-static int check_keys(pctx *c, const json_t *obj, const char *path, const char *const *allowed)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
-        int ok = 0;
-        for (const char *const *a = allowed; *a; a++)
-            if (strcmp(*a, key) == 0) {
-                ok = 1;
-                break;
-            }
-        if (!ok) {
-            char p[256];
-            join(p, sizeof p, path, key);
-            return fail(c, p, "unknown key");
-        }
-    }
-    return 0;
 }
 
 /* --- typed getters: value or default, or one error ----------------------------------------- */
@@ -279,434 +264,6 @@ static void free_strv(char **v)
     free(v);
 }
 
-/* --- sections ------------------------------------------------------------------------------ */
-
-static int parse_target(pctx *c, topo *t, const json_t *root)
-{
-    static const char *const keys[] = {"model_dir", "capture_layers", NULL};
-    json_t *o;
-    char got[GOT_LEN];
-    int rc = get_obj(c, root, "", "target", REQUIRED, &o);
-    if (rc == 0)
-        rc = check_keys(c, o, "target", keys);
-    if (rc == 0)
-        rc = get_str(c, o, "target", "model_dir", REQUIRED, 0, &t->target_model_dir);
-    if (rc)
-        return rc;
-    json_t *cl = json_object_get(o, "capture_layers");
-    if (!cl)
-        return fail(c, "target.capture_layers", "required key missing");
-    if (!json_is_array(cl) || json_array_size(cl) == 0 || json_array_size(cl) > 256) {
-        describe(cl, got, sizeof got);
-        return fail(c, "target.capture_layers",
-                    "expected a non-empty array (at most 256) of layer indices, got %s%s", got,
-                    json_is_array(cl) ? (json_array_size(cl) ? " of more than 256" : " that is empty") : "");
-    }
-    t->n_capture = (int)json_array_size(cl);
-    t->capture_layers = calloc((size_t)t->n_capture, sizeof(int));
-    if (!t->capture_layers)
-        return -ENOMEM;
-    for (int i = 0; i < t->n_capture; i++) {
-        json_t *v = json_array_get(cl, (size_t)i);
-        char p[64];
-        snprintf(p, sizeof p, "target.capture_layers[%d]", i);
-        describe(v, got, sizeof got);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1023)
-            return fail(c, p, "expected an integer 0..1023, got %s", got);
-        int x = (int)json_integer_value(v);
-        if (i > 0 && x <= t->capture_layers[i - 1])
-            return fail(c, p, "expected an integer > %d (strictly increasing), got %s",
-                        t->capture_layers[i - 1], got);
-        t->capture_layers[i] = x;
-    }
-    return 0;
-}
-
-static int parse_drafter(pctx *c, topo *t, const json_t *root)
-{
-    static const char *const keys[] = {"num_layers", "block_size", "num_anchors", "gamma", "lr",
-        "warmup_frac", "weight_decay", "grad_clip", "noise_std", "epochs", "checkpoint_every",
-        "keep_checkpoints", "max_checkpoint_failures", "max_nonfinite_steps", "allreduce_bucket_kb", "init_dir", "mask_token_id", NULL};
-    topo_drafter *d = &t->drafter;
-    json_t *o;
-    int rc = get_obj(c, root, "", "drafter", OPTIONAL, &o);
-    if (rc)
-        return rc;
-    json_t *empty = NULL;
-    if (!o) {
-        empty = json_object();
-        if (!empty)
-            return -ENOMEM;
-        o = empty;
-    }
-    const char *P = "drafter";
-    rc = check_keys(c, o, P, keys);
-    if (!rc) rc = get_u32(c, o, P, "num_layers", 1, 64, 1, &d->num_layers);
-    if (!rc) rc = get_u32(c, o, P, "block_size", 2, 1024, 16, &d->block_size);
-    if (!rc) rc = get_u32(c, o, P, "num_anchors", 1, 65536, 64, &d->num_anchors);
-    if (!rc) rc = get_num(c, o, P, "gamma", 0, 1, 1e6, "a number > 0", 7.0, &d->gamma);
-    if (!rc) rc = get_num(c, o, P, "lr", 0, 1, 10, "a number in (0, 10]", 6e-4, &d->lr);
-    if (!rc) rc = get_num(c, o, P, "warmup_frac", 0, 0, 1, "a number 0..1", 0.04, &d->warmup_frac);
-    if (!rc) rc = get_num(c, o, P, "weight_decay", 0, 0, 10, "a number 0..10", 0.0, &d->weight_decay);
-    if (!rc) rc = get_num(c, o, P, "grad_clip", 0, 0, 1e9, "a number >= 0 (0 = off)", 1.0, &d->grad_clip);
-    if (!rc) rc = get_num(c, o, P, "noise_std", 0, 0, 1e3, "a number 0..1000", 0.0, &d->noise_std);
-    if (!rc) rc = get_u32(c, o, P, "epochs", 1, 100000, 1, &d->epochs);
-    if (!rc) rc = get_u32(c, o, P, "checkpoint_every", 1, 1000000000, 50, &d->checkpoint_every);
-    /* 0 = keep every checkpoint; otherwise the newest N step dirs (never the committed one) */
-    if (!rc) rc = get_u32(c, o, P, "keep_checkpoints", 0, 1000000, 3, &d->keep_checkpoints);
-    /* consecutive failed checkpoints before the drafter gives up (exit 100): a full disk is
-     * reported within N * checkpoint_every steps, not at the end of the run */
-    if (!rc) rc = get_u32(c, o, P, "max_checkpoint_failures", 1, 1000000, 3, &d->max_checkpoint_failures);
-    if (!rc) rc = get_u32(c, o, P, "max_nonfinite_steps", 1, 1000000, 3, &d->max_nonfinite_steps);
-    /* gradient all-reduce buckets (several drafter ranks): at least this many KiB each, cut
-     * at layer boundaries; 0 = one bucket per layer. 16 MiB by default */
-    if (!rc) rc = get_u32(c, o, P, "allreduce_bucket_kb", 0, 4194304, 16384, &d->allreduce_bucket_kb);
-    if (!rc) rc = get_str(c, o, P, "init_dir", OPTIONAL, 1, &d->init_dir);
-    if (!rc) {
-        json_t *v = json_object_get(o, "mask_token_id");
-        d->mask_token_id = -1;
-        if (v && !json_is_null(v)) {
-            char got[GOT_LEN];
-            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-                describe(v, got, sizeof got);
-                rc = fail(c, "drafter.mask_token_id", "expected an integer 0..%d or null, got %s",
-                          INT32_MAX, got);
-            } else {
-                d->mask_token_id = json_integer_value(v);
-            }
-        }
-    }
-    json_decref(empty);
-    return rc;
-}
-
-static int parse_data(pctx *c, topo *t, const json_t *root)
-{
-    static const char *const keys[] = {"shards", "token_budget", "max_seq_len", NULL};
-    json_t *o;
-    char got[GOT_LEN];
-    int64_t x;
-    int rc = get_obj(c, root, "", "data", REQUIRED, &o);
-    if (!rc)
-        rc = check_keys(c, o, "data", keys);
-    if (rc)
-        return rc;
-    json_t *sh = json_object_get(o, "shards");
-    if (!sh)
-        return fail(c, "data.shards", "required key missing");
-    if (!json_is_array(sh) || json_array_size(sh) == 0 || json_array_size(sh) > 100000) {
-        describe(sh, got, sizeof got);
-        return fail(c, "data.shards", "expected a non-empty array of file names, got %s%s", got,
-                    json_is_array(sh) && json_array_size(sh) == 0 ? " that is empty" : "");
-    }
-    t->n_shards = (int)json_array_size(sh);
-    t->shards = calloc((size_t)t->n_shards, sizeof(char *));
-    if (!t->shards)
-        return -ENOMEM;
-    for (int i = 0; i < t->n_shards; i++) {
-        json_t *v = json_array_get(sh, (size_t)i);
-        char p[64];
-        snprintf(p, sizeof p, "data.shards[%d]", i);
-        if (!json_is_string(v) || json_string_length(v) == 0 ||
-            strlen(json_string_value(v)) != json_string_length(v)) {
-            describe(v, got, sizeof got);
-            return fail(c, p, "expected a non-empty string, got %s", got);
-        }
-        if (!(t->shards[i] = strdup(json_string_value(v))))
-            return -ENOMEM;
-    }
-    /* at most INT32_MAX: a batch's T is a uint32 in its header and the target sizes its
-     * workspace with an int; a larger budget would be truncated there, not refused */
-    rc = get_int(c, o, "data", "token_budget", OPTIONAL, 1, INT32_MAX, 2048, &x);
-    if (rc)
-        return rc;
-    t->token_budget = (uint64_t)x;
-    rc = get_u32(c, o, "data", "max_seq_len", 1, 1 << 20, 512, &t->max_seq_len);
-    if (rc)
-        return rc;
-    if (t->token_budget < t->max_seq_len)
-        return fail(c, "data.token_budget", "expected at least data.max_seq_len (%u), got %" PRIu64,
-                    t->max_seq_len, t->token_budget);
-    return 0;
-}
-
-static int parse_rings(pctx *c, topo *t, const json_t *root)
-{
-    static const char *const keys[] = {"name", "slots", "slot_bytes", "max_attempts", "gpu", NULL};
-    char got[GOT_LEN];
-    json_t *a = json_object_get(root, "rings");
-    if (!a)
-        return fail(c, "rings", "required key missing");
-    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPO_MAX_RINGS) {
-        if (json_is_array(a))
-            snprintf(got, sizeof got, "%zu", json_array_size(a));
-        else
-            describe(a, got, sizeof got);
-        return fail(c, "rings", "expected an array of 1..%d rings, got %s", TOPO_MAX_RINGS, got);
-    }
-    t->n_rings = (int)json_array_size(a);
-    t->rings = calloc((size_t)t->n_rings, sizeof(topo_ring));
-    if (!t->rings)
-        return -ENOMEM;
-    for (int i = 0; i < t->n_rings; i++) {
-        topo_ring *r = &t->rings[i];
-        json_t *o = json_array_get(a, (size_t)i);
-        char p[64];
-        int64_t x;
-        snprintf(p, sizeof p, "rings[%d]", i);
-        if (!json_is_object(o)) {
-            describe(o, got, sizeof got);
-            return fail(c, p, "expected an object, got %s", got);
-        }
-        int rc = check_keys(c, o, p, keys);
-        if (!rc) rc = get_name(c, o, p, "name", r->name);
-        if (!rc) rc = get_u32(c, o, p, "slots", 1, 4096, 8, &r->slots);
-        if (!rc) rc = get_int(c, o, p, "slot_bytes", OPTIONAL, 4096, (int64_t)1 << 40, 4194304, &x);
-        if (rc)
-            return rc;
-        r->slot_bytes = (uint64_t)x;
-        if (!rc) rc = get_u32(c, o, p, "max_attempts", 1, 100, 3, &r->max_attempts);
-        if (!rc) rc = get_gpu(c, o, p, &r->gpu);
-        if (rc)
-            return rc;
-        for (int j = 0; j < i; j++)
-            if (strcmp(t->rings[j].name, r->name) == 0) {
-                char q[80];
-                snprintf(q, sizeof q, "%s.name", p);
-                return fail(c, q, "duplicate ring name \"%s\" (also rings[%d])", r->name, j);
-            }
-    }
-    return 0;
-}
-
-static int parse_ring_ref(pctx *c, topo *t, const json_t *o, const char *path, const char *key,
-                          int *out)
-{
-    char p[256], got[GOT_LEN];
-    join(p, sizeof p, path, key);
-    json_t *v = json_object_get(o, key);
-    *out = -1;
-    if (!v)
-        return 0;
-    if (!json_is_string(v)) {
-        describe(v, got, sizeof got);
-        return fail(c, p, "expected a ring name, got %s", got);
-    }
-    int k = topo_find_ring(t, json_string_value(v));
-    if (k < 0) {
-        describe(v, got, sizeof got);
-        return fail(c, p, "unknown ring %s", got);
-    }
-    *out = k;
-    return 0;
-}
-
-static int parse_env(pctx *c, topo_worker *w, const json_t *o, const char *path)
-{
-    char p[256], got[GOT_LEN];
-    join(p, sizeof p, path, "env");
-    json_t *e = json_object_get(o, "env");
-    size_t n = e && json_is_object(e) ? json_object_size(e) : 0;
-    if (e && !json_is_object(e)) {
-        describe(e, got, sizeof got);
-        return fail(c, p, "expected an object of \"NAME\": \"value\" strings, got %s", got);
-    }
-    w->env = calloc(n + 1, sizeof(char *));
-    if (!w->env)
-        return -ENOMEM;
-    if (!e)
-        return 0;
-    const char *key;
-    json_t *v;
-    size_t i = 0;
-    json_object_foreach(e, key, v) {
-        char q[300];
-        snprintf(q, sizeof q, "%s.%s", p, key);
-        int ok = key[0] && !(key[0] >= '0' && key[0] <= '9');
-        for (const char *s = key; *s; s++)
-            if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
-                ok = 0;
-        if (!ok)
-            return fail(c, q, "expected a variable name [A-Za-z_][A-Za-z0-9_]*");
-        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
-            describe(v, got, sizeof got);
-            return fail(c, q, "expected a string, got %s", got);
-        }
-        size_t len = strlen(key) + 1 + json_string_length(v) + 1;
-        if (!(w->env[i] = malloc(len)))
-            return -ENOMEM;
-        snprintf(w->env[i], len, "%s=%s", key, json_string_value(v));
-        i++;
-    }
-    return 0;
-}
-
-static int parse_args(pctx *c, topo_worker *w, const json_t *o, const char *path)
-{
-    char p[256], got[GOT_LEN];
-    join(p, sizeof p, path, "args");
-    json_t *a = json_object_get(o, "args");
-    if (a && !json_is_array(a)) {
-        describe(a, got, sizeof got);
-        return fail(c, p, "expected an array of strings, got %s", got);
-    }
-    size_t n = a ? json_array_size(a) : 0;
-    w->args = calloc(n + 1, sizeof(char *));
-    if (!w->args)
-        return -ENOMEM;
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = json_array_get(a, i);
-        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
-            char q[300];
-            snprintf(q, sizeof q, "%s[%zu]", p, i);
-            describe(v, got, sizeof got);
-            return fail(c, q, "expected a string, got %s", got);
-        }
-        if (!(w->args[i] = strdup(json_string_value(v))))
-            return -ENOMEM;
-    }
-    return 0;
-}
-
-static int parse_workers(pctx *c, topo *t, const json_t *root)
-{
-    static const char *const keys[] = {"name", "role", "gpu", "in", "out", "rank",
-                                       "heartbeat_timeout_ms", "env", "args", NULL};
-    static const char *const roles[] = {"target", "postproc", "drafter", "test"};
-    char got[GOT_LEN];
-    json_t *a = json_object_get(root, "workers");
-    if (!a)
-        return fail(c, "workers", "required key missing");
-    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPO_MAX_WORKERS) {
-        if (json_is_array(a))
-            snprintf(got, sizeof got, "%zu", json_array_size(a));
-        else
-            describe(a, got, sizeof got);
-        return fail(c, "workers", "expected an array of 1..%d workers, got %s", TOPO_MAX_WORKERS, got);
-    }
-    /* n_workers counts allocated entries from the start, so topo_free can walk a half-filled
-     * array (env/args NULL until parsed). */
-    t->n_workers = (int)json_array_size(a);
-    t->workers = calloc((size_t)t->n_workers, sizeof(topo_worker));
-    if (!t->workers)
-        return -ENOMEM;
-    /* R, the drafter group size, bounds every rank: count the drafters up front. */
-    int n_drafters = 0, drafter_idx = 0;
-    for (size_t i = 0; i < json_array_size(a); i++) {
-        json_t *rv = json_object_get(json_array_get(a, i), "role");
-        n_drafters += json_is_string(rv) && strcmp(json_string_value(rv), "drafter") == 0;
-    }
-    for (int i = 0; i < t->n_workers; i++) {
-        topo_worker *w = &t->workers[i];
-        json_t *o = json_array_get(a, (size_t)i);
-        char p[64], q[96];
-        snprintf(p, sizeof p, "workers[%d]", i);
-        w->in_ring = w->out_ring = w->rank = -1;
-        if (!json_is_object(o)) {
-            describe(o, got, sizeof got);
-            return fail(c, p, "expected an object, got %s", got);
-        }
-        int rc = check_keys(c, o, p, keys);
-        if (!rc) rc = get_name(c, o, p, "name", w->name);
-        if (rc)
-            return rc;
-        for (int j = 0; j < i; j++)
-            if (strcmp(t->workers[j].name, w->name) == 0) {
-                snprintf(q, sizeof q, "%s.name", p);
-                return fail(c, q, "duplicate worker name \"%s\" (also workers[%d])", w->name, j);
-            }
-        json_t *rv = json_object_get(o, "role");
-        snprintf(q, sizeof q, "%s.role", p);
-        if (!rv)
-            return fail(c, q, "required key missing");
-        int role = -1;
-        for (int k = 0; k < 4 && json_is_string(rv); k++)
-            if (strcmp(json_string_value(rv), roles[k]) == 0)
-                role = k;
-        if (role < 0) {
-            describe(rv, got, sizeof got);
-            return fail(c, q, "expected \"target\", \"postproc\", \"drafter\" or \"test\", got %s", got);
-        }
-        w->role = (topo_role)role;
-        rc = get_gpu(c, o, p, &w->gpu);
-        if (!rc) rc = parse_ring_ref(c, t, o, p, "in", &w->in_ring);
-        if (!rc) rc = parse_ring_ref(c, t, o, p, "out", &w->out_ring);
-        if (rc)
-            return rc;
-        const char *rn = roles[role];
-        if ((w->role == TOPO_ROLE_TARGET) && w->in_ring >= 0) {
-            snprintf(q, sizeof q, "%s.in", p);
-            return fail(c, q, "a %s worker reads no ring (remove \"in\")", rn);
-        }
-        if (w->role == TOPO_ROLE_DRAFTER && w->out_ring >= 0) {
-            snprintf(q, sizeof q, "%s.out", p);
-            return fail(c, q, "a %s worker writes no ring (remove \"out\")", rn);
-        }
-        if ((w->role == TOPO_ROLE_POSTPROC || w->role == TOPO_ROLE_DRAFTER) && w->in_ring < 0) {
-            snprintf(q, sizeof q, "%s.in", p);
-            return fail(c, q, "required for role \"%s\"", rn);
-        }
-        if ((w->role == TOPO_ROLE_TARGET || w->role == TOPO_ROLE_POSTPROC) && w->out_ring < 0) {
-            snprintf(q, sizeof q, "%s.out", p);
-            return fail(c, q, "required for role \"%s\"", rn);
-        }
-        if (w->in_ring >= 0 && w->in_ring == w->out_ring) {
-            snprintf(q, sizeof q, "%s.out", p);
-            return fail(c, q, "same ring as \"in\" (\"%s\")", t->rings[w->in_ring].name);
-        }
-        json_t *rk = json_object_get(o, "rank");
-        snprintf(q, sizeof q, "%s.rank", p);
-        if (rk && w->role != TOPO_ROLE_DRAFTER)
-            return fail(c, q, "only drafter workers have a rank");
-        if (w->role == TOPO_ROLE_DRAFTER) {
-            int64_t x;
-            /* default: the order among drafters; uniqueness is checked in cross_check */
-            rc = get_int(c, o, p, "rank", OPTIONAL, 0, n_drafters - 1, drafter_idx, &x);
-            if (rc)
-                return rc;
-            w->rank = (int)x;
-            drafter_idx++;
-        }
-        rc = get_u32(c, o, p, "heartbeat_timeout_ms", 100, 86400000, t->sup.heartbeat_timeout_ms,
-                     &w->heartbeat_timeout_ms);
-        if (!rc) rc = parse_env(c, w, o, p);
-        if (!rc) rc = parse_args(c, w, o, p);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static int parse_supervision(pctx *c, topo *t, const json_t *root)
-{
-    static const char *const keys[] = {"backoff_initial_ms", "backoff_max_ms", "stable_ms",
-        "max_restarts", "restart_window_s", "heartbeat_timeout_ms", "shutdown_timeout_ms",
-        "metrics_interval_ms", NULL};
-    topo_supervision *s = &t->sup;
-    json_t *o, *empty = NULL;
-    int rc = get_obj(c, root, "", "supervision", OPTIONAL, &o);
-    if (rc)
-        return rc;
-    if (!o && !(o = empty = json_object()))
-        return -ENOMEM;
-    const char *P = "supervision";
-    rc = check_keys(c, o, P, keys);
-    if (!rc) rc = get_u32(c, o, P, "backoff_initial_ms", 1, 3600000, 100, &s->backoff_initial_ms);
-    if (!rc) rc = get_u32(c, o, P, "backoff_max_ms", 1, 3600000, 5000, &s->backoff_max_ms);
-    if (!rc) rc = get_u32(c, o, P, "stable_ms", 1, 86400000, 10000, &s->stable_ms);
-    if (!rc) rc = get_u32(c, o, P, "max_restarts", 0, 1000000, 5, &s->max_restarts);
-    if (!rc) rc = get_u32(c, o, P, "restart_window_s", 1, 86400, 60, &s->restart_window_s);
-    if (!rc) rc = get_u32(c, o, P, "heartbeat_timeout_ms", 100, 86400000, 10000, &s->heartbeat_timeout_ms);
-    if (!rc) rc = get_u32(c, o, P, "shutdown_timeout_ms", 1, 3600000, 5000, &s->shutdown_timeout_ms);
-    if (!rc) rc = get_u32(c, o, P, "metrics_interval_ms", 10, 3600000, 1000, &s->metrics_interval_ms);
-    if (!rc && s->backoff_max_ms < s->backoff_initial_ms)
-        rc = fail(c, "supervision.backoff_max_ms",
-                  "expected at least supervision.backoff_initial_ms (%u), got %u",
-                  s->backoff_initial_ms, s->backoff_max_ms);
-    json_decref(empty);
-    return rc;
-}
-
 /* --- the ring graph (docs/topology.md, "The ring graph") ---------------------------------------
  * Stage order: a postproc reads only rings that targets write, a drafter only rings that
  * postprocs write ("test" workers stand for any stage and are exempt). No cycle: following
@@ -835,20 +392,775 @@ static int cross_check(pctx *c, topo *t)
     return 0;
 }
 
-static int parse_root(pctx *c, topo *t, const json_t *root)
+/* --- the field tables --------------------------------------------------------------------------
+ * Every key of every object of the file is one row of a table below (top_fields, target_fields,
+ * drafter_fields, data_fields, ring_fields, worker_fields, sup_fields, binaries_fields): its
+ * name, its type, where it lives (offsetof into the struct the object fills), its limits and
+ * default. The same row drives the unknown-key check (the key list of the object), the parse
+ * (rows in order; the first error stops) and topo_to_json (rows in order, so the normalised
+ * file lists the keys as the table does). A field whose JSON is not a plain scalar (an array,
+ * a ring reference, the worker's role) names its own parse and write functions in its row;
+ * checks across fields (token_budget >= max_seq_len, the ring graph, ranks) stay as code
+ * after the table pass. */
+
+typedef enum {
+    FT_U32,    /* uint32_t: integer lo..hi, default def */
+    FT_U64,    /* uint64_t: integer lo..hi (int64 range), default def; req may be REQUIRED */
+    FT_NUM,    /* double: number dlo..dhi (dlo excluded when lo_open), default ddef */
+    FT_BOOL,   /* int: true/false, default def */
+    FT_STR,    /* char *: non-empty string (owned), NULL when absent or null (nullable) */
+    FT_NAME,   /* char[32]: 1..31 characters [a-z0-9_-], required */
+    FT_GPU,    /* int: -1..TOPO_MAX_GPU, checked against the backend */
+    FT_OBJ,    /* a nested object described by sub[0..n_sub) at the same base + off */
+    FT_CUSTOM, /* parse and write functions of its own */
+} ftype;
+
+typedef struct field field;
+struct field {
+    const char *key;
+    ftype type;
+    size_t off; /* of the value in the struct this object fills */
+    int req;    /* REQUIRED or OPTIONAL (FT_U64, FT_STR, FT_OBJ) */
+    int64_t lo, hi, def;
+    double dlo, dhi, ddef;
+    int lo_open;
+    const char *what; /* FT_NUM: "a number > 0" in the error message */
+    int nullable;     /* FT_STR: null accepted (and written for NULL) */
+    const field *sub; /* FT_OBJ */
+    int n_sub;
+    /* instead of the type's parse; s is the struct the object fills */
+    int (*parse)(pctx *c, topo *t, void *s, const json_t *o, const char *path);
+    /* after the field parsed: a check against the fields before it */
+    int (*check)(pctx *c, topo *t, void *s, const char *path);
+    /* instead of the type's writer; *omit = 1 leaves the key out */
+    json_t *(*write)(const topo *t, const void *s, int *omit);
+};
+
+#define NF(tab) ((int)(sizeof(tab) / sizeof((tab)[0])))
+#define F_U32(k, st, m, lo_, hi_, def_) \
+    {.key = k, .type = FT_U32, .off = offsetof(st, m), .lo = lo_, .hi = hi_, .def = def_}
+#define F_U64(k, st, m, req_, lo_, hi_, def_) \
+    {.key = k, .type = FT_U64, .off = offsetof(st, m), .req = req_, .lo = lo_, .hi = hi_, .def = def_}
+#define F_NUM(k, st, m, lo_, open_, hi_, what_, def_)                                         \
+    {.key = k, .type = FT_NUM, .off = offsetof(st, m), .dlo = lo_, .lo_open = open_, .dhi = hi_, \
+     .what = what_, .ddef = def_}
+#define F_STR(k, st, m, req_, null_) \
+    {.key = k, .type = FT_STR, .off = offsetof(st, m), .req = req_, .nullable = null_}
+#define F_OBJ(k, off_, req_, tab, check_) \
+    {.key = k, .type = FT_OBJ, .off = off_, .req = req_, .sub = tab, .n_sub = NF(tab), .check = check_}
+#define F_CUSTOM(k, parse_, write_) {.key = k, .type = FT_CUSTOM, .parse = parse_, .write = write_}
+
+#define AT(s, off, type) ((type *)(void *)((char *)(s) + (off)))
+#define CAT(s, off, type) ((const type *)(const void *)((const char *)(s) + (off)))
+
+/* Reject keys of obj that no row of tab names. */
+static int check_keys(pctx *c, const json_t *obj, const char *path, const field *tab, int n)
 {
-    static const char *const keys[] = {"version", "name", "run_dir", "backend", "seed",
-        "deterministic", "target", "drafter", "data", "rings", "workers", "supervision",
-        "binaries", NULL};
-    char got[GOT_LEN];
-    int64_t x;
-    if (!json_is_object(root)) {
-        describe(root, got, sizeof got);
-        return fail(c, "", "expected an object, got %s", got);
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        int ok = 0;
+        for (int i = 0; i < n && !ok; i++)
+            ok = strcmp(tab[i].key, key) == 0;
+        if (!ok) {
+            char p[256];
+            join(p, sizeof p, path, key);
+            return fail(c, p, "unknown key");
+        }
     }
-    int rc = check_keys(c, root, "", keys);
-    if (rc)
-        return rc;
+    return 0;
+}
+
+static int parse_fields(pctx *c, topo *t, const field *tab, int n, void *s, const json_t *o,
+                        const char *path);
+
+/* One row: its value (or default) into s, or one error. */
+static int parse_field(pctx *c, topo *t, const field *f, void *s, const json_t *o, const char *path)
+{
+    int64_t x;
+    int rc;
+    if (f->parse) {
+        rc = f->parse(c, t, s, o, path);
+    } else {
+        switch (f->type) {
+        case FT_U32:
+            rc = get_u32(c, o, path, f->key, f->lo, f->hi, f->def, AT(s, f->off, uint32_t));
+            break;
+        case FT_U64:
+            rc = get_int(c, o, path, f->key, f->req, f->lo, f->hi, f->def, &x);
+            if (rc == 0)
+                *AT(s, f->off, uint64_t) = (uint64_t)x;
+            break;
+        case FT_NUM:
+            rc = get_num(c, o, path, f->key, f->dlo, f->lo_open, f->dhi, f->what, f->ddef,
+                         AT(s, f->off, double));
+            break;
+        case FT_BOOL:
+            rc = get_bool(c, o, path, f->key, (int)f->def, AT(s, f->off, int));
+            break;
+        case FT_STR:
+            rc = get_str(c, o, path, f->key, f->req, f->nullable, AT(s, f->off, char *));
+            break;
+        case FT_NAME:
+            rc = get_name(c, o, path, f->key, AT(s, f->off, char));
+            break;
+        case FT_GPU:
+            rc = get_gpu(c, o, path, AT(s, f->off, int));
+            break;
+        case FT_OBJ: {
+            /* an absent optional object parses as {}: every field takes its default */
+            json_t *v, *empty = NULL;
+            char p[256];
+            join(p, sizeof p, path, f->key);
+            rc = get_obj(c, o, path, f->key, f->req, &v);
+            if (rc == 0 && !v && !(v = empty = json_object()))
+                rc = -ENOMEM;
+            if (rc == 0)
+                rc = parse_fields(c, t, f->sub, f->n_sub, (char *)s + f->off, v, p);
+            json_decref(empty);
+            break;
+        }
+        default:
+            rc = -EINVAL; /* FT_CUSTOM without a parse function: a table bug */
+            break;
+        }
+    }
+    if (rc == 0 && f->check) {
+        char p[256];
+        join(p, sizeof p, path, f->key);
+        rc = f->check(c, t, s, f->type == FT_OBJ ? p : path);
+    }
+    return rc;
+}
+
+/* The unknown-key check, then every row in order. */
+static int parse_fields(pctx *c, topo *t, const field *tab, int n, void *s, const json_t *o,
+                        const char *path)
+{
+    int rc = check_keys(c, o, path, tab, n);
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = parse_field(c, t, &tab[i], s, o, path);
+    return rc;
+}
+
+/* json_object_set_new that remembers a failure instead of checking every call. */
+static void put(json_t *o, const char *k, json_t *v, int *bad)
+{
+    if (!v || json_object_set_new(o, k, v) != 0)
+        *bad = 1;
+}
+
+static json_t *str_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+static json_t *write_fields(const topo *t, const field *tab, int n, const void *s);
+
+static json_t *write_field(const topo *t, const field *f, const void *s, int *omit)
+{
+    *omit = 0;
+    if (f->write)
+        return f->write(t, s, omit);
+    switch (f->type) {
+    case FT_U32: return json_integer(*CAT(s, f->off, uint32_t));
+    case FT_U64: return json_integer((json_int_t)*CAT(s, f->off, uint64_t));
+    case FT_NUM: return json_real(*CAT(s, f->off, double));
+    case FT_BOOL: return json_boolean(*CAT(s, f->off, int));
+    case FT_STR: return str_or_null(*CAT(s, f->off, char *));
+    case FT_NAME: return json_string(CAT(s, f->off, char));
+    case FT_GPU: return json_integer(*CAT(s, f->off, int));
+    case FT_OBJ: return write_fields(t, f->sub, f->n_sub, (const char *)s + f->off);
+    default: return NULL;
+    }
+}
+
+/* The object of tab's rows in order; NULL on allocation failure. */
+static json_t *write_fields(const topo *t, const field *tab, int n, const void *s)
+{
+    int bad = 0;
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        int omit = 0;
+        json_t *v = write_field(t, &tab[i], s, &omit);
+        if (!omit)
+            put(o, tab[i].key, v, &bad);
+    }
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* --- fields with their own parse / write ------------------------------------------------------- */
+
+static int parse_capture_layers(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    char got[GOT_LEN];
+    json_t *cl = json_object_get(o, "capture_layers");
+    if (!cl)
+        return fail(c, "target.capture_layers", "required key missing");
+    if (!json_is_array(cl) || json_array_size(cl) == 0 || json_array_size(cl) > 256) {
+        describe(cl, got, sizeof got);
+        return fail(c, "target.capture_layers",
+                    "expected a non-empty array (at most 256) of layer indices, got %s%s", got,
+                    json_is_array(cl) ? (json_array_size(cl) ? " of more than 256" : " that is empty") : "");
+    }
+    t->n_capture = (int)json_array_size(cl);
+    t->capture_layers = calloc((size_t)t->n_capture, sizeof(int));
+    if (!t->capture_layers)
+        return -ENOMEM;
+    for (int i = 0; i < t->n_capture; i++) {
+        json_t *v = json_array_get(cl, (size_t)i);
+        char p[64];
+        snprintf(p, sizeof p, "target.capture_layers[%d]", i);
+        describe(v, got, sizeof got);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1023)
+            return fail(c, p, "expected an integer 0..1023, got %s", got);
+        int x = (int)json_integer_value(v);
+        if (i > 0 && x <= t->capture_layers[i - 1])
+            return fail(c, p, "expected an integer > %d (strictly increasing), got %s",
+                        t->capture_layers[i - 1], got);
+        t->capture_layers[i] = x;
+    }
+    return 0;
+}
+
+static json_t *write_capture_layers(const topo *t, const void *s, int *omit)
+{
+    json_t *cl = json_array();
+    for (int i = 0; cl && i < t->n_capture; i++)
+        if (json_array_append_new(cl, json_integer(t->capture_layers[i]))) {
+            json_decref(cl);
+            return NULL;
+        }
+    return cl;
+}
+
+static int parse_mask_token_id(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topo_drafter *d = s;
+    json_t *v = json_object_get(o, "mask_token_id");
+    d->mask_token_id = -1;
+    if (v && !json_is_null(v)) {
+        char got[GOT_LEN];
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+            describe(v, got, sizeof got);
+            return fail(c, "drafter.mask_token_id", "expected an integer 0..%d or null, got %s",
+                        INT32_MAX, got);
+        }
+        d->mask_token_id = json_integer_value(v);
+    }
+    return 0;
+}
+
+static json_t *write_mask_token_id(const topo *t, const void *s, int *omit)
+{
+    const topo_drafter *d = s;
+    return d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id);
+}
+
+static int parse_shards(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    char got[GOT_LEN];
+    json_t *sh = json_object_get(o, "shards");
+    if (!sh)
+        return fail(c, "data.shards", "required key missing");
+    if (!json_is_array(sh) || json_array_size(sh) == 0 || json_array_size(sh) > 100000) {
+        describe(sh, got, sizeof got);
+        return fail(c, "data.shards", "expected a non-empty array of file names, got %s%s", got,
+                    json_is_array(sh) && json_array_size(sh) == 0 ? " that is empty" : "");
+    }
+    t->n_shards = (int)json_array_size(sh);
+    t->shards = calloc((size_t)t->n_shards, sizeof(char *));
+    if (!t->shards)
+        return -ENOMEM;
+    for (int i = 0; i < t->n_shards; i++) {
+        json_t *v = json_array_get(sh, (size_t)i);
+        char p[64];
+        snprintf(p, sizeof p, "data.shards[%d]", i);
+        if (!json_is_string(v) || json_string_length(v) == 0 ||
+            strlen(json_string_value(v)) != json_string_length(v)) {
+            describe(v, got, sizeof got);
+            return fail(c, p, "expected a non-empty string, got %s", got);
+        }
+        if (!(t->shards[i] = strdup(json_string_value(v))))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static json_t *write_shards(const topo *t, const void *s, int *omit)
+{
+    json_t *sh = json_array();
+    for (int i = 0; sh && i < t->n_shards; i++)
+        if (json_array_append_new(sh, json_string(t->shards[i]))) {
+            json_decref(sh);
+            return NULL;
+        }
+    return sh;
+}
+
+/* data, after its fields */
+static int check_data(pctx *c, topo *t, void *s, const char *path)
+{
+    if (t->token_budget < t->max_seq_len)
+        return fail(c, "data.token_budget", "expected at least data.max_seq_len (%u), got %" PRIu64,
+                    t->max_seq_len, t->token_budget);
+    return 0;
+}
+
+/* supervision, after its fields */
+static int check_supervision(pctx *c, topo *t, void *s, const char *path)
+{
+    const topo_supervision *su = &t->sup;
+    if (su->backoff_max_ms < su->backoff_initial_ms)
+        return fail(c, "supervision.backoff_max_ms",
+                    "expected at least supervision.backoff_initial_ms (%u), got %u",
+                    su->backoff_initial_ms, su->backoff_max_ms);
+    return 0;
+}
+
+/* rings[i].in / .out: the name of a ring listed before */
+static int parse_ring_ref(pctx *c, topo *t, const json_t *o, const char *path, const char *key,
+                          int *out)
+{
+    char p[256], got[GOT_LEN];
+    join(p, sizeof p, path, key);
+    json_t *v = json_object_get(o, key);
+    *out = -1;
+    if (!v)
+        return 0;
+    if (!json_is_string(v)) {
+        describe(v, got, sizeof got);
+        return fail(c, p, "expected a ring name, got %s", got);
+    }
+    int k = topo_find_ring(t, json_string_value(v));
+    if (k < 0) {
+        describe(v, got, sizeof got);
+        return fail(c, p, "unknown ring %s", got);
+    }
+    *out = k;
+    return 0;
+}
+
+static const char *const roles[] = {"target", "postproc", "drafter", "test"};
+
+static int check_worker_name(pctx *c, topo *t, void *s, const char *path)
+{
+    topo_worker *w = s;
+    int i = (int)(w - t->workers);
+    char q[96];
+    for (int j = 0; j < i; j++)
+        if (strcmp(t->workers[j].name, w->name) == 0) {
+            snprintf(q, sizeof q, "%s.name", path);
+            return fail(c, q, "duplicate worker name \"%s\" (also workers[%d])", w->name, j);
+        }
+    return 0;
+}
+
+static int parse_role(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topo_worker *w = s;
+    char q[96], got[GOT_LEN];
+    json_t *rv = json_object_get(o, "role");
+    snprintf(q, sizeof q, "%s.role", path);
+    if (!rv)
+        return fail(c, q, "required key missing");
+    int role = -1;
+    for (int k = 0; k < 4 && json_is_string(rv); k++)
+        if (strcmp(json_string_value(rv), roles[k]) == 0)
+            role = k;
+    if (role < 0) {
+        describe(rv, got, sizeof got);
+        return fail(c, q, "expected \"target\", \"postproc\", \"drafter\" or \"test\", got %s", got);
+    }
+    w->role = (topo_role)role;
+    return 0;
+}
+
+static json_t *write_role(const topo *t, const void *s, int *omit)
+{
+    return json_string(topo_role_name(((const topo_worker *)s)->role));
+}
+
+static int parse_in(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    return parse_ring_ref(c, t, o, path, "in", &((topo_worker *)s)->in_ring);
+}
+
+static int parse_out(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    return parse_ring_ref(c, t, o, path, "out", &((topo_worker *)s)->out_ring);
+}
+
+static json_t *write_ring_ref(const topo *t, int ring, int *omit)
+{
+    *omit = ring < 0;
+    return ring < 0 ? NULL : json_string(t->rings[ring].name);
+}
+
+static json_t *write_in(const topo *t, const void *s, int *omit)
+{
+    return write_ring_ref(t, ((const topo_worker *)s)->in_ring, omit);
+}
+
+static json_t *write_out(const topo *t, const void *s, int *omit)
+{
+    return write_ring_ref(t, ((const topo_worker *)s)->out_ring, omit);
+}
+
+/* after "out": which rings the role reads and writes */
+static int check_worker_rings(pctx *c, topo *t, void *s, const char *p)
+{
+    const topo_worker *w = s;
+    const char *rn = roles[w->role];
+    char q[96];
+    if ((w->role == TOPO_ROLE_TARGET) && w->in_ring >= 0) {
+        snprintf(q, sizeof q, "%s.in", p);
+        return fail(c, q, "a %s worker reads no ring (remove \"in\")", rn);
+    }
+    if (w->role == TOPO_ROLE_DRAFTER && w->out_ring >= 0) {
+        snprintf(q, sizeof q, "%s.out", p);
+        return fail(c, q, "a %s worker writes no ring (remove \"out\")", rn);
+    }
+    if ((w->role == TOPO_ROLE_POSTPROC || w->role == TOPO_ROLE_DRAFTER) && w->in_ring < 0) {
+        snprintf(q, sizeof q, "%s.in", p);
+        return fail(c, q, "required for role \"%s\"", rn);
+    }
+    if ((w->role == TOPO_ROLE_TARGET || w->role == TOPO_ROLE_POSTPROC) && w->out_ring < 0) {
+        snprintf(q, sizeof q, "%s.out", p);
+        return fail(c, q, "required for role \"%s\"", rn);
+    }
+    if (w->in_ring >= 0 && w->in_ring == w->out_ring) {
+        snprintf(q, sizeof q, "%s.out", p);
+        return fail(c, q, "same ring as \"in\" (\"%s\")", t->rings[w->in_ring].name);
+    }
+    return 0;
+}
+
+/* drafters only; default: the order among drafters (uniqueness: cross_check) */
+static int parse_rank(pctx *c, topo *t, void *s, const json_t *o, const char *p)
+{
+    topo_worker *w = s;
+    char q[96];
+    snprintf(q, sizeof q, "%s.rank", p);
+    if (json_object_get(o, "rank") && w->role != TOPO_ROLE_DRAFTER)
+        return fail(c, q, "only drafter workers have a rank");
+    if (w->role == TOPO_ROLE_DRAFTER) {
+        int64_t x;
+        int rc = get_int(c, o, p, "rank", OPTIONAL, 0, c->n_drafters - 1, c->drafter_idx, &x);
+        if (rc)
+            return rc;
+        w->rank = (int)x;
+        c->drafter_idx++;
+    }
+    return 0;
+}
+
+static json_t *write_rank(const topo *t, const void *s, int *omit)
+{
+    const topo_worker *w = s;
+    *omit = w->role != TOPO_ROLE_DRAFTER;
+    return *omit ? NULL : json_integer(w->rank);
+}
+
+/* default: supervision.heartbeat_timeout_ms (parsed before the workers) */
+static int parse_worker_heartbeat(pctx *c, topo *t, void *s, const json_t *o, const char *p)
+{
+    return get_u32(c, o, p, "heartbeat_timeout_ms", 100, 86400000, t->sup.heartbeat_timeout_ms,
+                   &((topo_worker *)s)->heartbeat_timeout_ms);
+}
+
+static int parse_env(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topo_worker *w = s;
+    char p[256], got[GOT_LEN];
+    join(p, sizeof p, path, "env");
+    json_t *e = json_object_get(o, "env");
+    size_t n = e && json_is_object(e) ? json_object_size(e) : 0;
+    if (e && !json_is_object(e)) {
+        describe(e, got, sizeof got);
+        return fail(c, p, "expected an object of \"NAME\": \"value\" strings, got %s", got);
+    }
+    w->env = calloc(n + 1, sizeof(char *));
+    if (!w->env)
+        return -ENOMEM;
+    if (!e)
+        return 0;
+    const char *key;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach(e, key, v) {
+        char q[300];
+        snprintf(q, sizeof q, "%s.%s", p, key);
+        int ok = key[0] && !(key[0] >= '0' && key[0] <= '9');
+        for (const char *k = key; *k; k++)
+            if (!((*k >= 'A' && *k <= 'Z') || (*k >= 'a' && *k <= 'z') || (*k >= '0' && *k <= '9') || *k == '_'))
+                ok = 0;
+        if (!ok)
+            return fail(c, q, "expected a variable name [A-Za-z_][A-Za-z0-9_]*");
+        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
+            describe(v, got, sizeof got);
+            return fail(c, q, "expected a string, got %s", got);
+        }
+        size_t len = strlen(key) + 1 + json_string_length(v) + 1;
+        if (!(w->env[i] = malloc(len)))
+            return -ENOMEM;
+        snprintf(w->env[i], len, "%s=%s", key, json_string_value(v));
+        i++;
+    }
+    return 0;
+}
+
+static json_t *write_env(const topo *t, const void *s, int *omit)
+{
+    const topo_worker *w = s;
+    int bad = 0;
+    json_t *env = json_object();
+    for (char **e = w->env; env && e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - *e) : (int)strlen(*e), *e);
+        put(env, key, json_string(eq ? eq + 1 : ""), &bad);
+    }
+    if (bad) {
+        json_decref(env);
+        return NULL;
+    }
+    return env;
+}
+
+static int parse_args(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topo_worker *w = s;
+    char p[256], got[GOT_LEN];
+    join(p, sizeof p, path, "args");
+    json_t *a = json_object_get(o, "args");
+    if (a && !json_is_array(a)) {
+        describe(a, got, sizeof got);
+        return fail(c, p, "expected an array of strings, got %s", got);
+    }
+    size_t n = a ? json_array_size(a) : 0;
+    w->args = calloc(n + 1, sizeof(char *));
+    if (!w->args)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v)) {
+            char q[300];
+            snprintf(q, sizeof q, "%s[%zu]", p, i);
+            describe(v, got, sizeof got);
+            return fail(c, q, "expected a string, got %s", got);
+        }
+        if (!(w->args[i] = strdup(json_string_value(v))))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static json_t *write_args(const topo *t, const void *s, int *omit)
+{
+    const topo_worker *w = s;
+    json_t *args = json_array();
+    for (char **a = w->args; args && a && *a; a++)
+        if (json_array_append_new(args, json_string(*a))) {
+            json_decref(args);
+            return NULL;
+        }
+    return args;
+}
+
+/* --- the tables ------------------------------------------------------------------------------ */
+
+static const field target_fields[] = {
+    F_STR("model_dir", topo, target_model_dir, REQUIRED, 0),
+    F_CUSTOM("capture_layers", parse_capture_layers, write_capture_layers),
+};
+
+static const field drafter_fields[] = {
+    F_U32("num_layers", topo_drafter, num_layers, 1, 64, 1),
+    F_U32("block_size", topo_drafter, block_size, 2, 1024, 16),
+    F_U32("num_anchors", topo_drafter, num_anchors, 1, 65536, 64),
+    F_NUM("gamma", topo_drafter, gamma, 0, 1, 1e6, "a number > 0", 7.0),
+    F_NUM("lr", topo_drafter, lr, 0, 1, 10, "a number in (0, 10]", 6e-4),
+    F_NUM("warmup_frac", topo_drafter, warmup_frac, 0, 0, 1, "a number 0..1", 0.04),
+    F_NUM("weight_decay", topo_drafter, weight_decay, 0, 0, 10, "a number 0..10", 0.0),
+    F_NUM("grad_clip", topo_drafter, grad_clip, 0, 0, 1e9, "a number >= 0 (0 = off)", 1.0),
+    F_NUM("noise_std", topo_drafter, noise_std, 0, 0, 1e3, "a number 0..1000", 0.0),
+    F_U32("epochs", topo_drafter, epochs, 1, 100000, 1),
+    F_U32("checkpoint_every", topo_drafter, checkpoint_every, 1, 1000000000, 50),
+    /* 0 = keep every checkpoint; otherwise the newest N step dirs (never the committed one) */
+    F_U32("keep_checkpoints", topo_drafter, keep_checkpoints, 0, 1000000, 3),
+    /* consecutive failed checkpoints before the drafter gives up (exit 100): a full disk is
+     * reported within N * checkpoint_every steps, not at the end of the run */
+    F_U32("max_checkpoint_failures", topo_drafter, max_checkpoint_failures, 1, 1000000, 3),
+    F_U32("max_nonfinite_steps", topo_drafter, max_nonfinite_steps, 1, 1000000, 3),
+    /* gradient all-reduce buckets (several drafter ranks): at least this many KiB each, cut
+     * at layer boundaries; 0 = one bucket per layer. 16 MiB by default */
+    F_U32("allreduce_bucket_kb", topo_drafter, allreduce_bucket_kb, 0, 4194304, 16384),
+    F_STR("init_dir", topo_drafter, init_dir, OPTIONAL, 1),
+    F_CUSTOM("mask_token_id", parse_mask_token_id, write_mask_token_id),
+};
+
+static const field data_fields[] = {
+    F_CUSTOM("shards", parse_shards, write_shards),
+    /* at most INT32_MAX: a batch's T is a uint32 in its header and the target sizes its
+     * workspace with an int; a larger budget would be truncated there, not refused */
+    F_U64("token_budget", topo, token_budget, OPTIONAL, 1, INT32_MAX, 2048),
+    F_U32("max_seq_len", topo, max_seq_len, 1, 1 << 20, 512),
+};
+
+static const field ring_fields[] = {
+    {.key = "name", .type = FT_NAME, .off = offsetof(topo_ring, name)},
+    F_U32("slots", topo_ring, slots, 1, 4096, 8),
+    F_U64("slot_bytes", topo_ring, slot_bytes, OPTIONAL, 4096, (int64_t)1 << 40, 4194304),
+    F_U32("max_attempts", topo_ring, max_attempts, 1, 100, 3),
+    {.key = "gpu", .type = FT_GPU, .off = offsetof(topo_ring, gpu)},
+};
+
+static const field worker_fields[] = {
+    {.key = "name", .type = FT_NAME, .off = offsetof(topo_worker, name), .check = check_worker_name},
+    F_CUSTOM("role", parse_role, write_role),
+    {.key = "gpu", .type = FT_GPU, .off = offsetof(topo_worker, gpu)},
+    F_CUSTOM("in", parse_in, write_in),
+    {.key = "out", .type = FT_CUSTOM, .parse = parse_out, .write = write_out, .check = check_worker_rings},
+    F_CUSTOM("rank", parse_rank, write_rank),
+    {.key = "heartbeat_timeout_ms", .type = FT_U32, .off = offsetof(topo_worker, heartbeat_timeout_ms),
+     .parse = parse_worker_heartbeat},
+    F_CUSTOM("env", parse_env, write_env),
+    F_CUSTOM("args", parse_args, write_args),
+};
+
+static const field sup_fields[] = {
+    F_U32("backoff_initial_ms", topo_supervision, backoff_initial_ms, 1, 3600000, 100),
+    F_U32("backoff_max_ms", topo_supervision, backoff_max_ms, 1, 3600000, 5000),
+    F_U32("stable_ms", topo_supervision, stable_ms, 1, 86400000, 10000),
+    F_U32("max_restarts", topo_supervision, max_restarts, 0, 1000000, 5),
+    F_U32("restart_window_s", topo_supervision, restart_window_s, 1, 86400, 60),
+    F_U32("heartbeat_timeout_ms", topo_supervision, heartbeat_timeout_ms, 100, 86400000, 10000),
+    F_U32("shutdown_timeout_ms", topo_supervision, shutdown_timeout_ms, 1, 3600000, 5000),
+    F_U32("metrics_interval_ms", topo_supervision, metrics_interval_ms, 10, 3600000, 1000),
+};
+
+static const field binaries_fields[] = {
+    F_STR("dir", topo, bin_dir, OPTIONAL, 1),
+};
+
+/* --- arrays of objects: rings, workers ----------------------------------------------------------- */
+
+static int parse_rings(pctx *c, topo *t, void *s, const json_t *root, const char *path)
+{
+    char got[GOT_LEN];
+    json_t *a = json_object_get(root, "rings");
+    if (!a)
+        return fail(c, "rings", "required key missing");
+    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPO_MAX_RINGS) {
+        if (json_is_array(a))
+            snprintf(got, sizeof got, "%zu", json_array_size(a));
+        else
+            describe(a, got, sizeof got);
+        return fail(c, "rings", "expected an array of 1..%d rings, got %s", TOPO_MAX_RINGS, got);
+    }
+    t->n_rings = (int)json_array_size(a);
+    t->rings = calloc((size_t)t->n_rings, sizeof(topo_ring));
+    if (!t->rings)
+        return -ENOMEM;
+    for (int i = 0; i < t->n_rings; i++) {
+        topo_ring *r = &t->rings[i];
+        json_t *o = json_array_get(a, (size_t)i);
+        char p[64];
+        snprintf(p, sizeof p, "rings[%d]", i);
+        if (!json_is_object(o)) {
+            describe(o, got, sizeof got);
+            return fail(c, p, "expected an object, got %s", got);
+        }
+        int rc = parse_fields(c, t, ring_fields, NF(ring_fields), r, o, p);
+        if (rc)
+            return rc;
+        for (int j = 0; j < i; j++)
+            if (strcmp(t->rings[j].name, r->name) == 0) {
+                char q[80];
+                snprintf(q, sizeof q, "%s.name", p);
+                return fail(c, q, "duplicate ring name \"%s\" (also rings[%d])", r->name, j);
+            }
+    }
+    return 0;
+}
+
+static json_t *write_rings(const topo *t, const void *s, int *omit)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < t->n_rings; i++)
+        if (json_array_append_new(a, write_fields(t, ring_fields, NF(ring_fields), &t->rings[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static int parse_workers(pctx *c, topo *t, void *s, const json_t *root, const char *path)
+{
+    char got[GOT_LEN];
+    json_t *a = json_object_get(root, "workers");
+    if (!a)
+        return fail(c, "workers", "required key missing");
+    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPO_MAX_WORKERS) {
+        if (json_is_array(a))
+            snprintf(got, sizeof got, "%zu", json_array_size(a));
+        else
+            describe(a, got, sizeof got);
+        return fail(c, "workers", "expected an array of 1..%d workers, got %s", TOPO_MAX_WORKERS, got);
+    }
+    /* n_workers counts allocated entries from the start, so topo_free can walk a half-filled
+     * array (env/args NULL until parsed). */
+    t->n_workers = (int)json_array_size(a);
+    t->workers = calloc((size_t)t->n_workers, sizeof(topo_worker));
+    if (!t->workers)
+        return -ENOMEM;
+    /* R, the drafter group size, bounds every rank: count the drafters up front. */
+    c->n_drafters = 0;
+    c->drafter_idx = 0;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *rv = json_object_get(json_array_get(a, i), "role");
+        c->n_drafters += json_is_string(rv) && strcmp(json_string_value(rv), "drafter") == 0;
+    }
+    for (int i = 0; i < t->n_workers; i++) {
+        topo_worker *w = &t->workers[i];
+        json_t *o = json_array_get(a, (size_t)i);
+        char p[64];
+        snprintf(p, sizeof p, "workers[%d]", i);
+        w->in_ring = w->out_ring = w->rank = -1;
+        if (!json_is_object(o)) {
+            describe(o, got, sizeof got);
+            return fail(c, p, "expected an object, got %s", got);
+        }
+        int rc = parse_fields(c, t, worker_fields, NF(worker_fields), w, o, p);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static json_t *write_workers(const topo *t, const void *s, int *omit)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < t->n_workers; i++)
+        if (json_array_append_new(a, write_fields(t, worker_fields, NF(worker_fields), &t->workers[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* --- the top level ------------------------------------------------------------------------------ */
+
+static int parse_version(pctx *c, topo *t, void *s, const json_t *root, const char *path)
+{
+    char got[GOT_LEN];
     json_t *v = json_object_get(root, "version");
     if (!v)
         return fail(c, "version", "required key missing");
@@ -857,13 +1169,25 @@ static int parse_root(pctx *c, topo *t, const json_t *root)
         return fail(c, "version", "expected 1, got %s", got);
     }
     t->version = 1;
-    v = json_object_get(root, "name");
+    return 0;
+}
+
+static json_t *write_version(const topo *t, const void *s, int *omit)
+{
+    return json_integer(t->version);
+}
+
+/* the run's name: 1..63 characters [A-Za-z0-9_.-], "default" when absent */
+static int parse_topo_name(pctx *c, topo *t, void *s, const json_t *root, const char *path)
+{
+    char got[GOT_LEN];
+    json_t *v = json_object_get(root, "name");
     if (v) {
-        const char *s = json_is_string(v) ? json_string_value(v) : "";
-        int ok = json_is_string(v) && s[0] && strlen(s) <= 63 && strlen(s) == json_string_length(v);
-        for (; ok && *s; s++)
-            if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-                  *s == '_' || *s == '-' || *s == '.'))
+        const char *n = json_is_string(v) ? json_string_value(v) : "";
+        int ok = json_is_string(v) && n[0] && strlen(n) <= 63 && strlen(n) == json_string_length(v);
+        for (; ok && *n; n++)
+            if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') ||
+                  *n == '_' || *n == '-' || *n == '.'))
                 ok = 0;
         if (!ok) {
             describe(v, got, sizeof got);
@@ -873,10 +1197,13 @@ static int parse_root(pctx *c, topo *t, const json_t *root)
     } else {
         snprintf(t->name, sizeof t->name, "default");
     }
-    rc = get_str(c, root, "", "run_dir", REQUIRED, 0, &t->run_dir);
-    if (rc)
-        return rc;
-    v = json_object_get(root, "backend");
+    return 0;
+}
+
+static int parse_backend(pctx *c, topo *t, void *s, const json_t *root, const char *path)
+{
+    char got[GOT_LEN];
+    json_t *v = json_object_get(root, "backend");
     if (!v)
         return fail(c, "backend", "required key missing");
     if (json_is_string(v) && strcmp(json_string_value(v), "cpu") == 0)
@@ -888,25 +1215,44 @@ static int parse_root(pctx *c, topo *t, const json_t *root)
         return fail(c, "backend", "expected \"cpu\" or \"cuda\", got %s", got);
     }
     c->backend = t->backend;
-    rc = get_int(c, root, "", "seed", OPTIONAL, 0, INT64_MAX, 1234, &x);
-    if (rc)
-        return rc;
-    t->seed = (uint64_t)x;
-    if ((rc = get_bool(c, root, "", "deterministic", 0, &t->deterministic)) ||
-        (rc = parse_target(c, t, root)) || (rc = parse_drafter(c, t, root)) ||
-        (rc = parse_data(c, t, root)) || (rc = parse_supervision(c, t, root)) ||
-        (rc = parse_rings(c, t, root)) || (rc = parse_workers(c, t, root)))
-        return rc;
-    json_t *b;
-    if ((rc = get_obj(c, root, "", "binaries", OPTIONAL, &b)))
-        return rc;
-    if (b) {
-        static const char *const bkeys[] = {"dir", NULL};
-        if ((rc = check_keys(c, b, "binaries", bkeys)) ||
-            (rc = get_str(c, b, "binaries", "dir", OPTIONAL, 1, &t->bin_dir)))
-            return rc;
+    return 0;
+}
+
+static json_t *write_backend(const topo *t, const void *s, int *omit)
+{
+    return json_string(topo_backend_name(t->backend));
+}
+
+/* In the order of the normalised file. The parse takes them in top_parse_order instead:
+ * supervision before rings and workers (a worker's heartbeat default comes from it). */
+static const field top_fields[] = {
+    F_CUSTOM("version", parse_version, write_version),
+    {.key = "name", .type = FT_NAME, .off = offsetof(topo, name), .parse = parse_topo_name},
+    F_STR("run_dir", topo, run_dir, REQUIRED, 0),
+    F_CUSTOM("backend", parse_backend, write_backend),
+    F_U64("seed", topo, seed, OPTIONAL, 0, INT64_MAX, 1234),
+    {.key = "deterministic", .type = FT_BOOL, .off = offsetof(topo, deterministic), .def = 0},
+    F_OBJ("target", 0, REQUIRED, target_fields, NULL),
+    F_OBJ("drafter", offsetof(topo, drafter), OPTIONAL, drafter_fields, NULL),
+    F_OBJ("data", 0, REQUIRED, data_fields, check_data),
+    F_CUSTOM("rings", parse_rings, write_rings),
+    F_CUSTOM("workers", parse_workers, write_workers),
+    F_OBJ("supervision", offsetof(topo, sup), OPTIONAL, sup_fields, check_supervision),
+    F_OBJ("binaries", 0, OPTIONAL, binaries_fields, NULL),
+};
+static const int top_parse_order[NF(top_fields)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 9, 10, 12};
+
+static int parse_root(pctx *c, topo *t, const json_t *root)
+{
+    char got[GOT_LEN];
+    if (!json_is_object(root)) {
+        describe(root, got, sizeof got);
+        return fail(c, "", "expected an object, got %s", got);
     }
-    return cross_check(c, t);
+    int rc = check_keys(c, root, "", top_fields, NF(top_fields));
+    for (int i = 0; i < NF(top_fields) && rc == 0; i++)
+        rc = parse_field(c, t, &top_fields[top_parse_order[i]], t, root, "");
+    return rc ? rc : cross_check(c, t);
 }
 
 /* --- public API ------------------------------------------------------------------------------ */
@@ -1026,155 +1372,7 @@ const char *topo_backend_name(topo_backend b)
 
 /* --- normalised JSON --------------------------------------------------------------------------- */
 
-/* json_object_set_new that remembers a failure instead of checking every call. */
-static void put(json_t *o, const char *k, json_t *v, int *bad)
-{
-    if (!v || json_object_set_new(o, k, v) != 0)
-        *bad = 1;
-}
-
-static json_t *str_or_null(const char *s)
-{
-    return s ? json_string(s) : json_null();
-}
-
 json_t *topo_to_json(const topo *t)
 {
-    int bad = 0;
-    json_t *root = json_object();
-    if (!root)
-        return NULL;
-    put(root, "version", json_integer(t->version), &bad);
-    put(root, "name", json_string(t->name), &bad);
-    put(root, "run_dir", str_or_null(t->run_dir), &bad);
-    put(root, "backend", json_string(topo_backend_name(t->backend)), &bad);
-    put(root, "seed", json_integer((json_int_t)t->seed), &bad);
-    put(root, "deterministic", json_boolean(t->deterministic), &bad);
-
-    json_t *tg = json_object(), *cl = json_array();
-    for (int i = 0; cl && i < t->n_capture; i++)
-        if (json_array_append_new(cl, json_integer(t->capture_layers[i])))
-            bad = 1;
-    if (tg) {
-        put(tg, "model_dir", str_or_null(t->target_model_dir), &bad);
-        put(tg, "capture_layers", cl, &bad);
-    } else {
-        json_decref(cl);
-    }
-    put(root, "target", tg, &bad);
-
-    const topo_drafter *d = &t->drafter;
-    json_t *dr = json_object();
-    if (dr) {
-        put(dr, "num_layers", json_integer(d->num_layers), &bad);
-        put(dr, "block_size", json_integer(d->block_size), &bad);
-        put(dr, "num_anchors", json_integer(d->num_anchors), &bad);
-        put(dr, "gamma", json_real(d->gamma), &bad);
-        put(dr, "lr", json_real(d->lr), &bad);
-        put(dr, "warmup_frac", json_real(d->warmup_frac), &bad);
-        put(dr, "weight_decay", json_real(d->weight_decay), &bad);
-        put(dr, "grad_clip", json_real(d->grad_clip), &bad);
-        put(dr, "noise_std", json_real(d->noise_std), &bad);
-        put(dr, "epochs", json_integer(d->epochs), &bad);
-        put(dr, "checkpoint_every", json_integer(d->checkpoint_every), &bad);
-        put(dr, "keep_checkpoints", json_integer(d->keep_checkpoints), &bad);
-        put(dr, "max_checkpoint_failures", json_integer(d->max_checkpoint_failures), &bad);
-        put(dr, "max_nonfinite_steps", json_integer(d->max_nonfinite_steps), &bad);
-        put(dr, "allreduce_bucket_kb", json_integer(d->allreduce_bucket_kb), &bad);
-        put(dr, "init_dir", str_or_null(d->init_dir), &bad);
-        put(dr, "mask_token_id", d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id), &bad);
-    }
-    put(root, "drafter", dr, &bad);
-
-    json_t *da = json_object(), *sh = json_array();
-    for (int i = 0; sh && i < t->n_shards; i++)
-        if (json_array_append_new(sh, json_string(t->shards[i])))
-            bad = 1;
-    if (da) {
-        put(da, "shards", sh, &bad);
-        put(da, "token_budget", json_integer((json_int_t)t->token_budget), &bad);
-        put(da, "max_seq_len", json_integer(t->max_seq_len), &bad);
-    } else {
-        json_decref(sh);
-    }
-    put(root, "data", da, &bad);
-
-    json_t *rings = json_array();
-    for (int i = 0; rings && i < t->n_rings; i++) {
-        const topo_ring *r = &t->rings[i];
-        json_t *o = json_object();
-        if (!o) {
-            bad = 1;
-            break;
-        }
-        put(o, "name", json_string(r->name), &bad);
-        put(o, "slots", json_integer(r->slots), &bad);
-        put(o, "slot_bytes", json_integer((json_int_t)r->slot_bytes), &bad);
-        put(o, "max_attempts", json_integer(r->max_attempts), &bad);
-        put(o, "gpu", json_integer(r->gpu), &bad);
-        if (json_array_append_new(rings, o))
-            bad = 1;
-    }
-    put(root, "rings", rings, &bad);
-
-    json_t *ws = json_array();
-    for (int i = 0; ws && i < t->n_workers; i++) {
-        const topo_worker *w = &t->workers[i];
-        json_t *o = json_object();
-        if (!o) {
-            bad = 1;
-            break;
-        }
-        put(o, "name", json_string(w->name), &bad);
-        put(o, "role", json_string(topo_role_name(w->role)), &bad);
-        put(o, "gpu", json_integer(w->gpu), &bad);
-        if (w->in_ring >= 0)
-            put(o, "in", json_string(t->rings[w->in_ring].name), &bad);
-        if (w->out_ring >= 0)
-            put(o, "out", json_string(t->rings[w->out_ring].name), &bad);
-        if (w->role == TOPO_ROLE_DRAFTER)
-            put(o, "rank", json_integer(w->rank), &bad);
-        put(o, "heartbeat_timeout_ms", json_integer(w->heartbeat_timeout_ms), &bad);
-        json_t *env = json_object();
-        for (char **e = w->env; env && e && *e; e++) {
-            const char *eq = strchr(*e, '=');
-            char key[256];
-            snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - *e) : (int)strlen(*e), *e);
-            put(env, key, json_string(eq ? eq + 1 : ""), &bad);
-        }
-        put(o, "env", env, &bad);
-        json_t *args = json_array();
-        for (char **s = w->args; args && s && *s; s++)
-            if (json_array_append_new(args, json_string(*s)))
-                bad = 1;
-        put(o, "args", args, &bad);
-        if (json_array_append_new(ws, o))
-            bad = 1;
-    }
-    put(root, "workers", ws, &bad);
-
-    const topo_supervision *s = &t->sup;
-    json_t *su = json_object();
-    if (su) {
-        put(su, "backoff_initial_ms", json_integer(s->backoff_initial_ms), &bad);
-        put(su, "backoff_max_ms", json_integer(s->backoff_max_ms), &bad);
-        put(su, "stable_ms", json_integer(s->stable_ms), &bad);
-        put(su, "max_restarts", json_integer(s->max_restarts), &bad);
-        put(su, "restart_window_s", json_integer(s->restart_window_s), &bad);
-        put(su, "heartbeat_timeout_ms", json_integer(s->heartbeat_timeout_ms), &bad);
-        put(su, "shutdown_timeout_ms", json_integer(s->shutdown_timeout_ms), &bad);
-        put(su, "metrics_interval_ms", json_integer(s->metrics_interval_ms), &bad);
-    }
-    put(root, "supervision", su, &bad);
-
-    json_t *bi = json_object();
-    if (bi)
-        put(bi, "dir", str_or_null(t->bin_dir), &bad);
-    put(root, "binaries", bi, &bad);
-
-    if (bad) {
-        json_decref(root);
-        return NULL;
-    }
-    return root;
+    return write_fields(t, top_fields, NF(top_fields), t);
 }

@@ -36,7 +36,7 @@
 #include "io/batch_view.h"
 #include "io/metrics.h"
 #include "io/stage.h"
-#include "ipc/ctl.h"
+#include "ipc/worker.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -51,7 +51,6 @@ static const char usage[] =
     "checkpoints (run_dir/checkpoints) -> release export (run_dir/drafter).\n"
     "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
 
-#define WAIT_NS (200 * 1000000ll)
 /* A control all-reduce waits for the slowest rank, which may itself be waiting for its
  * batch (a target restarting). A dead or hung peer is noticed by the orchestrator, which
  * aborts the segment (-ECANCELED); this bound only catches what nobody noticed. */
@@ -59,7 +58,8 @@ static const char usage[] =
 #define NO_BATCH UINT64_MAX
 
 typedef struct drafter {
-    ctl_worker *w;
+    wk_worker *wk; /* the worker skeleton: control connection, metrics, stage figures */
+    ctl_worker *w; /* &wk->ctl */
     trainer tr;
     char ckpt_root[1200];
     ledger *L;
@@ -68,8 +68,6 @@ typedef struct drafter {
     uint64_t slot_bytes;
     handoff_table *H;
     batch_view view;
-    metrics_writer mw;
-    stage_stats st;
     int det, rank, R;
     ar_comm ar;               /* world R > 1 only */
     atomic_int in_collective; /* 1 while waiting for the peers: the helper thread heartbeats */
@@ -181,7 +179,7 @@ static void final_prune(drafter *d)
     uint64_t want = (uint64_t)d->tr.ts.step, t0 = df_now_ns();
     while (d->w->topo.drafter.keep_checkpoints && d->sent_step == want && ctl_committed_ack(d->w) < want &&
            df_now_ns() - t0 < 5000000000ull) {
-        ctl_heartbeat(d->w, want, d->st.items_total, d->st.tokens_total);
+        wk_heartbeat(d->wk, want);
         usleep(10000);
     }
     prune_checkpoints(d);
@@ -190,7 +188,7 @@ static void final_prune(drafter *d)
 static void heartbeat(void *arg)
 {
     drafter *d = arg; /* a step may take seconds on the CPU */
-    ctl_heartbeat(d->w, (uint64_t)d->tr.ts.step, d->st.items_total, d->st.tokens_total);
+    wk_heartbeat(d->wk, (uint64_t)d->tr.ts.step);
 }
 
 /* While this rank waits in a control all-reduce it is not hung: its peer is (and the
@@ -213,8 +211,8 @@ static void collective(drafter *d, float *v, size_t n)
     if (d->R <= 1)
         return;
     atomic_store(&d->hb_step, (uint64_t)d->tr.ts.step);
-    atomic_store(&d->hb_items, d->st.items_total);
-    atomic_store(&d->hb_tokens, d->st.tokens_total);
+    atomic_store(&d->hb_items, d->wk->st.items_total);
+    atomic_store(&d->hb_tokens, d->wk->st.tokens_total);
     atomic_store(&d->in_collective, 1);
     int rc = ar_allreduce_sum(&d->ar, v, n, CONTROL_TIMEOUT_NS);
     atomic_store(&d->in_collective, 0);
@@ -262,7 +260,7 @@ static void det_acquire(drafter *d, uint64_t want, pick *p)
 {
     ctl_worker *w = d->w;
     for (;;) {
-        int rc = ring_acquire_ready_batch(d->in, (uint16_t)w->id, w->incarnation, want, WAIT_NS, &p->slot);
+        int rc = ring_acquire_ready_batch(d->in, (uint16_t)w->id, w->incarnation, want, WK_WAIT_NS, &p->slot);
         if (rc == 0) {
             p->has = 1;
             return;
@@ -273,8 +271,7 @@ static void det_acquire(drafter *d, uint64_t want, pick *p)
         }
         if (rc != -ETIMEDOUT)
             DF_CHECK_ERR(rc);
-        heartbeat(d);
-        stage_tick(&d->st, 0);
+        wk_tick(d->wk, (uint64_t)d->tr.ts.step);
         if (ctl_should_stop(w)) {
             p->stop = p->can_end = 1;
             return;
@@ -287,8 +284,7 @@ static void det_acquire(drafter *d, uint64_t want, pick *p)
 
 static void fast_acquire(drafter *d, pick *p)
 {
-    ctl_worker *w = d->w;
-    int rc = ring_acquire_ready(d->in, (uint16_t)w->id, w->incarnation, WAIT_NS, &p->slot);
+    int rc = wk_acquire_ready(d->wk, d->in, &p->slot);
     if (rc == 0)
         p->has = 1;
     else if (rc == -EPIPE)
@@ -328,13 +324,13 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     if (rc < 0)
         df_die(rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld: %s", tr->ts.step + 1, err);
     DF_CHECK_ERR(handoff_finish(d->H, (uint16_t)w->id, w->incarnation, d->in, p->slot));
-    stage_count(&d->st, 1, T);
-    stage_busy(&d->st);
+    stage_count(&d->wk->st, 1, T);
+    stage_busy(&d->wk->st);
 
     int nonfinite = check_finite(d, s.loss, &info, bid);
     trainer_record(tr, &s);
     metrics_line ml;
-    metrics_begin(&ml, &d->mw, "step");
+    metrics_begin(&ml, &d->wk->mw, "step");
     metrics_int(&ml, "step", tr->ts.step);
     metrics_u64(&ml, "batch", bid);
     metrics_num(&ml, "loss", s.loss);
@@ -364,14 +360,14 @@ static void empty_step(drafter *d)
                d->tr.ts.step + 1, err);
     int nonfinite = check_finite(d, 0.0, &info, NO_BATCH);
     metrics_line ml;
-    metrics_begin(&ml, &d->mw, "empty_step");
+    metrics_begin(&ml, &d->wk->mw, "empty_step");
     metrics_int(&ml, "step", d->tr.ts.step);
     metrics_num(&ml, "grad_norm", info.grad_norm);
     metrics_int(&ml, "nonfinite", nonfinite);
     metrics_int(&ml, "nonfinite_steps", d->tr.nonfinite_steps);
     metrics_end(&ml);
     nonfinite_stop(d, 0.0, &info);
-    stage_busy(&d->st);
+    stage_busy(&d->wk->st);
 }
 
 /* A hash of everything the ranks must agree on: weights, AdamW moments, step. */
@@ -419,55 +415,51 @@ static void setup_group(drafter *d)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage, stdout);
+    if (wk_help(argc, argv, usage))
         return 0;
-    }
-    df_log_init("drafter_worker");
-    ctl_worker w;
-    DF_CHECK_ERR(ctl_worker_start(&w, argc, argv));
-    df_log_init(w.name);
-    const topo *t = &w.topo;
+    static wk_worker wk;
+    DF_CHECK_ERR(wk_start(&wk, "drafter_worker", argc, argv));
+    ctl_worker *w = &wk.ctl;
+    const topo *t = &w->topo;
     char err[1024], path[2600];
 
     static drafter dr; /* large (the trainer's statistics); zeroed */
     drafter *d = &dr;
-    d->w = &w;
+    d->wk = &wk;
+    d->w = w;
     trainer *tr = &d->tr;
-    d->L = ctl_ledger(&w);
+    d->L = ctl_ledger(w);
     setup_group(d);
     /* one LR schedule over every epoch: the orchestrator counts the steps of all the plans
      * (each epoch packs differently); the fallback assumes equal epochs */
-    long total_steps = w.total_steps > 0 ? (long)w.total_steps
+    long total_steps = w->total_steps > 0 ? (long)w->total_steps
                                          : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R *
                                                (long)DF_MAX(t->drafter.epochs, 1u);
     int last_epoch = ledger_epoch(d->L) + 1 >= DF_MAX(t->drafter.epochs, 1u);
-    snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w.run_dir);
+    snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w->run_dir);
     const char *resume = NULL;
-    if (w.committed_step > 0) { /* restart: continue from the checkpoint the ledger committed */
-        snprintf(path, sizeof path, "%s/step-%08llu", d->ckpt_root, (unsigned long long)w.committed_step);
+    if (w->committed_step > 0) { /* restart: continue from the checkpoint the ledger committed */
+        snprintf(path, sizeof path, "%s/step-%08llu", d->ckpt_root, (unsigned long long)w->committed_step);
         resume = path;
     }
-    int rc = trainer_open(tr, t, w.self->gpu, total_steps, resume, err, sizeof err);
+    int rc = trainer_open(tr, t, w->self->gpu, total_steps, resume, err, sizeof err);
     if (rc < 0) /* -EBADMSG: the committed checkpoint fails validation; a restart cannot fix it */
         df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP || rc == -EBADMSG ? DF_EXIT_PERM : DF_EXIT_TEMP,
                "%s", err);
-    if (resume && tr->ts.step != (long)w.committed_step) /* the dir name is checked too: belt and braces */
+    if (resume && tr->ts.step != (long)w->committed_step) /* the dir name is checked too: belt and braces */
         df_die(DF_EXIT_PERM, "resume: %s/trainer_state.json: step %ld, but the ledger's committed step is %llu", resume,
-               tr->ts.step, (unsigned long long)w.committed_step);
+               tr->ts.step, (unsigned long long)w->committed_step);
     if (resume)
         df_log("resumed from %s (step %ld)", resume, tr->ts.step);
     tr->ts.epoch = (long)ledger_epoch(d->L); /* recorded in the checkpoints of this epoch */
 
-    d->in = ctl_ring_in(&w);
-    d->A = ctl_ring_arena(&w, d->in);
-    d->slot_bytes = ctl_ring_slot_bytes(&w, d->in);
-    DF_CHECK(d->in && d->A && d->A->base);
-    d->H = ctl_handoff(&w);
-    snprintf(path, sizeof path, "%s/metrics", w.run_dir);
-    DF_CHECK_ERR(metrics_open(&d->mw, path, w.name, w.incarnation));
-    stage_init(&d->st, &d->mw, d->in, NULL, 1000000000ull);
-    DF_CHECK_ERR(ctl_ready(&w));
+    wk_ring ri;
+    DF_CHECK_ERR(wk_ring_in(&wk, &ri));
+    d->in = ri.r;
+    d->A = ri.A;
+    d->slot_bytes = ri.slot_bytes;
+    d->H = ctl_handoff(w);
+    DF_CHECK_ERR(wk_ready(&wk, d->in, NULL));
     df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
            "rank %d of %d, %s mode",
            tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
@@ -475,15 +467,14 @@ int main(int argc, char **argv)
 
     uint64_t t_start = df_now_ns();
     for (;;) {
-        heartbeat(d);
-        stage_tick(&d->st, 0);
-        if (d->rank == 0 && ctl_checkpoint_requested(&w))
+        wk_tick(&wk, (uint64_t)tr->ts.step);
+        if (d->rank == 0 && ctl_checkpoint_requested(w))
             save_checkpoint(d);
         if (d->rank == 0)
             prune_checkpoints(d);
         pick p = {0};
-        p.stop = ctl_should_stop(&w);
-        int paused = ctl_paused(&w), stop_any = p.stop;
+        p.stop = ctl_should_stop(w);
+        int paused = ctl_paused(w), stop_any = p.stop;
         uint64_t want = NO_BATCH;
         if (d->det) {
             if (d->R > 1)
@@ -502,7 +493,7 @@ int main(int argc, char **argv)
             fast_acquire(d, &p);
         else
             p.can_end = all_trained(d->L);
-        stage_wait(&d->st);
+        stage_wait(&d->wk->st);
 
         /* agree: how many ranks have a batch, whether all can end, whether any stops */
         float f[3] = {(float)p.has, (float)p.can_end, (float)p.stop};
@@ -525,18 +516,18 @@ int main(int argc, char **argv)
         if (stop_any)
             break;
     }
-    stage_tick(&d->st, 1);
+    wk_finish(&wk);
     if (d->rank == 0 && tr->ts.step > 0 && tr->ts.step != tr->ts.ledger_committed_step)
         save_checkpoint(d);
     if (d->rank == 0 && tr->ts.step > 0)
         final_prune(d);
     /* the last epoch is complete: export, summarise (an earlier epoch only checkpoints: the
      * orchestrator starts the next one with a new ledger) */
-    if (d->rank == 0 && !ctl_should_stop(&w) && tr->ts.step > 0 && last_epoch) {
-        snprintf(path, sizeof path, "%s/drafter", w.run_dir);
+    if (d->rank == 0 && !ctl_should_stop(w) && tr->ts.step > 0 && last_epoch) {
+        snprintf(path, sizeof path, "%s/drafter", w->run_dir);
         if (trainer_export(tr, path, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "export: %s", err);
-        if (trainer_write_summary(tr, w.run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
+        if (trainer_write_summary(tr, w->run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "%s", err);
     }
     if (tr->cuda && (rc = trainer_cuda_to_host(tr, 1, err, sizeof err)) < 0)
@@ -544,21 +535,20 @@ int main(int argc, char **argv)
     char hex[24];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)state_hash(tr));
     metrics_line ml;
-    metrics_begin(&ml, &d->mw, "final");
+    metrics_begin(&ml, &d->wk->mw, "final");
     metrics_int(&ml, "step", tr->ts.step);
     metrics_int(&ml, "rank", d->rank);
     metrics_str(&ml, "state_hash", hex);
     metrics_end(&ml);
     df_log("done at step %ld (rank %d of %d, state hash %s): busy %.1fs, waiting %.1fs", tr->ts.step, d->rank, d->R,
-           hex, d->st.busy_total_s, d->st.wait_total_s);
+           hex, d->wk->st.busy_total_s, d->wk->st.wait_total_s);
     if (d->hb_started) {
         atomic_store(&d->hb_quit, 1);
         pthread_join(d->hb_thread, NULL);
     }
     ar_close(&d->ar);
-    metrics_close(&d->mw);
     batch_view_free(&d->view);
     trainer_close(tr);
-    ctl_worker_close(&w);
+    wk_close(&wk);
     return DF_EXIT_OK;
 }

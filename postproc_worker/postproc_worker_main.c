@@ -15,41 +15,35 @@
 #include "io/batch.h"
 #include "io/batch_view.h"
 #include "postproc_worker/pp_copy.h"
-#include "io/metrics.h"
 #include "io/stage.h"
-#include "ipc/ctl.h"
+#include "ipc/worker.h"
 #include "util.h"
-
-#include <unistd.h>
 
 static const char usage[] =
     "usage: postproc_worker   (started by the orchestrator, not by hand)\n"
     "The DFlash pipeline's middle stage: TP batch -> anchors + noise -> PD batch.\n"
     "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
 
-#define WAIT_NS (200 * 1000000ll)
-
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage, stdout);
+    if (wk_help(argc, argv, usage))
         return 0;
-    }
-    df_log_init("postproc_worker");
-    ctl_worker w;
-    DF_CHECK_ERR(ctl_worker_start(&w, argc, argv));
-    df_log_init(w.name);
-    const topo *t = &w.topo;
-    ring *in = ctl_ring_in(&w), *out = ctl_ring_out(&w);
-    arena *Ain = ctl_ring_arena(&w, in), *Aout = ctl_ring_arena(&w, out);
-    uint64_t in_bytes = ctl_ring_slot_bytes(&w, in), out_bytes = ctl_ring_slot_bytes(&w, out);
-    DF_CHECK(in && out && Ain && Aout && Ain->base && Aout->base);
-    ledger *L = ctl_ledger(&w);
-    handoff_table *H = ctl_handoff(&w);
+    static wk_worker wk;
+    DF_CHECK_ERR(wk_start(&wk, "postproc_worker", argc, argv));
+    ctl_worker *w = &wk.ctl;
+    const topo *t = &w->topo;
+    wk_ring ri, ro;
+    DF_CHECK_ERR(wk_ring_in(&wk, &ri));
+    DF_CHECK_ERR(wk_ring_out(&wk, &ro));
+    ring *in = ri.r, *out = ro.r;
+    arena *Ain = ri.A, *Aout = ro.A;
+    uint64_t in_bytes = ri.slot_bytes, out_bytes = ro.slot_bytes;
+    ledger *L = ctl_ledger(w);
+    handoff_table *H = ctl_handoff(w);
     const topo_drafter *dr = &t->drafter;
     int N = (int)dr->num_anchors;
 
-    char mdir[1200], err[512];
+    char err[512];
     /* the copies run on the drafter's GPU (it pulls from the target's, which never waits) */
     pp_copier *cp;
     if (pp_copier_open(&cp, Aout->kind == ARENA_CUDA ? Aout->device : -1, err, sizeof err) < 0)
@@ -63,34 +57,26 @@ int main(int argc, char **argv)
     }
     batch_view iview = {0};
     void *ometa = NULL; /* host buffer for the output metadata (cuda) */
-    snprintf(mdir, sizeof mdir, "%s/metrics", w.run_dir);
-    metrics_writer mw;
-    DF_CHECK_ERR(metrics_open(&mw, mdir, w.name, w.incarnation));
-    stage_stats st;
-    stage_init(&st, &mw, in, out, 1000000000ull);
-    DF_CHECK_ERR(ctl_ready(&w));
+    DF_CHECK_ERR(wk_ready(&wk, in, out));
     df_log("ready: %d anchors per document, block %u, noise std %g", N, dr->block_size, dr->noise_std);
 
     uint64_t done = 0;
     for (;;) {
-        ctl_heartbeat(&w, done, st.items_total, st.tokens_total);
-        stage_tick(&st, 0);
-        if (ctl_should_stop(&w))
+        wk_tick(&wk, done);
+        if (ctl_should_stop(w))
             break;
-        if (ctl_paused(&w)) {
-            usleep(100000);
-            stage_wait(&st);
+        if (ctl_paused(w)) {
+            wk_idle(&wk);
             continue;
         }
         uint32_t islot, oslot;
-        int rc = ring_acquire_ready(in, (uint16_t)w.id, w.incarnation, WAIT_NS, &islot);
+        int rc = wk_acquire_ready(&wk, in, &islot);
+        stage_wait(&wk.st);
         if (rc == -ETIMEDOUT) {
-            stage_wait(&st);
             if (ledger_epoch_done(L))
                 break;
             continue;
         }
-        stage_wait(&st);
         if (rc == -EPIPE)
             break; /* closed and drained: upstream is gone */
         DF_CHECK_ERR(rc);
@@ -99,19 +85,12 @@ int main(int argc, char **argv)
         if (batch_view_read(&iview, Ain, id->offset, in_bytes, BATCH_KIND_TP, &src, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "input slot %u: %s", islot, err); /* retried, then poisoned */
 
-        for (;;) {
-            rc = ring_acquire_free(out, (uint16_t)w.id, w.incarnation, WAIT_NS, &oslot);
-            if (rc != -ETIMEDOUT)
-                break;
-            ctl_heartbeat(&w, done, st.items_total, st.tokens_total);
-            stage_tick(&st, 0);
-        }
-        stage_wait(&st);
+        rc = wk_acquire_free(&wk, out, done, &oslot);
         if (rc == -EPIPE)
             break; /* the reclaim after our exit requeues the input */
         DF_CHECK_ERR(rc);
         handoff_end ie = {.r = in, .slot = islot}, oe = {.r = out, .slot = oslot};
-        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w.id, w.incarnation, &ie, &oe));
+        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w->id, w->incarnation, &ie, &oe));
 
         uint64_t off = (uint64_t)oslot * out_bytes;
         batch_header probe = *src;
@@ -154,19 +133,18 @@ int main(int argc, char **argv)
         od->offset = off;
         od->bytes = dst->total_bytes;
         od->checksum = dst->checksum;
-        DF_CHECK_ERR(handoff_publish(H, (uint16_t)w.id, w.incarnation, out, oslot));
-        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w.id, w.incarnation, in, islot));
+        DF_CHECK_ERR(handoff_publish(H, (uint16_t)w->id, w->incarnation, out, oslot));
+        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w->id, w->incarnation, in, islot));
         done++;
-        stage_count(&st, 1, src->T);
-        stage_busy(&st);
+        stage_count(&wk.st, 1, src->T);
+        stage_busy(&wk.st);
     }
-    stage_tick(&st, 1);
-    df_log("done: %llu batches, busy %.1fs, waiting %.1fs", (unsigned long long)done, st.busy_total_s,
-           st.wait_total_s);
-    metrics_close(&mw);
+    wk_finish(&wk);
+    df_log("done: %llu batches, busy %.1fs, waiting %.1fs", (unsigned long long)done, wk.st.busy_total_s,
+           wk.st.wait_total_s);
     batch_view_free(&iview);
     free(ometa);
     pp_copier_close(cp);
-    ctl_worker_close(&w);
+    wk_close(&wk);
     return DF_EXIT_OK;
 }

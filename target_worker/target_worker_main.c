@@ -12,15 +12,12 @@
  * resolves it after a death: published -> the batch is in the ring; not published -> the
  * slot is freed and the batch goes back to pending. Nothing is lost, nothing doubled. */
 #include "io/batch.h"
-#include "io/metrics.h"
 #include "io/shard.h"
 #include "io/stage.h"
-#include "ipc/ctl.h"
+#include "ipc/worker.h"
 #include "target_worker/target_backend.h"
 #include "target/target_model.h"
 #include "util.h"
-
-#include <unistd.h>
 
 static const char usage[] =
     "usage: target_worker   (started by the orchestrator, not by hand)\n"
@@ -28,94 +25,74 @@ static const char usage[] =
     "captured layers in a ring slot. Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID,\n"
     "DF_INCARNATION, DF_RUN_DIR (see common/ipc/ctl.h). Exit 0 done, 100 bad model/data.\n";
 
-#define WAIT_NS (200 * 1000000ll)
-
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage, stdout);
+    if (wk_help(argc, argv, usage))
         return 0;
-    }
-    df_log_init("target_worker");
-    ctl_worker w;
-    DF_CHECK_ERR(ctl_worker_start(&w, argc, argv));
-    df_log_init(w.name);
-    const topo *t = &w.topo;
+    static wk_worker wk;
+    DF_CHECK_ERR(wk_start(&wk, "target_worker", argc, argv));
+    ctl_worker *w = &wk.ctl;
+    const topo *t = &w->topo;
     char err[1024];
 
     tb_backend *m;
-    int rc = tb_open(&m, t, w.self->gpu, err, sizeof err);
+    int rc = tb_open(&m, t, w->self->gpu, err, sizeof err);
     if (rc < 0)
         df_die(rc == -ENOTSUP ? DF_EXIT_PERM : tm_exit_code(rc), "%s", err);
     dataset *ds;
     if (dataset_open(&ds, t->shards, t->n_shards, err, sizeof err) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
 
-    ring *out = ctl_ring_out(&w);
-    arena *A = ctl_ring_arena(&w, out);
-    uint64_t slot_bytes = ctl_ring_slot_bytes(&w, out);
-    DF_CHECK(out && A && A->base && slot_bytes > 0);
-    ledger *L = ctl_ledger(&w);
-    handoff_table *H = ctl_handoff(&w);
+    wk_ring o;
+    DF_CHECK_ERR(wk_ring_out(&wk, &o));
+    ring *out = o.r;
+    arena *A = o.A;
+    uint64_t slot_bytes = o.slot_bytes;
+    ledger *L = ctl_ledger(w);
+    handoff_table *H = ctl_handoff(w);
     int d = tb_hidden(m);
 
     batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
                           .d = (uint32_t)d, .feat_dtype = tb_feat_dtype(m)};
     if (batch_layout(&probe) > slot_bytes)
         df_die(DF_EXIT_PERM, "%s: rings[%d].slot_bytes %llu is too small for a batch of %llu tokens (%llu bytes needed)",
-               t->source_path, w.self->out_ring,
+               t->source_path, w->self->out_ring,
                (unsigned long long)slot_bytes, (unsigned long long)t->token_budget,
                (unsigned long long)probe.total_bytes);
 
-    char mdir[1200];
-    snprintf(mdir, sizeof mdir, "%s/metrics", w.run_dir);
-    metrics_writer mw;
-    DF_CHECK_ERR(metrics_open(&mw, mdir, w.name, w.incarnation));
-    stage_stats st;
-    stage_init(&st, &mw, NULL, out, 1000000000ull);
-    DF_CHECK_ERR(ctl_ready(&w));
+    DF_CHECK_ERR(wk_ready(&wk, NULL, out));
     df_log("ready: %s, %d layers run of %d, capture %d layers, %llu samples", t->target_model_dir,
            tb_n_layers_run(m), tb_n_layers(m), t->n_capture, (unsigned long long)dataset_n_samples(ds));
 
     uint64_t produced = 0;
     for (;;) {
-        ctl_heartbeat(&w, produced, st.items_total, st.tokens_total);
-        stage_tick(&st, 0);
-        if (ctl_should_stop(&w) || ctl_stop_claiming(&w))
+        wk_tick(&wk, produced);
+        if (ctl_should_stop(w) || ctl_stop_claiming(w))
             break;
-        if (ctl_paused(&w)) {
-            usleep(100000);
-            stage_wait(&st);
+        if (ctl_paused(w)) {
+            wk_idle(&wk);
             continue;
         }
         uint64_t bid;
         /* fast mode: any pending batch; deterministic: the lowest pending one inside the
          * window after the drafter's low-water mark (docs/ledger.md) */
-        rc = ledger_claim(L, (uint16_t)w.id, w.incarnation, ctl_claim_window(&w), &bid);
+        rc = ledger_claim(L, (uint16_t)w->id, w->incarnation, ctl_claim_window(w), &bid);
         if (rc == -ENODATA) {
             if (ledger_epoch_done(L))
                 break;
-            usleep(100000); /* batches may come back (rewind, reclaim) */
-            stage_wait(&st);
+            wk_idle(&wk); /* batches may come back (rewind, reclaim) */
             continue;
         }
         DF_CHECK_ERR(rc);
         uint32_t slot;
-        for (;;) { /* back-pressure: the only wait of the target */
-            rc = ring_acquire_free(out, (uint16_t)w.id, w.incarnation, WAIT_NS, &slot);
-            if (rc != -ETIMEDOUT)
-                break;
-            ctl_heartbeat(&w, produced, st.items_total, st.tokens_total);
-            stage_tick(&st, 0);
-        }
-        stage_wait(&st);
+        rc = wk_acquire_free(&wk, out, produced, &slot); /* back-pressure: the only wait of the target */
         if (rc == -EPIPE) { /* ring closed: the run is shutting down; hand the claim back */
-            DF_CHECK_ERR(ledger_reclaim_owner(L, (uint16_t)w.id));
+            DF_CHECK_ERR(ledger_reclaim_owner(L, (uint16_t)w->id));
             break;
         }
         DF_CHECK_ERR(rc);
         handoff_end in_end = {.r = NULL, .token = bid}, out_end = {.r = out, .slot = slot};
-        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w.id, w.incarnation, &in_end, &out_end));
+        DF_CHECK_ERR(handoff_begin(H, (uint16_t)w->id, w->incarnation, &in_end, &out_end));
 
         const uint32_t *sidx;
         uint32_t ns;
@@ -170,21 +147,20 @@ int main(int argc, char **argv)
         desc->dims[0] = T;
         desc->dims[1] = ns;
         desc->checksum = b->checksum;
-        DF_CHECK_ERR(handoff_publish(H, (uint16_t)w.id, w.incarnation, out, slot));
+        DF_CHECK_ERR(handoff_publish(H, (uint16_t)w->id, w->incarnation, out, slot));
         rc = ledger_set_in_ring(L, bid); /* -EALREADY: the drafter already took and marked it */
         if (rc != -EALREADY)
             DF_CHECK_ERR(rc);
-        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w.id, w.incarnation, NULL, 0));
+        DF_CHECK_ERR(handoff_finish(H, (uint16_t)w->id, w->incarnation, NULL, 0));
         produced++;
-        stage_count(&st, 1, T);
-        stage_busy(&st);
+        stage_count(&wk.st, 1, T);
+        stage_busy(&wk.st);
     }
-    stage_tick(&st, 1);
+    wk_finish(&wk);
     df_log("done: %llu batches, %llu tokens, busy %.1fs, waiting %.1fs", (unsigned long long)produced,
-           (unsigned long long)st.tokens_total, st.busy_total_s, st.wait_total_s);
-    metrics_close(&mw);
+           (unsigned long long)wk.st.tokens_total, wk.st.busy_total_s, wk.st.wait_total_s);
     dataset_close(ds);
     tb_close(m);
-    ctl_worker_close(&w);
+    wk_close(&wk);
     return DF_EXIT_OK;
 }

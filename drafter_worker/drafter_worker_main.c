@@ -58,7 +58,7 @@ static const char usage[] =
 #define NO_BATCH UINT64_MAX
 
 typedef struct drafter {
-    wk_worker *wk; /* the worker skeleton: control connection, metrics, stage figures */
+    worker_ctx *wk; /* the worker skeleton: control connection, metrics, stage figures */
     ctl_worker *w; /* &wk->ctl */
     trainer tr;
     char ckpt_root[1200];
@@ -69,7 +69,7 @@ typedef struct drafter {
     handoff_table *H;
     batch_view view;
     int det, rank, R;
-    ar_comm ar;               /* world R > 1 only */
+    allreduce_comm ar;               /* world R > 1 only */
     atomic_int in_collective; /* 1 while waiting for the peers: the helper thread heartbeats */
     _Atomic uint64_t hb_step, hb_items, hb_tokens; /* what it reports meanwhile */
     atomic_int hb_quit;
@@ -179,7 +179,7 @@ static void final_prune(drafter *d)
     uint64_t want = (uint64_t)d->tr.ts.step, t0 = df_now_ns();
     while (d->w->topo.drafter.keep_checkpoints && d->sent_step == want && ctl_committed_ack(d->w) < want &&
            df_now_ns() - t0 < 5000000000ull) {
-        wk_heartbeat(d->wk, want);
+        worker_heartbeat(d->wk, want);
         usleep(10000);
     }
     prune_checkpoints(d);
@@ -188,7 +188,7 @@ static void final_prune(drafter *d)
 static void heartbeat(void *arg)
 {
     drafter *d = arg; /* a step may take seconds on the CPU */
-    wk_heartbeat(d->wk, (uint64_t)d->tr.ts.step);
+    worker_heartbeat(d->wk, (uint64_t)d->tr.ts.step);
 }
 
 /* While this rank waits in a control all-reduce it is not hung: its peer is (and the
@@ -214,10 +214,10 @@ static void collective(drafter *d, float *v, size_t n)
     atomic_store(&d->hb_items, d->wk->st.items_total);
     atomic_store(&d->hb_tokens, d->wk->st.tokens_total);
     atomic_store(&d->in_collective, 1);
-    int rc = ar_allreduce_sum(&d->ar, v, n, CONTROL_TIMEOUT_NS);
+    int rc = allreduce_sum(&d->ar, v, n, CONTROL_TIMEOUT_NS);
     atomic_store(&d->in_collective, 0);
     if (rc < 0) /* a peer died (the orchestrator restarts the group) or the group broke */
-        df_die(DF_EXIT_TEMP, "control all-reduce (rank %d of %d): %s", d->rank, d->R, ar_strerror(rc));
+        df_die(DF_EXIT_TEMP, "control all-reduce (rank %d of %d): %s", d->rank, d->R, allreduce_strerror(rc));
 }
 
 static int all_trained(ledger *L)
@@ -240,11 +240,11 @@ typedef struct pick {
  * sent as id + 1 < 2^24, exact in float). Also agrees on stop. NO_BATCH: none for us. */
 static uint64_t det_assign(drafter *d, int stop, int paused, int *stop_any)
 {
-    float v[1 + AR_MAX_WORLD];
+    float v[1 + ALLREDUCE_MAX_WORLD];
     memset(v, 0, sizeof v);
     v[0] = (float)stop;
     if (d->rank == 0 && !stop && !paused) {
-        uint64_t ids[AR_MAX_WORLD];
+        uint64_t ids[ALLREDUCE_MAX_WORLD];
         uint32_t n = ledger_next_open(d->L, (uint32_t)d->R, ids);
         for (uint32_t r = 0; r < n; r++)
             v[1 + r] = (float)(ids[r] + 1);
@@ -260,7 +260,7 @@ static void det_acquire(drafter *d, uint64_t want, pick *p)
 {
     ctl_worker *w = d->w;
     for (;;) {
-        int rc = ring_acquire_ready_batch(d->in, (uint16_t)w->id, w->incarnation, want, WK_WAIT_NS, &p->slot);
+        int rc = ring_acquire_ready_batch(d->in, (uint16_t)w->id, w->incarnation, want, WORKER_WAIT_NS, &p->slot);
         if (rc == 0) {
             p->has = 1;
             return;
@@ -271,7 +271,7 @@ static void det_acquire(drafter *d, uint64_t want, pick *p)
         }
         if (rc != -ETIMEDOUT)
             DF_CHECK_ERR(rc);
-        wk_tick(d->wk, (uint64_t)d->tr.ts.step);
+        worker_tick(d->wk, (uint64_t)d->tr.ts.step);
         if (ctl_should_stop(w)) {
             p->stop = p->can_end = 1;
             return;
@@ -284,7 +284,7 @@ static void det_acquire(drafter *d, uint64_t want, pick *p)
 
 static void fast_acquire(drafter *d, pick *p)
 {
-    int rc = wk_acquire_ready(d->wk, d->in, &p->slot);
+    int rc = worker_acquire_ready(d->wk, d->in, &p->slot);
     if (rc == 0)
         p->has = 1;
     else if (rc == -EPIPE)
@@ -342,8 +342,8 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_int(&ml, "nonfinite", nonfinite);
     metrics_int(&ml, "nonfinite_steps", tr->nonfinite_steps);
     if (d->R > 1 && !tr->cuda) { /* the bucketed reduction: what the backward did not hide */
-        metrics_num(&ml, "ar_wait_ms", (double)tr->ar_wait_ns * 1e-6);
-        metrics_int(&ml, "ar_buckets_overlapped", tr->ar_early);
+        metrics_num(&ml, "allreduce_wait_ms", (double)tr->allreduce_wait_ns * 1e-6);
+        metrics_int(&ml, "allreduce_buckets_overlapped", tr->allreduce_early);
     }
     metrics_end(&ml);
     nonfinite_stop(d, s.loss, &info);
@@ -383,30 +383,30 @@ static void setup_group(drafter *d)
 {
     ctl_worker *w = d->w;
     const topo *t = &w->topo;
-    d->R = topo_n_drafters(t);
+    d->R = topology_n_drafters(t);
     d->rank = w->self->rank < 0 ? 0 : w->self->rank;
     d->det = t->deterministic;
     if (d->det && d->R > 1 && ctl_claim_window(w) < (uint32_t)d->R)
         df_die(DF_EXIT_PERM, "%s: deterministic mode with %d drafter ranks needs every ring to have at least %d "
                "slots (the R batches of a step must fit at once; docs/ledger.md)", t->source_path, d->R, d->R);
-    ar_comm_init(&d->ar);
+    allreduce_comm_init(&d->ar);
     if (d->R <= 1)
         return;
     int rc;
-    if (t->backend != TOPO_CPU) { /* NCCL across the ranks' GPUs, id from the orchestrator */
+    if (t->backend != TOPOLOGY_CPU) { /* NCCL across the ranks' GPUs, id from the orchestrator */
         if (!w->has_nccl_id)
             df_die(DF_EXIT_PERM, "%s: %d cuda drafter ranks: no NCCL unique id in the hello", t->source_path, d->R);
-        rc = ar_open_nccl(&d->ar, w->nccl_id, d->rank, d->R, w->self->gpu);
+        rc = allreduce_open_nccl(&d->ar, w->nccl_id, d->rank, d->R, w->self->gpu);
         if (rc < 0) /* a peer that never arrives: -ETIMEDOUT; the orchestrator restarts the group */
-            df_die(DF_EXIT_TEMP, "NCCL: rank %d of %d on GPU %d: %s", d->rank, d->R, w->self->gpu, ar_strerror(rc));
+            df_die(DF_EXIT_TEMP, "NCCL: rank %d of %d on GPU %d: %s", d->rank, d->R, w->self->gpu, allreduce_strerror(rc));
     } else {
         uint64_t bytes;
         void *seg = ctl_allreduce_segment(w, &bytes);
         if (!seg)
             df_die(DF_EXIT_PERM, "%s: %d drafter ranks: no all-reduce segment in the hello", t->source_path, d->R);
-        rc = ar_open_shm(&d->ar, seg, bytes, d->rank, d->R);
+        rc = allreduce_open_shm(&d->ar, seg, bytes, d->rank, d->R);
         if (rc < 0) /* e.g. -EBUSY: the segment was not re-formatted for this group: restart */
-            df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, ar_strerror(rc));
+            df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, allreduce_strerror(rc));
     }
     if ((rc = pthread_create(&d->hb_thread, NULL, hb_main, d)) != 0)
         df_die(DF_EXIT_TEMP, "heartbeat thread: %s", strerror(rc));
@@ -415,10 +415,10 @@ static void setup_group(drafter *d)
 
 int main(int argc, char **argv)
 {
-    if (wk_help(argc, argv, usage))
+    if (worker_help(argc, argv, usage))
         return 0;
-    static wk_worker wk;
-    DF_CHECK_ERR(wk_start(&wk, "drafter_worker", argc, argv));
+    static worker_ctx wk;
+    DF_CHECK_ERR(worker_start(&wk, "drafter_worker", argc, argv));
     ctl_worker *w = &wk.ctl;
     const topo *t = &w->topo;
     char err[1024], path[2600];
@@ -453,13 +453,13 @@ int main(int argc, char **argv)
         df_log("resumed from %s (step %ld)", resume, tr->ts.step);
     tr->ts.epoch = (long)ledger_epoch(d->L); /* recorded in the checkpoints of this epoch */
 
-    wk_ring ri;
-    DF_CHECK_ERR(wk_ring_in(&wk, &ri));
+    worker_ring ri;
+    DF_CHECK_ERR(worker_ring_in(&wk, &ri));
     d->in = ri.r;
     d->A = ri.A;
     d->slot_bytes = ri.slot_bytes;
     d->H = ctl_handoff(w);
-    DF_CHECK_ERR(wk_ready(&wk, d->in, NULL));
+    DF_CHECK_ERR(worker_ready(&wk, d->in, NULL));
     df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
            "rank %d of %d, %s mode",
            tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
@@ -467,7 +467,7 @@ int main(int argc, char **argv)
 
     uint64_t t_start = df_now_ns();
     for (;;) {
-        wk_tick(&wk, (uint64_t)tr->ts.step);
+        worker_tick(&wk, (uint64_t)tr->ts.step);
         if (d->rank == 0 && ctl_checkpoint_requested(w))
             save_checkpoint(d);
         if (d->rank == 0)
@@ -516,7 +516,7 @@ int main(int argc, char **argv)
         if (stop_any)
             break;
     }
-    wk_finish(&wk);
+    worker_finish(&wk);
     if (d->rank == 0 && tr->ts.step > 0 && tr->ts.step != tr->ts.ledger_committed_step)
         save_checkpoint(d);
     if (d->rank == 0 && tr->ts.step > 0)
@@ -546,9 +546,9 @@ int main(int argc, char **argv)
         atomic_store(&d->hb_quit, 1);
         pthread_join(d->hb_thread, NULL);
     }
-    ar_close(&d->ar);
+    allreduce_close(&d->ar);
     batch_view_free(&d->view);
     trainer_close(tr);
-    wk_close(&wk);
+    worker_close(&wk);
     return DF_EXIT_OK;
 }

@@ -11,7 +11,7 @@
 #include <math.h>
 
 /* The drafter's shape: the target's width and heads, the topology's depth and block. */
-static void build_config(dflash_config *c, const topo *t, const hfc_config *hc)
+static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
 {
     memset(c, 0, sizeof *c);
     c->hidden = hc->hidden_size;
@@ -72,16 +72,16 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     int frc = parse_fault(tr, err, errlen);
     if (frc < 0)
         return frc;
-    tr->cuda = t->backend != TOPO_CPU;
+    tr->cuda = t->backend != TOPOLOGY_CPU;
     tr->device = device;
     char path[1200];
-    hfc_config hc;
+    hfconfig hc;
     snprintf(path, sizeof path, "%s/config.json", t->target_model_dir);
-    int rc = hfc_load(&hc, path, err, errlen);
+    int rc = hfconfig_load(&hc, path, err, errlen);
     if (rc < 0)
         return rc;
     build_config(&tr->cfg, t, &hc);
-    hfc_free(&hc);
+    hfconfig_free(&hc);
     char e2[512];
     if ((rc = dflash_config_validate(&tr->cfg, e2, sizeof e2)) < 0) {
         snprintf(err, errlen, "%s: drafter: %s", t->source_path, e2);
@@ -121,7 +121,7 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     if (tr->cuda)
         return trainer_cuda_open(tr, t, total_steps, ckpt_dir != NULL, err, errlen);
 
-    if ((rc = tm_load_embeddings(&tr->emb, t->target_model_dir, 0, err, errlen)) < 0)
+    if ((rc = target_load_embeddings(&tr->emb, t->target_model_dir, 0, err, errlen)) < 0)
         return rc;
     if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden) {
         snprintf(err, errlen, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
@@ -130,7 +130,7 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     }
     tr->fz.embed = tr->emb.embed;
     tr->fz.lm_head = tr->emb.lm_head;
-    if ((rc = gb_plan_make(&tr->buckets, &tr->cfg, (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) <
+    if ((rc = buckets_plan_make(&tr->buckets, &tr->cfg, (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) <
         0) {
         snprintf(err, errlen, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
         return rc;
@@ -146,26 +146,26 @@ void trainer_close(trainer *tr)
     dflash_params_free(&tr->g);
     dflash_params_free(&tr->p);
     adamw_free(&tr->opt);
-    tm_embeddings_free(&tr->emb);
+    target_embeddings_free(&tr->emb);
     memset(tr, 0, sizeof *tr);
 }
 
 /* Finish the step's bucketed gradient all-reduce (each rank's gradient already scaled by
  * its share): hand over what the backward did not, wait for the sums. */
-static int reduce_grads(trainer *tr, gb_step *gs, ar_comm *ar, char *err, size_t errlen)
+static int reduce_grads(trainer *tr, buckets_step *gs, allreduce_comm *ar, char *err, size_t errlen)
 {
-    tr->ar_wait_ns = 0;
-    tr->ar_early = 0;
+    tr->allreduce_wait_ns = 0;
+    tr->allreduce_early = 0;
     if (!ar || ar->world <= 1)
         return 0;
-    int rc = gb_step_finish(gs, &tr->ar_wait_ns);
-    tr->ar_early = gs->early;
+    int rc = buckets_step_finish(gs, &tr->allreduce_wait_ns);
+    tr->allreduce_early = gs->early;
     if (rc < 0)
-        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
+        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
     return rc;
 }
 
-int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const ar_comm *ar, dflash_batch *seq,
+int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar, dflash_batch *seq,
                  double *norm, char *err, size_t errlen)
 {
     const dflash_config *c = &tr->cfg;
@@ -194,7 +194,7 @@ int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, co
     return 0;
 }
 
-int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, void (*hb)(void *), void *hb_arg,
+int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *), void *hb_arg,
                  dflash_stats *out, adamw_info *info, char *err, size_t errlen)
 {
     const dflash_config *c = &tr->cfg;
@@ -232,16 +232,16 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     for (int k = 0; k < nd; k++)
         if (seq[k].sum_w > 0)
             last = k;
-    gb_step gs = {0};
+    buckets_step gs = {0};
     int bucketed = ar && ar->world > 1;
     if (bucketed)
-        gb_step_begin(&gs, &tr->buckets, ar, tr->g.data);
+        buckets_step_begin(&gs, &tr->buckets, ar, tr->g.data);
     rc = 0;
     for (int k = 0; k < nd; k++) {
         dflash_stats st;
         if (rc == 0 && seq[k].sum_w > 0) { /* a document without loss positions contributes nothing */
             rc = dflash_loss_and_grad_hooked(c, &tr->p, &tr->fz, &seq[k], &tr->acts, &tr->g, norm, 64, &st,
-                                             bucketed && k == last ? gb_step_hook(&gs) : NULL);
+                                             bucketed && k == last ? buckets_step_hook(&gs) : NULL);
             if (rc < 0)
                 snprintf(err, errlen, "batch %llu document %d: forward/backward: %s", (unsigned long long)b->batch_id,
                          k, strerror(-rc));
@@ -276,7 +276,7 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *
     return 0;
 }
 
-int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
+int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     if (tr->cuda) {
         int rc = trainer_cuda_step_empty(tr, ar, info, err, errlen);
@@ -285,9 +285,9 @@ int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, si
         return rc;
     }
     memset(tr->g.data, 0, tr->g.n * sizeof(float)); /* x + 0 = x: the others' sum is unchanged */
-    gb_step gs = {0}; /* the same buckets as the ranks that trained a batch: every bucket at the end */
+    buckets_step gs = {0}; /* the same buckets as the ranks that trained a batch: every bucket at the end */
     if (ar && ar->world > 1)
-        gb_step_begin(&gs, &tr->buckets, ar, tr->g.data);
+        buckets_step_begin(&gs, &tr->buckets, ar, tr->g.data);
     int rc = reduce_grads(tr, &gs, ar, err, errlen);
     if (rc < 0)
         return rc;

@@ -6,7 +6,7 @@
  * tokens and anchors); gradients are summed over the documents with the loss normalised by
  * the batch's total weight; with several drafter ranks the gradients are then summed over
  * the ranks (cpu: in buckets handed over during the last document's backward,
- * grad_buckets.h; cuda: one ar_allreduce_sum) and divided by the world size; then AdamW with clipping and
+ * grad_buckets.h; cuda: one allreduce_sum) and divided by the world size; then AdamW with clipping and
  * the warmup + cosine schedule.
  *
  * Backends (topology "backend"):
@@ -52,13 +52,13 @@ typedef struct trainer {
     /* cpu backend */
     dflash_params g;
     dflash_frozen fz;
-    tm_embeddings emb;
+    target_embeddings emb;
     adamw_segment decay[4 * DFLASH_MAX_LAYERS + 8];
     int n_decay;
     dflash_acts acts;
-    gb_plan buckets;        /* the gradient all-reduce's buckets (drafter.allreduce_bucket_kb) */
-    int64_t ar_wait_ns;     /* last step: time spent waiting for the reduction after the backward */
-    int ar_early;           /* last step: buckets handed over while the backward still ran */
+    buckets_plan buckets;        /* the gradient all-reduce's buckets (drafter.allreduce_bucket_kb) */
+    int64_t allreduce_wait_ns;     /* last step: time spent waiting for the reduction after the backward */
+    int allreduce_early;           /* last step: buckets handed over while the backward still ran */
     /* cuda backend */
     trainer_cuda *gpu;
     /* data parallel: how many ranks contribute a batch to this step (set by the caller each
@@ -94,14 +94,14 @@ void trainer_close(trainer *tr); /* safe on a zeroed trainer */
  * holding tokens, mask, anchors, keep and features at h's offsets. ar: the drafter group
  * (NULL or world 1: no reduction). hb: called between documents (long CPU steps keep the
  * heartbeat alive), may be NULL. Fills st (merged over documents, this rank) and info. */
-int trainer_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, void (*hb)(void *), void *hb_arg,
+int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *), void *hb_arg,
                  dflash_stats *st, adamw_info *info, char *err, size_t errlen);
 
 /* The same optimizer step for a rank of a group (ar world > 1) that has no batch this step
  * (the end of an epoch with fewer batches left than ranks): it contributes zero gradients
  * to the all-reduce and applies the group's update like every rank, so the weights stay
  * identical everywhere. cpu backend only for now (cuda: -ENOTSUP). */
-int trainer_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen);
+int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen);
 
 /* Checkpoint under root (dflash_ckpt_save) with ts.ledger_committed_step = ts.step. */
 int trainer_save(trainer *tr, const char *root, char *err, size_t errlen);
@@ -117,13 +117,13 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double seconds, char
  * keep, labels and weights; feat: the fp32 features in host memory, or NULL when they stay on
  * the device), and the loss normaliser (the batch's total weight, times the world size so an
  * all-reduced sum of gradients is the mean). The caller frees seq[0..h->n_docs). */
-int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const ar_comm *ar, dflash_batch *seq,
+int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar, dflash_batch *seq,
                  double *norm, char *err, size_t errlen);
 int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen);
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
+int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
                       adamw_info *info, char *err, size_t errlen);
 int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen); /* refresh tr->p (+ tr->opt) */
-int trainer_cuda_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen);
+int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen);
 void trainer_cuda_close(trainer *tr);
 
 #endif

@@ -13,8 +13,8 @@
 #include <cuda_runtime.h>
 
 struct trainer_cuda {
-    dfc_ctx *ctx;
-    dfc_bf16 *embed, *head; /* head == embed when tied */
+    dflash_ctx_cuda *ctx;
+    dflash_bf16_cuda *embed, *head; /* head == embed when tied */
 };
 
 static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
@@ -32,43 +32,43 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
     if (!g)
         return -ENOMEM;
     tr->gpu = g;
-    tm_embeddings emb;
-    int rc = tm_load_embeddings(&emb, t->target_model_dir, 0, err, errlen);
+    target_embeddings emb;
+    int rc = target_load_embeddings(&emb, t->target_model_dir, 0, err, errlen);
     if (rc < 0)
         return rc;
     if (emb.vocab != tr->cfg.vocab || emb.hidden != tr->cfg.hidden) {
         snprintf(err, errlen, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
                  t->target_model_dir, emb.vocab, emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
-        tm_embeddings_free(&emb);
+        target_embeddings_free(&emb);
         return -EINVAL;
     }
     size_t n = (size_t)emb.vocab * emb.hidden;
-    rc = dfc_upload_bf16(&g->embed, emb.embed, n);
+    rc = dflash_upload_bf16_cuda(&g->embed, emb.embed, n);
     if (rc == 0)
-        rc = emb.tied ? (g->head = g->embed, 0) : dfc_upload_bf16(&g->head, emb.lm_head, n);
-    tm_embeddings_free(&emb);
+        rc = emb.tied ? (g->head = g->embed, 0) : dflash_upload_bf16_cuda(&g->head, emb.lm_head, n);
+    target_embeddings_free(&emb);
     if (rc < 0) {
         snprintf(err, errlen, "upload of the embeddings (%zu x 2 bytes): %s", n, strerror(-rc));
         return rc;
     }
     adamw_config oc = tr->opt.cfg;
     oc.total_steps = total_steps;
-    rc = dfc_init(&g->ctx, &tr->cfg, &oc, g->embed, g->head, (int)t->max_seq_len, (int)t->drafter.num_anchors, 0,
+    rc = dflash_init_cuda(&g->ctx, &tr->cfg, &oc, g->embed, g->head, (int)t->max_seq_len, (int)t->drafter.num_anchors, 0,
                   err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = dfc_params_from_host(g->ctx, tr->p.data)) < 0 ||
-        (rc = dfc_opt_from_host(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
+    if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data)) < 0 ||
+        (rc = dflash_opt_from_host_cuda(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
                                 resumed ? tr->opt.step : 0)) < 0) {
-        snprintf(err, errlen, "upload of the weights: %s", dfc_error(g->ctx));
+        snprintf(err, errlen, "upload of the weights: %s", dflash_error_cuda(g->ctx));
         return rc;
     }
-    df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device", tr->device, dfc_param_count(g->ctx),
-           (double)dfc_device_bytes(g->ctx) / (1u << 30));
+    df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device", tr->device, dflash_param_count_cuda(g->ctx),
+           (double)dflash_device_bytes_cuda(g->ctx) / (1u << 30));
     return 0;
 }
 
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
+int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
                       adamw_info *info, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
@@ -86,17 +86,17 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_c
     int rc = trainer_docs(tr, h, NULL, ar, seq, &norm, err, errlen); /* h: the host copy, same offsets */
     if (rc < 0)
         return rc;
-    if ((rc = dfc_zero_grads(g->ctx)) < 0)
+    if ((rc = dflash_zero_grads_cuda(g->ctx)) < 0)
         goto fail;
     for (int k = 0; k < nd && rc == 0; k++) {
         int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
         if (seq[k].sum_w <= 0)
             continue; /* no loss position: contributes nothing */
-        dfc_batch b = {
+        dflash_batch_cuda b = {
             .S = S,
             .N = N,
             .n_real = seq[k].n_real,
-            .H = base + h->off_feat + (size_t)s0 * ncd * sizeof(dfc_bf16),
+            .H = base + h->off_feat + (size_t)s0 * ncd * sizeof(dflash_bf16_cuda),
             .H_bf16 = 1,
             .x = (const int32_t *)(base + h->off_tokens) + s0,
             .loss_mask = (const uint8_t *)(base + h->off_mask) + s0,
@@ -104,23 +104,23 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_c
             .keep = (const uint8_t *)(base + h->off_keep) + (size_t)k * N,
         };
         dflash_stats ds;
-        rc = dfc_step_accumulate(g->ctx, &b, norm, &ds);
+        rc = dflash_step_accumulate_cuda(g->ctx, &b, norm, &ds);
         if (rc == 0)
             dflash_stats_merge(st, &ds);
     }
     if (rc < 0)
         goto fail;
     if (ar && ar->world > 1) { /* gradients were pre-scaled by 1/world: the sum is the mean */
-        if ((rc = ar_set_stream(ar, dfc_stream(g->ctx))) < 0 ||
-            (rc = ar_allreduce_sum(ar, dfc_grads_device(g->ctx), dfc_param_count(g->ctx), ar->timeout_ns)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
+        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
+            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
             goto out;
         }
     }
-    rc = dfc_optimizer_step(g->ctx, info);
+    rc = dflash_optimizer_step_cuda(g->ctx, info);
 fail:
     if (rc < 0)
-        snprintf(err, errlen, "batch %llu: %s", (unsigned long long)h->batch_id, dfc_error(g->ctx));
+        snprintf(err, errlen, "batch %llu: %s", (unsigned long long)h->batch_id, dflash_error_cuda(g->ctx));
 out:
     for (int k = 0; k < nd; k++)
         dflash_batch_free(&seq[k]);
@@ -128,32 +128,32 @@ out:
 }
 
 /* A rank without a batch this step: zero gradients into the sum, the same AdamW step. */
-int trainer_cuda_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
+int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
-    int rc = dfc_zero_grads(g->ctx);
+    int rc = dflash_zero_grads_cuda(g->ctx);
     if (rc == 0 && ar && ar->world > 1) {
-        if ((rc = ar_set_stream(ar, dfc_stream(g->ctx))) < 0 ||
-            (rc = ar_allreduce_sum(ar, dfc_grads_device(g->ctx), dfc_param_count(g->ctx), ar->timeout_ns)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, ar_strerror(rc));
+        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
+            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
             return rc;
         }
     }
     if (rc == 0)
-        rc = dfc_optimizer_step(g->ctx, info);
+        rc = dflash_optimizer_step_cuda(g->ctx, info);
     if (rc < 0)
-        snprintf(err, errlen, "empty step: %s", dfc_error(g->ctx));
+        snprintf(err, errlen, "empty step: %s", dflash_error_cuda(g->ctx));
     return rc;
 }
 
 int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
-    int rc = dfc_params_to_host(g->ctx, tr->p.data);
+    int rc = dflash_params_to_host_cuda(g->ctx, tr->p.data);
     if (rc == 0 && with_opt)
-        rc = dfc_opt_to_host(g->ctx, tr->opt.m, tr->opt.v, &tr->opt.step);
+        rc = dflash_opt_to_host_cuda(g->ctx, tr->opt.m, tr->opt.v, &tr->opt.step);
     if (rc < 0)
-        snprintf(err, errlen, "copy of the weights to the host: %s", dfc_error(g->ctx));
+        snprintf(err, errlen, "copy of the weights to the host: %s", dflash_error_cuda(g->ctx));
     return rc;
 }
 
@@ -162,7 +162,7 @@ void trainer_cuda_close(trainer *tr)
     trainer_cuda *g = tr->gpu;
     if (!g)
         return;
-    dfc_free(g->ctx);
+    dflash_free_cuda(g->ctx);
     if (g->head && g->head != g->embed)
         cudaFree(g->head);
     cudaFree(g->embed);

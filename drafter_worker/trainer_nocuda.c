@@ -9,7 +9,7 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
     return -ENOTSUP;
 }
 
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, ar_comm *ar, dflash_stats *st,
+int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
                       adamw_info *info, char *err, size_t errlen)
 {
     snprintf(err, errlen, "no CUDA in this build");
@@ -22,7 +22,7 @@ int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
     return -ENOTSUP;
 }
 
-int trainer_cuda_step_empty(trainer *tr, ar_comm *ar, adamw_info *info, char *err, size_t errlen)
+int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     snprintf(err, errlen, "no CUDA in this build");
     return -ENOTSUP;

@@ -55,9 +55,9 @@ static void usage(FILE *f)
 }
 
 typedef struct prompt_eval {
-    sd_result plain, spec;
+    spec_result plain, spec;
     int first_diff; /* -1: identical outputs */
-    long *acc_hit, *acc_n; /* [B] teacher-forced per-position accuracy (sd_score_drafts) */
+    long *acc_hit, *acc_n; /* [B] teacher-forced per-position accuracy (spec_score_drafts) */
 } prompt_eval;
 
 typedef struct eval_opts {
@@ -159,7 +159,7 @@ static int load_drafter(const char *dir, dflash_config *c, dflash_params *p, cha
 }
 
 /* The drafter must fit the target it is evaluated against. */
-static int check_pair(const dflash_config *c, const hfc_config *t, const char *dcfg, const char *tdir, char *err,
+static int check_pair(const dflash_config *c, const hfconfig *t, const char *dcfg, const char *tdir, char *err,
                       size_t errlen)
 {
     const char *what = NULL;
@@ -184,12 +184,12 @@ static int check_pair(const dflash_config *c, const hfc_config *t, const char *d
     return 0;
 }
 
-static double tpot_ms(const sd_result *r) /* decode time per token after the first */
+static double tpot_ms(const spec_result *r) /* decode time per token after the first */
 {
     return r->n_tokens > 1 ? 1e3 * r->decode_s / (r->n_tokens - 1) : 0.0;
 }
 
-static json_t *timing_json(const sd_result *r)
+static json_t *timing_json(const spec_result *r)
 {
     json_t *o = json_object();
     json_object_set_new(o, "new_tokens", json_integer(r->n_tokens));
@@ -233,7 +233,7 @@ static double median_tau(const prompt_eval *pe, int n)
     if (!v)
         df_die(DF_EXIT_TEMP, "out of memory");
     for (int i = 0; i < n; i++)
-        v[i] = sd_result_tau(&pe[i].spec);
+        v[i] = spec_result_tau(&pe[i].spec);
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     double m = n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     free(v);
@@ -268,19 +268,19 @@ int main(int argc, char **argv)
     int B = dc.block_size;
 
     /* prompts (the target's vocabulary bounds the token ids) */
-    hfc_config hc;
-    if ((rc = hfc_load(&hc, o.target, err, sizeof err)) < 0)
+    hfconfig hc;
+    if ((rc = hfconfig_load(&hc, o.target, err, sizeof err)) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
     if ((rc = check_pair(&dc, &hc, dcfg, o.target, err, sizeof err)) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
     if (!o.eos_given) { /* the chat end-of-turn token: byte tokenizer's eos, else config.json's */
-        o.eos = ep_byte_tokenizer_eos(o.target);
+        o.eos = prompts_byte_tokenizer_eos(o.target);
         if (o.eos < 0 && hc.n_eos > 0)
             o.eos = (int)hc.eos_token_ids[0];
     }
-    ep_list pl = {0};
+    prompts_list pl = {0};
     for (int i = 0; i < o.n_prompts_files && pl.n < o.max_prompts; i++)
-        if ((rc = ep_load(&pl, o.prompts[i], o.target, hc.vocab_size, o.max_prompts, o.max_prompt_len, err,
+        if ((rc = prompts_load(&pl, o.prompts[i], o.target, hc.vocab_size, o.max_prompts, o.max_prompt_len, err,
                           sizeof err)) < 0)
             df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "%s", err);
     if (pl.n == 0)
@@ -290,17 +290,17 @@ int main(int argc, char **argv)
     for (int i = 0; i < pl.n; i++)
         longest = DF_MAX(longest, pl.p[i].n);
     int max_ctx = longest + o.max_new + B;
-    hfc_free(&hc);
+    hfconfig_free(&hc);
 
     /* backends */
-    sd_backend be;
+    spec_backend be;
     char kind[32];
     snprintf(kind, sizeof kind, "%s:%d", o.backend, o.device < 0 ? 0 : o.device);
-    if ((rc = sd_backend_open(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx, err,
+    if ((rc = spec_backend_open(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx, err,
                               sizeof err)) < 0)
-        df_die(rc == -ENOTSUP ? DF_EXIT_USAGE : tm_exit_code(rc), "%s", err);
+        df_die(rc == -ENOTSUP ? DF_EXIT_USAGE : target_exit_code(rc), "%s", err);
 
-    sd_opts so = {.max_new = o.max_new, .eos = o.eos};
+    spec_opts so = {.max_new = o.max_new, .eos = o.eos};
     prompt_eval *pe = calloc((size_t)pl.n, sizeof *pe);
     if (!pe)
         df_die(DF_EXIT_TEMP, "out of memory");
@@ -309,17 +309,17 @@ int main(int argc, char **argv)
             pl.n, o.max_new, B, o.eos, o.backend, o.drafter, o.random_seed >= 0 ? " (random init)" : "");
     for (int i = 0; i < pl.n; i++) {
         prompt_eval *e = &pe[i];
-        const ep_prompt *p = &pl.p[i];
-        if (!o.no_plain && (rc = sd_generate_plain(&be.target, p->tokens, p->n, &so, &e->plain)) < 0)
+        const prompts_entry *p = &pl.p[i];
+        if (!o.no_plain && (rc = spec_generate_plain(&be.target, p->tokens, p->n, &so, &e->plain)) < 0)
             df_die(DF_EXIT_TEMP, "%s: plain decoding failed: %s", p->source, strerror(-rc));
-        if ((rc = sd_generate_spec(&be.target, &be.drafter, p->tokens, p->n, &so, &e->spec)) < 0)
+        if ((rc = spec_generate(&be.target, &be.drafter, p->tokens, p->n, &so, &e->spec)) < 0)
             df_die(DF_EXIT_TEMP, "%s: speculative decoding failed: %s", p->source, strerror(-rc));
         e->first_diff = -1;
         e->acc_hit = calloc((size_t)B, sizeof(long));
         e->acc_n = calloc((size_t)B, sizeof(long));
         if (!e->acc_hit || !e->acc_n)
             df_die(DF_EXIT_TEMP, "out of memory");
-        if ((rc = sd_score_drafts(&be.target, &be.drafter, p->tokens, p->n, e->spec.tokens, e->spec.n_tokens,
+        if ((rc = spec_score_drafts(&be.target, &be.drafter, p->tokens, p->n, e->spec.tokens, e->spec.n_tokens,
                                   e->acc_hit, e->acc_n)) < 0)
             df_die(DF_EXIT_TEMP, "%s: scoring the drafts failed: %s", p->source, strerror(-rc));
         if (!o.no_plain) {
@@ -332,7 +332,7 @@ int main(int argc, char **argv)
         }
         if (!o.quiet) {
             fprintf(stderr, "[%d/%d] %s: prompt %d tokens, %d new, tau %.2f", i + 1, pl.n, p->source, p->n,
-                    e->spec.n_tokens, sd_result_tau(&e->spec));
+                    e->spec.n_tokens, spec_result_tau(&e->spec));
             if (!o.no_plain)
                 fprintf(stderr, ", %.3f ms/token plain, %.3f spec, %s", tpot_ms(&e->plain), tpot_ms(&e->spec),
                         e->first_diff < 0 ? "same output" : "OUTPUT DIFFERS");
@@ -349,7 +349,7 @@ int main(int argc, char **argv)
     int mismatches = 0;
     for (int i = 0; i < pl.n; i++) {
         prompt_eval *e = &pe[i];
-        tau_sum += sd_result_tau(&e->spec);
+        tau_sum += spec_result_tau(&e->spec);
         steps += e->spec.n_steps, acc += e->spec.accept_sum;
         for (int a = 0; a <= B; a++)
             hist[a] += e->spec.hist[a];
@@ -394,7 +394,7 @@ int main(int argc, char **argv)
         const char *src = pl.p[i].source;
         size_t sl = strlen(src);
         printf("%4d  %-34s %6d %5d %6.2f", i + 1, sl > 34 ? src + sl - 34 : src, pl.p[i].n, e->spec.n_tokens,
-               sd_result_tau(&e->spec));
+               spec_result_tau(&e->spec));
         if (o.no_plain)
             printf(" %12s %12.3f %8s  %s\n", "-", tpot_ms(&e->spec), "-", "-");
         else
@@ -443,7 +443,7 @@ int main(int argc, char **argv)
             json_object_set_new(po, "source", json_string(pl.p[i].source));
             json_object_set_new(po, "prompt_tokens", json_integer(pl.p[i].n));
             json_object_set_new(po, "new_tokens", json_integer(e->spec.n_tokens));
-            df_json_set_num(po, "tau", sd_result_tau(&e->spec));
+            df_json_set_num(po, "tau", spec_result_tau(&e->spec));
             json_object_set_new(po, "hist", hist_json(e->spec.hist, B));
             json_object_set_new(po, "pos_acc", pos_acc_json(e->acc_hit, e->acc_n, B));
             json_object_set_new(po, "pos_acc_in_decode", pos_acc_json(e->spec.pos_hit, e->spec.pos_n, B));
@@ -495,8 +495,8 @@ int main(int argc, char **argv)
     }
 
     for (int i = 0; i < pl.n; i++) {
-        sd_result_free(&pe[i].plain);
-        sd_result_free(&pe[i].spec);
+        spec_result_free(&pe[i].plain);
+        spec_result_free(&pe[i].spec);
         free(pe[i].acc_hit);
         free(pe[i].acc_n);
     }
@@ -506,8 +506,8 @@ int main(int argc, char **argv)
     free(pos_n);
     free(dec_hit);
     free(dec_n);
-    sd_backend_close(&be);
-    ep_free(&pl);
+    spec_backend_close(&be);
+    prompts_free(&pl);
     dflash_params_free(&dp);
     return exit_code;
 }

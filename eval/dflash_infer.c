@@ -12,9 +12,9 @@
 #include "util.h"
 
 /* Context rows are appended in chunks of at most this many (bounds the scratch). */
-#define DFI_CHUNK 64
+#define INFER_CHUNK 64
 
-void dfi_free(dfi_state *s)
+void infer_free(infer_state *s)
 {
     if (!s)
         return;
@@ -25,7 +25,7 @@ void dfi_free(dfi_state *s)
     memset(s, 0, sizeof *s);
 }
 
-int dfi_init(dfi_state *s, const dflash_config *c, const dflash_params *p, const dflash_frozen *f, int cap)
+int infer_init(infer_state *s, const dflash_config *c, const dflash_params *p, const dflash_frozen *f, int cap)
 {
     memset(s, 0, sizeof *s);
     if (cap < 1)
@@ -37,9 +37,9 @@ int dfi_init(dfi_state *s, const dflash_config *c, const dflash_params *p, const
     s->inv_freq = malloc(sizeof(float) * (size_t)(c->head_dim / 2));
     s->kc = malloc(sizeof(float) * L * rows * kvd);
     s->vc = malloc(sizeof(float) * L * rows * kvd);
-    s->ctx = malloc(sizeof(float) * DFI_CHUNK * d);
-    s->fc_out = malloc(sizeof(float) * DFI_CHUNK * d);
-    s->pos = malloc(sizeof(int32_t) * DF_MAX((size_t)DFI_CHUNK, B));
+    s->ctx = malloc(sizeof(float) * INFER_CHUNK * d);
+    s->fc_out = malloc(sizeof(float) * INFER_CHUNK * d);
+    s->pos = malloc(sizeof(int32_t) * DF_MAX((size_t)INFER_CHUNK, B));
     s->h = malloc(sizeof(float) * B * d);
     s->a = malloc(sizeof(float) * B * d);
     s->q = malloc(sizeof(float) * B * qd);
@@ -53,24 +53,24 @@ int dfi_init(dfi_state *s, const dflash_config *c, const dflash_params *p, const
     s->logits = malloc(sizeof(float) * (B - 1 ? B - 1 : 1) * (size_t)c->vocab);
     if (!s->inv_freq || !s->kc || !s->vc || !s->ctx || !s->fc_out || !s->pos || !s->h || !s->a || !s->q ||
         !s->att || !s->tmp || !s->g || !s->u || !s->rng_full || !s->rng_slide || !s->z || !s->logits) {
-        dfi_free(s);
+        infer_free(s);
         return -ENOMEM;
     }
     nn_rope_inv_freq(s->inv_freq, c->head_dim, c->rope_theta, NULL); /* as dflash_acts_ensure */
     return 0;
 }
 
-void dfi_reset(dfi_state *s)
+void infer_reset(infer_state *s)
 {
     s->n_ctx = 0;
 }
 
-static size_t layer_stride(const dfi_state *s)
+static size_t layer_stride(const infer_state *s)
 {
     return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
 }
 
-int dfi_append(dfi_state *s, const float *H, int n)
+int infer_append(infer_state *s, const float *H, int n)
 {
     const dflash_config *c = s->c;
     const dflash_params *p = s->p;
@@ -80,8 +80,8 @@ int dfi_append(dfi_state *s, const float *H, int n)
         return -ENOSPC;
     int d = c->hidden, KV = c->n_kv_heads, hd = c->head_dim, kvd = KV * hd, nin = c->n_capture * d;
     float eps = (float)c->rms_norm_eps;
-    for (int r0 = 0; r0 < n; r0 += DFI_CHUNK) {
-        int m = DF_MIN(DFI_CHUNK, n - r0), p0 = s->n_ctx;
+    for (int r0 = 0; r0 < n; r0 += INFER_CHUNK) {
+        int m = DF_MIN(INFER_CHUNK, n - r0), p0 = s->n_ctx;
         /* C = RMSNorm_hidden(H fc^T): no input_layernorm on the context path */
         nn_matmul(s->fc_out, H + (size_t)r0 * nin, p->fc, NULL, m, nin, d);
         nn_rmsnorm(s->ctx, s->fc_out, p->hidden_norm, m, d, eps);
@@ -101,7 +101,7 @@ int dfi_append(dfi_state *s, const float *H, int n)
     return 0;
 }
 
-int dfi_draft(dfi_state *s, int32_t anchor, int32_t *draft)
+int infer_draft(infer_state *s, int32_t anchor, int32_t *draft)
 {
     const dflash_config *c = s->c;
     const dflash_params *p = s->p;

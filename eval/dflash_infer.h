@@ -15,8 +15,8 @@
  * block causally. So a draft equals dflash_forward's block for an anchor at n_ctx with
  * the same features.
  *
- * Ownership: dfi_state borrows the config, parameters and frozen tensors (they must
- * outlive it) and owns its caches and scratch; dfi_free releases them. */
+ * Ownership: infer_state borrows the config, parameters and frozen tensors (they must
+ * outlive it) and owns its caches and scratch; infer_free releases them. */
 #ifndef DF_DFLASH_INFER_H
 #define DF_DFLASH_INFER_H
 
@@ -27,7 +27,7 @@
 #include "dflash/dflash_model.h"
 #include "nn/nn.h"
 
-typedef struct dfi_state {
+typedef struct infer_state {
     const dflash_config *c;
     const dflash_params *p;
     dflash_frozen f;
@@ -43,23 +43,23 @@ typedef struct dfi_state {
     nn_key_ranges *rng_full, *rng_slide; /* [B] */
     float *z;            /* [B, d] final-normed block rows of the last draft */
     float *logits;       /* [B-1, V] logits of block rows 1..B-1 of the last draft */
-} dfi_state;
+} infer_state;
 
 /* Allocate caches for cap context rows. 0, -EINVAL (cap < 1), -ENOMEM. */
-int dfi_init(dfi_state *s, const dflash_config *c, const dflash_params *p, const dflash_frozen *f, int cap);
-void dfi_free(dfi_state *s);
+int infer_init(infer_state *s, const dflash_config *c, const dflash_params *p, const dflash_frozen *f, int cap);
+void infer_free(infer_state *s);
 
 /* Forget the context (n_ctx = 0). */
-void dfi_reset(dfi_state *s);
+void infer_reset(infer_state *s);
 
 /* Append n context rows at positions n_ctx..n_ctx+n-1 from their captured features
  * H[n, n_capture*d] (the target's capture order = target_layer_ids). 0, -EINVAL (n < 1),
  * -ENOSPC (more than cap rows). */
-int dfi_append(dfi_state *s, const float *H, int n);
+int infer_append(infer_state *s, const float *H, int n);
 
 /* Draft one block anchored at position n_ctx with the token anchor: writes the greedy
  * tokens of block rows 1..B-1 to draft[B-1] (argmax, first on ties); s->z and s->logits
  * hold the rows for inspection until the next draft. 0, -EINVAL (no context, bad token). */
-int dfi_draft(dfi_state *s, int32_t anchor, int32_t *draft);
+int infer_draft(infer_state *s, int32_t anchor, int32_t *draft);
 
 #endif

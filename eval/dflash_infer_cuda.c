@@ -1,6 +1,6 @@
 /* dflash_infer_cuda.c: cached DFlash drafting on the GPU, see dflash_infer_cuda.h. The
- * block path is dfi_draft's layer loop (dflash_infer.c) with the residual add folded into
- * the next RMSNorm (nnc_add_rmsnorm), the context path dfi_append's. */
+ * block path is infer_draft's layer loop (dflash_infer.c) with the residual add folded into
+ * the next RMSNorm (nn_add_rmsnorm_cuda), the context path infer_append's. */
 #include "eval/dflash_infer_cuda.h"
 
 #include <errno.h>
@@ -16,16 +16,16 @@
 #include "util.h"
 
 /* Context rows appended per pass (bounds the scratch). */
-#define DFIC_CHUNK 256
+#define INFER_CUDA_CHUNK 256
 /* Linear layers of at most this many rows use the row-exact kernel, longer ones cuBLASLt. */
-#define DFIC_SMALL_ROWS 32
+#define INFER_CUDA_SMALL_ROWS 32
 
-const char *dfic_error(const dfic_state *s)
+const char *infer_error_cuda(const infer_state_cuda *s)
 {
     return s->err;
 }
 
-void dfic_free(dfic_state *s)
+void infer_free_cuda(infer_state_cuda *s)
 {
     if (!s)
         return;
@@ -34,7 +34,7 @@ void dfic_free(dfic_state *s)
         cudaFreeHost(s->draft_h);
     if (s->ranges_h)
         cudaFreeHost(s->ranges_h);
-    nnc_gemm_destroy(s->gemm);
+    nn_gemm_destroy_cuda(s->gemm);
     memset(s, 0, sizeof *s);
 }
 
@@ -55,7 +55,7 @@ static void *take(bump *b, size_t bytes)
 
 /* Lay out (base NULL: measure) the weights; hb/hf are the host staging copies when
  * filling (same offsets as the device buffers). */
-static void layout_weights(dfic_state *s, bump *bb, bump *bf, const dflash_params *p, uint16_t *hb, float *hf,
+static void layout_weights(infer_state_cuda *s, bump *bb, bump *bf, const dflash_params *p, uint16_t *hb, float *hf,
                            char *db, char *df)
 {
     const dflash_config *c = s->c;
@@ -67,8 +67,8 @@ static void layout_weights(dfic_state *s, bump *bb, bump *bf, const dflash_param
         if (hb) {                                                                                            \
             size_t o_ = (size_t)((char *)h_ - (char *)hb);                                                   \
             for (size_t i_ = 0; i_ < (n); i_++)                                                              \
-                h_[i_] = st_f32_to_bf16((src)[i_]);                                                          \
-            (dst) = (nnc_bf16 *)(db + o_);                                                                   \
+                h_[i_] = safetensors_f32_to_bf16((src)[i_]);                                                          \
+            (dst) = (nn_bf16_cuda *)(db + o_);                                                                   \
         }                                                                                                    \
     } while (0)
 #define F32(dst, src, n)                                                                                     \
@@ -85,7 +85,7 @@ static void layout_weights(dfic_state *s, bump *bb, bump *bf, const dflash_param
     F32(s->final_norm, p->final_norm, d);
     for (int l = 0; l < c->n_layers; l++) {
         const dflash_layer_params *P = &p->layer[l];
-        dfic_layer *L = &s->layer[l];
+        infer_layer_cuda *L = &s->layer[l];
         BF(L->w_qkv, P->wq, (qd + 2 * kvd) * d); /* wq, wk, wv are adjacent (checked) */
         BF(L->w_o, P->wo, d * qd);
         BF(L->w_gu, P->w_gate, 2 * I * d); /* w_gate, w_up adjacent (checked) */
@@ -99,15 +99,15 @@ static void layout_weights(dfic_state *s, bump *bb, bump *bf, const dflash_param
 #undef F32
 }
 
-static int cuda_fail(dfic_state *s, char *err, size_t errlen, const char *what, int rc)
+static int cuda_fail(infer_state_cuda *s, char *err, size_t errlen, const char *what, int rc)
 {
     snprintf(err, errlen, "drafter on the GPU: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
-    dfic_free(s);
+    infer_free_cuda(s);
     return rc;
 }
 
-int dfic_init(dfic_state *s, const dflash_config *c, const dflash_params *p, const nnc_bf16 *embed,
-              const nnc_bf16 *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen)
+int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
+              const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, B = c->block_size, d = c->hidden;
@@ -148,7 +148,7 @@ int dfic_init(dfic_state *s, const dflash_config *c, const dflash_params *p, con
     bb = (bump){(char *)hb, 0}, bf = (bump){(char *)hf, 0};
     layout_weights(s, &bb, &bf, p, hb, hf, s->wb, s->wf);
     float *inv = take(&bf, sizeof(float) * (size_t)(hd / 2));
-    nn_rope_inv_freq(inv, hd, c->rope_theta, NULL); /* as dfi_init */
+    nn_rope_inv_freq(inv, hd, c->rope_theta, NULL); /* as infer_init */
     s->inv_freq = (float *)((char *)s->wf + ((char *)inv - (char *)hf));
     int ok = cudaMemcpy(s->wb, hb, nb, cudaMemcpyHostToDevice) == cudaSuccess &&
              cudaMemcpy(s->wf, hf, nf, cudaMemcpyHostToDevice) == cudaSuccess;
@@ -158,23 +158,23 @@ int dfic_init(dfic_state *s, const dflash_config *c, const dflash_params *p, con
 
     /* caches and scratch */
     size_t rows = (size_t)cap + B, L = (size_t)c->n_layers, qkv_n = qd + 2 * kvd;
-    size_t R = (size_t)DF_MAX(DFIC_CHUNK, B);
-    if (cudaMalloc((void **)&s->kc, sizeof(nnc_bf16) * L * rows * kvd) != cudaSuccess ||
-        cudaMalloc((void **)&s->vc, sizeof(nnc_bf16) * L * rows * kvd) != cudaSuccess)
+    size_t R = (size_t)DF_MAX(INFER_CUDA_CHUNK, B);
+    if (cudaMalloc((void **)&s->kc, sizeof(nn_bf16_cuda) * L * rows * kvd) != cudaSuccess ||
+        cudaMalloc((void **)&s->vc, sizeof(nn_bf16_cuda) * L * rows * kvd) != cudaSuccess)
         return cuda_fail(s, err, errlen, "cudaMalloc(context K/V cache)", -ENOMEM);
     for (int pass = 0; pass < 2; pass++) { /* measure, then carve */
         bump a = {pass ? s->acts : NULL, 0};
-        s->fc_out = take(&a, sizeof(float) * DFIC_CHUNK * d);
-        s->ctx = take(&a, sizeof(nnc_bf16) * DFIC_CHUNK * d);
-        s->qkv = take(&a, sizeof(nnc_bf16) * R * qkv_n);
+        s->fc_out = take(&a, sizeof(float) * INFER_CUDA_CHUNK * d);
+        s->ctx = take(&a, sizeof(nn_bf16_cuda) * INFER_CUDA_CHUNK * d);
+        s->qkv = take(&a, sizeof(nn_bf16_cuda) * R * qkv_n);
         s->pos = take(&a, sizeof(int32_t) * R);
         s->h = take(&a, sizeof(float) * B * d);
-        s->a = take(&a, sizeof(nnc_bf16) * B * d);
-        s->att = take(&a, sizeof(nnc_bf16) * B * qd);
-        s->y = take(&a, sizeof(nnc_bf16) * B * d);
-        s->gu = take(&a, sizeof(nnc_bf16) * B * 2 * I);
-        s->act = take(&a, sizeof(nnc_bf16) * B * I);
-        s->z = take(&a, sizeof(nnc_bf16) * B * d);
+        s->a = take(&a, sizeof(nn_bf16_cuda) * B * d);
+        s->att = take(&a, sizeof(nn_bf16_cuda) * B * qd);
+        s->y = take(&a, sizeof(nn_bf16_cuda) * B * d);
+        s->gu = take(&a, sizeof(nn_bf16_cuda) * B * 2 * I);
+        s->act = take(&a, sizeof(nn_bf16_cuda) * B * I);
+        s->z = take(&a, sizeof(nn_bf16_cuda) * B * d);
         s->logits = take(&a, sizeof(float) * (size_t)(B - 1) * V);
         s->tokens = take(&a, sizeof(int32_t) * B);
         s->draft_d = take(&a, sizeof(int32_t) * B);
@@ -185,27 +185,27 @@ int dfic_init(dfic_state *s, const dflash_config *c, const dflash_params *p, con
     if (cudaMallocHost((void **)&s->draft_h, sizeof(int32_t) * B) != cudaSuccess ||
         cudaMallocHost((void **)&s->ranges_h, sizeof(nn_key_ranges) * 2 * B) != cudaSuccess)
         return cuda_fail(s, err, errlen, "cudaMallocHost", -ENOMEM);
-    int rc = nnc_gemm_create(&s->gemm, (size_t)32 << 20);
+    int rc = nn_gemm_create_cuda(&s->gemm, (size_t)32 << 20);
     if (rc < 0)
-        return cuda_fail(s, err, errlen, "nnc_gemm_create", rc);
+        return cuda_fail(s, err, errlen, "nn_gemm_create_cuda", rc);
     return 0;
 }
 
-void dfic_reset(dfic_state *s)
+void infer_reset_cuda(infer_state_cuda *s)
 {
     s->n_ctx = 0;
 }
 
-static size_t layer_stride(const dfic_state *s)
+static size_t layer_stride(const infer_state_cuda *s)
 {
     return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
 }
 
-static int linear(dfic_state *s, nnc_bf16 *out, const nnc_bf16 *x, const nnc_bf16 *w, int T, int n_in, int n_out)
+static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in, int n_out)
 {
-    if (T <= DFIC_SMALL_ROWS)
-        return dkc_linear_rows(out, 0, x, w, NULL, T, n_in, n_out, s->stream);
-    return nnc_gemm_bf16(s->gemm, out, x, w, NULL, T, n_in, n_out, s->stream);
+    if (T <= INFER_CUDA_SMALL_ROWS)
+        return decode_linear_rows_cuda(out, 0, x, w, NULL, T, n_in, n_out, s->stream);
+    return nn_gemm_bf16_cuda(s->gemm, out, x, w, NULL, T, n_in, n_out, s->stream);
 }
 
 #define STEP(call, what)                                                                                     \
@@ -213,12 +213,12 @@ static int linear(dfic_state *s, nnc_bf16 *out, const nnc_bf16 *x, const nnc_bf1
         int r_ = (call);                                                                                     \
         if (r_ < 0) {                                                                                        \
             snprintf(s->err, sizeof s->err, "%s: layer %d: %s failed (%d): %s%s%s", __func__, l, what, r_,   \
-                     nnc_last_cuda_error(), dkc_last_error(), nnc_gemm_error(s->gemm));                      \
+                     nn_last_error_cuda(), decode_last_error_cuda(), nn_gemm_error_cuda(s->gemm));                      \
             return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
         }                                                                                                    \
     } while (0)
 
-static int sync_stream(dfic_state *s)
+static int sync_stream(infer_state_cuda *s)
 {
     cudaError_t e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess) {
@@ -228,7 +228,7 @@ static int sync_stream(dfic_state *s)
     return 0;
 }
 
-int dfic_append(dfic_state *s, const nnc_bf16 *Hf, int n)
+int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n)
 {
     const dflash_config *c = s->c;
     if (n < 1)
@@ -239,21 +239,21 @@ int dfic_append(dfic_state *s, const nnc_bf16 *Hf, int n)
     int qkv_n = (H + 2 * KV) * hd;
     float eps = (float)c->rms_norm_eps;
     int l = -1;
-    for (int r0 = 0; r0 < n; r0 += DFIC_CHUNK) {
-        int m = DF_MIN(DFIC_CHUNK, n - r0), p0 = s->n_ctx;
+    for (int r0 = 0; r0 < n; r0 += INFER_CUDA_CHUNK) {
+        int m = DF_MIN(INFER_CUDA_CHUNK, n - r0), p0 = s->n_ctx;
         l = -1;
         /* C = RMSNorm_hidden(H fc^T), the fc output kept in fp32 as on the CPU */
-        STEP(dkc_linear_rows(s->fc_out, 1, Hf + (size_t)r0 * nin, s->fc, NULL, m, nin, d, s->stream), "fc");
-        STEP(nnc_add_rmsnorm(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream),
+        STEP(decode_linear_rows_cuda(s->fc_out, 1, Hf + (size_t)r0 * nin, s->fc, NULL, m, nin, d, s->stream), "fc");
+        STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream),
              "hidden_norm");
-        STEP(dkc_positions(s->pos, p0, m, s->stream), "positions");
+        STEP(decode_positions_cuda(s->pos, p0, m, s->stream), "positions");
         for (l = 0; l < c->n_layers; l++) {
-            const dfic_layer *L = &s->layer[l];
-            nnc_bf16 *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
+            const infer_layer_cuda *L = &s->layer[l];
+            nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
             STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n), "linear qkv (context)");
-            STEP(nnc_qk_norm_rope(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps, s->stream),
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps, s->stream),
                  "qk_norm_rope (context)");
-            STEP(dkc_kv_append(kl, vl, s->qkv, m, H, KV, hd, p0, s->stream), "kv append (context)");
+            STEP(decode_kv_append_cuda(kl, vl, s->qkv, m, H, KV, hd, p0, s->stream), "kv append (context)");
         }
         s->n_ctx += m;
     }
@@ -262,7 +262,7 @@ int dfic_append(dfic_state *s, const nnc_bf16 *Hf, int n)
     return 0;
 }
 
-int dfic_draft(dfic_state *s, int32_t anchor, int32_t *draft)
+int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft)
 {
     const dflash_config *c = s->c;
     int B = c->block_size, S = s->n_ctx, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
@@ -290,31 +290,31 @@ int dfic_draft(dfic_state *s, int32_t anchor, int32_t *draft)
              ? 0
              : -EIO,
          "ranges upload");
-    STEP(nnc_embed(s->h, s->embed, s->tokens, B, d, V, NULL, st), "embed");
-    STEP(dkc_positions(s->pos, S, B, st), "positions");
+    STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st), "embed");
+    STEP(decode_positions_cuda(s->pos, S, B, st), "positions");
     for (l = 0; l < c->n_layers; l++) {
-        const dfic_layer *L = &s->layer[l];
-        nnc_bf16 *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(nnc_add_rmsnorm(s->h, l > 0 ? s->y : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
+        const infer_layer_cuda *L = &s->layer[l];
+        nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
+        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? s->y : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n), "linear qkv");
-        STEP(nnc_qk_norm_rope(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st),
+        STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st),
              "qk_norm_rope");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
-        STEP(dkc_kv_append(kl, vl, s->qkv, B, H, KV, hd, S, st), "kv append (block)");
-        STEP(dkc_attention(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), 0, 0, B, H, KV,
+        STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, S, st), "kv append (block)");
+        STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), 0, 0, B, H, KV,
                            hd, scale, st),
              "attention");
         STEP(linear(s, s->y, s->att, L->w_o, B, H * hd, d), "linear o_proj");
-        STEP(nnc_add_rmsnorm(s->h, s->y, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
+        STEP(nn_add_rmsnorm_cuda(s->h, s->y, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
         STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I), "linear gate_up");
-        STEP(nnc_swiglu(s->act, s->gu, B, I, st), "swiglu");
+        STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st), "swiglu");
         STEP(linear(s, s->y, s->act, L->w_down, B, I, d), "linear down");
     }
     l = -1;
-    STEP(nnc_add_rmsnorm(s->h, s->y, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
+    STEP(nn_add_rmsnorm_cuda(s->h, s->y, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
-    STEP(dkc_linear_rows(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st), "lm_head");
-    STEP(dkc_argmax_rows(s->draft_d, s->logits, B - 1, V, st), "argmax");
+    STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st), "lm_head");
+    STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st), "argmax");
     STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) ==
                  cudaSuccess
              ? 0
@@ -327,11 +327,11 @@ int dfic_draft(dfic_state *s, int32_t anchor, int32_t *draft)
     return 0;
 }
 
-int dfic_logits_to_host(dfic_state *s, float *out)
+int infer_logits_to_host_cuda(infer_state_cuda *s, float *out)
 {
     size_t n = (size_t)(s->c->block_size - 1) * s->c->vocab;
     if (cudaMemcpy(out, s->logits, sizeof(float) * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        snprintf(s->err, sizeof s->err, "dfic_logits_to_host: %s", cudaGetErrorString(cudaGetLastError()));
+        snprintf(s->err, sizeof s->err, "infer_logits_to_host_cuda: %s", cudaGetErrorString(cudaGetLastError()));
         return -EIO;
     }
     return 0;

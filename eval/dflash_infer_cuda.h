@@ -11,13 +11,13 @@
  * The context rows reuse the fused QKV projection (their q part is computed and unused:
  * one GEMM and the shared q/k norm + RoPE kernel instead of a k/v-only path).
  *
- * Features in: DEVICE bf16 [n, n_capture * d] (tdc_model.feat, the target's capture
+ * Features in: DEVICE bf16 [n, n_capture * d] (decode_model_cuda.feat, the target's capture
  * order). The frozen embedding and lm_head are borrowed device bf16 [V, d] tensors (the
  * target's). Work is enqueued on a borrowed stream (the target's, so features are
- * consumed in order); dfic_draft returns after synchronising it, dfic_append only
+ * consumed in order); infer_draft_cuda returns after synchronising it, infer_append_cuda only
  * enqueues (the features must stay unchanged until the next draft or sync).
  *
- * Ownership: dfic_state owns its device weights, caches and scratch (dfic_free); it
+ * Ownership: infer_state_cuda owns its device weights, caches and scratch (infer_free_cuda); it
  * borrows the config (must outlive it), embed, lm_head and the stream. */
 #ifndef DF_DFLASH_INFER_CUDA_H
 #define DF_DFLASH_INFER_CUDA_H
@@ -34,62 +34,62 @@
 extern "C" {
 #endif
 
-typedef struct dfic_layer {
-    nnc_bf16 *w_qkv;      /* [(H + 2KV) * hd, d] */
-    nnc_bf16 *w_o;        /* [d, H * hd] */
-    nnc_bf16 *w_gu;       /* [2I, d] gate rows then up rows */
-    nnc_bf16 *w_down;     /* [d, I] */
+typedef struct infer_layer_cuda {
+    nn_bf16_cuda *w_qkv;      /* [(H + 2KV) * hd, d] */
+    nn_bf16_cuda *w_o;        /* [d, H * hd] */
+    nn_bf16_cuda *w_gu;       /* [2I, d] gate rows then up rows */
+    nn_bf16_cuda *w_down;     /* [d, I] */
     float *in_norm, *post_norm, *q_norm, *k_norm; /* [d], [d], [hd], [hd] */
-} dfic_layer;
+} infer_layer_cuda;
 
-typedef struct dfic_state {
+typedef struct infer_state_cuda {
     const dflash_config *c;
     int cap;               /* context rows the cache holds */
     int n_ctx;             /* context rows cached = position of the next anchor */
     cudaStream_t stream;   /* borrowed */
-    const nnc_bf16 *embed, *lm_head; /* borrowed, [V, d] */
+    const nn_bf16_cuda *embed, *lm_head; /* borrowed, [V, d] */
     void *wb;              /* one allocation: every bf16 weight */
     void *wf;              /* one allocation: every fp32 norm + inv_freq */
-    nnc_bf16 *fc;          /* [d, n_capture * d] */
+    nn_bf16_cuda *fc;          /* [d, n_capture * d] */
     float *hidden_norm, *final_norm, *inv_freq; /* [d], [d], [hd/2] */
-    dfic_layer layer[DFLASH_MAX_LAYERS];
-    nnc_bf16 *kc, *vc;     /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
+    infer_layer_cuda layer[DFLASH_MAX_LAYERS];
+    nn_bf16_cuda *kc, *vc;     /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
     void *acts;            /* one allocation: the scratch below */
     float *fc_out;         /* [chunk, d] fp32 */
-    nnc_bf16 *ctx;         /* [chunk, d] C */
-    nnc_bf16 *qkv;         /* [max(chunk, B), (H+2KV)*hd] */
+    nn_bf16_cuda *ctx;         /* [chunk, d] C */
+    nn_bf16_cuda *qkv;         /* [max(chunk, B), (H+2KV)*hd] */
     int32_t *pos;          /* [max(chunk, B)] */
     float *h;              /* [B, d] residual stream */
-    nnc_bf16 *a, *att, *y, *gu, *act, *z; /* [B, d], [B, H*hd], [B, d], [B, 2I], [B, I], [B, d] */
+    nn_bf16_cuda *a, *att, *y, *gu, *act, *z; /* [B, d], [B, H*hd], [B, d], [B, 2I], [B, I], [B, d] */
     float *logits;         /* [B-1, V] of the last draft */
     int32_t *tokens;       /* [B] */
     int32_t *draft_d;      /* [B] */
     nn_key_ranges *ranges; /* [2, B]: full layers, sliding layers */
     int32_t *draft_h;      /* pinned host [B] */
     nn_key_ranges *ranges_h; /* pinned host [2, B] */
-    nnc_gemm *gemm;
+    nn_gemm_cuda *gemm;
     char err[400];
-} dfic_state;
+} infer_state_cuda;
 
 /* Upload p (host fp32, dflash_params layout) and allocate caches for cap context rows on
  * the current device. 0, -EINVAL (cap < 1, a shape the kernels do not take: message in
  * err), -ENOMEM, -EIO. */
-int dfic_init(dfic_state *s, const dflash_config *c, const dflash_params *p, const nnc_bf16 *embed,
-              const nnc_bf16 *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
-void dfic_free(dfic_state *s);
+int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
+              const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
+void infer_free_cuda(infer_state_cuda *s);
 
 /* Forget the context. */
-void dfic_reset(dfic_state *s);
+void infer_reset_cuda(infer_state_cuda *s);
 /* Append n context rows from DEVICE bf16 features H[n, n_capture*d]. 0, -EINVAL (n < 1),
- * -ENOSPC (past cap), -EIO (text in dfic_error). */
-int dfic_append(dfic_state *s, const nnc_bf16 *H, int n);
+ * -ENOSPC (past cap), -EIO (text in infer_error_cuda). */
+int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *H, int n);
 /* Draft block rows 1..B-1 for the anchor at position n_ctx: draft[B-1] (host). 0, -EINVAL
  * (no context, bad anchor), -EIO. */
-int dfic_draft(dfic_state *s, int32_t anchor, int32_t *draft);
+int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft);
 /* The last draft's logits [B-1, V] to host out. 0 or -EIO. */
-int dfic_logits_to_host(dfic_state *s, float *out);
+int infer_logits_to_host_cuda(infer_state_cuda *s, float *out);
 
-const char *dfic_error(const dfic_state *s);
+const char *infer_error_cuda(const infer_state_cuda *s);
 
 #ifdef __cplusplus
 }

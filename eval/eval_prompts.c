@@ -11,7 +11,7 @@
 #include "io/shard.h"
 #include "util.h"
 
-void ep_free(ep_list *l)
+void prompts_free(prompts_list *l)
 {
     if (!l)
         return;
@@ -22,11 +22,11 @@ void ep_free(ep_list *l)
 }
 
 /* Take ownership of toks[n] (keeping the last max_len), labelled source. */
-static int add(ep_list *l, int32_t *toks, int n, int max_len, const char *source)
+static int add(prompts_list *l, int32_t *toks, int n, int max_len, const char *source)
 {
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 16;
-        ep_prompt *p = realloc(l->p, sizeof(*p) * (size_t)cap);
+        prompts_entry *p = realloc(l->p, sizeof(*p) * (size_t)cap);
         if (!p) {
             free(toks);
             return -ENOMEM;
@@ -37,14 +37,14 @@ static int add(ep_list *l, int32_t *toks, int n, int max_len, const char *source
         memmove(toks, toks + (n - max_len), sizeof(int32_t) * (size_t)max_len);
         n = max_len;
     }
-    ep_prompt *e = &l->p[l->n++];
+    prompts_entry *e = &l->p[l->n++];
     e->tokens = toks;
     e->n = n;
     snprintf(e->source, sizeof e->source, "%s", source);
     return 0;
 }
 
-static int load_shard(ep_list *l, const char *path, int vocab, int max_total, int max_len, char *err,
+static int load_shard(prompts_list *l, const char *path, int vocab, int max_total, int max_len, char *err,
                       size_t errlen)
 {
     dataset *ds = NULL;
@@ -120,7 +120,7 @@ static int read_byte_tok(byte_tok *bt, const char *dir, char *err, size_t errlen
     return rc;
 }
 
-int ep_byte_tokenizer_eos(const char *dir)
+int prompts_byte_tokenizer_eos(const char *dir)
 {
     byte_tok bt;
     char err[64];
@@ -214,7 +214,7 @@ static int chat_prompt(const json_t *o, const byte_tok *bt, int32_t **out, int *
     return 0;
 }
 
-static int load_jsonl(ep_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total,
+static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total,
                       int max_len, char *err, size_t errlen)
 {
     byte_tok bt;
@@ -285,7 +285,7 @@ static int load_jsonl(ep_list *l, const char *path, const char *tokenizer_dir, i
     return rc;
 }
 
-int ep_load(ep_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total, int max_len,
+int prompts_load(prompts_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total, int max_len,
             char *err, size_t errlen)
 {
     size_t n = strlen(path);

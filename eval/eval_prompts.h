@@ -12,35 +12,35 @@
  *     prepare the prompts with scripts/prepare_data.py and pass the shard.
  * So a JSONL file and the shard prepare_data.py made from it give the same prompts.
  *
- * Errors name the file and the line (JSONL) or the sample (shards). Ownership: ep_list
- * owns every prompt; ep_free releases them. */
+ * Errors name the file and the line (JSONL) or the sample (shards). Ownership: prompts_list
+ * owns every prompt; prompts_free releases them. */
 #ifndef DF_EVAL_PROMPTS_H
 #define DF_EVAL_PROMPTS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ep_prompt {
+typedef struct prompts_entry {
     int32_t *tokens;
     int n;
     char source[320];   /* "file:line" or "file#sample" */
-} ep_prompt;
+} prompts_entry;
 
-typedef struct ep_list {
-    ep_prompt *p;
+typedef struct prompts_list {
+    prompts_entry *p;
     int n, cap;
-} ep_list;
+} prompts_list;
 
 /* Append up to max_total prompts (over the whole list) from path: .dfs is a shard, any
  * other name chat JSONL (which needs tokenizer_dir/byte_tokenizer.json). Prompts longer
  * than max_len keep their LAST max_len tokens (the end carries the assistant marker).
  * Every token must be < vocab. 0 or -errno (-EINVAL: bad content, err names file and
  * line/sample/field). */
-int ep_load(ep_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total, int max_len,
+int prompts_load(prompts_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total, int max_len,
             char *err, size_t errlen);
-void ep_free(ep_list *l);
+void prompts_free(prompts_list *l);
 
 /* The eos token of a byte_tokenizer.json in dir, or -1 when there is none. */
-int ep_byte_tokenizer_eos(const char *dir);
+int prompts_byte_tokenizer_eos(const char *dir);
 
 #endif

@@ -10,7 +10,7 @@
 #include "target/target_decode.h"
 #include "util.h"
 
-void sd_result_free(sd_result *r)
+void spec_result_free(spec_result *r)
 {
     if (!r)
         return;
@@ -21,12 +21,12 @@ void sd_result_free(sd_result *r)
     memset(r, 0, sizeof *r);
 }
 
-double sd_result_tau(const sd_result *r)
+double spec_result_tau(const spec_result *r)
 {
     return r->n_steps ? (double)r->accept_sum / r->n_steps : 0.0;
 }
 
-static int result_init(sd_result *r, const sd_opts *o, int block_size)
+static int result_init(spec_result *r, const spec_opts *o, int block_size)
 {
     memset(r, 0, sizeof *r);
     if (o->max_new < 1 || block_size < 1)
@@ -36,7 +36,7 @@ static int result_init(sd_result *r, const sd_opts *o, int block_size)
     r->pos_hit = calloc((size_t)block_size, sizeof(long));
     r->pos_n = calloc((size_t)block_size, sizeof(long));
     if (!r->tokens || !r->hist || !r->pos_hit || !r->pos_n) {
-        sd_result_free(r);
+        spec_result_free(r);
         return -ENOMEM;
     }
     r->block_size = block_size;
@@ -44,7 +44,7 @@ static int result_init(sd_result *r, const sd_opts *o, int block_size)
 }
 
 /* Append tok; 1 when the generation is complete (max_new reached or tok is eos). */
-static int emit(sd_result *r, const sd_opts *o, int32_t tok)
+static int emit(spec_result *r, const spec_opts *o, int32_t tok)
 {
     r->tokens[r->n_tokens++] = tok;
     return r->n_tokens >= o->max_new || (o->eos >= 0 && tok == o->eos);
@@ -52,8 +52,8 @@ static int emit(sd_result *r, const sd_opts *o, int32_t tok)
 
 /* Prefill: prompt through the target (features to the drafter when there is one), the
  * first new token from the last prompt position. 1 when that already ends it. */
-static int prefill(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
-                   sd_result *r, int *rc)
+static int prefill(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
+                   spec_result *r, int *rc)
 {
     uint64_t t0 = df_now_ns();
     int32_t first;
@@ -75,7 +75,7 @@ static int prefill(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_pr
     return done;
 }
 
-int sd_generate_plain(sd_target *t, const int32_t *prompt, int n_prompt, const sd_opts *o, sd_result *r)
+int spec_generate_plain(spec_target *t, const int32_t *prompt, int n_prompt, const spec_opts *o, spec_result *r)
 {
     int rc = result_init(r, o, 1);
     if (rc < 0)
@@ -94,12 +94,12 @@ int sd_generate_plain(sd_target *t, const int32_t *prompt, int n_prompt, const s
     }
     r->decode_s = (double)(df_now_ns() - t0) * 1e-9;
     if (rc < 0)
-        sd_result_free(r);
+        spec_result_free(r);
     return rc;
 }
 
-int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
-                     sd_result *r)
+int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
+                     spec_result *r)
 {
     int B = dr->block_size;
     int rc = result_init(r, o, B);
@@ -112,7 +112,7 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
     int *anchor_at = malloc(sizeof(int) * (size_t)o->max_new);
     if (!block || !next || !drafts || !anchor_at) {
         free(block), free(next), free(drafts), free(anchor_at);
-        sd_result_free(r);
+        spec_result_free(r);
         return -ENOMEM;
     }
     int done = prefill(t, dr, prompt, n_prompt, o, r, &rc);
@@ -157,11 +157,11 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
         }
     free(block), free(next), free(drafts), free(anchor_at);
     if (rc < 0)
-        sd_result_free(r);
+        spec_result_free(r);
     return rc;
 }
 
-int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
+int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
                     long *hit, long *n)
 {
     int B = dr->block_size, total = n_prompt + n_out;
@@ -203,31 +203,31 @@ out:
 
 static int cpu_t_reset(void *ctx)
 {
-    td_reset(ctx);
+    decode_reset(ctx);
     return 0;
 }
 
 static int cpu_t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats)
 {
-    td_model *m = ctx;
-    int rc = td_extend(m, tokens, k, n_next);
+    decode_model *m = ctx;
+    int rc = decode_extend(m, tokens, k, n_next);
     if (rc < 0)
         return rc;
     int V = m->tm.cfg.vocab_size;
     for (int i = 0; i < n_next; i++)
-        next[i] = td_argmax(m->logits + (size_t)i * V, V);
+        next[i] = decode_argmax(m->logits + (size_t)i * V, V);
     *feats = m->feat;
     return 0;
 }
 
 static int cpu_t_truncate(void *ctx, int len)
 {
-    return td_truncate(ctx, len);
+    return decode_truncate(ctx, len);
 }
 
-void sd_target_cpu(sd_target *t, td_model *m)
+void spec_target_cpu(spec_target *t, decode_model *m)
 {
-    *t = (sd_target){.ctx = m,
+    *t = (spec_target){.ctx = m,
                      .feat_dim = m->n_capture * m->tm.cfg.hidden_size,
                      .feat_row_bytes = sizeof(float) * (size_t)m->n_capture * (size_t)m->tm.cfg.hidden_size,
                      .max_ctx = m->max_ctx,
@@ -238,23 +238,23 @@ void sd_target_cpu(sd_target *t, td_model *m)
 
 static int cpu_d_reset(void *ctx)
 {
-    dfi_reset(ctx);
+    infer_reset(ctx);
     return 0;
 }
 
 static int cpu_d_append(void *ctx, const float *feats, int n)
 {
-    return dfi_append(ctx, feats, n);
+    return infer_append(ctx, feats, n);
 }
 
 static int cpu_d_draft(void *ctx, int32_t anchor, int32_t *draft)
 {
-    return dfi_draft(ctx, anchor, draft);
+    return infer_draft(ctx, anchor, draft);
 }
 
-void sd_drafter_cpu(sd_drafter *d, dfi_state *s)
+void spec_drafter_cpu(spec_drafter *d, infer_state *s)
 {
-    *d = (sd_drafter){.ctx = s,
+    *d = (spec_drafter){.ctx = s,
                       .block_size = s->c->block_size,
                       .reset = cpu_d_reset,
                       .append = cpu_d_append,

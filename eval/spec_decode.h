@@ -3,7 +3,7 @@
  * statistics; docs/dflash_spec.md "Evaluation" defines tau.
  *
  * The loop is written against two small interfaces so the same code runs the CPU models
- * (target_decode.h, dflash_infer.h; sd_target_cpu / sd_drafter_cpu below) and the CUDA
+ * (target_decode.h, dflash_infer.h; spec_target_cpu / spec_drafter_cpu below) and the CUDA
  * ones (spec_decode_cuda.h): the backend seam is here, the loop never knows which.
  *
  * One speculative step, with n tokens so far (prompt + output) and `last` the newest:
@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 /* The target: a KV-cached greedy decoder with captured features. */
-typedef struct sd_target {
+typedef struct spec_target {
     void *ctx;
     int feat_dim;     /* feature elements per token (n_capture * d) */
     size_t feat_row_bytes; /* bytes of one token's features in the backend's memory (fp32
@@ -40,26 +40,26 @@ typedef struct sd_target {
      * backend's memory, valid until the next call. 0 or -errno. */
     int (*extend)(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats);
     int (*truncate)(void *ctx, int len);
-} sd_target;
+} spec_target;
 
 /* The drafter: context from features, one greedy block per call. */
-typedef struct sd_drafter {
+typedef struct spec_drafter {
     void *ctx;
     int block_size;   /* B: a draft has B-1 tokens */
     int (*reset)(void *ctx);
-    /* Append n context rows (feats from sd_target.extend, same memory kind). 0 or -errno. */
+    /* Append n context rows (feats from spec_target.extend, same memory kind). 0 or -errno. */
     int (*append)(void *ctx, const float *feats, int n);
     /* Draft B-1 tokens for the block anchored at the next context position. 0 or -errno. */
     int (*draft)(void *ctx, int32_t anchor, int32_t *draft);
-} sd_drafter;
+} spec_drafter;
 
-typedef struct sd_opts {
+typedef struct spec_opts {
     int max_new;      /* stop after this many new tokens */
     int eos;          /* stop after this token (-1: never) */
-} sd_opts;
+} spec_opts;
 
-/* One generation. Owns tokens and hist (sd_result_free). Times in seconds, CLOCK_MONOTONIC. */
-typedef struct sd_result {
+/* One generation. Owns tokens and hist (spec_result_free). Times in seconds, CLOCK_MONOTONIC. */
+typedef struct spec_result {
     int32_t *tokens;  /* [max_new] the new tokens (eos included when it stopped there) */
     int n_tokens;
     int block_size;   /* 1 for plain decoding */
@@ -80,18 +80,18 @@ typedef struct sd_result {
      * (cache truncation + the accepted rows' features appended to the drafter; on a GPU
      * its device work may finish inside the next draft, which then counts it) */
     double draft_s, verify_s, accept_s;
-} sd_result;
+} spec_result;
 
-void sd_result_free(sd_result *r);
+void spec_result_free(spec_result *r);
 /* Mean acceptance length of this generation (0 when it had no step). */
-double sd_result_tau(const sd_result *r);
+double spec_result_tau(const spec_result *r);
 
 /* Plain greedy decoding: prefill, then one token per target call. 0 or -errno (the
  * backend's code; -ENOSPC when prompt + max_new exceeds the cache). */
-int sd_generate_plain(sd_target *t, const int32_t *prompt, int n_prompt, const sd_opts *o, sd_result *r);
+int spec_generate_plain(spec_target *t, const int32_t *prompt, int n_prompt, const spec_opts *o, spec_result *r);
 /* Speculative greedy decoding as above. 0 or -errno. */
-int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const sd_opts *o,
-                     sd_result *r);
+int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
+                     spec_result *r);
 
 /* Teacher-forced per-position accuracy on a finished output: every output token but the
  * last becomes an anchor in turn, with the target's features of everything before it as
@@ -99,15 +99,15 @@ int sd_generate_spec(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_
  * is compared with out[j + k] where that token exists: hit[k] += match, n[k]++ (k = 1..B-1;
  * the arrays have B entries and are added to). This is the training-time acc_k measured on
  * held-out text, with anchors at every position; the drafts scored inside speculative
- * decoding (sd_result.pos_hit) sit right after a rejected draft, a harder-than-average
+ * decoding (spec_result.pos_hit) sit right after a rejected draft, a harder-than-average
  * place. Resets the target and the drafter. 0 or -errno. */
-int sd_score_drafts(sd_target *t, sd_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
+int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
                     long *hit, long *n);
 
 /* CPU backends over target_decode / dflash_infer (borrowed; must outlive the structs). */
-struct td_model;
-struct dfi_state;
-void sd_target_cpu(sd_target *t, struct td_model *m);
-void sd_drafter_cpu(sd_drafter *d, struct dfi_state *s);
+struct decode_model;
+struct infer_state;
+void spec_target_cpu(spec_target *t, struct decode_model *m);
+void spec_drafter_cpu(spec_drafter *d, struct infer_state *s);
 
 #endif

@@ -11,19 +11,19 @@
 #include "target/target_decode.h"
 
 typedef struct cpu_impl {
-    td_model target;
-    dfi_state drafter;
+    decode_model target;
+    infer_state drafter;
 } cpu_impl;
 
 static void cpu_close(void *impl)
 {
     cpu_impl *ci = impl;
-    dfi_free(&ci->drafter);
-    td_free(&ci->target);
+    infer_free(&ci->drafter);
+    decode_free(&ci->target);
     free(ci);
 }
 
-int sd_backend_open(sd_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
+int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
                     const dflash_params *p, int max_ctx, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
@@ -34,7 +34,7 @@ int sd_backend_open(sd_backend *b, const char *kind, const char *target_dir, con
             snprintf(err, errlen, "backend '%s': the device after 'cuda:' is not a number", kind);
             return -EINVAL;
         }
-        return sd_backend_open_cuda(b, target_dir, c, p, max_ctx, (int)dev, err, errlen);
+        return spec_backend_open_cuda(b, target_dir, c, p, max_ctx, (int)dev, err, errlen);
     }
     if (strcmp(kind, "cpu")) {
         snprintf(err, errlen, "unknown backend '%s' (cpu, cuda or cuda:N)", kind);
@@ -45,26 +45,26 @@ int sd_backend_open(sd_backend *b, const char *kind, const char *target_dir, con
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int rc = td_load(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, err, errlen);
+    int rc = decode_load(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, err, errlen);
     if (rc < 0) {
         free(ci);
         return rc;
     }
     /* the drafter borrows the target's embedding (mask row included) and lm_head */
     dflash_frozen f = {.embed = ci->target.head.embed, .lm_head = ci->target.head.lm_head};
-    if ((rc = dfi_init(&ci->drafter, c, p, &f, max_ctx)) < 0) {
+    if ((rc = infer_init(&ci->drafter, c, p, &f, max_ctx)) < 0) {
         snprintf(err, errlen, "out of memory for the drafter's cache of %d tokens", max_ctx);
         cpu_close(ci);
         return rc;
     }
-    sd_target_cpu(&b->target, &ci->target);
-    sd_drafter_cpu(&b->drafter, &ci->drafter);
+    spec_target_cpu(&b->target, &ci->target);
+    spec_drafter_cpu(&b->drafter, &ci->drafter);
     b->impl = ci;
     b->close = cpu_close;
     return 0;
 }
 
-void sd_backend_close(sd_backend *b)
+void spec_backend_close(spec_backend *b)
 {
     if (b && b->impl && b->close)
         b->close(b->impl);

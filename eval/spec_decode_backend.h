@@ -1,13 +1,13 @@
 /* spec_decode_backend.h: one place that builds the target + drafter pair a speculative
- * evaluation runs on, CPU or CUDA (prefix sd_backend_). dflash_eval and the tests call
- * this and then only see the sd_target / sd_drafter interfaces of spec_decode.h.
+ * evaluation runs on, CPU or CUDA (prefix spec_backend_). dflash_eval and the tests call
+ * this and then only see the spec_target / spec_drafter interfaces of spec_decode.h.
  *
  * "cpu": target_decode (td_) + dflash_infer (dfi_). "cuda" or "cuda:N" (device N, default
- * 0): spec_decode_cuda.c, built only with CUDA=1; without it sd_backend_open("cuda") is
+ * 0): spec_decode_cuda.c, built only with CUDA=1; without it spec_backend_open("cuda") is
  * -ENOTSUP with a message saying so (spec_decode_nocuda.c).
  *
  * Ownership: the backend owns its models and caches; it borrows the drafter config and
- * parameters (they must outlive it). sd_backend_close frees everything it owns. */
+ * parameters (they must outlive it). spec_backend_close frees everything it owns. */
 #ifndef DF_SPEC_DECODE_BACKEND_H
 #define DF_SPEC_DECODE_BACKEND_H
 
@@ -17,22 +17,22 @@
 #include "dflash/dflash_model.h"
 #include "eval/spec_decode.h"
 
-typedef struct sd_backend {
-    sd_target target;
-    sd_drafter drafter;
+typedef struct spec_backend {
+    spec_target target;
+    spec_drafter drafter;
     void *impl;                 /* backend state */
     void (*close)(void *impl);
-} sd_backend;
+} spec_backend;
 
 /* Load the target from target_dir (capturing the drafter's target_layer_ids) with room
  * for max_ctx tokens, and set up the drafter. 0 or -errno, err names the file/field. */
-int sd_backend_open(sd_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
+int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
                     const dflash_params *p, int max_ctx, char *err, size_t errlen);
-void sd_backend_close(sd_backend *b);
+void spec_backend_close(spec_backend *b);
 
 /* The CUDA side (spec_decode_cuda.c, or the stub in spec_decode_nocuda.c), on CUDA device
  * `device`: -ENODEV without a GPU, -EINVAL for a device that does not exist. */
-int sd_backend_open_cuda(sd_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
                          int max_ctx, int device, char *err, size_t errlen);
 
 #endif

@@ -1,9 +1,9 @@
 /* spec_decode_cuda.c: the CUDA side of spec_decode_backend (CUDA=1 builds): the target's
  * KV-cached decode (target_decode_cuda.h) and the drafter's cached inference
- * (dflash_infer_cuda.h) behind sd_target / sd_drafter.
+ * (dflash_infer_cuda.h) behind spec_target / spec_drafter.
  *
- * Features stay on the device: extend hands out tdc_model.feat, DEVICE bf16
- * [k, n_capture * d], through sd_target.extend's `const float **feats` (the interface is
+ * Features stay on the device: extend hands out decode_model_cuda.feat, DEVICE bf16
+ * [k, n_capture * d], through spec_target.extend's `const float **feats` (the interface is
  * typed for the CPU backend's fp32 host rows; only the drafter of the same backend reads
  * it, and it knows the layout). The drafter shares the target's stream, embedding and
  * lm_head, so no copy and no extra synchronisation is needed between them. */
@@ -19,15 +19,15 @@
 #include "target/target_decode_cuda.h"
 
 typedef struct cuda_impl {
-    tdc_model target;
-    dfic_state drafter;
+    decode_model_cuda target;
+    infer_state_cuda drafter;
 } cuda_impl;
 
 static void cuda_close(void *impl)
 {
     cuda_impl *ci = impl;
-    dfic_free(&ci->drafter);
-    tdc_free(&ci->target);
+    infer_free_cuda(&ci->drafter);
+    decode_free_cuda(&ci->target);
     free(ci);
 }
 
@@ -41,44 +41,44 @@ static int report(int rc, const char *what, const char *text)
 
 static int t_reset(void *ctx)
 {
-    tdc_reset(ctx);
+    decode_reset_cuda(ctx);
     return 0;
 }
 
 static int t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats)
 {
-    tdc_model *m = ctx;
-    int rc = tdc_extend(m, tokens, k, n_next, next);
+    decode_model_cuda *m = ctx;
+    int rc = decode_extend_cuda(m, tokens, k, n_next, next);
     if (rc < 0)
-        return report(rc, "target extend", tdc_error(m));
+        return report(rc, "target extend", decode_error_cuda(m));
     *feats = (const float *)m->feat; /* device bf16, see the file comment */
     return 0;
 }
 
 static int t_truncate(void *ctx, int len)
 {
-    return tdc_truncate(ctx, len);
+    return decode_truncate_cuda(ctx, len);
 }
 
 static int d_reset(void *ctx)
 {
-    dfic_reset(ctx);
+    infer_reset_cuda(ctx);
     return 0;
 }
 
 static int d_append(void *ctx, const float *feats, int n)
 {
-    dfic_state *s = ctx;
-    return report(dfic_append(s, (const nnc_bf16 *)feats, n), "drafter append", dfic_error(s));
+    infer_state_cuda *s = ctx;
+    return report(infer_append_cuda(s, (const nn_bf16_cuda *)feats, n), "drafter append", infer_error_cuda(s));
 }
 
 static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
 {
-    dfic_state *s = ctx;
-    return report(dfic_draft(s, anchor, draft), "draft", dfic_error(s));
+    infer_state_cuda *s = ctx;
+    return report(infer_draft_cuda(s, anchor, draft), "draft", infer_error_cuda(s));
 }
 
-int sd_backend_open_cuda(sd_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
                          int max_ctx, int device, char *err, size_t errlen)
 {
     int n_dev = 0;
@@ -101,7 +101,7 @@ int sd_backend_open_cuda(sd_backend *b, const char *target_dir, const dflash_con
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int rc = tdc_load(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size, err,
+    int rc = decode_load_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size, err,
                       errlen);
     if (rc < 0) {
         free(ci);
@@ -114,19 +114,19 @@ int sd_backend_open_cuda(sd_backend *b, const char *target_dir, const dflash_con
         return -EINVAL;
     }
     /* the drafter borrows the target's embedding (mask row included), lm_head and stream */
-    if ((rc = dfic_init(&ci->drafter, c, p, ci->target.tm.embed, ci->target.lm_head, max_ctx, ci->target.stream, err,
+    if ((rc = infer_init_cuda(&ci->drafter, c, p, ci->target.tm.embed, ci->target.lm_head, max_ctx, ci->target.stream, err,
                         errlen)) < 0) {
         cuda_close(ci);
         return rc;
     }
-    b->target = (sd_target){.ctx = &ci->target,
+    b->target = (spec_target){.ctx = &ci->target,
                             .feat_dim = c->n_capture * c->hidden,
-                            .feat_row_bytes = sizeof(nnc_bf16) * (size_t)c->n_capture * (size_t)c->hidden,
+                            .feat_row_bytes = sizeof(nn_bf16_cuda) * (size_t)c->n_capture * (size_t)c->hidden,
                             .max_ctx = max_ctx,
                             .reset = t_reset,
                             .extend = t_extend,
                             .truncate = t_truncate};
-    b->drafter = (sd_drafter){.ctx = &ci->drafter,
+    b->drafter = (spec_drafter){.ctx = &ci->drafter,
                               .block_size = c->block_size,
                               .reset = d_reset,
                               .append = d_append,

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-int sd_backend_open_cuda(sd_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
                          int max_ctx, int device, char *err, size_t errlen)
 {
     (void)b, (void)target_dir, (void)c, (void)p, (void)max_ctx, (void)device;

@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c: libFuzzer target for st_parse_header, the one function that reads
+/* fuzz_safetensors.c: libFuzzer target for safetensors_parse_header, the one function that reads
  * untrusted safetensors bytes. Input: 8 bytes little-endian data_len, then the header.
  *
  * Beyond "no crash, no sanitizer report", every accepted header is checked against the
@@ -36,30 +36,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!hdr)
         return 0;
     memcpy(hdr, data + 8, hlen);
-    st_tensor *ts = NULL;
+    safetensors_tensor *ts = NULL;
     int n = -1;
     char err[512];
-    int rc = st_parse_header(hdr, hlen, data_len, &ts, &n, err, sizeof err);
+    int rc = safetensors_parse_header(hdr, hlen, data_len, &ts, &n, err, sizeof err);
     if (rc < 0) {
         ORACLE(ts == NULL && n == 0);
         ORACLE(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0');
     } else {
         ORACLE(n >= 0 && (n == 0) == (ts == NULL));
         for (int i = 0; i < n; i++) {
-            const st_tensor *t = &ts[i];
+            const safetensors_tensor *t = &ts[i];
             ORACLE(memchr(t->name, '\0', sizeof t->name) != NULL);
             ORACLE(i == 0 || strcmp(ts[i - 1].name, t->name) < 0);
-            ORACLE(t->ndim >= 0 && t->ndim <= ST_MAX_DIMS && st_dtype_size(t->dtype) > 0);
+            ORACLE(t->ndim >= 0 && t->ndim <= SAFETENSORS_MAX_DIMS && safetensors_dtype_size(t->dtype) > 0);
             uint64_t numel = 1;
             for (int k = 0; k < t->ndim; k++) {
                 ORACLE(t->shape[k] >= 0);
                 ORACLE(!__builtin_mul_overflow(numel, (uint64_t)t->shape[k], &numel));
             }
-            ORACLE(numel * st_dtype_size(t->dtype) == t->nbytes);
+            ORACLE(numel * safetensors_dtype_size(t->dtype) == t->nbytes);
             ORACLE(t->data_offset <= data_len && t->nbytes <= data_len - t->data_offset);
             ORACLE(t->data == NULL);
             for (int j = 0; j < i; j++) { /* quadratic, but n is small for fuzz inputs */
-                const st_tensor *u = &ts[j];
+                const safetensors_tensor *u = &ts[j];
                 if (t->nbytes && u->nbytes)
                     ORACLE(t->data_offset + t->nbytes <= u->data_offset ||
                            u->data_offset + u->nbytes <= t->data_offset);

@@ -91,7 +91,7 @@ static json_t *worker_cmd(orch *o, const char *cmd, const char *name)
 {
     if (!name)
         return err_reply(2, "%s: needs a worker name", cmd);
-    int i = topo_find_worker(&o->t, name);
+    int i = topology_find_worker(&o->t, name);
     if (i < 0) {
         char names[1024];
         size_t len = 0;
@@ -103,13 +103,13 @@ static json_t *worker_cmd(orch *o, const char *cmd, const char *name)
     orch_worker *w = &o->w[i];
     int rc;
     if (!strcmp(cmd, "stop"))
-        rc = sup_cmd_stop(o, w);
+        rc = supervisor_cmd_stop(o, w);
     else if (!strcmp(cmd, "start"))
-        rc = sup_cmd_start(o, w);
+        rc = supervisor_cmd_start(o, w);
     else if (!strcmp(cmd, "restart"))
-        rc = sup_cmd_restart(o, w);
+        rc = supervisor_cmd_restart(o, w);
     else
-        rc = sup_cmd_kill(o, w);
+        rc = supervisor_cmd_kill(o, w);
     orch_event(o, json_pack("{s:s, s:s, s:s, s:i}", "ev", "dfctl", "cmd", cmd, "worker", name, "rc", rc));
     if (rc == -EALREADY)
         return err_reply(1, "%s: %s is already %s", cmd, name, status_state_name(w->state));
@@ -151,7 +151,7 @@ static json_t *handle(orch *o, const char *line)
         r = ok_reply("checkpoint requested: the drafter commits at its next step");
     } else if (!strcmp(cmd, "shutdown")) {
         orch_event(o, json_pack("{s:s, s:s}", "ev", "dfctl", "cmd", cmd));
-        sup_begin_shutdown(o, 0, "dfctl shutdown");
+        supervisor_begin_shutdown(o, 0, "dfctl shutdown");
         r = ok_reply("shutting down: draining the pipeline");
     } else {
         r = err_reply(2, "unknown command \"%s\" (status, stop, start, restart, kill, pause, resume, checkpoint, "
@@ -220,7 +220,7 @@ static void on_connection(uv_stream_t *server, int status)
     uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb);
 }
 
-int ctlsrv_start(orch *o, char *err, size_t errlen)
+int control_start(orch *o, char *err, size_t errlen)
 {
     snprintf(o->ctl_path, sizeof o->ctl_path, "%s/ctl.sock", o->run_dir);
     if (strlen(o->ctl_path) >= 108) {
@@ -257,7 +257,7 @@ static void close_client(uv_handle_t *h, void *arg)
         uv_close(h, client_closed);
 }
 
-void ctlsrv_stop(orch *o)
+void control_stop(orch *o)
 {
     uv_walk(o->loop, close_client, o);
     if (o->ctl_server_open) {

@@ -84,9 +84,9 @@ int main(int argc, char **argv)
     char msg[512];
     if (want_id) {
         unsigned char id[128];
-        int rc = ar_nccl_get_unique_id(id);
+        int rc = allreduce_nccl_get_unique_id(id);
         if (rc < 0)
-            return reply_error(sock, ar_strerror(rc));
+            return reply_error(sock, allreduce_strerror(rc));
         int n = snprintf(msg, sizeof msg, "ok ");
         for (int i = 0; i < 128; i++)
             n += snprintf(msg + n, sizeof msg - (size_t)n, "%02x", id[i]);

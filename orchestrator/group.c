@@ -32,7 +32,7 @@
 
 int group_in(const orch *o, const orch_worker *w)
 {
-    return o->t.deterministic || w->tw->role == TOPO_ROLE_DRAFTER;
+    return o->t.deterministic || w->tw->role == TOPOLOGY_ROLE_DRAFTER;
 }
 
 /* A new NCCL unique id for this generation of a cuda drafter group (R > 1). */
@@ -48,7 +48,7 @@ static int new_nccl_id(orch *o, char *err, size_t errlen)
         snprintf(e2, sizeof e2, "cuda_helper --nccl-id: %zu hex digits, expected 256", strlen(answer)), rc = -EIO;
     if (rc < 0) {
         snprintf(err, errlen, "%s: %d cuda drafter ranks need an NCCL unique id: %s", o->t.source_path,
-                 topo_n_drafters(&o->t), e2);
+                 topology_n_drafters(&o->t), e2);
         return rc;
     }
     memcpy(o->nccl_id, answer, 257);
@@ -57,22 +57,22 @@ static int new_nccl_id(orch *o, char *err, size_t errlen)
 
 int group_setup(orch *o, char *err, size_t errlen)
 {
-    int R = topo_n_drafters(&o->t);
+    int R = topology_n_drafters(&o->t);
     o->group_gen = 1;
     o->nccl_id[0] = 0;
-    if (R > 1 && o->t.backend != TOPO_CPU)
+    if (R > 1 && o->t.backend != TOPOLOGY_CPU)
         return new_nccl_id(o, err, errlen);
     if (R <= 1)
         return 0; /* one rank needs no reduction */
-    uint64_t bytes = ar_shm_bytes(R, GROUP_AR_MAX_FLOATS);
+    uint64_t bytes = allreduce_shm_bytes(R, GROUP_AR_MAX_FLOATS);
     int rc;
     if (bytes == 0) {
         snprintf(err, errlen, "%s: %d drafter ranks: too many for the shm all-reduce (at most %d)",
-                 o->t.source_path, R, AR_MAX_WORLD);
+                 o->t.source_path, R, ALLREDUCE_MAX_WORLD);
         return -EINVAL;
     }
-    if ((rc = shm_create(&o->ar_seg, bytes, "df-allreduce")) < 0 ||
-        (rc = ar_shm_format(o->ar_seg.base, o->ar_seg.size, R, GROUP_AR_MAX_FLOATS)) < 0) {
+    if ((rc = shm_create(&o->allreduce_seg, bytes, "df-allreduce")) < 0 ||
+        (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, R, GROUP_AR_MAX_FLOATS)) < 0) {
         snprintf(err, errlen, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R,
                  (unsigned long long)bytes, strerror(-rc));
         return rc;
@@ -82,8 +82,8 @@ int group_setup(orch *o, char *err, size_t errlen)
 
 void group_abort_allreduce(orch *o)
 {
-    if (o->ar_seg.base)
-        (void)ar_shm_abort(o->ar_seg.base, o->ar_seg.size);
+    if (o->allreduce_seg.base)
+        (void)allreduce_shm_abort(o->allreduce_seg.base, o->allreduce_seg.size);
 }
 
 int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
@@ -98,15 +98,15 @@ int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
             return rc;
         }
     }
-    if (o->ar_seg.base &&
-        (rc = ar_shm_format(o->ar_seg.base, o->ar_seg.size, topo_n_drafters(&o->t), GROUP_AR_MAX_FLOATS)) < 0) {
+    if (o->allreduce_seg.base &&
+        (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, topology_n_drafters(&o->t), GROUP_AR_MAX_FLOATS)) < 0) {
         df_log("drafter group: re-formatting the all-reduce segment: %s", strerror(-rc));
         return rc;
     }
     if (!o->t.deterministic)
         return 0;
     for (int i = 0; i < o->t.n_rings; i++) {
-        const topo_ring *r = &o->t.rings[i];
+        const topology_ring *r = &o->t.rings[i];
         if ((rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
             (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
             df_log("rings[%d] \"%s\": re-format: %s", i, r->name, ring_strerror(rc));
@@ -120,5 +120,5 @@ int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
 
 void group_teardown(orch *o)
 {
-    arena_close(&o->ar_seg);
+    arena_close(&o->allreduce_seg);
 }

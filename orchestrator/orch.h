@@ -53,7 +53,7 @@ enum { TIMER_NONE = 0, TIMER_RESPAWN, TIMER_ESCALATE };
 typedef struct orch_worker {
     struct orch *o;
     int id; /* index in topo.workers = owner id in rings/ledger/status */
-    const topo_worker *tw;
+    const topology_worker *tw;
     char bin[1024]; /* the binary spawned for it */
     uint32_t state; /* status_state */
     pid_t pid;      /* 0 when no process */
@@ -89,32 +89,32 @@ typedef struct orch {
     uv_loop_t *loop;
     topo t;
     char run_dir[1024];  /* absolute */
-    char topo_path[1100];
+    char topology_path[1100];
     char self_dir[1024]; /* directory of the orchestrator binary */
     int resume;
     uint64_t start_ns;
 
     /* segments: all fds kept for the whole run */
     arena status_seg, handoff_seg, ledger_seg;
-    arena ring_seg[TOPO_MAX_RINGS], ring_arena[TOPO_MAX_RINGS];
+    arena ring_seg[TOPOLOGY_MAX_RINGS], ring_arena[TOPOLOGY_MAX_RINGS];
     status_shm *status;
     handoff_table handoff;
     ledger led;
-    ring rings[TOPO_MAX_RINGS];
-    int ring_closed[TOPO_MAX_RINGS];
+    ring rings[TOPOLOGY_MAX_RINGS];
+    int ring_closed[TOPOLOGY_MAX_RINGS];
     uint64_t committed_step;
     uint32_t epoch;       /* the ledger's epoch, 0..drafter.epochs-1 */
     uint64_t total_steps; /* optimizer steps over all epochs (the drafter's LR schedule) */
     int epoch_switching;  /* spawning for the next epoch: not a restart */
     uint64_t poisoned_total;
-    arena ar_seg;              /* the drafter group's shm all-reduce segment (cpu, R > 1), group.c */
+    arena allreduce_seg;              /* the drafter group's shm all-reduce segment (cpu, R > 1), group.c */
     uint64_t group_gen;        /* 1 + group restarts so far (sent to drafters in the hello) */
     char nccl_id[257];         /* cuda drafter groups (R > 1): this generation's NCCL unique id, hex */
     int group_pending;         /* group restart waiting for every member to be reaped */
     uint64_t group_delay_ms;   /* the backoff the group restarts with */
     uint64_t restarts_total;
 
-    orch_worker w[TOPO_MAX_WORKERS];
+    orch_worker w[TOPOLOGY_MAX_WORKERS];
     int n;
 
     /* loop handles */
@@ -173,17 +173,17 @@ uint64_t plan_source_digest(const plan_fp *fp); /* over f[0..n) */
 int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);
 
 /* supervisor.c */
-int sup_start(orch *o);                 /* spawn everyone, start timers and signals */
-void sup_begin_shutdown(orch *o, int exit_code, const char *why);
-int sup_cmd_stop(orch *o, orch_worker *w);
-int sup_cmd_start(orch *o, orch_worker *w);
-int sup_cmd_restart(orch *o, orch_worker *w);
-int sup_cmd_kill(orch *o, orch_worker *w);
-int sup_commit(orch *o, uint64_t step); /* ledger commit + persist; <0 if ledger.bin was not written */
+int supervisor_start(orch *o);                 /* spawn everyone, start timers and signals */
+void supervisor_begin_shutdown(orch *o, int exit_code, const char *why);
+int supervisor_cmd_stop(orch *o, orch_worker *w);
+int supervisor_cmd_start(orch *o, orch_worker *w);
+int supervisor_cmd_restart(orch *o, orch_worker *w);
+int supervisor_cmd_kill(orch *o, orch_worker *w);
+int supervisor_commit(orch *o, uint64_t step); /* ledger commit + persist; <0 if ledger.bin was not written */
 
 /* control.c */
-int ctlsrv_start(orch *o, char *err, size_t errlen);
-void ctlsrv_stop(orch *o);
+int control_start(orch *o, char *err, size_t errlen);
+void control_stop(orch *o);
 
 /* report.c */
 void orch_event(orch *o, json_t *ev); /* steals ev; adds "t"; appends to orchestrator.jsonl */

@@ -105,7 +105,7 @@ int main(int argc, char **argv)
         return DF_EXIT_OK;
     }
     o.loop = uv_default_loop();
-    if ((rc = ctlsrv_start(&o, err, sizeof err)) < 0) {
+    if ((rc = control_start(&o, err, sizeof err)) < 0) {
         fprintf(stderr, "orchestrator: control socket: %s\n", err);
         setup_teardown(&o);
         return DF_EXIT_TEMP;
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
            resume ? " (resumed)" : "");
     orch_event(&o, json_pack("{s:s, s:s, s:i, s:i}", "ev", "start", "run_dir", o.run_dir, "resume", resume,
                              "pid", (int)getpid()));
-    sup_start(&o);
+    supervisor_start(&o);
     uv_run(o.loop, UV_RUN_DEFAULT);
     int code = o.exit_code;
     (void)uv_loop_close(o.loop);

@@ -98,10 +98,10 @@ json_t *report_status_json(orch *o)
         orch_worker *w = &o->w[i];
         status_slot *sl = &o->status->slots[i];
         json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:i, s:i, s:s, s:f, s:f}", "name", w->tw->name, "role",
-                              topo_role_name(w->tw->role), "pid", (int)w->pid, "state", status_state_name(w->state),
+                              topology_role_name(w->tw->role), "pid", (int)w->pid, "state", status_state_name(w->state),
                               "incarnation", (int)w->incarnation, "restarts", (int)w->restarts, "last_exit",
                               w->last_exit, "items_per_s", w->items_per_s, "tokens_per_s", w->tokens_per_s);
-        if (w->tw->role == TOPO_ROLE_DRAFTER) {
+        if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
             json_object_set_new(j, "checkpoint_failures", json_integer(w->ckpt_failures));
             json_object_set_new(j, "checkpoint_failures_in_a_row", json_integer(w->ckpt_fail_consec));
             if (w->ckpt_last_error[0])

@@ -1,7 +1,7 @@
 /* setup.c: everything the orchestrator prepares before the first spawn, and undoes at exit.
  *
  *   run dir      created 0700 (refused if it exists, unless --resume), with logs/ and
- *                metrics/; topology.json = the normalised topology (topo_to_json)
+ *                metrics/; topology.json = the normalised topology (topology_to_json)
  *   segments     memfds: status (status.h), handoff table (handoff.h), one per ring
  *                (ring_format), the ledger (ledger_format over the plan)
  *   arenas       one payload arena per ring, nslots * slot_bytes; slot s at s * slot_bytes
@@ -158,11 +158,11 @@ static int lock_run_dir(orch *o, char *err, size_t errlen)
 }
 
 /* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker. */
-static void worker_binary(const orch *o, const topo_worker *tw, char *out, size_t cap)
+static void worker_binary(const orch *o, const topology_worker *tw, char *out, size_t cap)
 {
     const char *dir = o->t.bin_dir ? o->t.bin_dir : o->self_dir;
-    int n = tw->role == TOPO_ROLE_TEST ? snprintf(out, cap, "%s/fake_worker", dir)
-                                       : snprintf(out, cap, "%s/%s_worker", dir, topo_role_name(tw->role));
+    int n = tw->role == TOPOLOGY_ROLE_TEST ? snprintf(out, cap, "%s/fake_worker", dir)
+                                       : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
     if (n < 0 || (size_t)n >= cap)
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
 }
@@ -171,7 +171,7 @@ static void worker_binary(const orch *o, const topo_worker *tw, char *out, size_
  * back its fd (the orchestrator itself never loads CUDA). */
 static int cuda_arena_from_helper(orch *o, int i, uint64_t bytes, char *err, size_t errlen)
 {
-    const topo_ring *r = &o->t.rings[i];
+    const topology_ring *r = &o->t.rings[i];
     char devarg[16], bytesarg[32], name[80], answer[600], e2[700];
     snprintf(devarg, sizeof devarg, "%d", r->gpu);
     snprintf(bytesarg, sizeof bytesarg, "%llu", (unsigned long long)bytes);
@@ -199,7 +199,7 @@ static int cuda_arena_from_helper(orch *o, int i, uint64_t bytes, char *err, siz
 
 static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
 {
-    const topo_ring *r = &o->t.rings[i];
+    const topology_ring *r = &o->t.rings[i];
     uint64_t bytes = (uint64_t)r->slots * r->slot_bytes;
     char name[64];
     snprintf(name, sizeof name, "df-arena-%s", r->name);
@@ -452,7 +452,7 @@ static uint32_t snapshot_epoch(orch *o)
  * epoch's plan packs differently (another shuffle), so every plan is built once to count. */
 static int count_total_steps(orch *o, char *err, size_t errlen)
 {
-    uint32_t E = DF_MAX(o->t.drafter.epochs, 1u), R = (uint32_t)DF_MAX(topo_n_drafters(&o->t), 1);
+    uint32_t E = DF_MAX(o->t.drafter.epochs, 1u), R = (uint32_t)DF_MAX(topology_n_drafters(&o->t), 1);
     o->total_steps = 0;
     for (uint32_t e = 0; e < E; e++) {
         uint32_t nb = 0;
@@ -498,7 +498,7 @@ int setup_next_epoch(orch *o, char *err, size_t errlen)
     }
     o->committed_step = step;
     for (int i = 0; i < o->t.n_rings; i++) { /* every worker exited 0: the rings are empty; re-open them */
-        const topo_ring *r = &o->t.rings[i];
+        const topology_ring *r = &o->t.rings[i];
         if ((rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
             (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
             snprintf(err, errlen, "rings[%d] \"%s\": re-format for epoch %u: %s", i, r->name, o->epoch,
@@ -530,7 +530,7 @@ static int setup_segments(orch *o, char *err, size_t errlen)
         return rc;
     }
     for (int i = 0; i < o->t.n_rings; i++) {
-        const topo_ring *r = &o->t.rings[i];
+        const topology_ring *r = &o->t.rings[i];
         uint64_t bytes = ring_shm_bytes(r->slots);
         char name[64];
         snprintf(name, sizeof name, "df-ring-%s", r->name);
@@ -585,8 +585,8 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     arena_init(&o->status_seg);
     arena_init(&o->handoff_seg);
     arena_init(&o->ledger_seg);
-    arena_init(&o->ar_seg);
-    for (int i = 0; i < TOPO_MAX_RINGS; i++) {
+    arena_init(&o->allreduce_seg);
+    for (int i = 0; i < TOPOLOGY_MAX_RINGS; i++) {
         arena_init(&o->ring_seg[i]);
         arena_init(&o->ring_arena[i]);
     }
@@ -604,10 +604,10 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             snprintf(dir, sizeof dir, "%s", path);
         } else {
             topo tmp;
-            if ((rc = topo_load(&tmp, path, err, errlen)) < 0)
+            if ((rc = topology_load(&tmp, path, err, errlen)) < 0)
                 return rc;
             snprintf(dir, sizeof dir, "%s", tmp.run_dir);
-            topo_free(&tmp);
+            topology_free(&tmp);
         }
         int prc = resolve_path(dir, o->run_dir, sizeof o->run_dir);
         if (prc < 0) {
@@ -618,11 +618,11 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             return rc;
         if ((rc = lock_run_dir(o, err, errlen)) < 0)
             return rc;
-        snprintf(o->topo_path, sizeof o->topo_path, "%s/topology.json", o->run_dir);
-        if ((rc = topo_load(&o->t, o->topo_path, err, errlen)) < 0)
+        snprintf(o->topology_path, sizeof o->topology_path, "%s/topology.json", o->run_dir);
+        if ((rc = topology_load(&o->t, o->topology_path, err, errlen)) < 0)
             return rc;
     } else {
-        if ((rc = topo_load(&o->t, path, err, errlen)) < 0)
+        if ((rc = topology_load(&o->t, path, err, errlen)) < 0)
             return rc;
         if ((rc = absolutise_paths(&o->t)) < 0) {
             snprintf(err, errlen, "%s: making paths absolute: %s", path, strerror(-rc));
@@ -636,7 +636,7 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
         worker_binary(o, &o->t.workers[i], bin, sizeof bin);
         if (access(bin, X_OK) < 0) {
             snprintf(err, errlen, "workers[%d] \"%s\" (role %s): binary %s: %s", i, o->t.workers[i].name,
-                     topo_role_name(o->t.workers[i].role), bin, strerror(errno));
+                     topology_role_name(o->t.workers[i].role), bin, strerror(errno));
             return -ENOENT;
         }
     }
@@ -661,18 +661,18 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             return rc;
         if ((rc = write_data_files(o, err, errlen)) < 0)
             return rc;
-        snprintf(o->topo_path, sizeof o->topo_path, "%s/topology.json", o->run_dir);
-        json_t *j = topo_to_json(&o->t);
+        snprintf(o->topology_path, sizeof o->topology_path, "%s/topology.json", o->run_dir);
+        json_t *j = topology_to_json(&o->t);
         char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
         json_decref(j);
         if (!text)
             return -ENOMEM;
         size_t tl = strlen(text);
         text[tl] = '\n'; /* replace the NUL: write tl + 1 bytes */
-        rc = df_write_file_atomic(o->topo_path, text, tl + 1);
+        rc = df_write_file_atomic(o->topology_path, text, tl + 1);
         free(text);
         if (rc < 0) {
-            snprintf(err, errlen, "%s: %s", o->topo_path, strerror(-rc));
+            snprintf(err, errlen, "%s: %s", o->topology_path, strerror(-rc));
             return rc;
         }
     }
@@ -743,12 +743,12 @@ void setup_teardown(orch *o)
     arena_close(&o->handoff_seg);
     arena_close(&o->ledger_seg);
     group_teardown(o);
-    for (int i = 0; i < TOPO_MAX_RINGS; i++) {
+    for (int i = 0; i < TOPOLOGY_MAX_RINGS; i++) {
         arena_close(&o->ring_seg[i]);
         arena_close(&o->ring_arena[i]);
     }
     o->status = NULL;
-    topo_free(&o->t);
+    topology_free(&o->t);
     if (o->lock_fd >= 0) /* last: the run dir is ours until everything is released */
         close(o->lock_fd);
     o->lock_fd = -1;

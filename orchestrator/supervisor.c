@@ -113,7 +113,7 @@ static void handle_message(orch *o, orch_worker *w, const char *buf)
         w->ckpt_fail_consec = 0;
         /* acknowledge only a commit that ledger.bin holds: the drafter may then delete older
          * checkpoints, and a --resume after any crash starts from this one or a later one */
-        if (step > 0 && sup_commit(o, (uint64_t)step) == 0) {
+        if (step > 0 && supervisor_commit(o, (uint64_t)step) == 0) {
             char ack[96];
             int n = snprintf(ack, sizeof ack, "{\"ev\":\"committed\",\"step\":%llu}",
                              (unsigned long long)o->committed_step);
@@ -207,19 +207,19 @@ static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
         json_object_set_new(last, "backend", json_string(o->ring_arena[i].kind == ARENA_CUDA ? "cuda" : "cpu"));
         json_object_set_new(last, "device", json_integer(o->ring_arena[i].device));
     }
-    int drafter = w->tw->role == TOPO_ROLE_DRAFTER;
-    if (drafter && o->ar_seg.base)
-        SEG("allreduce", "allreduce", &o->ar_seg, -1);
+    int drafter = w->tw->role == TOPOLOGY_ROLE_DRAFTER;
+    if (drafter && o->allreduce_seg.base)
+        SEG("allreduce", "allreduce", &o->allreduce_seg, -1);
 #undef SEG
     *nfds = k;
     json_t *h = json_pack("{s:i, s:i, s:s, s:i, s:s, s:s, s:s, s:I, s:o}", "v", 1, "worker_id", w->id, "name",
-                          w->tw->name, "incarnation", (int)w->incarnation, "role", topo_role_name(w->tw->role),
-                          "topology", o->topo_path, "run_dir", o->run_dir, "committed_step",
+                          w->tw->name, "incarnation", (int)w->incarnation, "role", topology_role_name(w->tw->role),
+                          "topology", o->topology_path, "run_dir", o->run_dir, "committed_step",
                           (json_int_t)o->committed_step, "segments", segs);
     if (h && drafter) { /* the group's identity, and for cuda groups this generation's NCCL id */
-        json_t *g = json_pack("{s:i, s:I, s:s}", "world", topo_n_drafters(&o->t), "generation",
+        json_t *g = json_pack("{s:i, s:I, s:s}", "world", topology_n_drafters(&o->t), "generation",
                               (json_int_t)o->group_gen, "allreduce",
-                              o->ar_seg.base ? "shm" : o->nccl_id[0] ? "nccl" : "none");
+                              o->allreduce_seg.base ? "shm" : o->nccl_id[0] ? "nccl" : "none");
         if (g && o->nccl_id[0])
             json_object_set_new(g, "nccl_id", json_string(o->nccl_id));
         json_object_set_new(h, "group", g);
@@ -483,7 +483,7 @@ static void reclaim(orch *o, orch_worker *w)
         reclaim_for_group(o, w);
         return;
     }
-    ring *rp[TOPO_MAX_RINGS];
+    ring *rp[TOPOLOGY_MAX_RINGS];
     for (int i = 0; i < o->t.n_rings; i++)
         rp[i] = &o->rings[i];
     ring_reclaim_report rep;
@@ -564,12 +564,12 @@ static void give_up(orch *o, orch_worker *w, const char *what)
     if (n < 0)
         msg[0] = 0;
     set_state(w, STATUS_FAILED);
-    sup_begin_shutdown(o, 1, msg);
+    supervisor_begin_shutdown(o, 1, msg);
 }
 
 static int has_replacement(orch *o, orch_worker *w)
 {
-    if (w->tw->role == TOPO_ROLE_DRAFTER)
+    if (w->tw->role == TOPOLOGY_ROLE_DRAFTER)
         return 0; /* ranks are not interchangeable */
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
@@ -595,7 +595,7 @@ static void group_maybe_restart(orch *o)
     int rc = ledger_rewind_ex(&o->led, step, &back);
     int prc = group_restart_prepare(o, &in_flight);
     if (prc < 0) { /* a segment we formatted ourselves would not re-format: nothing sane is left */
-        sup_begin_shutdown(o, 1, "group restart: re-formatting the shared segments failed");
+        supervisor_begin_shutdown(o, 1, "group restart: re-formatting the shared segments failed");
         return;
     }
     df_log("%s: every member reaped; ledger rewound to step %llu (%u trained batches back to pending%s); "
@@ -651,10 +651,10 @@ static void after_exit(orch *o, orch_worker *w)
 {
     uint64_t up_ms = w->start_ns ? (df_now_ns() - w->start_ns) / 1000000ull : 0;
     int ok = !w->term_signal && w->exit_status == 0;
-    if (!ok && w->tw->role == TOPO_ROLE_DRAFTER)
+    if (!ok && w->tw->role == TOPOLOGY_ROLE_DRAFTER)
         group_abort_allreduce(o); /* its peers return -ECANCELED now instead of timing out */
     /* a member that died by itself while its group is being taken down joins the group */
-    if (!ok && w->after == AFTER_POLICY && o->group_pending && group_in(o, w) && w->tw->role != TOPO_ROLE_DRAFTER)
+    if (!ok && w->after == AFTER_POLICY && o->group_pending && group_in(o, w) && w->tw->role != TOPOLOGY_ROLE_DRAFTER)
         w->after = AFTER_GROUP;
     reclaim(o, w);
     describe_exit(w);
@@ -674,7 +674,7 @@ static void after_exit(orch *o, orch_worker *w)
         /* stopped by the operator even if it exited 0: it did not finish its work, so it
          * must not count as done (that would close its output ring) */
         set_state(w, STATUS_STOPPED);
-        if (w->tw->role == TOPO_ROLE_DRAFTER && !ok) /* its uncommitted training is gone */
+        if (w->tw->role == TOPOLOGY_ROLE_DRAFTER && !ok) /* its uncommitted training is gone */
             (void)ledger_rewind(&o->led, ledger_committed_step(&o->led));
         goto done;
     case AFTER_GROUP:
@@ -684,7 +684,7 @@ static void after_exit(orch *o, orch_worker *w)
     case AFTER_RESTART:
         w->backoff_ms = o->t.sup.backoff_initial_ms;
         ev_worker(o, w, "restart", json_pack("{s:I, s:s}", "delay_ms", (json_int_t)0, "why", "dfctl restart"));
-        if (w->tw->role == TOPO_ROLE_DRAFTER) {
+        if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
             group_fail(o, w, 0);
         } else {
             set_state(w, STATUS_BACKOFF);
@@ -703,7 +703,7 @@ static void after_exit(orch *o, orch_worker *w)
         ev_worker(o, w, "permanent_failure", NULL);
         if (has_replacement(o, w)) {
             df_log("%s failed permanently (exit 100): not restarted; its peers of role %s carry on", w->tw->name,
-                   topo_role_name(w->tw->role));
+                   topology_role_name(w->tw->role));
         } else {
             give_up(o, w, "failed permanently (exit 100) and no other worker can do its work");
         }
@@ -721,7 +721,7 @@ static void after_exit(orch *o, orch_worker *w)
     ev_worker(o, w, "restart",
               json_pack("{s:I, s:i, s:s}", "delay_ms", (json_int_t)delay, "next_inc", (int)w->incarnation + 1, "why",
                         w->last_exit));
-    if (w->tw->role == TOPO_ROLE_DRAFTER) {
+    if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
         group_fail(o, w, delay);
     } else {
         set_state(w, STATUS_BACKOFF);
@@ -816,7 +816,7 @@ static void on_signal(uv_signal_t *h, int signum)
     }
     char why[64];
     snprintf(why, sizeof why, "%s", strsignal(signum));
-    sup_begin_shutdown(o, 0, why);
+    supervisor_begin_shutdown(o, 0, why);
 }
 
 static void close_cb_noop(uv_handle_t *h)
@@ -854,13 +854,13 @@ static int advance_epoch(orch *o)
      * (which finds it complete) writes it before switching */
     int rc = write_epoch_audit(o, err, sizeof err);
     if (rc < 0) {
-        sup_begin_shutdown(o, 1, err);
+        supervisor_begin_shutdown(o, 1, err);
         return -1;
     }
     rc = setup_next_epoch(o, err, sizeof err);
     if (rc < 0) {
         df_log("next epoch: %s", err);
-        sup_begin_shutdown(o, 1, err);
+        supervisor_begin_shutdown(o, 1, err);
         return -1;
     }
     df_log("epoch %u done (every batch committed, step %llu): starting epoch %u of %u", done,
@@ -953,12 +953,12 @@ static void maybe_finish(orch *o)
     for (int i = 0; i < o->n; i++)
         uv_close((uv_handle_t *)&o->w[i].timer, close_cb_noop);
     report_stop(o);
-    ctlsrv_stop(o);
+    control_stop(o);
 }
 
 /* ---- public ----------------------------------------------------------------------- */
 
-int sup_commit(orch *o, uint64_t step)
+int supervisor_commit(orch *o, uint64_t step)
 {
     uint64_t cur = ledger_committed_step(&o->led);
     uint64_t s = step > cur ? step : cur;
@@ -978,7 +978,7 @@ int sup_commit(orch *o, uint64_t step)
     return rc < 0 ? rc : 0;
 }
 
-void sup_begin_shutdown(orch *o, int exit_code, const char *why)
+void supervisor_begin_shutdown(orch *o, int exit_code, const char *why)
 {
     if (exit_code > o->exit_code)
         o->exit_code = exit_code;
@@ -1006,7 +1006,7 @@ void sup_begin_shutdown(orch *o, int exit_code, const char *why)
     maybe_finish(o);
 }
 
-int sup_cmd_stop(orch *o, orch_worker *w)
+int supervisor_cmd_stop(orch *o, orch_worker *w)
 {
     if (w->pid > 0) {
         w->after = AFTER_STOP;
@@ -1024,7 +1024,7 @@ int sup_cmd_stop(orch *o, orch_worker *w)
     return -EALREADY;
 }
 
-int sup_cmd_start(orch *o, orch_worker *w)
+int supervisor_cmd_start(orch *o, orch_worker *w)
 {
     if (o->shutting_down)
         return -ESHUTDOWN;
@@ -1037,7 +1037,7 @@ int sup_cmd_start(orch *o, orch_worker *w)
     return spawn_worker(o, w);
 }
 
-int sup_cmd_restart(orch *o, orch_worker *w)
+int supervisor_cmd_restart(orch *o, orch_worker *w)
 {
     if (o->shutting_down)
         return -ESHUTDOWN;
@@ -1050,10 +1050,10 @@ int sup_cmd_restart(orch *o, orch_worker *w)
     }
     if (w->closing)
         return -EBUSY;
-    return sup_cmd_start(o, w);
+    return supervisor_cmd_start(o, w);
 }
 
-int sup_cmd_kill(orch *o, orch_worker *w)
+int supervisor_cmd_kill(orch *o, orch_worker *w)
 {
     (void)o;
     if (w->pid <= 0)
@@ -1062,7 +1062,7 @@ int sup_cmd_kill(orch *o, orch_worker *w)
     return 0;
 }
 
-int sup_start(orch *o)
+int supervisor_start(orch *o)
 {
     o->start_ns = df_now_ns();
     uv_timer_init(o->loop, &o->hang_timer);

@@ -26,21 +26,21 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
-    if (wk_help(argc, argv, usage))
+    if (worker_help(argc, argv, usage))
         return 0;
-    static wk_worker wk;
-    DF_CHECK_ERR(wk_start(&wk, "postproc_worker", argc, argv));
+    static worker_ctx wk;
+    DF_CHECK_ERR(worker_start(&wk, "postproc_worker", argc, argv));
     ctl_worker *w = &wk.ctl;
     const topo *t = &w->topo;
-    wk_ring ri, ro;
-    DF_CHECK_ERR(wk_ring_in(&wk, &ri));
-    DF_CHECK_ERR(wk_ring_out(&wk, &ro));
+    worker_ring ri, ro;
+    DF_CHECK_ERR(worker_ring_in(&wk, &ri));
+    DF_CHECK_ERR(worker_ring_out(&wk, &ro));
     ring *in = ri.r, *out = ro.r;
     arena *Ain = ri.A, *Aout = ro.A;
     uint64_t in_bytes = ri.slot_bytes, out_bytes = ro.slot_bytes;
     ledger *L = ctl_ledger(w);
     handoff_table *H = ctl_handoff(w);
-    const topo_drafter *dr = &t->drafter;
+    const topology_drafter *dr = &t->drafter;
     int N = (int)dr->num_anchors;
 
     char err[512];
@@ -57,20 +57,20 @@ int main(int argc, char **argv)
     }
     batch_view iview = {0};
     void *ometa = NULL; /* host buffer for the output metadata (cuda) */
-    DF_CHECK_ERR(wk_ready(&wk, in, out));
+    DF_CHECK_ERR(worker_ready(&wk, in, out));
     df_log("ready: %d anchors per document, block %u, noise std %g", N, dr->block_size, dr->noise_std);
 
     uint64_t done = 0;
     for (;;) {
-        wk_tick(&wk, done);
+        worker_tick(&wk, done);
         if (ctl_should_stop(w))
             break;
         if (ctl_paused(w)) {
-            wk_idle(&wk);
+            worker_idle(&wk);
             continue;
         }
         uint32_t islot, oslot;
-        int rc = wk_acquire_ready(&wk, in, &islot);
+        int rc = worker_acquire_ready(&wk, in, &islot);
         stage_wait(&wk.st);
         if (rc == -ETIMEDOUT) {
             if (ledger_epoch_done(L))
@@ -85,7 +85,7 @@ int main(int argc, char **argv)
         if (batch_view_read(&iview, Ain, id->offset, in_bytes, BATCH_KIND_TP, &src, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "input slot %u: %s", islot, err); /* retried, then poisoned */
 
-        rc = wk_acquire_free(&wk, out, done, &oslot);
+        rc = worker_acquire_free(&wk, out, done, &oslot);
         if (rc == -EPIPE)
             break; /* the reclaim after our exit requeues the input */
         DF_CHECK_ERR(rc);
@@ -139,12 +139,12 @@ int main(int argc, char **argv)
         stage_count(&wk.st, 1, src->T);
         stage_busy(&wk.st);
     }
-    wk_finish(&wk);
+    worker_finish(&wk);
     df_log("done: %llu batches, busy %.1fs, waiting %.1fs", (unsigned long long)done, wk.st.busy_total_s,
            wk.st.wait_total_s);
     batch_view_free(&iview);
     free(ometa);
     pp_copier_close(cp);
-    wk_close(&wk);
+    worker_close(&wk);
     return DF_EXIT_OK;
 }

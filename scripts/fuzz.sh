@@ -50,7 +50,7 @@ for f in sorted(os.listdir(bad)):
                 g.write(struct.pack('<Q', max(0, len(b) - 8 - len(h))) + h)
 PY
 
-echo "fuzz.sh: fuzzing st_parse_header for ${secs}s ($jobs job(s)), corpus $dir/corpus"
+echo "fuzz.sh: fuzzing safetensors_parse_header for ${secs}s ($jobs job(s)), corpus $dir/corpus"
 par=()
 [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
 dict=$PWD/fuzz/safetensors.dict

@@ -1,50 +1,50 @@
-/* target_backend.c: the CPU side of target_backend.h (tm_forward_cpu in the slot) and
+/* target_backend.c: the CPU side of target_backend.h (target_forward_cpu in the slot) and
  * the dispatch; the CUDA side is target_backend_cuda.c. */
 #include "target_worker/target_backend_internal.h"
 
 #include "target/target_model.h"
 #include "util.h"
 
-typedef struct tb_cpu {
-    struct tb_backend base;
-    tm_model m;
-} tb_cpu;
+typedef struct backend_cpu {
+    struct target_backend base;
+    target_model m;
+} backend_cpu;
 
-static int cpu_forward(tb_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
+static int cpu_forward(target_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {
-    tb_cpu *b = (tb_cpu *)bb;
-    int rc = tm_forward_cpu(&b->m, batch_tokens(h), h->doc_starts, (int)h->n_docs, (float *)batch_feat(h));
+    backend_cpu *b = (backend_cpu *)bb;
+    int rc = target_forward_cpu(&b->m, batch_tokens(h), h->doc_starts, (int)h->n_docs, (float *)batch_feat(h));
     if (rc < 0)
         snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id,
                  rc == -ERANGE ? "a token id is outside the vocabulary" : strerror(-rc));
     return rc;
 }
 
-static batch_header *cpu_meta(tb_backend *b, const arena *A, uint64_t off)
+static batch_header *cpu_meta(target_backend *b, const arena *A, uint64_t off)
 {
     return (batch_header *)((char *)A->base + off);
 }
 
-static void cpu_close(tb_backend *bb)
+static void cpu_close(target_backend *bb)
 {
-    tb_cpu *b = (tb_cpu *)bb;
-    tm_free(&b->m);
+    backend_cpu *b = (backend_cpu *)bb;
+    target_free(&b->m);
     free(b);
 }
 
-int tb_open(tb_backend **out, const topo *t, int device, char *err, size_t errlen)
+int backend_open(target_backend **out, const topo *t, int device, char *err, size_t errlen)
 {
     *out = NULL;
-    if (t->backend != TOPO_CPU)
-        return tb_cuda_open(out, t, device, err, errlen);
-    tb_cpu *b = calloc(1, sizeof *b);
+    if (t->backend != TOPOLOGY_CPU)
+        return backend_open_cuda(out, t, device, err, errlen);
+    backend_cpu *b = calloc(1, sizeof *b);
     if (!b)
         return -ENOMEM;
-    int rc = tm_load(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, err, errlen);
-    if (rc == 0 && (rc = tm_reserve(&b->m, (int)t->token_budget)) < 0)
+    int rc = target_load(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, err, errlen);
+    if (rc == 0 && (rc = target_reserve(&b->m, (int)t->token_budget)) < 0)
         snprintf(err, errlen, "workspace for %llu tokens: out of memory", (unsigned long long)t->token_budget);
     if (rc < 0) {
-        tm_free(&b->m);
+        target_free(&b->m);
         free(b);
         return rc;
     }
@@ -58,20 +58,20 @@ int tb_open(tb_backend **out, const topo *t, int device, char *err, size_t errle
     return 0;
 }
 
-void tb_close(tb_backend *b)
+void backend_close(target_backend *b)
 {
     if (b)
         b->close(b);
 }
 
-int tb_hidden(const tb_backend *b) { return b->hidden; }
-int tb_n_layers_run(const tb_backend *b) { return b->n_layers_run; }
-int tb_n_layers(const tb_backend *b) { return b->n_layers; }
-uint32_t tb_feat_dtype(const tb_backend *b) { return b->cuda ? BATCH_FEAT_BF16 : BATCH_FEAT_F32; }
+int backend_hidden(const target_backend *b) { return b->hidden; }
+int backend_n_layers_run(const target_backend *b) { return b->n_layers_run; }
+int backend_n_layers(const target_backend *b) { return b->n_layers; }
+uint32_t backend_feat_dtype(const target_backend *b) { return b->cuda ? BATCH_FEAT_BF16 : BATCH_FEAT_F32; }
 
-batch_header *tb_meta_buffer(tb_backend *b, const arena *A, uint64_t off) { return b->meta(b, A, off); }
+batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off) { return b->meta(b, A, off); }
 
-int tb_forward(tb_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
+int backend_forward(target_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {
     return b->forward(b, A, off, h, err, errlen);
 }

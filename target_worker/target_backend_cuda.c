@@ -1,4 +1,4 @@
-/* target_backend_cuda.c: the CUDA side of target_backend.h: tmc_forward straight into the
+/* target_backend_cuda.c: the CUDA side of target_backend.h: target_forward_cuda straight into the
  * device ring slot. The metadata is built on the host and copied in first (tokens and
  * doc_starts must be on the device for the forward); the features are written as bf16 at
  * off_feat; the stream is synchronised before returning so the slot can be published. */
@@ -10,18 +10,18 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 
-typedef struct tb_cuda {
-    struct tb_backend base;
-    tmc_model m;
+typedef struct backend_cuda {
+    struct target_backend base;
+    target_model_cuda m;
     cudaStream_t s;
     void *meta;      /* host buffer for one slot's metadata */
     size_t meta_cap;
     int device;
-} tb_cuda;
+} backend_cuda;
 
-static int cuda_forward(tb_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
+static int cuda_forward(target_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {
-    tb_cuda *b = (tb_cuda *)bb;
+    backend_cuda *b = (backend_cuda *)bb;
     if (A->kind != ARENA_CUDA || A->device != b->device) {
         snprintf(err, errlen, "the output ring's arena is %s device %d; the cuda target runs on device %d",
                  A->kind == ARENA_CUDA ? "on" : "in host memory, not on", A->device, b->device);
@@ -31,11 +31,11 @@ static int cuda_forward(tb_backend *bb, const arena *A, uint64_t off, batch_head
     if (rc < 0)
         return rc;
     char *slot = (char *)A->base + off;
-    rc = tmc_forward(&b->m, (const int32_t *)(slot + h->off_tokens),
+    rc = target_forward_cuda(&b->m, (const int32_t *)(slot + h->off_tokens),
                      (const int32_t *)(slot + offsetof(batch_header, doc_starts)), (int)h->n_docs, (int)h->T,
-                     (nnc_bf16 *)(slot + h->off_feat), b->s);
+                     (nn_bf16_cuda *)(slot + h->off_feat), b->s);
     if (rc < 0) {
-        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, tmc_error(&b->m));
+        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, target_error_cuda(&b->m));
         return rc == -EINVAL ? -EINVAL : -EIO;
     }
     cudaError_t ce = cudaStreamSynchronize(b->s);
@@ -45,8 +45,8 @@ static int cuda_forward(tb_backend *bb, const arena *A, uint64_t off, batch_head
         return -EIO;
     }
     int bad = 0;
-    if ((rc = tmc_take_token_error(&b->m, &bad)) < 0) {
-        snprintf(err, errlen, "%s", tmc_error(&b->m));
+    if ((rc = target_take_token_error_cuda(&b->m, &bad)) < 0) {
+        snprintf(err, errlen, "%s", target_error_cuda(&b->m));
         return -EIO;
     }
     if (bad) {
@@ -56,22 +56,22 @@ static int cuda_forward(tb_backend *bb, const arena *A, uint64_t off, batch_head
     return 0;
 }
 
-static batch_header *cuda_meta(tb_backend *bb, const arena *A, uint64_t off)
+static batch_header *cuda_meta(target_backend *bb, const arena *A, uint64_t off)
 {
-    return (batch_header *)((tb_cuda *)bb)->meta;
+    return (batch_header *)((backend_cuda *)bb)->meta;
 }
 
-static void cuda_close(tb_backend *bb)
+static void cuda_close(target_backend *bb)
 {
-    tb_cuda *b = (tb_cuda *)bb;
-    tmc_free(&b->m);
+    backend_cuda *b = (backend_cuda *)bb;
+    target_free_cuda(&b->m);
     if (b->s)
         cudaStreamDestroy(b->s);
     free(b->meta);
     free(b);
 }
 
-int tb_cuda_open(tb_backend **out, const topo *t, int device, char *err, size_t errlen)
+int backend_open_cuda(target_backend **out, const topo *t, int device, char *err, size_t errlen)
 {
     *out = NULL;
     cudaError_t ce = cudaSetDevice(device);
@@ -79,7 +79,7 @@ int tb_cuda_open(tb_backend **out, const topo *t, int device, char *err, size_t 
         snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
         return -EIO;
     }
-    tb_cuda *b = calloc(1, sizeof *b);
+    backend_cuda *b = calloc(1, sizeof *b);
     if (!b)
         return -ENOMEM;
     b->device = device;
@@ -90,7 +90,7 @@ int tb_cuda_open(tb_backend **out, const topo *t, int device, char *err, size_t 
     b->meta = calloc(1, b->meta_cap);
     int rc = b->meta ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = tmc_load(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, (int)t->token_budget, err, errlen);
+        rc = target_load_cuda(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, (int)t->token_budget, err, errlen);
     if (rc == 0 && (ce = cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking)) != cudaSuccess) {
         snprintf(err, errlen, "cudaStreamCreate: %s", cudaGetErrorString(ce));
         rc = -EIO;
@@ -102,12 +102,12 @@ int tb_cuda_open(tb_backend **out, const topo *t, int device, char *err, size_t 
     b->base.cuda = 1;
     b->base.hidden = b->m.d;
     b->base.n_layers_run = b->m.n_layers;
-    hfc_config hc;
+    hfconfig hc;
     char path[1200], e2[256];
     memset(&hc, 0, sizeof hc);
     snprintf(path, sizeof path, "%s/config.json", t->target_model_dir);
-    b->base.n_layers = hfc_load(&hc, path, e2, sizeof e2) == 0 ? hc.num_hidden_layers : b->m.n_layers;
-    hfc_free(&hc);
+    b->base.n_layers = hfconfig_load(&hc, path, e2, sizeof e2) == 0 ? hc.num_hidden_layers : b->m.n_layers;
+    hfconfig_free(&hc);
     b->base.forward = cuda_forward;
     b->base.meta = cuda_meta;
     b->base.close = cuda_close;

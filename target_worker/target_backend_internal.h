@@ -5,12 +5,12 @@
 
 #include "target_worker/target_backend.h"
 
-struct tb_backend {
+struct target_backend {
     int cuda;
     int hidden, n_layers_run, n_layers;
-    int (*forward)(tb_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen);
-    batch_header *(*meta)(tb_backend *b, const arena *A, uint64_t off);
-    void (*close)(tb_backend *b);
+    int (*forward)(target_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen);
+    batch_header *(*meta)(target_backend *b, const arena *A, uint64_t off);
+    void (*close)(target_backend *b);
 };
 
 #endif

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-int tb_cuda_open(tb_backend **out, const topo *t, int device, char *err, size_t errlen)
+int backend_open_cuda(target_backend **out, const topo *t, int device, char *err, size_t errlen)
 {
     *out = NULL;
     snprintf(err, errlen, "%s: backend \"cuda\": this build has no CUDA (rebuild with make CUDA=1)", t->source_path);

@@ -27,50 +27,50 @@ static const char usage[] =
 
 int main(int argc, char **argv)
 {
-    if (wk_help(argc, argv, usage))
+    if (worker_help(argc, argv, usage))
         return 0;
-    static wk_worker wk;
-    DF_CHECK_ERR(wk_start(&wk, "target_worker", argc, argv));
+    static worker_ctx wk;
+    DF_CHECK_ERR(worker_start(&wk, "target_worker", argc, argv));
     ctl_worker *w = &wk.ctl;
     const topo *t = &w->topo;
     char err[1024];
 
-    tb_backend *m;
-    int rc = tb_open(&m, t, w->self->gpu, err, sizeof err);
+    target_backend *m;
+    int rc = backend_open(&m, t, w->self->gpu, err, sizeof err);
     if (rc < 0)
-        df_die(rc == -ENOTSUP ? DF_EXIT_PERM : tm_exit_code(rc), "%s", err);
+        df_die(rc == -ENOTSUP ? DF_EXIT_PERM : target_exit_code(rc), "%s", err);
     dataset *ds;
     if (dataset_open(&ds, t->shards, t->n_shards, err, sizeof err) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
 
-    wk_ring o;
-    DF_CHECK_ERR(wk_ring_out(&wk, &o));
+    worker_ring o;
+    DF_CHECK_ERR(worker_ring_out(&wk, &o));
     ring *out = o.r;
     arena *A = o.A;
     uint64_t slot_bytes = o.slot_bytes;
     ledger *L = ctl_ledger(w);
     handoff_table *H = ctl_handoff(w);
-    int d = tb_hidden(m);
+    int d = backend_hidden(m);
 
     batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
-                          .d = (uint32_t)d, .feat_dtype = tb_feat_dtype(m)};
+                          .d = (uint32_t)d, .feat_dtype = backend_feat_dtype(m)};
     if (batch_layout(&probe) > slot_bytes)
         df_die(DF_EXIT_PERM, "%s: rings[%d].slot_bytes %llu is too small for a batch of %llu tokens (%llu bytes needed)",
                t->source_path, w->self->out_ring,
                (unsigned long long)slot_bytes, (unsigned long long)t->token_budget,
                (unsigned long long)probe.total_bytes);
 
-    DF_CHECK_ERR(wk_ready(&wk, NULL, out));
+    DF_CHECK_ERR(worker_ready(&wk, NULL, out));
     df_log("ready: %s, %d layers run of %d, capture %d layers, %llu samples", t->target_model_dir,
-           tb_n_layers_run(m), tb_n_layers(m), t->n_capture, (unsigned long long)dataset_n_samples(ds));
+           backend_n_layers_run(m), backend_n_layers(m), t->n_capture, (unsigned long long)dataset_n_samples(ds));
 
     uint64_t produced = 0;
     for (;;) {
-        wk_tick(&wk, produced);
+        worker_tick(&wk, produced);
         if (ctl_should_stop(w) || ctl_stop_claiming(w))
             break;
         if (ctl_paused(w)) {
-            wk_idle(&wk);
+            worker_idle(&wk);
             continue;
         }
         uint64_t bid;
@@ -80,12 +80,12 @@ int main(int argc, char **argv)
         if (rc == -ENODATA) {
             if (ledger_epoch_done(L))
                 break;
-            wk_idle(&wk); /* batches may come back (rewind, reclaim) */
+            worker_idle(&wk); /* batches may come back (rewind, reclaim) */
             continue;
         }
         DF_CHECK_ERR(rc);
         uint32_t slot;
-        rc = wk_acquire_free(&wk, out, produced, &slot); /* back-pressure: the only wait of the target */
+        rc = worker_acquire_free(&wk, out, produced, &slot); /* back-pressure: the only wait of the target */
         if (rc == -EPIPE) { /* ring closed: the run is shutting down; hand the claim back */
             DF_CHECK_ERR(ledger_reclaim_owner(L, (uint16_t)w->id));
             break;
@@ -101,12 +101,12 @@ int main(int argc, char **argv)
             df_die(DF_EXIT_PERM, "batch %llu has %u samples, more than %d", (unsigned long long)bid, ns,
                    BATCH_MAX_DOCS);
         uint64_t off = (uint64_t)slot * slot_bytes;
-        batch_header *b = tb_meta_buffer(m, A, off); /* the slot (cpu) or a host buffer (cuda) */
+        batch_header *b = backend_meta_buffer(m, A, off); /* the slot (cpu) or a host buffer (cuda) */
         memset(b, 0, sizeof *b);
         b->magic = BATCH_MAGIC;
         b->version = BATCH_VERSION;
         b->kind = BATCH_KIND_TP;
-        b->feat_dtype = tb_feat_dtype(m);
+        b->feat_dtype = backend_feat_dtype(m);
         b->batch_id = bid;
         b->n_docs = ns;
         b->n_capture = (uint32_t)t->n_capture;
@@ -125,18 +125,18 @@ int main(int argc, char **argv)
         int32_t *tok = batch_tokens(b);
         uint8_t *msk = batch_mask(b);
         for (uint32_t k = 0; k < ns; k++) {
-            const uint32_t *st_tok;
-            const uint8_t *st_mask;
+            const uint32_t *safetensors_tok;
+            const uint8_t *safetensors_mask;
             uint32_t len;
-            DF_CHECK_ERR(dataset_sample(ds, sidx[k], &st_tok, &st_mask, &len));
+            DF_CHECK_ERR(dataset_sample(ds, sidx[k], &safetensors_tok, &safetensors_mask, &len));
             uint32_t n = (uint32_t)(b->doc_starts[k + 1] - b->doc_starts[k]);
             for (uint32_t i = 0; i < n; i++) {
-                tok[b->doc_starts[k] + i] = (int32_t)st_tok[i];
-                msk[b->doc_starts[k] + i] = st_mask[i];
+                tok[b->doc_starts[k] + i] = (int32_t)safetensors_tok[i];
+                msk[b->doc_starts[k] + i] = safetensors_mask[i];
             }
         }
         b->checksum = batch_checksum(b);
-        if ((rc = tb_forward(m, A, off, b, err, sizeof err)) < 0) /* bad token: bad data, do not retry */
+        if ((rc = backend_forward(m, A, off, b, err, sizeof err)) < 0) /* bad token: bad data, do not retry */
             df_die(rc == -ERANGE || rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s", err);
 
         ring_desc *desc = ring_desc_at(out, slot);
@@ -156,11 +156,11 @@ int main(int argc, char **argv)
         stage_count(&wk.st, 1, T);
         stage_busy(&wk.st);
     }
-    wk_finish(&wk);
+    worker_finish(&wk);
     df_log("done: %llu batches, %llu tokens, busy %.1fs, waiting %.1fs", (unsigned long long)produced,
            (unsigned long long)wk.st.tokens_total, wk.st.busy_total_s, wk.st.wait_total_s);
     dataset_close(ds);
-    tb_close(m);
-    wk_close(&wk);
+    backend_close(m);
+    worker_close(&wk);
     return DF_EXIT_OK;
 }

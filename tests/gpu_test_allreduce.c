@@ -16,7 +16,7 @@
  *   timeout   world >= 2: the last rank dies (SIGKILL) without reducing; the others get
  *             -ETIMEDOUT within a 5 s timeout (ncclCommAbort), and again on the next call
  *   init timeout  (any GPU count) a world-2 communicator whose rank 1 never comes:
- *             ar_open_nccl_ex gives -ETIMEDOUT at its 3 s deadline, no hang
+ *             allreduce_open_nccl_ex gives -ETIMEDOUT at its 3 s deadline, no hang
  */
 #include "ipc/allreduce.h"
 #include "ipc/fdpass.h"
@@ -47,11 +47,11 @@ typedef struct rank_report {
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
-#define AR_OK(call)                                                                        \
+#define ALLREDUCE_OK(call)                                                                        \
     do {                                                                                   \
         int r_ = (call);                                                                   \
         if (r_ != 0) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, ar_strerror(r_)); \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, allreduce_strerror(r_)); \
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
@@ -87,14 +87,14 @@ static int rank_main(int rank, int world, int sock)
 {
     unsigned char id[128];
     if (rank == 0) {
-        AR_OK(ar_nccl_get_unique_id(id));
+        ALLREDUCE_OK(allreduce_nccl_get_unique_id(id));
         T_ASSERT(fdpass_send(sock, id, sizeof id, NULL, 0) >= 0);
     }
     int nfd = 0;
     T_ASSERT(fdpass_recv(sock, id, sizeof id, NULL, 0, &nfd) == (int)sizeof id);
-    ar_comm c;
-    ar_comm_init(&c);
-    AR_OK(ar_open_nccl_ex(&c, id, rank, world, rank, AR_DETERMINISTIC, 60ll * 1000000000ll));
+    allreduce_comm c;
+    allreduce_comm_init(&c);
+    ALLREDUCE_OK(allreduce_open_nccl_ex(&c, id, rank, world, rank, ALLREDUCE_DETERMINISTIC, 60ll * 1000000000ll));
     c.timeout_ns = 60ll * 1000000000ll;
     const char *algo = getenv("NCCL_ALGO"), *nvls = getenv("NCCL_NVLS_ENABLE");
     T_ASSERT(algo && strcmp(algo, "Ring") == 0 && nvls && strcmp(nvls, "0") == 0);
@@ -119,7 +119,7 @@ static int rank_main(int rank, int world, int sock)
             h_ref[i] = s;
         }
         CUDA_OK(cudaMemcpy(d_buf, h_in, n * sizeof(float), cudaMemcpyHostToDevice));
-        AR_OK(ar_allreduce_sum(&c, d_buf, n, 30ll * 1000000000ll));
+        ALLREDUCE_OK(allreduce_sum(&c, d_buf, n, 30ll * 1000000000ll));
         CUDA_OK(cudaMemcpy(h_out, d_buf, n * sizeof(float), cudaMemcpyDeviceToHost));
         T_ASSERT(memcmp(h_out, h_ref, n * sizeof(float)) == 0);
     }
@@ -140,7 +140,7 @@ static int rank_main(int rank, int world, int sock)
     fill_random(h_in, N_BIG, rank);
     for (int rep = 0; rep < 2; rep++) {
         CUDA_OK(cudaMemcpy(d_buf, h_in, bytes, cudaMemcpyHostToDevice));
-        AR_OK(ar_allreduce_sum(&c, d_buf, N_BIG, 30ll * 1000000000ll));
+        ALLREDUCE_OK(allreduce_sum(&c, d_buf, N_BIG, 30ll * 1000000000ll));
         CUDA_OK(cudaMemcpy(rep == 0 ? h_one : h_out, d_buf, bytes, cudaMemcpyDeviceToHost));
     }
     T_ASSERT(memcmp(h_one, h_out, bytes) == 0);
@@ -151,7 +151,7 @@ static int rank_main(int rank, int world, int sock)
     /* bucketed, inputs copied in on the caller's stream */
     cudaStream_t us;
     CUDA_OK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
-    AR_OK(ar_set_stream(&c, us));
+    ALLREDUCE_OK(allreduce_set_stream(&c, us));
     static const size_t cuts[] = { 0, 1000, 1001, 300000, 700001, N_BIG }; /* 5 buckets */
     for (int pass = 0; pass < 2; pass++) {
         CUDA_OK(cudaMemsetAsync(d_buf, 0xff, bytes, us)); /* NaN garbage first */
@@ -159,9 +159,9 @@ static int rank_main(int rank, int world, int sock)
             size_t lo = cuts[b], hi = cuts[b + 1];
             CUDA_OK(cudaMemcpyAsync(d_buf + lo, h_in + lo, (hi - lo) * sizeof(float),
                                     cudaMemcpyHostToDevice, us));
-            AR_OK(ar_bucket_ready(&c, (uint32_t)(4 - b), d_buf + lo, hi - lo));
+            ALLREDUCE_OK(allreduce_bucket_ready(&c, (uint32_t)(4 - b), d_buf + lo, hi - lo));
         }
-        AR_OK(ar_wait_all(&c));
+        ALLREDUCE_OK(allreduce_wait_all(&c));
         CUDA_OK(cudaMemcpyAsync(h_out, d_buf, bytes, cudaMemcpyDeviceToHost, us));
         CUDA_OK(cudaStreamSynchronize(us));
         if (pass == 0) {
@@ -183,12 +183,12 @@ static int rank_main(int rank, int world, int sock)
     if (go == 'x') {
         if (rank == world - 1)
             raise(SIGKILL);
-        int rc = ar_allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll);
-        printf("rank %d: timeout: %s\n", rank, ar_strerror(rc));
+        int rc = allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll);
+        printf("rank %d: timeout: %s\n", rank, allreduce_strerror(rc));
         T_ASSERT(rc == -ETIMEDOUT);
-        T_ASSERT(ar_allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll) == -ETIMEDOUT);
+        T_ASSERT(allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll) == -ETIMEDOUT);
     }
-    ar_close(&c);
+    allreduce_close(&c);
     cudaStreamDestroy(us);
     cudaFree(d_buf);
     cudaFreeHost(h_in);
@@ -200,13 +200,13 @@ static int rank_main(int rank, int world, int sock)
 static int init_timeout_main(void)
 {
     unsigned char id[128];
-    AR_OK(ar_nccl_get_unique_id(id));
-    ar_comm c;
-    ar_comm_init(&c);
-    int rc = ar_open_nccl_ex(&c, id, 0, 2, 0, AR_DETERMINISTIC, 3ll * 1000000000ll);
-    printf("init timeout: %s\n", ar_strerror(rc));
+    ALLREDUCE_OK(allreduce_nccl_get_unique_id(id));
+    allreduce_comm c;
+    allreduce_comm_init(&c);
+    int rc = allreduce_open_nccl_ex(&c, id, 0, 2, 0, ALLREDUCE_DETERMINISTIC, 3ll * 1000000000ll);
+    printf("init timeout: %s\n", allreduce_strerror(rc));
     T_ASSERT(rc == -ETIMEDOUT);
-    T_ASSERT(c.backend == AR_NONE && c.impl == NULL);
+    T_ASSERT(c.backend == ALLREDUCE_NONE && c.impl == NULL);
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* gpu_test_check.h: what the GPU numerics tests share: CUDA_CHECK (file:line, the call
  * and the CUDA error text, exit 1), a no-GPU skip, a watchdog so a test never hangs, a
- * per-run seed (fresh every run, printed, NNC_TEST_SEED=... replays one) and the
+ * per-run seed (fresh every run, printed, NN_CUDA_TEST_SEED=... replays one) and the
  * comparison that prints max abs err, max rel err and the first bad index. A NaN or Inf
  * never passes: the test is !(err <= tol), false for NaN. Header-only (static) because
  * each GPU test is one translation unit. */
@@ -27,7 +27,7 @@
         }                                                                                        \
     } while (0)
 
-/* A 0 / -errno call; on failure print it with extra text (e.g. nnc_last_cuda_error()). */
+/* A 0 / -errno call; on failure print it with extra text (e.g. nn_last_error_cuda()). */
 #define RC_CHECK(call, extra)                                                                    \
     do {                                                                                         \
         long r_ = (long)(call);                                                                  \
@@ -65,9 +65,9 @@ static inline void gt_setup(unsigned limit_s)
 
 static inline uint64_t gt_seed(void)
 {
-    const char *s = getenv("NNC_TEST_SEED");
+    const char *s = getenv("NN_CUDA_TEST_SEED");
     uint64_t seed = s ? strtoull(s, NULL, 0) : ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid();
-    printf("seed %llu (replay with NNC_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+    printf("seed %llu (replay with NN_CUDA_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
     return seed;
 }
 

@@ -49,16 +49,16 @@ static int failures;
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
-#define DFC_OK(ctx, call)                                                                    \
+#define DFLASH_CUDA_OK(ctx, call)                                                                    \
     do {                                                                                     \
         int rc_ = (call);                                                                    \
         if (rc_ < 0) {                                                                       \
-            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, dfc_error(ctx)); \
+            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, dflash_error_cuda(ctx)); \
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
 
-static float round_bf16(float f) { return dfc_bf16_to_f32(dfc_f32_to_bf16(f)); }
+static float round_bf16(float f) { return dflash_bf16_to_f32_cuda(dflash_f32_to_bf16_cuda(f)); }
 
 static void fill_normal(float *p, size_t n, df_rng *r, double std)
 {
@@ -142,60 +142,60 @@ static void run_case(const tcase *tc, uint64_t seed)
     memset(&acts, 0, sizeof acts);
     dflash_params gref;
     T_ASSERT_RC(dflash_params_alloc(&gref, c));
-    dflash_stats st_ref;
-    T_ASSERT_RC(dflash_loss_and_grad(c, &p, &f, &b, &acts, &gref, 0, 64, &st_ref));
+    dflash_stats safetensors_ref;
+    T_ASSERT_RC(dflash_loss_and_grad(c, &p, &f, &b, &acts, &gref, 0, 64, &safetensors_ref));
 
     /* GPU */
-    dfc_bf16 *embed_d, *head_d;
-    T_ASSERT_RC(dfc_upload_bf16(&embed_d, embed, (size_t)V * d));
-    T_ASSERT_RC(dfc_upload_bf16(&head_d, head, (size_t)V * d));
+    dflash_bf16_cuda *embed_d, *head_d;
+    T_ASSERT_RC(dflash_upload_bf16_cuda(&embed_d, embed, (size_t)V * d));
+    T_ASSERT_RC(dflash_upload_bf16_cuda(&head_d, head, (size_t)V * d));
     adamw_config oc;
     adamw_config_default(&oc, 100);
     oc.lr = 1e-3;
     oc.weight_decay = tc->wd;
-    dfc_ctx *ctx = NULL;
+    dflash_ctx_cuda *ctx = NULL;
     char err[512];
-    int rc = dfc_init(&ctx, c, &oc, embed_d, head_d, S, N, tc->chunk, err, sizeof err);
+    int rc = dflash_init_cuda(&ctx, c, &oc, embed_d, head_d, S, N, tc->chunk, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, "dfc_init: %d %s\n", rc, err);
+        fprintf(stderr, "dflash_init_cuda: %d %s\n", rc, err);
         exit(1);
     }
     void *H_d;
     if (tc->H_bf16) {
-        dfc_bf16 *hb = malloc(sizeof(dfc_bf16) * nH);
+        dflash_bf16_cuda *hb = malloc(sizeof(dflash_bf16_cuda) * nH);
         T_ASSERT(hb);
         for (size_t i = 0; i < nH; i++)
-            hb[i] = dfc_f32_to_bf16(H[i]);
-        H_d = dev_copy(hb, sizeof(dfc_bf16) * nH);
+            hb[i] = dflash_f32_to_bf16_cuda(H[i]);
+        H_d = dev_copy(hb, sizeof(dflash_bf16_cuda) * nH);
         free(hb);
     } else {
         H_d = dev_copy(H, sizeof(float) * nH);
     }
-    dfc_batch db = {S, N, n_real, H_d, tc->H_bf16, dev_copy(x, sizeof(int32_t) * (size_t)S), dev_copy(lm, (size_t)S),
+    dflash_batch_cuda db = {S, N, n_real, H_d, tc->H_bf16, dev_copy(x, sizeof(int32_t) * (size_t)S), dev_copy(lm, (size_t)S),
                     dev_copy(b.anchors, sizeof(int32_t) * (size_t)N), dev_copy(b.keep, (size_t)N)};
     CUDA_OK(cudaDeviceSynchronize()); /* uploads complete before the context's stream reads them */
-    DFC_OK(ctx, dfc_params_from_host(ctx, p.data));
-    DFC_OK(ctx, dfc_zero_grads(ctx));
+    DFLASH_CUDA_OK(ctx, dflash_params_from_host_cuda(ctx, p.data));
+    DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
     dflash_stats st;
-    DFC_OK(ctx, dfc_step_accumulate(ctx, &db, 0, &st));
+    DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &db, 0, &st));
     float *g1 = malloc(sizeof(float) * np), *g2 = malloc(sizeof(float) * np);
     T_ASSERT(g1 && g2);
-    DFC_OK(ctx, dfc_grads_to_host(ctx, g1));
+    DFLASH_CUDA_OK(ctx, dflash_grads_to_host_cuda(ctx, g1));
 
     /* loss and accuracy */
-    double lrel = fabs(st.loss - st_ref.loss) / fabs(st_ref.loss);
-    printf("  loss gpu %.6f cpu %.6f rel %.2e; sum_w gpu %.6f cpu %.6f\n", st.loss, st_ref.loss, lrel, st.sum_w,
-           st_ref.sum_w);
+    double lrel = fabs(st.loss - safetensors_ref.loss) / fabs(safetensors_ref.loss);
+    printf("  loss gpu %.6f cpu %.6f rel %.2e; sum_w gpu %.6f cpu %.6f\n", st.loss, safetensors_ref.loss, lrel, st.sum_w,
+           safetensors_ref.sum_w);
     CHECK(lrel < 1e-2, "loss rel err %.3e >= 1e-2", lrel);
-    CHECK(fabs(st.sum_w - st_ref.sum_w) < 1e-4 * st_ref.sum_w, "sum_w differs");
+    CHECK(fabs(st.sum_w - safetensors_ref.sum_w) < 1e-4 * safetensors_ref.sum_w, "sum_w differs");
     for (int k = 0; k < B; k++) {
-        CHECK(st.count[k] == st_ref.count[k], "count[%d] gpu %.0f cpu %.0f", k, st.count[k], st_ref.count[k]);
-        double tol = 2 + 0.05 * st_ref.count[k];
-        CHECK(fabs(st.correct[k] - st_ref.correct[k]) <= tol, "correct[%d] gpu %.0f cpu %.0f", k, st.correct[k],
-              st_ref.correct[k]);
+        CHECK(st.count[k] == safetensors_ref.count[k], "count[%d] gpu %.0f cpu %.0f", k, st.count[k], safetensors_ref.count[k]);
+        double tol = 2 + 0.05 * safetensors_ref.count[k];
+        CHECK(fabs(st.correct[k] - safetensors_ref.correct[k]) <= tol, "correct[%d] gpu %.0f cpu %.0f", k, st.correct[k],
+              safetensors_ref.correct[k]);
     }
-    printf("  acc_1 gpu %.3f cpu %.3f, tau gpu %.3f cpu %.3f\n", dflash_stats_acc(&st, 1), dflash_stats_acc(&st_ref, 1),
-           dflash_stats_tau(&st, B), dflash_stats_tau(&st_ref, B));
+    printf("  acc_1 gpu %.3f cpu %.3f, tau gpu %.3f cpu %.3f\n", dflash_stats_acc(&st, 1), dflash_stats_acc(&safetensors_ref, 1),
+           dflash_stats_tau(&st, B), dflash_stats_tau(&safetensors_ref, B));
 
     /* every gradient tensor */
     int nt = dflash_tensor_count(c);
@@ -235,28 +235,28 @@ static void run_case(const tcase *tc, uint64_t seed)
     T_ASSERT(att && z);
     long nonzero = 0, nonfinite = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        DFC_OK(ctx, dfc_debug_att(ctx, l, att));
+        DFLASH_CUDA_OK(ctx, dflash_debug_att_cuda(ctx, l, att));
         for (long e = 0; e < R * qd; e++) {
             nonfinite += !isfinite(att[e]);
             if (e / qd / B >= n_real)
                 nonzero += att[e] != 0.0f;
         }
     }
-    DFC_OK(ctx, dfc_debug_z(ctx, z));
+    DFLASH_CUDA_OK(ctx, dflash_debug_z_cuda(ctx, z));
     for (long e = 0; e < R * d; e++)
         nonfinite += !isfinite(z[e]);
     printf("  padding slots: %ld non-zero attention outputs, %ld non-finite values (att, z)\n", nonzero, nonfinite);
     CHECK(nonzero == 0 && nonfinite == 0, "padding rows not exact zeros or non-finite values");
 
     /* determinism */
-    DFC_OK(ctx, dfc_zero_grads(ctx));
+    DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
     dflash_stats st2;
-    DFC_OK(ctx, dfc_timing_enable(ctx, 1)); /* the phase events must not change anything */
-    DFC_OK(ctx, dfc_step_accumulate(ctx, &db, 0, &st2));
-    DFC_OK(ctx, dfc_grads_to_host(ctx, g2));
-    dfc_timing tm;
-    DFC_OK(ctx, dfc_timing_read(ctx, &tm));
-    DFC_OK(ctx, dfc_timing_enable(ctx, 0));
+    DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 1)); /* the phase events must not change anything */
+    DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &db, 0, &st2));
+    DFLASH_CUDA_OK(ctx, dflash_grads_to_host_cuda(ctx, g2));
+    dflash_timing_cuda tm;
+    DFLASH_CUDA_OK(ctx, dflash_timing_read_cuda(ctx, &tm));
+    DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 0));
     printf("  timed step: forward %.3f ms (attention %.3f), loss %.3f, backward %.3f (attention %.3f)\n", tm.fwd_ms,
            tm.attn_fwd_ms, tm.loss_ms, tm.bwd_ms, tm.attn_bwd_ms);
     int same = memcmp(g1, g2, sizeof(float) * np) == 0 && st.wce == st2.wce;
@@ -274,13 +274,13 @@ static void run_case(const tcase *tc, uint64_t seed)
     float *gc = malloc(sizeof(float) * np);
     T_ASSERT(pc && pg && pg2 && gc);
     memcpy(pc, p.data, sizeof(float) * np);
-    DFC_OK(ctx, dfc_opt_from_host(ctx, NULL, NULL, 0));
+    DFLASH_CUDA_OK(ctx, dflash_opt_from_host_cuda(ctx, NULL, NULL, 0));
     for (int it = 0; it < 2; it++) {
         adamw_info ic, ig;
         memcpy(gc, g1, sizeof(float) * np);
         T_ASSERT_RC(adamw_step(&o, pc, gc, segs, nseg, &ic));
-        DFC_OK(ctx, dfc_grads_from_host(ctx, g1));
-        DFC_OK(ctx, dfc_optimizer_step(ctx, &ig));
+        DFLASH_CUDA_OK(ctx, dflash_grads_from_host_cuda(ctx, g1));
+        DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, &ig));
         printf("  adamw %d: lr gpu %.6e cpu %.6e, norm gpu %.6e cpu %.6e, clip gpu %.6f cpu %.6f\n", it, ig.lr, ic.lr,
                ig.grad_norm, ic.grad_norm, ig.clip_scale, ic.clip_scale);
         CHECK(fabs(ig.lr - ic.lr) <= 1e-12 * ic.lr, "lr differs");
@@ -288,7 +288,7 @@ static void run_case(const tcase *tc, uint64_t seed)
         CHECK(fabs(ig.clip_scale - ic.clip_scale) <= 1e-6, "clip scale differs");
         CHECK(!ig.skipped && !ic.skipped, "unexpected skip");
     }
-    DFC_OK(ctx, dfc_params_to_host(ctx, pg));
+    DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, pg));
     double num = 0, den = 0;
     for (size_t i = 0; i < np; i++) {
         double dc = (double)pc[i] - p.data[i], dg = (double)pg[i] - p.data[i];
@@ -299,27 +299,27 @@ static void run_case(const tcase *tc, uint64_t seed)
     printf("  adamw: weight change rel err %.3e (|dp| %.4e)\n", urel, sqrt(den));
     CHECK(urel < 1e-3, "AdamW weight change rel err %.3e >= 1e-3", urel);
     /* same again from the same state: bit-identical */
-    DFC_OK(ctx, dfc_params_from_host(ctx, p.data));
-    DFC_OK(ctx, dfc_opt_from_host(ctx, NULL, NULL, 0));
+    DFLASH_CUDA_OK(ctx, dflash_params_from_host_cuda(ctx, p.data));
+    DFLASH_CUDA_OK(ctx, dflash_opt_from_host_cuda(ctx, NULL, NULL, 0));
     for (int it = 0; it < 2; it++) {
-        DFC_OK(ctx, dfc_grads_from_host(ctx, g1));
-        DFC_OK(ctx, dfc_optimizer_step(ctx, NULL));
+        DFLASH_CUDA_OK(ctx, dflash_grads_from_host_cuda(ctx, g1));
+        DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, NULL));
     }
-    DFC_OK(ctx, dfc_params_to_host(ctx, pg2));
+    DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, pg2));
     same = memcmp(pg, pg2, sizeof(float) * np) == 0;
     printf("  adamw determinism: %s\n", same ? "bit-identical" : "DIFFERS");
     CHECK(same, "two optimizer runs differ");
     /* a NaN gradient skips the update */
     g1[np / 2] = NAN;
-    DFC_OK(ctx, dfc_grads_from_host(ctx, g1));
+    DFLASH_CUDA_OK(ctx, dflash_grads_from_host_cuda(ctx, g1));
     adamw_info in;
     long step_before, step_after;
     float *mtmp = malloc(sizeof(float) * np), *vtmp = malloc(sizeof(float) * np);
     T_ASSERT(mtmp && vtmp);
-    DFC_OK(ctx, dfc_opt_to_host(ctx, mtmp, vtmp, &step_before));
-    DFC_OK(ctx, dfc_optimizer_step(ctx, &in));
-    DFC_OK(ctx, dfc_opt_to_host(ctx, mtmp, vtmp, &step_after));
-    DFC_OK(ctx, dfc_params_to_host(ctx, pg2));
+    DFLASH_CUDA_OK(ctx, dflash_opt_to_host_cuda(ctx, mtmp, vtmp, &step_before));
+    DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, &in));
+    DFLASH_CUDA_OK(ctx, dflash_opt_to_host_cuda(ctx, mtmp, vtmp, &step_after));
+    DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, pg2));
     same = memcmp(pg, pg2, sizeof(float) * np) == 0;
     printf("  NaN gradient: skipped %d, step %ld -> %ld, weights %s\n", in.skipped, step_before, step_after,
            same ? "untouched" : "CHANGED");
@@ -341,7 +341,7 @@ static void run_case(const tcase *tc, uint64_t seed)
     cudaFree((void *)db.loss_mask);
     cudaFree((void *)db.anchors);
     cudaFree((void *)db.keep);
-    dfc_free(ctx);
+    dflash_free_cuda(ctx);
     cudaFree(embed_d);
     cudaFree(head_d);
     dflash_acts_free(&acts);

@@ -1,6 +1,6 @@
 /* gpu_test_eval: the CUDA backend of dflash_eval (target_decode_cuda, dflash_infer_cuda,
  * spec_decode_cuda) on the tiny target models/tiny-target, fresh random inputs every run
- * (seed printed; NNC_TEST_SEED=... replays one):
+ * (seed printed; NN_CUDA_TEST_SEED=... replays one):
  *   a. CUDA KV-cached target decode vs the CPU target_decode on random prompts: prefill,
  *      extends in random chunks (k = 1..16, logits of every new row), truncation and
  *      extending with other tokens. Logits and captured features match to a bf16
@@ -13,7 +13,7 @@
  *      and a random 2-layer drafter with a sliding layer; context appended in pieces
  *      (one of 280 rows: more than one append chunk); logits relative L2 as in (a), draft
  *      differences counted and explained as in (a).
- *   c. lossless on the GPU: through sd_backend_open("cuda"), speculative output == plain
+ *   c. lossless on the GPU: through spec_backend_open("cuda"), speculative output == plain
  *      greedy output token for token, exactly, with the release drafter, a random
  *      drafter, and an oracle drafter that drafts the plain output with 30% of its tokens
  *      corrupted (real multi-token acceptances: truncation and multi-row appends);
@@ -138,16 +138,16 @@ static int l2_check(const char *what, const l2acc *a)
 /* ---- a. target decode ----------------------------------------------------------------- */
 
 /* One extend of k tokens on both; compares features and the logits of all k rows. */
-static void extend_both(td_model *cpu, tdc_model *gpu, const int32_t *tok, int k, int n_next, flips *f, l2acc *lf,
+static void extend_both(decode_model *cpu, decode_model_cuda *gpu, const int32_t *tok, int k, int n_next, flips *f, l2acc *lf,
                         l2acc *ll, const char *what)
 {
     int V = cpu->tm.cfg.vocab_size, F = cpu->n_capture * cpu->tm.cfg.hidden_size;
     int32_t *next = xmalloc(sizeof(int32_t) * n_next);
     float *lg = xmalloc(sizeof(float) * (size_t)n_next * V), *ft = xmalloc(sizeof(float) * (size_t)k * F);
-    RC_CHECK(td_extend(cpu, tok, k, n_next), "td_extend");
-    RC_CHECK(tdc_extend(gpu, tok, k, n_next, next), tdc_error(gpu));
-    RC_CHECK(tdc_logits_to_host(gpu, lg), tdc_error(gpu));
-    RC_CHECK(tdc_feats_to_host(gpu, k, ft), tdc_error(gpu));
+    RC_CHECK(decode_extend(cpu, tok, k, n_next), "decode_extend");
+    RC_CHECK(decode_extend_cuda(gpu, tok, k, n_next, next), decode_error_cuda(gpu));
+    RC_CHECK(decode_logits_to_host_cuda(gpu, lg), decode_error_cuda(gpu));
+    RC_CHECK(decode_feats_to_host_cuda(gpu, k, ft), decode_error_cuda(gpu));
     char w[160];
     snprintf(w, sizeof w, "%s: features of %d rows", what, k);
     if (gt_check_rel_l2(w, ft, cpu->feat, (size_t)k * F, REL_L2_CALL))
@@ -161,7 +161,7 @@ static void extend_both(td_model *cpu, tdc_model *gpu, const int32_t *tok, int k
     free(next), free(lg), free(ft);
 }
 
-static void test_target(td_model *cpu, tdc_model *gpu)
+static void test_target(decode_model *cpu, decode_model_cuda *gpu)
 {
     int V = cpu->tm.cfg.vocab_size;
     flips f = {0};
@@ -171,7 +171,7 @@ static void test_target(td_model *cpu, tdc_model *gpu)
         int n = rnd(5, 300), total = n + rnd(40, 80);
         for (int i = 0; i < total; i++)
             tok[i] = rnd(0, V - 1);
-        td_reset(cpu), tdc_reset(gpu);
+        decode_reset(cpu), decode_reset_cuda(gpu);
         char what[96];
         snprintf(what, sizeof what, "round %d prefill %d", round, n);
         extend_both(cpu, gpu, tok, n, 1, &f, &lf, &ll, what);
@@ -184,8 +184,8 @@ static void test_target(td_model *cpu, tdc_model *gpu)
             at += k;
             if (rnd(0, 3) == 0) { /* reject part of what was just run, continue with other tokens */
                 int keep = at - rnd(0, k);
-                RC_CHECK(td_truncate(cpu, keep), "td_truncate");
-                RC_CHECK(tdc_truncate(gpu, keep), "tdc_truncate");
+                RC_CHECK(decode_truncate(cpu, keep), "decode_truncate");
+                RC_CHECK(decode_truncate_cuda(gpu, keep), "decode_truncate_cuda");
                 for (int i = keep; i < total; i++)
                     tok[i] = rnd(0, V - 1);
                 at = keep;
@@ -201,7 +201,7 @@ static void test_target(td_model *cpu, tdc_model *gpu)
 
 /* Time per extend (k = 1: a plain step, k = 16: a verify) at a short and a long context:
  * what the simple cached attention costs as the context grows. Printed, not asserted. */
-static void time_extends(tdc_model *gpu)
+static void time_extends(decode_model_cuda *gpu)
 {
     int32_t tok[MAX_CTX], next[16];
     for (int i = 0; i < MAX_CTX; i++)
@@ -209,13 +209,13 @@ static void time_extends(tdc_model *gpu)
     int ctxs[2] = {64, MAX_CTX - 40}, ks[2] = {1, 16};
     printf("extend timing (ms, mean of 50, prefill excluded):");
     for (int c = 0; c < 2; c++) {
-        tdc_reset(gpu);
-        RC_CHECK(tdc_extend(gpu, tok, ctxs[c], 1, next), tdc_error(gpu));
+        decode_reset_cuda(gpu);
+        RC_CHECK(decode_extend_cuda(gpu, tok, ctxs[c], 1, next), decode_error_cuda(gpu));
         for (int j = 0; j < 2; j++) {
             uint64_t t0 = df_now_ns();
             for (int r = 0; r < 50; r++) {
-                RC_CHECK(tdc_extend(gpu, tok + ctxs[c], ks[j], ks[j], next), tdc_error(gpu));
-                RC_CHECK(tdc_truncate(gpu, ctxs[c]), "tdc_truncate");
+                RC_CHECK(decode_extend_cuda(gpu, tok + ctxs[c], ks[j], ks[j], next), decode_error_cuda(gpu));
+                RC_CHECK(decode_truncate_cuda(gpu, ctxs[c]), "decode_truncate_cuda");
             }
             printf(" context %d k=%d %.3f;", ctxs[c], ks[j], (double)(df_now_ns() - t0) * 1e-6 / 50);
         }
@@ -225,7 +225,7 @@ static void time_extends(tdc_model *gpu)
 
 /* ---- b. drafter ------------------------------------------------------------------------- */
 
-static void random_drafter(dflash_config *c, dflash_params *p, const hfc_config *t, uint64_t seed)
+static void random_drafter(dflash_config *c, dflash_params *p, const hfconfig *t, uint64_t seed)
 {
     memset(c, 0, sizeof *c);
     c->hidden = t->hidden_size, c->intermediate = 2 * t->hidden_size, c->n_layers = 2;
@@ -242,34 +242,34 @@ static void random_drafter(dflash_config *c, dflash_params *p, const hfc_config 
     dflash_params_init_random(p, c, seed, 0.1f);
 }
 
-static void test_drafter(const char *name, const dflash_config *c, const dflash_params *p, td_model *cpu_t,
-                         tdc_model *gpu_t)
+static void test_drafter(const char *name, const dflash_config *c, const dflash_params *p, decode_model *cpu_t,
+                         decode_model_cuda *gpu_t)
 {
     int V = c->vocab, B = c->block_size, F = c->n_capture * c->hidden;
-    dfi_state cd;
-    dfic_state gd;
+    infer_state cd;
+    infer_state_cuda gd;
     dflash_frozen fr = {.embed = cpu_t->head.embed, .lm_head = cpu_t->head.lm_head};
-    RC_CHECK(dfi_init(&cd, c, p, &fr, MAX_CTX), "dfi_init");
-    RC_CHECK(dfic_init(&gd, c, p, gpu_t->tm.embed, gpu_t->lm_head, MAX_CTX, gpu_t->stream, g_err, sizeof g_err), g_err);
+    RC_CHECK(infer_init(&cd, c, p, &fr, MAX_CTX), "infer_init");
+    RC_CHECK(infer_init_cuda(&gd, c, p, gpu_t->tm.embed, gpu_t->lm_head, MAX_CTX, gpu_t->stream, g_err, sizeof g_err), g_err);
     int32_t tok[MAX_CTX], *draft = xmalloc(sizeof(int32_t) * B), *next = xmalloc(sizeof(int32_t) * 16);
     float *ft = xmalloc(sizeof(float) * MAX_CTX * F), *lg = xmalloc(sizeof(float) * (size_t)(B - 1) * V);
     flips f = {0};
     l2acc ll = {0};
-    int S = 0, n0 = 280; /* > DFIC_CHUNK rows in the first append */
+    int S = 0, n0 = 280; /* > INFER_CUDA_CHUNK rows in the first append */
     for (int i = 0; i < MAX_CTX; i++)
         tok[i] = rnd(0, V - 1);
-    tdc_reset(gpu_t);
+    decode_reset_cuda(gpu_t);
     for (int step = 0; step < 8; step++) {
         int k = step == 0 ? n0 : rnd(1, 16);
-        RC_CHECK(tdc_extend(gpu_t, tok + S, k, 1, next), tdc_error(gpu_t));
-        RC_CHECK(tdc_feats_to_host(gpu_t, k, ft), tdc_error(gpu_t));
-        RC_CHECK(dfi_append(&cd, ft, k), "dfi_append");
-        RC_CHECK(dfic_append(&gd, gpu_t->feat, k), dfic_error(&gd));
+        RC_CHECK(decode_extend_cuda(gpu_t, tok + S, k, 1, next), decode_error_cuda(gpu_t));
+        RC_CHECK(decode_feats_to_host_cuda(gpu_t, k, ft), decode_error_cuda(gpu_t));
+        RC_CHECK(infer_append(&cd, ft, k), "infer_append");
+        RC_CHECK(infer_append_cuda(&gd, gpu_t->feat, k), infer_error_cuda(&gd));
         S += k;
         int32_t anchor = tok[S];
-        RC_CHECK(dfi_draft(&cd, anchor, draft), "dfi_draft");
-        RC_CHECK(dfic_draft(&gd, anchor, draft), dfic_error(&gd));
-        RC_CHECK(dfic_logits_to_host(&gd, lg), dfic_error(&gd));
+        RC_CHECK(infer_draft(&cd, anchor, draft), "infer_draft");
+        RC_CHECK(infer_draft_cuda(&gd, anchor, draft), infer_error_cuda(&gd));
+        RC_CHECK(infer_logits_to_host_cuda(&gd, lg), infer_error_cuda(&gd));
         char what[160];
         snprintf(what, sizeof what, "(b) %s: draft at context %d: logits", name, S);
         l2_add(&ll, lg, cd.logits, (size_t)(B - 1) * V);
@@ -283,8 +283,8 @@ static void test_drafter(const char *name, const dflash_config *c, const dflash_
     char w[160];
     snprintf(w, sizeof w, "(b) %s logits, all drafts", name);
     g_fail += l2_check(w, &ll);
-    dfi_free(&cd);
-    dfic_free(&gd);
+    infer_free(&cd);
+    infer_free_cuda(&gd);
     free(draft), free(next), free(ft), free(lg);
 }
 
@@ -325,12 +325,12 @@ static int or_draft(void *ctx, int32_t anchor, int32_t *draft)
     return 0;
 }
 
-static double tpot_ms(const sd_result *r)
+static double tpot_ms(const spec_result *r)
 {
     return r->n_tokens > 1 ? 1e3 * r->decode_s / (r->n_tokens - 1) : 0.0;
 }
 
-static int first_diff(const sd_result *a, const sd_result *b, long *ndiff)
+static int first_diff(const spec_result *a, const spec_result *b, long *ndiff)
 {
     int n = DF_MIN(a->n_tokens, b->n_tokens), fd = -1;
     *ndiff = labs((long)a->n_tokens - b->n_tokens);
@@ -347,34 +347,34 @@ static int first_diff(const sd_result *a, const sd_result *b, long *ndiff)
 
 /* The CPU target's logit margin between its token and the GPU's at the first output
  * position where they differ (prompt + common prefix through td): small = a near-tie. */
-static double cpu_margin(td_model *td, const ep_prompt *pr, const sd_result *gpu, const sd_result *cpu, int fd)
+static double cpu_margin(decode_model *td, const prompts_entry *pr, const spec_result *gpu, const spec_result *cpu, int fd)
 {
-    td_reset(td);
-    RC_CHECK(td_extend(td, pr->tokens, pr->n, 1), "td_extend (prompt)");
+    decode_reset(td);
+    RC_CHECK(decode_extend(td, pr->tokens, pr->n, 1), "decode_extend (prompt)");
     if (fd > 0)
-        RC_CHECK(td_extend(td, cpu->tokens, fd, 1), "td_extend (common prefix)");
+        RC_CHECK(decode_extend(td, cpu->tokens, fd, 1), "decode_extend (common prefix)");
     if (fd >= gpu->n_tokens || fd >= cpu->n_tokens)
         return NAN;
     const float *lg = td->logits;
     return (double)lg[cpu->tokens[fd]] - lg[gpu->tokens[fd]];
 }
 
-static void test_lossless(const char *name, const dflash_config *c, const dflash_params *p, const ep_list *pl,
-                          int max_new, td_model *with_cpu)
+static void test_lossless(const char *name, const dflash_config *c, const dflash_params *p, const prompts_list *pl,
+                          int max_new, decode_model *with_cpu)
 {
-    sd_backend g, cpu;
+    spec_backend g, cpu;
     int max_ctx = 1024 + max_new + c->block_size;
-    RC_CHECK(sd_backend_open(&g, "cuda", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
+    RC_CHECK(spec_backend_open(&g, "cuda", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
     if (with_cpu)
-        RC_CHECK(sd_backend_open(&cpu, "cpu", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
-    sd_opts o = {.max_new = max_new, .eos = -1}; /* never stop early: every prompt decodes max_new tokens */
+        RC_CHECK(spec_backend_open(&cpu, "cpu", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
+    spec_opts o = {.max_new = max_new, .eos = -1}; /* never stop early: every prompt decodes max_new tokens */
     double tau = 0, tp = 0, ts = 0, to = 0, tau_o = 0;
     long same = 0, same_o = 0, cpu_same = 0, cpu_tok_diff = 0, cpu_tok = 0;
     for (int i = 0; i < pl->n; i++) {
-        const ep_prompt *pr = &pl->p[i];
-        sd_result a, b, r;
-        RC_CHECK(sd_generate_plain(&g.target, pr->tokens, pr->n, &o, &a), "sd_generate_plain (cuda)");
-        RC_CHECK(sd_generate_spec(&g.target, &g.drafter, pr->tokens, pr->n, &o, &b), "sd_generate_spec (cuda)");
+        const prompts_entry *pr = &pl->p[i];
+        spec_result a, b, r;
+        RC_CHECK(spec_generate_plain(&g.target, pr->tokens, pr->n, &o, &a), "spec_generate_plain (cuda)");
+        RC_CHECK(spec_generate(&g.target, &g.drafter, pr->tokens, pr->n, &o, &b), "spec_generate (cuda)");
         long nd;
         int fd = first_diff(&a, &b, &nd);
         same += fd < 0;
@@ -383,16 +383,16 @@ static void test_lossless(const char *name, const dflash_config *c, const dflash
                    pr->source, fd, nd);
             g_fail++;
         }
-        tau += sd_result_tau(&b) / pl->n, tp += tpot_ms(&a) / pl->n, ts += tpot_ms(&b) / pl->n;
+        tau += spec_result_tau(&b) / pl->n, tp += tpot_ms(&a) / pl->n, ts += tpot_ms(&b) / pl->n;
         /* the oracle: plain output with 30% of the drafts corrupted */
         int32_t *seq = xmalloc(sizeof(int32_t) * (size_t)(pr->n + a.n_tokens));
         memcpy(seq, pr->tokens, sizeof(int32_t) * pr->n);
         memcpy(seq + pr->n, a.tokens, sizeof(int32_t) * a.n_tokens);
         oracle orc = {.seq = seq, .n_seq = pr->n + a.n_tokens, .B = c->block_size, .V = c->vocab};
         df_rng_seed(&orc.rng, df_rng_next(&g_rng));
-        sd_drafter od = {.ctx = &orc, .block_size = c->block_size, .reset = or_reset, .append = or_append,
+        spec_drafter od = {.ctx = &orc, .block_size = c->block_size, .reset = or_reset, .append = or_append,
                          .draft = or_draft};
-        RC_CHECK(sd_generate_spec(&g.target, &od, pr->tokens, pr->n, &o, &r), "sd_generate_spec (cuda, oracle)");
+        RC_CHECK(spec_generate(&g.target, &od, pr->tokens, pr->n, &o, &r), "spec_generate (cuda, oracle)");
         fd = first_diff(&a, &r, &nd);
         same_o += fd < 0;
         if (fd >= 0) {
@@ -400,12 +400,12 @@ static void test_lossless(const char *name, const dflash_config *c, const dflash
                    pr->source, fd, nd);
             g_fail++;
         }
-        tau_o += sd_result_tau(&r) / pl->n, to += tpot_ms(&r) / pl->n;
-        sd_result_free(&r);
+        tau_o += spec_result_tau(&r) / pl->n, to += tpot_ms(&r) / pl->n;
+        spec_result_free(&r);
         free(seq);
         if (with_cpu) { /* d. */
-            sd_result cp;
-            RC_CHECK(sd_generate_plain(&cpu.target, pr->tokens, pr->n, &o, &cp), "sd_generate_plain (cpu)");
+            spec_result cp;
+            RC_CHECK(spec_generate_plain(&cpu.target, pr->tokens, pr->n, &o, &cp), "spec_generate_plain (cpu)");
             fd = first_diff(&a, &cp, &nd);
             cpu_same += fd < 0, cpu_tok_diff += nd, cpu_tok += cp.n_tokens;
             printf("(d) %s: CUDA vs CPU greedy: %s (%ld of %d tokens differ)\n", pr->source,
@@ -413,9 +413,9 @@ static void test_lossless(const char *name, const dflash_config *c, const dflash
             if (fd >= 0)
                 printf("    first difference at token %d: GPU %d, CPU %d; the CPU's logit margin between them %.4g\n",
                        fd, a.tokens[fd], cp.tokens[fd], cpu_margin(with_cpu, pr, &a, &cp, fd));
-            sd_result_free(&cp);
+            spec_result_free(&cp);
         }
-        sd_result_free(&a), sd_result_free(&b);
+        spec_result_free(&a), spec_result_free(&b);
     }
     printf("(c) %s: %d prompts x %d tokens: speculative == plain on the GPU for %ld of %d; tau %.3f; time per token "
            "plain %.3f ms, speculative %.3f ms\n",
@@ -426,9 +426,9 @@ static void test_lossless(const char *name, const dflash_config *c, const dflash
     if (with_cpu)
         printf("(d) CUDA vs CPU plain greedy: %ld of %d prompts identical, %ld of %ld tokens differ\n", cpu_same, pl->n,
                cpu_tok_diff, cpu_tok);
-    sd_backend_close(&g);
+    spec_backend_close(&g);
     if (with_cpu)
-        sd_backend_close(&cpu);
+        spec_backend_close(&cpu);
 }
 
 int main(void)
@@ -440,10 +440,10 @@ int main(void)
         return 77;
     }
     int capture[2] = {1, 3}; /* the release fixture's target_layer_ids, also the random drafter's */
-    td_model cpu;
-    tdc_model gpu;
-    RC_CHECK(td_load(&cpu, TARGET, capture, 2, MAX_CTX, g_err, sizeof g_err), g_err);
-    RC_CHECK(tdc_load(&gpu, TARGET, capture, 2, MAX_CTX, 16, g_err, sizeof g_err), g_err);
+    decode_model cpu;
+    decode_model_cuda gpu;
+    RC_CHECK(decode_load(&cpu, TARGET, capture, 2, MAX_CTX, g_err, sizeof g_err), g_err);
+    RC_CHECK(decode_load_cuda(&gpu, TARGET, capture, 2, MAX_CTX, 16, g_err, sizeof g_err), g_err);
     test_target(&cpu, &gpu);
     time_extends(&gpu);
 
@@ -458,19 +458,19 @@ int main(void)
     } else {
         printf("SKIPPED one check: %s is absent (scripts/make_release_drafter.py writes it)\n", RELEASE);
     }
-    tdc_free(&gpu);
+    decode_free_cuda(&gpu);
 
-    ep_list pl = {0};
-    RC_CHECK(ep_load(&pl, HELDOUT, TARGET, cpu.tm.cfg.vocab_size, 4, 512, g_err, sizeof g_err), g_err);
+    prompts_list pl = {0};
+    RC_CHECK(prompts_load(&pl, HELDOUT, TARGET, cpu.tm.cfg.vocab_size, 4, 512, g_err, sizeof g_err), g_err);
     test_lossless("random drafter B=8", &rc_, &rp, &pl, 96, &cpu);
     if (have_release)
         test_lossless("release drafter B=16", &rl, &lp, &pl, 96, NULL);
 
-    td_free(&cpu);
+    decode_free(&cpu);
     dflash_params_free(&rp);
     if (have_release)
         dflash_params_free(&lp);
-    ep_free(&pl);
+    prompts_free(&pl);
     if (g_fail) {
         printf("FAIL: %ld checks failed\n", g_fail);
         return 1;

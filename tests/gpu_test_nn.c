@@ -1,5 +1,5 @@
 /* gpu_test_nn: every CUDA layer (nn_cuda.h) against the CPU reference (nn.h) on fresh
- * random inputs each run (the seed is printed; NNC_TEST_SEED replays it).
+ * random inputs each run (the seed is printed; NN_CUDA_TEST_SEED replays it).
  *
  * Inputs are drawn in fp32, rounded to bf16, and the CPU reference runs on exactly the
  * rounded values, so the tolerances only cover what the GPU adds: bf16 rounding of the
@@ -11,7 +11,7 @@
  * Plain C on the C API (the kernels live in libcommon.a): no device code here. */
 #include "gpu_test_check.h"
 
-#include "io/safetensors.h" /* st_f32_to_bf16 / st_bf16_to_f32 (RNE) */
+#include "io/safetensors.h" /* safetensors_f32_to_bf16 / safetensors_bf16_to_f32 (RNE) */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
 #include "util.h"
@@ -40,8 +40,8 @@ static void rand_bf16(uint16_t **h, float **f, size_t n, float lo, float hi)
     *h = NEWH(n);
     *f = NEWF(n);
     for (size_t i = 0; i < n; i++) {
-        (*h)[i] = st_f32_to_bf16(urand(lo, hi));
-        (*f)[i] = st_bf16_to_f32((*h)[i]);
+        (*h)[i] = safetensors_f32_to_bf16(urand(lo, hi));
+        (*f)[i] = safetensors_bf16_to_f32((*h)[i]);
     }
 }
 
@@ -60,14 +60,14 @@ static void *dev_poisoned(size_t bytes)
     CUDA_CHECK(cudaMemset(d, 0xFF, bytes ? bytes : 1));
     return d;
 }
-static float *dev_bf16_to_f32(const nnc_bf16 *d, size_t n)
+static float *dev_bf16_to_f32(const nn_bf16_cuda *d, size_t n)
 {
     uint16_t *h = NEWH(n);
     float *f = NEWF(n);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(h, d, 2 * n, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; i++)
-        f[i] = st_bf16_to_f32(h[i]);
+        f[i] = safetensors_bf16_to_f32(h[i]);
     free(h);
     return f;
 }
@@ -106,11 +106,11 @@ static void test_gemm(int T, int K, int N, int with_bias)
     rand_bf16(&wh, &wf, (size_t)N * K, -ws, ws);
     rand_bf16(&bh, &bf, (size_t)N, -0.5f, 0.5f);
     size_t n = (size_t)T * N;
-    nnc_bf16 *dx = dev_upload(xh, 2 * (size_t)T * K), *dw = dev_upload(wh, 2 * (size_t)N * K);
-    nnc_bf16 *db = dev_upload(bh, 2 * (size_t)N), *dout = dev_poisoned(2 * n);
-    nnc_gemm *g = NULL;
-    RC_CHECK(nnc_gemm_create(&g, (size_t)32 << 20), "nnc_gemm_create");
-    RC_CHECK(nnc_gemm_bf16(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nnc_gemm_error(g));
+    nn_bf16_cuda *dx = dev_upload(xh, 2 * (size_t)T * K), *dw = dev_upload(wh, 2 * (size_t)N * K);
+    nn_bf16_cuda *db = dev_upload(bh, 2 * (size_t)N), *dout = dev_poisoned(2 * n);
+    nn_gemm_cuda *g = NULL;
+    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20), "nn_gemm_create_cuda");
+    RC_CHECK(nn_gemm_bf16_cuda(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nn_gemm_error_cuda(g));
     float *got = dev_bf16_to_f32(dout, n), *ref = NEWF(n);
     nn_matmul(ref, xf, wf, with_bias ? bf : NULL, T, K, N);
     char what[96];
@@ -118,11 +118,11 @@ static void test_gemm(int T, int K, int N, int with_bias)
     g_fail += gt_check(what, got, ref, n, 2e-3, 1e-2);
     /* a second call hits the cached plan and must give the same bits */
     CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
-    RC_CHECK(nnc_gemm_bf16(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nnc_gemm_error(g));
+    RC_CHECK(nn_gemm_bf16_cuda(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nn_gemm_error_cuda(g));
     float *again = dev_bf16_to_f32(dout, n);
     snprintf(what, sizeof what, "gemm T=%d K=%d N=%d cached plan, same bits", T, K, N);
     g_fail += gt_check(what, again, got, n, 0, 0);
-    nnc_gemm_destroy(g);
+    nn_gemm_destroy_cuda(g);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout);
     free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(got), free(ref), free(again);
 }
@@ -141,12 +141,12 @@ static void test_add_rmsnorm(int T, int d, int with_y)
     float *yf;
     rand_bf16(&yh, &yf, n, -1, 1);
     float *dx = dev_upload(x0, sizeof(float) * n), *dw = dev_upload(wv, sizeof(float) * d);
-    nnc_bf16 *dy = dev_upload(yh, 2 * n), *dout = dev_poisoned(2 * n), *dcap = dev_poisoned(2 * ncap);
-    RC_CHECK(nnc_add_rmsnorm(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0),
-             nnc_last_cuda_error());
+    nn_bf16_cuda *dy = dev_upload(yh, 2 * n), *dout = dev_poisoned(2 * n), *dcap = dev_poisoned(2 * ncap);
+    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0),
+             nn_last_error_cuda());
     for (size_t i = 0; i < n; i++) {
         x[i] = x0[i] + (with_y ? yf[i] : 0.0f);
-        xr[i] = st_bf16_to_f32(st_f32_to_bf16(x[i]));
+        xr[i] = safetensors_bf16_to_f32(safetensors_f32_to_bf16(x[i]));
     }
     nn_rmsnorm(ref, x, wv, T, d, eps);
     char what[96];
@@ -166,7 +166,7 @@ static void test_add_rmsnorm(int T, int d, int with_y)
                 for (int i = 0; i < d; i++) {
                     uint16_t v = cap[((size_t)t * nc + c) * d + i];
                     if (c == slot)
-                        gc[(size_t)t * d + i] = st_bf16_to_f32(v);
+                        gc[(size_t)t * d + i] = safetensors_bf16_to_f32(v);
                     else if (v != 0xFFFF)
                         stray++;
                 }
@@ -180,9 +180,9 @@ static void test_add_rmsnorm(int T, int d, int with_y)
         if (pass == 0) { /* the last-layer form: add + capture only */
             CUDA_CHECK(cudaMemset(dcap, 0xFF, 2 * ncap));
             CUDA_CHECK(cudaMemcpy(dx, x0, sizeof(float) * n, cudaMemcpyHostToDevice));
-            RC_CHECK(nnc_add_rmsnorm(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T, d,
+            RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T, d,
                                      eps, 0),
-                     nnc_last_cuda_error());
+                     nn_last_error_cuda());
         }
     }
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dout), cudaFree(dcap);
@@ -216,12 +216,12 @@ static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int l
     int32_t *starts = rand_docs(T, 3, &n_docs), *pos = NEWI(T);
     nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
     nn_packed_causal_ranges(rg, pos, starts, n_docs);
-    nnc_bf16 *dq = dev_upload(qh, 2 * n);
+    nn_bf16_cuda *dq = dev_upload(qh, 2 * n);
     float *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
     float *dinv = dev_upload(inv, sizeof(float) * (hd / 2));
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
-    RC_CHECK(nnc_qk_norm_rope(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0),
-             nnc_last_cuda_error());
+    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0),
+             nn_last_error_cuda());
     float *got = dev_bf16_to_f32(dq, n);
     /* reference: split q / k, norm per head, rope, put back; v unchanged (ref = input) */
     float *q = NEWF((size_t)T * H * hd), *k = NEWF((size_t)T * KV * hd), *ref = NEWF(n);
@@ -270,12 +270,12 @@ static void test_attention(int T, int H, int KV, int hd, int want_docs, int wind
     heads_get(v, xf, T, row, H + KV, KV, hd);
     float scale = 1.0f / sqrtf((float)hd);
     nn_attention(ref, q, k, v, rg, T, T, H, KV, hd, scale);
-    nnc_bf16 *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
+    nn_bf16_cuda *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
     if (simple)
-        RC_CHECK(nnc_attention_packed_simple(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nnc_last_cuda_error());
+        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nn_last_error_cuda());
     else
-        RC_CHECK(nnc_attention_packed(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nnc_last_cuda_error());
+        RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nn_last_error_cuda());
     float *got = dev_bf16_to_f32(dout, no);
     char what[128];
     snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H,
@@ -297,8 +297,8 @@ static void test_swiglu(int T, int I)
             u[(size_t)t * I + i] = f[(size_t)t * 2 * I + I + i];
         }
     nn_swiglu(ref, g, u, (long)n);
-    nnc_bf16 *dgu = dev_upload(h, 4 * n), *dout = dev_poisoned(2 * n);
-    RC_CHECK(nnc_swiglu(dout, dgu, T, I, 0), nnc_last_cuda_error());
+    nn_bf16_cuda *dgu = dev_upload(h, 4 * n), *dout = dev_poisoned(2 * n);
+    RC_CHECK(nn_swiglu_cuda(dout, dgu, T, I, 0), nn_last_error_cuda());
     float *got = dev_bf16_to_f32(dout, n);
     char what[64];
     snprintf(what, sizeof what, "swiglu T=%d I=%d", T, I);
@@ -318,13 +318,13 @@ static void test_embed_positions(int T, int d, int V)
         tok[t] = (int32_t)df_rng_below(&g_rng, (uint64_t)V);
     tok[T / 2] = V; /* out of range: zero row + flag */
     tok[T - 1] = -1;
-    nnc_bf16 *dt = dev_upload(th, 2 * (size_t)V * d);
+    nn_bf16_cuda *dt = dev_upload(th, 2 * (size_t)V * d);
     int32_t *dtok = dev_upload(tok, sizeof(int32_t) * T);
     float *dx = dev_poisoned(sizeof(float) * n);
     int *dbad = NULL, bad = 0;
     CUDA_CHECK(cudaMalloc((void **)&dbad, sizeof(int)));
     CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
-    RC_CHECK(nnc_embed(dx, dt, dtok, T, d, V, dbad, 0), nnc_last_cuda_error());
+    RC_CHECK(nn_embed_cuda(dx, dt, dtok, T, d, V, dbad, 0), nn_last_error_cuda());
     float *got = dev_f32(dx, n), *ref = NEWF(n);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < d; i++)
@@ -341,7 +341,7 @@ static void test_embed_positions(int T, int d, int V)
     nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
     nn_packed_causal_ranges(rg, pos, starts, n_docs);
     int32_t *ds = dev_upload(starts, sizeof(int32_t) * (n_docs + 1)), *dpos = dev_poisoned(sizeof(int32_t) * T);
-    RC_CHECK(nnc_positions(dpos, ds, n_docs, T, 0), nnc_last_cuda_error());
+    RC_CHECK(nn_positions_cuda(dpos, ds, n_docs, T, 0), nn_last_error_cuda());
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(gp, dpos, sizeof(int32_t) * T, cudaMemcpyDeviceToHost));
     long badp = 0;

@@ -2,7 +2,7 @@
  *   1. transformers: the fixtures tests/fixtures/tiny-{qwen3,llama}-ref.safetensors
  *      (hidden states of every layer of HF's forward, each document run separately),
  *      relative L2 error per layer < 2e-2 (bf16 weights and activations vs HF's fp32);
- *   2. the CPU forward tm_forward_cpu on larger random models written to a temp dir as
+ *   2. the CPU forward target_forward_cpu on larger random models written to a temp dir as
  *      real HF model directories (bf16 safetensors + config.json): Qwen3 with head_dim
  *      128, q/k norm and sliding-window layers; Llama with head_dim 64, llama3 RoPE and
  *      attention/MLP biases; several documents (a one-token one included), captured
@@ -35,27 +35,27 @@ static void *xmalloc(size_t bytes)
     return p;
 }
 
-/* Run tmc_forward on host tokens/doc_starts; returns the capture as fp32 [T, nc, d]. */
-static float *gpu_forward(tmc_model *m, const int32_t *tok, const int32_t *starts, int n_docs, cudaStream_t s)
+/* Run target_forward_cuda on host tokens/doc_starts; returns the capture as fp32 [T, nc, d]. */
+static float *gpu_forward(target_model_cuda *m, const int32_t *tok, const int32_t *starts, int n_docs, cudaStream_t s)
 {
     int T = starts[n_docs];
     size_t n = (size_t)T * m->n_capture * m->d;
     int32_t *dtok = NULL, *dst = NULL;
-    nnc_bf16 *dout = NULL;
+    nn_bf16_cuda *dout = NULL;
     CUDA_CHECK(cudaMalloc((void **)&dtok, sizeof(int32_t) * T));
     CUDA_CHECK(cudaMalloc((void **)&dst, sizeof(int32_t) * (n_docs + 1)));
     CUDA_CHECK(cudaMalloc((void **)&dout, 2 * n));
     CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
     CUDA_CHECK(cudaMemcpy(dtok, tok, sizeof(int32_t) * T, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dst, starts, sizeof(int32_t) * (n_docs + 1), cudaMemcpyHostToDevice));
-    RC_CHECK(tmc_forward(m, dtok, dst, n_docs, T, dout, s), tmc_error(m));
+    RC_CHECK(target_forward_cuda(m, dtok, dst, n_docs, T, dout, s), target_error_cuda(m));
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaGetLastError());
     uint16_t *h = xmalloc(2 * n);
     float *f = xmalloc(sizeof(float) * n);
     CUDA_CHECK(cudaMemcpy(h, dout, 2 * n, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; i++)
-        f[i] = st_bf16_to_f32(h[i]);
+        f[i] = safetensors_bf16_to_f32(h[i]);
     free(h);
     cudaFree(dtok), cudaFree(dst), cudaFree(dout);
     return f;
@@ -75,14 +75,14 @@ static void test_fixture(const char *name)
     char dir[256], refp[256], what[128];
     snprintf(dir, sizeof dir, "tests/fixtures/%s", name);
     snprintf(refp, sizeof refp, "tests/fixtures/%s-ref.safetensors", name);
-    st_file ref;
-    hfc_config cfg;
+    safetensors_file ref;
+    hfconfig cfg;
     memset(&ref, 0, sizeof ref);
     memset(&cfg, 0, sizeof cfg);
-    RC_CHECK(st_open(&ref, refp, g_err, sizeof g_err), g_err);
-    RC_CHECK(hfc_load(&cfg, dir, g_err, sizeof g_err), g_err);
-    const st_tensor *ids = st_find(&ref, "input_ids"), *ds = st_find(&ref, "doc_starts");
-    if (!ids || !ds || ids->dtype != ST_I32 || ds->dtype != ST_I32) {
+    RC_CHECK(safetensors_open(&ref, refp, g_err, sizeof g_err), g_err);
+    RC_CHECK(hfconfig_load(&cfg, dir, g_err, sizeof g_err), g_err);
+    const safetensors_tensor *ids = safetensors_find(&ref, "input_ids"), *ds = safetensors_find(&ref, "doc_starts");
+    if (!ids || !ds || ids->dtype != SAFETENSORS_I32 || ds->dtype != SAFETENSORS_I32) {
         printf("FAIL %s: input_ids / doc_starts missing or not I32\n", refp);
         g_fail++;
         return;
@@ -94,29 +94,29 @@ static void test_fixture(const char *name)
     int *cap = xmalloc(sizeof(int) * L);
     for (int l = 0; l < L; l++)
         cap[l] = l;
-    tmc_model m;
-    RC_CHECK(tmc_load(&m, dir, cap, L, T, g_err, sizeof g_err), g_err);
+    target_model_cuda m;
+    RC_CHECK(target_load_cuda(&m, dir, cap, L, T, g_err, sizeof g_err), g_err);
     printf("%s: T=%d docs=%d layers=%d d=%d H=%d KV=%d hd=%d\n", name, T, n_docs, L, d, m.H, m.KV, m.hd);
     float *got = gpu_forward(&m, tok, starts, n_docs, 0);
     float *want = xmalloc(sizeof(float) * (size_t)T * d);
     for (int l = 0; l < L; l++) {
         char tn[32];
         snprintf(tn, sizeof tn, "hidden.%d", l);
-        const st_tensor *h = st_find(&ref, tn);
+        const safetensors_tensor *h = safetensors_find(&ref, tn);
         if (!h || h->ndim != 2 || h->shape[0] != T || h->shape[1] != d) {
             printf("FAIL %s: tensor %s missing or not [%d, %d]\n", refp, tn, T, d);
             g_fail++;
             continue;
         }
-        st_tensor_to_f32(h, want);
+        safetensors_tensor_to_f32(h, want);
         float *g = slot_of(got, T, L, d, l);
         snprintf(what, sizeof what, "%s vs transformers: layer %d", name, l);
         g_fail += gt_check_rel_l2(what, g, want, (size_t)T * d, 2e-2);
         free(g);
     }
-    tmc_free(&m);
-    st_close(&ref);
-    hfc_free(&cfg);
+    target_free_cuda(&m);
+    safetensors_close(&ref);
+    hfconfig_free(&cfg);
     free(tok), free(starts), free(cap), free(got), free(want);
 }
 
@@ -126,14 +126,14 @@ typedef struct rand_model {
     int qwen3, d, H, KV, hd, I, L, V, bias, window;
 } rand_model;
 
-static void add_rand(st_writer *w, const char *name, int64_t d0, int64_t d1, float center, float scale)
+static void add_rand(safetensors_writer *w, const char *name, int64_t d0, int64_t d1, float center, float scale)
 {
     size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     float *f = xmalloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++)
         f[i] = center + scale * (float)(2 * df_rng_uniform(&g_rng) - 1);
     int64_t shape[2] = {d0, d1};
-    RC_CHECK(st_writer_add_f32_as(w, name, ST_BF16, d1 ? 2 : 1, shape, f), name);
+    RC_CHECK(safetensors_writer_add_f32_as(w, name, SAFETENSORS_BF16, d1 ? 2 : 1, shape, f), name);
     free(f);
 }
 
@@ -167,9 +167,9 @@ static void write_model(const char *dir, const rand_model *r)
     snprintf(path, sizeof path, "%s/config.json", dir);
     RC_CHECK(df_write_file_atomic(path, json, strlen(json)), path);
 
-    st_writer *w = st_writer_new();
+    safetensors_writer *w = safetensors_writer_new();
     if (!w) {
-        fprintf(stderr, "st_writer_new: out of memory\n");
+        fprintf(stderr, "safetensors_writer_new: out of memory\n");
         exit(1);
     }
     int64_t qd = (int64_t)r->H * r->hd, kvd = (int64_t)r->KV * r->hd;
@@ -202,8 +202,8 @@ static void write_model(const char *dir, const rand_model *r)
 #undef NM
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    RC_CHECK(st_writer_write(w, path), path);
-    st_writer_free(w);
+    RC_CHECK(safetensors_writer_write(w, path), path);
+    safetensors_writer_free(w);
 }
 
 static void test_random_model(const rand_model *r, const char *label)
@@ -222,14 +222,14 @@ static void test_random_model(const rand_model *r, const char *label)
     int cap[2] = {r->L - 1, 1}; /* not sorted: the output follows this order */
     const int nc = 2;
 
-    tm_model cm;
-    RC_CHECK(tm_load(&cm, dir, cap, nc, g_err, sizeof g_err), g_err);
+    target_model cm;
+    RC_CHECK(target_load(&cm, dir, cap, nc, g_err, sizeof g_err), g_err);
     float *ref = xmalloc(sizeof(float) * (size_t)T * nc * r->d);
-    RC_CHECK(tm_forward_cpu(&cm, tok, starts, n_docs, ref), "tm_forward_cpu");
-    tm_free(&cm);
+    RC_CHECK(target_forward_cpu(&cm, tok, starts, n_docs, ref), "target_forward_cpu");
+    target_free(&cm);
 
-    tmc_model m;
-    RC_CHECK(tmc_load(&m, dir, cap, nc, 512, g_err, sizeof g_err), g_err);
+    target_model_cuda m;
+    RC_CHECK(target_load_cuda(&m, dir, cap, nc, 512, g_err, sizeof g_err), g_err);
     float *got = gpu_forward(&m, tok, starts, n_docs, 0);
     for (int c = 0; c < nc; c++) {
         float *g = slot_of(got, T, nc, r->d, c), *w = slot_of(ref, T, nc, r->d, c);
@@ -248,7 +248,7 @@ static void test_random_model(const rand_model *r, const char *label)
         cudaGraph_t gr;
         cudaGraphExec_t ge;
         int32_t *dtok, *dst;
-        nnc_bf16 *dout;
+        nn_bf16_cuda *dout;
         CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         CUDA_CHECK(cudaMalloc((void **)&dtok, sizeof tok));
         CUDA_CHECK(cudaMalloc((void **)&dst, sizeof starts));
@@ -257,9 +257,9 @@ static void test_random_model(const rand_model *r, const char *label)
         CUDA_CHECK(cudaMemcpy(dst, starts, sizeof starts, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
         CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        int rc = tmc_forward(&m, dtok, dst, n_docs, T, dout, s);
+        int rc = target_forward_cuda(&m, dtok, dst, n_docs, T, dout, s);
         CUDA_CHECK(cudaStreamEndCapture(s, &gr));
-        RC_CHECK(rc, tmc_error(&m));
+        RC_CHECK(rc, target_error_cuda(&m));
         CUDA_CHECK(cudaGraphInstantiate(&ge, gr, 0));
         CUDA_CHECK(cudaGraphLaunch(ge, s));
         CUDA_CHECK(cudaGraphLaunch(ge, s)); /* replaying twice: same result */
@@ -268,7 +268,7 @@ static void test_random_model(const rand_model *r, const char *label)
         float *gg = xmalloc(sizeof(float) * n);
         CUDA_CHECK(cudaMemcpy(h, dout, 2 * n, cudaMemcpyDeviceToHost));
         for (size_t i = 0; i < n; i++)
-            gg[i] = st_bf16_to_f32(h[i]);
+            gg[i] = safetensors_bf16_to_f32(h[i]);
         snprintf(what, sizeof what, "%s: CUDA graph replay = eager, same bits", label);
         g_fail += gt_check(what, gg, got, n, 0, 0);
         free(h), free(gg);
@@ -279,16 +279,16 @@ static void test_random_model(const rand_model *r, const char *label)
     }
     /* a token id outside the vocabulary is reported (its embedding is zero) */
     int bad = -1;
-    RC_CHECK(tmc_take_token_error(&m, &bad), tmc_error(&m));
+    RC_CHECK(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
     int clean = bad == 0;
     tok[5] = r->V;
     float *junk = gpu_forward(&m, tok, starts, n_docs, 0);
-    RC_CHECK(tmc_take_token_error(&m, &bad), tmc_error(&m));
+    RC_CHECK(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
     printf("%s %s: token-error flag clean=%d, after token id %d: %d (expected 1)\n", clean && bad == 1 ? "PASS" : "FAIL",
            label, clean, r->V, bad);
     g_fail += !(clean && bad == 1);
 
-    tmc_free(&m);
+    target_free_cuda(&m);
     free(ref), free(got), free(again), free(junk);
     snprintf(path, sizeof path, "%s/config.json", dir);
     unlink(path);

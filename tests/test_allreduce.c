@@ -3,7 +3,7 @@
  *
  * Every rank regenerates every rank's input from (seed, iteration, rank), computes the
  * reference sum in rank order 0+1+...+R-1 in float32 itself, and memcmp's it against what
- * ar_allreduce_sum gave it: so "bit-identical on every rank, in rank order" is checked on
+ * allreduce_sum gave it: so "bit-identical on every rank, in rank order" is checked on
  * every rank. The inputs span 2^-20..2^20 so the order of the additions matters (checked:
  * the reverse order gives different bits). Cases:
  *   setup      errors: unformatted (-EPROTO), wrong world, double join (-EBUSY), stale
@@ -16,8 +16,8 @@
  *   crash      a rank SIGKILLs itself between two barriers of a reduction (DF_AR_CRASH):
  *              the others return -ETIMEDOUT; after a re-format a new group works
  *   kill       the parent SIGKILLs a rank of a group reducing in a loop: -ETIMEDOUT
- *   abort      ar_shm_abort releases ranks waiting for a rank that never came: -ECANCELED
- * The seed is printed; AR_TEST_SEED=<n> replays a run.
+ *   abort      allreduce_shm_abort releases ranks waiting for a rank that never came: -ECANCELED
+ * The seed is printed; ALLREDUCE_TEST_SEED=<n> replays a run.
  */
 #include "ipc/allreduce.h"
 #include "ipc/shm.h"
@@ -90,19 +90,19 @@ static int check_equal(const float *got, const float *ref, size_t n, int rank, c
 
 static void new_segment(int world, uint64_t max_floats)
 {
-    uint64_t bytes = ar_shm_bytes(world, max_floats);
+    uint64_t bytes = allreduce_shm_bytes(world, max_floats);
     T_ASSERT(bytes > 0);
     arena_close(&g_seg);
     T_ASSERT_RC(shm_create(&g_seg, bytes, "allreduce-test"));
-    T_ASSERT_RC(ar_shm_format(g_seg.base, g_seg.size, world, max_floats));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, max_floats));
 }
 
-static int join(ar_comm *c, int rank, int world)
+static int join(allreduce_comm *c, int rank, int world)
 {
-    ar_comm_init(c);
-    int rc = ar_open_shm(c, g_seg.base, g_seg.size, rank, world);
+    allreduce_comm_init(c);
+    int rc = allreduce_open_shm(c, g_seg.base, g_seg.size, rank, world);
     if (rc)
-        fprintf(stderr, "rank %d: ar_open_shm: %s\n", rank, ar_strerror(rc));
+        fprintf(stderr, "rank %d: allreduce_open_shm: %s\n", rank, allreduce_strerror(rc));
     return rc;
 }
 
@@ -135,8 +135,8 @@ static void reap(const pid_t *pids, int nproc, int *status)
 
 static void run_group(int world, rank_fn fn, void *arg, const char *name)
 {
-    pid_t pids[AR_MAX_WORLD];
-    int st[AR_MAX_WORLD];
+    pid_t pids[ALLREDUCE_MAX_WORLD];
+    int st[ALLREDUCE_MAX_WORLD];
     spawn(pids, world, world, fn, arg);
     reap(pids, world, st);
     for (int r = 0; r < world; r++) {
@@ -152,23 +152,23 @@ static const size_t k_sizes[] = { 0, 1, 15, 16, 17, 999, 1000, 1001, 2047, 3001,
 
 static int rank_sizes(int rank, int world, void *arg)
 {
-    ar_comm c;
+    allreduce_comm c;
     if (join(&c, rank, world))
         return C_FAIL;
     float *buf = malloc(10007 * sizeof(float)), *ref = malloc(10007 * sizeof(float));
     for (size_t k = 0; k < DF_ARRAY_LEN(k_sizes); k++) {
         size_t n = k_sizes[k];
         fill_input(buf, n, k, rank);
-        int rc = ar_allreduce_sum(&c, buf, n, TMO_NS);
+        int rc = allreduce_sum(&c, buf, n, TMO_NS);
         if (rc) {
-            fprintf(stderr, "rank %d: n=%zu: %s\n", rank, n, ar_strerror(rc));
+            fprintf(stderr, "rank %d: n=%zu: %s\n", rank, n, allreduce_strerror(rc));
             return code_of(rc);
         }
         reference(ref, n, world, k, 0);
         if (check_equal(buf, ref, n, rank, "sizes"))
             return C_FAIL;
     }
-    ar_close(&c);
+    allreduce_close(&c);
     free(buf);
     free(ref);
     return C_OK;
@@ -186,7 +186,7 @@ static size_t stress_n(uint64_t iter)
 
 static int rank_stress(int rank, int world, void *arg)
 {
-    ar_comm c;
+    allreduce_comm c;
     if (join(&c, rank, world))
         return C_FAIL;
     float *buf = malloc(STRESS_MAXN * sizeof(float)), *ref = malloc(STRESS_MAXN * sizeof(float));
@@ -198,17 +198,17 @@ static int rank_stress(int rank, int world, void *arg)
         /* shake the timing: a quarter of the calls start up to 0.5 ms late on this rank */
         if (df_rng_below(&jitter, 4) == 0)
             usleep((useconds_t)df_rng_below(&jitter, 500));
-        int rc = ar_allreduce_sum(&c, buf, n, TMO_NS);
+        int rc = allreduce_sum(&c, buf, n, TMO_NS);
         if (rc) {
             fprintf(stderr, "rank %d: iteration %llu: %s\n", rank, (unsigned long long)it,
-                    ar_strerror(rc));
+                    allreduce_strerror(rc));
             return code_of(rc);
         }
         reference(ref, n, world, 100 + it, 0);
         if (check_equal(buf, ref, n, rank, "stress"))
             return C_FAIL;
     }
-    ar_close(&c);
+    allreduce_close(&c);
     free(buf);
     free(ref);
     return C_OK;
@@ -221,7 +221,7 @@ static const size_t k_buckets[] = { 1234, 1, 2500, 0, 1000, 17 }; /* + the rest 
 
 static int rank_bucketed(int rank, int world, void *arg)
 {
-    ar_comm c;
+    allreduce_comm c;
     if (join(&c, rank, world))
         return C_FAIL;
     c.timeout_ns = TMO_NS;
@@ -230,7 +230,7 @@ static int rank_bucketed(int rank, int world, void *arg)
     for (uint64_t step = 0; step < 3; step++) {
         fill_input(one, BUCKET_N, 500 + step, rank);
         memcpy(bk, one, BUCKET_N * sizeof(float));
-        int rc = ar_allreduce_sum(&c, one, BUCKET_N, TMO_NS);
+        int rc = allreduce_sum(&c, one, BUCKET_N, TMO_NS);
         if (rc)
             return code_of(rc);
         /* Buckets from the end of the buffer backwards, like gradients of the last layer
@@ -240,12 +240,12 @@ static int rank_bucketed(int rank, int world, void *arg)
         for (size_t k = 0; k <= DF_ARRAY_LEN(k_buckets); k++) {
             size_t len = k < DF_ARRAY_LEN(k_buckets) ? k_buckets[k] : end;
             end -= len;
-            rc = ar_bucket_ready(&c, idx++, bk + end, len);
+            rc = allreduce_bucket_ready(&c, idx++, bk + end, len);
             if (rc) {
-                fprintf(stderr, "rank %d: ar_bucket_ready: %s\n", rank, ar_strerror(rc));
+                fprintf(stderr, "rank %d: allreduce_bucket_ready: %s\n", rank, allreduce_strerror(rc));
                 return C_FAIL;
             }
-            if (k == 0 && ar_allreduce_sum(&c, ref, 1, TMO_NS) != -EBUSY) {
+            if (k == 0 && allreduce_sum(&c, ref, 1, TMO_NS) != -EBUSY) {
                 fprintf(stderr, "rank %d: plain reduction with buckets in flight not -EBUSY\n",
                         rank);
                 return C_FAIL;
@@ -253,16 +253,16 @@ static int rank_bucketed(int rank, int world, void *arg)
         }
         T_ASSERT(end == 0);
         reference(ref, BUCKET_N, world, 500 + step, 0); /* overlaps the buckets */
-        rc = ar_wait_all(&c);
+        rc = allreduce_wait_all(&c);
         if (rc) {
-            fprintf(stderr, "rank %d: ar_wait_all: %s\n", rank, ar_strerror(rc));
+            fprintf(stderr, "rank %d: allreduce_wait_all: %s\n", rank, allreduce_strerror(rc));
             return code_of(rc);
         }
         if (check_equal(bk, one, BUCKET_N, rank, "bucketed vs one reduction") ||
             check_equal(one, ref, BUCKET_N, rank, "one reduction vs reference"))
             return C_FAIL;
     }
-    ar_close(&c);
+    allreduce_close(&c);
     free(one);
     free(bk);
     free(ref);
@@ -273,26 +273,26 @@ static int rank_bucketed(int rank, int world, void *arg)
 
 static int rank_mismatch(int rank, int world, void *arg)
 {
-    ar_comm c;
+    allreduce_comm c;
     float buf[64], ref[64];
     if (join(&c, rank, world))
         return C_FAIL;
     fill_input(buf, 64, 900, rank);
-    int rc = ar_allreduce_sum(&c, buf, rank == world - 1 ? 50 : 40, TMO_NS);
+    int rc = allreduce_sum(&c, buf, rank == world - 1 ? 50 : 40, TMO_NS);
     if (rc != -EINVAL) {
         fprintf(stderr, "rank %d: mismatched n gave %d (%s), want -EINVAL\n", rank, rc,
-                ar_strerror(rc));
+                allreduce_strerror(rc));
         return C_FAIL;
     }
     /* a disagreement does not break the group: the next matched call works */
     fill_input(buf, 64, 901, rank);
-    rc = ar_allreduce_sum(&c, buf, 64, TMO_NS);
+    rc = allreduce_sum(&c, buf, 64, TMO_NS);
     if (rc)
         return code_of(rc);
     reference(ref, 64, world, 901, 0);
     if (check_equal(buf, ref, 64, rank, "after mismatch"))
         return C_FAIL;
-    ar_close(&c);
+    allreduce_close(&c);
     return C_OK;
 }
 
@@ -303,7 +303,7 @@ static int rank_mismatch(int rank, int world, void *arg)
 static int rank_loop(int rank, int world, void *arg)
 {
     const int64_t tmo = *(const int64_t *)arg;
-    ar_comm c;
+    allreduce_comm c;
     if (join(&c, rank, world))
         return C_FAIL;
     float *buf = malloc(2500 * sizeof(float));
@@ -312,15 +312,15 @@ static int rank_loop(int rank, int world, void *arg)
         /* keep the values bounded: scale down so the loop never overflows to inf */
         for (size_t i = 0; i < 2500; i++)
             buf[i] *= 1.0f / (float)world;
-        int rc = ar_allreduce_sum(&c, buf, 2500, tmo);
+        int rc = allreduce_sum(&c, buf, 2500, tmo);
         if (rc) {
             printf("  rank %d: iteration %llu: %s\n", rank, (unsigned long long)it,
-                   ar_strerror(rc));
+                   allreduce_strerror(rc));
             /* sticky: the group stays broken for later calls too */
-            int rc2 = ar_allreduce_sum(&c, buf, 2500, tmo);
+            int rc2 = allreduce_sum(&c, buf, 2500, tmo);
             if (rc2 != rc)
                 return C_FAIL;
-            ar_close(&c);
+            allreduce_close(&c);
             return code_of(rc);
         }
     }
@@ -336,8 +336,8 @@ static int rank_crash(int rank, int world, void *arg)
 static void expect_failure(int world, rank_fn fn, int64_t tmo, int victim, const char *name,
                            int kill_after_us)
 {
-    pid_t pids[AR_MAX_WORLD];
-    int st[AR_MAX_WORLD];
+    pid_t pids[ALLREDUCE_MAX_WORLD];
+    int st[ALLREDUCE_MAX_WORLD];
     spawn(pids, world, world, fn, &tmo);
     if (kill_after_us > 0) {
         usleep((useconds_t)kill_after_us);
@@ -360,7 +360,7 @@ static void test_failures(void)
     printf("crash: rank 1 SIGKILLed itself mid-reduction; ranks 0, 2: -ETIMEDOUT\n");
 
     /* the orchestrator's restart: re-format, start a fresh group on the same segment */
-    T_ASSERT_RC(ar_shm_format(g_seg.base, g_seg.size, 3, MAXF));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 3, MAXF));
     run_group(3, rank_sizes, NULL, "restart");
     printf("restart: re-formatted segment, new group reduces correctly\n");
 
@@ -376,47 +376,47 @@ static void test_failures(void)
     int64_t long_tmo = 60ll * 1000000000ll;
     spawn(pids, 2, 3, rank_loop, &long_tmo);
     usleep(100000);
-    T_ASSERT_RC(ar_shm_abort(g_seg.base, g_seg.size));
+    T_ASSERT_RC(allreduce_shm_abort(g_seg.base, g_seg.size));
     reap(pids, 2, st);
     T_ASSERT(st[0] == C_CANCELED && st[1] == C_CANCELED);
-    printf("abort: ar_shm_abort released ranks waiting for an absent peer: -ECANCELED\n");
+    printf("abort: allreduce_shm_abort released ranks waiting for an absent peer: -ECANCELED\n");
 }
 
 /* --- single-process checks ------------------------------------------------------------------ */
 
 static void test_setup(void)
 {
-    T_ASSERT(ar_shm_bytes(0, 10) == 0 && ar_shm_bytes(AR_MAX_WORLD + 1, 10) == 0);
-    T_ASSERT(ar_shm_bytes(2, 0) == 0 && ar_shm_bytes(2, 10) > 0);
+    T_ASSERT(allreduce_shm_bytes(0, 10) == 0 && allreduce_shm_bytes(ALLREDUCE_MAX_WORLD + 1, 10) == 0);
+    T_ASSERT(allreduce_shm_bytes(2, 0) == 0 && allreduce_shm_bytes(2, 10) > 0);
 
-    ar_comm c0, c1;
-    ar_comm_init(&c0);
-    ar_comm_init(&c1);
+    allreduce_comm c0, c1;
+    allreduce_comm_init(&c0);
+    allreduce_comm_init(&c1);
     arena_close(&g_seg);
-    T_ASSERT_RC(shm_create(&g_seg, ar_shm_bytes(2, 100), "allreduce-setup"));
-    T_ASSERT(ar_open_shm(&c0, g_seg.base, g_seg.size, 0, 2) == -EPROTO);
-    T_ASSERT(ar_shm_format(g_seg.base, ar_shm_bytes(2, 100), 2, 113) == -EINVAL); /* small */
-    T_ASSERT(strstr(ar_strerror(-EINVAL), "needs"));
-    T_ASSERT_RC(ar_shm_format(g_seg.base, g_seg.size, 2, 100));
-    T_ASSERT(ar_open_shm(&c0, g_seg.base, g_seg.size, 0, 3) == -EINVAL); /* world */
-    T_ASSERT(ar_open_shm(&c0, g_seg.base, g_seg.size, 2, 2) == -EINVAL); /* rank */
-    T_ASSERT_RC(ar_open_shm(&c0, g_seg.base, g_seg.size, 0, 2));
-    T_ASSERT(ar_open_shm(&c1, g_seg.base, g_seg.size, 0, 2) == -EBUSY);
-    T_ASSERT(strstr(ar_strerror(-EBUSY), "re-format"));
+    T_ASSERT_RC(shm_create(&g_seg, allreduce_shm_bytes(2, 100), "allreduce-setup"));
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2) == -EPROTO);
+    T_ASSERT(allreduce_shm_format(g_seg.base, allreduce_shm_bytes(2, 100), 2, 113) == -EINVAL); /* small */
+    T_ASSERT(strstr(allreduce_strerror(-EINVAL), "needs"));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100));
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 3) == -EINVAL); /* world */
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 2, 2) == -EINVAL); /* rank */
+    T_ASSERT_RC(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2));
+    T_ASSERT(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2) == -EBUSY);
+    T_ASSERT(strstr(allreduce_strerror(-EBUSY), "re-format"));
     float x[4] = { 1, 2, 3, 4 };
-    T_ASSERT(ar_bucket_ready(&c0, 1, x, 4) == -EINVAL); /* must start at 0 */
-    T_ASSERT_RC(ar_wait_all(&c0));                      /* empty step */
+    T_ASSERT(allreduce_bucket_ready(&c0, 1, x, 4) == -EINVAL); /* must start at 0 */
+    T_ASSERT_RC(allreduce_wait_all(&c0));                      /* empty step */
     /* a re-format under a live handle: the handle is stale, not silently in the new group */
-    T_ASSERT_RC(ar_shm_format(g_seg.base, g_seg.size, 2, 100));
-    T_ASSERT(ar_allreduce_sum(&c0, x, 4, TMO_NS) == -ESTALE);
-    T_ASSERT_RC(ar_open_shm(&c1, g_seg.base, g_seg.size, 0, 2)); /* the new group's rank 0 */
-    ar_close(&c0); /* stale: must not give back the new group's rank 0 */
-    T_ASSERT(c0.backend == AR_NONE && c0.impl == NULL);
-    ar_close(&c0); /* twice is fine */
-    T_ASSERT(ar_open_shm(&c0, g_seg.base, g_seg.size, 0, 2) == -EBUSY);
-    ar_close(&c1);
-    T_ASSERT_RC(ar_open_shm(&c1, g_seg.base, g_seg.size, 0, 2)); /* a clean close gives back */
-    ar_close(&c1);
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100));
+    T_ASSERT(allreduce_sum(&c0, x, 4, TMO_NS) == -ESTALE);
+    T_ASSERT_RC(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2)); /* the new group's rank 0 */
+    allreduce_close(&c0); /* stale: must not give back the new group's rank 0 */
+    T_ASSERT(c0.backend == ALLREDUCE_NONE && c0.impl == NULL);
+    allreduce_close(&c0); /* twice is fine */
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2) == -EBUSY);
+    allreduce_close(&c1);
+    T_ASSERT_RC(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2)); /* a clean close gives back */
+    allreduce_close(&c1);
 
     /* world 1: the sum of one rank is its own input, bit for bit, in rounds of 7 */
     new_segment(1, 7);
@@ -424,19 +424,19 @@ static void test_setup(void)
     float a[53], b[53];
     fill_input(a, 53, 1, 0);
     memcpy(b, a, sizeof a);
-    T_ASSERT_RC(ar_allreduce_sum(&c0, a, 53, TMO_NS));
+    T_ASSERT_RC(allreduce_sum(&c0, a, 53, TMO_NS));
     T_ASSERT(memcmp(a, b, sizeof a) == 0);
     for (uint32_t i = 0; i < 5; i++)
-        T_ASSERT_RC(ar_bucket_ready(&c0, i, a + 10 * i, i < 4 ? 10 : 13));
-    T_ASSERT_RC(ar_wait_all(&c0));
+        T_ASSERT_RC(allreduce_bucket_ready(&c0, i, a + 10 * i, i < 4 ? 10 : 13));
+    T_ASSERT_RC(allreduce_wait_all(&c0));
     T_ASSERT(memcmp(a, b, sizeof a) == 0);
-    ar_close(&c0);
+    allreduce_close(&c0);
 
 #ifndef DF_WITH_CUDA
     unsigned char id[128];
-    T_ASSERT(ar_nccl_get_unique_id(id) == -ENOTSUP);
-    T_ASSERT(ar_open_nccl(&c0, id, 0, 1, 0) == -ENOTSUP);
-    T_ASSERT(strstr(ar_strerror(-ENOTSUP), "CUDA=1"));
+    T_ASSERT(allreduce_nccl_get_unique_id(id) == -ENOTSUP);
+    T_ASSERT(allreduce_open_nccl(&c0, id, 0, 1, 0) == -ENOTSUP);
+    T_ASSERT(strstr(allreduce_strerror(-ENOTSUP), "CUDA=1"));
 #endif
     printf("setup: format/open errors, stale handle, double join, world 1 identity: ok\n");
 }
@@ -454,14 +454,14 @@ static void test_order_matters(void)
 int main(int argc, char **argv)
 {
     if (argc > 1) {
-        printf("usage: %s   (env AR_TEST_SEED=<n> replays a seed)\n"
+        printf("usage: %s   (env ALLREDUCE_TEST_SEED=<n> replays a seed)\n"
                "Tests the shared-memory all-reduce across forked ranks.\n", argv[0]);
         return strcmp(argv[1], "--help") == 0 ? 0 : 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *s = getenv("AR_TEST_SEED");
+    const char *s = getenv("ALLREDUCE_TEST_SEED");
     g_seed = s ? strtoull(s, NULL, 0) : (df_hash64((uint64_t)time(NULL)) ^ (uint64_t)getpid());
-    printf("seed %llu (replay: AR_TEST_SEED=%llu)\n", (unsigned long long)g_seed,
+    printf("seed %llu (replay: ALLREDUCE_TEST_SEED=%llu)\n", (unsigned long long)g_seed,
            (unsigned long long)g_seed);
     arena_init(&g_seg);
     signal(SIGPIPE, SIG_IGN);

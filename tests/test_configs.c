@@ -14,15 +14,15 @@ static void check_placement(const topo *t, const char *path)
 {
     int seen_gpu[64] = {0};
     for (int i = 0; i < t->n_workers; i++) {
-        const topo_worker *w = &t->workers[i];
+        const topology_worker *w = &t->workers[i];
         if (w->out_ring >= 0 && t->rings[w->out_ring].gpu != w->gpu) {
             fprintf(stderr, "%s: worker %s on gpu %d writes ring %s on gpu %d\n", path, w->name, w->gpu,
                     t->rings[w->out_ring].name, t->rings[w->out_ring].gpu);
             T_ASSERT(0);
         }
-        if (w->role == TOPO_ROLE_DRAFTER) {
+        if (w->role == TOPOLOGY_ROLE_DRAFTER) {
             T_ASSERT(w->in_ring >= 0 && t->rings[w->in_ring].gpu == w->gpu);
-            if (t->backend != TOPO_CPU && topo_n_drafters(t) > 1) {
+            if (t->backend != TOPOLOGY_CPU && topology_n_drafters(t) > 1) {
                 T_ASSERT(w->gpu >= 0 && w->gpu < 64);
                 T_ASSERT(!seen_gpu[w->gpu]); /* one NCCL rank per device */
                 seen_gpu[w->gpu] = 1;
@@ -40,16 +40,16 @@ int main(void)
     for (size_t i = 0; i < g.gl_pathc; i++) {
         topo t;
         char err[1024];
-        int rc = topo_load(&t, g.gl_pathv[i], err, sizeof err);
+        int rc = topology_load(&t, g.gl_pathv[i], err, sizeof err);
         if (rc)
             fprintf(stderr, "%s\n", err);
         T_ASSERT(rc == 0);
         check_placement(&t, g.gl_pathv[i]);
-        if (t.backend != TOPO_CPU && topo_n_drafters(&t) > 1)
+        if (t.backend != TOPOLOGY_CPU && topology_n_drafters(&t) > 1)
             gpu_multi++;
         printf("ok: %s: %d workers, %d rings, %d drafter ranks, backend %s\n", g.gl_pathv[i], t.n_workers, t.n_rings,
-               topo_n_drafters(&t), t.backend == TOPO_CPU ? "cpu" : "cuda");
-        topo_free(&t);
+               topology_n_drafters(&t), t.backend == TOPOLOGY_CPU ? "cpu" : "cuda");
+        topology_free(&t);
     }
     T_ASSERT(gpu_multi >= 4); /* the 4/8-GPU topologies of both shapes */
     globfree(&g);

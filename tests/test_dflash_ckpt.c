@@ -163,14 +163,14 @@ int main(void)
         closedir(dd);
     }
     /* a writer whose target directory does not exist fails and creates nothing */
-    st_writer *w = st_writer_new();
+    safetensors_writer *w = safetensors_writer_new();
     T_ASSERT(w);
     int64_t shp[1] = {4};
     float four[4] = {1, 2, 3, 4};
-    T_ASSERT_RC(st_writer_add(w, "x", ST_F32, 1, shp, four));
+    T_ASSERT_RC(safetensors_writer_add(w, "x", SAFETENSORS_F32, 1, shp, four));
     snprintf(path, sizeof(path), "%s/missing/dir/model.safetensors", ck);
-    T_ASSERT(st_writer_write(w, path) < 0);
-    st_writer_free(w);
+    T_ASSERT(safetensors_writer_write(w, path) < 0);
+    safetensors_writer_free(w);
     char dir[700];
     T_ASSERT_RC(dflash_ckpt_resolve(ck, dir, sizeof(dir)));
     T_ASSERT(strstr(dir, "step-00000003") != NULL);
@@ -237,21 +237,21 @@ int main(void)
     json_decref(cj);
     printf("  config.json: architectures, model_type, auto_map, block_size, dflash_config, layer_types, ... exact\n");
     snprintf(path, sizeof(path), "%s/model.safetensors", rel);
-    st_file f;
-    T_ASSERT_RC(st_open(&f, path, err, sizeof(err)));
+    safetensors_file f;
+    T_ASSERT_RC(safetensors_open(&f, path, err, sizeof(err)));
     T_ASSERT(f.n_tensors == dflash_tensor_count(&C));
     for (int i = 0; i < dflash_tensor_count(&C); i++) {
         dflash_tensor t;
         dflash_tensor_info(&C, i, &t);
-        const st_tensor *s = st_find(&f, t.name);
-        T_ASSERT(s && s->dtype == ST_BF16 && s->ndim == t.ndim);
+        const safetensors_tensor *s = safetensors_find(&f, t.name);
+        T_ASSERT(s && s->dtype == SAFETENSORS_BF16 && s->ndim == t.ndim);
         for (int k = 0; k < t.ndim; k++)
             T_ASSERT(s->shape[k] == t.shape[k]);
         T_ASSERT(strncmp(t.name, "model.", 6) != 0);
     }
-    T_ASSERT(st_find(&f, "fc.weight") && st_find(&f, "layers.1.self_attn.k_norm.weight") &&
-             st_find(&f, "norm.weight") && st_find(&f, "hidden_norm.weight"));
-    st_close(&f);
+    T_ASSERT(safetensors_find(&f, "fc.weight") && safetensors_find(&f, "layers.1.self_attn.k_norm.weight") &&
+             safetensors_find(&f, "norm.weight") && safetensors_find(&f, "hidden_norm.weight"));
+    safetensors_close(&f);
     printf("  model.safetensors: %d tensors, release names, shapes, dtype BF16, nothing else\n",
            dflash_tensor_count(&C));
     dflash_params pr;
@@ -261,7 +261,7 @@ int main(void)
     }
     T_ASSERT(memcmp(&c2, &C, sizeof(C)) == 0);
     for (size_t i = 0; i < p.n; i++)
-        T_ASSERT(pr.data[i] == st_bf16_to_f32(st_f32_to_bf16(p.data[i])));
+        T_ASSERT(pr.data[i] == safetensors_bf16_to_f32(safetensors_f32_to_bf16(p.data[i])));
     adamw fresh;
     T_ASSERT_RC(adamw_init(&fresh, &oc, pr.n));
     double l = one_step(&pr, &fresh, 0);

@@ -40,9 +40,9 @@
 static int g_fail; /* failed checks of the current fixture */
 
 /* A tensor that must exist with this dtype and shape (d1 < 0: 1-D); exits naming it. */
-static const st_tensor *need(const st_file *f, const char *name, st_dtype dt, int64_t d0, int64_t d1)
+static const safetensors_tensor *need(const safetensors_file *f, const char *name, safetensors_dtype dt, int64_t d0, int64_t d1)
 {
-    const st_tensor *t = st_find(f, name);
+    const safetensors_tensor *t = safetensors_find(f, name);
     if (!t) {
         fprintf(stderr, "%s: tensor \"%s\" missing\n", f->path, name);
         exit(1);
@@ -50,34 +50,34 @@ static const st_tensor *need(const st_file *f, const char *name, st_dtype dt, in
     int ndim = d1 < 0 ? 1 : 2;
     if (t->dtype != dt || t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
         fprintf(stderr, "%s: tensor \"%s\": expected %s [%lld%s%lld], got %s ndim %d [%lld, %lld]\n", f->path, name,
-                st_dtype_name(dt), (long long)d0, ndim == 2 ? ", " : "", ndim == 2 ? (long long)d1 : 0LL,
-                st_dtype_name(t->dtype), t->ndim, (long long)t->shape[0], t->ndim > 1 ? (long long)t->shape[1] : 0LL);
+                safetensors_dtype_name(dt), (long long)d0, ndim == 2 ? ", " : "", ndim == 2 ? (long long)d1 : 0LL,
+                safetensors_dtype_name(t->dtype), t->ndim, (long long)t->shape[0], t->ndim > 1 ? (long long)t->shape[1] : 0LL);
         exit(1);
     }
     return t;
 }
 
-static float *load_f32(const st_file *f, const char *name, int64_t d0, int64_t d1)
+static float *load_f32(const safetensors_file *f, const char *name, int64_t d0, int64_t d1)
 {
-    const st_tensor *t = need(f, name, ST_F32, d0, d1);
+    const safetensors_tensor *t = need(f, name, SAFETENSORS_F32, d0, d1);
     float *v = malloc(t->nbytes > 0 ? t->nbytes : 1);
     T_ASSERT(v);
     memcpy(v, t->data, t->nbytes);
     return v;
 }
 
-static int32_t *load_i32(const st_file *f, const char *name, int64_t n)
+static int32_t *load_i32(const safetensors_file *f, const char *name, int64_t n)
 {
-    const st_tensor *t = need(f, name, ST_I32, n, -1);
+    const safetensors_tensor *t = need(f, name, SAFETENSORS_I32, n, -1);
     int32_t *v = malloc(t->nbytes > 0 ? t->nbytes : 1);
     T_ASSERT(v);
     memcpy(v, t->data, t->nbytes);
     return v;
 }
 
-static double load_f64_scalar(const st_file *f, const char *name)
+static double load_f64_scalar(const safetensors_file *f, const char *name)
 {
-    const st_tensor *t = need(f, name, ST_F64, 1, -1);
+    const safetensors_tensor *t = need(f, name, SAFETENSORS_F64, 1, -1);
     double x;
     memcpy(&x, t->data, sizeof(x));
     return x;
@@ -130,7 +130,7 @@ static double json_num(const json_t *o, const char *key, const char *path)
 }
 
 /* The "config" string of the safetensors "__metadata__", parsed: new reference. */
-static json_t *read_config(const st_file *f)
+static json_t *read_config(const safetensors_file *f)
 {
     uint64_t hlen;
     T_ASSERT(f->size >= 8);
@@ -200,9 +200,9 @@ static void config_from_json(dflash_config *c, const json_t *o, const char *path
 static int run_fixture(const char *path)
 {
     char err[512];
-    st_file f;
+    safetensors_file f;
     memset(&f, 0, sizeof(f));
-    if (st_open(&f, path, err, sizeof(err)) < 0) {
+    if (safetensors_open(&f, path, err, sizeof(err)) < 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -229,7 +229,7 @@ static int run_fixture(const char *path)
     for (int i = 0; i < nt; i++) {
         dflash_tensor t;
         dflash_tensor_info(&c, i, &t);
-        const st_tensor *st = need(&f, t.name, ST_F32, t.shape[0], t.ndim == 2 ? t.shape[1] : -1);
+        const safetensors_tensor *st = need(&f, t.name, SAFETENSORS_F32, t.shape[0], t.ndim == 2 ? t.shape[1] : -1);
         memcpy(p.data + t.offset, st->data, st->nbytes);
     }
     for (int i = 0; i < f.n_tensors; i++) {
@@ -341,7 +341,7 @@ static int run_fixture(const char *path)
     dflash_params_free(&g);
     dflash_params_free(&p);
     json_decref(jc);
-    st_close(&f);
+    safetensors_close(&f);
     return g_fail;
 }
 

@@ -84,7 +84,7 @@ same_result "$CLEAN" "$RUN" "killed run"
 ov=$(python3 -c "
 import json,sys
 s=[json.loads(l) for l in open(sys.argv[1]) if '\"ev\":\"step\"' in l]
-print(min(x['ar_buckets_overlapped'] for x in s), max(x['ar_buckets_overlapped'] for x in s))" "$RUN/metrics/drafter0.jsonl")
+print(min(x['allreduce_buckets_overlapped'] for x in s), max(x['allreduce_buckets_overlapped'] for x in s))" "$RUN/metrics/drafter0.jsonl")
 # (a batch without loss positions has no backward: 0 overlapped, all handed over at the end)
 [ "${ov#* }" = 3 ] || fail "killed run: steps handed over $ov (min max) buckets from inside the backward, expected 3 (1 layer + final norm + context)"
 ok "rank 1 killed: group restarted from its checkpoint, exactly once; per-layer buckets (3 a step, overlapped with the backward); final checkpoint and export byte-identical to the clean (one-bucket) run's"

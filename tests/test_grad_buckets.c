@@ -1,13 +1,13 @@
 /* test_grad_buckets: the drafter's bucketed gradient all-reduce, overlapped with the
  * backward (common/dflash/grad_buckets.h), on the real CPU backward and the real shm
  * all-reduce across forked ranks over a memfd segment. Fresh random inputs every run
- * (the seed is printed; GB_TEST_SEED=N replays).
+ * (the seed is printed; BUCKETS_TEST_SEED=N replays).
  *  - the plan: buckets tile the flat array from its end, are cut at the backward's
  *    boundaries, are at least the asked size (but the last), for sizes 0 .. huge;
  *  - the hook: the backward reports every boundary in order, and at each report the
  *    suffix it declares final already holds the bits of the complete backward;
  *  - R = 2, 3 ranks (3 drafter layers, 2 documents per rank, one rank with an empty step):
- *    every rank gets the same bits, equal to one ar_allreduce_sum of the same gradients,
+ *    every rank gets the same bits, equal to one allreduce_sum of the same gradients,
  *    for every bucket size; the hooked backward hands every bucket over as soon as it is
  *    final (all but the last one before the backward's last stage). */
 #include <errno.h>
@@ -92,15 +92,15 @@ static void init_params(dflash_params *p)
 
 static void test_plan(void)
 {
-    size_t b[GB_MAX_BUCKETS];
-    int nb = dflash_grad_boundaries(&C, b, GB_MAX_BUCKETS);
+    size_t b[BUCKETS_MAX];
+    int nb = dflash_grad_boundaries(&C, b, BUCKETS_MAX);
     T_ASSERT(nb == C.n_layers + 2 && b[nb - 1] == 0);
     T_ASSERT(dflash_grad_boundaries(&C, b, C.n_layers + 1) == -EINVAL);
     size_t n = dflash_config_param_count(&C);
     size_t sizes[] = {0, 1, 3000, 20000, 60000, n / 2, n, 10 * n};
     for (size_t si = 0; si < DF_ARRAY_LEN(sizes); si++) {
-        gb_plan p;
-        T_ASSERT_RC(gb_plan_make(&p, &C, sizes[si]));
+        buckets_plan p;
+        T_ASSERT_RC(buckets_plan_make(&p, &C, sizes[si]));
         T_ASSERT(p.n >= 1 && p.n <= nb && p.hi[0] == n && p.lo[p.n - 1] == 0);
         for (int k = 0; k < p.n; k++) {
             T_ASSERT(p.lo[k] < p.hi[k]);
@@ -127,7 +127,7 @@ typedef struct hook_rec {
     const float *g;
     const float *ref; /* the complete backward's gradients */
     size_t n;
-    size_t seen[GB_MAX_BUCKETS];
+    size_t seen[BUCKETS_MAX];
     int calls;
     int suffix_final; /* every report's suffix already equal to ref */
 } hook_rec;
@@ -135,7 +135,7 @@ typedef struct hook_rec {
 static void record(void *arg, size_t lo)
 {
     hook_rec *h = arg;
-    if (h->calls < GB_MAX_BUCKETS)
+    if (h->calls < BUCKETS_MAX)
         h->seen[h->calls] = lo;
     h->calls++;
     if (lo > h->n || memcmp(h->g + lo, h->ref + lo, (h->n - lo) * sizeof(float)) != 0)
@@ -158,8 +158,8 @@ static void test_hook(void)
     dflash_grad_hook hk = {record, &h};
     T_ASSERT_RC(dflash_loss_and_grad_hooked(&C, &p, &fz, &d.b, &a, &g, 0, 16, &st, &hk));
     T_ASSERT(memcmp(g.data, gref.data, g.n * sizeof(float)) == 0); /* the hook changes nothing */
-    size_t b[GB_MAX_BUCKETS];
-    int nb = dflash_grad_boundaries(&C, b, GB_MAX_BUCKETS);
+    size_t b[BUCKETS_MAX];
+    int nb = dflash_grad_boundaries(&C, b, BUCKETS_MAX);
     T_ASSERT(h.calls == nb);
     for (int i = 0; i < nb; i++)
         T_ASSERT(h.seen[i] == b[i]);
@@ -184,16 +184,16 @@ typedef struct group_arg {
 
 static int rank_main(int rank, int world, group_arg *ga)
 {
-    ar_comm c;
-    ar_comm_init(&c);
-    int rc = ar_open_shm(&c, g_seg.base, g_seg.size, rank, world);
+    allreduce_comm c;
+    allreduce_comm_init(&c);
+    int rc = allreduce_open_shm(&c, g_seg.base, g_seg.size, rank, world);
     if (rc) {
-        fprintf(stderr, "rank %d: ar_open_shm: %s\n", rank, ar_strerror(rc));
+        fprintf(stderr, "rank %d: allreduce_open_shm: %s\n", rank, allreduce_strerror(rc));
         return 1;
     }
     c.timeout_ns = 30ll * 1000000000ll;
-    gb_plan plan;
-    if (gb_plan_make(&plan, &C, ga->bucket_floats) < 0)
+    buckets_plan plan;
+    if (buckets_plan_make(&plan, &C, ga->bucket_floats) < 0)
         return 2;
     dflash_params p, g;
     init_params(&p);
@@ -201,14 +201,14 @@ static int rank_main(int rank, int world, group_arg *ga)
         return 3;
     dflash_frozen fz = {E, E};
     dflash_acts a = {0};
-    gb_step s;
-    gb_step_begin(&s, &plan, &c, g.data);
+    buckets_step s;
+    buckets_step_begin(&s, &plan, &c, g.data);
     if (rank != ga->empty_rank) { /* two documents: the second one's backward is hooked */
         for (int k = 0; k < 2; k++) {
             doc d;
             make_doc(&d, g_seed + 100 + 10 * (uint64_t)rank + (uint64_t)k);
             dflash_stats st;
-            rc = dflash_loss_and_grad_hooked(&C, &p, &fz, &d.b, &a, &g, 0, 16, &st, k == 1 ? gb_step_hook(&s) : NULL);
+            rc = dflash_loss_and_grad_hooked(&C, &p, &fz, &d.b, &a, &g, 0, 16, &st, k == 1 ? buckets_step_hook(&s) : NULL);
             free_doc(&d);
             if (rc < 0)
                 return 4;
@@ -218,8 +218,8 @@ static int rank_main(int rank, int world, group_arg *ga)
     if (!mine)
         return 5;
     int64_t wait_ns;
-    if ((rc = gb_step_finish(&s, &wait_ns)) < 0) {
-        fprintf(stderr, "rank %d: gb_step_finish: %s\n", rank, ar_strerror(rc));
+    if ((rc = buckets_step_finish(&s, &wait_ns)) < 0) {
+        fprintf(stderr, "rank %d: buckets_step_finish: %s\n", rank, allreduce_strerror(rc));
         return 6;
     }
     memcpy(ga->out + ((size_t)rank * 2) * g.n, g.data, g.n * sizeof(float));
@@ -238,8 +238,8 @@ static int rank_main(int rank, int world, group_arg *ga)
             if (rc < 0)
                 return 7;
         }
-    if ((rc = ar_allreduce_sum(&c, mine, g.n, c.timeout_ns)) < 0) {
-        fprintf(stderr, "rank %d: ar_allreduce_sum: %s\n", rank, ar_strerror(rc));
+    if ((rc = allreduce_sum(&c, mine, g.n, c.timeout_ns)) < 0) {
+        fprintf(stderr, "rank %d: allreduce_sum: %s\n", rank, allreduce_strerror(rc));
         return 8;
     }
     memcpy(ga->out + ((size_t)rank * 2 + 1) * g.n, mine, g.n * sizeof(float));
@@ -247,7 +247,7 @@ static int rank_main(int rank, int world, group_arg *ga)
     dflash_acts_free(&a);
     dflash_params_free(&p);
     dflash_params_free(&g);
-    ar_close(&c);
+    allreduce_close(&c);
     return 0;
 }
 
@@ -256,12 +256,12 @@ static void run_group(int world, size_t bucket_floats, int empty_rank)
     size_t n = dflash_config_param_count(&C);
     arena out;
     arena_init(&out);
-    T_ASSERT_RC(shm_create(&out, sizeof(float) * (size_t)world * 2 * n + sizeof(int) * AR_MAX_WORLD, "gb-out"));
+    T_ASSERT_RC(shm_create(&out, sizeof(float) * (size_t)world * 2 * n + sizeof(int) * ALLREDUCE_MAX_WORLD, "gb-out"));
     group_arg ga = {bucket_floats, empty_rank, (float *)out.base, (int *)((float *)out.base + (size_t)world * 2 * n), n};
     arena_close(&g_seg);
-    T_ASSERT_RC(shm_create(&g_seg, ar_shm_bytes(world, MAX_FLOATS), "gb-allreduce"));
-    T_ASSERT_RC(ar_shm_format(g_seg.base, g_seg.size, world, MAX_FLOATS));
-    pid_t pids[AR_MAX_WORLD];
+    T_ASSERT_RC(shm_create(&g_seg, allreduce_shm_bytes(world, MAX_FLOATS), "gb-allreduce"));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, MAX_FLOATS));
+    pid_t pids[ALLREDUCE_MAX_WORLD];
     fflush(NULL);
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
@@ -287,8 +287,8 @@ static void run_group(int world, size_t bucket_floats, int empty_rank)
                         bucket_floats, r, which ? "one-shot" : "bucketed");
                 exit(1);
             }
-    gb_plan plan;
-    T_ASSERT_RC(gb_plan_make(&plan, &C, bucket_floats));
+    buckets_plan plan;
+    T_ASSERT_RC(buckets_plan_make(&plan, &C, bucket_floats));
     for (int r = 0; r < world; r++) /* the hooked backward hands over every bucket as it finishes it */
         T_ASSERT(ga.early[r] == (r == empty_rank ? 0 : plan.n));
     printf("ok: world %d, %d bucket(s) of >= %zu floats%s: every rank's bucketed sum == the one-shot sum, bit for "
@@ -301,13 +301,13 @@ int main(int argc, char **argv)
 {
     if (argc > 1) {
         printf("usage: %s\nThe bucketed gradient all-reduce overlapped with the CPU backward, across forked ranks.\n"
-               "GB_TEST_SEED=N replays a run.\n",
+               "BUCKETS_TEST_SEED=N replays a run.\n",
                argv[0]);
         return strcmp(argv[1], "--help") ? 2 : 0;
     }
-    const char *env = getenv("GB_TEST_SEED");
+    const char *env = getenv("BUCKETS_TEST_SEED");
     g_seed = env ? strtoull(env, NULL, 10) : (uint64_t)df_now_ns();
-    printf("seed %llu (GB_TEST_SEED=%llu replays)\n", (unsigned long long)g_seed, (unsigned long long)g_seed);
+    printf("seed %llu (BUCKETS_TEST_SEED=%llu replays)\n", (unsigned long long)g_seed, (unsigned long long)g_seed);
     arena_init(&g_seg);
     setup_model();
     test_plan();

@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int parse(hfc_config *c, const char *json, char *err, size_t errlen)
+static int parse(hfconfig *c, const char *json, char *err, size_t errlen)
 {
-    return hfc_parse(c, json, strlen(json), "cfg.json", err, errlen);
+    return hfconfig_parse(c, json, strlen(json), "cfg.json", err, errlen);
 }
 
 static const char *qwen3_06b =
@@ -51,13 +51,13 @@ static const char *llama_v5 =
 
 static void good(void)
 {
-    hfc_config c;
+    hfconfig c;
     char err[512] = "";
     int rc = parse(&c, qwen3_06b, err, sizeof err);
     if (rc < 0)
         fprintf(stderr, "%s\n", err);
     T_ASSERT_RC(rc);
-    T_ASSERT(c.arch == HFC_ARCH_QWEN3 && !strcmp(c.architecture, "Qwen3ForCausalLM") && !strcmp(c.model_type, "qwen3"));
+    T_ASSERT(c.arch == HFCONFIG_ARCH_QWEN3 && !strcmp(c.architecture, "Qwen3ForCausalLM") && !strcmp(c.model_type, "qwen3"));
     T_ASSERT(c.hidden_size == 1024 && c.intermediate_size == 3072 && c.num_hidden_layers == 28);
     T_ASSERT(c.num_attention_heads == 16 && c.num_key_value_heads == 8 && c.head_dim == 128);
     T_ASSERT(c.vocab_size == 151936 && c.max_position_embeddings == 40960);
@@ -68,25 +68,25 @@ static void good(void)
     T_ASSERT(c.bos_token_id == 151643 && c.n_eos == 1 && c.eos_token_ids[0] == 151645 && c.pad_token_id == -1);
     T_ASSERT(c.sliding_window == 0);
     for (int i = 0; i < 28; i++)
-        T_ASSERT(c.layer_types[i] == HFC_FULL_ATTENTION);
-    hfc_free(&c);
-    hfc_free(&c);
+        T_ASSERT(c.layer_types[i] == HFCONFIG_FULL_ATTENTION);
+    hfconfig_free(&c);
+    hfconfig_free(&c);
 
     T_ASSERT_RC(parse(&c, llama31_8b, err, sizeof err));
-    T_ASSERT(c.arch == HFC_ARCH_LLAMA && c.qk_norm == 0 && c.tie_word_embeddings == 0);
+    T_ASSERT(c.arch == HFCONFIG_ARCH_LLAMA && c.qk_norm == 0 && c.tie_word_embeddings == 0);
     T_ASSERT(c.head_dim == 128 && c.num_key_value_heads == 8 && c.rms_norm_eps == 1e-5);
     T_ASSERT(c.rope_theta == 500000.0 && !strcmp(c.rope_type, "llama3"));
     T_ASSERT(c.rope_scaling.factor == 8.0 && c.rope_scaling.low_freq_factor == 1.0);
     T_ASSERT(c.rope_scaling.high_freq_factor == 4.0 && c.rope_scaling.original_max_position == 8192);
     T_ASSERT(c.n_eos == 3 && c.eos_token_ids[2] == 128009 && c.bos_token_id == 128000);
-    hfc_free(&c);
+    hfconfig_free(&c);
 
     T_ASSERT_RC(parse(&c, llama_v5, err, sizeof err));
     T_ASSERT(c.head_dim == 16 && c.rope_theta == 500000.0 && !strcmp(c.rope_type, "llama3"));
     T_ASSERT(c.rope_scaling.factor == 32.0 && !strcmp(c.dtype, "float32"));
     T_ASSERT(c.attention_bias == 1 && c.mlp_bias == 1 && c.pad_token_id == -1 && c.n_eos == 0);
     T_ASSERT(c.rms_norm_eps == 1e-6 && c.tie_word_embeddings == 0);
-    hfc_free(&c);
+    hfconfig_free(&c);
 
     /* Qwen3 defaults: head_dim 128, kv heads = heads, rope_theta 10000; sliding window
      * only with use_sliding_window, for layers >= max_window_layers */
@@ -96,41 +96,41 @@ static void good(void)
                         " \"max_window_layers\": 2}";
     T_ASSERT_RC(parse(&c, q_min, err, sizeof err));
     T_ASSERT(c.head_dim == 128 && c.num_key_value_heads == 4 && c.rope_theta == 10000.0 && c.sliding_window == 8);
-    T_ASSERT(c.layer_types[0] == HFC_FULL_ATTENTION && c.layer_types[1] == HFC_FULL_ATTENTION);
-    T_ASSERT(c.layer_types[2] == HFC_SLIDING_ATTENTION && c.layer_types[3] == HFC_SLIDING_ATTENTION);
-    hfc_free(&c);
+    T_ASSERT(c.layer_types[0] == HFCONFIG_FULL_ATTENTION && c.layer_types[1] == HFCONFIG_FULL_ATTENTION);
+    T_ASSERT(c.layer_types[2] == HFCONFIG_SLIDING_ATTENTION && c.layer_types[3] == HFCONFIG_SLIDING_ATTENTION);
+    hfconfig_free(&c);
     const char *q_lt = "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64,"
                        " \"intermediate_size\": 128, \"num_hidden_layers\": 3, \"num_attention_heads\": 4,"
                        " \"head_dim\": 16, \"vocab_size\": 300, \"use_sliding_window\": true, \"sliding_window\": 5,"
                        " \"layer_types\": [\"sliding_attention\", \"full_attention\", \"sliding_attention\"],"
                        " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}}";
     T_ASSERT_RC(parse(&c, q_lt, err, sizeof err));
-    T_ASSERT(c.layer_types[0] == HFC_SLIDING_ATTENTION && c.layer_types[1] == HFC_FULL_ATTENTION &&
-             c.layer_types[2] == HFC_SLIDING_ATTENTION && c.rope_theta == 1e6 && c.head_dim == 16);
-    hfc_free(&c);
+    T_ASSERT(c.layer_types[0] == HFCONFIG_SLIDING_ATTENTION && c.layer_types[1] == HFCONFIG_FULL_ATTENTION &&
+             c.layer_types[2] == HFCONFIG_SLIDING_ATTENTION && c.rope_theta == 1e6 && c.head_dim == 16);
+    hfconfig_free(&c);
     printf("good configs: Qwen3, Llama 3.1, transformers-5 layout, sliding rules ok\n");
 }
 
 static void fixtures(void)
 {
-    hfc_config c;
+    hfconfig c;
     char err[512];
     int n = 0;
     if (access("tests/fixtures/tiny-qwen3/config.json", F_OK) == 0) {
-        T_ASSERT_RC(hfc_load(&c, "tests/fixtures/tiny-qwen3", err, sizeof err));
-        T_ASSERT(c.arch == HFC_ARCH_QWEN3 && c.num_hidden_layers == 4 && c.hidden_size == 64);
+        T_ASSERT_RC(hfconfig_load(&c, "tests/fixtures/tiny-qwen3", err, sizeof err));
+        T_ASSERT(c.arch == HFCONFIG_ARCH_QWEN3 && c.num_hidden_layers == 4 && c.hidden_size == 64);
         T_ASSERT(c.num_attention_heads == 4 && c.num_key_value_heads == 2 && c.head_dim == 16);
         T_ASSERT(c.vocab_size == 300 && c.tie_word_embeddings == 1 && c.qk_norm == 1);
-        hfc_free(&c);
+        hfconfig_free(&c);
         n++;
     }
     if (access("tests/fixtures/tiny-llama/config.json", F_OK) == 0) {
-        T_ASSERT_RC(hfc_load(&c, "tests/fixtures/tiny-llama/config.json", err, sizeof err));
-        T_ASSERT(c.arch == HFC_ARCH_LLAMA && c.tie_word_embeddings == 0 && c.qk_norm == 0);
+        T_ASSERT_RC(hfconfig_load(&c, "tests/fixtures/tiny-llama/config.json", err, sizeof err));
+        T_ASSERT(c.arch == HFCONFIG_ARCH_LLAMA && c.tie_word_embeddings == 0 && c.qk_norm == 0);
         T_ASSERT(!strcmp(c.rope_type, "llama3") && c.rope_scaling.factor > 0);
         T_ASSERT(c.num_key_value_heads < c.num_attention_heads);
         T_ASSERT(c.head_dim == c.hidden_size / c.num_attention_heads);
-        hfc_free(&c);
+        hfconfig_free(&c);
         n++;
     }
     printf("fixture configs: %d of 2 present and checked\n", n);
@@ -244,7 +244,7 @@ static void bad(void)
          "cfg.json: line 1 column *"}, /* the tail is jansson's wording */
     };
     for (unsigned i = 0; i < DF_ARRAY_LEN(cases); i++) {
-        hfc_config c;
+        hfconfig c;
         char err[512] = "";
         int rc = parse(&c, cases[i].json, err, sizeof err);
         if (rc != -EINVAL)
@@ -258,20 +258,20 @@ static void bad(void)
             T_ASSERT_STREQ(err, cases[i].msg);
     }
     /* a missing file names itself */
-    hfc_config c;
+    hfconfig c;
     char err[512];
-    T_ASSERT(hfc_load(&c, "/nonexistent/dir/config.json", err, sizeof err) == -ENOENT);
+    T_ASSERT(hfconfig_load(&c, "/nonexistent/dir/config.json", err, sizeof err) == -ENOENT);
     T_ASSERT_STREQ(err, "/nonexistent/dir/config.json: cannot read: No such file or directory");
     /* config.json that is a FIFO (the read must not block) or a directory */
     char dir[] = "/tmp/df_test_hfc_XXXXXX", cfg[64], want[160];
     T_ASSERT(mkdtemp(dir));
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     T_ASSERT(mkfifo(cfg, 0600) == 0);
-    T_ASSERT(hfc_load(&c, dir, err, sizeof err) == -EINVAL);
+    T_ASSERT(hfconfig_load(&c, dir, err, sizeof err) == -EINVAL);
     snprintf(want, sizeof want, "%s: is a FIFO (named pipe), not a regular file", cfg);
     T_ASSERT_STREQ(err, want);
     T_ASSERT(unlink(cfg) == 0 && mkdir(cfg, 0700) == 0);
-    T_ASSERT(hfc_load(&c, dir, err, sizeof err) == -EINVAL);
+    T_ASSERT(hfconfig_load(&c, dir, err, sizeof err) == -EINVAL);
     snprintf(want, sizeof want, "%s: is a directory, not a regular file", cfg);
     T_ASSERT_STREQ(err, want);
     T_ASSERT(rmdir(cfg) == 0 && rmdir(dir) == 0);

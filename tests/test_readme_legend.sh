@@ -3,7 +3,7 @@
 #
 # The Layout section's code block names folders ("common/", "  ipc/" under it, ...) and,
 # in the text that follows each folder up to the next one, the function prefixes of that
-# folder (any word ending in "_": `ring_`, `shard_/dataset_`, `tb_`). Two checks:
+# folder (any word ending in "_": `ring_`, `shard_/dataset_`, `backend_`). Two checks:
 #   1. every prefix the legend gives a folder starts at least one function declared in a
 #      .h of that folder (a header belongs to the deepest folder the legend names above it,
 #      so a prefix given to common/ must be in common/*.h, not in common/ipc/);
@@ -118,11 +118,11 @@ out=$(check "$tmp")
 if [ $? -eq 0 ] || ! grep -q 'common/ipc/ is given zzq_' <<<"$out"; then
   echo "$out"; echo "FAIL: a planted prefix zzq_ for common/ipc/ was not refused"; exit 1
 fi
-# tb_ taken away from target_worker/: its header's functions lose their prefix
-sed '/^## Layout/,/^## /s/the tb_ backend/the backend/' README.md >"$tmp"
-grep -q 'the backend writing' "$tmp" || { echo "FAIL: could not remove tb_ (README Layout changed?)"; exit 1; }
+# backend_ taken away from target_worker/: its header's functions lose their prefix
+sed '/^## Layout/,/^## /s/the backend_ forward/the forward/' README.md >"$tmp"
+grep -q 'the forward writing' "$tmp" || { echo "FAIL: could not remove backend_ (README Layout changed?)"; exit 1; }
 out=$(check "$tmp")
-if [ $? -eq 0 ] || ! grep -q 'target_worker/target_backend.h: tb_open()' <<<"$out"; then
-  echo "$out"; echo "FAIL: target_worker/ without tb_ in the legend was not refused"; exit 1
+if [ $? -eq 0 ] || ! grep -q 'target_worker/target_backend.h: backend_open()' <<<"$out"; then
+  echo "$out"; echo "FAIL: target_worker/ without backend_ in the legend was not refused"; exit 1
 fi
 echo "PASS: README.md Layout prefixes match the headers (planted wrong and missing prefixes refused)"

@@ -27,37 +27,37 @@ static void conversions(void)
     /* every f16 / bf16 pattern survives x -> f32 -> x (NaNs stay NaN) */
     for (uint32_t i = 0; i < 65536; i++) {
         uint16_t h = (uint16_t)i;
-        float f = st_f16_to_f32(h);
+        float f = safetensors_f16_to_f32(h);
         if (isnan(f))
-            T_ASSERT(isnan(st_f16_to_f32(st_f32_to_f16(f))));
+            T_ASSERT(isnan(safetensors_f16_to_f32(safetensors_f32_to_f16(f))));
         else
-            T_ASSERT(st_f32_to_f16(f) == h);
-        float b = st_bf16_to_f32(h);
+            T_ASSERT(safetensors_f32_to_f16(f) == h);
+        float b = safetensors_bf16_to_f32(h);
         if (isnan(b))
-            T_ASSERT(isnan(st_bf16_to_f32(st_f32_to_bf16(b))));
+            T_ASSERT(isnan(safetensors_bf16_to_f32(safetensors_f32_to_bf16(b))));
         else
-            T_ASSERT(st_f32_to_bf16(b) == h);
+            T_ASSERT(safetensors_f32_to_bf16(b) == h);
     }
     /* bf16 RNE: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 -> even (1); 1 + 3*2^-8 -> up */
-    T_ASSERT(st_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);
-    T_ASSERT(st_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82);
-    T_ASSERT(st_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81);
-    T_ASSERT(st_f32_to_bf16(FLT_MAX) == 0x7f80); /* above the largest bf16 -> inf */
-    T_ASSERT(isnan(st_bf16_to_f32(st_f32_to_bf16(NAN))));
+    T_ASSERT(safetensors_f32_to_bf16(1.0f + 1.0f / 256) == 0x3f80);
+    T_ASSERT(safetensors_f32_to_bf16(1.0f + 3.0f / 256) == 0x3f82);
+    T_ASSERT(safetensors_f32_to_bf16(1.0f + 1.0f / 256 + 1.0f / 65536) == 0x3f81);
+    T_ASSERT(safetensors_f32_to_bf16(FLT_MAX) == 0x7f80); /* above the largest bf16 -> inf */
+    T_ASSERT(isnan(safetensors_bf16_to_f32(safetensors_f32_to_bf16(NAN))));
     /* f16: known values, ties, subnormals, overflow */
-    T_ASSERT(st_f32_to_f16(1.0f) == 0x3c00);
-    T_ASSERT(st_f32_to_f16(-2.0f) == 0xc000);
-    T_ASSERT(st_f32_to_f16(65504.0f) == 0x7bff);
-    T_ASSERT(st_f32_to_f16(65519.0f) == 0x7bff);
-    T_ASSERT(st_f32_to_f16(65520.0f) == 0x7c00);
-    T_ASSERT(st_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);              /* tie -> even */
-    T_ASSERT(st_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);              /* tie -> even (up) */
-    T_ASSERT(st_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001);              /* smallest subnormal */
-    T_ASSERT(st_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);              /* tie -> even (0) */
-    T_ASSERT(st_f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);              /* tie -> even (2) */
-    T_ASSERT(st_f32_to_f16(ldexpf(1023.5f, -24)) == 0x0400);            /* rounds up into the normals */
-    T_ASSERT(st_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
-    T_ASSERT(isnan(st_f16_to_f32(st_f32_to_f16(NAN))));
+    T_ASSERT(safetensors_f32_to_f16(1.0f) == 0x3c00);
+    T_ASSERT(safetensors_f32_to_f16(-2.0f) == 0xc000);
+    T_ASSERT(safetensors_f32_to_f16(65504.0f) == 0x7bff);
+    T_ASSERT(safetensors_f32_to_f16(65519.0f) == 0x7bff);
+    T_ASSERT(safetensors_f32_to_f16(65520.0f) == 0x7c00);
+    T_ASSERT(safetensors_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);              /* tie -> even */
+    T_ASSERT(safetensors_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);              /* tie -> even (up) */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001);              /* smallest subnormal */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);              /* tie -> even (0) */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);              /* tie -> even (2) */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(1023.5f, -24)) == 0x0400);            /* rounds up into the normals */
+    T_ASSERT(safetensors_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
+    T_ASSERT(isnan(safetensors_f16_to_f32(safetensors_f32_to_f16(NAN))));
     printf("conversions: all 65536 f16 and bf16 patterns round-trip, RNE ties ok\n");
 }
 
@@ -65,44 +65,44 @@ static void round_trip(void)
 {
     char path[512];
     snprintf(path, sizeof path, "%s/rt.safetensors", tmpdir);
-    st_writer *w = st_writer_new();
+    safetensors_writer *w = safetensors_writer_new();
     T_ASSERT(w);
     /* one tensor per dtype, odd sizes so alignment matters */
-    static const st_dtype all[] = {ST_F32, ST_F16, ST_BF16, ST_F64, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL};
+    static const safetensors_dtype all[] = {SAFETENSORS_F32, SAFETENSORS_F16, SAFETENSORS_BF16, SAFETENSORS_F64, SAFETENSORS_I64, SAFETENSORS_I32, SAFETENSORS_I16, SAFETENSORS_I8, SAFETENSORS_U8, SAFETENSORS_BOOL};
     unsigned char *bufs[DF_ARRAY_LEN(all)];
     int64_t shape[2] = {3, 5};
     df_rng r;
     df_rng_seed(&r, 42);
     for (unsigned i = 0; i < DF_ARRAY_LEN(all); i++) {
-        size_t nb = 15 * st_dtype_size(all[i]);
+        size_t nb = 15 * safetensors_dtype_size(all[i]);
         bufs[i] = malloc(nb);
         for (size_t j = 0; j < nb; j++)
             bufs[i][j] = (unsigned char)df_rng_next(&r);
-        if (all[i] == ST_BOOL)
+        if (all[i] == SAFETENSORS_BOOL)
             for (size_t j = 0; j < nb; j++)
                 bufs[i][j] &= 1;
         char name[64];
-        snprintf(name, sizeof name, "t.%s", st_dtype_name(all[i]));
-        T_ASSERT_RC(st_writer_add(w, name, all[i], 2, shape, bufs[i]));
+        snprintf(name, sizeof name, "t.%s", safetensors_dtype_name(all[i]));
+        T_ASSERT_RC(safetensors_writer_add(w, name, all[i], 2, shape, bufs[i]));
     }
     float src[7] = {1.0f, -2.5f, 3.14159f, 1e-8f, 70000.0f, -0.0f, 1.0f + 1.0f / 256};
     int64_t s7[1] = {7};
-    T_ASSERT_RC(st_writer_add_f32_as(w, "conv.bf16", ST_BF16, 1, s7, src));
-    T_ASSERT_RC(st_writer_add_f32_as(w, "conv.f16", ST_F16, 1, s7, src));
-    T_ASSERT_RC(st_writer_add_f32_as(w, "conv.f32", ST_F32, 1, s7, src));
-    T_ASSERT_RC(st_writer_add(w, "empty", ST_F32, 2, (int64_t[]){0, 4}, NULL));
-    T_ASSERT_RC(st_writer_add(w, "scalar", ST_U8, 0, NULL, "\x07"));
-    T_ASSERT(st_writer_add(w, "scalar", ST_U8, 0, NULL, "\x07") == -EEXIST);
-    T_ASSERT(st_writer_add(w, "__metadata__", ST_U8, 0, NULL, "\x07") == -EINVAL);
-    T_ASSERT(st_writer_add_f32_as(w, "int", ST_I32, 1, s7, src) == -EINVAL);
-    T_ASSERT_RC(st_writer_set_metadata(w, "format", "pt"));
-    T_ASSERT_RC(st_writer_set_metadata(w, "step", "12"));
-    T_ASSERT_RC(st_writer_write(w, path));
-    st_writer_free(w);
+    T_ASSERT_RC(safetensors_writer_add_f32_as(w, "conv.bf16", SAFETENSORS_BF16, 1, s7, src));
+    T_ASSERT_RC(safetensors_writer_add_f32_as(w, "conv.f16", SAFETENSORS_F16, 1, s7, src));
+    T_ASSERT_RC(safetensors_writer_add_f32_as(w, "conv.f32", SAFETENSORS_F32, 1, s7, src));
+    T_ASSERT_RC(safetensors_writer_add(w, "empty", SAFETENSORS_F32, 2, (int64_t[]){0, 4}, NULL));
+    T_ASSERT_RC(safetensors_writer_add(w, "scalar", SAFETENSORS_U8, 0, NULL, "\x07"));
+    T_ASSERT(safetensors_writer_add(w, "scalar", SAFETENSORS_U8, 0, NULL, "\x07") == -EEXIST);
+    T_ASSERT(safetensors_writer_add(w, "__metadata__", SAFETENSORS_U8, 0, NULL, "\x07") == -EINVAL);
+    T_ASSERT(safetensors_writer_add_f32_as(w, "int", SAFETENSORS_I32, 1, s7, src) == -EINVAL);
+    T_ASSERT_RC(safetensors_writer_set_metadata(w, "format", "pt"));
+    T_ASSERT_RC(safetensors_writer_set_metadata(w, "step", "12"));
+    T_ASSERT_RC(safetensors_writer_write(w, path));
+    safetensors_writer_free(w);
 
     char err[512] = "";
-    st_file f;
-    int rc = st_open(&f, path, err, sizeof err);
+    safetensors_file f;
+    int rc = safetensors_open(&f, path, err, sizeof err);
     if (rc < 0)
         fprintf(stderr, "%s\n", err);
     T_ASSERT_RC(rc);
@@ -113,8 +113,8 @@ static void round_trip(void)
     T_ASSERT((8 + hlen) % 8 == 0);
     uint64_t total = 0;
     for (int i = 0; i < f.n_tensors; i++) {
-        const st_tensor *t = &f.tensors[i];
-        T_ASSERT(t->data_offset % st_dtype_size(t->dtype) == 0);
+        const safetensors_tensor *t = &f.tensors[i];
+        T_ASSERT(t->data_offset % safetensors_dtype_size(t->dtype) == 0);
         total += t->nbytes;
         if (i)
             T_ASSERT(strcmp(f.tensors[i - 1].name, t->name) < 0); /* sorted by name */
@@ -126,34 +126,34 @@ static void round_trip(void)
     T_ASSERT(memmem(h, hlen, "\"__metadata__\":{\"format\":\"pt\",\"step\":\"12\"}", 42));
     for (unsigned i = 0; i < DF_ARRAY_LEN(all); i++) {
         char name[64];
-        snprintf(name, sizeof name, "t.%s", st_dtype_name(all[i]));
-        const st_tensor *t = st_find(&f, name);
+        snprintf(name, sizeof name, "t.%s", safetensors_dtype_name(all[i]));
+        const safetensors_tensor *t = safetensors_find(&f, name);
         T_ASSERT(t && t->dtype == all[i] && t->ndim == 2 && t->shape[0] == 3 && t->shape[1] == 5);
-        T_ASSERT(t->nbytes == 15 * st_dtype_size(all[i]));
+        T_ASSERT(t->nbytes == 15 * safetensors_dtype_size(all[i]));
         T_ASSERT(memcmp(t->data, bufs[i], t->nbytes) == 0);
         float out[15];
-        T_ASSERT_RC(st_tensor_to_f32(t, out));
+        T_ASSERT_RC(safetensors_tensor_to_f32(t, out));
         free(bufs[i]);
     }
     float out[7];
-    const st_tensor *t = st_find(&f, "conv.f32");
-    T_ASSERT(t && st_tensor_to_f32(t, out) == 0 && memcmp(out, src, sizeof src) == 0);
-    t = st_find(&f, "conv.bf16");
-    T_ASSERT(t && st_tensor_to_f32(t, out) == 0);
+    const safetensors_tensor *t = safetensors_find(&f, "conv.f32");
+    T_ASSERT(t && safetensors_tensor_to_f32(t, out) == 0 && memcmp(out, src, sizeof src) == 0);
+    t = safetensors_find(&f, "conv.bf16");
+    T_ASSERT(t && safetensors_tensor_to_f32(t, out) == 0);
     for (int i = 0; i < 7; i++)
-        T_ASSERT(out[i] == st_bf16_to_f32(st_f32_to_bf16(src[i])));
+        T_ASSERT(out[i] == safetensors_bf16_to_f32(safetensors_f32_to_bf16(src[i])));
     T_ASSERT(out[6] == 1.0f); /* RNE tie */
-    t = st_find(&f, "conv.f16");
-    T_ASSERT(t && st_tensor_to_f32(t, out) == 0);
+    t = safetensors_find(&f, "conv.f16");
+    T_ASSERT(t && safetensors_tensor_to_f32(t, out) == 0);
     T_ASSERT(out[0] == 1.0f && out[1] == -2.5f && isinf(out[4]) && signbit(out[5]));
     T_ASSERT(fabsf(out[2] - 3.14159f) < 2e-3f);
-    t = st_find(&f, "empty");
+    t = safetensors_find(&f, "empty");
     T_ASSERT(t && t->nbytes == 0 && t->shape[0] == 0 && t->shape[1] == 4);
-    t = st_find(&f, "scalar");
+    t = safetensors_find(&f, "scalar");
     T_ASSERT(t && t->ndim == 0 && t->nbytes == 1 && ((const unsigned char *)t->data)[0] == 7);
-    T_ASSERT(st_find(&f, "nope") == NULL);
-    st_close(&f);
-    st_close(&f); /* idempotent */
+    T_ASSERT(safetensors_find(&f, "nope") == NULL);
+    safetensors_close(&f);
+    safetensors_close(&f); /* idempotent */
     unlink(path);
     printf("round trip: %zu dtypes + converted + empty + scalar + metadata ok\n", DF_ARRAY_LEN(all));
 }
@@ -174,8 +174,8 @@ static void bad_files(void)
         const char *want = tab + 1;
         char path[512], err[1024] = "", full[1024];
         snprintf(path, sizeof path, "%s/%s", dir, line);
-        st_file f;
-        int rc = st_open(&f, path, err, sizeof err);
+        safetensors_file f;
+        int rc = safetensors_open(&f, path, err, sizeof err);
         if (rc != -EINVAL) {
             fprintf(stderr, "%s: expected -EINVAL, got %d (%s)\n", path, rc, err);
             exit(1);
@@ -205,17 +205,17 @@ static void bad_files(void)
     T_ASSERT(files == n);
     T_ASSERT(n >= 12);
 
-    /* st_parse_header directly: the limits that files cannot cheaply show */
-    st_tensor *ts = (st_tensor *)1;
+    /* safetensors_parse_header directly: the limits that files cannot cheaply show */
+    safetensors_tensor *ts = (safetensors_tensor *)1;
     int nt = 5;
     char err[512];
-    T_ASSERT(st_parse_header("{}", ST_MAX_HEADER + 1, 0, &ts, &nt, err, sizeof err) == -EINVAL);
+    T_ASSERT(safetensors_parse_header("{}", SAFETENSORS_MAX_HEADER + 1, 0, &ts, &nt, err, sizeof err) == -EINVAL);
     T_ASSERT(ts == NULL && nt == 0);
     T_ASSERT_STREQ(err, "header length 104857601 exceeds the limit of 104857600 bytes");
-    T_ASSERT(st_parse_header("{}  ", 4, 0, &ts, &nt, err, sizeof err) == 0 && ts == NULL && nt == 0);
+    T_ASSERT(safetensors_parse_header("{}  ", 4, 0, &ts, &nt, err, sizeof err) == 0 && ts == NULL && nt == 0);
     const char *h = "{\"b\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[3,3]},"
                     "\"a\":{\"dtype\":\"I16\",\"shape\":[2],\"data_offsets\":[0,4]}}";
-    T_ASSERT(st_parse_header(h, strlen(h), 4, &ts, &nt, err, sizeof err) == 0);
+    T_ASSERT(safetensors_parse_header(h, strlen(h), 4, &ts, &nt, err, sizeof err) == 0);
     T_ASSERT(nt == 2 && strcmp(ts[0].name, "a") == 0 && ts[1].data_offset == 3 && ts[1].nbytes == 0);
     free(ts);
     printf("bad files: %d crafted files give their exact messages\n", n);
@@ -223,15 +223,15 @@ static void bad_files(void)
 
 static void write_shard(const char *path, const char *names[], int n, float base)
 {
-    st_writer *w = st_writer_new();
+    safetensors_writer *w = safetensors_writer_new();
     float v[4][3];
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < 3; j++)
             v[i][j] = base + (float)(i * 3 + j);
-        T_ASSERT_RC(st_writer_add(w, names[i], ST_F32, 1, (int64_t[]){3}, v[i]));
+        T_ASSERT_RC(safetensors_writer_add(w, names[i], SAFETENSORS_F32, 1, (int64_t[]){3}, v[i]));
     }
-    T_ASSERT_RC(st_writer_write(w, path));
-    st_writer_free(w);
+    T_ASSERT_RC(safetensors_writer_write(w, path));
+    safetensors_writer_free(w);
 }
 
 static void put(const char *dir, const char *name, const char *text)
@@ -246,19 +246,19 @@ static void models(void)
     char dir[512], p[1200], err[1024];
     snprintf(dir, sizeof dir, "%s/model", tmpdir);
     T_ASSERT(mkdir(dir, 0755) == 0);
-    st_model m;
-    T_ASSERT(st_model_open(&m, dir, err, sizeof err) == -ENOENT);
+    safetensors_model m;
+    T_ASSERT(safetensors_model_open(&m, dir, err, sizeof err) == -ENOENT);
     snprintf(p, sizeof p, "%s: neither model.safetensors nor model.safetensors.index.json exists", dir);
     T_ASSERT_STREQ(err, p);
 
     /* single file */
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     write_shard(p, (const char *[]){"x", "y"}, 2, 0);
-    T_ASSERT_RC(st_model_open(&m, dir, err, sizeof err));
+    T_ASSERT_RC(safetensors_model_open(&m, dir, err, sizeof err));
     const char *fp = NULL;
-    const st_tensor *t = st_model_find(&m, "y", &fp);
+    const safetensors_tensor *t = safetensors_model_find(&m, "y", &fp);
     T_ASSERT(t && m.n_files == 1 && strcmp(fp, p) == 0 && ((const float *)t->data)[0] == 3.0f);
-    st_model_close(&m);
+    safetensors_model_close(&m);
 
     /* sharded: the index wins over model.safetensors; each shard opened once */
     snprintf(p, sizeof p, "%s/model-00001-of-00002.safetensors", dir);
@@ -268,23 +268,23 @@ static void models(void)
     put(dir, "model.safetensors.index.json",
         "{\"metadata\": {\"total_size\": 36}, \"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\", "
         "\"c\": \"model-00002-of-00002.safetensors\", \"b\": \"model-00001-of-00002.safetensors\"}}");
-    T_ASSERT_RC(st_model_open(&m, dir, err, sizeof err));
+    T_ASSERT_RC(safetensors_model_open(&m, dir, err, sizeof err));
     T_ASSERT(m.n_files == 2);
-    t = st_model_find(&m, "c", &fp);
+    t = safetensors_model_find(&m, "c", &fp);
     T_ASSERT(t && ((const float *)t->data)[2] == 202.0f && strstr(fp, "model-00002-of-00002"));
-    T_ASSERT(st_model_find(&m, "x", NULL) == NULL);
-    st_model_close(&m);
-    st_model_close(&m);
+    T_ASSERT(safetensors_model_find(&m, "x", NULL) == NULL);
+    safetensors_model_close(&m);
+    safetensors_model_close(&m);
 
     /* missing shard: the message names the file */
     put(dir, "model.safetensors.index.json",
         "{\"weight_map\": {\"a\": \"model-00001-of-00002.safetensors\", \"z\": \"model-00003-of-00003.safetensors\"}}");
-    T_ASSERT(st_model_open(&m, dir, err, sizeof err) == -ENOENT);
+    T_ASSERT(safetensors_model_open(&m, dir, err, sizeof err) == -ENOENT);
     snprintf(p, sizeof p, "%s/model-00003-of-00003.safetensors: cannot open: No such file or directory", dir);
     T_ASSERT_STREQ(err, p);
     /* an index that puts a tensor in the wrong shard */
     put(dir, "model.safetensors.index.json", "{\"weight_map\": {\"c\": \"model-00001-of-00002.safetensors\"}}");
-    T_ASSERT(st_model_open(&m, dir, err, sizeof err) == -EINVAL);
+    T_ASSERT(safetensors_model_open(&m, dir, err, sizeof err) == -EINVAL);
     snprintf(p, sizeof p,
              "%s/model.safetensors.index.json: weight_map puts tensor \"c\" in model-00001-of-00002.safetensors, "
              "which has no such tensor",
@@ -292,13 +292,13 @@ static void models(void)
     T_ASSERT_STREQ(err, p);
     /* path escapes and bad JSON */
     put(dir, "model.safetensors.index.json", "{\"weight_map\": {\"c\": \"../x.safetensors\"}}");
-    T_ASSERT(st_model_open(&m, dir, err, sizeof err) == -EINVAL);
+    T_ASSERT(safetensors_model_open(&m, dir, err, sizeof err) == -EINVAL);
     T_ASSERT(strstr(err, "weight_map[\"c\"]: \"../x.safetensors\" is not a file name in the model directory"));
     put(dir, "model.safetensors.index.json", "{\"weight_map\": [1]}");
-    T_ASSERT(st_model_open(&m, dir, err, sizeof err) == -EINVAL);
+    T_ASSERT(safetensors_model_open(&m, dir, err, sizeof err) == -EINVAL);
     T_ASSERT(strstr(err, "model.safetensors.index.json: weight_map: expected an object, got an array"));
     put(dir, "model.safetensors.index.json", "{\"weight_map\": ");
-    T_ASSERT(st_model_open(&m, dir, err, sizeof err) == -EINVAL);
+    T_ASSERT(safetensors_model_open(&m, dir, err, sizeof err) == -EINVAL);
     T_ASSERT(strstr(err, "model.safetensors.index.json: line 1 column"));
     printf("model dirs: single, sharded, missing shard, lying index ok\n");
 }
@@ -311,21 +311,21 @@ static void atomic_write(void)
     /* a write that cannot complete (the target is a non-empty directory) */
     char bad[512];
     snprintf(bad, sizeof bad, "%s/model", tmpdir);
-    st_writer *w = st_writer_new();
+    safetensors_writer *w = safetensors_writer_new();
     float v = 5;
-    T_ASSERT_RC(st_writer_add(w, "new", ST_F32, 0, NULL, &v));
-    int rc = st_writer_write(w, bad);
+    T_ASSERT_RC(safetensors_writer_add(w, "new", SAFETENSORS_F32, 0, NULL, &v));
+    int rc = safetensors_writer_write(w, bad);
     T_ASSERT(rc == -EISDIR || rc == -ENOTEMPTY || rc == -EEXIST);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", bad, (int)getpid());
     T_ASSERT(access(tmp, F_OK) < 0); /* the temp file is gone */
     /* overwrite keeps the file valid and replaces the content */
-    T_ASSERT_RC(st_writer_write(w, path));
-    st_writer_free(w);
-    st_file f;
+    T_ASSERT_RC(safetensors_writer_write(w, path));
+    safetensors_writer_free(w);
+    safetensors_file f;
     char err[512];
-    T_ASSERT_RC(st_open(&f, path, err, sizeof err));
-    T_ASSERT(f.n_tensors == 1 && st_find(&f, "new") && !st_find(&f, "old"));
-    st_close(&f);
+    T_ASSERT_RC(safetensors_open(&f, path, err, sizeof err));
+    T_ASSERT(f.n_tensors == 1 && safetensors_find(&f, "new") && !safetensors_find(&f, "old"));
+    safetensors_close(&f);
     printf("atomic write: failed write cleans up, overwrite ok\n");
 }
 
@@ -340,11 +340,11 @@ static void not_regular(void)
     const char *paths[] = {fifo, "/dev/null", sub};
     const char *kinds[] = {"a FIFO (named pipe)", "a character device", "a directory"};
     for (int i = 0; i < 3; i++) {
-        st_file f;
-        T_ASSERT(st_open(&f, paths[i], err, sizeof err) == -EINVAL);
+        safetensors_file f;
+        T_ASSERT(safetensors_open(&f, paths[i], err, sizeof err) == -EINVAL);
         snprintf(want, sizeof want, "%s: is %s, not a regular file", paths[i], kinds[i]);
         T_ASSERT_STREQ(err, want);
-        st_close(&f);
+        safetensors_close(&f);
     }
     unlink(fifo);
     rmdir(sub);

@@ -2,8 +2,8 @@
  * (models/tiny-target), with fresh random inputs every run (seed printed; SPEC_SEED=...
  * replays one):
  *   1. target_decode: a KV-cached decode in random chunks gives the features of one
- *      tm_forward_cpu over the same tokens (capture order respected) and logits equal to
- *      final norm + lm_head of tm_forward_cpu's last layer; truncating and extending with
+ *      target_forward_cpu over the same tokens (capture order respected) and logits equal to
+ *      final norm + lm_head of target_forward_cpu's last layer; truncating and extending with
  *      other tokens equals a fresh forward of the new sequence.
  *   2. dflash_infer: drafting with a cached context (appended in random chunks) gives the
  *      block rows of dflash_forward for the same features and anchor (anchor 0, middle,
@@ -61,17 +61,17 @@ static double rel_err(const float *a, const float *b, size_t n)
     return md / (1.0 + mb);
 }
 
-/* ---- 1. target decode vs tm_forward_cpu --------------------------------------------- */
+/* ---- 1. target decode vs target_forward_cpu --------------------------------------------- */
 
 /* Reference for a sequence: features [S, 2, d] of layers {3, 1} and logits [S, V]. */
-static void reference(tm_model *ref, const tm_embeddings *e, const int32_t *tok, int S, float *feat, float *logits)
+static void reference(target_model *ref, const target_embeddings *e, const int32_t *tok, int S, float *feat, float *logits)
 {
     int d = ref->cfg.hidden_size, V = ref->cfg.vocab_size;
     int32_t starts[2] = {0, S};
     float *all = malloc(sizeof(float) * (size_t)S * 4 * d); /* ref captures layers 0..3 in order */
     float *z = malloc(sizeof(float) * (size_t)S * d);
     T_ASSERT(all && z);
-    T_ASSERT_RC(tm_forward_cpu(ref, tok, starts, 1, all));
+    T_ASSERT_RC(target_forward_cpu(ref, tok, starts, 1, all));
     for (int t = 0; t < S; t++) {
         memcpy(feat + ((size_t)t * 2 + 0) * d, all + ((size_t)t * 4 + 3) * d, sizeof(float) * d);
         memcpy(feat + ((size_t)t * 2 + 1) * d, all + ((size_t)t * 4 + 1) * d, sizeof(float) * d);
@@ -84,7 +84,7 @@ static void reference(tm_model *ref, const tm_embeddings *e, const int32_t *tok,
 }
 
 /* Decode tok[from..S) into m in random chunks, comparing with the reference rows. */
-static void decode_and_compare(td_model *m, const int32_t *tok, int from, int S, const float *feat,
+static void decode_and_compare(decode_model *m, const int32_t *tok, int from, int S, const float *feat,
                                const float *logits, double *worst_f, double *worst_l)
 {
     int d = m->tm.cfg.hidden_size, V = m->tm.cfg.vocab_size;
@@ -92,7 +92,7 @@ static void decode_and_compare(td_model *m, const int32_t *tok, int from, int S,
         int k = rnd(1, 9);
         k = DF_MIN(k, S - p);
         int nl = rnd(0, k);
-        T_ASSERT_RC(td_extend(m, tok + p, k, nl));
+        T_ASSERT_RC(decode_extend(m, tok + p, k, nl));
         T_ASSERT(m->len == p + k);
         *worst_f = fmax(*worst_f, rel_err(m->feat, feat + (size_t)p * 2 * d, (size_t)k * 2 * d));
         if (nl)
@@ -105,12 +105,12 @@ static void test_target_decode(void)
 {
     char err[512];
     int all[4] = {0, 1, 2, 3}, cap[2] = {3, 1};
-    tm_model ref;
-    tm_embeddings e;
-    td_model m;
-    T_ASSERT_RC(tm_load(&ref, TARGET, all, 4, err, sizeof err));
-    T_ASSERT_RC(tm_load_embeddings(&e, TARGET, 1, err, sizeof err));
-    T_ASSERT_RC(td_load(&m, TARGET, cap, 2, 256, err, sizeof err));
+    target_model ref;
+    target_embeddings e;
+    decode_model m;
+    T_ASSERT_RC(target_load(&ref, TARGET, all, 4, err, sizeof err));
+    T_ASSERT_RC(target_load_embeddings(&e, TARGET, 1, err, sizeof err));
+    T_ASSERT_RC(decode_load(&m, TARGET, cap, 2, 256, err, sizeof err));
     int d = ref.cfg.hidden_size, V = ref.cfg.vocab_size, S = rnd(60, 160);
     int32_t *tok = malloc(sizeof(int32_t) * S), *tok2 = malloc(sizeof(int32_t) * S);
     float *feat = malloc(sizeof(float) * (size_t)S * 2 * d), *lg = malloc(sizeof(float) * (size_t)S * V);
@@ -119,7 +119,7 @@ static void test_target_decode(void)
         tok[i] = rnd(0, V - 1);
     reference(&ref, &e, tok, S, feat, lg);
     double wf = 0, wl = 0;
-    td_reset(&m);
+    decode_reset(&m);
     decode_and_compare(&m, tok, 0, S, feat, lg, &wf, &wl);
     printf("target decode: %d random tokens in random chunks: features rel err %.2e, logits rel err %.2e\n", S, wf,
            wl);
@@ -131,7 +131,7 @@ static void test_target_decode(void)
     for (int i = r; i < S; i++)
         tok2[i] = rnd(0, V - 1);
     reference(&ref, &e, tok2, S, feat, lg);
-    T_ASSERT_RC(td_truncate(&m, r));
+    T_ASSERT_RC(decode_truncate(&m, r));
     wf = wl = 0;
     decode_and_compare(&m, tok2, r, S, feat, lg, &wf, &wl);
     printf("target decode: truncate to %d and continue: features rel err %.2e, logits rel err %.2e\n", r, wf, wl);
@@ -139,22 +139,22 @@ static void test_target_decode(void)
 
     /* errors: bad token, cache overflow, truncating forward; the cache is unchanged */
     int32_t bad = V;
-    T_ASSERT(td_extend(&m, &bad, 1, 1) == -ERANGE && m.len == S);
-    T_ASSERT(td_extend(&m, tok, 257 - S, 0) == -ENOSPC && m.len == S);
-    T_ASSERT(td_truncate(&m, S + 1) == -EINVAL);
-    td_free(&m);
-    T_ASSERT(td_load(&m, "tests/no-such-model", cap, 2, 16, err, sizeof err) < 0 && strstr(err, "no-such-model"));
+    T_ASSERT(decode_extend(&m, &bad, 1, 1) == -ERANGE && m.len == S);
+    T_ASSERT(decode_extend(&m, tok, 257 - S, 0) == -ENOSPC && m.len == S);
+    T_ASSERT(decode_truncate(&m, S + 1) == -EINVAL);
+    decode_free(&m);
+    T_ASSERT(decode_load(&m, "tests/no-such-model", cap, 2, 16, err, sizeof err) < 0 && strstr(err, "no-such-model"));
     printf("target decode: errors: %s\n", err);
     float ties[4] = {1, 3, 3, 2};
-    T_ASSERT(td_argmax(ties, 4) == 1);
+    T_ASSERT(decode_argmax(ties, 4) == 1);
     free(tok), free(tok2), free(feat), free(lg);
-    tm_free(&ref);
-    tm_embeddings_free(&e);
+    target_free(&ref);
+    target_embeddings_free(&e);
 }
 
 /* ---- 2. drafter inference vs the training forward ----------------------------------- */
 
-static void drafter_config(dflash_config *c, const hfc_config *t, int B, int sliding)
+static void drafter_config(dflash_config *c, const hfconfig *t, int B, int sliding)
 {
     memset(c, 0, sizeof *c);
     c->hidden = t->hidden_size, c->intermediate = 2 * t->hidden_size, c->n_layers = 2;
@@ -168,7 +168,7 @@ static void drafter_config(dflash_config *c, const hfc_config *t, int B, int sli
     T_ASSERT_RC(dflash_config_validate(c, err, sizeof err));
 }
 
-static void test_drafter_infer(td_model *t)
+static void test_drafter_infer(decode_model *t)
 {
     dflash_config c;
     drafter_config(&c, &t->tm.cfg, 6, 1);
@@ -192,36 +192,36 @@ static void test_drafter_infer(td_model *t)
     T_ASSERT_RC(dflash_batch_init(&b, &c, S, 3, H, x, lm, 1, 1));
     T_ASSERT_RC(dflash_batch_set_anchors(&b, &c, anchors, keep, 3));
     T_ASSERT_RC(dflash_forward(&c, &p, &f, &b, &a));
-    dfi_state s;
-    T_ASSERT_RC(dfi_init(&s, &c, &p, &f, S));
+    infer_state s;
+    T_ASSERT_RC(infer_init(&s, &c, &p, &f, S));
     float *lg = malloc(sizeof(float) * (size_t)(B - 1) * V);
     T_ASSERT(lg);
     double worst_z = 0, worst_l = 0;
     for (int j = 0; j < 3; j++) {
-        dfi_reset(&s);
+        infer_reset(&s);
         for (int r = 0; r < anchors[j];) { /* the context: every row before the anchor */
             int k = rnd(1, 7);
             k = DF_MIN(k, anchors[j] - r); /* DF_MIN evaluates its arguments twice */
-            T_ASSERT_RC(dfi_append(&s, H + (size_t)r * nin, k));
+            T_ASSERT_RC(infer_append(&s, H + (size_t)r * nin, k));
             r += k;
         }
         T_ASSERT(s.n_ctx == anchors[j]);
         int32_t draft[16];
-        T_ASSERT_RC(dfi_draft(&s, x[anchors[j]], draft));
+        T_ASSERT_RC(infer_draft(&s, x[anchors[j]], draft));
         const float *zr = a.z + (size_t)j * B * d;
         worst_z = fmax(worst_z, rel_err(s.z, zr, (size_t)B * d));
         nn_matmul(lg, zr + d, f.lm_head, NULL, B - 1, d, V);
         worst_l = fmax(worst_l, rel_err(s.logits, lg, (size_t)(B - 1) * V));
         for (int k = 1; k < B; k++)
-            T_ASSERT(draft[k - 1] == td_argmax(s.logits + (size_t)(k - 1) * V, V));
+            T_ASSERT(draft[k - 1] == decode_argmax(s.logits + (size_t)(k - 1) * V, V));
     }
     printf("drafter inference vs dflash_forward (anchors %d %d %d of %d, full + sliding layer, B=%d): z rel err "
            "%.2e, logits rel err %.2e\n",
            anchors[0], anchors[1], anchors[2], S, B, worst_z, worst_l);
     T_ASSERT(worst_z < 1e-5 && worst_l < 1e-5);
-    T_ASSERT(dfi_append(&s, H, S + 1) == -ENOSPC);
-    T_ASSERT(dfi_draft(&s, V, (int32_t[16]){0}) == -EINVAL);
-    dfi_free(&s);
+    T_ASSERT(infer_append(&s, H, S + 1) == -ENOSPC);
+    T_ASSERT(infer_draft(&s, V, (int32_t[16]){0}) == -EINVAL);
+    infer_free(&s);
     dflash_acts_free(&a);
     dflash_batch_free(&b);
     dflash_params_free(&p);
@@ -271,22 +271,22 @@ static int or_draft(void *ctx, int32_t anchor, int32_t *draft)
     return 0;
 }
 
-static void test_oracle_loop(td_model *t, tm_model *ref_model, const int32_t *prompt, int n_prompt, int B,
+static void test_oracle_loop(decode_model *t, target_model *ref_model, const int32_t *prompt, int n_prompt, int B,
                              double corrupt, int max_new)
 {
-    sd_target st;
-    sd_target_cpu(&st, t);
-    sd_opts long_o = {.max_new = max_new + B, .eos = -1}, o = {.max_new = max_new, .eos = -1};
-    sd_result plain_long, plain, spec;
-    T_ASSERT_RC(sd_generate_plain(&st, prompt, n_prompt, &long_o, &plain_long));
-    T_ASSERT_RC(sd_generate_plain(&st, prompt, n_prompt, &o, &plain));
+    spec_target st;
+    spec_target_cpu(&st, t);
+    spec_opts long_o = {.max_new = max_new + B, .eos = -1}, o = {.max_new = max_new, .eos = -1};
+    spec_result plain_long, plain, spec;
+    T_ASSERT_RC(spec_generate_plain(&st, prompt, n_prompt, &long_o, &plain_long));
+    T_ASSERT_RC(spec_generate_plain(&st, prompt, n_prompt, &o, &plain));
     oracle orc = {.B = B, .n_prompt = n_prompt, .feat_dim = st.feat_dim, .ref = plain_long.tokens,
                   .n_ref = plain_long.n_tokens, .corrupt = corrupt, .cap = t->max_ctx};
     df_rng_seed(&orc.r, df_rng_next(&rng));
     orc.feats = malloc(sizeof(float) * (size_t)orc.cap * orc.feat_dim);
     T_ASSERT(orc.feats);
-    sd_drafter dr = {.ctx = &orc, .block_size = B, .reset = or_reset, .append = or_append, .draft = or_draft};
-    T_ASSERT_RC(sd_generate_spec(&st, &dr, prompt, n_prompt, &o, &spec));
+    spec_drafter dr = {.ctx = &orc, .block_size = B, .reset = or_reset, .append = or_append, .draft = or_draft};
+    T_ASSERT_RC(spec_generate(&st, &dr, prompt, n_prompt, &o, &spec));
     T_ASSERT(spec.n_tokens == plain.n_tokens && plain.n_tokens == max_new);
     T_ASSERT(memcmp(spec.tokens, plain.tokens, sizeof(int32_t) * max_new) == 0);
     long sum = 0, steps = 0;
@@ -307,27 +307,27 @@ static void test_oracle_loop(td_model *t, tm_model *ref_model, const int32_t *pr
     T_ASSERT(seq && allf && want);
     memcpy(seq, prompt, sizeof(int32_t) * n_prompt);
     memcpy(seq + n_prompt, plain_long.tokens, sizeof(int32_t) * plain_long.n_tokens);
-    T_ASSERT_RC(tm_forward_cpu(ref_model, seq, starts, 1, allf));
+    T_ASSERT_RC(target_forward_cpu(ref_model, seq, starts, 1, allf));
     for (int i = 0; i < nrows; i++) { /* td capture order: layers 1, 3 */
         memcpy(want + ((size_t)i * 2) * d, allf + ((size_t)i * 4 + 1) * d, sizeof(float) * d);
         memcpy(want + ((size_t)i * 2 + 1) * d, allf + ((size_t)i * 4 + 3) * d, sizeof(float) * d);
     }
     double fe = rel_err(orc.feats, want, (size_t)nrows * 2 * d);
     printf("oracle drafter (corrupt %.2f, B=%d, %d new): lossless, tau %.2f over %d steps, hist", corrupt, B,
-           max_new, sd_result_tau(&spec), spec.n_steps);
+           max_new, spec_result_tau(&spec), spec.n_steps);
     for (int a = 1; a <= B; a++)
         printf(" %ld", spec.hist[a]);
     printf("; drafter context %d rows, features rel err %.2e\n", nrows, fe);
     T_ASSERT(fe < 1e-5);
     free(seq), free(allf), free(want), free(orc.feats);
-    sd_result_free(&plain_long);
-    sd_result_free(&plain);
-    sd_result_free(&spec);
+    spec_result_free(&plain_long);
+    spec_result_free(&plain);
+    spec_result_free(&spec);
 }
 
 /* ---- 4/5. real prompts, random and release drafters -------------------------------------- */
 
-static void lossless_on_prompts(const char *what, const char *drafter_dir, int random_seed, const ep_list *pl,
+static void lossless_on_prompts(const char *what, const char *drafter_dir, int random_seed, const prompts_list *pl,
                                 int n, int max_new)
 {
     char err[1024];
@@ -336,36 +336,36 @@ static void lossless_on_prompts(const char *what, const char *drafter_dir, int r
     T_ASSERT_RC(dflash_load_release(drafter_dir, &c, &p, err, sizeof err));
     if (random_seed >= 0)
         dflash_params_init_random(&p, &c, (uint64_t)random_seed, 0.02f);
-    sd_backend be;
-    if (sd_backend_open(&be, "cpu", TARGET, &c, &p, 1024 + max_new + c.block_size, err, sizeof err) < 0) {
+    spec_backend be;
+    if (spec_backend_open(&be, "cpu", TARGET, &c, &p, 1024 + max_new + c.block_size, err, sizeof err) < 0) {
         fprintf(stderr, "%s\n", err);
         exit(1);
     }
-    sd_opts o = {.max_new = max_new, .eos = 257};
+    spec_opts o = {.max_new = max_new, .eos = 257};
     double tau = 0;
     for (int i = 0; i < n && i < pl->n; i++) {
-        sd_result a, b;
-        T_ASSERT_RC(sd_generate_plain(&be.target, pl->p[i].tokens, pl->p[i].n, &o, &a));
-        T_ASSERT_RC(sd_generate_spec(&be.target, &be.drafter, pl->p[i].tokens, pl->p[i].n, &o, &b));
+        spec_result a, b;
+        T_ASSERT_RC(spec_generate_plain(&be.target, pl->p[i].tokens, pl->p[i].n, &o, &a));
+        T_ASSERT_RC(spec_generate(&be.target, &be.drafter, pl->p[i].tokens, pl->p[i].n, &o, &b));
         T_ASSERT(a.n_tokens == b.n_tokens && memcmp(a.tokens, b.tokens, sizeof(int32_t) * a.n_tokens) == 0);
-        double ti = sd_result_tau(&b);
+        double ti = spec_result_tau(&b);
         T_ASSERT(b.n_steps == 0 || (ti >= 1.0 && ti <= c.block_size));
         tau += ti / DF_MIN(n, pl->n);
-        sd_result_free(&a);
-        sd_result_free(&b);
+        spec_result_free(&a);
+        spec_result_free(&b);
     }
     printf("%s: %d held-out prompts, %d new tokens max: speculative == plain, tau %.3f\n", what, DF_MIN(n, pl->n),
            max_new, tau);
-    sd_backend_close(&be);
+    spec_backend_close(&be);
     dflash_params_free(&p);
 }
 
 /* The PyTorch draft stored beside the release fixture (scripts/make_release_drafter.py):
  * our cached inference over the same features must give the same logits. */
-static void release_reference(td_model *t)
+static void release_reference(decode_model *t)
 {
     char err[1024];
-    st_file f = {0};
+    safetensors_file f = {0};
     if (access(RELEASE_FIXTURE "/reference.safetensors", R_OK) != 0) {
         printf("SKIPPED one check: %s/reference.safetensors is absent\n", RELEASE_FIXTURE);
         return;
@@ -373,34 +373,34 @@ static void release_reference(td_model *t)
     dflash_config c;
     dflash_params p;
     T_ASSERT_RC(dflash_load_release(RELEASE_FIXTURE, &c, &p, err, sizeof err));
-    T_ASSERT_RC(st_open(&f, RELEASE_FIXTURE "/reference.safetensors", err, sizeof err));
-    const st_tensor *tH = st_find(&f, "H"), *tt = st_find(&f, "tokens"), *tl = st_find(&f, "logits");
+    T_ASSERT_RC(safetensors_open(&f, RELEASE_FIXTURE "/reference.safetensors", err, sizeof err));
+    const safetensors_tensor *tH = safetensors_find(&f, "H"), *tt = safetensors_find(&f, "tokens"), *tl = safetensors_find(&f, "logits");
     T_ASSERT(tH && tt && tl && tH->ndim == 2 && tH->shape[1] == (int64_t)c.n_capture * c.hidden);
     int S = (int)tH->shape[0] - 1, B = c.block_size, V = c.vocab;
-    T_ASSERT(tl->ndim == 2 && tl->shape[0] == B - 1 && tl->shape[1] == V && st_numel(tt) == S + 1);
-    float *H = malloc(sizeof(float) * (size_t)st_numel(tH)), *tok = malloc(sizeof(float) * (S + 1));
-    float *want = malloc(sizeof(float) * (size_t)st_numel(tl));
+    T_ASSERT(tl->ndim == 2 && tl->shape[0] == B - 1 && tl->shape[1] == V && safetensors_numel(tt) == S + 1);
+    float *H = malloc(sizeof(float) * (size_t)safetensors_numel(tH)), *tok = malloc(sizeof(float) * (S + 1));
+    float *want = malloc(sizeof(float) * (size_t)safetensors_numel(tl));
     T_ASSERT(H && tok && want);
-    T_ASSERT_RC(st_tensor_to_f32(tH, H));
-    T_ASSERT_RC(st_tensor_to_f32(tt, tok));
-    T_ASSERT_RC(st_tensor_to_f32(tl, want));
+    T_ASSERT_RC(safetensors_tensor_to_f32(tH, H));
+    T_ASSERT_RC(safetensors_tensor_to_f32(tt, tok));
+    T_ASSERT_RC(safetensors_tensor_to_f32(tl, want));
     dflash_frozen fr = {.embed = t->head.embed, .lm_head = t->head.lm_head};
-    dfi_state s;
+    infer_state s;
     int32_t draft[64];
     T_ASSERT(B <= 65);
-    T_ASSERT_RC(dfi_init(&s, &c, &p, &fr, S));
-    T_ASSERT_RC(dfi_append(&s, H, S));
-    T_ASSERT_RC(dfi_draft(&s, (int32_t)tok[S], draft));
+    T_ASSERT_RC(infer_init(&s, &c, &p, &fr, S));
+    T_ASSERT_RC(infer_append(&s, H, S));
+    T_ASSERT_RC(infer_draft(&s, (int32_t)tok[S], draft));
     double e = rel_err(s.logits, want, (size_t)(B - 1) * V);
     int same = 0;
     for (int k = 0; k < B - 1; k++)
-        same += draft[k] == td_argmax(want + (size_t)k * V, V);
+        same += draft[k] == decode_argmax(want + (size_t)k * V, V);
     printf("release fixture: draft over %d context rows vs PyTorch (float64): logits rel err %.2e, %d of %d greedy "
            "tokens equal\n",
            S, e, same, B - 1);
     T_ASSERT(e < 1e-4 && same == B - 1);
-    dfi_free(&s);
-    st_close(&f);
+    infer_free(&s);
+    safetensors_close(&f);
     dflash_params_free(&p);
     free(H), free(tok), free(want);
 }
@@ -418,16 +418,16 @@ int main(void)
 
     char err[1024];
     int cap[2] = {1, 3}, all[4] = {0, 1, 2, 3};
-    td_model t;
-    tm_model ref;
-    T_ASSERT_RC(td_load(&t, TARGET, cap, 2, 1200, err, sizeof err));
-    T_ASSERT_RC(tm_load(&ref, TARGET, all, 4, err, sizeof err));
+    decode_model t;
+    target_model ref;
+    T_ASSERT_RC(decode_load(&t, TARGET, cap, 2, 1200, err, sizeof err));
+    T_ASSERT_RC(target_load(&ref, TARGET, all, 4, err, sizeof err));
     test_drafter_infer(&t);
 
     /* prompts: the JSONL and the shard made from it agree */
-    ep_list pj = {0}, ps = {0};
-    T_ASSERT_RC(ep_load(&pj, "data/tiny/chat-heldout.jsonl", TARGET, 264, 6, 1024, err, sizeof err));
-    T_ASSERT_RC(ep_load(&ps, "data/tiny/heldout-000.dfs", TARGET, 264, 6, 1024, err, sizeof err));
+    prompts_list pj = {0}, ps = {0};
+    T_ASSERT_RC(prompts_load(&pj, "data/tiny/chat-heldout.jsonl", TARGET, 264, 6, 1024, err, sizeof err));
+    T_ASSERT_RC(prompts_load(&ps, "data/tiny/heldout-000.dfs", TARGET, 264, 6, 1024, err, sizeof err));
     T_ASSERT(pj.n == 6 && ps.n == 6);
     for (int i = 0; i < 6; i++)
         T_ASSERT(pj.p[i].n == ps.p[i].n && !memcmp(pj.p[i].tokens, ps.p[i].tokens, sizeof(int32_t) * pj.p[i].n));
@@ -464,10 +464,10 @@ int main(void)
                "transformers)\n",
                RELEASE_FIXTURE);
 
-    ep_free(&pj);
-    ep_free(&ps);
-    tm_free(&ref);
-    td_free(&t);
+    prompts_free(&pj);
+    prompts_free(&ps);
+    target_free(&ref);
+    decode_free(&t);
     printf("ok\n");
     return 0;
 }

@@ -2,7 +2,7 @@
  * message an operator would read (whole-string compare: the message IS the interface), the
  * fixture files under tests/topologies/ (syntax errors with line:column, a full and a minimal
  * valid topology checked field by field), configs/tiny.json, the normalised JSON round trip,
- * and topo_free on zeroed / half-filled structs (run it under SANITIZE=address for leaks).
+ * and topology_free on zeroed / half-filled structs (run it under SANITIZE=address for leaks).
  *
  * Inline documents are written with single quotes and turned into JSON by q() so the table
  * stays readable.
@@ -205,7 +205,7 @@ static void test_bad_cases(void)
         char *doc = q(bad_cases[i].doc);
         topo t;
         char err[512];
-        int rc = topo_parse(&t, doc, "t", err, sizeof err);
+        int rc = topology_parse(&t, doc, "t", err, sizeof err);
         if (rc != -EINVAL || strcmp(err, bad_cases[i].msg) != 0) { /* report all, then fail */
             fprintf(stderr, "case %zu: %s\n  rc=%d\n  expected: %s\n  got:      %s\n", i, doc, rc,
                     bad_cases[i].msg, err);
@@ -218,7 +218,7 @@ static void test_bad_cases(void)
     for (size_t i = 0; i < DF_ARRAY_LEN(bad_files); i++) {
         topo t;
         char err[512];
-        int rc = topo_load(&t, bad_files[i].doc, err, sizeof err);
+        int rc = topology_load(&t, bad_files[i].doc, err, sizeof err);
         if (rc != -EINVAL || strcmp(err, bad_files[i].msg) != 0) {
             fprintf(stderr, "file %s: rc=%d\n  expected: %s\n  got:      %s\n", bad_files[i].doc, rc,
                     bad_files[i].msg, err);
@@ -236,18 +236,18 @@ static void test_missing_file(void)
 {
     topo t;
     char err[512];
-    int rc = topo_load(&t, "tests/topologies/does-not-exist.json", err, sizeof err);
+    int rc = topology_load(&t, "tests/topologies/does-not-exist.json", err, sizeof err);
     T_ASSERT(rc == -ENOENT);
     T_ASSERT_STREQ(err, "tests/topologies/does-not-exist.json: cannot read the topology file: No such file or directory");
     T_ASSERT(is_zeroed(&t));
-    rc = topo_load(&t, "tests/topologies", err, sizeof err); /* a directory */
+    rc = topology_load(&t, "tests/topologies", err, sizeof err); /* a directory */
     T_ASSERT(rc < 0);
     T_ASSERT_STREQ(err, "tests/topologies: is a directory, not a regular file (the topology file)");
     /* a FIFO: refused at once (a plain open would wait for a writer forever) */
     char fifo[] = "/tmp/df_test_topo_fifo_XXXXXX";
     int tfd = mkstemp(fifo);
     T_ASSERT(tfd >= 0 && close(tfd) == 0 && unlink(fifo) == 0 && mkfifo(fifo, 0600) == 0);
-    rc = topo_load(&t, fifo, err, sizeof err);
+    rc = topology_load(&t, fifo, err, sizeof err);
     T_ASSERT(rc == -EINVAL && is_zeroed(&t));
     char want[128];
     snprintf(want, sizeof want, "%s: is a FIFO (named pipe), not a regular file (the topology file)", fifo);
@@ -269,12 +269,12 @@ static void check_minimal_defaults(const topo *t)
     T_ASSERT(t->version == 1);
     T_ASSERT_STREQ(t->name, "default");
     T_ASSERT_STREQ(t->run_dir, "run/min");
-    T_ASSERT(t->backend == TOPO_CPU);
+    T_ASSERT(t->backend == TOPOLOGY_CPU);
     T_ASSERT(t->seed == 1234);
     T_ASSERT(t->deterministic == 0);
     T_ASSERT_STREQ(t->target_model_dir, "m");
     T_ASSERT(t->n_capture == 1 && t->capture_layers[0] == 2);
-    const topo_drafter *d = &t->drafter;
+    const topology_drafter *d = &t->drafter;
     T_ASSERT(d->num_layers == 1 && d->block_size == 16 && d->num_anchors == 64);
     T_ASSERT(d->gamma == 7.0 && d->lr == 6e-4 && d->warmup_frac == 0.04);
     T_ASSERT(d->weight_decay == 0.0 && d->grad_clip == 1.0 && d->noise_std == 0.0);
@@ -291,15 +291,15 @@ static void check_minimal_defaults(const topo *t)
     T_ASSERT(t->rings[0].slots == 8 && t->rings[0].slot_bytes == 4194304);
     T_ASSERT(t->rings[0].max_attempts == 3 && t->rings[0].gpu == -1);
     T_ASSERT(t->n_workers == 3);
-    const topo_worker *w0 = &t->workers[0], *w1 = &t->workers[2];
+    const topology_worker *w0 = &t->workers[0], *w1 = &t->workers[2];
     T_ASSERT_STREQ(w0->name, "t0");
-    T_ASSERT(w0->role == TOPO_ROLE_TARGET && w0->gpu == -1 && w0->in_ring == -1 && w0->out_ring == 0);
+    T_ASSERT(w0->role == TOPOLOGY_ROLE_TARGET && w0->gpu == -1 && w0->in_ring == -1 && w0->out_ring == 0);
     T_ASSERT(w0->rank == -1 && w0->heartbeat_timeout_ms == 10000);
     T_ASSERT(w0->env && !w0->env[0] && w0->args && !w0->args[0]);
     T_ASSERT_STREQ(w1->name, "d0");
-    T_ASSERT(w1->role == TOPO_ROLE_DRAFTER && w1->in_ring == 1 && w1->out_ring == -1 && w1->rank == 0);
-    T_ASSERT(t->workers[1].role == TOPO_ROLE_POSTPROC && t->workers[1].in_ring == 0 && t->workers[1].out_ring == 1);
-    const topo_supervision *s = &t->sup;
+    T_ASSERT(w1->role == TOPOLOGY_ROLE_DRAFTER && w1->in_ring == 1 && w1->out_ring == -1 && w1->rank == 0);
+    T_ASSERT(t->workers[1].role == TOPOLOGY_ROLE_POSTPROC && t->workers[1].in_ring == 0 && t->workers[1].out_ring == 1);
+    const topology_supervision *s = &t->sup;
     T_ASSERT(s->backoff_initial_ms == 100 && s->backoff_max_ms == 5000 && s->stable_ms == 10000);
     T_ASSERT(s->max_restarts == 5 && s->restart_window_s == 60 && s->heartbeat_timeout_ms == 10000);
     T_ASSERT(s->shutdown_timeout_ms == 5000 && s->metrics_interval_ms == 1000);
@@ -311,13 +311,13 @@ static void check_full(const topo *t)
 {
     T_ASSERT_STREQ(t->name, "full-2x");
     T_ASSERT_STREQ(t->run_dir, "/tmp/run/full");
-    T_ASSERT(t->backend == TOPO_CUDA && t->seed == 99 && t->deterministic == 0);
+    T_ASSERT(t->backend == TOPOLOGY_CUDA && t->seed == 99 && t->deterministic == 0);
     T_ASSERT_STREQ(t->target_model_dir, "models/qwen3-8b");
     static const int cl[] = {1, 9, 17, 25, 33};
     T_ASSERT(t->n_capture == 5);
     for (int i = 0; i < 5; i++)
         T_ASSERT(t->capture_layers[i] == cl[i]);
-    const topo_drafter *d = &t->drafter;
+    const topology_drafter *d = &t->drafter;
     T_ASSERT(d->num_layers == 5 && d->block_size == 10 && d->num_anchors == 512);
     T_ASSERT(d->gamma == 4.5 && d->lr == 0.0003 && d->warmup_frac == 0.1 && d->weight_decay == 0.01);
     T_ASSERT(d->grad_clip == 0.5 && d->noise_std == 0.25 && d->epochs == 3 && d->checkpoint_every == 200);
@@ -332,46 +332,46 @@ static void check_full(const topo *t)
     T_ASSERT(t->rings[0].max_attempts == 5 && t->rings[0].gpu == 0);
     T_ASSERT(t->rings[1].slots == 4 && t->rings[1].slot_bytes == 134217728ull);
     T_ASSERT(t->rings[1].max_attempts == 2 && t->rings[1].gpu == 1);
-    T_ASSERT(t->n_workers == 5 && topo_n_drafters(t) == 2);
+    T_ASSERT(t->n_workers == 5 && topology_n_drafters(t) == 2);
     T_ASSERT(t->workers[1].gpu == 2 && t->workers[1].out_ring == 0 && t->workers[1].heartbeat_timeout_ms == 60000);
     T_ASSERT(t->workers[0].heartbeat_timeout_ms == 15000); /* from supervision */
-    const topo_worker *p = &t->workers[2];
-    T_ASSERT(p->role == TOPO_ROLE_POSTPROC && p->in_ring == 0 && p->out_ring == 1);
+    const topology_worker *p = &t->workers[2];
+    T_ASSERT(p->role == TOPOLOGY_ROLE_POSTPROC && p->in_ring == 0 && p->out_ring == 1);
     T_ASSERT(strv_len(p->env) == 2);
     T_ASSERT_STREQ(p->env[0], "OMP_NUM_THREADS=4");
     T_ASSERT_STREQ(p->env[1], "DF_TRACE=");
-    const topo_worker *d0 = &t->workers[3], *d1 = &t->workers[4];
+    const topology_worker *d0 = &t->workers[3], *d1 = &t->workers[4];
     T_ASSERT(d0->rank == 1 && d1->rank == 0 && d0->gpu == 1 && d1->gpu == 3);
     T_ASSERT(strv_len(d0->args) == 2);
     T_ASSERT_STREQ(d0->args[0], "--extra");
     T_ASSERT_STREQ(d0->args[1], "-v");
     T_ASSERT(strv_len(d1->args) == 0);
-    const topo_supervision *s = &t->sup;
+    const topology_supervision *s = &t->sup;
     T_ASSERT(s->backoff_initial_ms == 50 && s->backoff_max_ms == 8000 && s->stable_ms == 20000);
     T_ASSERT(s->max_restarts == 7 && s->restart_window_s == 120 && s->heartbeat_timeout_ms == 15000);
     T_ASSERT(s->shutdown_timeout_ms == 3000 && s->metrics_interval_ms == 500);
     T_ASSERT_STREQ(t->bin_dir, "/opt/dflash/bin");
-    T_ASSERT(topo_find_worker(t, "drafter1") == 4 && topo_find_worker(t, "nobody") == -1);
-    T_ASSERT(topo_find_ring(t, "pd") == 1 && topo_find_ring(t, "xx") == -1);
-    T_ASSERT_STREQ(topo_role_name(TOPO_ROLE_POSTPROC), "postproc");
-    T_ASSERT_STREQ(topo_role_name(TOPO_ROLE_TEST), "test");
-    T_ASSERT_STREQ(topo_backend_name(TOPO_CUDA), "cuda");
+    T_ASSERT(topology_find_worker(t, "drafter1") == 4 && topology_find_worker(t, "nobody") == -1);
+    T_ASSERT(topology_find_ring(t, "pd") == 1 && topology_find_ring(t, "xx") == -1);
+    T_ASSERT_STREQ(topology_role_name(TOPOLOGY_ROLE_POSTPROC), "postproc");
+    T_ASSERT_STREQ(topology_role_name(TOPOLOGY_ROLE_TEST), "test");
+    T_ASSERT_STREQ(topology_backend_name(TOPOLOGY_CUDA), "cuda");
 }
 
-/* topo_to_json -> text -> topo_parse -> topo_to_json gives the same JSON. */
+/* topology_to_json -> text -> topology_parse -> topology_to_json gives the same JSON. */
 static void check_round_trip(const topo *t)
 {
-    json_t *j1 = topo_to_json(t);
+    json_t *j1 = topology_to_json(t);
     T_ASSERT(j1);
     char *text = json_dumps(j1, JSON_INDENT(2));
     T_ASSERT(text);
     topo t2;
     char err[512];
-    int rc = topo_parse(&t2, text, "normalised", err, sizeof err);
+    int rc = topology_parse(&t2, text, "normalised", err, sizeof err);
     if (rc)
         fprintf(stderr, "%s\n%s\n", err, text);
     T_ASSERT(rc == 0);
-    json_t *j2 = topo_to_json(&t2);
+    json_t *j2 = topology_to_json(&t2);
     T_ASSERT(j2 && json_equal(j1, j2));
     T_ASSERT(t2.drafter.lr == t->drafter.lr && t2.drafter.gamma == t->drafter.gamma);
     T_ASSERT(t2.drafter.keep_checkpoints == t->drafter.keep_checkpoints &&
@@ -381,39 +381,39 @@ static void check_round_trip(const topo *t)
     json_decref(j1);
     json_decref(j2);
     free(text);
-    topo_free(&t2);
+    topology_free(&t2);
 }
 
 static void test_valid(void)
 {
     topo t;
     char err[512];
-    int rc = topo_load(&t, "tests/topologies/good/minimal.json", err, sizeof err);
+    int rc = topology_load(&t, "tests/topologies/good/minimal.json", err, sizeof err);
     if (rc)
         fprintf(stderr, "%s\n", err);
     T_ASSERT(rc == 0 && err[0] == '\0');
     check_minimal_defaults(&t);
     check_round_trip(&t);
-    json_t *j = topo_to_json(&t);
+    json_t *j = topology_to_json(&t);
     T_ASSERT(json_integer_value(json_object_get(json_object_get(j, "drafter"), "block_size")) == 16);
     T_ASSERT(json_is_null(json_object_get(json_object_get(j, "drafter"), "mask_token_id")));
     json_decref(j);
-    topo_free(&t);
+    topology_free(&t);
     T_ASSERT(is_zeroed(&t));
-    topo_free(&t); /* twice is fine */
+    topology_free(&t); /* twice is fine */
 
-    rc = topo_load(&t, "tests/topologies/good/full.json", err, sizeof err);
+    rc = topology_load(&t, "tests/topologies/good/full.json", err, sizeof err);
     if (rc)
         fprintf(stderr, "%s\n", err);
     T_ASSERT(rc == 0);
     check_full(&t);
     check_round_trip(&t);
-    topo_free(&t);
+    topology_free(&t);
 
     char *doc = q(VALID);
-    T_ASSERT_RC(topo_parse(&t, doc, NULL, err, sizeof err));
+    T_ASSERT_RC(topology_parse(&t, doc, NULL, err, sizeof err));
     T_ASSERT(t.source_path == NULL && t.n_workers == 3 && t.workers[2].in_ring == 1);
-    topo_free(&t);
+    topology_free(&t);
     free(doc);
     printf("ok: minimal (defaults) and full topologies parsed field by field, JSON round trip\n");
 }
@@ -422,31 +422,31 @@ static void test_tiny_config(void)
 {
     topo t;
     char err[512];
-    int rc = topo_load(&t, "configs/tiny.json", err, sizeof err);
+    int rc = topology_load(&t, "configs/tiny.json", err, sizeof err);
     if (rc)
         fprintf(stderr, "%s\n", err);
     T_ASSERT(rc == 0);
     T_ASSERT_STREQ(t.name, "tiny");
     T_ASSERT_STREQ(t.run_dir, "run/tiny");
-    T_ASSERT(t.backend == TOPO_CPU && t.deterministic == 1 && t.seed == 1234);
+    T_ASSERT(t.backend == TOPOLOGY_CPU && t.deterministic == 1 && t.seed == 1234);
     T_ASSERT_STREQ(t.target_model_dir, "models/tiny-target");
     T_ASSERT(t.n_capture == 2 && t.capture_layers[0] == 1 && t.capture_layers[1] == 3);
     T_ASSERT(t.n_shards == 1);
     T_ASSERT_STREQ(t.shards[0], "data/tiny/train-000.dfs");
-    T_ASSERT(t.n_rings == 2 && t.n_workers == 3 && topo_n_drafters(&t) == 1);
-    T_ASSERT(topo_find_worker(&t, "postproc0") == 1);
+    T_ASSERT(t.n_rings == 2 && t.n_workers == 3 && topology_n_drafters(&t) == 1);
+    T_ASSERT(topology_find_worker(&t, "postproc0") == 1);
     check_round_trip(&t);
-    topo_free(&t);
+    topology_free(&t);
     printf("ok: configs/tiny.json loads\n");
 }
 
-/* topo_free on structs filled by hand, the way a half-done parse leaves them. */
+/* topology_free on structs filled by hand, the way a half-done parse leaves them. */
 static void test_free_partial(void)
 {
     topo t;
     memset(&t, 0, sizeof t);
-    topo_free(&t);
-    topo_free(NULL);
+    topology_free(&t);
+    topology_free(NULL);
 
     t.run_dir = strdup("r");
     t.n_shards = 3;
@@ -454,16 +454,16 @@ static void test_free_partial(void)
     T_ASSERT(t.run_dir && t.shards);
     t.shards[0] = strdup("a"); /* [1], [2] never filled */
     t.n_workers = 4;
-    t.workers = calloc(4, sizeof(topo_worker));
+    t.workers = calloc(4, sizeof(topology_worker));
     T_ASSERT(t.workers);
     t.workers[0].env = calloc(2, sizeof(char *));
     T_ASSERT(t.workers[0].env);
     t.workers[0].env[0] = strdup("A=1");
     t.workers[1].args = calloc(1, sizeof(char *)); /* empty vector; env NULL */
     t.capture_layers = calloc(2, sizeof(int));
-    topo_free(&t);
+    topology_free(&t);
     T_ASSERT(is_zeroed(&t));
-    printf("ok: topo_free on zeroed and half-filled structs\n");
+    printf("ok: topology_free on zeroed and half-filled structs\n");
 }
 
 int main(void)

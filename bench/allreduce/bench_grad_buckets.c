@@ -4,10 +4,10 @@
  *   compute alone   forward + backward, no reduction (world 1): the floor for a step
  *   one bucket      the whole gradient reduced after the backward (no overlap: the peer)
  *   per layer       buckets handed over as the backward finishes each layer (overlap)
- *   reduce alone    ar_allreduce_sum of the whole gradient, no backward
+ *   reduce alone    allreduce_sum of the whole gradient, no backward
  * R forked ranks (real processes, a real memfd segment), each with its own random batch,
  * a drafter of --layers layers, d = --hidden. Per mode: --warmup steps, then --steps timed
- * ones; rank 0's median step time and median exposed wait (gb_step_finish's ar_wait_all).
+ * ones; rank 0's median step time and median exposed wait (buckets_step_finish's allreduce_wait_all).
  * Prints a table and writes JSON (date, host, cpus, commit, config, every figure) to --out
  * (default bench/results/grad_buckets.json).
  *   build/bench/bench_grad_buckets [--ranks R] [--layers L] [--hidden D] [--seq S]
@@ -65,13 +65,13 @@ static double now_ms(void)
 
 static int rank_main(int rank, const opts *o, shared_out *so)
 {
-    ar_comm c;
-    ar_comm_init(&c);
-    CHECK(ar_open_shm(&c, g_seg.base, g_seg.size, rank, o->ranks));
+    allreduce_comm c;
+    allreduce_comm_init(&c);
+    CHECK(allreduce_open_shm(&c, g_seg.base, g_seg.size, rank, o->ranks));
     c.timeout_ns = 120ll * 1000000000ll;
-    gb_plan one, layer;
-    CHECK(gb_plan_make(&one, &C, SIZE_MAX));
-    CHECK(gb_plan_make(&layer, &C, 0));
+    buckets_plan one, layer;
+    CHECK(buckets_plan_make(&one, &C, SIZE_MAX));
+    CHECK(buckets_plan_make(&layer, &C, 0));
     df_rng r;
     df_rng_seed(&r, 1000 + (uint64_t)rank);
     int d = C.hidden, S = o->seq;
@@ -98,7 +98,7 @@ static int rank_main(int rank, const opts *o, shared_out *so)
     CHECK(dflash_batch_init(&b, &C, S, o->anchors, H, x, lm, 5, (uint64_t)rank));
     for (int m = 0; m < N_MODES; m++) {
         for (int it = 0; it < o->warmup + o->steps; it++) {
-            CHECK(ar_allreduce_sum(&c, (float[1]){0}, 1, c.timeout_ns)); /* start the step together */
+            CHECK(allreduce_sum(&c, (float[1]){0}, 1, c.timeout_ns)); /* start the step together */
             double t0 = now_ms();
             int64_t wait_ns = 0;
             memset(g.data, 0, g.n * sizeof(float));
@@ -107,13 +107,13 @@ static int rank_main(int rank, const opts *o, shared_out *so)
                 CHECK(dflash_loss_and_grad(&C, &p, &fz, &b, &a, &g, 0, 64, &st));
             } else if (m == MODE_REDUCE) {
                 uint64_t w0 = df_now_ns();
-                CHECK(ar_allreduce_sum(&c, g.data, g.n, c.timeout_ns));
+                CHECK(allreduce_sum(&c, g.data, g.n, c.timeout_ns));
                 wait_ns = (int64_t)(df_now_ns() - w0);
             } else {
-                gb_step s;
-                gb_step_begin(&s, m == MODE_ONE ? &one : &layer, &c, g.data);
-                CHECK(dflash_loss_and_grad_hooked(&C, &p, &fz, &b, &a, &g, 0, 64, &st, gb_step_hook(&s)));
-                CHECK(gb_step_finish(&s, &wait_ns));
+                buckets_step s;
+                buckets_step_begin(&s, m == MODE_ONE ? &one : &layer, &c, g.data);
+                CHECK(dflash_loss_and_grad_hooked(&C, &p, &fz, &b, &a, &g, 0, 64, &st, buckets_step_hook(&s)));
+                CHECK(buckets_step_finish(&s, &wait_ns));
             }
             double t1 = now_ms();
             if (rank == 0 && it >= o->warmup) {
@@ -122,7 +122,7 @@ static int rank_main(int rank, const opts *o, shared_out *so)
             }
         }
     }
-    ar_close(&c);
+    allreduce_close(&c);
     return 0;
 }
 
@@ -154,11 +154,11 @@ int main(int argc, char **argv)
         default: return 2;
         }
     }
-    if (o.ranks < 2 || o.ranks > AR_MAX_WORLD || o.layers < 1 || o.layers > DFLASH_MAX_LAYERS || o.hidden < 64 ||
+    if (o.ranks < 2 || o.ranks > ALLREDUCE_MAX_WORLD || o.layers < 1 || o.layers > DFLASH_MAX_LAYERS || o.hidden < 64 ||
         o.hidden % 64 || o.seq < 16 || o.anchors < 1 || o.steps < 1 || o.steps > MAX_STEPS || o.warmup < 0) {
         fprintf(stderr, "bench_grad_buckets: bad option value (--ranks 2..%d, --layers 1..%d, --hidden a multiple of "
                         "64, --seq >= 16, --steps 1..%d)\n",
-                AR_MAX_WORLD, DFLASH_MAX_LAYERS, MAX_STEPS);
+                ALLREDUCE_MAX_WORLD, DFLASH_MAX_LAYERS, MAX_STEPS);
         return 2;
     }
     dflash_config_tiny(&C);
@@ -177,14 +177,14 @@ int main(int argc, char **argv)
     }
     size_t n = dflash_config_param_count(&C);
     arena_init(&g_seg);
-    CHECK(shm_create(&g_seg, ar_shm_bytes(o.ranks, 1u << 20), "bench-allreduce"));
-    CHECK(ar_shm_format(g_seg.base, g_seg.size, o.ranks, 1u << 20));
+    CHECK(shm_create(&g_seg, allreduce_shm_bytes(o.ranks, 1u << 20), "bench-allreduce"));
+    CHECK(allreduce_shm_format(g_seg.base, g_seg.size, o.ranks, 1u << 20));
     arena outa;
     arena_init(&outa);
     CHECK(shm_create(&outa, sizeof(shared_out), "bench-out"));
     shared_out *so = (shared_out *)outa.base;
-    gb_plan layer;
-    CHECK(gb_plan_make(&layer, &C, 0));
+    buckets_plan layer;
+    CHECK(buckets_plan_make(&layer, &C, 0));
     bench_env env;
     bench_env_read(&env);
     printf("bench_grad_buckets  (%s, %ld cpus, commit %s): %d ranks, drafter %d layers d=%d (%zu params, %.1f MB "
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
            env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, (double)n * 4e-6, o.seq, o.anchors, C.block_size,
            layer.n);
     fflush(stdout);
-    pid_t pids[AR_MAX_WORLD];
+    pid_t pids[ALLREDUCE_MAX_WORLD];
     for (int r = 0; r < o.ranks; r++) {
         pids[r] = fork();
         if (pids[r] < 0) {
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
         k += snprintf(json + k, sizeof json - (size_t)k,
                       "  \"speedup_per_layer_vs_one_bucket\": %.4f,\n  \"reduction_cost_hidden_frac\": %.4f,\n"
                       "  \"note\": \"medians over the timed steps of rank 0; step = forward + backward + the reduction "
-                      "(every rank starts a step together); exposed wait = time in ar_wait_all after the backward\"\n}\n",
+                      "(every rank starts a step together); exposed wait = time in allreduce_wait_all after the backward\"\n}\n",
                       step[MODE_ONE] / step[MODE_LAYER], hidden_frac);
     if (k <= 0 || (size_t)k >= sizeof json) {
         fprintf(stderr, "bench_grad_buckets: JSON too long\n");

@@ -1,4 +1,4 @@
-/* bench_drafter: the CUDA DFlash drafter training step (dfc_step_accumulate + clip + AdamW)
+/* bench_drafter: the CUDA DFlash drafter training step (dflash_step_accumulate_cuda + clip + AdamW)
  * at the Qwen3-8B-DFlash-b16 shape (5 layers, d 4096, H 32 / KV 8 / hd 128, I 12288,
  * V 151936, 5 captured layers, B 16, gamma 7), random weights made on the device.
  *
@@ -54,11 +54,11 @@ static void usage(void)
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
-#define DFC_OK(ctx, call)                                                                    \
+#define DFLASH_CUDA_OK(ctx, call)                                                                    \
     do {                                                                                     \
         int rc_ = (call);                                                                    \
         if (rc_ < 0) {                                                                       \
-            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, dfc_error(ctx)); \
+            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, dflash_error_cuda(ctx)); \
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
@@ -102,27 +102,27 @@ static int cmp_f(const void *a, const void *b)
 static double gemm_ceiling(cudaStream_t s)
 {
     const int n = 8192;
-    dfc_gemm *g;
-    if (dfc_gemm_create(&g, 64u << 20) < 0)
+    dflash_gemm_cuda *g;
+    if (dflash_gemm_create_cuda(&g, 64u << 20) < 0)
         return 0;
-    dfc_bf16 *a, *b, *c;
-    CUDA_OK(cudaMalloc((void **)&a, sizeof(dfc_bf16) * (size_t)n * n));
-    CUDA_OK(cudaMalloc((void **)&b, sizeof(dfc_bf16) * (size_t)n * n));
-    CUDA_OK(cudaMalloc((void **)&c, sizeof(dfc_bf16) * (size_t)n * n));
-    dfc_fill_uniform_bf16(a, (size_t)n * n, 1, 1.0f, s);
-    dfc_fill_uniform_bf16(b, (size_t)n * n, 2, 1.0f, s);
-    dfc_mm p;
+    dflash_bf16_cuda *a, *b, *c;
+    CUDA_OK(cudaMalloc((void **)&a, sizeof(dflash_bf16_cuda) * (size_t)n * n));
+    CUDA_OK(cudaMalloc((void **)&b, sizeof(dflash_bf16_cuda) * (size_t)n * n));
+    CUDA_OK(cudaMalloc((void **)&c, sizeof(dflash_bf16_cuda) * (size_t)n * n));
+    dflash_fill_uniform_bf16_cuda(a, (size_t)n * n, 1, 1.0f, s);
+    dflash_fill_uniform_bf16_cuda(b, (size_t)n * n, 2, 1.0f, s);
+    dflash_mm_cuda p;
     memset(&p, 0, sizeof p);
     p.ta = 0, p.tb = 1, p.M = n, p.N = n, p.K = n, p.A = a, p.lda = n, p.B = b, p.ldb = n, p.D = c, p.ldd = n;
-    p.d_type = DFC_BF16, p.alpha = 1, p.beta = 0, p.batch = 1;
+    p.d_type = DFLASH_CUDA_BF16, p.alpha = 1, p.beta = 0, p.batch = 1;
     float ms[20];
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     for (int i = 0; i < 25; i++) {
         CUDA_OK(cudaEventRecord(e0, s));
-        if (dfc_gemm_run(g, &p, s) < 0) {
-            fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", dfc_gemm_error(g));
+        if (dflash_gemm_run_cuda(g, &p, s) < 0) {
+            fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", dflash_gemm_error_cuda(g));
             exit(1);
         }
         CUDA_OK(cudaEventRecord(e1, s));
@@ -133,7 +133,7 @@ static double gemm_ceiling(cudaStream_t s)
     qsort(ms, 20, sizeof(float), cmp_f);
     cudaFree(a), cudaFree(b), cudaFree(c);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
-    dfc_gemm_destroy(g);
+    dflash_gemm_destroy_cuda(g);
     return 2.0 * n * (double)n * n / (ms[10] * 1e-3) / 1e12;
 }
 
@@ -142,7 +142,7 @@ typedef struct result {
     double ms, tflop, tflops, mfu, loss, attn_pairs;
     float all_ms[64];
     int n_ms;
-    dfc_timing ph; /* one extra step with phase events */
+    dflash_timing_cuda ph; /* one extra step with phase events */
 } result;
 
 int main(int argc, char **argv)
@@ -222,27 +222,27 @@ int main(int argc, char **argv)
     double ceiling = gemm_ceiling(s0);
     printf("bench_drafter: GEMM ceiling %.1f TFLOP/s\n", ceiling);
 
-    dfc_bf16 *embed, *head, *Hd;
-    CUDA_OK(cudaMalloc((void **)&embed, sizeof(dfc_bf16) * (size_t)V * d));
-    CUDA_OK(cudaMalloc((void **)&head, sizeof(dfc_bf16) * (size_t)V * d));
-    CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dfc_bf16) * (size_t)maxS * c.n_capture * d));
-    dfc_fill_uniform_bf16(embed, (size_t)V * d, 11, 0.0346f, s0); /* std 0.02 */
-    dfc_fill_uniform_bf16(head, (size_t)V * d, 12, 0.0346f, s0);
-    dfc_fill_uniform_bf16(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0); /* std 1 */
+    dflash_bf16_cuda *embed, *head, *Hd;
+    CUDA_OK(cudaMalloc((void **)&embed, sizeof(dflash_bf16_cuda) * (size_t)V * d));
+    CUDA_OK(cudaMalloc((void **)&head, sizeof(dflash_bf16_cuda) * (size_t)V * d));
+    CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dflash_bf16_cuda) * (size_t)maxS * c.n_capture * d));
+    dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0); /* std 0.02 */
+    dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0);
+    dflash_fill_uniform_bf16_cuda(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0); /* std 1 */
     CUDA_OK(cudaStreamSynchronize(s0));
     adamw_config oc;
     adamw_config_default(&oc, 1000);
-    dfc_ctx *ctx = NULL;
+    dflash_ctx_cuda *ctx = NULL;
     char err[512];
-    int rc = dfc_init(&ctx, &c, &oc, embed, head, maxS, maxN, chunk, err, sizeof err);
+    int rc = dflash_init_cuda(&ctx, &c, &oc, embed, head, maxS, maxN, chunk, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, "bench_drafter: dfc_init: %s\n", err);
+        fprintf(stderr, "bench_drafter: dflash_init_cuda: %s\n", err);
         return 1;
     }
-    printf("bench_drafter: %zu trainable params, context holds %.1f GiB\n", dfc_param_count(ctx),
-           (double)dfc_device_bytes(ctx) / (1u << 30));
-    DFC_OK(ctx, dfc_params_init_device(ctx, 42, 0.02f));
-    cudaStream_t s = dfc_stream(ctx);
+    printf("bench_drafter: %zu trainable params, context holds %.1f GiB\n", dflash_param_count_cuda(ctx),
+           (double)dflash_device_bytes_cuda(ctx) / (1u << 30));
+    DFLASH_CUDA_OK(ctx, dflash_params_init_device_cuda(ctx, 42, 0.02f));
+    cudaStream_t s = dflash_stream_cuda(ctx);
 
     int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxS), *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
     uint8_t *lm = (uint8_t *)malloc((size_t)maxS), *keep = (uint8_t *)malloc((size_t)maxN);
@@ -260,7 +260,7 @@ int main(int argc, char **argv)
     df_rng_seed(&r, 5);
     result res[MAXCFG];
     memset(res, 0, sizeof res);
-    size_t np = dfc_param_count(ctx);
+    size_t np = dflash_param_count_cuda(ctx);
     double p_head = (double)V * d, p_fc = (double)d * c.n_capture * d;
     double p_kv = (double)c.n_layers * 2 * c.n_kv_heads * c.head_dim * d;
     cudaEvent_t e0, e1;
@@ -295,29 +295,29 @@ int main(int argc, char **argv)
         CUDA_OK(cudaMemcpy(anc_d, anc, sizeof(int32_t) * (size_t)N, cudaMemcpyHostToDevice));
         CUDA_OK(cudaMemcpy(keep_d, keep, (size_t)N, cudaMemcpyHostToDevice));
         CUDA_OK(cudaDeviceSynchronize());
-        dfc_batch b = {S, N, n, Hd, 1, x_d, lm_d, anc_d, keep_d};
+        dflash_batch_cuda b = {S, N, n, Hd, 1, x_d, lm_d, anc_d, keep_d};
         printf("bench_drafter: S=%d anchors=%d (%d real): warmup %d, timing %d steps ...\n", S, N, n, warmup, iters);
         fflush(stdout);
         result *o = &res[ci];
         for (int it = 0; it < warmup + iters; it++) {
             CUDA_OK(cudaEventRecord(e0, s));
-            DFC_OK(ctx, dfc_zero_grads(ctx));
-            DFC_OK(ctx, dfc_step_accumulate(ctx, &b, 0, NULL));
-            DFC_OK(ctx, dfc_optimizer_step(ctx, NULL));
+            DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
+            DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &b, 0, NULL));
+            DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, NULL));
             CUDA_OK(cudaEventRecord(e1, s));
             CUDA_OK(cudaEventSynchronize(e1));
             if (it >= warmup)
                 CUDA_OK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
         }
         /* one more step with phase events (not in the median: events add a little) */
-        DFC_OK(ctx, dfc_timing_enable(ctx, 1));
-        DFC_OK(ctx, dfc_zero_grads(ctx));
-        DFC_OK(ctx, dfc_step_accumulate(ctx, &b, 0, NULL));
-        DFC_OK(ctx, dfc_optimizer_step(ctx, NULL));
-        DFC_OK(ctx, dfc_timing_read(ctx, &o->ph));
-        DFC_OK(ctx, dfc_timing_enable(ctx, 0));
+        DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 1));
+        DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
+        DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &b, 0, NULL));
+        DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, NULL));
+        DFLASH_CUDA_OK(ctx, dflash_timing_read_cuda(ctx, &o->ph));
+        DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 0));
         dflash_stats st;
-        DFC_OK(ctx, dfc_stats_read(ctx, &st));
+        DFLASH_CUDA_OK(ctx, dflash_stats_read_cuda(ctx, &st));
         float sorted[64];
         memcpy(sorted, o->all_ms, sizeof(float) * (size_t)o->n_ms);
         qsort(sorted, (size_t)o->n_ms, sizeof(float), cmp_f);
@@ -381,7 +381,7 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench_drafter: wrote %s\n", json);
-    dfc_free(ctx);
+    dflash_free_cuda(ctx);
     return 0;
 }
 #endif /* DF_WITH_CUDA */

@@ -1,4 +1,4 @@
-/* bench_target: tok/s and MFU of the CUDA target forward (tmc_forward) at Qwen3-1.7B
+/* bench_target: tok/s and MFU of the CUDA target forward (target_forward_cuda) at Qwen3-1.7B
  * and Qwen3-8B shapes, random bf16 weights generated on the device (no files).
  *
  * What one measurement is: one packed row of --tokens tokens (default 8192) holding
@@ -7,7 +7,7 @@
  * "mixed" layout of uneven documents. Capture layers: the DFlash default for 5 layers,
  * round(1 + i*(L-4)/4); only layers 0..last captured run. The forward is captured in a
  * CUDA graph after one eager call and replayed --iters times between CUDA events; the
- * eager time is reported too. FLOP per docs/performance.md (tmc_forward_flops); MFU
+ * eager time is reported too. FLOP per docs/performance.md (target_forward_flops_cuda); MFU
  * against a bf16 8192^3 cuBLASLt GEMM measured in the same run (same wrapper).
  * Prints a table, writes JSON (--json, default bench/results/target_ours.json).
  * A watchdog (alarm) ends a hung run with exit 1. Exit 77 without a GPU. In a CPU build
@@ -82,27 +82,27 @@ static double gemm_ceiling_tflops(int iters)
 {
     const int n = 8192;
     size_t e = (size_t)n * n;
-    nnc_bf16 *a, *b, *c;
+    nn_bf16_cuda *a, *b, *c;
     CK(cudaMalloc((void **)&a, 2 * e));
     CK(cudaMalloc((void **)&b, 2 * e));
     CK(cudaMalloc((void **)&c, 2 * e));
-    RC(nnc_fill_uniform_bf16(a, e, 1, 1.0f, 0), nnc_last_cuda_error());
-    RC(nnc_fill_uniform_bf16(b, e, 2, 1.0f, 0), nnc_last_cuda_error());
-    nnc_gemm *g;
-    RC(nnc_gemm_create(&g, (size_t)32 << 20), "nnc_gemm_create");
+    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0), nn_last_error_cuda());
+    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0), nn_last_error_cuda());
+    nn_gemm_cuda *g;
+    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20), "nn_gemm_create_cuda");
     for (int i = 0; i < 3; i++)
-        RC(nnc_gemm_bf16(g, c, a, b, NULL, n, n, n, 0), nnc_gemm_error(g));
+        RC(nn_gemm_bf16_cuda(g, c, a, b, NULL, n, n, n, 0), nn_gemm_error_cuda(g));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaEventRecord(e0, 0));
     for (int i = 0; i < iters; i++)
-        RC(nnc_gemm_bf16(g, c, a, b, NULL, n, n, n, 0), nnc_gemm_error(g));
+        RC(nn_gemm_bf16_cuda(g, c, a, b, NULL, n, n, n, 0), nn_gemm_error_cuda(g));
     CK(cudaEventRecord(e1, 0));
     CK(cudaEventSynchronize(e1));
     float ms;
     CK(cudaEventElapsedTime(&ms, e0, e1));
-    nnc_gemm_destroy(g);
+    nn_gemm_destroy_cuda(g);
     cudaFree(a), cudaFree(b), cudaFree(c);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     return 2.0 * n * (double)n * n * iters / (ms * 1e-3) / 1e12;
@@ -163,9 +163,9 @@ int main(int argc, char **argv)
         const shape *sh = &SHAPES[mi];
         if (!strstr(models, mi == 0 ? "1.7b" : "8b"))
             continue;
-        hfc_config c;
+        hfconfig c;
         memset(&c, 0, sizeof c);
-        c.arch = HFC_ARCH_QWEN3;
+        c.arch = HFCONFIG_ARCH_QWEN3;
         c.hidden_size = sh->d, c.intermediate_size = sh->I, c.num_hidden_layers = sh->L;
         c.num_attention_heads = sh->H, c.num_key_value_heads = sh->KV, c.head_dim = sh->hd;
         c.vocab_size = sh->V, c.rms_norm_eps = 1e-6, c.rope_theta = 1e6, c.qk_norm = 1;
@@ -173,14 +173,14 @@ int main(int argc, char **argv)
         int cap[5];
         for (int i = 0; i < 5; i++)
             cap[i] = (int)lround(1.0 + i * (sh->L - 4) / 4.0);
-        tmc_model m;
+        target_model_cuda m;
         char err[512];
-        RC(tmc_init(&m, &c, cap, 5, tokens, err, sizeof err), err);
-        RC(tmc_randomize(&m, 1234 + mi), tmc_error(&m));
+        RC(target_init_cuda(&m, &c, cap, 5, tokens, err, sizeof err), err);
+        RC(target_randomize_cuda(&m, 1234 + mi), target_error_cuda(&m));
         printf("%s: %d of %d layers run (capture %d,%d,%d,%d,%d), weights %.2f GB, workspace %.2f GB\n", sh->name,
                m.n_layers, sh->L, cap[0], cap[1], cap[2], cap[3], cap[4], m.weight_bytes / 1e9, m.act_bytes / 1e9);
         int32_t *tok = malloc(sizeof(int32_t) * tokens), *dtok, *dst;
-        nnc_bf16 *dout;
+        nn_bf16_cuda *dout;
         df_rng r;
         df_rng_seed(&r, 99);
         for (int t = 0; t < tokens; t++)
@@ -215,11 +215,11 @@ int main(int argc, char **argv)
             cudaEvent_t e0, e1;
             CK(cudaEventCreate(&e0));
             CK(cudaEventCreate(&e1));
-            RC(tmc_forward(&m, dtok, dst, n_docs, tokens, dout, s), tmc_error(&m)); /* builds the GEMM plans */
+            RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s), target_error_cuda(&m)); /* builds the GEMM plans */
             CK(cudaStreamSynchronize(s));
             CK(cudaEventRecord(e0, s));
             for (int i = 0; i < 3; i++)
-                RC(tmc_forward(&m, dtok, dst, n_docs, tokens, dout, s), tmc_error(&m));
+                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s), target_error_cuda(&m));
             CK(cudaEventRecord(e1, s));
             CK(cudaEventSynchronize(e1));
             float ms_eager;
@@ -227,9 +227,9 @@ int main(int argc, char **argv)
             cudaGraph_t g;
             cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            int rc = tmc_forward(&m, dtok, dst, n_docs, tokens, dout, s);
+            int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s);
             CK(cudaStreamEndCapture(s, &g));
-            RC(rc, tmc_error(&m));
+            RC(rc, target_error_cuda(&m));
             CK(cudaGraphInstantiate(&ge, g, 0));
             CK(cudaGraphLaunch(ge, s));
             CK(cudaStreamSynchronize(s));
@@ -241,12 +241,12 @@ int main(int argc, char **argv)
             float ms;
             CK(cudaEventElapsedTime(&ms, e0, e1));
             int bad = 0;
-            RC(tmc_take_token_error(&m, &bad), tmc_error(&m));
+            RC(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
             if (bad) {
                 fprintf(stderr, "bench_target: token error flag set (bench bug)\n");
                 return 1;
             }
-            double flops = tmc_forward_flops(&m, starts, n_docs);
+            double flops = target_forward_flops_cuda(&m, starts, n_docs);
             o->model = sh->name, o->T = T, o->B = n_docs, o->tokens = tokens, o->layers_run = m.n_layers;
             memcpy(o->capture, cap, sizeof cap);
             o->eager_ms = ms_eager / 3, o->graph_ms = ms / iters;
@@ -260,7 +260,7 @@ int main(int argc, char **argv)
         }
         cudaFree(dtok), cudaFree(dst), cudaFree(dout);
         free(tok);
-        tmc_free(&m);
+        target_free_cuda(&m);
     }
 
     printf("\n%-11s %-34s %7s %9s %9s %11s %8s %6s\n", "model", "layout (one packed row)", "layers", "eager ms",

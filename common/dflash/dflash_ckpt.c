@@ -42,9 +42,9 @@ static void rm_flat_dir(const char *dir)
 }
 
 static int write_params(const char *path, const dflash_config *c, const float *data, const char *prefix,
-                        st_dtype dt)
+                        safetensors_dtype dt)
 {
-    st_writer *w = st_writer_new();
+    safetensors_writer *w = safetensors_writer_new();
     if (!w)
         return -ENOMEM;
     int rc = 0, nt = dflash_tensor_count(c);
@@ -53,19 +53,19 @@ static int write_params(const char *path, const dflash_config *c, const float *d
         dflash_tensor_info(c, i, &t);
         char name[160];
         snprintf(name, sizeof(name), "%s%s", prefix, t.name);
-        rc = dt == ST_F32 ? st_writer_add(w, name, ST_F32, t.ndim, t.shape, data + t.offset)
-                          : st_writer_add_f32_as(w, name, dt, t.ndim, t.shape, data + t.offset);
+        rc = dt == SAFETENSORS_F32 ? safetensors_writer_add(w, name, SAFETENSORS_F32, t.ndim, t.shape, data + t.offset)
+                          : safetensors_writer_add_f32_as(w, name, dt, t.ndim, t.shape, data + t.offset);
     }
     if (rc == 0)
-        rc = st_writer_set_metadata(w, "format", "pt");
+        rc = safetensors_writer_set_metadata(w, "format", "pt");
     if (rc == 0)
-        rc = st_writer_write(w, path);
-    st_writer_free(w);
+        rc = safetensors_writer_write(w, path);
+    safetensors_writer_free(w);
     return rc;
 }
 
 /* Read every tensor prefix+name of the table into data (f32), checking shapes. */
-static int read_params(const st_file *f, const dflash_config *c, float *data, const char *prefix, char *err,
+static int read_params(const safetensors_file *f, const dflash_config *c, float *data, const char *prefix, char *err,
                        size_t errlen)
 {
     int nt = dflash_tensor_count(c);
@@ -74,7 +74,7 @@ static int read_params(const st_file *f, const dflash_config *c, float *data, co
         dflash_tensor_info(c, i, &t);
         char name[160];
         snprintf(name, sizeof(name), "%s%s", prefix, t.name);
-        const st_tensor *s = st_find(f, name);
+        const safetensors_tensor *s = safetensors_find(f, name);
         if (!s) {
             snprintf(err, errlen, "%s: tensor \"%s\" missing", f->path, name);
             return -EINVAL;
@@ -88,10 +88,10 @@ static int read_params(const st_file *f, const dflash_config *c, float *data, co
                      (long long)t.shape[0], (long long)t.shape[1]);
             return -EINVAL;
         }
-        int rc = st_tensor_to_f32(s, data + t.offset);
+        int rc = safetensors_tensor_to_f32(s, data + t.offset);
         if (rc < 0) {
             snprintf(err, errlen, "%s: tensor \"%s\": dtype %s cannot be read as float", f->path, name,
-                     st_dtype_name(s->dtype));
+                     safetensors_dtype_name(s->dtype));
             return rc;
         }
     }
@@ -273,11 +273,11 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
         CK_ERR(-errno, "%s: mkdir: %s", tmp, strerror(errno));
     made_tmp = 1;
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-    if ((rc = write_params(path, c, p->data, "", ST_F32)) < 0)
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
     if (opt) {
         snprintf(path, sizeof(path), "%s/optimizer.safetensors", tmp);
-        st_writer *w = st_writer_new();
+        safetensors_writer *w = safetensors_writer_new();
         if (!w)
             CK_ERR(-ENOMEM, "%s: out of memory", path);
         int nt = dflash_tensor_count(c);
@@ -286,14 +286,14 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
             dflash_tensor_info(c, i, &t);
             char name[160];
             snprintf(name, sizeof(name), "m.%s", t.name);
-            rc = st_writer_add(w, name, ST_F32, t.ndim, t.shape, opt->m + t.offset);
+            rc = safetensors_writer_add(w, name, SAFETENSORS_F32, t.ndim, t.shape, opt->m + t.offset);
             snprintf(name, sizeof(name), "v.%s", t.name);
             if (rc == 0)
-                rc = st_writer_add(w, name, ST_F32, t.ndim, t.shape, opt->v + t.offset);
+                rc = safetensors_writer_add(w, name, SAFETENSORS_F32, t.ndim, t.shape, opt->v + t.offset);
         }
         if (rc == 0)
-            rc = st_writer_write(w, path);
-        st_writer_free(w);
+            rc = safetensors_writer_write(w, path);
+        safetensors_writer_free(w);
         if (rc < 0)
             CK_ERR(rc, "%s: %s", path, strerror(-rc));
     }
@@ -439,7 +439,7 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     int rc;
     char dir[4096], path[4200];
     json_t *st = NULL;
-    st_file mf = {0}, of = {0};
+    safetensors_file mf = {0}, of = {0};
     int mf_open = 0, of_open = 0;
     memset(p, 0, sizeof(*p));
     if (opt)
@@ -476,7 +476,7 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
                 CK_ERR(-EINVAL, "%s: field \"rng[%d]\" is not a hex string", path, i);
     }
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if ((rc = st_open(&mf, path, err, errlen)) < 0)
+    if ((rc = safetensors_open(&mf, path, err, errlen)) < 0)
         goto out;
     mf_open = 1;
     if ((rc = dflash_params_alloc(p, c)) < 0)
@@ -499,7 +499,7 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
         if ((rc = adamw_init(opt, &a, p->n)) < 0)
             CK_ERR(rc, "%s/trainer_state.json: optimizer settings rejected", dir);
         opt->step = (long)ostep;
-        if ((rc = st_open(&of, path, err, errlen)) < 0)
+        if ((rc = safetensors_open(&of, path, err, errlen)) < 0)
             goto out;
         of_open = 1;
         if ((rc = read_params(&of, c, opt->m, "m.", err, errlen)) < 0 ||
@@ -509,9 +509,9 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     rc = 0;
 out:
     if (mf_open)
-        st_close(&mf);
+        safetensors_close(&mf);
     if (of_open)
-        st_close(&of);
+        safetensors_close(&of);
     json_decref(st);
     if (rc < 0) {
         dflash_params_free(p);
@@ -529,7 +529,7 @@ int dflash_export_release(const char *dir, const dflash_config *c, const dflash_
     if ((rc = df_mkdir_p(dir, 0700)) < 0)
         CK_ERR(rc, "%s: cannot create: %s", dir, strerror(-rc));
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if ((rc = write_params(path, c, p->data, "", ST_BF16)) < 0)
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
     snprintf(path, sizeof(path), "%s/config.json", dir);
     if ((rc = dflash_config_write_release(c, path)) < 0)
@@ -543,14 +543,14 @@ int dflash_load_release(const char *dir, dflash_config *c, dflash_params *p, cha
 {
     int rc;
     char path[4200];
-    st_file f = {0};
+    safetensors_file f = {0};
     int f_open = 0;
     memset(p, 0, sizeof(*p));
     snprintf(path, sizeof(path), "%s/config.json", dir);
     if ((rc = dflash_config_read_release(c, path, err, errlen)) < 0)
         goto out;
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if ((rc = st_open(&f, path, err, errlen)) < 0)
+    if ((rc = safetensors_open(&f, path, err, errlen)) < 0)
         goto out;
     f_open = 1;
     if ((rc = dflash_params_alloc(p, c)) < 0)
@@ -558,7 +558,7 @@ int dflash_load_release(const char *dir, dflash_config *c, dflash_params *p, cha
     rc = read_params(&f, c, p->data, "", err, errlen);
 out:
     if (f_open)
-        st_close(&f);
+        safetensors_close(&f);
     if (rc < 0)
         dflash_params_free(p);
     return rc;

@@ -3,7 +3,7 @@
  * the two can be compared tensor by tensor; what differs is only where the data lives and
  * how the small ops are fused:
  *
- *   - projections: cuBLASLt bf16 GEMMs (dfc_gemm_run); q/k/v and gate/up fused (adjacent in
+ *   - projections: cuBLASLt bf16 GEMMs (dflash_gemm_run_cuda); q/k/v and gate/up fused (adjacent in
  *     the flat parameter array); the residual adds ride in the GEMM epilogue (beta = 1, fp32
  *     C = the residual); weight gradients accumulate into the fp32 gradient array with beta 1.
  *   - per-head q/k RMSNorm + RoPE: one warp per (token, head), writing the attention layout
@@ -71,7 +71,7 @@ typedef struct layer_buf {
     bf16 *a, *qkv, *kvc, *Qh, *Kh, *Vh, *att, *n, *gu, *act;
 } layer_buf;
 
-struct dfc_ctx {
+struct dflash_ctx_cuda {
     dflash_config c;
     adamw_config opt;
     long warm;
@@ -82,7 +82,7 @@ struct dfc_ctx {
     int ntensor;
     size_t off_fc, off_hn, off_fn, off[DFLASH_MAX_LAYERS][PER_LAYER];
     cudaStream_t st;
-    dfc_gemm *gemm;
+    dflash_gemm_cuda *gemm;
     const bf16 *embed, *head;
     void *arena;
     size_t arena_bytes;
@@ -115,15 +115,15 @@ struct dfc_ctx {
     double *norm_part;
     opt_state *os;
     int last_S, last_N;
-    /* phase timing (dfc_timing_enable) */
+    /* phase timing (dflash_timing_enable_cuda) */
     int timing;
     cudaEvent_t ev_ph[6];                        /* start, z, loss, bwd end, opt start, opt end */
     cudaEvent_t ev_at[4 * DFLASH_MAX_LAYERS];    /* per layer: fwd start/end, bwd start/end */
     char err[512];
 };
 
-static int set_err(dfc_ctx *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int set_err(dfc_ctx *x, int rc, const char *fmt, ...)
+static int set_err(dflash_ctx_cuda *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_err(dflash_ctx_cuda *x, int rc, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -151,10 +151,10 @@ static int set_err(dfc_ctx *x, int rc, const char *fmt, ...)
             return rc_;                                                                            \
     } while (0)
 
-const char *dfc_error(const dfc_ctx *x) { return x ? x->err : "no context"; }
-cudaStream_t dfc_stream(const dfc_ctx *x) { return x->st; }
-size_t dfc_param_count(const dfc_ctx *x) { return x->np; }
-size_t dfc_device_bytes(const dfc_ctx *x) { return x->arena_bytes + (64u << 20); }
+const char *dflash_error_cuda(const dflash_ctx_cuda *x) { return x ? x->err : "no context"; }
+cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *x) { return x->st; }
+size_t dflash_param_count_cuda(const dflash_ctx_cuda *x) { return x->np; }
+size_t dflash_device_bytes_cuda(const dflash_ctx_cuda *x) { return x->arena_bytes + (64u << 20); }
 
 /* ---- device helpers ------------------------------------------------------------------- */
 
@@ -948,7 +948,7 @@ __global__ void k_adamw(float *P, bf16 *Wb, float *M, float *Vv, const float *Gr
 
 /* ---- init / memory -------------------------------------------------------------------------- */
 
-static size_t carve(dfc_ctx *x, char *base)
+static size_t carve(dflash_ctx_cuda *x, char *base)
 {
     size_t off = 0;
 #define TAKE(ptr, type, count)                                                 \
@@ -1037,7 +1037,7 @@ static size_t carve(dfc_ctx *x, char *base)
     return off;
 }
 
-static void timing_destroy(dfc_ctx *x)
+static void timing_destroy(dflash_ctx_cuda *x)
 {
     if (!x->timing)
         return;
@@ -1048,38 +1048,38 @@ static void timing_destroy(dfc_ctx *x)
     x->timing = 0;
 }
 
-void dfc_free(dfc_ctx *x)
+void dflash_free_cuda(dflash_ctx_cuda *x)
 {
     if (!x)
         return;
     timing_destroy(x);
     if (x->arena)
         cudaFree(x->arena);
-    dfc_gemm_destroy(x->gemm);
+    dflash_gemm_destroy_cuda(x->gemm);
     if (x->st)
         cudaStreamDestroy(x->st);
     free(x);
 }
 
-int dfc_init(dfc_ctx **out, const dflash_config *c, const adamw_config *opt, const dfc_bf16 *embed,
-             const dfc_bf16 *lm_head, int max_S, int max_N, int chunk_rows, char *err, size_t errlen)
+int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt, const dflash_bf16_cuda *embed,
+             const dflash_bf16_cuda *lm_head, int max_S, int max_N, int chunk_rows, char *err, size_t errlen)
 {
     *out = NULL;
     char verr[256];
     if (dflash_config_validate(c, verr, sizeof verr) < 0) {
-        snprintf(err, errlen, "dfc_init: bad config: %s", verr);
+        snprintf(err, errlen, "dflash_init_cuda: bad config: %s", verr);
         return -EINVAL;
     }
     if (c->hidden % 8 || c->head_dim % 8 || c->intermediate % 8 || c->head_dim > 256 || c->block_size > 64 ||
         c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head || !opt) {
         snprintf(err, errlen,
-                 "dfc_init: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
+                 "dflash_init_cuda: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
                  "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head/opt non-NULL "
                  "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
                  c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
         return -EINVAL;
     }
-    dfc_ctx *x = (dfc_ctx *)calloc(1, sizeof *x);
+    dflash_ctx_cuda *x = (dflash_ctx_cuda *)calloc(1, sizeof *x);
     if (!x)
         return -ENOMEM;
     x->c = *c;
@@ -1114,7 +1114,7 @@ int dfc_init(dfc_ctx **out, const dflash_config *c, const adamw_config *opt, con
         else
             x->off[(i - 2) / PER_LAYER][(i - 2) % PER_LAYER] = t.offset;
         if (t.offset % 8) {
-            snprintf(err, errlen, "dfc_init: tensor %s at offset %zu is not 16-byte aligned in bf16", t.name,
+            snprintf(err, errlen, "dflash_init_cuda: tensor %s at offset %zu is not 16-byte aligned in bf16", t.name,
                      t.offset);
             free(th);
             free(x);
@@ -1131,19 +1131,19 @@ int dfc_init(dfc_ctx **out, const dflash_config *c, const adamw_config *opt, con
     nn_rope_inv_freq(inv, x->hd, c->rope_theta, NULL);
     /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
     if (cudaStreamCreateWithFlags(&x->st, cudaStreamDefault) != cudaSuccess) {
-        snprintf(err, errlen, "dfc_init: cudaStreamCreate: %s", cudaGetErrorString(cudaGetLastError()));
+        snprintf(err, errlen, "dflash_init_cuda: cudaStreamCreate: %s", cudaGetErrorString(cudaGetLastError()));
         rc = -EIO;
         goto fail;
     }
-    if ((rc = dfc_gemm_create(&x->gemm, 64u << 20)) < 0) {
-        snprintf(err, errlen, "dfc_init: cuBLASLt handle/workspace: %s", rc == -ENOMEM ? "out of memory" : "failed");
+    if ((rc = dflash_gemm_create_cuda(&x->gemm, 64u << 20)) < 0) {
+        snprintf(err, errlen, "dflash_init_cuda: cuBLASLt handle/workspace: %s", rc == -ENOMEM ? "out of memory" : "failed");
         goto fail;
     }
     x->arena_bytes = carve(x, NULL);
     if (cudaMalloc(&x->arena, x->arena_bytes) != cudaSuccess) {
         cudaGetLastError();
         x->arena = NULL;
-        snprintf(err, errlen, "dfc_init: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed",
+        snprintf(err, errlen, "dflash_init_cuda: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed",
                  (double)x->arena_bytes / (1u << 30), max_S, max_N);
         rc = -ENOMEM;
         goto fail;
@@ -1155,7 +1155,7 @@ int dfc_init(dfc_ctx **out, const dflash_config *c, const adamw_config *opt, con
         cudaMemcpyAsync(x->inv_freq, inv, sizeof(float) * (size_t)(x->hd / 2), cudaMemcpyHostToDevice, x->st) !=
             cudaSuccess ||
         cudaStreamSynchronize(x->st) != cudaSuccess) {
-        snprintf(err, errlen, "dfc_init: upload: %s", cudaGetErrorString(cudaGetLastError()));
+        snprintf(err, errlen, "dflash_init_cuda: upload: %s", cudaGetErrorString(cudaGetLastError()));
         rc = -EIO;
         goto fail;
     }
@@ -1166,48 +1166,48 @@ int dfc_init(dfc_ctx **out, const dflash_config *c, const adamw_config *opt, con
 fail:
     free(th);
     free(inv);
-    dfc_free(x);
+    dflash_free_cuda(x);
     return rc;
 }
 
 /* ---- host <-> device -------------------------------------------------------------------------- */
 
-static int refresh_mirror(dfc_ctx *x)
+static int refresh_mirror(dflash_ctx_cuda *x)
 {
     k_f32_to_bf16<<<1024, 256, 0, x->st>>>(x->Wb, x->P, (long)x->np);
     CK_LAUNCH(x, "k_f32_to_bf16");
     return 0;
 }
 
-static int copy_sync(dfc_ctx *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+static int copy_sync(dflash_ctx_cuda *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
 {
     CK_CUDA(x, cudaMemcpyAsync(dst, src, bytes, kind, x->st));
     CK_CUDA(x, cudaStreamSynchronize(x->st));
     return 0;
 }
 
-int dfc_params_from_host(dfc_ctx *x, const float *p)
+int dflash_params_from_host_cuda(dflash_ctx_cuda *x, const float *p)
 {
     CK(copy_sync(x, x->P, p, sizeof(float) * x->np, cudaMemcpyHostToDevice));
     CK(refresh_mirror(x));
     CK_CUDA(x, cudaStreamSynchronize(x->st));
     return 0;
 }
-int dfc_params_to_host(dfc_ctx *x, float *p) { return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
-int dfc_grads_to_host(dfc_ctx *x, float *g) { return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
-int dfc_grads_from_host(dfc_ctx *x, const float *g)
+int dflash_params_to_host_cuda(dflash_ctx_cuda *x, float *p) { return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
+int dflash_grads_to_host_cuda(dflash_ctx_cuda *x, float *g) { return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
+int dflash_grads_from_host_cuda(dflash_ctx_cuda *x, const float *g)
 {
     return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice);
 }
-float *dfc_grads_device(dfc_ctx *x) { return x->Gr; }
+float *dflash_grads_device_cuda(dflash_ctx_cuda *x) { return x->Gr; }
 
-int dfc_zero_grads(dfc_ctx *x)
+int dflash_zero_grads_cuda(dflash_ctx_cuda *x)
 {
     CK_CUDA(x, cudaMemsetAsync(x->Gr, 0, sizeof(float) * x->np, x->st));
     return 0;
 }
 
-int dfc_opt_to_host(dfc_ctx *x, float *m, float *v, long *step)
+int dflash_opt_to_host_cuda(dflash_ctx_cuda *x, float *m, float *v, long *step)
 {
     opt_state os;
     CK(copy_sync(x, m, x->Mm, sizeof(float) * x->np, cudaMemcpyDeviceToHost));
@@ -1217,7 +1217,7 @@ int dfc_opt_to_host(dfc_ctx *x, float *m, float *v, long *step)
     return 0;
 }
 
-int dfc_opt_from_host(dfc_ctx *x, const float *m, const float *v, long step)
+int dflash_opt_from_host_cuda(dflash_ctx_cuda *x, const float *m, const float *v, long step)
 {
     opt_state os;
     memset(&os, 0, sizeof os);
@@ -1233,18 +1233,18 @@ int dfc_opt_from_host(dfc_ctx *x, const float *m, const float *v, long step)
     return copy_sync(x, x->os, &os, sizeof os, cudaMemcpyHostToDevice);
 }
 
-int dfc_params_init_device(dfc_ctx *x, uint64_t seed, float std)
+int dflash_params_init_device_cuda(dflash_ctx_cuda *x, uint64_t seed, float std)
 {
     dim3 grid(256, (unsigned)x->ntensor);
     k_params_init<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->tens, seed, std * sqrtf(3.0f));
     CK_LAUNCH(x, "k_params_init");
-    CK(dfc_opt_from_host(x, NULL, NULL, 0));
-    CK(dfc_zero_grads(x));
+    CK(dflash_opt_from_host_cuda(x, NULL, NULL, 0));
+    CK(dflash_zero_grads_cuda(x));
     CK_CUDA(x, cudaStreamSynchronize(x->st));
     return 0;
 }
 
-int dfc_debug_att(dfc_ctx *x, int layer, float *out)
+int dflash_debug_att_cuda(dflash_ctx_cuda *x, int layer, float *out)
 {
     if (layer < 0 || layer >= x->L || !x->last_N)
         return -EINVAL;
@@ -1259,7 +1259,7 @@ int dfc_debug_att(dfc_ctx *x, int layer, float *out)
     return rc;
 }
 
-int dfc_debug_z(dfc_ctx *x, float *out)
+int dflash_debug_z_cuda(dflash_ctx_cuda *x, float *out)
 {
     if (!x->last_N)
         return -EINVAL;
@@ -1274,7 +1274,7 @@ int dfc_debug_z(dfc_ctx *x, float *out)
     return rc;
 }
 
-int dfc_timing_enable(dfc_ctx *x, int on)
+int dflash_timing_enable_cuda(dflash_ctx_cuda *x, int on)
 {
     if (!on) {
         timing_destroy(x);
@@ -1300,11 +1300,11 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b)
     return ms;
 }
 
-int dfc_timing_read(dfc_ctx *x, dfc_timing *t)
+int dflash_timing_read_cuda(dflash_ctx_cuda *x, dflash_timing_cuda *t)
 {
     memset(t, 0, sizeof *t);
     if (!x->timing)
-        return set_err(x, -EINVAL, "dfc_timing_read: timing not enabled");
+        return set_err(x, -EINVAL, "dflash_timing_read_cuda: timing not enabled");
     CK_CUDA(x, cudaStreamSynchronize(x->st));
     t->fwd_ms = ev_ms(x->ev_ph[0], x->ev_ph[1]);
     t->loss_ms = ev_ms(x->ev_ph[1], x->ev_ph[2]);
@@ -1325,52 +1325,52 @@ int dfc_timing_read(dfc_ctx *x, dfc_timing *t)
 
 /* ---- the step --------------------------------------------------------------------------------- */
 
-static int mm(dfc_ctx *x, int ta, int tb, int M, int N, int K, const void *A, long lda, const void *B, long ldb,
+static int mm(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, const void *A, long lda, const void *B, long ldb,
               void *D, long ldd, int dt, float alpha, float beta, const void *C)
 {
-    dfc_mm p;
+    dflash_mm_cuda p;
     memset(&p, 0, sizeof p);
     p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
     p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = beta, p.C = C, p.batch = 1;
-    int rc = dfc_gemm_run(x->gemm, &p, x->st);
+    int rc = dflash_gemm_run_cuda(x->gemm, &p, x->st);
     if (rc < 0)
-        return set_err(x, rc, "%s", dfc_gemm_error(x->gemm));
+        return set_err(x, rc, "%s", dflash_gemm_error_cuda(x->gemm));
     return 0;
 }
 
-static int mm_batched(dfc_ctx *x, int ta, int tb, int M, int N, int K, const void *A, long lda, long long sA,
+static int mm_batched(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, const void *A, long lda, long long sA,
                       const void *B, long ldb, long long sB, void *D, long ldd, long long sD, int dt, float alpha,
                       int batch)
 {
-    dfc_mm p;
+    dflash_mm_cuda p;
     memset(&p, 0, sizeof p);
     p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
     p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = 0.0f, p.batch = batch, p.sA = sA, p.sB = sB, p.sD = sD;
-    int rc = dfc_gemm_run(x->gemm, &p, x->st);
+    int rc = dflash_gemm_run_cuda(x->gemm, &p, x->st);
     if (rc < 0)
-        return set_err(x, rc, "%s", dfc_gemm_error(x->gemm));
+        return set_err(x, rc, "%s", dflash_gemm_error_cuda(x->gemm));
     return 0;
 }
 
 /* Y[M, N] (+= C) = X[M, K] W[N, K]^T */
-static int lin_fwd(dfc_ctx *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N, const float *C)
+static int lin_fwd(dflash_ctx_cuda *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N, const float *C)
 {
     return mm(x, 0, 1, M, N, K, X, K, W, K, Y, N, dt, 1.0f, C ? 1.0f : 0.0f, C);
 }
 /* dX[M, K] (= or +=) dY[M, N] W[N, K] */
-static int lin_dx(dfc_ctx *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta)
+static int lin_dx(dflash_ctx_cuda *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta)
 {
     return mm(x, 0, 0, M, K, N, dY, N, W, K, dX, K, dt, 1.0f, beta, NULL);
 }
 /* dW[N, K] += dY[M, N]^T X[M, K] (fp32) */
-static int lin_dw(dfc_ctx *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N)
+static int lin_dw(dflash_ctx_cuda *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N)
 {
-    return mm(x, 1, 0, N, K, M, dY, N, X, K, dW, K, DFC_F32, 1.0f, 1.0f, NULL);
+    return mm(x, 1, 0, N, K, M, dY, N, X, K, dW, K, DFLASH_CUDA_F32, 1.0f, 1.0f, NULL);
 }
 
 static int grid_for(long n) { return (int)DF_MIN((n + 255) / 256, 4096L); }
 
-static int colsum(dfc_ctx *x, float *out, const float *X, long rows, int C)
+static int colsum(dflash_ctx_cuda *x, float *out, const float *X, long rows, int C)
 {
     int nch = cdiv(rows, COL_CHUNK);
     dim3 g1(cdiv(C, 128), nch);
@@ -1381,7 +1381,7 @@ static int colsum(dfc_ctx *x, float *out, const float *X, long rows, int C)
     return 0;
 }
 
-static int rms_bwd(dfc_ctx *x, float *dx, bf16 *dxb, float *dw_grad, const float *resid, const float *dout,
+static int rms_bwd(dflash_ctx_cuda *x, float *dx, bf16 *dxb, float *dw_grad, const float *resid, const float *dout,
                    const float *xin, const float *w, int rows, int C)
 {
     k_rmsnorm_bwd<<<rows, 256, 0, x->st>>>(dx, dxb, x->contrib, resid, dout, xin, w, C, x->eps);
@@ -1389,51 +1389,51 @@ static int rms_bwd(dfc_ctx *x, float *dx, bf16 *dxb, float *dw_grad, const float
     return colsum(x, dw_grad, x->contrib, rows, C);
 }
 
-static int attention_fwd(dfc_ctx *x, layer_buf *lb, int l, const attn_args *A)
+static int attention_fwd(dflash_ctx_cuda *x, layer_buf *lb, int l, const attn_args *A)
 {
     long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
     CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->Sc, A->Sp, Rg * A->Sp, DFC_F32, 1.0f, x->KV));
+                  x->Sc, A->Sp, Rg * A->Sp, DFLASH_CUDA_F32, 1.0f, x->KV));
     k_attn_fwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->Pc, x->Pb, lb->lse, x->Sc, lb->Qh, lb->Kh, *A, HR);
     CK_LAUNCH(x, "k_attn_fwd_softmax");
     CK(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd, (long long)A->T * x->hd,
-                  x->Oc, x->hd, Rg * x->hd, DFC_F32, 1.0f, x->KV));
+                  x->Oc, x->hd, Rg * x->hd, DFLASH_CUDA_F32, 1.0f, x->KV));
     k_attn_combine<<<grid_for(HR * x->hd), 256, 0, x->st>>>(lb->att, x->Oc, x->Pb, lb->Vh, *A, x->H, HR * x->hd);
     CK_LAUNCH(x, "k_attn_combine");
     (void)l;
     return 0;
 }
 
-static int attention_bwd(dfc_ctx *x, layer_buf *lb, const attn_args *A)
+static int attention_bwd(dflash_ctx_cuda *x, layer_buf *lb, const attn_args *A)
 {
     long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
     k_attn_prep_bwd<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dOh, x->Drow, x->datt, lb->att, *A, x->H, HR);
     CK_LAUNCH(x, "k_attn_prep_bwd");
     CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->Sc, A->Sp, Rg * A->Sp, DFC_F32, 1.0f, x->KV));
+                  x->Sc, A->Sp, Rg * A->Sp, DFLASH_CUDA_F32, 1.0f, x->KV));
     CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd, (long long)A->T * x->hd,
-                  x->dPc, A->Sp, Rg * A->Sp, DFC_F32, 1.0f, x->KV));
+                  x->dPc, A->Sp, Rg * A->Sp, DFLASH_CUDA_F32, 1.0f, x->KV));
     k_attn_bwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dSc, x->Pc, x->dSb, x->Pb, x->Sc, x->dPc, lb->lse, x->Drow,
                                                         lb->Qh, lb->Kh, lb->Vh, x->dOh, *A, HR);
     CK_LAUNCH(x, "k_attn_bwd_softmax");
     /* dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO (context keys) */
     CK(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->dQh, x->hd, Rg * x->hd, DFC_F32, A->scale, x->KV));
+                  x->dQh, x->hd, Rg * x->hd, DFLASH_CUDA_F32, A->scale, x->KV));
     CK(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh, x->hd,
-                  (long long)A->T * x->hd, DFC_F32, A->scale, x->KV));
+                  (long long)A->T * x->hd, DFLASH_CUDA_F32, A->scale, x->KV));
     CK(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh, x->hd,
-                  (long long)A->T * x->hd, DFC_F32, 1.0f, x->KV));
+                  (long long)A->T * x->hd, DFLASH_CUDA_F32, 1.0f, x->KV));
     dim3 g(A->R / A->B, x->KV);
     k_attn_block_bwd<<<g, 256, 0, x->st>>>(x->dQh, x->dKh, x->dVh, x->dSb, x->Pb, lb->Qh, lb->Kh, x->dOh, *A);
     CK_LAUNCH(x, "k_attn_block_bwd");
     return 0;
 }
 
-int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stats *st)
+int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st)
 {
     int S = b->S, N = b->N, B = x->B, R = N * B, T = S + R, d = x->d, I = x->I;
     if (S < 1 || S > x->max_S || N < 1 || N > x->max_N || !b->H || !b->x || !b->loss_mask || !b->anchors || !b->keep)
-        return set_err(x, -EINVAL, "dfc_step_accumulate: S=%d (max %d), N=%d (max %d) or a NULL pointer", S,
+        return set_err(x, -EINVAL, "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S,
                        x->max_S, N, x->max_N);
     int n_real = b->n_real >= 0 ? DF_MIN(b->n_real, N) : N;
     int rows_max = n_real * (B - 1);
@@ -1455,7 +1455,7 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
         Hb = x->Hb;
     }
     /* context: C = RMSNorm_hidden(H fc^T) */
-    CK(lin_fwd(x, x->fc_out, DFC_F32, Hb, x->Wb + x->off_fc, S, x->nc * d, d, NULL));
+    CK(lin_fwd(x, x->fc_out, DFLASH_CUDA_F32, Hb, x->Wb + x->off_fc, S, x->nc * d, d, NULL));
     k_rmsnorm_fwd<<<S, 256, 0, s>>>(x->ctxb, x->fc_out, x->P + x->off_hn, d, x->eps);
     CK_LAUNCH(x, "k_rmsnorm_fwd(hidden)");
     k_embed_h0<<<grid_for((long)R * d), 256, 0, s>>>(x->lb[0].h_in, x->embed, b->x, b->anchors, R, B, d, S, x->V,
@@ -1468,8 +1468,8 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
         A.window = x->c.layer_sliding[l] ? x->c.sliding_window : 0;
         k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->a, lb->h_in, x->P + o[T_IN], d, x->eps);
         CK_LAUNCH(x, "k_rmsnorm_fwd(input)");
-        CK(lin_fwd(x, lb->qkv, DFC_BF16, lb->a, x->Wb + o[T_Q], R, d, x->qkvd, NULL));
-        CK(lin_fwd(x, lb->kvc, DFC_BF16, x->ctxb, x->Wb + o[T_K], S, d, 2 * x->kvd, NULL));
+        CK(lin_fwd(x, lb->qkv, DFLASH_CUDA_BF16, lb->a, x->Wb + o[T_Q], R, d, x->qkvd, NULL));
+        CK(lin_fwd(x, lb->kvc, DFLASH_CUDA_BF16, x->ctxb, x->Wb + o[T_K], S, d, 2 * x->kvd, NULL));
         long units = (long)R * x->H + (long)T * x->KV;
         k_qk_fwd<<<cdiv(units, 8), 256, 0, s>>>(lb->Qh, lb->Kh, lb->Vh, lb->qkv, lb->kvc, x->P + o[T_QN],
                                                 x->P + o[T_KN], x->inv_freq, x->pos, S, R, x->H, x->KV, x->hd, x->eps);
@@ -1477,14 +1477,14 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
         MARK(x->ev_at[4 * l]);
         CK(attention_fwd(x, lb, l, &A));
         MARK(x->ev_at[4 * l + 1]);
-        CK(lin_fwd(x, lb->h_mid, DFC_F32, lb->att, x->Wb + o[T_O], R, x->qd, d, lb->h_in));
+        CK(lin_fwd(x, lb->h_mid, DFLASH_CUDA_F32, lb->att, x->Wb + o[T_O], R, x->qd, d, lb->h_in));
         k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->n, lb->h_mid, x->P + o[T_POST], d, x->eps);
         CK_LAUNCH(x, "k_rmsnorm_fwd(post)");
-        CK(lin_fwd(x, lb->gu, DFC_BF16, lb->n, x->Wb + o[T_GATE], R, d, 2 * I, NULL));
+        CK(lin_fwd(x, lb->gu, DFLASH_CUDA_BF16, lb->n, x->Wb + o[T_GATE], R, d, 2 * I, NULL));
         k_swiglu_fwd<<<grid_for((long)R * I), 256, 0, s>>>(lb->act, lb->gu, I, (long)R * I);
         CK_LAUNCH(x, "k_swiglu_fwd");
         float *h_next = l + 1 < x->L ? x->lb[l + 1].h_in : x->h_out;
-        CK(lin_fwd(x, h_next, DFC_F32, lb->act, x->Wb + o[T_DOWN], R, I, d, lb->h_mid));
+        CK(lin_fwd(x, h_next, DFLASH_CUDA_F32, lb->act, x->Wb + o[T_DOWN], R, I, d, lb->h_mid));
     }
     k_rmsnorm_fwd<<<R, 256, 0, s>>>(x->z, x->h_out, x->P + x->off_fn, d, x->eps);
     CK_LAUNCH(x, "k_rmsnorm_fwd(final)");
@@ -1498,11 +1498,11 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
     }
     for (int c0 = 0; c0 < rows_max; c0 += x->CH) {
         int m = DF_MIN(x->CH, rows_max - c0);
-        CK(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, DFC_F32, 1.0f, 0.0f, NULL));
+        CK(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, DFLASH_CUDA_F32, 1.0f, 0.0f, NULL));
         k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V,
                                 x->Vp);
         CK_LAUNCH(x, "k_ce");
-        CK(mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, DFC_F32, 1.0f, 0.0f, NULL));
+        CK(mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, DFLASH_CUDA_F32, 1.0f, 0.0f, NULL));
         k_scatter_dz<<<grid_for((long)m * d), 256, 0, s>>>(x->dz, x->dzc, x->idx, x->ds, c0, m, d);
         CK_LAUNCH(x, "k_scatter_dz");
     }
@@ -1518,15 +1518,15 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
         float *G = x->Gr;
         A.window = x->c.layer_sliding[l] ? x->c.sliding_window : 0;
         /* MLP */
-        CK(lin_dx(x, x->dact, DFC_BF16, x->dhb, x->Wb + o[T_DOWN], R, I, d, 0.0f));
+        CK(lin_dx(x, x->dact, DFLASH_CUDA_BF16, x->dhb, x->Wb + o[T_DOWN], R, I, d, 0.0f));
         CK(lin_dw(x, G + o[T_DOWN], x->dhb, lb->act, R, I, d));
         k_swiglu_bwd<<<grid_for((long)R * I), 256, 0, s>>>(x->dgu, x->dact, lb->gu, I, (long)R * I);
         CK_LAUNCH(x, "k_swiglu_bwd");
-        CK(lin_dx(x, x->dn, DFC_F32, x->dgu, x->Wb + o[T_GATE], R, d, 2 * I, 0.0f));
+        CK(lin_dx(x, x->dn, DFLASH_CUDA_F32, x->dgu, x->Wb + o[T_GATE], R, d, 2 * I, 0.0f));
         CK(lin_dw(x, G + o[T_GATE], x->dgu, lb->n, R, d, 2 * I));
         CK(rms_bwd(x, x->dh2, x->dh2b, G + o[T_POST], x->dh, x->dn, lb->h_mid, x->P + o[T_POST], R, d));
         /* attention */
-        CK(lin_dx(x, x->datt, DFC_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f));
+        CK(lin_dx(x, x->datt, DFLASH_CUDA_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f));
         CK(lin_dw(x, G + o[T_O], x->dh2b, lb->att, R, x->qd, d));
         MARK(x->ev_at[4 * l + 2]);
         CK(attention_bwd(x, lb, &A));
@@ -1539,9 +1539,9 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
         CK_LAUNCH(x, "k_qk_bwd");
         CK(colsum(x, G + o[T_QN], cq, (long)R * x->H, x->hd));
         CK(colsum(x, G + o[T_KN], ck, (long)T * x->KV, x->hd));
-        CK(lin_dx(x, x->da, DFC_F32, x->dqkv, x->Wb + o[T_Q], R, d, x->qkvd, 0.0f));
+        CK(lin_dx(x, x->da, DFLASH_CUDA_F32, x->dqkv, x->Wb + o[T_Q], R, d, x->qkvd, 0.0f));
         CK(lin_dw(x, G + o[T_Q], x->dqkv, lb->a, R, d, x->qkvd));
-        CK(lin_dx(x, x->dctx, DFC_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd, l == x->L - 1 ? 0.0f : 1.0f));
+        CK(lin_dx(x, x->dctx, DFLASH_CUDA_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd, l == x->L - 1 ? 0.0f : 1.0f));
         CK(lin_dw(x, G + o[T_K], x->dkvc, x->ctxb, S, d, 2 * x->kvd));
         CK(rms_bwd(x, x->dh, x->dhb, G + o[T_IN], x->dh2, x->da, lb->h_in, x->P + o[T_IN], R, d));
     }
@@ -1549,11 +1549,11 @@ int dfc_step_accumulate(dfc_ctx *x, const dfc_batch *b, double norm, dflash_stat
     CK(lin_dw(x, x->Gr + x->off_fc, x->dfcb, Hb, S, x->nc * d, d));
     MARK(x->ev_ph[3]);
     if (st)
-        return dfc_stats_read(x, st);
+        return dflash_stats_read_cuda(x, st);
     return 0;
 }
 
-int dfc_stats_read(dfc_ctx *x, dflash_stats *st)
+int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st)
 {
     dev_stats ds;
     CK(copy_sync(x, &ds, x->ds, sizeof ds, cudaMemcpyDeviceToHost));
@@ -1572,7 +1572,7 @@ int dfc_stats_read(dfc_ctx *x, dflash_stats *st)
     return 0;
 }
 
-int dfc_optimizer_step(dfc_ctx *x, adamw_info *info)
+int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info)
 {
     const adamw_config *c = &x->opt;
     MARK(x->ev_ph[4]);
@@ -1600,17 +1600,17 @@ int dfc_optimizer_step(dfc_ctx *x, adamw_info *info)
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-dfc_bf16 dfc_f32_to_bf16(float f)
+dflash_bf16_cuda dflash_f32_to_bf16_cuda(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) /* NaN stays NaN */
-        return (dfc_bf16)((u >> 16) | 0x40);
+        return (dflash_bf16_cuda)((u >> 16) | 0x40);
     u += 0x7fffu + ((u >> 16) & 1u);
-    return (dfc_bf16)(u >> 16);
+    return (dflash_bf16_cuda)(u >> 16);
 }
 
-float dfc_bf16_to_f32(dfc_bf16 h)
+float dflash_bf16_to_f32_cuda(dflash_bf16_cuda h)
 {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -1618,21 +1618,21 @@ float dfc_bf16_to_f32(dfc_bf16 h)
     return f;
 }
 
-int dfc_upload_bf16(dfc_bf16 **dst, const float *src, size_t n)
+int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n)
 {
     *dst = NULL;
-    dfc_bf16 *h = (dfc_bf16 *)malloc(sizeof(dfc_bf16) * (n ? n : 1));
+    dflash_bf16_cuda *h = (dflash_bf16_cuda *)malloc(sizeof(dflash_bf16_cuda) * (n ? n : 1));
     if (!h)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++)
-        h[i] = dfc_f32_to_bf16(src[i]);
+        h[i] = dflash_f32_to_bf16_cuda(src[i]);
     void *d = NULL;
-    if (cudaMalloc(&d, sizeof(dfc_bf16) * (n ? n : 1)) != cudaSuccess) {
+    if (cudaMalloc(&d, sizeof(dflash_bf16_cuda) * (n ? n : 1)) != cudaSuccess) {
         cudaGetLastError();
         free(h);
         return -ENOMEM;
     }
-    cudaError_t e = cudaMemcpy(d, h, sizeof(dfc_bf16) * n, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpy(d, h, sizeof(dflash_bf16_cuda) * n, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize(); /* the DMA from pageable memory may still be in flight */
     free(h);
@@ -1640,11 +1640,11 @@ int dfc_upload_bf16(dfc_bf16 **dst, const float *src, size_t n)
         cudaFree(d);
         return -EIO;
     }
-    *dst = (dfc_bf16 *)d;
+    *dst = (dflash_bf16_cuda *)d;
     return 0;
 }
 
-int dfc_fill_uniform_bf16(dfc_bf16 *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
+int dflash_fill_uniform_bf16_cuda(dflash_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
 {
     k_fill_uniform_bf16<<<4096, 256, 0, s>>>((bf16 *)p, (long)n, seed, scale);
     return cudaGetLastError() == cudaSuccess ? 0 : -EIO;

@@ -1,5 +1,5 @@
-/* dflash_gemm_cuda.c: the drafter's general cuBLASLt GEMM (dfc_gemm_*). The target's
- * nnc_gemm_bf16 only covers out = x w^T with bf16 output; training also needs the two
+/* dflash_gemm_cuda.c: the drafter's general cuBLASLt GEMM (dflash_gemm_cuda_*). The target's
+ * nn_gemm_bf16_cuda only covers out = x w^T with bf16 output; training also needs the two
  * backward shapes (dX = dY W, dW += dY^T X into fp32 gradients with beta = 1), fp32 outputs
  * with a residual as C, and strided batches (the attention score GEMMs, one per KV head).
  *
@@ -33,7 +33,7 @@ typedef struct plan {
     cublasLtMatmulAlgo_t algo;
 } plan;
 
-struct dfc_gemm {
+struct dflash_gemm_cuda {
     cublasLtHandle_t lt;
     void *ws;
     size_t ws_bytes;
@@ -42,12 +42,12 @@ struct dfc_gemm {
     char err[320];
 };
 
-const char *dfc_gemm_error(const dfc_gemm *g) { return g ? g->err : "no gemm handle"; }
+const char *dflash_gemm_error_cuda(const dflash_gemm_cuda *g) { return g ? g->err : "no gemm handle"; }
 
-int dfc_gemm_create(dfc_gemm **out, size_t workspace_bytes)
+int dflash_gemm_create_cuda(dflash_gemm_cuda **out, size_t workspace_bytes)
 {
     *out = NULL;
-    dfc_gemm *g = calloc(1, sizeof *g);
+    dflash_gemm_cuda *g = calloc(1, sizeof *g);
     if (!g)
         return -ENOMEM;
     if (cublasLtCreate(&g->lt) != CUBLAS_STATUS_SUCCESS) {
@@ -78,7 +78,7 @@ static void plan_free(plan *p)
     memset(p, 0, sizeof *p);
 }
 
-void dfc_gemm_destroy(dfc_gemm *g)
+void dflash_gemm_destroy_cuda(dflash_gemm_cuda *g)
 {
     if (!g)
         return;
@@ -91,20 +91,20 @@ void dfc_gemm_destroy(dfc_gemm *g)
     free(g);
 }
 
-static int fail(dfc_gemm *g, const char *what, cublasStatus_t st, const dfc_mm *p)
+static int fail(dflash_gemm_cuda *g, const char *what, cublasStatus_t st, const dflash_mm_cuda *p)
 {
     snprintf(g->err, sizeof g->err,
              "%s: %s (%d) for D[%d, %d] = op%s(A) op%s(B), K=%d, lda %ld ldb %ld ldd %ld, batch %d, d_type %s",
              what, cublasLtGetStatusString(st), (int)st, p->M, p->N, p->ta ? "T" : "N", p->tb ? "T" : "N", p->K,
-             p->lda, p->ldb, p->ldd, p->batch, p->d_type == DFC_F32 ? "f32" : "bf16");
+             p->lda, p->ldb, p->ldd, p->batch, p->d_type == DFLASH_CUDA_F32 ? "f32" : "bf16");
     return -EIO;
 }
 
 /* Largest power of two <= 256 dividing every address the call touches. */
-static int alignment_of(const dfc_mm *p)
+static int alignment_of(const dflash_mm_cuda *p)
 {
     unsigned long long bits = 256;
-    int es_d = p->d_type == DFC_F32 ? 4 : 2;
+    int es_d = p->d_type == DFLASH_CUDA_F32 ? 4 : 2;
     bits |= (unsigned long long)(uintptr_t)p->A | (unsigned long long)(uintptr_t)p->B |
             (unsigned long long)(uintptr_t)p->D | (unsigned long long)(uintptr_t)(p->C ? p->C : p->D);
     if (p->batch > 1)
@@ -139,12 +139,12 @@ static int layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows, ui
     return 0;
 }
 
-static int plan_build(dfc_gemm *g, plan *q, const dfc_mm *p, int has_beta, int align)
+static int plan_build(dflash_gemm_cuda *g, plan *q, const dflash_mm_cuda *p, int has_beta, int align)
 {
     int rc = 0;
     memset(q, 0, sizeof *q);
     int batch = p->batch > 1 ? p->batch : 1;
-    cudaDataType_t dt = p->d_type == DFC_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    cudaDataType_t dt = p->d_type == DFLASH_CUDA_F32 ? CUDA_R_32F : CUDA_R_16BF;
     /* column-major call: cm_A = B (op tb), cm_B = A (op ta), m = N, n = M */
     cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     LT(cublasLtMatmulDescCreate(&q->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
@@ -192,7 +192,7 @@ out:
     return rc;
 }
 
-int dfc_gemm_run(dfc_gemm *g, const dfc_mm *p, cudaStream_t s)
+int dflash_gemm_run_cuda(dflash_gemm_cuda *g, const dflash_mm_cuda *p, cudaStream_t s)
 {
     if (!g || p->M < 0 || p->N <= 0 || p->K < 0)
         return -EINVAL;

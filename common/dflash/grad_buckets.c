@@ -7,11 +7,11 @@
 #include <errno.h>
 #include <string.h>
 
-int gb_plan_make(gb_plan *p, const dflash_config *c, size_t bucket_floats)
+int buckets_plan_make(buckets_plan *p, const dflash_config *c, size_t bucket_floats)
 {
     memset(p, 0, sizeof *p);
-    size_t b[GB_MAX_BUCKETS];
-    int nb = dflash_grad_boundaries(c, b, GB_MAX_BUCKETS);
+    size_t b[BUCKETS_MAX];
+    int nb = dflash_grad_boundaries(c, b, BUCKETS_MAX);
     if (nb < 0)
         return nb;
     size_t hi = dflash_config_param_count(c);
@@ -31,12 +31,12 @@ int gb_plan_make(gb_plan *p, const dflash_config *c, size_t bucket_floats)
 }
 
 /* hand over every bucket whose lower end the backward has passed */
-static void hand_over(gb_step *s, size_t lo)
+static void hand_over(buckets_step *s, size_t lo)
 {
-    const gb_plan *p = s->plan;
+    const buckets_plan *p = s->plan;
     while (s->next < p->n && p->lo[s->next] >= lo) {
         int k = s->next++;
-        int rc = ar_bucket_ready(s->ar, (uint32_t)k, s->g + p->lo[k], p->hi[k] - p->lo[k]);
+        int rc = allreduce_bucket_ready(s->ar, (uint32_t)k, s->g + p->lo[k], p->hi[k] - p->lo[k]);
         if (rc < 0 && s->rc == 0)
             s->rc = rc;
     }
@@ -44,13 +44,13 @@ static void hand_over(gb_step *s, size_t lo)
 
 static void on_ready(void *arg, size_t lo)
 {
-    gb_step *s = arg;
+    buckets_step *s = arg;
     int before = s->next;
     hand_over(s, lo);
     s->early += s->next - before;
 }
 
-void gb_step_begin(gb_step *s, const gb_plan *p, ar_comm *ar, float *g)
+void buckets_step_begin(buckets_step *s, const buckets_plan *p, allreduce_comm *ar, float *g)
 {
     memset(s, 0, sizeof *s);
     s->plan = p;
@@ -60,16 +60,16 @@ void gb_step_begin(gb_step *s, const gb_plan *p, ar_comm *ar, float *g)
     s->hook.arg = s;
 }
 
-const dflash_grad_hook *gb_step_hook(gb_step *s)
+const dflash_grad_hook *buckets_step_hook(buckets_step *s)
 {
     return &s->hook;
 }
 
-int gb_step_finish(gb_step *s, int64_t *wait_ns)
+int buckets_step_finish(buckets_step *s, int64_t *wait_ns)
 {
     hand_over(s, 0);
     uint64_t t0 = df_now_ns();
-    int rc = ar_wait_all(s->ar); /* always: it also starts the comm's next step */
+    int rc = allreduce_wait_all(s->ar); /* always: it also starts the comm's next step */
     if (wait_ns)
         *wait_ns = (int64_t)(df_now_ns() - t0);
     return s->rc < 0 ? s->rc : rc;

@@ -5,19 +5,19 @@
  * through dflash_grad_hook (dflash_model.h): after the final norm, after each layer, after
  * the context path. A plan cuts the array at those boundaries into buckets of at least
  * bucket_floats each (0: one bucket per boundary), highest offsets first; it depends only on
- * the drafter's shape, so every rank has the same plan, which ar_bucket_ready requires. A
+ * the drafter's shape, so every rank has the same plan, which allreduce_bucket_ready requires. A
  * step hands each bucket to the all-reduce as soon as the backward has passed its lower
- * end, and gb_step_finish hands over whatever is left (all of it, for a rank whose step had
+ * end, and buckets_step_finish hands over whatever is left (all of it, for a rank whose step had
  * no backward: an empty step, or a batch without loss positions) and waits for the sums.
  *
- * Bits: with the shm backend each bucket's sum is exactly the bits of one ar_allreduce_sum
+ * Bits: with the shm backend each bucket's sum is exactly the bits of one allreduce_sum
  * over the whole array, so bucketing changes nothing in the result (tests/test_grad_buckets.c).
  *
  * Use, per optimizer step:
- *     gb_step s; gb_step_begin(&s, &plan, ar, g);
- *     ... backward of the last document with hook = gb_step_hook(&s) ...
- *     rc = gb_step_finish(&s);           // every bucket reduced, or the first error
- * The caller must not touch g between gb_step_begin and gb_step_finish except through the
+ *     buckets_step s; buckets_step_begin(&s, &plan, ar, g);
+ *     ... backward of the last document with hook = buckets_step_hook(&s) ...
+ *     rc = buckets_step_finish(&s);           // every bucket reduced, or the first error
+ * The caller must not touch g between buckets_step_begin and buckets_step_finish except through the
  * backward (which writes only below the buckets handed over so far).
  */
 #ifndef DF_GRAD_BUCKETS_H
@@ -30,33 +30,33 @@
 #include "dflash/dflash_model.h"
 #include "ipc/allreduce.h"
 
-#define GB_MAX_BUCKETS (DFLASH_MAX_LAYERS + 2)
+#define BUCKETS_MAX (DFLASH_MAX_LAYERS + 2)
 
-typedef struct gb_plan {
+typedef struct buckets_plan {
     int n;                      /* buckets */
-    size_t lo[GB_MAX_BUCKETS];  /* bucket k = floats [lo[k], hi[k]) of the flat array; */
-    size_t hi[GB_MAX_BUCKETS];  /* k = 0 is the highest range (the first the backward finishes) */
-} gb_plan;
+    size_t lo[BUCKETS_MAX];  /* bucket k = floats [lo[k], hi[k]) of the flat array; */
+    size_t hi[BUCKETS_MAX];  /* k = 0 is the highest range (the first the backward finishes) */
+} buckets_plan;
 
 /* The plan for drafter c with buckets of at least bucket_floats. 0 or -EINVAL. */
-int gb_plan_make(gb_plan *p, const dflash_config *c, size_t bucket_floats);
+int buckets_plan_make(buckets_plan *p, const dflash_config *c, size_t bucket_floats);
 
-typedef struct gb_step {
-    const gb_plan *plan;
-    ar_comm *ar;
+typedef struct buckets_step {
+    const buckets_plan *plan;
+    allreduce_comm *ar;
     float *g;         /* the flat gradient array (borrowed) */
     int next;         /* the next bucket to hand over */
     int early;        /* buckets handed over from inside the backward (for the metrics) */
-    int rc;           /* the first error of ar_bucket_ready */
+    int rc;           /* the first error of allreduce_bucket_ready */
     dflash_grad_hook hook;
-} gb_step;
+} buckets_step;
 
-void gb_step_begin(gb_step *s, const gb_plan *p, ar_comm *ar, float *g);
+void buckets_step_begin(buckets_step *s, const buckets_plan *p, allreduce_comm *ar, float *g);
 /* The hook to pass to the backward whose gradients complete the step (the last one). */
-const dflash_grad_hook *gb_step_hook(gb_step *s);
-/* Hands over the buckets not yet handed over, then waits for all of them (ar_wait_all).
- * 0, or the first error (-ETIMEDOUT, -ECANCELED, ...: ar_strerror). wait_ns, if not NULL,
+const dflash_grad_hook *buckets_step_hook(buckets_step *s);
+/* Hands over the buckets not yet handed over, then waits for all of them (allreduce_wait_all).
+ * 0, or the first error (-ETIMEDOUT, -ECANCELED, ...: allreduce_strerror). wait_ns, if not NULL,
  * gets the time spent waiting here (the part of the reduction the backward did not hide). */
-int gb_step_finish(gb_step *s, int64_t *wait_ns);
+int buckets_step_finish(buckets_step *s, int64_t *wait_ns);
 
 #endif

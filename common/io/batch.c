@@ -24,7 +24,7 @@ uint64_t batch_layout(batch_header *h)
     uint64_t esz = h->feat_dtype == BATCH_FEAT_BF16 ? 2 : 4, feat;
     /* T x n_capture x d x esz can exceed 64 bits for header values read from a slot (or a
      * huge topology): an overflow gives UINT64_MAX, larger than any slot */
-    if (ckm_mul4(h->T, h->n_capture, h->d, esz, &feat) || ckm_add(o, feat, &o))
+    if (ckmath_mul4(h->T, h->n_capture, h->d, esz, &feat) || ckmath_add(o, feat, &o))
         o = UINT64_MAX;
     h->total_bytes = o;
     return o;

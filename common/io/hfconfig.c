@@ -1,4 +1,4 @@
-/* hfconfig.c: config.json of Qwen3 / Llama -> hfc_config. Small typed getters do the
+/* hfconfig.c: config.json of Qwen3 / Llama -> hfconfig. Small typed getters do the
  * work so that every field reports its own name and the value it found; the defaults
  * mirror transformers' Qwen3Config / LlamaConfig so a config that loads there means the
  * same thing here. */
@@ -129,7 +129,7 @@ static int get_str(parser *p, json_t *o, const char *path, const char *key, int 
     return 0;
 }
 
-static int parse_rope(parser *p, json_t *root, hfc_config *c)
+static int parse_rope(parser *p, json_t *root, hfconfig *c)
 {
     /* theta: top-level (transformers 4) or inside rope_parameters (5) / rope_scaling;
      * when several are given they must agree */
@@ -207,7 +207,7 @@ static int parse_rope(parser *p, json_t *root, hfc_config *c)
     return 0;
 }
 
-static int parse_token_ids(parser *p, json_t *root, hfc_config *c)
+static int parse_token_ids(parser *p, json_t *root, hfconfig *c)
 {
     long long v;
     int rc;
@@ -230,8 +230,8 @@ static int parse_token_ids(parser *p, json_t *root, hfc_config *c)
     }
     if (!json_is_array(e))
         return perr(p, "eos_token_id: expected an integer or a list, got %s", jshow(e, b, sizeof b));
-    if (json_array_size(e) > HFC_MAX_EOS)
-        return perr(p, "eos_token_id: %zu ids, at most %d supported", json_array_size(e), HFC_MAX_EOS);
+    if (json_array_size(e) > HFCONFIG_MAX_EOS)
+        return perr(p, "eos_token_id: %zu ids, at most %d supported", json_array_size(e), HFCONFIG_MAX_EOS);
     for (size_t i = 0; i < json_array_size(e); i++) {
         json_t *x = json_array_get(e, i);
         if (!json_is_integer(x) || json_integer_value(x) < 0)
@@ -241,12 +241,12 @@ static int parse_token_ids(parser *p, json_t *root, hfc_config *c)
     return 0;
 }
 
-static int parse_layer_types(parser *p, json_t *root, hfc_config *c)
+static int parse_layer_types(parser *p, json_t *root, hfconfig *c)
 {
     int L = c->num_hidden_layers, rc, use_sw = 0;
     long long mwl;
     char b[64];
-    c->layer_types = calloc((size_t)L, sizeof *c->layer_types); /* all HFC_FULL_ATTENTION */
+    c->layer_types = calloc((size_t)L, sizeof *c->layer_types); /* all HFCONFIG_FULL_ATTENTION */
     if (!c->layer_types)
         return -ENOMEM;
     json_t *sw = json_object_get(root, "sliding_window");
@@ -260,7 +260,7 @@ static int parse_layer_types(parser *p, json_t *root, hfc_config *c)
     if ((rc = get_int(p, root, "max_window_layers", 0, L, 0, 1 << 30, &mwl)) < 0)
         return rc;
     /* Qwen3Config drops the window unless use_sliding_window is set */
-    if (c->arch == HFC_ARCH_QWEN3 && !use_sw)
+    if (c->arch == HFCONFIG_ARCH_QWEN3 && !use_sw)
         c->sliding_window = 0;
 
     json_t *lt = json_object_get(root, "layer_types");
@@ -272,41 +272,41 @@ static int parse_layer_types(parser *p, json_t *root, hfc_config *c)
             json_t *x = json_array_get(lt, (size_t)i);
             const char *s = json_is_string(x) ? json_string_value(x) : NULL;
             if (s && strcmp(s, "full_attention") == 0)
-                c->layer_types[i] = HFC_FULL_ATTENTION;
+                c->layer_types[i] = HFCONFIG_FULL_ATTENTION;
             else if (s && strcmp(s, "sliding_attention") == 0)
-                c->layer_types[i] = HFC_SLIDING_ATTENTION;
+                c->layer_types[i] = HFCONFIG_SLIDING_ATTENTION;
             else
                 return perr(p, "layer_types[%d]: expected \"full_attention\" or \"sliding_attention\", got %s", i,
                             jshow(x, b, sizeof b));
         }
-    } else if (c->arch == HFC_ARCH_QWEN3 && c->sliding_window > 0) {
+    } else if (c->arch == HFCONFIG_ARCH_QWEN3 && c->sliding_window > 0) {
         for (int i = (int)mwl; i < L; i++)
-            c->layer_types[i] = HFC_SLIDING_ATTENTION;
+            c->layer_types[i] = HFCONFIG_SLIDING_ATTENTION;
     }
     for (int i = 0; i < L; i++)
-        if (c->layer_types[i] == HFC_SLIDING_ATTENTION && c->sliding_window == 0)
-            c->layer_types[i] = HFC_FULL_ATTENTION; /* no window: transformers attends fully */
+        if (c->layer_types[i] == HFCONFIG_SLIDING_ATTENTION && c->sliding_window == 0)
+            c->layer_types[i] = HFCONFIG_FULL_ATTENTION; /* no window: transformers attends fully */
     return 0;
 }
 
 /* The products of the shape fields, in checked 64-bit arithmetic: each dimension alone is
  * at most 2^30, but their products size every weight and workspace. An attention width
- * (heads x head_dim) above HFC_MAX_WIDTH, a weight matrix above HFC_MAX_TENSOR elements or a
- * model above HFC_MAX_PARAMS parameters is refused naming the fields, before anything is
+ * (heads x head_dim) above HFCONFIG_MAX_WIDTH, a weight matrix above HFCONFIG_MAX_TENSOR elements or a
+ * model above HFCONFIG_MAX_PARAMS parameters is refused naming the fields, before anything is
  * allocated or any safetensors shape is compared. */
-static int check_sizes(parser *p, const hfc_config *c)
+static int check_sizes(parser *p, const hfconfig *c)
 {
     uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim, qd, kvd;
-    if (ckm_mul((uint64_t)c->num_attention_heads, hd, &qd) || qd > HFC_MAX_WIDTH)
+    if (ckmath_mul((uint64_t)c->num_attention_heads, hd, &qd) || qd > HFCONFIG_MAX_WIDTH)
         return perr(p, "num_attention_heads x head_dim: %d x %d = %llu, above the limit of %llu", c->num_attention_heads,
                     c->head_dim, (unsigned long long)((uint64_t)c->num_attention_heads * hd),
-                    (unsigned long long)HFC_MAX_WIDTH);
-    if (ckm_mul((uint64_t)c->num_key_value_heads, hd, &kvd) || kvd > HFC_MAX_WIDTH)
+                    (unsigned long long)HFCONFIG_MAX_WIDTH);
+    if (ckmath_mul((uint64_t)c->num_key_value_heads, hd, &kvd) || kvd > HFCONFIG_MAX_WIDTH)
         return perr(p, "num_key_value_heads x head_dim: %d x %d = %llu, above the limit of %llu",
                     c->num_key_value_heads, c->head_dim, (unsigned long long)((uint64_t)c->num_key_value_heads * hd),
-                    (unsigned long long)HFC_MAX_WIDTH);
-    if (H > HFC_MAX_WIDTH)
-        return perr(p, "hidden_size: %d is above the limit of %llu", c->hidden_size, (unsigned long long)HFC_MAX_WIDTH);
+                    (unsigned long long)HFCONFIG_MAX_WIDTH);
+    if (H > HFCONFIG_MAX_WIDTH)
+        return perr(p, "hidden_size: %d is above the limit of %llu", c->hidden_size, (unsigned long long)HFCONFIG_MAX_WIDTH);
     /* the largest matrices: embed_tokens / lm_head, gate/up/down, q/o */
     static const char *const names[] = {"vocab_size x hidden_size", "intermediate_size x hidden_size",
                                         "hidden_size x num_attention_heads x head_dim"};
@@ -315,25 +315,25 @@ static int check_sizes(parser *p, const hfc_config *c)
     el[1] = (uint64_t)c->intermediate_size * H;
     el[2] = H * qd;
     for (int i = 0; i < 3; i++)
-        if (el[i] > HFC_MAX_TENSOR)
+        if (el[i] > HFCONFIG_MAX_TENSOR)
             return perr(p, "%s: %llu elements in one weight, above the limit of %llu", names[i],
-                        (unsigned long long)el[i], (unsigned long long)HFC_MAX_TENSOR);
+                        (unsigned long long)el[i], (unsigned long long)HFCONFIG_MAX_TENSOR);
     /* per layer: q, k, v, o + gate, up, down (biases and norms are smaller than one row
      * each, counted by the + 16 * width slack) */
     uint64_t layer, total, embeds;
-    if (ckm_mul(2 * H, qd + kvd, &layer) || ckm_muladd(3, el[1], layer, &layer) ||
-        ckm_add(layer, 16 * (H + qd + (uint64_t)c->intermediate_size), &layer) ||
-        ckm_mul(layer, (uint64_t)c->num_hidden_layers, &total) ||
-        ckm_mul(el[0], c->tie_word_embeddings ? 1 : 2, &embeds) || ckm_add(total, embeds, &total) ||
-        total > HFC_MAX_PARAMS)
+    if (ckmath_mul(2 * H, qd + kvd, &layer) || ckmath_muladd(3, el[1], layer, &layer) ||
+        ckmath_add(layer, 16 * (H + qd + (uint64_t)c->intermediate_size), &layer) ||
+        ckmath_mul(layer, (uint64_t)c->num_hidden_layers, &total) ||
+        ckmath_mul(el[0], c->tie_word_embeddings ? 1 : 2, &embeds) || ckmath_add(total, embeds, &total) ||
+        total > HFCONFIG_MAX_PARAMS)
         return perr(p, "num_hidden_layers: %d layers of hidden_size %d, intermediate_size %d and vocab_size %d "
                        "are more than %llu parameters",
                     c->num_hidden_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
-                    (unsigned long long)HFC_MAX_PARAMS);
+                    (unsigned long long)HFCONFIG_MAX_PARAMS);
     return 0;
 }
 
-static int parse_root(parser *p, json_t *root, hfc_config *c)
+static int parse_root(parser *p, json_t *root, hfconfig *c)
 {
     char b[64];
     int rc;
@@ -347,10 +347,10 @@ static int parse_root(parser *p, json_t *root, hfc_config *c)
     const char *a = json_string_value(json_array_get(ar, 0));
     const char *want_type;
     if (strcmp(a, "Qwen3ForCausalLM") == 0) {
-        c->arch = HFC_ARCH_QWEN3;
+        c->arch = HFCONFIG_ARCH_QWEN3;
         want_type = "qwen3";
     } else if (strcmp(a, "LlamaForCausalLM") == 0) {
-        c->arch = HFC_ARCH_LLAMA;
+        c->arch = HFCONFIG_ARCH_LLAMA;
         want_type = "llama";
     } else {
         return perr(p, "architectures: unsupported architecture %.60s (supported: Qwen3ForCausalLM, "
@@ -379,8 +379,8 @@ static int parse_root(parser *p, json_t *root, hfc_config *c)
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return perr(p, "num_key_value_heads: %d does not divide num_attention_heads (%d)", c->num_key_value_heads,
                     c->num_attention_heads);
-    int hd_default = c->arch == HFC_ARCH_QWEN3 ? 128 : c->hidden_size / c->num_attention_heads;
-    if (c->arch == HFC_ARCH_LLAMA && c->hidden_size % c->num_attention_heads != 0 &&
+    int hd_default = c->arch == HFCONFIG_ARCH_QWEN3 ? 128 : c->hidden_size / c->num_attention_heads;
+    if (c->arch == HFCONFIG_ARCH_LLAMA && c->hidden_size % c->num_attention_heads != 0 &&
         (!json_object_get(root, "head_dim") || json_is_null(json_object_get(root, "head_dim"))))
         return perr(p, "head_dim: missing and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
                     c->hidden_size, c->num_attention_heads);
@@ -400,9 +400,9 @@ static int parse_root(parser *p, json_t *root, hfc_config *c)
         (rc = get_bool(p, root, "attention_bias", 0, &c->attention_bias)) < 0 ||
         (rc = get_bool(p, root, "mlp_bias", 0, &c->mlp_bias)) < 0)
         return rc;
-    if (c->arch == HFC_ARCH_QWEN3)
+    if (c->arch == HFCONFIG_ARCH_QWEN3)
         c->mlp_bias = 0; /* Qwen3MLP has no bias whatever the config says */
-    c->qk_norm = c->arch == HFC_ARCH_QWEN3;
+    c->qk_norm = c->arch == HFCONFIG_ARCH_QWEN3;
 
     if ((rc = get_str(p, root, "", "torch_dtype", 0, c->dtype, sizeof c->dtype)) < 0)
         return rc;
@@ -418,7 +418,7 @@ static int parse_root(parser *p, json_t *root, hfc_config *c)
     return parse_layer_types(p, root, c);
 }
 
-int hfc_parse(hfc_config *c, const char *json, size_t len, const char *name, char *err, size_t errlen)
+int hfconfig_parse(hfconfig *c, const char *json, size_t len, const char *name, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     parser p = {name, err, errlen};
@@ -431,11 +431,11 @@ int hfc_parse(hfc_config *c, const char *json, size_t len, const char *name, cha
     if (rc == -ENOMEM)
         perr(&p, "out of memory");
     if (rc < 0)
-        hfc_free(c);
+        hfconfig_free(c);
     return rc;
 }
 
-int hfc_load(hfc_config *c, const char *path, char *err, size_t errlen)
+int hfconfig_load(hfconfig *c, const char *path, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     char *file = NULL;
@@ -456,13 +456,13 @@ int hfc_load(hfc_config *c, const char *path, char *err, size_t errlen)
     else if (rc < 0)
         snprintf(err, errlen, "%s: cannot read: %s", file, strerror(-rc));
     else
-        rc = hfc_parse(c, buf, len, file, err, errlen);
+        rc = hfconfig_parse(c, buf, len, file, err, errlen);
     free(buf);
     free(file);
     return rc;
 }
 
-void hfc_free(hfc_config *c)
+void hfconfig_free(hfconfig *c)
 {
     if (!c)
         return;

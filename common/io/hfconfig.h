@@ -10,12 +10,12 @@
  * (top-level rope_theta + rope_scaling) and 5 (rope_parameters with rope_theta inside).
  *
  * The shape fields' products (attention widths, the largest weights, the parameter count)
- * are computed with overflow checks and bounded by the HFC_MAX_* limits below; the file
+ * are computed with overflow checks and bounded by the HFCONFIG_MAX_* limits below; the file
  * must be a regular file (a FIFO is refused without blocking).
  * Errors name the file and the field, e.g.
  *   tiny/config.json: num_key_value_heads: 3 does not divide num_attention_heads (4)
  * Return values: 0 or -EINVAL (bad content), -ENOENT/-errno (cannot read), -ENOMEM.
- * Ownership: hfc_free releases layer_types and zeroes the struct; safe on a zeroed one.
+ * Ownership: hfconfig_free releases layer_types and zeroes the struct; safe on a zeroed one.
  */
 #ifndef DF_HFCONFIG_H
 #define DF_HFCONFIG_H
@@ -25,20 +25,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { HFC_ARCH_QWEN3, HFC_ARCH_LLAMA } hfc_arch;
-typedef enum { HFC_FULL_ATTENTION, HFC_SLIDING_ATTENTION } hfc_layer_type;
+typedef enum { HFCONFIG_ARCH_QWEN3, HFCONFIG_ARCH_LLAMA } hfconfig_arch;
+typedef enum { HFCONFIG_FULL_ATTENTION, HFCONFIG_SLIDING_ATTENTION } hfconfig_layer_type;
 
-#define HFC_MAX_EOS 8
+#define HFCONFIG_MAX_EOS 8
 /* Sanity limits on the products of the shape fields (checked in 64-bit arithmetic):
  * hidden_size and heads x head_dim (any kind of head), elements in one weight matrix, total
  * parameters. The largest released models are far below each (widths ~2^14, matrices
  * ~2^32 elements, ~2^40 parameters). */
-#define HFC_MAX_WIDTH ((uint64_t)1 << 20)
-#define HFC_MAX_TENSOR ((uint64_t)1 << 36)
-#define HFC_MAX_PARAMS ((uint64_t)1 << 42)
+#define HFCONFIG_MAX_WIDTH ((uint64_t)1 << 20)
+#define HFCONFIG_MAX_TENSOR ((uint64_t)1 << 36)
+#define HFCONFIG_MAX_PARAMS ((uint64_t)1 << 42)
 
-typedef struct hfc_config {
-    hfc_arch arch;
+typedef struct hfconfig {
+    hfconfig_arch arch;
     char architecture[64]; /* "Qwen3ForCausalLM" / "LlamaForCausalLM" */
     char model_type[32];   /* "qwen3" / "llama" (required, must match the architecture) */
     int hidden_size, intermediate_size, num_hidden_layers;
@@ -57,18 +57,18 @@ typedef struct hfc_config {
     int mlp_bias;                /* Llama gate/up/down bias; default 0 (Qwen3 has none) */
     int qk_norm;                 /* per-head q_norm / k_norm: 1 for Qwen3, 0 for Llama */
     int64_t bos_token_id, pad_token_id; /* -1 when absent or null */
-    int64_t eos_token_ids[HFC_MAX_EOS]; /* eos_token_id: an integer or a list */
+    int64_t eos_token_ids[HFCONFIG_MAX_EOS]; /* eos_token_id: an integer or a list */
     int n_eos;
     int sliding_window;          /* 0 when absent / null */
-    hfc_layer_type *layer_types; /* [num_hidden_layers], malloc'd; all full unless
+    hfconfig_layer_type *layer_types; /* [num_hidden_layers], malloc'd; all full unless
                                   * layer_types says so or (Qwen3) use_sliding_window
                                   * with layers >= max_window_layers */
-} hfc_config;
+} hfconfig;
 
 /* Parse json[len] (not NUL-terminated) naming errors after `name` (a path). */
-int hfc_parse(hfc_config *c, const char *json, size_t len, const char *name, char *err, size_t errlen);
+int hfconfig_parse(hfconfig *c, const char *json, size_t len, const char *name, char *err, size_t errlen);
 /* Read and parse a file; path may be a config.json or a directory holding one. */
-int hfc_load(hfc_config *c, const char *path, char *err, size_t errlen);
-void hfc_free(hfc_config *c);
+int hfconfig_load(hfconfig *c, const char *path, char *err, size_t errlen);
+void hfconfig_free(hfconfig *c);
 
 #endif

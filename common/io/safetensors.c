@@ -28,26 +28,26 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[] = {
-    [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2}, [ST_F64] = {"F64", 8},
-    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2},  [ST_I8] = {"I8", 1},
-    [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
+    [SAFETENSORS_F32] = {"F32", 4}, [SAFETENSORS_F16] = {"F16", 2}, [SAFETENSORS_BF16] = {"BF16", 2}, [SAFETENSORS_F64] = {"F64", 8},
+    [SAFETENSORS_I64] = {"I64", 8}, [SAFETENSORS_I32] = {"I32", 4}, [SAFETENSORS_I16] = {"I16", 2},  [SAFETENSORS_I8] = {"I8", 1},
+    [SAFETENSORS_U8] = {"U8", 1},   [SAFETENSORS_BOOL] = {"BOOL", 1},
 };
 
-size_t st_dtype_size(st_dtype d)
+size_t safetensors_dtype_size(safetensors_dtype d)
 {
     return (unsigned)d < DF_ARRAY_LEN(dtype_info) ? dtype_info[d].size : 0;
 }
 
-const char *st_dtype_name(st_dtype d)
+const char *safetensors_dtype_name(safetensors_dtype d)
 {
     return (unsigned)d < DF_ARRAY_LEN(dtype_info) ? dtype_info[d].name : "?";
 }
 
-int st_dtype_from_name(const char *s, st_dtype *out)
+int safetensors_dtype_from_name(const char *s, safetensors_dtype *out)
 {
     for (unsigned i = 0; i < DF_ARRAY_LEN(dtype_info); i++) {
         if (strcmp(s, dtype_info[i].name) == 0) {
-            *out = (st_dtype)i;
+            *out = (safetensors_dtype)i;
             return 0;
         }
     }
@@ -70,7 +70,7 @@ static float bits_f32(uint32_t u)
     return x;
 }
 
-uint16_t st_f32_to_bf16(float x)
+uint16_t safetensors_f32_to_bf16(float x)
 {
     uint32_t u = f32_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, force quiet */
@@ -80,12 +80,12 @@ uint16_t st_f32_to_bf16(float x)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-float st_bf16_to_f32(uint16_t x)
+float safetensors_bf16_to_f32(uint16_t x)
 {
     return bits_f32((uint32_t)x << 16);
 }
 
-uint16_t st_f32_to_f16(float x)
+uint16_t safetensors_f32_to_f16(float x)
 {
     uint32_t u = f32_bits(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -105,7 +105,7 @@ uint16_t st_f32_to_f16(float x)
     return sign | (uint16_t)h;
 }
 
-float st_f16_to_f32(uint16_t h)
+float safetensors_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0) {
@@ -117,7 +117,7 @@ float st_f16_to_f32(uint16_t h)
     return bits_f32(sign | ((e - 15 + 127) << 23) | (m << 13));
 }
 
-int64_t st_numel(const st_tensor *t)
+int64_t safetensors_numel(const safetensors_tensor *t)
 {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++)
@@ -125,9 +125,9 @@ int64_t st_numel(const st_tensor *t)
     return n;
 }
 
-int st_tensor_to_f32(const st_tensor *t, float *dst)
+int safetensors_tensor_to_f32(const safetensors_tensor *t, float *dst)
 {
-    size_t es = st_dtype_size(t->dtype);
+    size_t es = safetensors_dtype_size(t->dtype);
     if (es == 0 || t->nbytes % es != 0 || (t->nbytes > 0 && !t->data))
         return -EINVAL;
     const unsigned char *p = t->data;
@@ -135,16 +135,16 @@ int st_tensor_to_f32(const st_tensor *t, float *dst)
     /* memcpy per element: the mapping gives no alignment guarantee for foreign files */
     for (uint64_t i = 0; i < n; i++, p += es) {
         switch (t->dtype) {
-        case ST_F32: memcpy(&dst[i], p, 4); break;
-        case ST_F16: { uint16_t v; memcpy(&v, p, 2); dst[i] = st_f16_to_f32(v); break; }
-        case ST_BF16: { uint16_t v; memcpy(&v, p, 2); dst[i] = st_bf16_to_f32(v); break; }
-        case ST_F64: { double v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
-        case ST_I64: { int64_t v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
-        case ST_I32: { int32_t v; memcpy(&v, p, 4); dst[i] = (float)v; break; }
-        case ST_I16: { int16_t v; memcpy(&v, p, 2); dst[i] = (float)v; break; }
-        case ST_I8: dst[i] = (float)(int8_t)p[0]; break;
-        case ST_U8: dst[i] = (float)p[0]; break;
-        case ST_BOOL: dst[i] = p[0] ? 1.0f : 0.0f; break;
+        case SAFETENSORS_F32: memcpy(&dst[i], p, 4); break;
+        case SAFETENSORS_F16: { uint16_t v; memcpy(&v, p, 2); dst[i] = safetensors_f16_to_f32(v); break; }
+        case SAFETENSORS_BF16: { uint16_t v; memcpy(&v, p, 2); dst[i] = safetensors_bf16_to_f32(v); break; }
+        case SAFETENSORS_F64: { double v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
+        case SAFETENSORS_I64: { int64_t v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
+        case SAFETENSORS_I32: { int32_t v; memcpy(&v, p, 4); dst[i] = (float)v; break; }
+        case SAFETENSORS_I16: { int16_t v; memcpy(&v, p, 2); dst[i] = (float)v; break; }
+        case SAFETENSORS_I8: dst[i] = (float)(int8_t)p[0]; break;
+        case SAFETENSORS_U8: dst[i] = (float)p[0]; break;
+        case SAFETENSORS_BOOL: dst[i] = p[0] ? 1.0f : 0.0f; break;
         }
     }
     return 0;
@@ -192,12 +192,12 @@ static void fmt_shape(char *buf, size_t len, const int64_t *shape, int ndim)
 
 static int cmp_name(const void *a, const void *b)
 {
-    return strcmp(((const st_tensor *)a)->name, ((const st_tensor *)b)->name);
+    return strcmp(((const safetensors_tensor *)a)->name, ((const safetensors_tensor *)b)->name);
 }
 
 static int cmp_offset(const void *a, const void *b)
 {
-    const st_tensor *x = *(const st_tensor *const *)a, *y = *(const st_tensor *const *)b;
+    const safetensors_tensor *x = *(const safetensors_tensor *const *)a, *y = *(const safetensors_tensor *const *)b;
     if (x->data_offset != y->data_offset)
         return x->data_offset < y->data_offset ? -1 : 1;
     if (x->nbytes != y->nbytes)
@@ -205,11 +205,11 @@ static int cmp_offset(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-static int parse_tensor(const char *key, json_t *val, uint64_t data_len, st_tensor *t, char *err, size_t errlen)
+static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safetensors_tensor *t, char *err, size_t errlen)
 {
     size_t klen = strlen(key);
-    if (klen >= ST_MAX_NAME)
-        return fail(err, errlen, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen, ST_MAX_NAME - 1);
+    if (klen >= SAFETENSORS_MAX_NAME)
+        return fail(err, errlen, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen, SAFETENSORS_MAX_NAME - 1);
     memset(t, 0, sizeof *t);
     memcpy(t->name, key, klen + 1);
     if (!json_is_object(val))
@@ -220,7 +220,7 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, st_tens
         return fail(err, errlen, "tensor \"%s\": missing \"dtype\"", key);
     if (!json_is_string(jd))
         return fail(err, errlen, "tensor \"%s\": dtype: expected a string, got %s", key, jtype(jd));
-    if (st_dtype_from_name(json_string_value(jd), &t->dtype) < 0)
+    if (safetensors_dtype_from_name(json_string_value(jd), &t->dtype) < 0)
         return fail(err, errlen, "tensor \"%s\": unknown dtype \"%.32s\"", key, json_string_value(jd));
 
     json_t *js = json_object_get(val, "shape");
@@ -228,9 +228,9 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, st_tens
         return fail(err, errlen, "tensor \"%s\": missing \"shape\"", key);
     if (!json_is_array(js))
         return fail(err, errlen, "tensor \"%s\": shape: expected an array, got %s", key, jtype(js));
-    if (json_array_size(js) > ST_MAX_DIMS)
+    if (json_array_size(js) > SAFETENSORS_MAX_DIMS)
         return fail(err, errlen, "tensor \"%s\": shape has %zu dimensions, at most %d supported", key,
-                    json_array_size(js), ST_MAX_DIMS);
+                    json_array_size(js), SAFETENSORS_MAX_DIMS);
     t->ndim = (int)json_array_size(js);
     uint64_t numel = 1;
     int overflow = 0;
@@ -247,9 +247,9 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, st_tens
     }
     char sbuf[256];
     fmt_shape(sbuf, sizeof sbuf, t->shape, t->ndim);
-    if (overflow || __builtin_mul_overflow(numel, (uint64_t)st_dtype_size(t->dtype), &t->nbytes))
+    if (overflow || __builtin_mul_overflow(numel, (uint64_t)safetensors_dtype_size(t->dtype), &t->nbytes))
         return fail(err, errlen, "tensor \"%s\": shape %s of %s overflows 64 bits", key, sbuf,
-                    st_dtype_name(t->dtype));
+                    safetensors_dtype_name(t->dtype));
 
     json_t *jo = json_object_get(val, "data_offsets");
     if (!jo)
@@ -270,7 +270,7 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, st_tens
                     key, (long long)b, (long long)e, (unsigned long long)data_len);
     if ((uint64_t)(e - b) != t->nbytes)
         return fail(err, errlen, "tensor \"%s\": shape %s of %s is %llu bytes but data_offsets [%lld, %lld] span %llu",
-                    key, sbuf, st_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b, (long long)e,
+                    key, sbuf, safetensors_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b, (long long)e,
                     (unsigned long long)(e - b));
     t->data_offset = (uint64_t)b;
     return 0;
@@ -289,22 +289,22 @@ static int check_metadata(json_t *md, char *err, size_t errlen)
     return 0;
 }
 
-int st_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, st_tensor **out, int *n, char *err,
+int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, safetensors_tensor **out, int *n, char *err,
                     size_t errlen)
 {
     *out = NULL;
     *n = 0;
-    if (hdr_len > ST_MAX_HEADER)
+    if (hdr_len > SAFETENSORS_MAX_HEADER)
         return fail(err, errlen, "header length %llu exceeds the limit of %llu bytes", (unsigned long long)hdr_len,
-                    (unsigned long long)ST_MAX_HEADER);
+                    (unsigned long long)SAFETENSORS_MAX_HEADER);
     json_error_t jerr;
     json_t *root = json_loadb(hdr, (size_t)hdr_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return fail(err, errlen, "header is not valid JSON at byte %d: %s", jerr.position, jerr.text);
 
     int rc = 0;
-    st_tensor *ts = NULL;
-    st_tensor **byoff = NULL;
+    safetensors_tensor *ts = NULL;
+    safetensors_tensor **byoff = NULL;
     int nt = 0;
     if (!json_is_object(root)) {
         rc = fail(err, errlen, "header is %s, expected an object", jtype(root));
@@ -334,9 +334,9 @@ int st_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, st_ten
     /* overlap: sorted by begin, each span must end before the next one begins
      * (empty tensors overlap nothing) */
     qsort(byoff, (size_t)nt, sizeof *byoff, cmp_offset);
-    const st_tensor *prev = NULL;
+    const safetensors_tensor *prev = NULL;
     for (int i = 0; i < nt; i++) {
-        const st_tensor *c = byoff[i];
+        const safetensors_tensor *c = byoff[i];
         if (c->nbytes == 0)
             continue;
         if (prev && prev->data_offset + prev->nbytes > c->data_offset) {
@@ -368,7 +368,7 @@ done:
 
 /* ---- files ----------------------------------------------------------------- */
 
-void st_close(st_file *f)
+void safetensors_close(safetensors_file *f)
 {
     if (!f)
         return;
@@ -382,7 +382,7 @@ void st_close(st_file *f)
     f->fd = -1;
 }
 
-int st_open(st_file *f, const char *path, char *err, size_t errlen)
+int safetensors_open(safetensors_file *f, const char *path, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -427,7 +427,7 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen)
         goto fail;
     }
     uint64_t data_len = f->size - 8 - hlen;
-    rc = st_parse_header((const char *)p + 8, hlen, data_len, &f->tensors, &f->n_tensors, why, sizeof why);
+    rc = safetensors_parse_header((const char *)p + 8, hlen, data_len, &f->tensors, &f->n_tensors, why, sizeof why);
     if (rc < 0) {
         snprintf(err, errlen, "%s: %s", path, why);
         goto fail;
@@ -436,27 +436,27 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen)
         f->tensors[i].data = p + 8 + hlen + f->tensors[i].data_offset;
     return 0;
 fail:
-    st_close(f);
+    safetensors_close(f);
     return rc;
 }
 
-const st_tensor *st_find(const st_file *f, const char *name)
+const safetensors_tensor *safetensors_find(const safetensors_file *f, const char *name)
 {
-    if (!f->tensors || strlen(name) >= ST_MAX_NAME)
+    if (!f->tensors || strlen(name) >= SAFETENSORS_MAX_NAME)
         return NULL;
-    st_tensor key;
+    safetensors_tensor key;
     strcpy(key.name, name);
     return bsearch(&key, f->tensors, (size_t)f->n_tensors, sizeof *f->tensors, cmp_name);
 }
 
 /* ---- model directories ------------------------------------------------------- */
 
-void st_model_close(st_model *m)
+void safetensors_model_close(safetensors_model *m)
 {
     if (!m)
         return;
     for (int i = 0; i < m->n_files; i++)
-        st_close(&m->files[i]);
+        safetensors_close(&m->files[i]);
     free(m->files);
     free(m->dir);
     memset(m, 0, sizeof *m);
@@ -470,7 +470,7 @@ static char *path_join(const char *dir, const char *name)
     return s;
 }
 
-static int model_open_index(st_model *m, const char *ipath, char *err, size_t errlen)
+static int model_open_index(safetensors_model *m, const char *ipath, char *err, size_t errlen)
 {
     json_error_t jerr;
     json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
@@ -525,11 +525,11 @@ static int model_open_index(st_model *m, const char *ipath, char *err, size_t er
                 fi = i;
         if (fi < 0) {
             fi = m->n_files;
-            if ((rc = st_open(&m->files[fi], spath, err, errlen)) < 0)
+            if ((rc = safetensors_open(&m->files[fi], spath, err, errlen)) < 0)
                 goto done;
             m->n_files++;
         }
-        if (!st_find(&m->files[fi], tname)) {
+        if (!safetensors_find(&m->files[fi], tname)) {
             snprintf(err, errlen, "%s: weight_map puts tensor \"%s\" in %s, which has no such tensor", ipath, tname,
                      fname);
             rc = -EINVAL;
@@ -542,7 +542,7 @@ done:
     return rc;
 }
 
-int st_model_open(st_model *m, const char *dir, char *err, size_t errlen)
+int safetensors_model_open(safetensors_model *m, const char *dir, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     int rc;
@@ -563,7 +563,7 @@ int st_model_open(st_model *m, const char *dir, char *err, size_t errlen)
             rc = -ENOMEM;
             goto out;
         }
-        rc = st_open(&m->files[0], spath, err, errlen);
+        rc = safetensors_open(&m->files[0], spath, err, errlen);
         if (rc == 0)
             m->n_files = 1;
     } else {
@@ -574,14 +574,14 @@ out:
     free(ipath);
     free(spath);
     if (rc < 0)
-        st_model_close(m);
+        safetensors_model_close(m);
     return rc;
 }
 
-const st_tensor *st_model_find(const st_model *m, const char *name, const char **file_path)
+const safetensors_tensor *safetensors_model_find(const safetensors_model *m, const char *name, const char **file_path)
 {
     for (int i = 0; i < m->n_files; i++) {
-        const st_tensor *t = st_find(&m->files[i], name);
+        const safetensors_tensor *t = safetensors_find(&m->files[i], name);
         if (t) {
             if (file_path)
                 *file_path = m->files[i].path;
@@ -593,29 +593,29 @@ const st_tensor *st_model_find(const st_model *m, const char *name, const char *
 
 /* ---- writer ---------------------------------------------------------------- */
 
-typedef struct st_wentry {
-    char name[ST_MAX_NAME];
-    st_dtype dtype;
+typedef struct safetensors_wentry {
+    char name[SAFETENSORS_MAX_NAME];
+    safetensors_dtype dtype;
     int ndim;
-    int64_t shape[ST_MAX_DIMS];
+    int64_t shape[SAFETENSORS_MAX_DIMS];
     uint64_t nbytes;
     const void *data; /* borrowed, or == owned */
     void *owned;
-    uint64_t offset; /* assigned by st_writer_write */
-} st_wentry;
+    uint64_t offset; /* assigned by safetensors_writer_write */
+} safetensors_wentry;
 
-struct st_writer {
-    st_wentry *e;
+struct safetensors_writer {
+    safetensors_wentry *e;
     int n, cap;
     json_t *metadata; /* object of strings, or NULL */
 };
 
-st_writer *st_writer_new(void)
+safetensors_writer *safetensors_writer_new(void)
 {
-    return calloc(1, sizeof(st_writer));
+    return calloc(1, sizeof(safetensors_writer));
 }
 
-void st_writer_free(st_writer *w)
+void safetensors_writer_free(safetensors_writer *w)
 {
     if (!w)
         return;
@@ -626,31 +626,31 @@ void st_writer_free(st_writer *w)
     free(w);
 }
 
-static int writer_entry(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
-                        st_wentry **out)
+static int writer_entry(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape,
+                        safetensors_wentry **out)
 {
-    if (!name || strlen(name) >= ST_MAX_NAME || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
-        ndim > ST_MAX_DIMS || st_dtype_size(dt) == 0)
+    if (!name || strlen(name) >= SAFETENSORS_MAX_NAME || strcmp(name, "__metadata__") == 0 || ndim < 0 ||
+        ndim > SAFETENSORS_MAX_DIMS || safetensors_dtype_size(dt) == 0)
         return -EINVAL;
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[i], &numel))
             return -EINVAL;
     uint64_t nbytes;
-    if (__builtin_mul_overflow(numel, (uint64_t)st_dtype_size(dt), &nbytes))
+    if (__builtin_mul_overflow(numel, (uint64_t)safetensors_dtype_size(dt), &nbytes))
         return -EINVAL;
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->e[i].name, name) == 0)
             return -EEXIST;
     if (w->n == w->cap) {
         int nc = w->cap ? 2 * w->cap : 16;
-        st_wentry *ne = realloc(w->e, sizeof *ne * (size_t)nc);
+        safetensors_wentry *ne = realloc(w->e, sizeof *ne * (size_t)nc);
         if (!ne)
             return -ENOMEM;
         w->e = ne;
         w->cap = nc;
     }
-    st_wentry *e = &w->e[w->n];
+    safetensors_wentry *e = &w->e[w->n];
     memset(e, 0, sizeof *e);
     strcpy(e->name, name);
     e->dtype = dt;
@@ -662,9 +662,9 @@ static int writer_entry(st_writer *w, const char *name, st_dtype dt, int ndim, c
     return 0;
 }
 
-int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape, const void *data)
+int safetensors_writer_add(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape, const void *data)
 {
-    st_wentry *e;
+    safetensors_wentry *e;
     int rc = writer_entry(w, name, dt, ndim, shape, &e);
     if (rc < 0)
         return rc;
@@ -675,27 +675,27 @@ int st_writer_add(st_writer *w, const char *name, st_dtype dt, int ndim, const i
     return 0;
 }
 
-int st_writer_add_f32_as(st_writer *w, const char *name, st_dtype dt, int ndim, const int64_t *shape,
+int safetensors_writer_add_f32_as(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape,
                          const float *src)
 {
-    if (dt != ST_F32 && dt != ST_F16 && dt != ST_BF16 && dt != ST_F64)
+    if (dt != SAFETENSORS_F32 && dt != SAFETENSORS_F16 && dt != SAFETENSORS_BF16 && dt != SAFETENSORS_F64)
         return -EINVAL;
-    st_wentry *e;
+    safetensors_wentry *e;
     int rc = writer_entry(w, name, dt, ndim, shape, &e);
     if (rc < 0)
         return rc;
     if (e->nbytes > 0 && !src)
         return -EINVAL;
-    uint64_t n = e->nbytes / st_dtype_size(dt);
+    uint64_t n = e->nbytes / safetensors_dtype_size(dt);
     void *buf = malloc(e->nbytes ? (size_t)e->nbytes : 1);
     if (!buf)
         return -ENOMEM;
     for (uint64_t i = 0; i < n; i++) {
         switch (dt) {
-        case ST_F32: ((float *)buf)[i] = src[i]; break;
-        case ST_F64: ((double *)buf)[i] = src[i]; break;
-        case ST_BF16: ((uint16_t *)buf)[i] = st_f32_to_bf16(src[i]); break;
-        default: ((uint16_t *)buf)[i] = st_f32_to_f16(src[i]); break;
+        case SAFETENSORS_F32: ((float *)buf)[i] = src[i]; break;
+        case SAFETENSORS_F64: ((double *)buf)[i] = src[i]; break;
+        case SAFETENSORS_BF16: ((uint16_t *)buf)[i] = safetensors_f32_to_bf16(src[i]); break;
+        default: ((uint16_t *)buf)[i] = safetensors_f32_to_f16(src[i]); break;
         }
     }
     e->owned = buf;
@@ -704,7 +704,7 @@ int st_writer_add_f32_as(st_writer *w, const char *name, st_dtype dt, int ndim, 
     return 0;
 }
 
-int st_writer_set_metadata(st_writer *w, const char *key, const char *value)
+int safetensors_writer_set_metadata(safetensors_writer *w, const char *key, const char *value)
 {
     if (!key || !value)
         return -EINVAL;
@@ -720,19 +720,19 @@ int st_writer_set_metadata(st_writer *w, const char *key, const char *value)
  * size without gaps), then by name */
 static int cmp_layout(const void *a, const void *b)
 {
-    const st_wentry *x = *(const st_wentry *const *)a, *y = *(const st_wentry *const *)b;
-    size_t sx = st_dtype_size(x->dtype), sy = st_dtype_size(y->dtype);
+    const safetensors_wentry *x = *(const safetensors_wentry *const *)a, *y = *(const safetensors_wentry *const *)b;
+    size_t sx = safetensors_dtype_size(x->dtype), sy = safetensors_dtype_size(y->dtype);
     if (sx != sy)
         return sx > sy ? -1 : 1;
     return strcmp(x->name, y->name);
 }
 
-int st_writer_write(st_writer *w, const char *path)
+int safetensors_writer_write(safetensors_writer *w, const char *path)
 {
     int rc = 0, fd = -1;
     char *tmp = NULL, *hdr = NULL;
     json_t *root = NULL;
-    st_wentry **order = calloc((size_t)(w->n ? w->n : 1), sizeof *order);
+    safetensors_wentry **order = calloc((size_t)(w->n ? w->n : 1), sizeof *order);
     if (!order || !(root = json_object())) {
         rc = -ENOMEM;
         goto out;
@@ -742,7 +742,7 @@ int st_writer_write(st_writer *w, const char *path)
     qsort(order, (size_t)w->n, sizeof *order, cmp_layout);
     uint64_t off = 0;
     for (int i = 0; i < w->n; i++) {
-        st_wentry *e = order[i];
+        safetensors_wentry *e = order[i];
         e->offset = off;
         off += e->nbytes;
         json_t *shape = json_array(), *offs = json_array(), *t = json_object();
@@ -755,7 +755,7 @@ int st_writer_write(st_writer *w, const char *path)
             json_array_append_new(shape, json_integer(e->shape[d]));
         json_array_append_new(offs, json_integer((json_int_t)e->offset));
         json_array_append_new(offs, json_integer((json_int_t)(e->offset + e->nbytes)));
-        json_object_set_new(t, "dtype", json_string(st_dtype_name(e->dtype)));
+        json_object_set_new(t, "dtype", json_string(safetensors_dtype_name(e->dtype)));
         json_object_set_new(t, "shape", shape);
         json_object_set_new(t, "data_offsets", offs);
         if (json_object_set_new(root, e->name, t) < 0) {

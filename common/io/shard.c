@@ -96,8 +96,8 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
         return fail(err, errlen, -EINVAL, "%s: offset 24: n_tokens %llu exceeds the limit of %llu", path,
                     (unsigned long long)s->n_tokens, (unsigned long long)SHARD_MAX_COUNT);
     uint64_t off_off = SHARD_HEADER_BYTES, tok_off, mask_off, end, tok_bytes;
-    if (ckm_muladd(8, s->n_samples + 1, off_off, &tok_off) || ckm_mul(4, s->n_tokens, &tok_bytes) ||
-        ckm_add(tok_off, align8(tok_bytes), &mask_off) || ckm_add(mask_off, align8(s->n_tokens), &end))
+    if (ckmath_muladd(8, s->n_samples + 1, off_off, &tok_off) || ckmath_mul(4, s->n_tokens, &tok_bytes) ||
+        ckmath_add(tok_off, align8(tok_bytes), &mask_off) || ckmath_add(mask_off, align8(s->n_tokens), &end))
         return fail(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu and n_tokens %llu overflow the file size",
                     path, (unsigned long long)s->n_samples, (unsigned long long)s->n_tokens);
     if (end != s->size)

@@ -1,12 +1,12 @@
 /* topology.c: parse and validate the topology JSON (version 1) into a `topo`.
  *
  * Shape: every key of every object is one row of a field table (top_fields, target_fields,
- * drafter_fields, data_fields, ring_fields, worker_fields, sup_fields, binaries_fields, in
+ * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields, in
  * "the field tables" below): name, type, offsetof into the struct, limits, default. One pass
  * over the document in table order, one small getter per JSON type (get_int, get_num,
  * get_str, ...), each of which either stores a value (or its default) or writes ONE message
  * "<source>: <json path>: expected ..., got ..." and returns -EINVAL. The same tables give
- * the known keys of each object and drive topo_to_json.
+ * the known keys of each object and drive topology_to_json.
  * The first error stops the parse: an operator fixes one thing at a time, and a single clear
  * message beats a cascade. Objects are checked for unknown keys before their fields, so a
  * typo ("gpuu") is reported as such rather than as a missing key. Cross-references (ring
@@ -31,7 +31,7 @@ typedef struct pctx {
     char *err;
     size_t errlen;
     const char *src; /* prefix of every message */
-    topo_backend backend;
+    topology_backend backend;
     int n_drafters, drafter_idx; /* while parsing workers: R and the drafters seen so far */
 } pctx;
 
@@ -220,19 +220,19 @@ static int get_gpu(pctx *c, const json_t *obj, const char *path, int *out)
     join(p, sizeof p, path, "gpu");
     json_t *v = json_object_get(obj, "gpu");
     if (!v) {
-        if (c->backend == TOPO_CUDA)
+        if (c->backend == TOPOLOGY_CUDA)
             return fail(c, p, "required with backend \"cuda\"");
         *out = -1;
         return 0;
     }
     int64_t x = json_is_integer(v) ? json_integer_value(v) : -2;
     describe(v, got, sizeof got);
-    if (x < -1 || x > TOPO_MAX_GPU)
-        return fail(c, p, "expected an integer -1..%d, got %s", TOPO_MAX_GPU, got);
-    if (c->backend == TOPO_CPU && x != -1)
+    if (x < -1 || x > TOPOLOGY_MAX_GPU)
+        return fail(c, p, "expected an integer -1..%d, got %s", TOPOLOGY_MAX_GPU, got);
+    if (c->backend == TOPOLOGY_CPU && x != -1)
         return fail(c, p, "expected -1 with backend \"cpu\", got %s", got);
-    if (c->backend == TOPO_CUDA && x < 0)
-        return fail(c, p, "expected an integer 0..%d with backend \"cuda\", got %s", TOPO_MAX_GPU, got);
+    if (c->backend == TOPOLOGY_CUDA && x < 0)
+        return fail(c, p, "expected an integer 0..%d with backend \"cuda\", got %s", TOPOLOGY_MAX_GPU, got);
     *out = (int)x;
     return 0;
 }
@@ -271,29 +271,29 @@ static void free_strv(char **v)
  * forever and the epoch could never end. */
 
 /* the stage that must write the ring a worker of role r reads; -1: any (or none) */
-static int wanted_producer(topo_role r)
+static int wanted_producer(topology_role r)
 {
-    return r == TOPO_ROLE_POSTPROC ? (int)TOPO_ROLE_TARGET : r == TOPO_ROLE_DRAFTER ? (int)TOPO_ROLE_POSTPROC : -1;
+    return r == TOPOLOGY_ROLE_POSTPROC ? (int)TOPOLOGY_ROLE_TARGET : r == TOPOLOGY_ROLE_DRAFTER ? (int)TOPOLOGY_ROLE_POSTPROC : -1;
 }
 
 static int check_stage_order(pctx *c, const topo *t)
 {
     char p[96];
     for (int i = 0; i < t->n_workers; i++) {
-        const topo_worker *w = &t->workers[i];
+        const topology_worker *w = &t->workers[i];
         int want = wanted_producer(w->role);
         if (want < 0 || w->in_ring < 0)
             continue;
         for (int j = 0; j < t->n_workers; j++) {
-            const topo_worker *pw = &t->workers[j];
-            if (pw->out_ring != w->in_ring || pw->role == TOPO_ROLE_TEST || (int)pw->role == want)
+            const topology_worker *pw = &t->workers[j];
+            if (pw->out_ring != w->in_ring || pw->role == TOPOLOGY_ROLE_TEST || (int)pw->role == want)
                 continue;
             snprintf(p, sizeof p, "workers[%d].in", i);
             return fail(c, p,
                         "ring \"%s\" is written by workers[%d] \"%s\" (role %s), but a %s reads only what a %s "
                         "writes (stage order target -> postproc -> drafter)",
-                        t->rings[w->in_ring].name, j, pw->name, topo_role_name(pw->role), topo_role_name(w->role),
-                        topo_role_name((topo_role)want));
+                        t->rings[w->in_ring].name, j, pw->name, topology_role_name(pw->role), topology_role_name(w->role),
+                        topology_role_name((topology_role)want));
         }
     }
     return 0;
@@ -312,7 +312,7 @@ static int ring_dfs(const topo *t, int r, char *on, char *done, int *path, int *
         return 0;
     on[r] = 1;
     for (int i = 0; i < t->n_workers; i++) {
-        const topo_worker *w = &t->workers[i];
+        const topology_worker *w = &t->workers[i];
         if (w->in_ring != r || w->out_ring < 0)
             continue;
         path[(*n)++] = i;
@@ -327,8 +327,8 @@ static int ring_dfs(const topo *t, int r, char *on, char *done, int *path, int *
 
 static int check_no_cycle(pctx *c, const topo *t)
 {
-    char on[TOPO_MAX_RINGS] = {0}, done[TOPO_MAX_RINGS] = {0}, p[32], desc[1024];
-    int path[TOPO_MAX_WORKERS + 1], n = 0, start = -1;
+    char on[TOPOLOGY_MAX_RINGS] = {0}, done[TOPOLOGY_MAX_RINGS] = {0}, p[32], desc[1024];
+    int path[TOPOLOGY_MAX_WORKERS + 1], n = 0, start = -1;
     for (int r = 0; r < t->n_rings; r++) {
         if (!ring_dfs(t, r, on, done, path, &n, &start))
             continue;
@@ -338,7 +338,7 @@ static int check_no_cycle(pctx *c, const topo *t)
             k++;
         size_t o = (size_t)snprintf(desc, sizeof desc, "%s", t->rings[start].name);
         for (; k < n && o < sizeof desc; k++) {
-            const topo_worker *w = &t->workers[path[k]];
+            const topology_worker *w = &t->workers[path[k]];
             o += (size_t)snprintf(desc + o, sizeof desc - o, " -> workers[%d] \"%s\" -> %s", path[k], w->name,
                                   t->rings[w->out_ring].name);
         }
@@ -373,13 +373,13 @@ static int cross_check(pctx *c, topo *t)
         rc = check_no_cycle(c, t);
     if (rc)
         return rc;
-    int n_drafters = topo_n_drafters(t);
-    int owner[TOPO_MAX_WORKERS];
-    for (int k = 0; k < TOPO_MAX_WORKERS; k++)
+    int n_drafters = topology_n_drafters(t);
+    int owner[TOPOLOGY_MAX_WORKERS];
+    for (int k = 0; k < TOPOLOGY_MAX_WORKERS; k++)
         owner[k] = -1;
     for (int i = 0; i < t->n_workers; i++) {
-        const topo_worker *w = &t->workers[i];
-        if (w->role != TOPO_ROLE_DRAFTER)
+        const topology_worker *w = &t->workers[i];
+        if (w->role != TOPOLOGY_ROLE_DRAFTER)
             continue;
         snprintf(p, sizeof p, "workers[%d].rank", i);
         if (w->rank < 0 || w->rank >= n_drafters) /* parse_workers bounds it; defensive */
@@ -394,10 +394,10 @@ static int cross_check(pctx *c, topo *t)
 
 /* --- the field tables --------------------------------------------------------------------------
  * Every key of every object of the file is one row of a table below (top_fields, target_fields,
- * drafter_fields, data_fields, ring_fields, worker_fields, sup_fields, binaries_fields): its
+ * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields): its
  * name, its type, where it lives (offsetof into the struct the object fills), its limits and
  * default. The same row drives the unknown-key check (the key list of the object), the parse
- * (rows in order; the first error stops) and topo_to_json (rows in order, so the normalised
+ * (rows in order; the first error stops) and topology_to_json (rows in order, so the normalised
  * file lists the keys as the table does). A field whose JSON is not a plain scalar (an array,
  * a ring reference, the worker's role) names its own parse and write functions in its row;
  * checks across fields (token_budget >= max_seq_len, the ring graph, ranks) stay as code
@@ -410,7 +410,7 @@ typedef enum {
     FT_BOOL,   /* int: true/false, default def */
     FT_STR,    /* char *: non-empty string (owned), NULL when absent or null (nullable) */
     FT_NAME,   /* char[32]: 1..31 characters [a-z0-9_-], required */
-    FT_GPU,    /* int: -1..TOPO_MAX_GPU, checked against the backend */
+    FT_GPU,    /* int: -1..TOPOLOGY_MAX_GPU, checked against the backend */
     FT_OBJ,    /* a nested object described by sub[0..n_sub) at the same base + off */
     FT_CUSTOM, /* parse and write functions of its own */
 } ftype;
@@ -642,7 +642,7 @@ static json_t *write_capture_layers(const topo *t, const void *s, int *omit)
 
 static int parse_mask_token_id(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
-    topo_drafter *d = s;
+    topology_drafter *d = s;
     json_t *v = json_object_get(o, "mask_token_id");
     d->mask_token_id = -1;
     if (v && !json_is_null(v)) {
@@ -659,7 +659,7 @@ static int parse_mask_token_id(pctx *c, topo *t, void *s, const json_t *o, const
 
 static json_t *write_mask_token_id(const topo *t, const void *s, int *omit)
 {
-    const topo_drafter *d = s;
+    const topology_drafter *d = s;
     return d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id);
 }
 
@@ -716,7 +716,7 @@ static int check_data(pctx *c, topo *t, void *s, const char *path)
 /* supervision, after its fields */
 static int check_supervision(pctx *c, topo *t, void *s, const char *path)
 {
-    const topo_supervision *su = &t->sup;
+    const topology_supervision *su = &t->sup;
     if (su->backoff_max_ms < su->backoff_initial_ms)
         return fail(c, "supervision.backoff_max_ms",
                     "expected at least supervision.backoff_initial_ms (%u), got %u",
@@ -738,7 +738,7 @@ static int parse_ring_ref(pctx *c, topo *t, const json_t *o, const char *path, c
         describe(v, got, sizeof got);
         return fail(c, p, "expected a ring name, got %s", got);
     }
-    int k = topo_find_ring(t, json_string_value(v));
+    int k = topology_find_ring(t, json_string_value(v));
     if (k < 0) {
         describe(v, got, sizeof got);
         return fail(c, p, "unknown ring %s", got);
@@ -751,7 +751,7 @@ static const char *const roles[] = {"target", "postproc", "drafter", "test"};
 
 static int check_worker_name(pctx *c, topo *t, void *s, const char *path)
 {
-    topo_worker *w = s;
+    topology_worker *w = s;
     int i = (int)(w - t->workers);
     char q[96];
     for (int j = 0; j < i; j++)
@@ -764,7 +764,7 @@ static int check_worker_name(pctx *c, topo *t, void *s, const char *path)
 
 static int parse_role(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
-    topo_worker *w = s;
+    topology_worker *w = s;
     char q[96], got[GOT_LEN];
     json_t *rv = json_object_get(o, "role");
     snprintf(q, sizeof q, "%s.role", path);
@@ -778,23 +778,23 @@ static int parse_role(pctx *c, topo *t, void *s, const json_t *o, const char *pa
         describe(rv, got, sizeof got);
         return fail(c, q, "expected \"target\", \"postproc\", \"drafter\" or \"test\", got %s", got);
     }
-    w->role = (topo_role)role;
+    w->role = (topology_role)role;
     return 0;
 }
 
 static json_t *write_role(const topo *t, const void *s, int *omit)
 {
-    return json_string(topo_role_name(((const topo_worker *)s)->role));
+    return json_string(topology_role_name(((const topology_worker *)s)->role));
 }
 
 static int parse_in(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
-    return parse_ring_ref(c, t, o, path, "in", &((topo_worker *)s)->in_ring);
+    return parse_ring_ref(c, t, o, path, "in", &((topology_worker *)s)->in_ring);
 }
 
 static int parse_out(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
-    return parse_ring_ref(c, t, o, path, "out", &((topo_worker *)s)->out_ring);
+    return parse_ring_ref(c, t, o, path, "out", &((topology_worker *)s)->out_ring);
 }
 
 static json_t *write_ring_ref(const topo *t, int ring, int *omit)
@@ -805,33 +805,33 @@ static json_t *write_ring_ref(const topo *t, int ring, int *omit)
 
 static json_t *write_in(const topo *t, const void *s, int *omit)
 {
-    return write_ring_ref(t, ((const topo_worker *)s)->in_ring, omit);
+    return write_ring_ref(t, ((const topology_worker *)s)->in_ring, omit);
 }
 
 static json_t *write_out(const topo *t, const void *s, int *omit)
 {
-    return write_ring_ref(t, ((const topo_worker *)s)->out_ring, omit);
+    return write_ring_ref(t, ((const topology_worker *)s)->out_ring, omit);
 }
 
 /* after "out": which rings the role reads and writes */
 static int check_worker_rings(pctx *c, topo *t, void *s, const char *p)
 {
-    const topo_worker *w = s;
+    const topology_worker *w = s;
     const char *rn = roles[w->role];
     char q[96];
-    if ((w->role == TOPO_ROLE_TARGET) && w->in_ring >= 0) {
+    if ((w->role == TOPOLOGY_ROLE_TARGET) && w->in_ring >= 0) {
         snprintf(q, sizeof q, "%s.in", p);
         return fail(c, q, "a %s worker reads no ring (remove \"in\")", rn);
     }
-    if (w->role == TOPO_ROLE_DRAFTER && w->out_ring >= 0) {
+    if (w->role == TOPOLOGY_ROLE_DRAFTER && w->out_ring >= 0) {
         snprintf(q, sizeof q, "%s.out", p);
         return fail(c, q, "a %s worker writes no ring (remove \"out\")", rn);
     }
-    if ((w->role == TOPO_ROLE_POSTPROC || w->role == TOPO_ROLE_DRAFTER) && w->in_ring < 0) {
+    if ((w->role == TOPOLOGY_ROLE_POSTPROC || w->role == TOPOLOGY_ROLE_DRAFTER) && w->in_ring < 0) {
         snprintf(q, sizeof q, "%s.in", p);
         return fail(c, q, "required for role \"%s\"", rn);
     }
-    if ((w->role == TOPO_ROLE_TARGET || w->role == TOPO_ROLE_POSTPROC) && w->out_ring < 0) {
+    if ((w->role == TOPOLOGY_ROLE_TARGET || w->role == TOPOLOGY_ROLE_POSTPROC) && w->out_ring < 0) {
         snprintf(q, sizeof q, "%s.out", p);
         return fail(c, q, "required for role \"%s\"", rn);
     }
@@ -845,12 +845,12 @@ static int check_worker_rings(pctx *c, topo *t, void *s, const char *p)
 /* drafters only; default: the order among drafters (uniqueness: cross_check) */
 static int parse_rank(pctx *c, topo *t, void *s, const json_t *o, const char *p)
 {
-    topo_worker *w = s;
+    topology_worker *w = s;
     char q[96];
     snprintf(q, sizeof q, "%s.rank", p);
-    if (json_object_get(o, "rank") && w->role != TOPO_ROLE_DRAFTER)
+    if (json_object_get(o, "rank") && w->role != TOPOLOGY_ROLE_DRAFTER)
         return fail(c, q, "only drafter workers have a rank");
-    if (w->role == TOPO_ROLE_DRAFTER) {
+    if (w->role == TOPOLOGY_ROLE_DRAFTER) {
         int64_t x;
         int rc = get_int(c, o, p, "rank", OPTIONAL, 0, c->n_drafters - 1, c->drafter_idx, &x);
         if (rc)
@@ -863,8 +863,8 @@ static int parse_rank(pctx *c, topo *t, void *s, const json_t *o, const char *p)
 
 static json_t *write_rank(const topo *t, const void *s, int *omit)
 {
-    const topo_worker *w = s;
-    *omit = w->role != TOPO_ROLE_DRAFTER;
+    const topology_worker *w = s;
+    *omit = w->role != TOPOLOGY_ROLE_DRAFTER;
     return *omit ? NULL : json_integer(w->rank);
 }
 
@@ -872,12 +872,12 @@ static json_t *write_rank(const topo *t, const void *s, int *omit)
 static int parse_worker_heartbeat(pctx *c, topo *t, void *s, const json_t *o, const char *p)
 {
     return get_u32(c, o, p, "heartbeat_timeout_ms", 100, 86400000, t->sup.heartbeat_timeout_ms,
-                   &((topo_worker *)s)->heartbeat_timeout_ms);
+                   &((topology_worker *)s)->heartbeat_timeout_ms);
 }
 
 static int parse_env(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
-    topo_worker *w = s;
+    topology_worker *w = s;
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, "env");
     json_t *e = json_object_get(o, "env");
@@ -918,7 +918,7 @@ static int parse_env(pctx *c, topo *t, void *s, const json_t *o, const char *pat
 
 static json_t *write_env(const topo *t, const void *s, int *omit)
 {
-    const topo_worker *w = s;
+    const topology_worker *w = s;
     int bad = 0;
     json_t *env = json_object();
     for (char **e = w->env; env && e && *e; e++) {
@@ -936,7 +936,7 @@ static json_t *write_env(const topo *t, const void *s, int *omit)
 
 static int parse_args(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
-    topo_worker *w = s;
+    topology_worker *w = s;
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, "args");
     json_t *a = json_object_get(o, "args");
@@ -964,7 +964,7 @@ static int parse_args(pctx *c, topo *t, void *s, const json_t *o, const char *pa
 
 static json_t *write_args(const topo *t, const void *s, int *omit)
 {
-    const topo_worker *w = s;
+    const topology_worker *w = s;
     json_t *args = json_array();
     for (char **a = w->args; args && a && *a; a++)
         if (json_array_append_new(args, json_string(*a))) {
@@ -982,27 +982,27 @@ static const field target_fields[] = {
 };
 
 static const field drafter_fields[] = {
-    F_U32("num_layers", topo_drafter, num_layers, 1, 64, 1),
-    F_U32("block_size", topo_drafter, block_size, 2, 1024, 16),
-    F_U32("num_anchors", topo_drafter, num_anchors, 1, 65536, 64),
-    F_NUM("gamma", topo_drafter, gamma, 0, 1, 1e6, "a number > 0", 7.0),
-    F_NUM("lr", topo_drafter, lr, 0, 1, 10, "a number in (0, 10]", 6e-4),
-    F_NUM("warmup_frac", topo_drafter, warmup_frac, 0, 0, 1, "a number 0..1", 0.04),
-    F_NUM("weight_decay", topo_drafter, weight_decay, 0, 0, 10, "a number 0..10", 0.0),
-    F_NUM("grad_clip", topo_drafter, grad_clip, 0, 0, 1e9, "a number >= 0 (0 = off)", 1.0),
-    F_NUM("noise_std", topo_drafter, noise_std, 0, 0, 1e3, "a number 0..1000", 0.0),
-    F_U32("epochs", topo_drafter, epochs, 1, 100000, 1),
-    F_U32("checkpoint_every", topo_drafter, checkpoint_every, 1, 1000000000, 50),
+    F_U32("num_layers", topology_drafter, num_layers, 1, 64, 1),
+    F_U32("block_size", topology_drafter, block_size, 2, 1024, 16),
+    F_U32("num_anchors", topology_drafter, num_anchors, 1, 65536, 64),
+    F_NUM("gamma", topology_drafter, gamma, 0, 1, 1e6, "a number > 0", 7.0),
+    F_NUM("lr", topology_drafter, lr, 0, 1, 10, "a number in (0, 10]", 6e-4),
+    F_NUM("warmup_frac", topology_drafter, warmup_frac, 0, 0, 1, "a number 0..1", 0.04),
+    F_NUM("weight_decay", topology_drafter, weight_decay, 0, 0, 10, "a number 0..10", 0.0),
+    F_NUM("grad_clip", topology_drafter, grad_clip, 0, 0, 1e9, "a number >= 0 (0 = off)", 1.0),
+    F_NUM("noise_std", topology_drafter, noise_std, 0, 0, 1e3, "a number 0..1000", 0.0),
+    F_U32("epochs", topology_drafter, epochs, 1, 100000, 1),
+    F_U32("checkpoint_every", topology_drafter, checkpoint_every, 1, 1000000000, 50),
     /* 0 = keep every checkpoint; otherwise the newest N step dirs (never the committed one) */
-    F_U32("keep_checkpoints", topo_drafter, keep_checkpoints, 0, 1000000, 3),
+    F_U32("keep_checkpoints", topology_drafter, keep_checkpoints, 0, 1000000, 3),
     /* consecutive failed checkpoints before the drafter gives up (exit 100): a full disk is
      * reported within N * checkpoint_every steps, not at the end of the run */
-    F_U32("max_checkpoint_failures", topo_drafter, max_checkpoint_failures, 1, 1000000, 3),
-    F_U32("max_nonfinite_steps", topo_drafter, max_nonfinite_steps, 1, 1000000, 3),
+    F_U32("max_checkpoint_failures", topology_drafter, max_checkpoint_failures, 1, 1000000, 3),
+    F_U32("max_nonfinite_steps", topology_drafter, max_nonfinite_steps, 1, 1000000, 3),
     /* gradient all-reduce buckets (several drafter ranks): at least this many KiB each, cut
      * at layer boundaries; 0 = one bucket per layer. 16 MiB by default */
-    F_U32("allreduce_bucket_kb", topo_drafter, allreduce_bucket_kb, 0, 4194304, 16384),
-    F_STR("init_dir", topo_drafter, init_dir, OPTIONAL, 1),
+    F_U32("allreduce_bucket_kb", topology_drafter, allreduce_bucket_kb, 0, 4194304, 16384),
+    F_STR("init_dir", topology_drafter, init_dir, OPTIONAL, 1),
     F_CUSTOM("mask_token_id", parse_mask_token_id, write_mask_token_id),
 };
 
@@ -1015,35 +1015,35 @@ static const field data_fields[] = {
 };
 
 static const field ring_fields[] = {
-    {.key = "name", .type = FT_NAME, .off = offsetof(topo_ring, name)},
-    F_U32("slots", topo_ring, slots, 1, 4096, 8),
-    F_U64("slot_bytes", topo_ring, slot_bytes, OPTIONAL, 4096, (int64_t)1 << 40, 4194304),
-    F_U32("max_attempts", topo_ring, max_attempts, 1, 100, 3),
-    {.key = "gpu", .type = FT_GPU, .off = offsetof(topo_ring, gpu)},
+    {.key = "name", .type = FT_NAME, .off = offsetof(topology_ring, name)},
+    F_U32("slots", topology_ring, slots, 1, 4096, 8),
+    F_U64("slot_bytes", topology_ring, slot_bytes, OPTIONAL, 4096, (int64_t)1 << 40, 4194304),
+    F_U32("max_attempts", topology_ring, max_attempts, 1, 100, 3),
+    {.key = "gpu", .type = FT_GPU, .off = offsetof(topology_ring, gpu)},
 };
 
 static const field worker_fields[] = {
-    {.key = "name", .type = FT_NAME, .off = offsetof(topo_worker, name), .check = check_worker_name},
+    {.key = "name", .type = FT_NAME, .off = offsetof(topology_worker, name), .check = check_worker_name},
     F_CUSTOM("role", parse_role, write_role),
-    {.key = "gpu", .type = FT_GPU, .off = offsetof(topo_worker, gpu)},
+    {.key = "gpu", .type = FT_GPU, .off = offsetof(topology_worker, gpu)},
     F_CUSTOM("in", parse_in, write_in),
     {.key = "out", .type = FT_CUSTOM, .parse = parse_out, .write = write_out, .check = check_worker_rings},
     F_CUSTOM("rank", parse_rank, write_rank),
-    {.key = "heartbeat_timeout_ms", .type = FT_U32, .off = offsetof(topo_worker, heartbeat_timeout_ms),
+    {.key = "heartbeat_timeout_ms", .type = FT_U32, .off = offsetof(topology_worker, heartbeat_timeout_ms),
      .parse = parse_worker_heartbeat},
     F_CUSTOM("env", parse_env, write_env),
     F_CUSTOM("args", parse_args, write_args),
 };
 
-static const field sup_fields[] = {
-    F_U32("backoff_initial_ms", topo_supervision, backoff_initial_ms, 1, 3600000, 100),
-    F_U32("backoff_max_ms", topo_supervision, backoff_max_ms, 1, 3600000, 5000),
-    F_U32("stable_ms", topo_supervision, stable_ms, 1, 86400000, 10000),
-    F_U32("max_restarts", topo_supervision, max_restarts, 0, 1000000, 5),
-    F_U32("restart_window_s", topo_supervision, restart_window_s, 1, 86400, 60),
-    F_U32("heartbeat_timeout_ms", topo_supervision, heartbeat_timeout_ms, 100, 86400000, 10000),
-    F_U32("shutdown_timeout_ms", topo_supervision, shutdown_timeout_ms, 1, 3600000, 5000),
-    F_U32("metrics_interval_ms", topo_supervision, metrics_interval_ms, 10, 3600000, 1000),
+static const field supervisor_fields[] = {
+    F_U32("backoff_initial_ms", topology_supervision, backoff_initial_ms, 1, 3600000, 100),
+    F_U32("backoff_max_ms", topology_supervision, backoff_max_ms, 1, 3600000, 5000),
+    F_U32("stable_ms", topology_supervision, stable_ms, 1, 86400000, 10000),
+    F_U32("max_restarts", topology_supervision, max_restarts, 0, 1000000, 5),
+    F_U32("restart_window_s", topology_supervision, restart_window_s, 1, 86400, 60),
+    F_U32("heartbeat_timeout_ms", topology_supervision, heartbeat_timeout_ms, 100, 86400000, 10000),
+    F_U32("shutdown_timeout_ms", topology_supervision, shutdown_timeout_ms, 1, 3600000, 5000),
+    F_U32("metrics_interval_ms", topology_supervision, metrics_interval_ms, 10, 3600000, 1000),
 };
 
 static const field binaries_fields[] = {
@@ -1058,19 +1058,19 @@ static int parse_rings(pctx *c, topo *t, void *s, const json_t *root, const char
     json_t *a = json_object_get(root, "rings");
     if (!a)
         return fail(c, "rings", "required key missing");
-    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPO_MAX_RINGS) {
+    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPOLOGY_MAX_RINGS) {
         if (json_is_array(a))
             snprintf(got, sizeof got, "%zu", json_array_size(a));
         else
             describe(a, got, sizeof got);
-        return fail(c, "rings", "expected an array of 1..%d rings, got %s", TOPO_MAX_RINGS, got);
+        return fail(c, "rings", "expected an array of 1..%d rings, got %s", TOPOLOGY_MAX_RINGS, got);
     }
     t->n_rings = (int)json_array_size(a);
-    t->rings = calloc((size_t)t->n_rings, sizeof(topo_ring));
+    t->rings = calloc((size_t)t->n_rings, sizeof(topology_ring));
     if (!t->rings)
         return -ENOMEM;
     for (int i = 0; i < t->n_rings; i++) {
-        topo_ring *r = &t->rings[i];
+        topology_ring *r = &t->rings[i];
         json_t *o = json_array_get(a, (size_t)i);
         char p[64];
         snprintf(p, sizeof p, "rings[%d]", i);
@@ -1108,17 +1108,17 @@ static int parse_workers(pctx *c, topo *t, void *s, const json_t *root, const ch
     json_t *a = json_object_get(root, "workers");
     if (!a)
         return fail(c, "workers", "required key missing");
-    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPO_MAX_WORKERS) {
+    if (!json_is_array(a) || json_array_size(a) < 1 || json_array_size(a) > TOPOLOGY_MAX_WORKERS) {
         if (json_is_array(a))
             snprintf(got, sizeof got, "%zu", json_array_size(a));
         else
             describe(a, got, sizeof got);
-        return fail(c, "workers", "expected an array of 1..%d workers, got %s", TOPO_MAX_WORKERS, got);
+        return fail(c, "workers", "expected an array of 1..%d workers, got %s", TOPOLOGY_MAX_WORKERS, got);
     }
-    /* n_workers counts allocated entries from the start, so topo_free can walk a half-filled
+    /* n_workers counts allocated entries from the start, so topology_free can walk a half-filled
      * array (env/args NULL until parsed). */
     t->n_workers = (int)json_array_size(a);
-    t->workers = calloc((size_t)t->n_workers, sizeof(topo_worker));
+    t->workers = calloc((size_t)t->n_workers, sizeof(topology_worker));
     if (!t->workers)
         return -ENOMEM;
     /* R, the drafter group size, bounds every rank: count the drafters up front. */
@@ -1129,7 +1129,7 @@ static int parse_workers(pctx *c, topo *t, void *s, const json_t *root, const ch
         c->n_drafters += json_is_string(rv) && strcmp(json_string_value(rv), "drafter") == 0;
     }
     for (int i = 0; i < t->n_workers; i++) {
-        topo_worker *w = &t->workers[i];
+        topology_worker *w = &t->workers[i];
         json_t *o = json_array_get(a, (size_t)i);
         char p[64];
         snprintf(p, sizeof p, "workers[%d]", i);
@@ -1207,9 +1207,9 @@ static int parse_backend(pctx *c, topo *t, void *s, const json_t *root, const ch
     if (!v)
         return fail(c, "backend", "required key missing");
     if (json_is_string(v) && strcmp(json_string_value(v), "cpu") == 0)
-        t->backend = TOPO_CPU;
+        t->backend = TOPOLOGY_CPU;
     else if (json_is_string(v) && strcmp(json_string_value(v), "cuda") == 0)
-        t->backend = TOPO_CUDA;
+        t->backend = TOPOLOGY_CUDA;
     else {
         describe(v, got, sizeof got);
         return fail(c, "backend", "expected \"cpu\" or \"cuda\", got %s", got);
@@ -1220,7 +1220,7 @@ static int parse_backend(pctx *c, topo *t, void *s, const json_t *root, const ch
 
 static json_t *write_backend(const topo *t, const void *s, int *omit)
 {
-    return json_string(topo_backend_name(t->backend));
+    return json_string(topology_backend_name(t->backend));
 }
 
 /* In the order of the normalised file. The parse takes them in top_parse_order instead:
@@ -1237,7 +1237,7 @@ static const field top_fields[] = {
     F_OBJ("data", 0, REQUIRED, data_fields, check_data),
     F_CUSTOM("rings", parse_rings, write_rings),
     F_CUSTOM("workers", parse_workers, write_workers),
-    F_OBJ("supervision", offsetof(topo, sup), OPTIONAL, sup_fields, check_supervision),
+    F_OBJ("supervision", offsetof(topo, sup), OPTIONAL, supervisor_fields, check_supervision),
     F_OBJ("binaries", 0, OPTIONAL, binaries_fields, NULL),
 };
 static const int top_parse_order[NF(top_fields)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 9, 10, 12};
@@ -1259,7 +1259,7 @@ static int parse_root(pctx *c, topo *t, const json_t *root)
 
 static int parse_buf(topo *t, const char *text, size_t len, const char *src, char *err, size_t errlen)
 {
-    pctx c = {.err = err, .errlen = errlen, .src = src ? src : "topology", .backend = TOPO_CPU};
+    pctx c = {.err = err, .errlen = errlen, .src = src ? src : "topology", .backend = TOPOLOGY_CPU};
     if (err && errlen)
         err[0] = '\0';
     memset(t, 0, sizeof *t);
@@ -1277,16 +1277,16 @@ static int parse_buf(topo *t, const char *text, size_t len, const char *src, cha
     if (rc == -ENOMEM && err && errlen)
         snprintf(err, errlen, "%s: out of memory", c.src);
     if (rc)
-        topo_free(t);
+        topology_free(t);
     return rc;
 }
 
-int topo_parse(topo *t, const char *json_text, const char *source_name, char *err, size_t errlen)
+int topology_parse(topo *t, const char *json_text, const char *source_name, char *err, size_t errlen)
 {
     return parse_buf(t, json_text, strlen(json_text), source_name, err, errlen);
 }
 
-int topo_load(topo *t, const char *path, char *err, size_t errlen)
+int topology_load(topo *t, const char *path, char *err, size_t errlen)
 {
     char *text = NULL;
     size_t len = 0;
@@ -1306,7 +1306,7 @@ int topo_load(topo *t, const char *path, char *err, size_t errlen)
     return rc;
 }
 
-void topo_free(topo *t)
+void topology_free(topo *t)
 {
     if (!t)
         return;
@@ -1330,7 +1330,7 @@ void topo_free(topo *t)
     memset(t, 0, sizeof *t);
 }
 
-int topo_find_worker(const topo *t, const char *name)
+int topology_find_worker(const topo *t, const char *name)
 {
     for (int i = 0; i < t->n_workers; i++)
         if (strcmp(t->workers[i].name, name) == 0)
@@ -1338,7 +1338,7 @@ int topo_find_worker(const topo *t, const char *name)
     return -1;
 }
 
-int topo_find_ring(const topo *t, const char *name)
+int topology_find_ring(const topo *t, const char *name)
 {
     for (int i = 0; i < t->n_rings; i++)
         if (strcmp(t->rings[i].name, name) == 0)
@@ -1346,33 +1346,33 @@ int topo_find_ring(const topo *t, const char *name)
     return -1;
 }
 
-int topo_n_drafters(const topo *t)
+int topology_n_drafters(const topo *t)
 {
     int n = 0;
     for (int i = 0; i < t->n_workers; i++)
-        n += t->workers[i].role == TOPO_ROLE_DRAFTER;
+        n += t->workers[i].role == TOPOLOGY_ROLE_DRAFTER;
     return n;
 }
 
-const char *topo_role_name(topo_role r)
+const char *topology_role_name(topology_role r)
 {
     switch (r) {
-    case TOPO_ROLE_TARGET: return "target";
-    case TOPO_ROLE_POSTPROC: return "postproc";
-    case TOPO_ROLE_DRAFTER: return "drafter";
-    case TOPO_ROLE_TEST: return "test";
+    case TOPOLOGY_ROLE_TARGET: return "target";
+    case TOPOLOGY_ROLE_POSTPROC: return "postproc";
+    case TOPOLOGY_ROLE_DRAFTER: return "drafter";
+    case TOPOLOGY_ROLE_TEST: return "test";
     }
     return "?";
 }
 
-const char *topo_backend_name(topo_backend b)
+const char *topology_backend_name(topology_backend b)
 {
-    return b == TOPO_CUDA ? "cuda" : "cpu";
+    return b == TOPOLOGY_CUDA ? "cuda" : "cpu";
 }
 
 /* --- normalised JSON --------------------------------------------------------------------------- */
 
-json_t *topo_to_json(const topo *t)
+json_t *topology_to_json(const topo *t)
 {
     return write_fields(t, top_fields, NF(top_fields), t);
 }

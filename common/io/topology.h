@@ -6,11 +6,11 @@
  * so an operator can fix the file without reading code. After a successful load every field
  * holds a value (defaults filled in), and the cross-references are resolved to indices
  * (a worker's "in"/"out" ring name -> index into t->rings), so the rest of the code never
- * looks at JSON. topo_to_json gives back the normalised form, written into the run dir as
+ * looks at JSON. topology_to_json gives back the normalised form, written into the run dir as
  * topology.json so a run records exactly what it ran with. The schema is docs/topology.md.
  *
- * Ownership: a topo owns every pointer in it (strings, arrays, env/args vectors); topo_free
- * releases them and resets the struct to zeros. topo_free is safe on a zeroed struct and on
+ * Ownership: a topo owns every pointer in it (strings, arrays, env/args vectors); topology_free
+ * releases them and resets the struct to zeros. topology_free is safe on a zeroed struct and on
  * one that a failed parse left half-filled (parse frees on error anyway).
  */
 #ifndef DF_TOPOLOGY_H
@@ -20,33 +20,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TOPO_MAX_WORKERS 64
-#define TOPO_MAX_RINGS 16
-#define TOPO_MAX_GPU 7
+#define TOPOLOGY_MAX_WORKERS 64
+#define TOPOLOGY_MAX_RINGS 16
+#define TOPOLOGY_MAX_GPU 7
 
-typedef enum { TOPO_CPU, TOPO_CUDA } topo_backend;
-typedef enum { TOPO_ROLE_TARGET, TOPO_ROLE_POSTPROC, TOPO_ROLE_DRAFTER, TOPO_ROLE_TEST } topo_role;
+typedef enum { TOPOLOGY_CPU, TOPOLOGY_CUDA } topology_backend;
+typedef enum { TOPOLOGY_ROLE_TARGET, TOPOLOGY_ROLE_POSTPROC, TOPOLOGY_ROLE_DRAFTER, TOPOLOGY_ROLE_TEST } topology_role;
 
-typedef struct topo_ring {
+typedef struct topology_ring {
     char name[32];         /* 1..31 chars [a-z0-9_-] */
     uint32_t slots;        /* 1..4096 */
     uint64_t slot_bytes;   /* 4096..(1<<40) */
     uint32_t max_attempts; /* 1..100: a batch is poisoned after this many failed consumers */
     int gpu;               /* -1 = host memory, else the CUDA device of the slots */
-} topo_ring;
+} topology_ring;
 
-typedef struct topo_worker {
+typedef struct topology_worker {
     char name[32];
-    topo_role role;
+    topology_role role;
     int gpu;                       /* -1 (CPU) or 0..7 */
     int in_ring, out_ring;         /* index into topo.rings or -1 */
     int rank;                      /* drafter rank 0..R-1; -1 for other roles */
     uint32_t heartbeat_timeout_ms; /* default: supervision.heartbeat_timeout_ms */
     char **env;                    /* "K=V", NULL-terminated, owned */
     char **args;                   /* NULL-terminated, owned */
-} topo_worker;
+} topology_worker;
 
-typedef struct topo_drafter {
+typedef struct topology_drafter {
     uint32_t num_layers, block_size, num_anchors;
     double gamma, lr, warmup_frac, weight_decay, grad_clip, noise_std;
     uint32_t epochs, checkpoint_every;
@@ -56,53 +56,53 @@ typedef struct topo_drafter {
     uint32_t allreduce_bucket_kb;     /* gradient all-reduce buckets, KiB (0 = per layer; default 16384) */
     char *init_dir;        /* NULL = fresh init */
     int64_t mask_token_id; /* -1 = default */
-} topo_drafter;
+} topology_drafter;
 
-typedef struct topo_supervision {
+typedef struct topology_supervision {
     uint32_t backoff_initial_ms, backoff_max_ms, stable_ms, max_restarts, restart_window_s,
         heartbeat_timeout_ms, shutdown_timeout_ms, metrics_interval_ms;
-} topo_supervision;
+} topology_supervision;
 
 typedef struct topo {
     int version;
     char name[64];
     char *run_dir;
-    topo_backend backend;
+    topology_backend backend;
     uint64_t seed;
     int deterministic;
     char *target_model_dir;
     int *capture_layers; /* [n_capture], strictly increasing */
     int n_capture;
-    topo_drafter drafter;
+    topology_drafter drafter;
     char **shards; /* [n_shards] */
     int n_shards;
     uint64_t token_budget;
     uint32_t max_seq_len;
-    topo_ring *rings; /* [n_rings] */
+    topology_ring *rings; /* [n_rings] */
     int n_rings;
-    topo_worker *workers; /* [n_workers] */
+    topology_worker *workers; /* [n_workers] */
     int n_workers;
-    topo_supervision sup;
+    topology_supervision sup;
     char *bin_dir;     /* NULL = next to the orchestrator binary */
     char *source_path; /* the file it was loaded from */
 } topo;
 
 /* Read and validate a topology file. 0, or -ENOENT/-EACCES/... (file unreadable) or -EINVAL
  * (bad content) with a one-line message in err ("<path>: <json path>: <what>"). On error t is
- * left zeroed. On success t owns its memory: release with topo_free. */
-int topo_load(topo *t, const char *path, char *err, size_t errlen);
+ * left zeroed. On success t owns its memory: release with topology_free. */
+int topology_load(topo *t, const char *path, char *err, size_t errlen);
 /* The same from text; source_name prefixes error messages (and becomes t->source_path). */
-int topo_parse(topo *t, const char *json_text, const char *source_name, char *err, size_t errlen);
+int topology_parse(topo *t, const char *json_text, const char *source_name, char *err, size_t errlen);
 /* Free everything t owns and zero it. Safe on a zeroed or half-filled topo. */
-void topo_free(topo *t);
-int topo_find_worker(const topo *t, const char *name); /* index or -1 */
-int topo_find_ring(const topo *t, const char *name);   /* index or -1 */
-const char *topo_role_name(topo_role r);               /* "target", ... */
-const char *topo_backend_name(topo_backend b);         /* "cpu" | "cuda" */
+void topology_free(topo *t);
+int topology_find_worker(const topo *t, const char *name); /* index or -1 */
+int topology_find_ring(const topo *t, const char *name);   /* index or -1 */
+const char *topology_role_name(topology_role r);               /* "target", ... */
+const char *topology_backend_name(topology_backend b);         /* "cpu" | "cuda" */
 /* Number of drafter workers (= world size R of the drafter group). */
-int topo_n_drafters(const topo *t);
+int topology_n_drafters(const topo *t);
 /* The normalised topology (defaults filled) as a new JSON object (caller json_decref's);
- * NULL on allocation failure. topo_parse(json_dumps(topo_to_json(t))) gives back t. */
-json_t *topo_to_json(const topo *t);
+ * NULL on allocation failure. topology_parse(json_dumps(topology_to_json(t))) gives back t. */
+json_t *topology_to_json(const topo *t);
 
 #endif

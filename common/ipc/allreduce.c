@@ -12,7 +12,7 @@ static _Thread_local int last_err;
 static _Thread_local char last_detail[256];
 static _Thread_local char strerror_buf[320];
 
-int ar_fail(int err, const char *fmt, ...)
+int allreduce_fail(int err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -22,7 +22,7 @@ int ar_fail(int err, const char *fmt, ...)
     return err;
 }
 
-const char *ar_strerror(int err)
+const char *allreduce_strerror(int err)
 {
     int e = err < 0 ? -err : err;
     const char *base;
@@ -44,99 +44,99 @@ const char *ar_strerror(int err)
     return strerror_buf;
 }
 
-void ar_comm_init(ar_comm *c)
+void allreduce_comm_init(allreduce_comm *c)
 {
-    c->backend = AR_NONE;
+    c->backend = ALLREDUCE_NONE;
     c->rank = -1;
     c->world = 0;
-    c->timeout_ns = AR_DEFAULT_TIMEOUT_NS;
+    c->timeout_ns = ALLREDUCE_DEFAULT_TIMEOUT_NS;
     c->impl = NULL;
 }
 
-int ar_open_shm(ar_comm *c, void *mem, uint64_t bytes, int rank, int world)
+int allreduce_open_shm(allreduce_comm *c, void *mem, uint64_t bytes, int rank, int world)
 {
     if (!c || !mem)
-        return ar_fail(-EINVAL, "ar_open_shm: NULL comm or segment");
-    if (c->backend != AR_NONE || c->impl)
-        return ar_fail(-EINVAL, "ar_open_shm: comm is not in the init state");
-    if (world < 1 || world > AR_MAX_WORLD || rank < 0 || rank >= world)
-        return ar_fail(-EINVAL, "ar_open_shm: rank %d / world %d out of range (world 1..%d)",
-                       rank, world, AR_MAX_WORLD);
-    return ar_shm_open_impl(c, mem, bytes, rank, world);
+        return allreduce_fail(-EINVAL, "allreduce_open_shm: NULL comm or segment");
+    if (c->backend != ALLREDUCE_NONE || c->impl)
+        return allreduce_fail(-EINVAL, "allreduce_open_shm: comm is not in the init state");
+    if (world < 1 || world > ALLREDUCE_MAX_WORLD || rank < 0 || rank >= world)
+        return allreduce_fail(-EINVAL, "allreduce_open_shm: rank %d / world %d out of range (world 1..%d)",
+                       rank, world, ALLREDUCE_MAX_WORLD);
+    return allreduce_shm_open_impl(c, mem, bytes, rank, world);
 }
 
-int ar_nccl_get_unique_id(void *out128)
+int allreduce_nccl_get_unique_id(void *out128)
 {
     if (!out128)
-        return ar_fail(-EINVAL, "ar_nccl_get_unique_id: NULL output");
-    return ar_nccl_unique_id_impl(out128);
+        return allreduce_fail(-EINVAL, "allreduce_nccl_get_unique_id: NULL output");
+    return allreduce_nccl_unique_id_impl(out128);
 }
 
-int ar_open_nccl_ex(ar_comm *c, const void *id128, int rank, int world, int device,
+int allreduce_open_nccl_ex(allreduce_comm *c, const void *id128, int rank, int world, int device,
                     unsigned flags, int64_t init_timeout_ns)
 {
     if (!c || !id128)
-        return ar_fail(-EINVAL, "ar_open_nccl: NULL comm or unique id");
-    if (c->backend != AR_NONE || c->impl)
-        return ar_fail(-EINVAL, "ar_open_nccl: comm is not in the init state");
+        return allreduce_fail(-EINVAL, "allreduce_open_nccl: NULL comm or unique id");
+    if (c->backend != ALLREDUCE_NONE || c->impl)
+        return allreduce_fail(-EINVAL, "allreduce_open_nccl: comm is not in the init state");
     if (world < 1 || rank < 0 || rank >= world || device < 0)
-        return ar_fail(-EINVAL, "ar_open_nccl: rank %d / world %d / device %d out of range",
+        return allreduce_fail(-EINVAL, "allreduce_open_nccl: rank %d / world %d / device %d out of range",
                        rank, world, device);
-    if (flags & ~AR_DETERMINISTIC)
-        return ar_fail(-EINVAL, "ar_open_nccl: unknown flags 0x%x", flags);
-    return ar_nccl_open_impl(c, id128, rank, world, device, flags, init_timeout_ns);
+    if (flags & ~ALLREDUCE_DETERMINISTIC)
+        return allreduce_fail(-EINVAL, "allreduce_open_nccl: unknown flags 0x%x", flags);
+    return allreduce_nccl_open_impl(c, id128, rank, world, device, flags, init_timeout_ns);
 }
 
-int ar_open_nccl(ar_comm *c, const void *id128, int rank, int world, int device)
+int allreduce_open_nccl(allreduce_comm *c, const void *id128, int rank, int world, int device)
 {
-    return ar_open_nccl_ex(c, id128, rank, world, device, AR_DETERMINISTIC,
-                           AR_DEFAULT_TIMEOUT_NS);
+    return allreduce_open_nccl_ex(c, id128, rank, world, device, ALLREDUCE_DETERMINISTIC,
+                           ALLREDUCE_DEFAULT_TIMEOUT_NS);
 }
 
-int ar_set_stream(ar_comm *c, void *cuda_stream)
+int allreduce_set_stream(allreduce_comm *c, void *cuda_stream)
 {
-    if (!c || c->backend == AR_NONE)
-        return ar_fail(-EINVAL, "ar_set_stream: comm not open");
-    if (c->backend == AR_NCCL)
-        return ar_nccl_set_stream(c, cuda_stream);
+    if (!c || c->backend == ALLREDUCE_NONE)
+        return allreduce_fail(-EINVAL, "allreduce_set_stream: comm not open");
+    if (c->backend == ALLREDUCE_NCCL)
+        return allreduce_nccl_set_stream(c, cuda_stream);
     return 0;
 }
 
-int ar_allreduce_sum(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
+int allreduce_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns)
 {
-    if (!c || c->backend == AR_NONE)
-        return ar_fail(-EINVAL, "ar_allreduce_sum: comm not open");
+    if (!c || c->backend == ALLREDUCE_NONE)
+        return allreduce_fail(-EINVAL, "allreduce_sum: comm not open");
     if (n > 0 && !buf)
-        return ar_fail(-EINVAL, "ar_allreduce_sum: NULL buffer with n=%zu", n);
-    return c->backend == AR_SHM ? ar_shm_allreduce(c, buf, n, timeout_ns)
-                                : ar_nccl_allreduce(c, buf, n, timeout_ns);
+        return allreduce_fail(-EINVAL, "allreduce_sum: NULL buffer with n=%zu", n);
+    return c->backend == ALLREDUCE_SHM ? allreduce_shm_sum(c, buf, n, timeout_ns)
+                                : allreduce_nccl_sum(c, buf, n, timeout_ns);
 }
 
-int ar_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
+int allreduce_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n)
 {
-    if (!c || c->backend == AR_NONE)
-        return ar_fail(-EINVAL, "ar_bucket_ready: comm not open");
+    if (!c || c->backend == ALLREDUCE_NONE)
+        return allreduce_fail(-EINVAL, "allreduce_bucket_ready: comm not open");
     if (n > 0 && !ptr)
-        return ar_fail(-EINVAL, "ar_bucket_ready: bucket %u: NULL buffer with n=%zu",
+        return allreduce_fail(-EINVAL, "allreduce_bucket_ready: bucket %u: NULL buffer with n=%zu",
                        bucket_index, n);
-    return c->backend == AR_SHM ? ar_shm_bucket_ready(c, bucket_index, ptr, n)
-                                : ar_nccl_bucket_ready(c, bucket_index, ptr, n);
+    return c->backend == ALLREDUCE_SHM ? allreduce_shm_bucket_ready(c, bucket_index, ptr, n)
+                                : allreduce_nccl_bucket_ready(c, bucket_index, ptr, n);
 }
 
-int ar_wait_all(ar_comm *c)
+int allreduce_wait_all(allreduce_comm *c)
 {
-    if (!c || c->backend == AR_NONE)
-        return ar_fail(-EINVAL, "ar_wait_all: comm not open");
-    return c->backend == AR_SHM ? ar_shm_wait_all(c) : ar_nccl_wait_all(c);
+    if (!c || c->backend == ALLREDUCE_NONE)
+        return allreduce_fail(-EINVAL, "allreduce_wait_all: comm not open");
+    return c->backend == ALLREDUCE_SHM ? allreduce_shm_wait_all(c) : allreduce_nccl_wait_all(c);
 }
 
-void ar_close(ar_comm *c)
+void allreduce_close(allreduce_comm *c)
 {
     if (!c)
         return;
-    if (c->backend == AR_SHM)
-        ar_shm_close(c);
-    else if (c->backend == AR_NCCL)
-        ar_nccl_close(c);
-    ar_comm_init(c);
+    if (c->backend == ALLREDUCE_SHM)
+        allreduce_shm_close(c);
+    else if (c->backend == ALLREDUCE_NCCL)
+        allreduce_nccl_close(c);
+    allreduce_comm_init(c);
 }

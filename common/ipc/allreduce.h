@@ -18,8 +18,8 @@
  * layer while the backward pass is still producing the next ones. docs/allreduce.md has the
  * algorithm, the determinism argument and the failure behaviour.
  *
- * All functions return 0 or -errno (ar_strerror gives the text with detail) and never exit.
- * An ar_comm is used by one thread at a time (the shm bucket thread is internal).
+ * All functions return 0 or -errno (allreduce_strerror gives the text with detail) and never exit.
+ * An allreduce_comm is used by one thread at a time (the shm bucket thread is internal).
  */
 #ifndef DF_ALLREDUCE_H
 #define DF_ALLREDUCE_H
@@ -27,67 +27,67 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define AR_MAX_WORLD 64
+#define ALLREDUCE_MAX_WORLD 64
 /* Timeout (per wait for the slowest peer) used by the bucketed calls until the caller
- * sets ar_comm.timeout_ns. */
-#define AR_DEFAULT_TIMEOUT_NS (60ll * 1000000000ll)
+ * sets allreduce_comm.timeout_ns. */
+#define ALLREDUCE_DEFAULT_TIMEOUT_NS (60ll * 1000000000ll)
 
-typedef enum { AR_NONE = 0, AR_SHM = 1, AR_NCCL = 2 } ar_backend;
+typedef enum { ALLREDUCE_NONE = 0, ALLREDUCE_SHM = 1, ALLREDUCE_NCCL = 2 } allreduce_backend;
 
-/* ar_open_nccl_ex flags. */
-#define AR_DETERMINISTIC 1u /* NCCL_ALGO=Ring, NCCL_PROTO=Simple: a fixed reduction order */
+/* allreduce_open_nccl_ex flags. */
+#define ALLREDUCE_DETERMINISTIC 1u /* NCCL_ALGO=Ring, NCCL_PROTO=Simple: a fixed reduction order */
 
-typedef struct ar_comm {
-    ar_backend backend;  /* AR_NONE after ar_comm_init / ar_close */
+typedef struct allreduce_comm {
+    allreduce_backend backend;  /* ALLREDUCE_NONE after allreduce_comm_init / allreduce_close */
     int rank, world;
     int64_t timeout_ns;  /* bucketed calls: max wait for a peer (< 0: forever); set by open */
-    void *impl;          /* backend state (heap), owned by the comm, freed by ar_close */
-} ar_comm;
+    void *impl;          /* backend state (heap), owned by the comm, freed by allreduce_close */
+} allreduce_comm;
 
-void ar_comm_init(ar_comm *c);
+void allreduce_comm_init(allreduce_comm *c);
 
 /* --- shm backend --------------------------------------------------------------------- */
 
 /* Bytes of a segment for `world` ranks reducing up to max_floats floats per round (larger
  * buffers are reduced in rounds of max_floats). 0 if the arguments are out of range. */
-uint64_t ar_shm_bytes(int world, uint64_t max_floats);
+uint64_t allreduce_shm_bytes(int world, uint64_t max_floats);
 
-/* Orchestrator: lay out a segment (bytes >= ar_shm_bytes). Re-formatting a segment that
+/* Orchestrator: lay out a segment (bytes >= allreduce_shm_bytes). Re-formatting a segment that
  * was formatted before bumps its epoch, so a stale handle from the old group gets -ESTALE.
  * Call only when no rank of the group is alive (after reaping them all): this is how a
  * group restart starts clean. 0 or -EINVAL. */
-int ar_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floats);
+int allreduce_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floats);
 
 /* Orchestrator: break the group now (e.g. it reaped a dead rank): every rank waiting in or
  * entering a reduction returns -ECANCELED at once instead of waiting for its timeout. */
-int ar_shm_abort(void *mem, uint64_t bytes);
+int allreduce_shm_abort(void *mem, uint64_t bytes);
 
 /* Rank `rank` of `world` joins a formatted segment (mem stays mapped by the caller for the
  * life of the comm). -EPROTO: not a formatted segment; -EINVAL: world differs from the
  * format or rank out of range; -EBUSY: this rank already joined since the last format
  * (a restarted rank needs the orchestrator to re-format first). */
-int ar_open_shm(ar_comm *c, void *mem, uint64_t bytes, int rank, int world);
+int allreduce_open_shm(allreduce_comm *c, void *mem, uint64_t bytes, int rank, int world);
 
 /* --- nccl backend (CUDA=1 builds; -ENOTSUP otherwise) ---------------------------------- */
 
 /* Rank 0 (or a helper) makes the 128-byte id that the orchestrator hands to every rank
  * over the control channel. Sets the NCCL env (below) first: the orchestrator itself never
  * calls this (it never loads CUDA). */
-int ar_nccl_get_unique_id(void *out128);
+int allreduce_nccl_get_unique_id(void *out128);
 
 /* Join the communicator on CUDA device `device`. Before the first NCCL call of the process
  * it sets NCCL_NVLS_ENABLE=0 (NVLink multicast is off on the lent machines) and, with
- * AR_DETERMINISTIC, NCCL_ALGO=Ring and NCCL_PROTO=Simple. init_timeout_ns bounds the wait
+ * ALLREDUCE_DETERMINISTIC, NCCL_ALGO=Ring and NCCL_PROTO=Simple. init_timeout_ns bounds the wait
  * for all ranks to join (< 0: forever); on timeout the comm is aborted: -ETIMEDOUT.
- * ar_open_nccl = ar_open_nccl_ex(..., AR_DETERMINISTIC, AR_DEFAULT_TIMEOUT_NS). */
-int ar_open_nccl(ar_comm *c, const void *unique_id_128_bytes, int rank, int world, int device);
-int ar_open_nccl_ex(ar_comm *c, const void *unique_id_128_bytes, int rank, int world,
+ * allreduce_open_nccl = allreduce_open_nccl_ex(..., ALLREDUCE_DETERMINISTIC, ALLREDUCE_DEFAULT_TIMEOUT_NS). */
+int allreduce_open_nccl(allreduce_comm *c, const void *unique_id_128_bytes, int rank, int world, int device);
+int allreduce_open_nccl_ex(allreduce_comm *c, const void *unique_id_128_bytes, int rank, int world,
                     int device, unsigned flags, int64_t init_timeout_ns);
 
 /* NCCL: the cudaStream_t on which the caller produces gradients. Reductions wait for the
  * work enqueued on it so far (event) and run on the comm's own stream. NULL: the legacy
  * default stream. No effect on the shm backend. */
-int ar_set_stream(ar_comm *c, void *cuda_stream);
+int allreduce_set_stream(allreduce_comm *c, void *cuda_stream);
 
 /* --- reductions ---------------------------------------------------------------------- */
 
@@ -97,29 +97,29 @@ int ar_set_stream(ar_comm *c, void *cuda_stream);
  * -ETIMEDOUT: a peer did not arrive (dead or hung); the group is broken from then on, on
  * every rank (they all return -ETIMEDOUT): exit and let the orchestrator restart the
  * group. -EINVAL: ranks disagree on n or are out of step (every rank sees it).
- * -ECANCELED: ar_shm_abort. -ESTALE: the segment was re-formatted under this rank. */
-int ar_allreduce_sum(ar_comm *c, float *buf, size_t n, int64_t timeout_ns);
+ * -ECANCELED: allreduce_shm_abort. -ESTALE: the segment was re-formatted under this rank. */
+int allreduce_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns);
 
 /* Bucketed reduction for overlap with the backward pass. A step is
- *     ar_bucket_ready(c, 0, p0, n0); ar_bucket_ready(c, 1, p1, n1); ... ar_wait_all(c);
+ *     allreduce_bucket_ready(c, 0, p0, n0); allreduce_bucket_ready(c, 1, p1, n1); ... allreduce_wait_all(c);
  * with bucket indices 0, 1, 2, ... in order (the same buckets on every rank), each bucket
  * handed over as soon as its gradients are final; the caller must not touch a bucket's
- * memory until ar_wait_all returns. shm: a per-comm background thread reduces the buckets
+ * memory until allreduce_wait_all returns. shm: a per-comm background thread reduces the buckets
  * in order while the caller goes on (each bucket gives exactly the bits a single
- * ar_allreduce_sum over the same data gives). nccl: one ncclAllReduce per bucket on the
- * comm stream, after the caller's stream (ar_set_stream) reached the call. Waits use
- * c->timeout_ns. ar_wait_all returns the first error of the step and starts a new step.
+ * allreduce_sum over the same data gives). nccl: one ncclAllReduce per bucket on the
+ * comm stream, after the caller's stream (allreduce_set_stream) reached the call. Waits use
+ * c->timeout_ns. allreduce_wait_all returns the first error of the step and starts a new step.
  * -EINVAL: bucket index out of order. */
-int ar_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n);
-int ar_wait_all(ar_comm *c);
+int allreduce_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n);
+int allreduce_wait_all(allreduce_comm *c);
 
 /* Leave the group and free the comm's state (joins the bucket thread, which may take one
  * timeout if a bucket is still waiting on a dead peer; nccl: destroys the
  * communicator, or aborts it if the group is broken). Resets c to the init state. Does not
  * unmap the segment. Safe on an init-state comm. */
-void ar_close(ar_comm *c);
+void allreduce_close(allreduce_comm *c);
 
 /* Text for an error code from this module, with the last failure's detail on this thread. */
-const char *ar_strerror(int err);
+const char *allreduce_strerror(int err);
 
 #endif

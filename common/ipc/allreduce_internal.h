@@ -8,21 +8,21 @@
 #include "ipc/allreduce.h"
 
 /* Record the detail text for a failure with code err (< 0) on this thread; returns err. */
-int ar_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int allreduce_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-int ar_shm_open_impl(ar_comm *c, void *mem, uint64_t bytes, int rank, int world);
-int ar_shm_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns);
-int ar_shm_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n);
-int ar_shm_wait_all(ar_comm *c);
-void ar_shm_close(ar_comm *c);
+int allreduce_shm_open_impl(allreduce_comm *c, void *mem, uint64_t bytes, int rank, int world);
+int allreduce_shm_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns);
+int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n);
+int allreduce_shm_wait_all(allreduce_comm *c);
+void allreduce_shm_close(allreduce_comm *c);
 
-int ar_nccl_unique_id_impl(void *out128);
-int ar_nccl_open_impl(ar_comm *c, const void *id128, int rank, int world, int device,
+int allreduce_nccl_unique_id_impl(void *out128);
+int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device,
                       unsigned flags, int64_t init_timeout_ns);
-int ar_nccl_set_stream(ar_comm *c, void *cuda_stream);
-int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns);
-int ar_nccl_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n);
-int ar_nccl_wait_all(ar_comm *c);
-void ar_nccl_close(ar_comm *c);
+int allreduce_nccl_set_stream(allreduce_comm *c, void *cuda_stream);
+int allreduce_nccl_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns);
+int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n);
+int allreduce_nccl_wait_all(allreduce_comm *c);
+void allreduce_nccl_close(allreduce_comm *c);
 
 #endif

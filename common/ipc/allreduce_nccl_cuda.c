@@ -7,19 +7,19 @@
  * ncclInProgress), and the host polls ncclCommGetAsyncError / cudaEventQuery against a
  * deadline. On a deadline or an asynchronous error the comm is ncclCommAbort'ed (which
  * also stops the spinning kernels) and marked broken: that call returns -ETIMEDOUT (or
- * -EIO with NCCL's text) and every later call returns the same at once, until ar_close.
+ * -EIO with NCCL's text) and every later call returns the same at once, until allreduce_close.
  * The orchestrator then restarts the group with a new unique id.
  *
  * Environment, set with setenv before the communicator is created (NCCL reads it at init):
  *   NCCL_NVLS_ENABLE=0   always: NVLink multicast (NVLS) is left off on the lent machines.
- *   NCCL_ALGO=Ring, NCCL_PROTO=Simple   with AR_DETERMINISTIC: a ring all-reduce with the
+ *   NCCL_ALGO=Ring, NCCL_PROTO=Simple   with ALLREDUCE_DETERMINISTIC: a ring all-reduce with the
  *       Simple protocol reduces each element in an order fixed by the ring, the channel
  *       split and the message size, all fixed for a fixed world size, machine and n: so
  *       the same step gives the same bits run after run (docs/allreduce.md has the limits).
  *
  * Streams: the comm owns a non-blocking stream. Each reduction first waits (event) for the
- * work the caller enqueued on its stream (ar_set_stream, default the legacy stream), then
- * runs ncclAllReduce on the comm stream; ar_allreduce_sum and ar_wait_all wait on the host
+ * work the caller enqueued on its stream (allreduce_set_stream, default the legacy stream), then
+ * runs ncclAllReduce on the comm stream; allreduce_sum and allreduce_wait_all wait on the host
  * for the comm stream (with the timeout) and make the caller's stream wait for it too.
  */
 #include "ipc/allreduce_internal.h"
@@ -39,7 +39,7 @@
 
 _Static_assert(sizeof(ncclUniqueId) == 128, "the orchestrator hands 128-byte unique ids");
 
-typedef struct ar_nccl_state {
+typedef struct allreduce_nccl_state {
     ncclComm_t comm;     /* NULL after an abort */
     cudaStream_t stream; /* the comm's own stream */
     cudaStream_t user;   /* the caller's gradient stream (0: legacy default) */
@@ -50,13 +50,13 @@ typedef struct ar_nccl_state {
     float *stage;        /* device staging for host buffers (small agreements), grown as needed */
     size_t stage_n;
     char broken_detail[200];
-} ar_nccl_state;
+} allreduce_nccl_state;
 
 static void set_env(unsigned flags)
 {
     /* overwrite: these are correctness settings for this pipeline, not preferences */
     setenv("NCCL_NVLS_ENABLE", "0", 1);
-    if (flags & AR_DETERMINISTIC) {
+    if (flags & ALLREDUCE_DETERMINISTIC) {
         setenv("NCCL_ALGO", "Ring", 1);
         setenv("NCCL_PROTO", "Simple", 1);
     }
@@ -78,7 +78,7 @@ static uint64_t deadline_of(int64_t timeout_ns)
 }
 
 /* Abort the comm and make the group broken with rc; returns rc with the detail recorded. */
-static int fail_broken(ar_comm *c, ar_nccl_state *s, int rc, const char *what, const char *why)
+static int fail_broken(allreduce_comm *c, allreduce_nccl_state *s, int rc, const char *what, const char *why)
 {
     if (s->comm) {
         ncclCommAbort(s->comm);
@@ -88,17 +88,17 @@ static int fail_broken(ar_comm *c, ar_nccl_state *s, int rc, const char *what, c
         s->broken = rc;
         snprintf(s->broken_detail, sizeof s->broken_detail, "rank %d: %s: %s", c->rank, what, why);
     }
-    return ar_fail(rc, "rank %d: %s: %s (communicator aborted)", c->rank, what, why);
+    return allreduce_fail(rc, "rank %d: %s: %s (communicator aborted)", c->rank, what, why);
 }
 
-static int broken_rc(ar_comm *c, ar_nccl_state *s)
+static int broken_rc(allreduce_comm *c, allreduce_nccl_state *s)
 {
-    return ar_fail(s->broken, "group broken earlier: %s", s->broken_detail);
+    return allreduce_fail(s->broken, "group broken earlier: %s", s->broken_detail);
 }
 
 /* A non-blocking comm: after a call that returned ncclInProgress, wait until the comm
  * settles (ncclSuccess) or fails, or the deadline passes. */
-static int settle(ar_comm *c, ar_nccl_state *s, ncclResult_t r, const char *what, uint64_t dl)
+static int settle(allreduce_comm *c, allreduce_nccl_state *s, ncclResult_t r, const char *what, uint64_t dl)
 {
     unsigned spins = 0;
     while (r == ncclInProgress) {
@@ -119,7 +119,7 @@ static int settle(ar_comm *c, ar_nccl_state *s, ncclResult_t r, const char *what
 }
 
 /* Host-wait for ev_done on the comm stream, watching NCCL's async error and the deadline. */
-static int wait_done(ar_comm *c, ar_nccl_state *s, const char *what, uint64_t dl)
+static int wait_done(allreduce_comm *c, allreduce_nccl_state *s, const char *what, uint64_t dl)
 {
     cudaError_t ce = cudaEventRecord(s->ev_done, s->stream);
     if (ce != cudaSuccess)
@@ -148,7 +148,7 @@ static int wait_done(ar_comm *c, ar_nccl_state *s, const char *what, uint64_t dl
 }
 
 /* Enqueue one reduction after the caller's stream reached this point. */
-static int enqueue(ar_comm *c, ar_nccl_state *s, float *buf, size_t n, const char *what,
+static int enqueue(allreduce_comm *c, allreduce_nccl_state *s, float *buf, size_t n, const char *what,
                    uint64_t dl)
 {
     cudaError_t ce = cudaEventRecord(s->ev_ready, s->user);
@@ -160,37 +160,37 @@ static int enqueue(ar_comm *c, ar_nccl_state *s, float *buf, size_t n, const cha
     return settle(c, s, r, what, dl);
 }
 
-int ar_nccl_unique_id_impl(void *out128)
+int allreduce_nccl_unique_id_impl(void *out128)
 {
     set_env(0);
     ncclUniqueId id;
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess)
-        return ar_fail(-EIO, "ncclGetUniqueId: %s", ncclGetErrorString(r));
+        return allreduce_fail(-EIO, "ncclGetUniqueId: %s", ncclGetErrorString(r));
     memcpy(out128, &id, sizeof id);
     return 0;
 }
 
-int ar_nccl_open_impl(ar_comm *c, const void *id128, int rank, int world, int device,
+int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device,
                       unsigned flags, int64_t init_timeout_ns)
 {
-    ar_nccl_state *s = calloc(1, sizeof *s);
+    allreduce_nccl_state *s = calloc(1, sizeof *s);
     if (!s)
-        return ar_fail(-ENOMEM, "ar_open_nccl: out of memory");
+        return allreduce_fail(-ENOMEM, "allreduce_open_nccl: out of memory");
     s->device = device;
     c->rank = rank;
     c->world = world;
     int rc = 0;
     cudaError_t ce = cudaSetDevice(device);
     if (ce != cudaSuccess) {
-        rc = ar_fail(-ENODEV, "ar_open_nccl: cudaSetDevice(%d): %s", device,
+        rc = allreduce_fail(-ENODEV, "allreduce_open_nccl: cudaSetDevice(%d): %s", device,
                      cudaGetErrorString(ce));
         goto fail;
     }
     if ((ce = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (ce = cudaEventCreateWithFlags(&s->ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
         (ce = cudaEventCreateWithFlags(&s->ev_done, cudaEventDisableTiming)) != cudaSuccess) {
-        rc = ar_fail(-EIO, "ar_open_nccl: stream/event creation: %s", cudaGetErrorString(ce));
+        rc = allreduce_fail(-EIO, "allreduce_open_nccl: stream/event creation: %s", cudaGetErrorString(ce));
         goto fail;
     }
     set_env(flags);
@@ -200,7 +200,7 @@ int ar_nccl_open_impl(ar_comm *c, const void *id128, int rank, int world, int de
     cfg.blocking = 0; /* every wait is ours to bound: see the file comment */
     ncclResult_t r = ncclCommInitRankConfig(&s->comm, world, id, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
-        rc = ar_fail(-EIO, "ar_open_nccl: ncclCommInitRankConfig(rank %d of %d, device %d): %s",
+        rc = allreduce_fail(-EIO, "allreduce_open_nccl: ncclCommInitRankConfig(rank %d of %d, device %d): %s",
                      rank, world, device, ncclGetErrorString(r));
         s->comm = NULL; /* nothing to abort when init itself refused */
         goto fail;
@@ -208,8 +208,8 @@ int ar_nccl_open_impl(ar_comm *c, const void *id128, int rank, int world, int de
     c->impl = s;
     if ((rc = settle(c, s, r, "ncclCommInitRankConfig", deadline_of(init_timeout_ns))))
         goto fail;
-    c->backend = AR_NCCL;
-    c->timeout_ns = AR_DEFAULT_TIMEOUT_NS;
+    c->backend = ALLREDUCE_NCCL;
+    c->timeout_ns = ALLREDUCE_DEFAULT_TIMEOUT_NS;
     return 0;
 fail:
     if (s->comm)
@@ -221,13 +221,13 @@ fail:
     if (s->stream)
         cudaStreamDestroy(s->stream);
     free(s);
-    ar_comm_init(c);
+    allreduce_comm_init(c);
     return rc;
 }
 
-int ar_nccl_set_stream(ar_comm *c, void *cuda_stream)
+int allreduce_nccl_set_stream(allreduce_comm *c, void *cuda_stream)
 {
-    ar_nccl_state *s = c->impl;
+    allreduce_nccl_state *s = c->impl;
     s->user = (cudaStream_t)cuda_stream;
     return 0;
 }
@@ -245,13 +245,13 @@ static int is_host_pointer(const void *p)
     return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
 }
 
-int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
+int allreduce_nccl_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns)
 {
-    ar_nccl_state *s = c->impl;
+    allreduce_nccl_state *s = c->impl;
     if (s->broken)
         return broken_rc(c, s);
     if (s->next_bucket)
-        return ar_fail(-EBUSY, "ar_allreduce_sum: buckets in flight: call ar_wait_all first");
+        return allreduce_fail(-EBUSY, "allreduce_sum: buckets in flight: call allreduce_wait_all first");
     uint64_t dl = deadline_of(timeout_ns);
     float *dev = buf;
     int host = n > 0 && is_host_pointer(buf);
@@ -261,13 +261,13 @@ int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
             s->stage = NULL, s->stage_n = 0;
             if (cudaMalloc((void **)&s->stage, n * sizeof(float)) != cudaSuccess) {
                 cudaGetLastError();
-                return ar_fail(-ENOMEM, "ar_allreduce_sum: staging %zu floats on device %d", n, s->device);
+                return allreduce_fail(-ENOMEM, "allreduce_sum: staging %zu floats on device %d", n, s->device);
             }
             s->stage_n = n;
         }
         if (cudaMemcpy(s->stage, buf, n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
             cudaGetLastError();
-            return ar_fail(-EIO, "ar_allreduce_sum: copy of %zu floats to device %d", n, s->device);
+            return allreduce_fail(-EIO, "allreduce_sum: copy of %zu floats to device %d", n, s->device);
         }
         dev = s->stage;
     }
@@ -276,18 +276,18 @@ int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
         rc = wait_done(c, s, "ncclAllReduce", dl);
     if (rc == 0 && host && cudaMemcpy(buf, dev, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
         cudaGetLastError();
-        return ar_fail(-EIO, "ar_allreduce_sum: copy of %zu floats from device %d", n, s->device);
+        return allreduce_fail(-EIO, "allreduce_sum: copy of %zu floats from device %d", n, s->device);
     }
     return rc;
 }
 
-int ar_nccl_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
+int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n)
 {
-    ar_nccl_state *s = c->impl;
+    allreduce_nccl_state *s = c->impl;
     if (s->broken)
         return broken_rc(c, s);
     if (bucket_index != s->next_bucket)
-        return ar_fail(-EINVAL, "ar_bucket_ready: bucket %u handed over, expected bucket %u "
+        return allreduce_fail(-EINVAL, "allreduce_bucket_ready: bucket %u handed over, expected bucket %u "
                        "(indices run 0, 1, 2, ... within a step)", bucket_index, s->next_bucket);
     char what[64];
     snprintf(what, sizeof what, "ncclAllReduce of bucket %u", bucket_index);
@@ -298,21 +298,21 @@ int ar_nccl_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n
     return 0;
 }
 
-int ar_nccl_wait_all(ar_comm *c)
+int allreduce_nccl_wait_all(allreduce_comm *c)
 {
-    ar_nccl_state *s = c->impl;
+    allreduce_nccl_state *s = c->impl;
     uint32_t nb = s->next_bucket;
     s->next_bucket = 0;
     if (s->broken)
         return broken_rc(c, s);
     if (nb == 0)
         return 0;
-    return wait_done(c, s, "ar_wait_all", deadline_of(c->timeout_ns));
+    return wait_done(c, s, "allreduce_wait_all", deadline_of(c->timeout_ns));
 }
 
-void ar_nccl_close(ar_comm *c)
+void allreduce_nccl_close(allreduce_comm *c)
 {
-    ar_nccl_state *s = c->impl;
+    allreduce_nccl_state *s = c->impl;
     if (!s)
         return;
     if (s->comm) {

@@ -5,41 +5,41 @@
 
 #include <errno.h>
 
-#define NOT_BUILT(what) ar_fail(-ENOTSUP, "%s: NCCL backend not built (make CUDA=1)", what)
+#define NOT_BUILT(what) allreduce_fail(-ENOTSUP, "%s: NCCL backend not built (make CUDA=1)", what)
 
-int ar_nccl_unique_id_impl(void *out128)
+int allreduce_nccl_unique_id_impl(void *out128)
 {
     (void)out128;
-    return NOT_BUILT("ar_nccl_get_unique_id");
+    return NOT_BUILT("allreduce_nccl_get_unique_id");
 }
 
-int ar_nccl_open_impl(ar_comm *c, const void *id128, int rank, int world, int device,
+int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device,
                       unsigned flags, int64_t init_timeout_ns)
 {
-    return NOT_BUILT("ar_open_nccl");
+    return NOT_BUILT("allreduce_open_nccl");
 }
 
-int ar_nccl_set_stream(ar_comm *c, void *cuda_stream)
+int allreduce_nccl_set_stream(allreduce_comm *c, void *cuda_stream)
 {
-    return NOT_BUILT("ar_set_stream");
+    return NOT_BUILT("allreduce_set_stream");
 }
 
-int ar_nccl_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
+int allreduce_nccl_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns)
 {
-    return NOT_BUILT("ar_allreduce_sum");
+    return NOT_BUILT("allreduce_sum");
 }
 
-int ar_nccl_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
+int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n)
 {
-    return NOT_BUILT("ar_bucket_ready");
+    return NOT_BUILT("allreduce_bucket_ready");
 }
 
-int ar_nccl_wait_all(ar_comm *c)
+int allreduce_nccl_wait_all(allreduce_comm *c)
 {
-    return NOT_BUILT("ar_wait_all");
+    return NOT_BUILT("allreduce_wait_all");
 }
 
-void ar_nccl_close(ar_comm *c)
+void allreduce_nccl_close(allreduce_comm *c)
 {
     (void)c;
 }

@@ -2,7 +2,7 @@
  * segment (a memfd the orchestrator created and formatted, see allreduce.h).
  *
  * Segment layout (all offsets fixed at format time):
- *   struct ar_shm                header, barrier words, per-rank lines (64-byte lines)
+ *   struct allreduce_shm                header, barrier words, per-rank lines (64-byte lines)
  *   float slot[world][stride]    rank r copies its current round of input into slot r
  *   float result[stride]         the round's sum, written in rank-partitioned pieces
  * stride = max_floats rounded up to 16 floats (one cache line), so slots never share lines.
@@ -41,7 +41,7 @@
  *
  * Bucketed calls (overlap with the backward pass): a background thread per comm, started
  * at the first bucket, reduces queued buckets in order with the same round algorithm;
- * ar_wait_all waits for the queue to drain. Chosen over eager reduction so that the
+ * allreduce_wait_all waits for the queue to drain. Chosen over eager reduction so that the
  * caller's backward pass keeps computing while slow peers catch up.
  *
  * Fault injection: env DF_AR_CRASH="rank:k" makes that rank SIGKILL itself on entering
@@ -60,24 +60,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#define AR_SHM_MAGIC 0x314d485352414644ull /* "DFARSHM1" */
-#define AR_SHM_VERSION 1u
-#define AR_LINE_FLOATS (DF_CACHELINE / sizeof(float))
-#define AR_MAX_FLOATS (1ull << 36) /* 256 GiB of slots: a sanity bound, not a target */
-#define AR_SPIN 2000               /* phase checks before sleeping on the futex */
-#define AR_SUM_BLOCK 4096          /* floats per cache-blocked summation step */
+#define ALLREDUCE_SHM_MAGIC 0x314d485352414644ull /* "DFARSHM1" */
+#define ALLREDUCE_SHM_VERSION 1u
+#define ALLREDUCE_LINE_FLOATS (DF_CACHELINE / sizeof(float))
+#define ALLREDUCE_MAX_FLOATS (1ull << 36) /* 256 GiB of slots: a sanity bound, not a target */
+#define ALLREDUCE_SPIN 2000               /* phase checks before sleeping on the futex */
+#define ALLREDUCE_SUM_BLOCK 4096          /* floats per cache-blocked summation step */
 
-enum { AR_BROKEN_NONE = 0, AR_BROKEN_TIMEOUT = 1, AR_BROKEN_ABORT = 2 };
+enum { ALLREDUCE_BROKEN_NONE = 0, ALLREDUCE_BROKEN_TIMEOUT = 1, ALLREDUCE_BROKEN_ABORT = 2 };
 
-typedef struct ar_rank_line {
+typedef struct allreduce_rank_line {
     _Alignas(DF_CACHELINE) _Atomic uint32_t joined; /* 1 while a comm holds this rank */
     uint32_t pid;                                   /* diagnostics only */
     _Atomic uint64_t n;                             /* this call's n (round 0 check) */
     _Atomic uint64_t seq;                           /* this call's number since open */
-} ar_rank_line;
+} allreduce_rank_line;
 
-struct ar_shm {
-    /* Immutable between formats. Written by ar_shm_format, magic last (release); read
+struct allreduce_shm {
+    /* Immutable between formats. Written by allreduce_shm_format, magic last (release); read
      * after an acquire load of magic. */
     _Alignas(DF_CACHELINE) _Atomic uint64_t magic;
     uint32_t version;
@@ -95,17 +95,17 @@ struct ar_shm {
     _Alignas(DF_CACHELINE) _Atomic uint32_t broken;
     _Atomic uint32_t broken_rank; /* the rank that timed out, or UINT32_MAX for abort */
     _Alignas(DF_CACHELINE) uint64_t reserved[8];
-    ar_rank_line ranks[AR_MAX_WORLD];
+    allreduce_rank_line ranks[ALLREDUCE_MAX_WORLD];
 };
 
-typedef struct ar_bucket {
+typedef struct allreduce_bucket {
     float *ptr;
     size_t n;
     int64_t timeout_ns;
-} ar_bucket;
+} allreduce_bucket;
 
-typedef struct ar_shm_state {
-    struct ar_shm *h;
+typedef struct allreduce_shm_state {
+    struct allreduce_shm *h;
     float *slots;  /* [world][stride] */
     float *result; /* [stride] */
     uint64_t stride, max_floats;
@@ -119,12 +119,12 @@ typedef struct ar_shm_state {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    ar_bucket *q;
+    allreduce_bucket *q;
     size_t qcap, submitted, done;
     int err, stop;
     uint32_t err_bucket;
     char err_detail[256];
-} ar_shm_state;
+} allreduce_shm_state;
 
 static inline void cpu_relax(void)
 {
@@ -138,54 +138,54 @@ static uint64_t round_up(uint64_t x, uint64_t a)
     return (x + a - 1) / a * a;
 }
 
-uint64_t ar_shm_bytes(int world, uint64_t max_floats)
+uint64_t allreduce_shm_bytes(int world, uint64_t max_floats)
 {
-    if (world < 1 || world > AR_MAX_WORLD || max_floats == 0 || max_floats > AR_MAX_FLOATS)
+    if (world < 1 || world > ALLREDUCE_MAX_WORLD || max_floats == 0 || max_floats > ALLREDUCE_MAX_FLOATS)
         return 0;
-    uint64_t stride = round_up(max_floats, AR_LINE_FLOATS);
-    uint64_t hdr = round_up(sizeof(struct ar_shm), DF_CACHELINE);
+    uint64_t stride = round_up(max_floats, ALLREDUCE_LINE_FLOATS);
+    uint64_t hdr = round_up(sizeof(struct allreduce_shm), DF_CACHELINE);
     return hdr + ((uint64_t)world + 1) * stride * sizeof(float);
 }
 
-int ar_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floats)
+int allreduce_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floats)
 {
-    uint64_t need = ar_shm_bytes(world, max_floats);
+    uint64_t need = allreduce_shm_bytes(world, max_floats);
     if (!mem || need == 0)
-        return ar_fail(-EINVAL, "ar_shm_format: world %d (1..%d) / max_floats %llu out of range",
-                       world, AR_MAX_WORLD, (unsigned long long)max_floats);
+        return allreduce_fail(-EINVAL, "allreduce_shm_format: world %d (1..%d) / max_floats %llu out of range",
+                       world, ALLREDUCE_MAX_WORLD, (unsigned long long)max_floats);
     if ((uintptr_t)mem % DF_CACHELINE)
-        return ar_fail(-EINVAL, "ar_shm_format: segment not 64-byte aligned");
+        return allreduce_fail(-EINVAL, "allreduce_shm_format: segment not 64-byte aligned");
     if (bytes < need)
-        return ar_fail(-EINVAL, "ar_shm_format: segment has %llu bytes, world %d x %llu floats "
+        return allreduce_fail(-EINVAL, "allreduce_shm_format: segment has %llu bytes, world %d x %llu floats "
                        "needs %llu", (unsigned long long)bytes, world,
                        (unsigned long long)max_floats, (unsigned long long)need);
-    struct ar_shm *h = mem;
+    struct allreduce_shm *h = mem;
     uint32_t old_epoch = 0;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire) == AR_SHM_MAGIC &&
-        h->version == AR_SHM_VERSION)
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) == ALLREDUCE_SHM_MAGIC &&
+        h->version == ALLREDUCE_SHM_VERSION)
         old_epoch = atomic_load_explicit(&h->epoch, memory_order_relaxed);
     /* Unpublish first, then rebuild: nothing may be using the segment (see allreduce.h),
-     * this only makes a racing ar_open_shm fail cleanly with -EPROTO. */
+     * this only makes a racing allreduce_open_shm fail cleanly with -EPROTO. */
     atomic_store_explicit(&h->magic, 0, memory_order_relaxed);
     memset((char *)h + sizeof h->magic, 0, sizeof *h - sizeof h->magic);
-    h->version = AR_SHM_VERSION;
+    h->version = ALLREDUCE_SHM_VERSION;
     h->world = (uint32_t)world;
     h->max_floats = max_floats;
     h->bytes = need;
-    h->stride = round_up(max_floats, AR_LINE_FLOATS);
-    h->data_offset = round_up(sizeof(struct ar_shm), DF_CACHELINE);
+    h->stride = round_up(max_floats, ALLREDUCE_LINE_FLOATS);
+    h->data_offset = round_up(sizeof(struct allreduce_shm), DF_CACHELINE);
     uint32_t epoch = old_epoch + 1;
     if (epoch == 0)
         epoch = 1;
     atomic_store_explicit(&h->epoch, epoch, memory_order_relaxed);
-    atomic_store_explicit(&h->magic, AR_SHM_MAGIC, memory_order_release);
+    atomic_store_explicit(&h->magic, ALLREDUCE_SHM_MAGIC, memory_order_release);
     return 0;
 }
 
 /* Mark the group broken (first cause wins), advance phase and wake every waiter. */
-static void break_group(struct ar_shm *h, uint32_t why, uint32_t rank)
+static void break_group(struct allreduce_shm *h, uint32_t why, uint32_t rank)
 {
-    uint32_t none = AR_BROKEN_NONE;
+    uint32_t none = ALLREDUCE_BROKEN_NONE;
     if (atomic_compare_exchange_strong_explicit(&h->broken, &none, why, memory_order_acq_rel,
                                                 memory_order_acquire))
         atomic_store_explicit(&h->broken_rank, rank, memory_order_relaxed);
@@ -194,36 +194,36 @@ static void break_group(struct ar_shm *h, uint32_t why, uint32_t rank)
     futex_wake(&h->phase, INT32_MAX);
 }
 
-int ar_shm_abort(void *mem, uint64_t bytes)
+int allreduce_shm_abort(void *mem, uint64_t bytes)
 {
-    struct ar_shm *h = mem;
+    struct allreduce_shm *h = mem;
     if (!mem || bytes < sizeof *h ||
-        atomic_load_explicit(&h->magic, memory_order_acquire) != AR_SHM_MAGIC)
-        return ar_fail(-EPROTO, "ar_shm_abort: not a formatted all-reduce segment");
-    break_group(h, AR_BROKEN_ABORT, UINT32_MAX);
+        atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
+        return allreduce_fail(-EPROTO, "allreduce_shm_abort: not a formatted all-reduce segment");
+    break_group(h, ALLREDUCE_BROKEN_ABORT, UINT32_MAX);
     return 0;
 }
 
 /* 0 while the group is usable, else the error every rank reports. */
-static int group_state(ar_shm_state *s)
+static int group_state(allreduce_shm_state *s)
 {
-    struct ar_shm *h = s->h;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire) != AR_SHM_MAGIC ||
+    struct allreduce_shm *h = s->h;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC ||
         atomic_load_explicit(&h->epoch, memory_order_relaxed) != s->epoch)
-        return ar_fail(-ESTALE, "rank %d: segment re-formatted since it joined (epoch %u)",
+        return allreduce_fail(-ESTALE, "rank %d: segment re-formatted since it joined (epoch %u)",
                        s->rank, s->epoch);
     uint32_t b = atomic_load_explicit(&h->broken, memory_order_acquire);
-    if (b == AR_BROKEN_NONE)
+    if (b == ALLREDUCE_BROKEN_NONE)
         return 0;
-    if (b == AR_BROKEN_ABORT)
-        return ar_fail(-ECANCELED, "rank %d: ar_shm_abort was called on the segment", s->rank);
-    return ar_fail(-ETIMEDOUT, "rank %d: group broken: rank %u timed out waiting for a peer",
+    if (b == ALLREDUCE_BROKEN_ABORT)
+        return allreduce_fail(-ECANCELED, "rank %d: allreduce_shm_abort was called on the segment", s->rank);
+    return allreduce_fail(-ETIMEDOUT, "rank %d: group broken: rank %u timed out waiting for a peer",
                    s->rank, atomic_load_explicit(&h->broken_rank, memory_order_relaxed));
 }
 
-static int barrier(ar_shm_state *s, int64_t timeout_ns)
+static int barrier(allreduce_shm_state *s, int64_t timeout_ns)
 {
-    struct ar_shm *h = s->h;
+    struct allreduce_shm *h = s->h;
     if (s->crash_at && ++s->barriers == s->crash_at)
         raise(SIGKILL); /* fault injection (DF_AR_CRASH) */
     /* Read the phase before arriving: it cannot advance until this rank arrives. */
@@ -241,7 +241,7 @@ static int barrier(ar_shm_state *s, int64_t timeout_ns)
             futex_wake(&h->phase, INT32_MAX);
         return 0;
     }
-    for (int i = 0; i < AR_SPIN; i++) {
+    for (int i = 0; i < ALLREDUCE_SPIN; i++) {
         if (atomic_load_explicit(&h->phase, memory_order_acquire) != ph)
             return group_state(s);
         cpu_relax();
@@ -255,22 +255,22 @@ static int barrier(ar_shm_state *s, int64_t timeout_ns)
         if (rc == -ETIMEDOUT) {
             if (atomic_load_explicit(&h->phase, memory_order_acquire) != ph)
                 return group_state(s);
-            break_group(h, AR_BROKEN_TIMEOUT, (uint32_t)s->rank);
-            return ar_fail(-ETIMEDOUT, "rank %d: waited %.3f s at a barrier, %u of %d ranks "
+            break_group(h, ALLREDUCE_BROKEN_TIMEOUT, (uint32_t)s->rank);
+            return allreduce_fail(-ETIMEDOUT, "rank %d: waited %.3f s at a barrier, %u of %d ranks "
                            "arrived: a peer is dead or hung", s->rank,
                            (double)(df_now_ns() - t0) * 1e-9,
                            atomic_load_explicit(&h->arrived, memory_order_relaxed), s->world);
         }
         if (rc < 0 && rc != -EAGAIN && rc != -EINTR)
-            return ar_fail(rc, "rank %d: futex wait on the barrier: %s", s->rank, strerror(-rc));
+            return allreduce_fail(rc, "rank %d: futex wait on the barrier: %s", s->rank, strerror(-rc));
     }
 }
 
 /* result[lo, hi) = slot[0] + slot[1] + ... + slot[R-1], in that order, in float32. */
-static void sum_partition(ar_shm_state *s, size_t lo, size_t hi)
+static void sum_partition(allreduce_shm_state *s, size_t lo, size_t hi)
 {
-    for (size_t b = lo; b < hi; b += AR_SUM_BLOCK) {
-        size_t e = DF_MIN(b + AR_SUM_BLOCK, hi);
+    for (size_t b = lo; b < hi; b += ALLREDUCE_SUM_BLOCK) {
+        size_t e = DF_MIN(b + ALLREDUCE_SUM_BLOCK, hi);
         float *res = s->result;
         memcpy(res + b, s->slots + b, (e - b) * sizeof(float));
         for (int k = 1; k < s->world; k++) {
@@ -282,14 +282,14 @@ static void sum_partition(ar_shm_state *s, size_t lo, size_t hi)
 }
 
 /* The reduction proper, on the calling thread (the caller's, or the bucket thread). */
-static int shm_reduce(ar_shm_state *s, float *buf, size_t n, int64_t timeout_ns)
+static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t timeout_ns)
 {
-    struct ar_shm *h = s->h;
+    struct allreduce_shm *h = s->h;
     int rc = group_state(s);
     if (rc)
         return rc;
     uint64_t seq = ++s->seq;
-    ar_rank_line *me = &h->ranks[s->rank];
+    allreduce_rank_line *me = &h->ranks[s->rank];
     /* relaxed: published to the others by the release in barrier 1 */
     atomic_store_explicit(&me->n, (uint64_t)n, memory_order_relaxed);
     atomic_store_explicit(&me->seq, seq, memory_order_relaxed);
@@ -312,16 +312,16 @@ static int shm_reduce(ar_shm_state *s, float *buf, size_t n, int64_t timeout_ns)
                     rc = barrier(s, timeout_ns);
                     if (rc)
                         return rc;
-                    return ar_fail(-EINVAL, "rank %d: call %llu with n=%zu, but rank %d is at "
+                    return allreduce_fail(-EINVAL, "rank %d: call %llu with n=%zu, but rank %d is at "
                                    "call %llu with n=%llu: ranks out of step", s->rank,
                                    (unsigned long long)seq, n, k, (unsigned long long)ks,
                                    (unsigned long long)kn);
                 }
             }
         }
-        size_t nblk = (len + AR_LINE_FLOATS - 1) / AR_LINE_FLOATS;
-        size_t lo = nblk * (size_t)s->rank / (size_t)s->world * AR_LINE_FLOATS;
-        size_t hi = DF_MIN(nblk * (size_t)(s->rank + 1) / (size_t)s->world * AR_LINE_FLOATS, len);
+        size_t nblk = (len + ALLREDUCE_LINE_FLOATS - 1) / ALLREDUCE_LINE_FLOATS;
+        size_t lo = nblk * (size_t)s->rank / (size_t)s->world * ALLREDUCE_LINE_FLOATS;
+        size_t hi = DF_MIN(nblk * (size_t)(s->rank + 1) / (size_t)s->world * ALLREDUCE_LINE_FLOATS, len);
         if (lo < hi)
             sum_partition(s, lo, hi);
         if ((rc = barrier(s, timeout_ns)))
@@ -332,31 +332,31 @@ static int shm_reduce(ar_shm_state *s, float *buf, size_t n, int64_t timeout_ns)
     return 0;
 }
 
-int ar_shm_open_impl(ar_comm *c, void *mem, uint64_t bytes, int rank, int world)
+int allreduce_shm_open_impl(allreduce_comm *c, void *mem, uint64_t bytes, int rank, int world)
 {
-    struct ar_shm *h = mem;
-    if (bytes < sizeof *h || atomic_load_explicit(&h->magic, memory_order_acquire) != AR_SHM_MAGIC)
-        return ar_fail(-EPROTO, "ar_open_shm: segment (%llu bytes) is not formatted (bad magic)",
+    struct allreduce_shm *h = mem;
+    if (bytes < sizeof *h || atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
+        return allreduce_fail(-EPROTO, "allreduce_open_shm: segment (%llu bytes) is not formatted (bad magic)",
                        (unsigned long long)bytes);
-    if (h->version != AR_SHM_VERSION)
-        return ar_fail(-EPROTO, "ar_open_shm: segment version %u, this build knows %u",
-                       h->version, AR_SHM_VERSION);
+    if (h->version != ALLREDUCE_SHM_VERSION)
+        return allreduce_fail(-EPROTO, "allreduce_open_shm: segment version %u, this build knows %u",
+                       h->version, ALLREDUCE_SHM_VERSION);
     if (h->bytes > bytes)
-        return ar_fail(-EINVAL, "ar_open_shm: segment formatted for %llu bytes, mapping has %llu",
+        return allreduce_fail(-EINVAL, "allreduce_open_shm: segment formatted for %llu bytes, mapping has %llu",
                        (unsigned long long)h->bytes, (unsigned long long)bytes);
     if (h->world != (uint32_t)world)
-        return ar_fail(-EINVAL, "ar_open_shm: segment formatted for world %u, caller says %d",
+        return allreduce_fail(-EINVAL, "allreduce_open_shm: segment formatted for world %u, caller says %d",
                        h->world, world);
     uint32_t zero = 0;
     if (!atomic_compare_exchange_strong_explicit(&h->ranks[rank].joined, &zero, 1,
                                                  memory_order_acq_rel, memory_order_acquire))
-        return ar_fail(-EBUSY, "ar_open_shm: rank %d already joined (pid %u) since the last "
+        return allreduce_fail(-EBUSY, "allreduce_open_shm: rank %d already joined (pid %u) since the last "
                        "format; the orchestrator re-formats before a group restart",
                        rank, h->ranks[rank].pid);
-    ar_shm_state *s = calloc(1, sizeof *s);
+    allreduce_shm_state *s = calloc(1, sizeof *s);
     if (!s) {
         atomic_store_explicit(&h->ranks[rank].joined, 0, memory_order_release);
-        return ar_fail(-ENOMEM, "ar_open_shm: out of memory");
+        return allreduce_fail(-ENOMEM, "allreduce_open_shm: out of memory");
     }
     h->ranks[rank].pid = (uint32_t)getpid();
     s->h = h;
@@ -375,15 +375,15 @@ int ar_shm_open_impl(ar_comm *c, void *mem, uint64_t bytes, int rank, int world)
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);
-    c->backend = AR_SHM;
+    c->backend = ALLREDUCE_SHM;
     c->rank = rank;
     c->world = world;
-    c->timeout_ns = AR_DEFAULT_TIMEOUT_NS;
+    c->timeout_ns = ALLREDUCE_DEFAULT_TIMEOUT_NS;
     c->impl = s;
     return 0;
 }
 
-static int buckets_idle(ar_shm_state *s)
+static int buckets_idle(allreduce_shm_state *s)
 {
     pthread_mutex_lock(&s->mu);
     int idle = s->submitted == 0;
@@ -391,24 +391,24 @@ static int buckets_idle(ar_shm_state *s)
     return idle;
 }
 
-int ar_shm_allreduce(ar_comm *c, float *buf, size_t n, int64_t timeout_ns)
+int allreduce_shm_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns)
 {
-    ar_shm_state *s = c->impl;
+    allreduce_shm_state *s = c->impl;
     if (!buckets_idle(s))
-        return ar_fail(-EBUSY, "ar_allreduce_sum: buckets in flight: call ar_wait_all first");
+        return allreduce_fail(-EBUSY, "allreduce_sum: buckets in flight: call allreduce_wait_all first");
     return shm_reduce(s, buf, n, timeout_ns);
 }
 
 static void *bucket_thread(void *arg)
 {
-    ar_shm_state *s = arg;
+    allreduce_shm_state *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (s->done == s->submitted && !s->stop)
             pthread_cond_wait(&s->cv_work, &s->mu);
         if (s->done == s->submitted)
             break; /* stop requested and nothing queued */
-        ar_bucket b = s->q[s->done];
+        allreduce_bucket b = s->q[s->done];
         int skip = s->err != 0;
         pthread_mutex_unlock(&s->mu);
         /* After a failure the rest of the step is skipped: every rank saw the same
@@ -418,7 +418,7 @@ static void *bucket_thread(void *arg)
         if (rc && !s->err) {
             s->err = rc;
             s->err_bucket = (uint32_t)s->done;
-            snprintf(s->err_detail, sizeof s->err_detail, "%s", ar_strerror(rc));
+            snprintf(s->err_detail, sizeof s->err_detail, "%s", allreduce_strerror(rc));
         }
         s->done++;
         pthread_cond_broadcast(&s->cv_done);
@@ -427,21 +427,21 @@ static void *bucket_thread(void *arg)
     return NULL;
 }
 
-int ar_shm_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
+int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n)
 {
-    ar_shm_state *s = c->impl;
+    allreduce_shm_state *s = c->impl;
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     if (bucket_index != s->submitted) {
-        rc = ar_fail(-EINVAL, "ar_bucket_ready: bucket %u handed over, expected bucket %zu "
+        rc = allreduce_fail(-EINVAL, "allreduce_bucket_ready: bucket %u handed over, expected bucket %zu "
                      "(indices run 0, 1, 2, ... within a step)", bucket_index, s->submitted);
         goto out;
     }
     if (s->submitted == s->qcap) {
         size_t cap = s->qcap ? 2 * s->qcap : 64;
-        ar_bucket *q = realloc(s->q, cap * sizeof *q);
+        allreduce_bucket *q = realloc(s->q, cap * sizeof *q);
         if (!q) {
-            rc = ar_fail(-ENOMEM, "ar_bucket_ready: out of memory for %zu buckets", cap);
+            rc = allreduce_fail(-ENOMEM, "allreduce_bucket_ready: out of memory for %zu buckets", cap);
             goto out;
         }
         s->q = q;
@@ -450,21 +450,21 @@ int ar_shm_bucket_ready(ar_comm *c, uint32_t bucket_index, float *ptr, size_t n)
     if (!s->thread_started) {
         int e = pthread_create(&s->thread, NULL, bucket_thread, s);
         if (e) {
-            rc = ar_fail(-e, "ar_bucket_ready: pthread_create: %s", strerror(e));
+            rc = allreduce_fail(-e, "allreduce_bucket_ready: pthread_create: %s", strerror(e));
             goto out;
         }
         s->thread_started = 1;
     }
-    s->q[s->submitted++] = (ar_bucket){ .ptr = ptr, .n = n, .timeout_ns = c->timeout_ns };
+    s->q[s->submitted++] = (allreduce_bucket){ .ptr = ptr, .n = n, .timeout_ns = c->timeout_ns };
     pthread_cond_signal(&s->cv_work);
 out:
     pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
-int ar_shm_wait_all(ar_comm *c)
+int allreduce_shm_wait_all(allreduce_comm *c)
 {
-    ar_shm_state *s = c->impl;
+    allreduce_shm_state *s = c->impl;
     pthread_mutex_lock(&s->mu);
     while (s->done < s->submitted)
         pthread_cond_wait(&s->cv_done, &s->mu);
@@ -477,13 +477,13 @@ int ar_shm_wait_all(ar_comm *c)
     s->err_detail[0] = 0;
     pthread_mutex_unlock(&s->mu);
     if (rc)
-        return ar_fail(rc, "bucket %u: %s", bucket, detail);
+        return allreduce_fail(rc, "bucket %u: %s", bucket, detail);
     return 0;
 }
 
-void ar_shm_close(ar_comm *c)
+void allreduce_shm_close(allreduce_comm *c)
 {
-    ar_shm_state *s = c->impl;
+    allreduce_shm_state *s = c->impl;
     if (!s)
         return;
     if (s->thread_started) {

@@ -48,11 +48,11 @@ static void ctl_init_fields(ctl_worker *w)
     arena_init(&w->status_seg);
     arena_init(&w->handoff_seg);
     arena_init(&w->ledger_seg);
-    for (int i = 0; i < TOPO_MAX_RINGS; i++) {
+    for (int i = 0; i < TOPOLOGY_MAX_RINGS; i++) {
         arena_init(&w->ring_seg[i]);
         arena_init(&w->ring_arena[i]);
     }
-    arena_init(&w->ar_seg);
+    arena_init(&w->allreduce_seg);
 }
 
 /* Map one segment of the hello. fd ownership passes to the arena (also on failure). */
@@ -82,9 +82,9 @@ static int map_segment(ctl_worker *w, json_t *seg, int fd)
             return rc;
         return ledger_open(&w->ledger, w->ledger_seg.base, w->ledger_seg.size);
     }
-    if (!strcmp(kind, "allreduce")) /* mapped as is: the rank opens it (ar_open_shm) */
-        return shm_import(&w->ar_seg, fd);
-    if (ri < 0 || ri >= TOPO_MAX_RINGS) {
+    if (!strcmp(kind, "allreduce")) /* mapped as is: the rank opens it (allreduce_open_shm) */
+        return shm_import(&w->allreduce_seg, fd);
+    if (ri < 0 || ri >= TOPOLOGY_MAX_RINGS) {
         close(fd);
         return -EPROTO;
     }
@@ -133,7 +133,7 @@ static int receive_hello(ctl_worker *w)
         rc = -EPROTO;
         goto out;
     }
-    snprintf(w->topo_path, sizeof w->topo_path, "%s",
+    snprintf(w->topology_path, sizeof w->topology_path, "%s",
              json_string_value(json_object_get(root, "topology")) ?: "");
     w->committed_step = (uint64_t)json_integer_value(json_object_get(root, "committed_step"));
     w->epoch = (uint32_t)json_integer_value(json_object_get(root, "epoch"));
@@ -229,12 +229,12 @@ int ctl_worker_start(ctl_worker *w, int argc, char **argv)
     if ((rc = receive_hello(w)) < 0)
         goto fail;
     char err[512];
-    if ((rc = topo_load(&w->topo, w->topo_path, err, sizeof err)) < 0) {
+    if ((rc = topology_load(&w->topo, w->topology_path, err, sizeof err)) < 0) {
         df_log("ctl: %s", err);
         goto fail;
     }
     if (w->id >= w->topo.n_workers || strcmp(w->topo.workers[w->id].name, w->name) != 0) {
-        df_log("ctl: worker id %d is not \"%s\" in %s", w->id, w->name, w->topo_path);
+        df_log("ctl: worker id %d is not \"%s\" in %s", w->id, w->name, w->topology_path);
         rc = -EPROTO;
         goto fail;
     }
@@ -286,7 +286,7 @@ int ctl_checkpoint_requested(ctl_worker *w)
 
 ring *ctl_ring(ctl_worker *w, const char *name)
 {
-    int i = topo_find_ring(&w->topo, name);
+    int i = topology_find_ring(&w->topo, name);
     return i >= 0 && i < w->n_rings && w->rings[i].shm ? &w->rings[i] : NULL;
 }
 
@@ -335,8 +335,8 @@ uint32_t ctl_claim_window(const ctl_worker *w)
 void *ctl_allreduce_segment(ctl_worker *w, uint64_t *bytes)
 {
     if (bytes)
-        *bytes = w->ar_seg.base ? w->ar_seg.size : 0;
-    return w->ar_seg.base;
+        *bytes = w->allreduce_seg.base ? w->allreduce_seg.size : 0;
+    return w->allreduce_seg.base;
 }
 
 handoff_table *ctl_handoff(ctl_worker *w)
@@ -396,16 +396,16 @@ void ctl_worker_close(ctl_worker *w)
     arena_close(&w->status_seg);
     arena_close(&w->handoff_seg);
     arena_close(&w->ledger_seg);
-    for (int i = 0; i < TOPO_MAX_RINGS; i++) {
+    for (int i = 0; i < TOPOLOGY_MAX_RINGS; i++) {
         arena_close(&w->ring_seg[i]);
         arena_close(&w->ring_arena[i]);
         w->rings[i].shm = NULL;
     }
-    arena_close(&w->ar_seg);
+    arena_close(&w->allreduce_seg);
     w->status = NULL;
     w->slot = NULL;
     w->ledger.shm = NULL;
     w->have_handoff = 0;
-    topo_free(&w->topo);
+    topology_free(&w->topo);
     w->self = NULL;
 }

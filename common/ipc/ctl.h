@@ -61,14 +61,14 @@ typedef struct ctl_worker {
     uint32_t incarnation;
     char name[32];
     char run_dir[1024];
-    char topo_path[1100];
+    char topology_path[1100];
     uint64_t committed_step; /* ledger committed step when this incarnation was started */
     uint32_t epoch, epochs;  /* the hello's: this ledger segment's epoch, of how many (0: not sent) */
     uint64_t total_steps;    /* the hello's: optimizer steps over all epochs (0: not sent) */
     uint64_t acked_step;     /* highest {"ev":"committed"} from the orchestrator (ctl_committed_ack) */
 
-    topo topo;                /* the run's topology (loaded from topo_path) */
-    const topo_worker *self;  /* &topo.workers[id] */
+    topo topo;                /* the run's topology (loaded from topology_path) */
+    const topology_worker *self;  /* &topo.workers[id] */
 
     arena status_seg;
     status_shm *status;
@@ -83,11 +83,11 @@ typedef struct ctl_worker {
     ledger ledger;
 
     int n_rings;
-    arena ring_seg[TOPO_MAX_RINGS];
-    ring rings[TOPO_MAX_RINGS];
-    arena ring_arena[TOPO_MAX_RINGS]; /* payload arena of ring i: slot s at s * slot_bytes */
+    arena ring_seg[TOPOLOGY_MAX_RINGS];
+    ring rings[TOPOLOGY_MAX_RINGS];
+    arena ring_arena[TOPOLOGY_MAX_RINGS]; /* payload arena of ring i: slot s at s * slot_bytes */
 
-    arena ar_seg;          /* the drafter group's shm all-reduce segment (base NULL if none) */
+    arena allreduce_seg;          /* the drafter group's shm all-reduce segment (base NULL if none) */
     int group_world;       /* drafters: R from the hello's "group" (0 for other roles) */
     uint64_t group_gen;    /* drafters: the group's restart generation */
     unsigned char nccl_id[128]; /* cuda drafter groups: this generation's NCCL unique id */

@@ -7,7 +7,7 @@
 
 #include "util.h"
 
-int wk_help(int argc, char **argv, const char *usage)
+int worker_help(int argc, char **argv, const char *usage)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         fputs(usage, stdout);
@@ -16,7 +16,7 @@ int wk_help(int argc, char **argv, const char *usage)
     return 0;
 }
 
-int wk_start(wk_worker *k, const char *role, int argc, char **argv)
+int worker_start(worker_ctx *k, const char *role, int argc, char **argv)
 {
     memset(k, 0, sizeof *k);
     df_log_init(role);
@@ -27,7 +27,7 @@ int wk_start(wk_worker *k, const char *role, int argc, char **argv)
     return 0;
 }
 
-static int ring_of(wk_worker *k, ring *r, wk_ring *out)
+static int ring_of(worker_ctx *k, ring *r, worker_ring *out)
 {
     memset(out, 0, sizeof *out);
     arena *A = r ? ctl_ring_arena(&k->ctl, r) : NULL;
@@ -39,17 +39,17 @@ static int ring_of(wk_worker *k, ring *r, wk_ring *out)
     return out->slot_bytes > 0 ? 0 : -ENOENT;
 }
 
-int wk_ring_in(wk_worker *k, wk_ring *out)
+int worker_ring_in(worker_ctx *k, worker_ring *out)
 {
     return ring_of(k, ctl_ring_in(&k->ctl), out);
 }
 
-int wk_ring_out(wk_worker *k, wk_ring *out)
+int worker_ring_out(worker_ctx *k, worker_ring *out)
 {
     return ring_of(k, ctl_ring_out(&k->ctl), out);
 }
 
-int wk_ready(wk_worker *k, ring *in, ring *out)
+int worker_ready(worker_ctx *k, ring *in, ring *out)
 {
     char mdir[1200];
     int n = snprintf(mdir, sizeof mdir, "%s/metrics", k->ctl.run_dir);
@@ -63,47 +63,47 @@ int wk_ready(wk_worker *k, ring *in, ring *out)
     return ctl_ready(&k->ctl);
 }
 
-void wk_heartbeat(wk_worker *k, uint64_t step)
+void worker_heartbeat(worker_ctx *k, uint64_t step)
 {
     ctl_heartbeat(&k->ctl, step, k->st.items_total, k->st.tokens_total);
 }
 
-void wk_tick(wk_worker *k, uint64_t step)
+void worker_tick(worker_ctx *k, uint64_t step)
 {
-    wk_heartbeat(k, step);
+    worker_heartbeat(k, step);
     stage_tick(&k->st, 0);
 }
 
-void wk_idle(wk_worker *k)
+void worker_idle(worker_ctx *k)
 {
     usleep(100000);
     stage_wait(&k->st);
 }
 
-int wk_acquire_free(wk_worker *k, ring *r, uint64_t step, uint32_t *slot)
+int worker_acquire_free(worker_ctx *k, ring *r, uint64_t step, uint32_t *slot)
 {
     int rc;
     for (;;) {
-        rc = ring_acquire_free(r, (uint16_t)k->ctl.id, k->ctl.incarnation, WK_WAIT_NS, slot);
+        rc = ring_acquire_free(r, (uint16_t)k->ctl.id, k->ctl.incarnation, WORKER_WAIT_NS, slot);
         if (rc != -ETIMEDOUT)
             break;
-        wk_tick(k, step);
+        worker_tick(k, step);
     }
     stage_wait(&k->st);
     return rc;
 }
 
-int wk_acquire_ready(wk_worker *k, ring *r, uint32_t *slot)
+int worker_acquire_ready(worker_ctx *k, ring *r, uint32_t *slot)
 {
-    return ring_acquire_ready(r, (uint16_t)k->ctl.id, k->ctl.incarnation, WK_WAIT_NS, slot);
+    return ring_acquire_ready(r, (uint16_t)k->ctl.id, k->ctl.incarnation, WORKER_WAIT_NS, slot);
 }
 
-void wk_finish(wk_worker *k)
+void worker_finish(worker_ctx *k)
 {
     stage_tick(&k->st, 1);
 }
 
-void wk_close(wk_worker *k)
+void worker_close(worker_ctx *k)
 {
     if (k->have_metrics) {
         metrics_close(&k->mw);

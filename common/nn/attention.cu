@@ -249,13 +249,13 @@ static int launch_flash(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
     if (!attr_set && smem > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(flash_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess)
-            return nnc_record_error(e, "cudaFuncSetAttribute(flash_fwd_kernel)", __FILE__, __LINE__);
+            return nn_record_error_cuda(e, "cudaFuncSetAttribute(flash_fwd_kernel)", __FILE__, __LINE__);
     }
     attr_set = true;
     dim3 grid((T + FA_BM - 1) / FA_BM, H);
     const float log2e = 1.4426950408889634f;
     flash_fwd_kernel<HD><<<grid, FA_THREADS, smem, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e);
-    NNC_LAUNCHED("flash_fwd_kernel");
+    NN_CUDA_LAUNCHED("flash_fwd_kernel");
     return 0;
 }
 
@@ -319,7 +319,7 @@ static int check_shape(int T, int H, int KV, int hd)
     return T < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 256 ? -EINVAL : 0;
 }
 
-int nnc_attention_packed_simple(nnc_bf16 *out, const nnc_bf16 *qkv, const int32_t *pos, int T, int H, int KV,
+int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
                                 int hd, int window, float scale, cudaStream_t s)
 {
     if (check_shape(T, H, KV, hd))
@@ -330,11 +330,11 @@ int nnc_attention_packed_simple(nnc_bf16 *out, const nnc_bf16 *qkv, const int32_
     int warps = 8;
     simple_attn_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(as_bf(out), as_bf(qkv), pos,
                                                                                      T, H, KV, hd, window, scale);
-    NNC_LAUNCHED("simple_attn_kernel");
+    NN_CUDA_LAUNCHED("simple_attn_kernel");
     return 0;
 }
 
-int nnc_attention_packed(nnc_bf16 *out, const nnc_bf16 *qkv, const int32_t *pos, int T, int H, int KV, int hd,
+int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV, int hd,
                          int window, float scale, cudaStream_t s)
 {
     if (check_shape(T, H, KV, hd))
@@ -348,6 +348,6 @@ int nnc_attention_packed(nnc_bf16 *out, const nnc_bf16 *qkv, const int32_t *pos,
     case 32: return launch_flash<32>(o, x, pos, T, H, KV, window, scale, s);
     case 64: return launch_flash<64>(o, x, pos, T, H, KV, window, scale, s);
     case 128: return launch_flash<128>(o, x, pos, T, H, KV, window, scale, s);
-    default: return nnc_attention_packed_simple(out, qkv, pos, T, H, KV, hd, window, scale, s);
+    default: return nn_attention_packed_simple_cuda(out, qkv, pos, T, H, KV, hd, window, scale, s);
     }
 }

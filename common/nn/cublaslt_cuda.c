@@ -1,8 +1,8 @@
-/* cublaslt_cuda.c: the bf16 GEMM of every linear layer, through cuBLASLt (nnc_gemm_*).
+/* cublaslt_cuda.c: the bf16 GEMM of every linear layer, through cuBLASLt (nn_gemm_cuda_*).
  *
  * Row-major out[T, N] = x[T, K] @ w[N, K]^T is, in cuBLAS's column-major view,
  * out^T[N, T] = op_T(w as [K, N]) @ (x as [K, T]): the "TN" layout cuBLASLt is fastest at,
- * with no copies. The handle and one workspace are created once (nnc_gemm_create);
+ * with no copies. The handle and one workspace are created once (nn_gemm_create_cuda);
  * each shape's descriptors and the heuristic's first algorithm are built on first use and
  * cached, so later calls (and calls inside CUDA graph capture) only enqueue. A bias, when
  * given, is the BIAS epilogue (bias[N] added per output feature before the bf16 rounding).
@@ -28,7 +28,7 @@ typedef struct gemm_plan {
     cublasLtMatmulAlgo_t algo;
 } gemm_plan;
 
-struct nnc_gemm {
+struct nn_gemm_cuda {
     cublasLtHandle_t lt;
     void *workspace;
     size_t ws_bytes;
@@ -37,19 +37,19 @@ struct nnc_gemm {
     char err[256];
 };
 
-static int lt_fail(nnc_gemm *g, const char *what, cublasStatus_t st, int T, int K, int N)
+static int lt_fail(nn_gemm_cuda *g, const char *what, cublasStatus_t st, int T, int K, int N)
 {
     snprintf(g->err, sizeof g->err, "%s failed: %s (%d) for out[%d, %d] = x[%d, %d] @ w[%d, %d]^T", what,
              cublasLtGetStatusString(st), (int)st, T, N, T, K, N, K);
     return -EIO;
 }
 
-const char *nnc_gemm_error(const nnc_gemm *g) { return g ? g->err : "no gemm handle"; }
+const char *nn_gemm_error_cuda(const nn_gemm_cuda *g) { return g ? g->err : "no gemm handle"; }
 
-int nnc_gemm_create(nnc_gemm **out, size_t workspace_bytes)
+int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes)
 {
     *out = NULL;
-    nnc_gemm *g = calloc(1, sizeof *g);
+    nn_gemm_cuda *g = calloc(1, sizeof *g);
     if (!g)
         return -ENOMEM;
     cublasStatus_t st = cublasLtCreate(&g->lt);
@@ -81,7 +81,7 @@ static void plan_free(gemm_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-void nnc_gemm_destroy(nnc_gemm *g)
+void nn_gemm_destroy_cuda(nn_gemm_cuda *g)
 {
     if (!g)
         return;
@@ -102,7 +102,7 @@ void nnc_gemm_destroy(nnc_gemm *g)
         }                                                               \
     } while (0)
 
-static int plan_build(nnc_gemm *g, gemm_plan *p, int T, int K, int N, int bias)
+static int plan_build(nn_gemm_cuda *g, gemm_plan *p, int T, int K, int N, int bias)
 {
     int rc = 0;
     memset(p, 0, sizeof *p);
@@ -146,7 +146,7 @@ fail:
     return rc;
 }
 
-static gemm_plan *plan_get(nnc_gemm *g, int T, int K, int N, int bias, int *rc)
+static gemm_plan *plan_get(nn_gemm_cuda *g, int T, int K, int N, int bias, int *rc)
 {
     for (int i = 0; i < g->n_plans; i++) {
         gemm_plan *p = &g->plans[i];
@@ -165,7 +165,7 @@ static gemm_plan *plan_get(nnc_gemm *g, int T, int K, int N, int bias, int *rc)
     return p;
 }
 
-int nnc_gemm_bf16(nnc_gemm *g, nnc_bf16 *out, const nnc_bf16 *x, const nnc_bf16 *w, const nnc_bf16 *bias, int T,
+int nn_gemm_bf16_cuda(nn_gemm_cuda *g, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
                   int n_in, int n_out, cudaStream_t s)
 {
     if (!g || T < 0 || n_in <= 0 || n_out <= 0)

@@ -8,9 +8,9 @@
 
 static thread_local char g_err[256];
 
-const char *nnc_last_cuda_error(void) { return g_err; }
+const char *nn_last_error_cuda(void) { return g_err; }
 
-int nnc_record_error(cudaError_t err, const char *what, const char *file, int line)
+int nn_record_error_cuda(cudaError_t err, const char *what, const char *file, int line)
 {
     snprintf(g_err, sizeof g_err, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(err),
              cudaGetErrorName(err));
@@ -49,7 +49,7 @@ __global__ void embed_kernel(float *__restrict__ x, const bf16 *__restrict__ tab
     }
 }
 
-int nnc_embed(float *x, const nnc_bf16 *table, const int32_t *tokens, int T, int d, int V, int *bad_token,
+int nn_embed_cuda(float *x, const nn_bf16_cuda *table, const int32_t *tokens, int T, int d, int V, int *bad_token,
               cudaStream_t s)
 {
     if (T < 0 || d <= 0 || V <= 0)
@@ -57,7 +57,7 @@ int nnc_embed(float *x, const nnc_bf16 *table, const int32_t *tokens, int T, int
     if (T == 0)
         return 0;
     embed_kernel<<<T, 128, 0, s>>>(x, as_bf(table), tokens, d, V, bad_token);
-    NNC_LAUNCHED("embed_kernel");
+    NN_CUDA_LAUNCHED("embed_kernel");
     return 0;
 }
 
@@ -80,14 +80,14 @@ __global__ void positions_kernel(int32_t *pos, const int32_t *__restrict__ start
     pos[t] = p < 0 ? 0 : (p > t ? t : p);
 }
 
-int nnc_positions(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s)
+int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s)
 {
     if (n_docs < 1 || T < 0)
         return -EINVAL;
     if (T == 0)
         return 0;
     positions_kernel<<<(T + 255) / 256, 256, 0, s>>>(pos, doc_starts, n_docs, T);
-    NNC_LAUNCHED("positions_kernel");
+    NN_CUDA_LAUNCHED("positions_kernel");
     return 0;
 }
 
@@ -118,20 +118,20 @@ static unsigned fill_blocks(size_t n)
     return (unsigned)(b > 65536 ? 65536 : (b ? b : 1));
 }
 
-int nnc_fill_uniform_bf16(nnc_bf16 *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
+int nn_fill_uniform_bf16_cuda(nn_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
 {
     if (n == 0)
         return 0;
     fill_bf16_kernel<<<fill_blocks(n), 256, 0, s>>>(as_bf(p), n, seed, scale);
-    NNC_LAUNCHED("fill_bf16_kernel");
+    NN_CUDA_LAUNCHED("fill_bf16_kernel");
     return 0;
 }
 
-int nnc_fill_uniform_f32(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s)
+int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s)
 {
     if (n == 0)
         return 0;
     fill_f32_kernel<<<fill_blocks(n), 256, 0, s>>>(p, n, seed, center, scale);
-    NNC_LAUNCHED("fill_f32_kernel");
+    NN_CUDA_LAUNCHED("fill_f32_kernel");
     return 0;
 }

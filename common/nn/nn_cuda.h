@@ -2,7 +2,7 @@
  *
  * Same semantics as the CPU reference layers in nn.h (which the GPU tests check every
  * kernel against), but shaped for the target forward on a Hopper GPU:
- *   - activations and weights are bf16 (nnc_bf16: the raw 16 bits, so C callers need no
+ *   - activations and weights are bf16 (nn_bf16_cuda: the raw 16 bits, so C callers need no
  *     CUDA C++ types); every reduction and every elementwise formula runs in fp32;
  *   - the residual stream is fp32, norm weights and RoPE frequencies are fp32;
  *   - the small ops are fused where the forward needs them fused: residual add + RMSNorm
@@ -16,7 +16,7 @@
  *
  * Errors: the kernel wrappers return 0, -EINVAL for shapes they do not support (checked
  * before anything is enqueued) or -EIO when the launch failed (cudaGetLastError after
- * every launch; nnc_last_cuda_error() has the CUDA error text).
+ * every launch; nn_last_error_cuda() has the CUDA error text).
  *
  * Layouts (row-major, as nn.h): x [T, C]; linear weights [out, in]; the fused QKV
  * activation qkv [T, (H + 2*KV) * hd] = per token the H query heads, then the KV key
@@ -34,26 +34,26 @@
 extern "C" {
 #endif
 
-typedef uint16_t nnc_bf16; /* bfloat16 bits (RNE from fp32, as st_f32_to_bf16) */
+typedef uint16_t nn_bf16_cuda; /* bfloat16 bits (RNE from fp32, as safetensors_f32_to_bf16) */
 
 /* Text of the last CUDA error a wrapper saw in this thread ("" when none). */
-const char *nnc_last_cuda_error(void);
+const char *nn_last_error_cuda(void);
 
 /* ---- embed.cu ------------------------------------------------------------------- */
 
 /* x[T, d] (fp32) = table[tokens[t], :]. A token outside [0, V) gives a zero row and sets
  * *bad_token (device int, may be NULL) to 1; the caller reads it after synchronising. */
-int nnc_embed(float *x, const nnc_bf16 *table, const int32_t *tokens, int T, int d, int V, int *bad_token,
+int nn_embed_cuda(float *x, const nn_bf16_cuda *table, const int32_t *tokens, int T, int d, int V, int *bad_token,
               cudaStream_t s);
 
 /* pos[t] = t - doc_starts[doc of t] for a packed row (doc_starts[n_docs+1] on the device,
  * [0] = 0, strictly increasing, [n_docs] = T; validated by the caller on the host). The
  * attention kernels read each query's document start as t - pos[t]. */
-int nnc_positions(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s);
+int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s);
 
 /* p[n] = uniform in [-scale, scale] from a counter hash of (seed, i) (bf16), or a constant. */
-int nnc_fill_uniform_bf16(nnc_bf16 *p, size_t n, uint64_t seed, float scale, cudaStream_t s);
-int nnc_fill_uniform_f32(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s);
+int nn_fill_uniform_bf16_cuda(nn_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s);
+int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s);
 
 /* ---- rmsnorm.cu ----------------------------------------------------------------- */
 
@@ -62,7 +62,7 @@ int nnc_fill_uniform_f32(float *p, size_t n, uint64_t seed, float center, float 
  *   if capture: capture[t * cap_stride + i] = bf16(x[t][i])   (the layer output, after the add)
  *   if w:       out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w)   (nn_rmsnorm)
  * Any of y, capture, (w and out) may be NULL. */
-int nnc_add_rmsnorm(float *x, const nnc_bf16 *y, const float *w, nnc_bf16 *out, nnc_bf16 *capture,
+int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
                     long cap_stride, int T, int d, float eps, cudaStream_t s);
 
 /* ---- rope.cu -------------------------------------------------------------------- */
@@ -71,13 +71,13 @@ int nnc_add_rmsnorm(float *x, const nnc_bf16 *y, const float *w, nnc_bf16 *out, 
  * token, RMSNorm over hd with q_norm / k_norm [hd] when they are non-NULL (Qwen3), then
  * the HF rotary embedding at position pos[t] (nn_rope: pairs (i, i + hd/2), angle
  * pos * inv_freq[i] in fp32). Value heads are untouched. hd even, <= 256. */
-int nnc_qk_norm_rope(nnc_bf16 *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+int nn_qk_norm_rope_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
                      const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s);
 
 /* ---- swiglu.cu ------------------------------------------------------------------ */
 
 /* out[T, I] = silu(gu[t, i]) * gu[t, I + i]: gu [T, 2I] is the fused gate/up GEMM output. */
-int nnc_swiglu(nnc_bf16 *out, const nnc_bf16 *gu, int T, int I, cudaStream_t s);
+int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s);
 
 /* ---- attention.cu --------------------------------------------------------------- */
 
@@ -87,28 +87,28 @@ int nnc_swiglu(nnc_bf16 *out, const nnc_bf16 *gu, int T, int I, cudaStream_t s);
  * q.k * scale in fp32 (online), out [T, H*hd] bf16. Tensor-core flash kernel (mma.sync
  * bf16, tiles of 64 queries x 64 keys in shared memory) for hd in {16, 32, 64, 128}, the
  * simple kernel otherwise (hd even, <= 256). */
-int nnc_attention_packed(nnc_bf16 *out, const nnc_bf16 *qkv, const int32_t *pos, int T, int H, int KV, int hd,
+int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV, int hd,
                          int window, float scale, cudaStream_t s);
 /* The simple kernel (one warp per query and head, fp32 online softmax): the fallback and
  * a second opinion in the tests. Same contract. */
-int nnc_attention_packed_simple(nnc_bf16 *out, const nnc_bf16 *qkv, const int32_t *pos, int T, int H, int KV,
+int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
                                 int hd, int window, float scale, cudaStream_t s);
 
 /* ---- cublaslt_cuda.c: bf16 GEMM ---------------------------------------------------- */
 
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 in and out, fp32
  * accumulation (nn_matmul). One handle per thread of use: it owns the cuBLASLt handle and
- * a workspace (allocated once in nnc_gemm_create) and caches the descriptors and the
- * heuristic's algorithm per shape, so after the first call of a shape nnc_gemm_bf16 only
+ * a workspace (allocated once in nn_gemm_create_cuda) and caches the descriptors and the
+ * heuristic's algorithm per shape, so after the first call of a shape nn_gemm_bf16_cuda only
  * enqueues (graph-capturable; capture a shape after one eager call). Not thread-safe. */
-typedef struct nnc_gemm nnc_gemm;
-/* 0 or -ENOMEM / -EIO (no device, cuBLASLt failure; see nnc_gemm_error). */
-int nnc_gemm_create(nnc_gemm **out, size_t workspace_bytes);
-void nnc_gemm_destroy(nnc_gemm *g); /* NULL is fine */
-int nnc_gemm_bf16(nnc_gemm *g, nnc_bf16 *out, const nnc_bf16 *x, const nnc_bf16 *w, const nnc_bf16 *bias, int T,
+typedef struct nn_gemm_cuda nn_gemm_cuda;
+/* 0 or -ENOMEM / -EIO (no device, cuBLASLt failure; see nn_gemm_error_cuda). */
+int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes);
+void nn_gemm_destroy_cuda(nn_gemm_cuda *g); /* NULL is fine */
+int nn_gemm_bf16_cuda(nn_gemm_cuda *g, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
                   int n_in, int n_out, cudaStream_t s);
 /* The last failure of g in words (names the cuBLASLt call, status and shape). */
-const char *nnc_gemm_error(const nnc_gemm *g);
+const char *nn_gemm_error_cuda(const nn_gemm_cuda *g);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /* nn_cuda_internal.cuh: what the nnc_ kernel files share and nobody else needs: the bf16
  * type casts, the launch check (every launch is followed by cudaGetLastError; a failure
- * is recorded for nnc_last_cuda_error and returned as -EIO) and small device helpers. */
+ * is recorded for nn_last_error_cuda and returned as -EIO) and small device helpers. */
 #ifndef DF_NN_CUDA_INTERNAL_CUH
 #define DF_NN_CUDA_INTERNAL_CUH
 
@@ -12,19 +12,19 @@
 
 typedef __nv_bfloat16 bf16;
 
-/* Record err (with the call site) for nnc_last_cuda_error; returns -EIO. */
-int nnc_record_error(cudaError_t err, const char *what, const char *file, int line);
+/* Record err (with the call site) for nn_last_error_cuda; returns -EIO. */
+int nn_record_error_cuda(cudaError_t err, const char *what, const char *file, int line);
 
 /* After a launch: 0, or -EIO with the error recorded. */
-#define NNC_LAUNCHED(what)                                                    \
+#define NN_CUDA_LAUNCHED(what)                                                    \
     do {                                                                      \
         cudaError_t e_ = cudaGetLastError();                                  \
         if (e_ != cudaSuccess)                                                \
-            return nnc_record_error(e_, what, __FILE__, __LINE__);            \
+            return nn_record_error_cuda(e_, what, __FILE__, __LINE__);            \
     } while (0)
 
-static inline const bf16 *as_bf(const nnc_bf16 *p) { return reinterpret_cast<const bf16 *>(p); }
-static inline bf16 *as_bf(nnc_bf16 *p) { return reinterpret_cast<bf16 *>(p); }
+static inline const bf16 *as_bf(const nn_bf16_cuda *p) { return reinterpret_cast<const bf16 *>(p); }
+static inline bf16 *as_bf(nn_bf16_cuda *p) { return reinterpret_cast<bf16 *>(p); }
 
 __device__ __forceinline__ float warp_sum(float v)
 {

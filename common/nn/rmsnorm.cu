@@ -1,4 +1,4 @@
-/* rmsnorm.cu: the fused residual step of the target forward (nnc_add_rmsnorm): residual
+/* rmsnorm.cu: the fused residual step of the target forward (nn_add_rmsnorm_cuda): residual
  * add, writing the captured layer output, and the next RMSNorm in one pass over a row,
  * so the fp32 residual stream is read twice and written once per sub-block instead of
  * once per small op. Semantics of nn_rmsnorm (mean of squares in fp32, weight after). */
@@ -52,7 +52,7 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
     }
 }
 
-int nnc_add_rmsnorm(float *x, const nnc_bf16 *y, const float *w, nnc_bf16 *out, nnc_bf16 *capture,
+int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
                     long cap_stride, int T, int d, float eps, cudaStream_t s)
 {
     if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d))
@@ -64,6 +64,6 @@ int nnc_add_rmsnorm(float *x, const nnc_bf16 *y, const float *w, nnc_bf16 *out, 
         add_rmsnorm_kernel<4><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
     else
         add_rmsnorm_kernel<1><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
-    NNC_LAUNCHED("add_rmsnorm_kernel");
+    NN_CUDA_LAUNCHED("add_rmsnorm_kernel");
     return 0;
 }

@@ -54,7 +54,7 @@ __global__ void qk_norm_rope_kernel(bf16 *__restrict__ qkv, const float *__restr
     }
 }
 
-int nnc_qk_norm_rope(nnc_bf16 *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+int nn_qk_norm_rope_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
                      const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 256 || (!q_norm) != (!k_norm))
@@ -65,6 +65,6 @@ int nnc_qk_norm_rope(nnc_bf16 *qkv, const float *q_norm, const float *k_norm, co
     int warps = 8;
     qk_norm_rope_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(
         as_bf(qkv), q_norm, k_norm, inv_freq, pos, T, H, KV, hd, eps);
-    NNC_LAUNCHED("qk_norm_rope_kernel");
+    NN_CUDA_LAUNCHED("qk_norm_rope_kernel");
     return 0;
 }

@@ -37,7 +37,7 @@ __global__ void swiglu1_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ 
     }
 }
 
-int nnc_swiglu(nnc_bf16 *out, const nnc_bf16 *gu, int T, int I, cudaStream_t s)
+int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s)
 {
     if (T < 0 || I <= 0)
         return -EINVAL;
@@ -50,6 +50,6 @@ int nnc_swiglu(nnc_bf16 *out, const nnc_bf16 *gu, int T, int I, cudaStream_t s)
         swiglu8_kernel<<<nb, 256, 0, s>>>(as_bf(out), as_bf(gu), T, I);
     else
         swiglu1_kernel<<<nb, 256, 0, s>>>(as_bf(out), as_bf(gu), T, I);
-    NNC_LAUNCHED("swiglu_kernel");
+    NN_CUDA_LAUNCHED("swiglu_kernel");
     return 0;
 }

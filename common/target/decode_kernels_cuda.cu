@@ -14,12 +14,12 @@ typedef __nv_bfloat16 bf16;
 
 static __thread char g_err[256];
 
-const char *dkc_last_error(void)
+const char *decode_last_error_cuda(void)
 {
     return g_err;
 }
 
-/* After a launch: 0, or -EIO with the CUDA error text kept for dkc_last_error. */
+/* After a launch: 0, or -EIO with the CUDA error text kept for decode_last_error_cuda. */
 #define LAUNCHED(what)                                                                                       \
     do {                                                                                                     \
         cudaError_t e_ = cudaGetLastError();                                                                 \
@@ -29,8 +29,8 @@ const char *dkc_last_error(void)
         }                                                                                                    \
     } while (0)
 
-static inline const bf16 *bfp(const nnc_bf16 *p) { return reinterpret_cast<const bf16 *>(p); }
-static inline bf16 *bfp(nnc_bf16 *p) { return reinterpret_cast<bf16 *>(p); }
+static inline const bf16 *bfp(const nn_bf16_cuda *p) { return reinterpret_cast<const bf16 *>(p); }
+static inline bf16 *bfp(nn_bf16_cuda *p) { return reinterpret_cast<bf16 *>(p); }
 
 __device__ __forceinline__ float warp_sum32(float v)
 {
@@ -73,7 +73,7 @@ __global__ void positions_kernel(int32_t *pos, int p0, int T)
         pos[i] = p0 + i;
 }
 
-int dkc_positions(int32_t *pos, int p0, int T, cudaStream_t s)
+int decode_positions_cuda(int32_t *pos, int p0, int T, cudaStream_t s)
 {
     if (T < 0 || p0 < 0)
         return -EINVAL;
@@ -98,7 +98,7 @@ __global__ void kv_append_kernel(bf16 *kc, bf16 *vc, const bf16 *qkv, int T, int
     }
 }
 
-int dkc_kv_append(nnc_bf16 *kc, nnc_bf16 *vc, const nnc_bf16 *qkv, int T, int H, int KV, int hd, int row0,
+int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda *qkv, int T, int H, int KV, int hd, int row0,
                   cudaStream_t s)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || row0 < 0)
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         o[tid + ATT_THREADS] = __float2bfloat16(acc1 * inv);
 }
 
-int dkc_attention(nnc_bf16 *out, const nnc_bf16 *q, long q_stride, const nnc_bf16 *kc, const nnc_bf16 *vc,
+int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc, const nn_bf16_cuda *vc,
                   const nn_key_ranges *ranges, int p0, int window, int Tq, int H, int KV, int hd, float scale,
                   cudaStream_t s)
 {
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(LIN_WARPS * 32)
     }
 }
 
-int dkc_linear_rows(void *out, int out_f32, const nnc_bf16 *x, const nnc_bf16 *w, const nnc_bf16 *bias, int T,
+int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
                     int n_in, int n_out, cudaStream_t s)
 {
     if (T < 0 || n_in <= 0 || n_out <= 0 || !out || !x || !w)
@@ -326,7 +326,7 @@ __global__ void argmax_kernel(int32_t *idx, const float *logits, int V)
         idx[blockIdx.x] = bi[0] < V ? bi[0] : 0;
 }
 
-int dkc_argmax_rows(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s)
+int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s)
 {
     if (rows < 0 || V <= 0)
         return -EINVAL;

@@ -1,5 +1,5 @@
 /* target_decode.c: KV-cached CPU decoding of the full target, see target_decode.h. The
- * layer loop mirrors tm_forward_cpu line for line; the differences are only where K/V
+ * layer loop mirrors target_forward_cpu line for line; the differences are only where K/V
  * live (the cache instead of the workspace) and which keys a query sees (every cached
  * position up to its own, or the sliding window). */
 #include "target/target_decode.h"
@@ -12,17 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-void td_free(td_model *m)
+void decode_free(decode_model *m)
 {
     if (!m)
         return;
-    tm_free(&m->tm);
-    tm_embeddings_free(&m->head);
+    target_free(&m->tm);
+    target_embeddings_free(&m->head);
     free(m->kc), free(m->vc), free(m->feat), free(m->z), free(m->logits);
     memset(m, 0, sizeof *m);
 }
 
-int td_load(td_model *m, const char *dir, const int *capture, int n_capture, int max_ctx, char *err, size_t errlen)
+int decode_load(decode_model *m, const char *dir, const int *capture, int n_capture, int max_ctx, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     if (n_capture < 1 || n_capture >= 64 || max_ctx < 1) {
@@ -30,13 +30,13 @@ int td_load(td_model *m, const char *dir, const int *capture, int n_capture, int
                  max_ctx);
         return -EINVAL;
     }
-    hfc_config c;
-    int rc = hfc_load(&c, dir, err, errlen);
+    hfconfig c;
+    int rc = hfconfig_load(&c, dir, err, errlen);
     if (rc < 0)
         return rc;
     int L = c.num_hidden_layers;
-    hfc_free(&c);
-    /* tm_load runs layers 0..max(capture): adding the last layer loads all of them; its
+    hfconfig_free(&c);
+    /* target_load runs layers 0..max(capture): adding the last layer loads all of them; its
      * extra capture slot (n_capture) is ignored here */
     int ids[65], n = 0, has_last = 0;
     for (int i = 0; i < n_capture; i++) {
@@ -45,13 +45,13 @@ int td_load(td_model *m, const char *dir, const int *capture, int n_capture, int
     }
     if (!has_last)
         ids[n++] = L - 1;
-    if ((rc = tm_load(&m->tm, dir, ids, n, err, errlen)) < 0)
+    if ((rc = target_load(&m->tm, dir, ids, n, err, errlen)) < 0)
         return rc;
-    if ((rc = tm_load_embeddings(&m->head, dir, 1, err, errlen)) < 0)
+    if ((rc = target_load_embeddings(&m->head, dir, 1, err, errlen)) < 0)
         goto fail;
     m->n_capture = n_capture;
     m->max_ctx = max_ctx;
-    const hfc_config *hc = &m->tm.cfg;
+    const hfconfig *hc = &m->tm.cfg;
     size_t kvd = (size_t)hc->num_key_value_heads * (size_t)hc->head_dim;
     m->kc = malloc(sizeof(float) * (size_t)L * (size_t)max_ctx * kvd);
     m->vc = malloc(sizeof(float) * (size_t)L * (size_t)max_ctx * kvd);
@@ -62,16 +62,16 @@ int td_load(td_model *m, const char *dir, const int *capture, int n_capture, int
     }
     return 0;
 fail:
-    td_free(m);
+    decode_free(m);
     return rc;
 }
 
-void td_reset(td_model *m)
+void decode_reset(decode_model *m)
 {
     m->len = 0;
 }
 
-int td_truncate(td_model *m, int len)
+int decode_truncate(decode_model *m, int len)
 {
     if (len < 0 || len > m->len)
         return -EINVAL;
@@ -79,7 +79,7 @@ int td_truncate(td_model *m, int len)
     return 0;
 }
 
-int32_t td_argmax(const float *x, int n)
+int32_t decode_argmax(const float *x, int n)
 {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
@@ -89,11 +89,11 @@ int32_t td_argmax(const float *x, int n)
 }
 
 /* Grow the per-step outputs to k rows. */
-static int reserve_step(td_model *m, int k)
+static int reserve_step(decode_model *m, int k)
 {
     if (k <= m->max_step)
         return 0;
-    const hfc_config *c = &m->tm.cfg;
+    const hfconfig *c = &m->tm.cfg;
     size_t d = (size_t)c->hidden_size;
     float *f = malloc(sizeof(float) * (size_t)k * (size_t)m->n_capture * d);
     float *z = malloc(sizeof(float) * (size_t)k * d);
@@ -108,26 +108,26 @@ static int reserve_step(td_model *m, int k)
     return 0;
 }
 
-int td_extend(td_model *m, const int32_t *tokens, int k, int n_logits)
+int decode_extend(decode_model *m, const int32_t *tokens, int k, int n_logits)
 {
     if (k < 1 || n_logits < 0 || n_logits > k)
         return -EINVAL;
     if (m->len + k > m->max_ctx)
         return -ENOSPC;
     int rc;
-    if ((rc = tm_reserve(&m->tm, k)) < 0 || (rc = reserve_step(m, k)) < 0)
+    if ((rc = target_reserve(&m->tm, k)) < 0 || (rc = reserve_step(m, k)) < 0)
         return rc;
-    tm_model *tm = &m->tm;
-    const hfc_config *c = &tm->cfg;
-    tm_workspace *w = &tm->ws;
+    target_model *tm = &m->tm;
+    const hfconfig *c = &tm->cfg;
+    target_workspace *w = &tm->ws;
     int d = c->hidden_size, I = c->intermediate_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int hd = c->head_dim, kvd = KV * hd, nc = m->n_capture, p0 = m->len, Tk = p0 + k;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
 
-    if ((rc = tm_embed(tm, tokens, k, w->x)) < 0)
+    if ((rc = target_embed(tm, tokens, k, w->x)) < 0)
         return rc;
     /* query i sits at position p0 + i and sees every cached key up to itself (one
-     * document), or the last W of them in sliding layers: tm_forward_cpu's ranges */
+     * document), or the last W of them in sliding layers: target_forward_cpu's ranges */
     for (int i = 0; i < k; i++) {
         int p = p0 + i;
         w->pos[i] = p;
@@ -137,7 +137,7 @@ int td_extend(td_model *m, const int32_t *tokens, int k, int n_logits)
             w->sliding[i].lo0 = DF_MAX(0, p - c->sliding_window + 1);
     }
     for (int l = 0; l < tm->n_layers; l++) {
-        const tm_layer *L = &tm->layers[l];
+        const target_layer *L = &tm->layers[l];
         float *kl = m->kc + (size_t)l * m->max_ctx * kvd, *vl = m->vc + (size_t)l * m->max_ctx * kvd;
         float *knew = kl + (size_t)p0 * kvd, *vnew = vl + (size_t)p0 * kvd;
         nn_rmsnorm(w->a, w->x, L->in_norm, k, d, eps);
@@ -150,7 +150,7 @@ int td_extend(td_model *m, const int32_t *tokens, int k, int n_logits)
         }
         nn_rope(w->q, w->pos, k, H, hd, tm->inv_freq);
         nn_rope(knew, w->pos, k, KV, hd, tm->inv_freq);
-        const nn_key_ranges *rg = c->layer_types[l] == HFC_SLIDING_ATTENTION ? w->sliding : w->full;
+        const nn_key_ranges *rg = c->layer_types[l] == HFCONFIG_SLIDING_ATTENTION ? w->sliding : w->full;
         nn_attention(w->att, w->q, kl, vl, rg, k, Tk, H, KV, hd, scale);
         nn_matmul(w->a, w->att, L->wo, L->bo, k, H * hd, d);
         for (long i = 0; i < (long)k * d; i++)
@@ -163,7 +163,7 @@ int td_extend(td_model *m, const int32_t *tokens, int k, int n_logits)
         for (long i = 0; i < (long)k * d; i++)
             w->x[i] += w->a[i];
         int slot = tm->capture_slot[l];
-        if (slot >= 0 && slot < nc) /* slot nc is the last layer added by td_load */
+        if (slot >= 0 && slot < nc) /* slot nc is the last layer added by decode_load */
             for (int t = 0; t < k; t++)
                 memcpy(m->feat + ((size_t)t * nc + slot) * d, w->x + (size_t)t * d, sizeof(float) * d);
     }

@@ -35,26 +35,26 @@ static void shape_str(char *buf, size_t len, const int64_t *shape, int ndim)
         snprintf(buf + o, len - o, "]");
 }
 
-/* Where a missing tensor was looked for: the index when st_model_open used one (it
+/* Where a missing tensor was looked for: the index when safetensors_model_open used one (it
  * prefers the index whenever it exists). */
-static const char *model_source(const st_model *st)
+static const char *model_source(const safetensors_model *st)
 {
     char p[4096];
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", st->dir);
     return access(p, F_OK) == 0 ? "model.safetensors.index.json" : "model.safetensors";
 }
 
-int tm_check_finite(const st_tensor *t, const char *fpath, char *err, size_t errlen)
+int target_check_finite(const safetensors_tensor *t, const char *fpath, char *err, size_t errlen)
 {
-    uint64_t n = t->nbytes / (t->dtype == ST_F32 ? 4 : 2), bad = UINT64_MAX;
-    if (t->dtype == ST_F32) { /* exponent all ones: Inf or NaN */
+    uint64_t n = t->nbytes / (t->dtype == SAFETENSORS_F32 ? 4 : 2), bad = UINT64_MAX;
+    if (t->dtype == SAFETENSORS_F32) { /* exponent all ones: Inf or NaN */
         const uint32_t *p = t->data;
         for (uint64_t i = 0; i < n && bad == UINT64_MAX; i++)
             if ((p[i] & 0x7f800000u) == 0x7f800000u)
                 bad = i;
-    } else if (t->dtype == ST_BF16 || t->dtype == ST_F16) {
+    } else if (t->dtype == SAFETENSORS_BF16 || t->dtype == SAFETENSORS_F16) {
         const uint16_t *p = t->data;
-        uint16_t e = t->dtype == ST_BF16 ? 0x7f80u : 0x7c00u;
+        uint16_t e = t->dtype == SAFETENSORS_BF16 ? 0x7f80u : 0x7c00u;
         for (uint64_t i = 0; i < n && bad == UINT64_MAX; i++)
             if ((p[i] & e) == e)
                 bad = i;
@@ -63,26 +63,26 @@ int tm_check_finite(const st_tensor *t, const char *fpath, char *err, size_t err
     if (bad == UINT64_MAX)
         return 0;
     float v;
-    st_tensor one = *t;
-    one.ndim = 1, one.shape[0] = 1, one.nbytes = t->dtype == ST_F32 ? 4 : 2;
+    safetensors_tensor one = *t;
+    one.ndim = 1, one.shape[0] = 1, one.nbytes = t->dtype == SAFETENSORS_F32 ? 4 : 2;
     one.data = (const char *)t->data + bad * one.nbytes;
-    st_tensor_to_f32(&one, &v);
+    safetensors_tensor_to_f32(&one, &v);
     return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": element %llu is %s: a model with NaN/Inf weights is refused",
                 fpath, t->name, (unsigned long long)bad, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
 }
 
 /* Find name with the given shape and a float dtype. */
-static int find_checked(const st_model *st, const char *name, int ndim, const int64_t *shape, const st_tensor **out,
+static int find_checked(const safetensors_model *st, const char *name, int ndim, const int64_t *shape, const safetensors_tensor **out,
                         char *err, size_t errlen)
 {
     const char *fpath = NULL;
-    const st_tensor *t = st_model_find(st, name, &fpath);
+    const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
     if (!t)
         return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s)", st->dir, name,
                     model_source(st));
-    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+    if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
-                    st_dtype_name(t->dtype));
+                    safetensors_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == shape[i];
@@ -92,7 +92,7 @@ static int find_checked(const st_model *st, const char *name, int ndim, const in
         shape_str(want, sizeof want, shape, ndim);
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, want);
     }
-    int rc = tm_check_finite(t, fpath, err, errlen);
+    int rc = target_check_finite(t, fpath, err, errlen);
     if (rc < 0)
         return rc;
     *out = t;
@@ -100,30 +100,30 @@ static int find_checked(const st_model *st, const char *name, int ndim, const in
 }
 
 /* Load name as a malloc'd fp32 copy of shape [d0] (d1 == 0) or [d0, d1]. */
-static int load_f32(const st_model *st, const char *name, int64_t d0, int64_t d1, float **out, char *err,
+static int load_f32(const safetensors_model *st, const char *name, int64_t d0, int64_t d1, float **out, char *err,
                     size_t errlen)
 {
     int64_t shape[2] = {d0, d1};
-    const st_tensor *t;
+    const safetensors_tensor *t;
     int rc = find_checked(st, name, d1 ? 2 : 1, shape, &t, err, errlen);
     if (rc < 0)
         return rc;
     float *buf = malloc(sizeof(float) * (size_t)(d0 * (d1 ? d1 : 1)));
     if (!buf)
         return lerr(err, errlen, -ENOMEM, "%s: out of memory for tensor \"%s\"", st->dir, name);
-    st_tensor_to_f32(t, buf); /* dtype checked above */
+    safetensors_tensor_to_f32(t, buf); /* dtype checked above */
     *out = buf;
     return 0;
 }
 
-static int load_layer(tm_model *m, int l, char *err, size_t errlen)
+static int load_layer(target_model *m, int l, char *err, size_t errlen)
 {
-    const hfc_config *c = &m->cfg;
-    const st_model *st = &m->st;
-    tm_layer *L = &m->layers[l];
+    const hfconfig *c = &m->cfg;
+    const safetensors_model *st = &m->st;
+    target_layer *L = &m->layers[l];
     int64_t d = c->hidden_size, I = c->intermediate_size, hd = c->head_dim;
     int64_t qd = (int64_t)c->num_attention_heads * hd, kvd = (int64_t)c->num_key_value_heads * hd;
-    char n[ST_MAX_NAME];
+    char n[SAFETENSORS_MAX_NAME];
     int rc = 0;
 #define LOAD(field, suffix, d0, d1)                                              \
     do {                                                                         \
@@ -159,23 +159,23 @@ static int load_layer(tm_model *m, int l, char *err, size_t errlen)
     return 0;
 }
 
-static void ws_free(tm_workspace *w)
+static void ws_free(target_workspace *w)
 {
     free(w->x), free(w->a), free(w->q), free(w->att), free(w->k), free(w->v), free(w->g), free(w->u);
     free(w->full), free(w->sliding), free(w->pos);
     memset(w, 0, sizeof *w);
 }
 
-int tm_reserve(tm_model *m, int max_T)
+int target_reserve(target_model *m, int max_T)
 {
     if (max_T <= m->ws.max_T)
         return 0;
     ws_free(&m->ws);
-    const hfc_config *c = &m->cfg;
+    const hfconfig *c = &m->cfg;
     size_t T = (size_t)max_T, d = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t qd = (size_t)c->num_attention_heads * (size_t)c->head_dim;
     size_t kvd = (size_t)c->num_key_value_heads * (size_t)c->head_dim;
-    tm_workspace *w = &m->ws;
+    target_workspace *w = &m->ws;
     w->x = malloc(sizeof(float) * T * d);
     w->a = malloc(sizeof(float) * T * DF_MAX(d, qd));
     w->q = malloc(sizeof(float) * T * qd);
@@ -196,12 +196,12 @@ int tm_reserve(tm_model *m, int max_T)
     return 0;
 }
 
-void tm_free(tm_model *m)
+void target_free(target_model *m)
 {
     if (!m)
         return;
     for (int l = 0; m->layers && l < m->n_layers; l++) {
-        tm_layer *L = &m->layers[l];
+        target_layer *L = &m->layers[l];
         float *all[] = {L->in_norm, L->wq,     L->wk,     L->wv,   L->wo,     L->bq,   L->bk,
                         L->bv,      L->bo,     L->q_norm, L->k_norm, L->post_norm, L->w_gate, L->w_up,
                         L->w_down,  L->b_gate, L->b_up,   L->b_down};
@@ -213,23 +213,23 @@ void tm_free(tm_model *m)
     free(m->capture_slot);
     free(m->inv_freq);
     ws_free(&m->ws);
-    st_model_close(&m->st);
-    hfc_free(&m->cfg);
+    safetensors_model_close(&m->st);
+    hfconfig_free(&m->cfg);
     memset(m, 0, sizeof *m);
 }
 
-int tm_exit_code(int rc)
+int target_exit_code(int rc)
 {
     return (rc == -EINVAL || rc == -ENOENT || rc == -ENOTDIR || rc == -EACCES) ? DF_EXIT_PERM : DF_EXIT_TEMP;
 }
 
-int tm_load(tm_model *m, const char *dir, const int *capture_layers, int n_capture, char *err, size_t errlen)
+int target_load(target_model *m, const char *dir, const int *capture_layers, int n_capture, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
-    int rc = hfc_load(&m->cfg, dir, err, errlen);
+    int rc = hfconfig_load(&m->cfg, dir, err, errlen);
     if (rc < 0)
         return rc;
-    const hfc_config *c = &m->cfg;
+    const hfconfig *c = &m->cfg;
     if (n_capture < 1) {
         rc = lerr(err, errlen, -EINVAL, "%s: no layers to capture", dir);
         goto fail;
@@ -265,7 +265,7 @@ int tm_load(tm_model *m, const char *dir, const int *capture_layers, int n_captu
         m->capture[i] = capture_layers[i];
         m->capture_slot[capture_layers[i]] = i;
     }
-    if ((rc = st_model_open(&m->st, dir, err, errlen)) < 0)
+    if ((rc = safetensors_model_open(&m->st, dir, err, errlen)) < 0)
         goto fail;
     int64_t eshape[2] = {c->vocab_size, c->hidden_size};
     if ((rc = find_checked(&m->st, "model.embed_tokens.weight", 2, eshape, &m->embed, err, errlen)) < 0)
@@ -277,28 +277,28 @@ int tm_load(tm_model *m, const char *dir, const int *capture_layers, int n_captu
                      strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
     return 0;
 fail:
-    tm_free(m);
+    target_free(m);
     return rc;
 }
 
-int tm_embed(const tm_model *m, const int32_t *tokens, int T, float *out)
+int target_embed(const target_model *m, const int32_t *tokens, int T, float *out)
 {
     int d = m->cfg.hidden_size;
-    size_t row = (size_t)d * st_dtype_size(m->embed->dtype);
+    size_t row = (size_t)d * safetensors_dtype_size(m->embed->dtype);
     for (int t = 0; t < T; t++) {
         if (tokens[t] < 0 || tokens[t] >= m->cfg.vocab_size)
             return -ERANGE;
-        st_tensor r = *m->embed; /* a one-row view into the mapping */
+        safetensors_tensor r = *m->embed; /* a one-row view into the mapping */
         r.ndim = 1;
         r.shape[0] = d;
         r.nbytes = row;
         r.data = (const char *)m->embed->data + (size_t)tokens[t] * row;
-        st_tensor_to_f32(&r, out + (size_t)t * d);
+        safetensors_tensor_to_f32(&r, out + (size_t)t * d);
     }
     return 0;
 }
 
-int tm_forward_cpu(tm_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, float *out_capture)
+int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, float *out_capture)
 {
     if (n_docs < 1 || doc_starts[0] != 0)
         return -EINVAL;
@@ -306,15 +306,15 @@ int tm_forward_cpu(tm_model *m, const int32_t *tokens, const int32_t *doc_starts
         if (doc_starts[i + 1] <= doc_starts[i])
             return -EINVAL;
     int T = doc_starts[n_docs], rc;
-    if ((rc = tm_reserve(m, T)) < 0)
+    if ((rc = target_reserve(m, T)) < 0)
         return rc;
-    const hfc_config *c = &m->cfg;
-    tm_workspace *w = &m->ws;
+    const hfconfig *c = &m->cfg;
+    target_workspace *w = &m->ws;
     int d = c->hidden_size, I = c->intermediate_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int hd = c->head_dim, nc = m->n_capture;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
 
-    if ((rc = tm_embed(m, tokens, T, w->x)) < 0)
+    if ((rc = target_embed(m, tokens, T, w->x)) < 0)
         return rc;
     nn_packed_causal_ranges(w->full, w->pos, doc_starts, n_docs);
     /* sliding layers (window W): keys [max(doc start, t - W + 1), t] */
@@ -325,7 +325,7 @@ int tm_forward_cpu(tm_model *m, const int32_t *tokens, const int32_t *doc_starts
     }
 
     for (int l = 0; l < m->n_layers; l++) {
-        const tm_layer *L = &m->layers[l];
+        const target_layer *L = &m->layers[l];
         /* attention block */
         nn_rmsnorm(w->a, w->x, L->in_norm, T, d, eps);
         nn_matmul(w->q, w->a, L->wq, L->bq, T, d, H * hd);
@@ -337,7 +337,7 @@ int tm_forward_cpu(tm_model *m, const int32_t *tokens, const int32_t *doc_starts
         }
         nn_rope(w->q, w->pos, T, H, hd, m->inv_freq);
         nn_rope(w->k, w->pos, T, KV, hd, m->inv_freq);
-        const nn_key_ranges *rg = c->layer_types[l] == HFC_SLIDING_ATTENTION ? w->sliding : w->full;
+        const nn_key_ranges *rg = c->layer_types[l] == HFCONFIG_SLIDING_ATTENTION ? w->sliding : w->full;
         nn_attention(w->att, w->q, w->k, w->v, rg, T, T, H, KV, hd, scale);
         nn_matmul(w->a, w->att, L->wo, L->bo, T, H * hd, d);
         for (long i = 0; i < (long)T * d; i++)
@@ -361,7 +361,7 @@ int tm_forward_cpu(tm_model *m, const int32_t *tokens, const int32_t *doc_starts
 
 /* ---- embeddings for the drafter ------------------------------------------------- */
 
-void tm_embeddings_free(tm_embeddings *e)
+void target_embeddings_free(target_embeddings *e)
 {
     if (!e)
         return;
@@ -372,16 +372,16 @@ void tm_embeddings_free(tm_embeddings *e)
     memset(e, 0, sizeof *e);
 }
 
-int tm_load_embeddings(tm_embeddings *e, const char *dir, int want_final_norm, char *err, size_t errlen)
+int target_load_embeddings(target_embeddings *e, const char *dir, int want_final_norm, char *err, size_t errlen)
 {
     memset(e, 0, sizeof *e);
-    hfc_config c;
-    st_model st;
+    hfconfig c;
+    safetensors_model st;
     memset(&st, 0, sizeof st);
-    int rc = hfc_load(&c, dir, err, errlen);
+    int rc = hfconfig_load(&c, dir, err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = st_model_open(&st, dir, err, errlen)) < 0)
+    if ((rc = safetensors_model_open(&st, dir, err, errlen)) < 0)
         goto out;
     e->vocab = c.vocab_size;
     e->hidden = c.hidden_size;
@@ -395,9 +395,9 @@ int tm_load_embeddings(tm_embeddings *e, const char *dir, int want_final_norm, c
     if (want_final_norm && (rc = load_f32(&st, "model.norm.weight", c.hidden_size, 0, &e->final_norm, err, errlen)) < 0)
         goto out;
 out:
-    st_model_close(&st);
-    hfc_free(&c);
+    safetensors_model_close(&st);
+    hfconfig_free(&c);
     if (rc < 0)
-        tm_embeddings_free(e);
+        target_embeddings_free(e);
     return rc;
 }

@@ -3,25 +3,25 @@
  *
  * The target worker only needs the features of a few layers (docs/dflash_spec.md: "layer l"
  * is the OUTPUT of decoder layer l, HF hidden_states[l+1], before any final norm), so
- * tm_load reads config.json and the weights of layers 0..max(capture) only: no later
+ * target_load reads config.json and the weights of layers 0..max(capture) only: no later
  * layers, no final norm, no lm_head. Weights are converted to fp32 (bf16/f16/f32 files);
  * the embedding table stays in the file mapping and rows are converted on lookup, so a
  * large vocabulary costs no extra memory.
  *
- * Errors: tm_load checks every tensor it needs is present with the expected shape and a
+ * Errors: target_load checks every tensor it needs is present with the expected shape and a
  * float dtype; the message names the file and the tensor, e.g.
  *   tiny/model.safetensors: tensor "model.layers.0.self_attn.q_proj.weight": shape [64, 32], expected [64, 64]
- * A missing or malformed model is permanent: tm_exit_code(rc) maps the return code to
+ * A missing or malformed model is permanent: target_exit_code(rc) maps the return code to
  * DF_EXIT_PERM (100) so the supervisor does not restart the worker into the same error.
  *
  * Forward over ONE packed row of T tokens holding n_docs documents (doc_starts[0] = 0,
  * strictly increasing, doc_starts[n_docs] = T): positions restart at 0 per document and
  * attention never crosses a document boundary. The captured features go to the caller's
- * buffer, layout [T, n_capture, d] fp32, in the order of capture_layers given to tm_load:
+ * buffer, layout [T, n_capture, d] fp32, in the order of capture_layers given to target_load:
  * out[(t * n_capture + c) * d + i] = output of decoder layer capture_layers[c] at token t.
  * Row t is then exactly the drafter's fc input concat_c H_c for that token.
  *
- * Ownership: tm_model owns its weights, workspace and the open st_model; tm_free
+ * Ownership: target_model owns its weights, workspace and the open safetensors_model; target_free
  * releases all of it (safe on a zeroed or failed model). Not thread-safe: one forward
  * at a time per model (the workspace is shared).
  */
@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct tm_layer {
+typedef struct target_layer {
     float *in_norm;               /* [d] input_layernorm */
     float *wq, *wk, *wv, *wo;     /* [H*hd, d], [KV*hd, d], [KV*hd, d], [d, H*hd] */
     float *bq, *bk, *bv, *bo;     /* biases or NULL (attention_bias) */
@@ -43,11 +43,11 @@ typedef struct tm_layer {
     float *post_norm;             /* [d] post_attention_layernorm */
     float *w_gate, *w_up, *w_down; /* [I, d], [I, d], [d, I] */
     float *b_gate, *b_up, *b_down; /* biases or NULL (Llama mlp_bias) */
-} tm_layer;
+} target_layer;
 
-/* Activations for max_T tokens, allocated once (tm_reserve); the forward never allocates
+/* Activations for max_T tokens, allocated once (target_reserve); the forward never allocates
  * unless a call exceeds max_T. */
-typedef struct tm_workspace {
+typedef struct target_workspace {
     int max_T;
     float *x;                  /* [T, d] residual stream */
     float *a;                  /* [T, d] normed input / block output */
@@ -56,53 +56,53 @@ typedef struct tm_workspace {
     float *g, *u;              /* [T, I] */
     nn_key_ranges *full, *sliding; /* [T] attention ranges per query */
     int32_t *pos;              /* [T] position inside the document */
-} tm_workspace;
+} target_workspace;
 
-typedef struct tm_model {
-    hfc_config cfg;
-    st_model st;              /* kept open: the embedding table is read from the mapping */
-    const st_tensor *embed;   /* model.embed_tokens.weight [V, d] (borrowed from st) */
+typedef struct target_model {
+    hfconfig cfg;
+    safetensors_model st;              /* kept open: the embedding table is read from the mapping */
+    const safetensors_tensor *embed;   /* model.embed_tokens.weight [V, d] (borrowed from st) */
     int n_layers;             /* layers run = max(capture) + 1 */
     int n_capture;
     int *capture;             /* [n_capture] layer ids in the caller's order */
     int *capture_slot;        /* [n_layers] slot in the output or -1 */
-    tm_layer *layers;         /* [n_layers] */
+    target_layer *layers;         /* [n_layers] */
     float *inv_freq;          /* [hd/2] */
-    tm_workspace ws;
-} tm_model;
+    target_workspace ws;
+} target_model;
 
 /* Load config + the weights of layers 0..max(capture_layers) from an HF model dir.
  * capture_layers: n_capture distinct ids in [0, num_hidden_layers), any order.
  * 0 or -errno (-EINVAL / -ENOENT: bad or missing model, permanent) with err set. */
-int tm_load(tm_model *m, const char *dir, const int *capture_layers, int n_capture, char *err, size_t errlen);
-void tm_free(tm_model *m);
+int target_load(target_model *m, const char *dir, const int *capture_layers, int n_capture, char *err, size_t errlen);
+void target_free(target_model *m);
 /* A weight with a NaN or Inf element is a bad model: scan tensor t (F32, BF16 or F16, raw
  * bytes, no conversion) and return -EINVAL with err naming the file, the tensor, the first
  * bad element and its value; 0 when every element is finite (other dtypes: 0). Both load
- * paths (tm_load / tm_load_embeddings on the CPU, tmc_load on the GPU) call it on every
+ * paths (target_load / target_load_embeddings on the CPU, target_load_cuda on the GPU) call it on every
  * tensor they use, before the first forward. */
-int tm_check_finite(const st_tensor *t, const char *fpath, char *err, size_t errlen);
+int target_check_finite(const safetensors_tensor *t, const char *fpath, char *err, size_t errlen);
 /* DF_EXIT_PERM for a bad/missing model (EINVAL, ENOENT, ENOTDIR, EACCES), else DF_EXIT_TEMP. */
-int tm_exit_code(int rc);
+int target_exit_code(int rc);
 
 /* Allocate the workspace for up to max_T tokens (frees a smaller one). 0 or -ENOMEM. */
-int tm_reserve(tm_model *m, int max_T);
+int target_reserve(target_model *m, int max_T);
 
 /* out[T, d] = embedding rows of tokens[T]. 0, or -ERANGE for a token id outside [0, V). */
-int tm_embed(const tm_model *m, const int32_t *tokens, int T, float *out);
+int target_embed(const target_model *m, const int32_t *tokens, int T, float *out);
 
 /* The CPU forward described above. out_capture: [T, n_capture, d] fp32, T =
  * doc_starts[n_docs]. 0, -EINVAL (bad doc_starts), -ERANGE (bad token id), -ENOMEM. */
-int tm_forward_cpu(tm_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, float *out_capture);
+int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, float *out_capture);
 
 /* What the drafter takes from the target, as fp32: embed [V, d]; lm_head [V, d], the
  * same pointer as embed when the target ties them; final_norm [d] when asked (else NULL).
- * tm_embeddings_free frees them (once when tied). */
-typedef struct tm_embeddings {
+ * target_embeddings_free frees them (once when tied). */
+typedef struct target_embeddings {
     int vocab, hidden, tied;
     float *embed, *lm_head, *final_norm;
-} tm_embeddings;
-int tm_load_embeddings(tm_embeddings *e, const char *dir, int want_final_norm, char *err, size_t errlen);
-void tm_embeddings_free(tm_embeddings *e);
+} target_embeddings;
+int target_load_embeddings(target_embeddings *e, const char *dir, int want_final_norm, char *err, size_t errlen);
+void target_embeddings_free(target_embeddings *e);
 
 #endif

@@ -59,56 +59,56 @@ static void *bump_take(bump *b, size_t bytes)
     return p;
 }
 
-static void carve_weights(tmc_model *m, bump *b)
+static void carve_weights(target_model_cuda *m, bump *b)
 {
     size_t d = m->d, I = m->I, hd = m->hd, qkv_n = (size_t)(m->H + 2 * m->KV) * hd, qd = (size_t)m->H * hd;
-    m->embed = (nnc_bf16 *)bump_take(b, (size_t)m->V * d * 2);
+    m->embed = (nn_bf16_cuda *)bump_take(b, (size_t)m->V * d * 2);
     m->inv_freq = (float *)bump_take(b, sizeof(float) * hd / 2);
     for (int l = 0; l < m->n_layers; l++) {
-        tmc_layer *L = &m->layers[l];
-        L->w_qkv = (nnc_bf16 *)bump_take(b, qkv_n * d * 2);
-        L->w_o = (nnc_bf16 *)bump_take(b, d * qd * 2);
-        L->w_gu = (nnc_bf16 *)bump_take(b, 2 * I * d * 2);
-        L->w_down = (nnc_bf16 *)bump_take(b, d * I * 2);
+        target_layer_cuda *L = &m->layers[l];
+        L->w_qkv = (nn_bf16_cuda *)bump_take(b, qkv_n * d * 2);
+        L->w_o = (nn_bf16_cuda *)bump_take(b, d * qd * 2);
+        L->w_gu = (nn_bf16_cuda *)bump_take(b, 2 * I * d * 2);
+        L->w_down = (nn_bf16_cuda *)bump_take(b, d * I * 2);
         L->in_norm = (float *)bump_take(b, sizeof(float) * d);
         L->post_norm = (float *)bump_take(b, sizeof(float) * d);
         L->q_norm = m->qk_norm ? (float *)bump_take(b, sizeof(float) * hd) : NULL;
         L->k_norm = m->qk_norm ? (float *)bump_take(b, sizeof(float) * hd) : NULL;
-        L->b_qkv = m->attention_bias ? (nnc_bf16 *)bump_take(b, qkv_n * 2) : NULL;
-        L->b_o = m->attention_bias ? (nnc_bf16 *)bump_take(b, d * 2) : NULL;
-        L->b_gu = m->mlp_bias ? (nnc_bf16 *)bump_take(b, 2 * I * 2) : NULL;
-        L->b_down = m->mlp_bias ? (nnc_bf16 *)bump_take(b, d * 2) : NULL;
+        L->b_qkv = m->attention_bias ? (nn_bf16_cuda *)bump_take(b, qkv_n * 2) : NULL;
+        L->b_o = m->attention_bias ? (nn_bf16_cuda *)bump_take(b, d * 2) : NULL;
+        L->b_gu = m->mlp_bias ? (nn_bf16_cuda *)bump_take(b, 2 * I * 2) : NULL;
+        L->b_down = m->mlp_bias ? (nn_bf16_cuda *)bump_take(b, d * 2) : NULL;
     }
 }
 
-static void carve_acts(tmc_model *m, bump *b)
+static void carve_acts(target_model_cuda *m, bump *b)
 {
     size_t T = m->max_T, d = m->d, I = m->I, hd = m->hd;
     m->x = (float *)bump_take(b, sizeof(float) * T * d);
-    m->a = (nnc_bf16 *)bump_take(b, 2 * T * d);
-    m->y = (nnc_bf16 *)bump_take(b, 2 * T * d);
-    m->qkv = (nnc_bf16 *)bump_take(b, 2 * T * (m->H + 2 * m->KV) * hd);
-    m->att = (nnc_bf16 *)bump_take(b, 2 * T * m->H * hd);
-    m->gu = (nnc_bf16 *)bump_take(b, 2 * T * 2 * I);
-    m->h = (nnc_bf16 *)bump_take(b, 2 * T * I);
+    m->a = (nn_bf16_cuda *)bump_take(b, 2 * T * d);
+    m->y = (nn_bf16_cuda *)bump_take(b, 2 * T * d);
+    m->qkv = (nn_bf16_cuda *)bump_take(b, 2 * T * (m->H + 2 * m->KV) * hd);
+    m->att = (nn_bf16_cuda *)bump_take(b, 2 * T * m->H * hd);
+    m->gu = (nn_bf16_cuda *)bump_take(b, 2 * T * 2 * I);
+    m->h = (nn_bf16_cuda *)bump_take(b, 2 * T * I);
     m->pos = (int32_t *)bump_take(b, sizeof(int32_t) * T);
     m->bad_token = (int *)bump_take(b, sizeof(int));
 }
 
-void tmc_free(tmc_model *m)
+void target_free_cuda(target_model_cuda *m)
 {
     if (m->weights)
         cudaFree(m->weights);
     if (m->acts)
         cudaFree(m->acts);
-    nnc_gemm_destroy(m->gemm);
+    nn_gemm_destroy_cuda(m->gemm);
     free(m->capture);
     free(m->capture_slot);
     free(m->layers);
     memset(m, 0, sizeof *m);
 }
 
-int tmc_init(tmc_model *m, const hfc_config *c, const int *capture, int n_capture, int max_T, char *err,
+int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture, int n_capture, int max_T, char *err,
              size_t errlen)
 {
     memset(m, 0, sizeof *m);
@@ -140,7 +140,7 @@ int tmc_init(tmc_model *m, const hfc_config *c, const int *capture, int n_captur
     m->eps = (float)c->rms_norm_eps;
     m->capture = (int *)malloc(sizeof(int) * (size_t)n_capture);
     m->capture_slot = (int *)malloc(sizeof(int) * (size_t)m->n_layers);
-    m->layers = (tmc_layer *)calloc((size_t)m->n_layers, sizeof(tmc_layer));
+    m->layers = (target_layer_cuda *)calloc((size_t)m->n_layers, sizeof(target_layer_cuda));
     inv = (float *)malloc(sizeof(float) * (size_t)(m->hd / 2));
     if (!m->capture || !m->capture_slot || !m->layers || !inv) {
         rc = lerr(err, errlen, -ENOMEM, "out of host memory");
@@ -154,7 +154,7 @@ int tmc_init(tmc_model *m, const hfc_config *c, const int *capture, int n_captur
     }
     for (int l = 0; l < m->n_layers; l++)
         m->layers[l].window =
-            c->layer_types && c->layer_types[l] == HFC_SLIDING_ATTENTION && c->sliding_window > 0 ? c->sliding_window
+            c->layer_types && c->layer_types[l] == HFCONFIG_SLIDING_ATTENTION && c->sliding_window > 0 ? c->sliding_window
                                                                                                   : 0;
     {
         bump b = {NULL, 0};
@@ -177,14 +177,14 @@ int tmc_init(tmc_model *m, const hfc_config *c, const int *capture, int n_captur
     CU_INIT(cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(m->hd / 2), cudaMemcpyHostToDevice));
     free(inv);
     inv = NULL;
-    if ((rc = nnc_gemm_create(&m->gemm, (size_t)32 << 20)) < 0) {
+    if ((rc = nn_gemm_create_cuda(&m->gemm, (size_t)32 << 20)) < 0) {
         rc = lerr(err, errlen, rc, "cuBLASLt handle / 32 MiB workspace: %s", strerror(-rc));
         goto fail;
     }
     return 0;
 fail:
     free(inv);
-    tmc_free(m);
+    target_free_cuda(m);
     return rc;
 }
 
@@ -199,7 +199,7 @@ static void shape_str(char *buf, size_t len, const int64_t *shape, int ndim)
         snprintf(buf + o, len - o, "]");
 }
 
-/* Host staging buffers, grown on demand, freed at the end of tmc_load_weights. */
+/* Host staging buffers, grown on demand, freed at the end of target_load_weights_cuda. */
 typedef struct stage {
     float *f;
     uint16_t *h;
@@ -220,18 +220,18 @@ static int stage_reserve(stage *s, size_t n)
 
 /* Find name ([d0] when d1 == 0, else [d0, d1], a float dtype), convert and copy it to
  * dst on the device: bf16 (as_f32 == 0; bf16 files copy as is) or fp32. */
-static int upload(const st_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst, int as_f32,
+static int upload(const safetensors_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst, int as_f32,
                   char *err, size_t errlen)
 {
     const char *fpath = NULL;
-    const st_tensor *t = st_model_find(st, name, &fpath);
+    const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
     int ndim = d1 ? 2 : 1;
     int64_t want[2] = {d0, d1};
     if (!t)
         return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
-    if (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)
+    if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
-                    st_dtype_name(t->dtype));
+                    safetensors_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == want[i];
@@ -241,25 +241,25 @@ static int upload(const st_model *st, stage *sg, const char *name, int64_t d0, i
         shape_str(exp, sizeof exp, want, ndim);
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
     }
-    int frc = tm_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
+    int frc = target_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
     if (frc < 0)
         return frc;
     size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
     const void *src;
     size_t bytes;
-    if (!as_f32 && t->dtype == ST_BF16) {
+    if (!as_f32 && t->dtype == SAFETENSORS_BF16) {
         src = t->data;
         bytes = n * 2;
     } else {
         if (stage_reserve(sg, n) < 0)
             return lerr(err, errlen, -ENOMEM, "%s: out of host memory staging tensor \"%s\"", fpath, name);
-        st_tensor_to_f32(t, sg->f);
+        safetensors_tensor_to_f32(t, sg->f);
         if (as_f32) {
             src = sg->f;
             bytes = n * sizeof(float);
         } else {
             for (size_t i = 0; i < n; i++)
-                sg->h[i] = st_f32_to_bf16(sg->f[i]);
+                sg->h[i] = safetensors_f32_to_bf16(sg->f[i]);
             src = sg->h;
             bytes = n * 2;
         }
@@ -270,12 +270,12 @@ static int upload(const st_model *st, stage *sg, const char *name, int64_t d0, i
     return 0;
 }
 
-int tmc_load_weights(tmc_model *m, const st_model *st, char *err, size_t errlen)
+int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, char *err, size_t errlen)
 {
     stage sg = {NULL, NULL, 0};
     int rc = 0;
     int64_t d = m->d, I = m->I, hd = m->hd, qd = (int64_t)m->H * hd, kvd = (int64_t)m->KV * hd;
-    char n[ST_MAX_NAME];
+    char n[SAFETENSORS_MAX_NAME];
 #define UP(suffix, d0, d1, dst, f32)                                                             \
     do {                                                                                         \
         snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                  \
@@ -285,7 +285,7 @@ int tmc_load_weights(tmc_model *m, const st_model *st, char *err, size_t errlen)
     if ((rc = upload(st, &sg, "model.embed_tokens.weight", m->V, d, m->embed, 0, err, errlen)) < 0)
         goto out;
     for (int l = 0; l < m->n_layers; l++) {
-        tmc_layer *L = &m->layers[l];
+        target_layer_cuda *L = &m->layers[l];
         UP("input_layernorm.weight", d, 0, L->in_norm, 1);
         UP("self_attn.q_proj.weight", qd, d, L->w_qkv, 0);
         UP("self_attn.k_proj.weight", kvd, d, L->w_qkv + qd * d, 0);
@@ -318,30 +318,30 @@ out:
     return rc;
 }
 
-int tmc_load(tmc_model *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
+int target_load_cuda(target_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
              size_t errlen)
 {
-    hfc_config cfg;
-    st_model st;
+    hfconfig cfg;
+    safetensors_model st;
     memset(&cfg, 0, sizeof cfg);
     memset(&st, 0, sizeof st);
     memset(m, 0, sizeof *m);
-    int rc = hfc_load(&cfg, dir, err, errlen);
+    int rc = hfconfig_load(&cfg, dir, err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = st_model_open(&st, dir, err, errlen)) < 0)
+    if ((rc = safetensors_model_open(&st, dir, err, errlen)) < 0)
         goto out;
-    if ((rc = tmc_init(m, &cfg, capture, n_capture, max_T, err, errlen)) < 0)
+    if ((rc = target_init_cuda(m, &cfg, capture, n_capture, max_T, err, errlen)) < 0)
         goto out;
-    if ((rc = tmc_load_weights(m, &st, err, errlen)) < 0)
-        tmc_free(m);
+    if ((rc = target_load_weights_cuda(m, &st, err, errlen)) < 0)
+        target_free_cuda(m);
 out:
-    st_model_close(&st);
-    hfc_free(&cfg);
+    safetensors_model_close(&st);
+    hfconfig_free(&cfg);
     return rc;
 }
 
-int tmc_randomize(tmc_model *m, uint64_t seed)
+int target_randomize_cuda(target_model_cuda *m, uint64_t seed)
 {
     const float w_scale = 0.02f * 1.7320508f; /* uniform with std 0.02 */
     size_t d = m->d, I = m->I, hd = m->hd, qkv_n = (size_t)(m->H + 2 * m->KV) * hd, qd = (size_t)m->H * hd;
@@ -352,32 +352,32 @@ int tmc_randomize(tmc_model *m, uint64_t seed)
         if ((rc = (call)) < 0)   \
             return rc;           \
     } while (0)
-    F(nnc_fill_uniform_bf16(m->embed, (size_t)m->V * d, k++, 1.0f, 0));
+    F(nn_fill_uniform_bf16_cuda(m->embed, (size_t)m->V * d, k++, 1.0f, 0));
     for (int l = 0; l < m->n_layers; l++) {
-        tmc_layer *L = &m->layers[l];
-        F(nnc_fill_uniform_bf16(L->w_qkv, qkv_n * d, k++, w_scale, 0));
-        F(nnc_fill_uniform_bf16(L->w_o, d * qd, k++, w_scale, 0));
-        F(nnc_fill_uniform_bf16(L->w_gu, 2 * I * d, k++, w_scale, 0));
-        F(nnc_fill_uniform_bf16(L->w_down, d * I, k++, w_scale, 0));
-        F(nnc_fill_uniform_f32(L->in_norm, d, k++, 1.0f, 0.1f, 0));
-        F(nnc_fill_uniform_f32(L->post_norm, d, k++, 1.0f, 0.1f, 0));
+        target_layer_cuda *L = &m->layers[l];
+        F(nn_fill_uniform_bf16_cuda(L->w_qkv, qkv_n * d, k++, w_scale, 0));
+        F(nn_fill_uniform_bf16_cuda(L->w_o, d * qd, k++, w_scale, 0));
+        F(nn_fill_uniform_bf16_cuda(L->w_gu, 2 * I * d, k++, w_scale, 0));
+        F(nn_fill_uniform_bf16_cuda(L->w_down, d * I, k++, w_scale, 0));
+        F(nn_fill_uniform_f32_cuda(L->in_norm, d, k++, 1.0f, 0.1f, 0));
+        F(nn_fill_uniform_f32_cuda(L->post_norm, d, k++, 1.0f, 0.1f, 0));
         if (L->q_norm) {
-            F(nnc_fill_uniform_f32(L->q_norm, hd, k++, 1.0f, 0.1f, 0));
-            F(nnc_fill_uniform_f32(L->k_norm, hd, k++, 1.0f, 0.1f, 0));
+            F(nn_fill_uniform_f32_cuda(L->q_norm, hd, k++, 1.0f, 0.1f, 0));
+            F(nn_fill_uniform_f32_cuda(L->k_norm, hd, k++, 1.0f, 0.1f, 0));
         }
         if (L->b_qkv) {
-            F(nnc_fill_uniform_bf16(L->b_qkv, qkv_n, k++, w_scale, 0));
-            F(nnc_fill_uniform_bf16(L->b_o, d, k++, w_scale, 0));
+            F(nn_fill_uniform_bf16_cuda(L->b_qkv, qkv_n, k++, w_scale, 0));
+            F(nn_fill_uniform_bf16_cuda(L->b_o, d, k++, w_scale, 0));
         }
         if (L->b_gu) {
-            F(nnc_fill_uniform_bf16(L->b_gu, 2 * I, k++, w_scale, 0));
-            F(nnc_fill_uniform_bf16(L->b_down, d, k++, w_scale, 0));
+            F(nn_fill_uniform_bf16_cuda(L->b_gu, 2 * I, k++, w_scale, 0));
+            F(nn_fill_uniform_bf16_cuda(L->b_down, d, k++, w_scale, 0));
         }
     }
 #undef F
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "tmc_randomize: %s", cudaGetErrorString(e));
+        snprintf(m->err, sizeof m->err, "target_randomize_cuda: %s", cudaGetErrorString(e));
         return -EIO;
     }
     return 0;
@@ -385,7 +385,7 @@ int tmc_randomize(tmc_model *m, uint64_t seed)
 
 /* ---- the forward --------------------------------------------------------------------- */
 
-const char *tmc_error(const tmc_model *m) { return m->err; }
+const char *target_error_cuda(const target_model_cuda *m) { return m->err; }
 
 /* A failed step of the forward: keep the text (kernel or GEMM) and return rc. */
 #define STEP(call, what)                                                                        \
@@ -393,16 +393,16 @@ const char *tmc_error(const tmc_model *m) { return m->err; }
         int rc_ = (call);                                                                       \
         if (rc_ < 0) {                                                                          \
             snprintf(m->err, sizeof m->err, "layer %d: %s failed (%d): %s", l, what, rc_,       \
-                     (what)[0] == 'g' ? nnc_gemm_error(m->gemm) : nnc_last_cuda_error());      \
+                     (what)[0] == 'g' ? nn_gemm_error_cuda(m->gemm) : nn_last_error_cuda());      \
             return rc_;                                                                         \
         }                                                                                       \
     } while (0)
 
-int tmc_forward(tmc_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nnc_bf16 *out,
+int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nn_bf16_cuda *out,
                 cudaStream_t s)
 {
     if (T < 1 || T > m->max_T || n_docs < 1 || !out) {
-        snprintf(m->err, sizeof m->err, "tmc_forward: T %d outside [1, %d] or n_docs %d < 1", T, m->max_T, n_docs);
+        snprintf(m->err, sizeof m->err, "target_forward_cuda: T %d outside [1, %d] or n_docs %d < 1", T, m->max_T, n_docs);
         return -EINVAL;
     }
     const int d = m->d, I = m->I, H = m->H, KV = m->KV, hd = m->hd, nc = m->n_capture;
@@ -410,44 +410,44 @@ int tmc_forward(tmc_model *m, const int32_t *tokens, const int32_t *doc_starts, 
     const float scale = 1.0f / sqrtf((float)hd);
     const long cap_stride = (long)nc * d;
     int l = -1;
-    STEP(nnc_positions(m->pos, doc_starts, n_docs, T, s), "positions");
-    STEP(nnc_embed(m->x, m->embed, tokens, T, d, m->V, m->bad_token, s), "embed");
+    STEP(nn_positions_cuda(m->pos, doc_starts, n_docs, T, s), "positions");
+    STEP(nn_embed_cuda(m->x, m->embed, tokens, T, d, m->V, m->bad_token, s), "embed");
     for (l = 0; l < m->n_layers; l++) {
-        const tmc_layer *L = &m->layers[l];
+        const target_layer_cuda *L = &m->layers[l];
         /* x += y (previous MLP), capture layer l-1, a = input_layernorm(x) */
         int prev_slot = l > 0 ? m->capture_slot[l - 1] : -1;
-        STEP(nnc_add_rmsnorm(m->x, l > 0 ? m->y : NULL, L->in_norm, m->a, prev_slot >= 0 ? out + (size_t)prev_slot * d : NULL,
+        STEP(nn_add_rmsnorm_cuda(m->x, l > 0 ? m->y : NULL, L->in_norm, m->a, prev_slot >= 0 ? out + (size_t)prev_slot * d : NULL,
                              cap_stride, T, d, m->eps, s),
              "add_rmsnorm (input)");
-        STEP(nnc_gemm_bf16(m->gemm, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s), "gemm qkv");
-        STEP(nnc_qk_norm_rope(m->qkv, L->q_norm, L->k_norm, m->inv_freq, m->pos, T, H, KV, hd, m->eps, s),
+        STEP(nn_gemm_bf16_cuda(m->gemm, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s), "gemm qkv");
+        STEP(nn_qk_norm_rope_cuda(m->qkv, L->q_norm, L->k_norm, m->inv_freq, m->pos, T, H, KV, hd, m->eps, s),
              "qk_norm_rope");
-        STEP(nnc_attention_packed(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, s), "attention");
-        STEP(nnc_gemm_bf16(m->gemm, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s), "gemm o_proj");
-        STEP(nnc_add_rmsnorm(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s), "add_rmsnorm (post)");
-        STEP(nnc_gemm_bf16(m->gemm, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s), "gemm gate_up");
-        STEP(nnc_swiglu(m->h, m->gu, T, I, s), "swiglu");
-        STEP(nnc_gemm_bf16(m->gemm, m->y, m->h, L->w_down, L->b_down, T, I, d, s), "gemm down");
+        STEP(nn_attention_packed_cuda(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, s), "attention");
+        STEP(nn_gemm_bf16_cuda(m->gemm, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s), "gemm o_proj");
+        STEP(nn_add_rmsnorm_cuda(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s), "add_rmsnorm (post)");
+        STEP(nn_gemm_bf16_cuda(m->gemm, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s), "gemm gate_up");
+        STEP(nn_swiglu_cuda(m->h, m->gu, T, I, s), "swiglu");
+        STEP(nn_gemm_bf16_cuda(m->gemm, m->y, m->h, L->w_down, L->b_down, T, I, d, s), "gemm down");
     }
     l = m->n_layers - 1; /* the last layer run is always captured */
-    STEP(nnc_add_rmsnorm(m->x, m->y, NULL, NULL, out + (size_t)m->capture_slot[l] * d, cap_stride, T, d, m->eps, s),
+    STEP(nn_add_rmsnorm_cuda(m->x, m->y, NULL, NULL, out + (size_t)m->capture_slot[l] * d, cap_stride, T, d, m->eps, s),
          "add (last capture)");
     return 0;
 }
 
-int tmc_take_token_error(tmc_model *m, int *bad)
+int target_take_token_error_cuda(target_model_cuda *m, int *bad)
 {
     int v = 0;
     if (cudaMemcpy(&v, m->bad_token, sizeof v, cudaMemcpyDeviceToHost) != cudaSuccess ||
         cudaMemset(m->bad_token, 0, sizeof v) != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "tmc_take_token_error: %s", cudaGetErrorString(cudaGetLastError()));
+        snprintf(m->err, sizeof m->err, "target_take_token_error_cuda: %s", cudaGetErrorString(cudaGetLastError()));
         return -EIO;
     }
     *bad = v;
     return 0;
 }
 
-double tmc_layer_params(const tmc_model *m)
+double target_layer_params_cuda(const target_model_cuda *m)
 {
     double d = m->d, I = m->I, hd = m->hd, H = m->H, KV = m->KV;
     double per = d * (H + 2 * KV) * hd + H * hd * d + 3 * d * I + 2 * d;
@@ -460,12 +460,12 @@ double tmc_layer_params(const tmc_model *m)
     return per * m->n_layers;
 }
 
-double tmc_forward_flops(const tmc_model *m, const int32_t *doc_starts, int n_docs)
+double target_forward_flops_cuda(const target_model_cuda *m, const int32_t *doc_starts, int n_docs)
 {
     double T = doc_starts[n_docs] - doc_starts[0], att = 0;
     for (int i = 0; i < n_docs; i++) {
         double L = doc_starts[i + 1] - doc_starts[i];
         att += L * 2.0 * m->n_layers * L * m->H * m->hd;
     }
-    return 2.0 * tmc_layer_params(m) * T + att;
+    return 2.0 * target_layer_params_cuda(m) * T + att;
 }

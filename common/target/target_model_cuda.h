@@ -1,6 +1,6 @@
 /* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Llama), prefix tmc_.
  *
- * The GPU twin of target_model.h's tm_forward_cpu: same model, same packed-row contract
+ * The GPU twin of target_model.h's target_forward_cpu: same model, same packed-row contract
  * (one row of T tokens holding n_docs documents, positions restart per document,
  * attention never crosses a document), same capture order; but bf16 weights and
  * activations with fp32 accumulation, an fp32 residual stream, and the captured layers
@@ -14,15 +14,15 @@
  * Shape of the forward (docs/target_cuda.md): per layer 4 cuBLASLt GEMMs on weights fused
  * at load time (QKV [(H+2KV)*hd, d], gate/up [2I, d]), and 4 small kernels: residual add +
  * RMSNorm (+ capture), q/k norm + RoPE, flash attention over the packed documents,
- * SwiGLU. All buffers for max_T tokens are allocated in tmc_init; tmc_forward only
+ * SwiGLU. All buffers for max_T tokens are allocated in target_init_cuda; target_forward_cuda only
  * enqueues on the caller's stream: no allocation, no host synchronisation, so it can be
  * captured in a CUDA graph (after one eager call of the same T, which builds the GEMM
  * plans).
  *
  * Errors: 0 or -errno; the init/load functions fill err (naming the file and tensor for
  * bad weights, the CUDA call for device failures). -EINVAL / -ENOENT are permanent (bad
- * model or arguments), -ENOMEM / -EIO temporary. Ownership: tmc_model owns every device
- * buffer and its GEMM handle; tmc_free releases all (safe on a zeroed or failed model).
+ * model or arguments), -ENOMEM / -EIO temporary. Ownership: target_model_cuda owns every device
+ * buffer and its GEMM handle; target_free_cuda releases all (safe on a zeroed or failed model).
  * One forward at a time per model (shared workspace), on one device.
  */
 #ifndef DF_TARGET_MODEL_CUDA_H
@@ -37,17 +37,17 @@ extern "C" {
 #include "io/hfconfig.h"
 #include "io/safetensors.h"
 
-typedef struct tmc_layer {
-    nnc_bf16 *w_qkv, *b_qkv;   /* [(H+2KV)*hd, d]: q rows, k rows, v rows; bias or NULL */
-    nnc_bf16 *w_o, *b_o;       /* [d, H*hd]; [d] or NULL */
-    nnc_bf16 *w_gu, *b_gu;     /* [2I, d]: gate rows then up rows; [2I] or NULL */
-    nnc_bf16 *w_down, *b_down; /* [d, I]; [d] or NULL */
+typedef struct target_layer_cuda {
+    nn_bf16_cuda *w_qkv, *b_qkv;   /* [(H+2KV)*hd, d]: q rows, k rows, v rows; bias or NULL */
+    nn_bf16_cuda *w_o, *b_o;       /* [d, H*hd]; [d] or NULL */
+    nn_bf16_cuda *w_gu, *b_gu;     /* [2I, d]: gate rows then up rows; [2I] or NULL */
+    nn_bf16_cuda *w_down, *b_down; /* [d, I]; [d] or NULL */
     float *in_norm, *post_norm; /* [d] */
     float *q_norm, *k_norm;     /* [hd] (Qwen3) or NULL */
     int window;                 /* sliding window in tokens, 0 = full attention */
-} tmc_layer;
+} target_layer_cuda;
 
-typedef struct tmc_model {
+typedef struct target_model_cuda {
     int d, I, H, KV, hd, V;
     int n_layers;       /* layers run = max(capture) + 1 */
     int n_capture;
@@ -58,60 +58,60 @@ typedef struct tmc_model {
     int max_T;
     void *weights;      /* one device allocation for every weight */
     size_t weight_bytes;
-    nnc_bf16 *embed;    /* [V, d] */
+    nn_bf16_cuda *embed;    /* [V, d] */
     float *inv_freq;    /* [hd/2] */
-    tmc_layer *layers;  /* [n_layers] (host array of device pointers) */
+    target_layer_cuda *layers;  /* [n_layers] (host array of device pointers) */
     void *acts;         /* one device allocation for the workspace */
     size_t act_bytes;
     float *x;           /* [max_T, d] fp32 residual stream */
-    nnc_bf16 *a, *y;    /* [max_T, d] normed input / sub-block output */
-    nnc_bf16 *qkv;      /* [max_T, (H+2KV)*hd] */
-    nnc_bf16 *att;      /* [max_T, H*hd] */
-    nnc_bf16 *gu;       /* [max_T, 2I] */
-    nnc_bf16 *h;        /* [max_T, I] SwiGLU output */
+    nn_bf16_cuda *a, *y;    /* [max_T, d] normed input / sub-block output */
+    nn_bf16_cuda *qkv;      /* [max_T, (H+2KV)*hd] */
+    nn_bf16_cuda *att;      /* [max_T, H*hd] */
+    nn_bf16_cuda *gu;       /* [max_T, 2I] */
+    nn_bf16_cuda *h;        /* [max_T, I] SwiGLU output */
     int32_t *pos;       /* [max_T] position in the document */
     int *bad_token;     /* device flag: a token id was outside [0, V) */
-    nnc_gemm *gemm;
+    nn_gemm_cuda *gemm;
     char err[320];      /* last forward failure */
-} tmc_model;
+} target_model_cuda;
 
 /* Shape the model from cfg, validate capture (distinct ids in [0, num_hidden_layers)),
  * allocate weights (uninitialised) and the workspace for max_T tokens on the current
- * device. The caller then fills the weights (tmc_load_weights or tmc_randomize). */
-int tmc_init(tmc_model *m, const hfc_config *cfg, const int *capture, int n_capture, int max_T, char *err,
+ * device. The caller then fills the weights (target_load_weights_cuda or target_randomize_cuda). */
+int target_init_cuda(target_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture, int max_T, char *err,
              size_t errlen);
 /* Upload the weights of layers 0..n_layers-1 and the embedding from an open HF model
  * (bf16 as is; f32/f16 rounded to bf16 on the host; norms kept fp32). Checks every
  * tensor's presence, dtype and shape; err names the file and the tensor. Synchronous. */
-int tmc_load_weights(tmc_model *m, const st_model *st, char *err, size_t errlen);
-/* hfc_load + st_model_open + tmc_init + tmc_load_weights + st_model_close. */
-int tmc_load(tmc_model *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
+int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, char *err, size_t errlen);
+/* hfconfig_load + safetensors_model_open + target_init_cuda + target_load_weights_cuda + safetensors_model_close. */
+int target_load_cuda(target_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
              size_t errlen);
 /* Random weights generated on the device (benchmarks): linear weights uniform with the
  * std of HF's init (0.02), norms 1 +- 0.1, embeddings uniform in [-1, 1]. Synchronous. */
-int tmc_randomize(tmc_model *m, uint64_t seed);
-void tmc_free(tmc_model *m);
+int target_randomize_cuda(target_model_cuda *m, uint64_t seed);
+void target_free_cuda(target_model_cuda *m);
 
 /* Enqueue the forward of one packed row on stream s. tokens [T] and doc_starts
  * [n_docs + 1] are DEVICE arrays (doc_starts[0] = 0, strictly increasing,
  * doc_starts[n_docs] = T: validate on the host before uploading; the kernels stay in
  * bounds on bad input but the result is then meaningless). out: device [T, n_capture, d]
  * bf16. 0, -EINVAL (T outside [1, max_T], n_docs < 1), -EIO (a launch or cuBLASLt call
- * failed; see tmc_error). */
-int tmc_forward(tmc_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nnc_bf16 *out,
+ * failed; see target_error_cuda). */
+int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nn_bf16_cuda *out,
                 cudaStream_t s);
 /* After the stream has synchronised: *bad = 1 when a token of a forward since the last
  * call was outside [0, V) (its embedding was zero), and clears the flag. 0 or -EIO. */
-int tmc_take_token_error(tmc_model *m, int *bad);
-/* Text of the last failure of tmc_forward (GEMM or kernel launch). */
-const char *tmc_error(const tmc_model *m);
+int target_take_token_error_cuda(target_model_cuda *m, int *bad);
+/* Text of the last failure of target_forward_cuda (GEMM or kernel launch). */
+const char *target_error_cuda(const target_model_cuda *m);
 
 /* FLOP of one forward over documents of the given lengths (docs/performance.md):
  * 2 * (params of layers 0..n_layers-1) per token + 2 * n_layers * L_doc * H * hd per token
  * of each document of length L_doc (causal attention). */
-double tmc_forward_flops(const tmc_model *m, const int32_t *doc_starts, int n_docs);
+double target_forward_flops_cuda(const target_model_cuda *m, const int32_t *doc_starts, int n_docs);
 /* Parameters of the layers run (no embedding, no head): the FLOP formula's count. */
-double tmc_layer_params(const tmc_model *m);
+double target_layer_params_cuda(const target_model_cuda *m);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 """Writes the crafted bad .safetensors files of tests/bad_safetensors/ and expected.txt.
 
 Each file breaks exactly one rule of the format; expected.txt holds, per file, the
-message st_open must give after "<path>: " (a trailing '*' means: prefix match, used
+message safetensors_open must give after "<path>: " (a trailing '*' means: prefix match, used
 where the tail is jansson's own wording). tests/test_safetensors.c opens every
 *.safetensors here and fails on a file that has no line in expected.txt.
 Run from anywhere: python3 tests/bad_safetensors/make_bad.py (stdlib only).

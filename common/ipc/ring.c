@@ -59,7 +59,7 @@ struct ring_hdr { /* read-only after ring_format */
     uint32_t hdr_bytes;    /* sizeof(struct ring_shm) */
     uint64_t total_bytes;  /* ring_shm_bytes(nslots) */
     uint32_t nslots;
-    uint32_t slot_bytes;   /* sizeof(struct ring_slot) */
+    uint32_t record_bytes; /* sizeof(struct ring_slot): one control record per slot */
     uint32_t desc_bytes;   /* sizeof(ring_desc) */
     uint32_t max_attempts;
     uint32_t ring_id;
@@ -168,7 +168,7 @@ int ring_format(void *mem, uint64_t bytes, uint32_t nslots, uint32_t max_attempt
     shm->hdr.hdr_bytes = (uint32_t)sizeof(struct ring_shm);
     shm->hdr.total_bytes = need;
     shm->hdr.nslots = nslots;
-    shm->hdr.slot_bytes = (uint32_t)sizeof(struct ring_slot);
+    shm->hdr.record_bytes = (uint32_t)sizeof(struct ring_slot);
     shm->hdr.desc_bytes = (uint32_t)sizeof(ring_desc);
     shm->hdr.max_attempts = max_attempts;
     shm->hdr.ring_id = id;
@@ -195,7 +195,7 @@ int ring_open(ring *r, void *mem, uint64_t bytes)
     if (shm->hdr.version != RING_VERSION)
         return -EPROTO;
     if (shm->hdr.hdr_bytes != sizeof(struct ring_shm) ||
-        shm->hdr.slot_bytes != sizeof(struct ring_slot) ||
+        shm->hdr.record_bytes != sizeof(struct ring_slot) ||
         shm->hdr.desc_bytes != sizeof(ring_desc) || shm->hdr.max_attempts == 0)
         return -EBADMSG;
     uint64_t need = ring_shm_bytes(shm->hdr.nslots);

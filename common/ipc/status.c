@@ -30,7 +30,7 @@ int status_format(void *mem, uint64_t bytes, uint32_t n_workers)
     s->version = STATUS_VERSION;
     s->n_workers = n_workers;
     s->bytes = bytes;
-    s->slot_bytes = sizeof(status_slot);
+    s->record_bytes = sizeof(status_slot);
     atomic_store_explicit(&s->pause, 0, memory_order_relaxed);
     atomic_store_explicit(&s->stop_claiming, 0, memory_order_relaxed);
     atomic_store_explicit(&s->stop, 0, memory_order_relaxed);
@@ -48,7 +48,7 @@ int status_open(status_shm **out, void *mem, uint64_t bytes)
         return -EINVAL;
     status_shm *s = mem;
     if (s->magic != STATUS_MAGIC || s->version != STATUS_VERSION ||
-        s->slot_bytes != sizeof(status_slot) || s->bytes > bytes || s->n_workers > STATUS_MAX_WORKERS)
+        s->record_bytes != sizeof(status_slot) || s->bytes > bytes || s->n_workers > STATUS_MAX_WORKERS)
         return -EPROTO;
     atomic_thread_fence(memory_order_acquire);
     *out = s;

@@ -68,7 +68,7 @@ typedef struct status_shm {
     uint32_t version;
     uint32_t n_workers;
     uint64_t bytes;      /* total size of the segment */
-    uint64_t slot_bytes; /* sizeof(status_slot), checked on open */
+    uint64_t record_bytes; /* sizeof(status_slot), checked on open */
     uint64_t reserved[4];
     /* run-wide flags (orchestrator-written) */
     _Alignas(64) _Atomic uint32_t pause;         /* 1: workers hold before starting new work */

@@ -207,25 +207,18 @@ static int parse_rope(parser *p, json_t *root, hfconfig *c)
     return 0;
 }
 
-static int parse_token_ids(parser *p, json_t *root, hfconfig *c)
+/* eos_token_id: absent / null (n = 0), an id, or a list of ids */
+static int parse_eos(parser *p, json_t *root, int64_t ids[HFCONFIG_MAX_EOS], int *n)
 {
-    long long v;
-    int rc;
-    if ((rc = get_int(p, root, "bos_token_id", 0, -1, 0, INT64_MAX, &v)) < 0)
-        return rc;
-    c->bos_token_id = v;
-    if ((rc = get_int(p, root, "pad_token_id", 0, -1, 0, INT64_MAX, &v)) < 0)
-        return rc;
-    c->pad_token_id = v;
     json_t *e = json_object_get(root, "eos_token_id");
     char b[64];
-    c->n_eos = 0;
+    *n = 0;
     if (!e || json_is_null(e))
         return 0;
     if (json_is_integer(e)) {
         if (json_integer_value(e) < 0)
             return perr(p, "eos_token_id: expected a token id >= 0, got %s", jshow(e, b, sizeof b));
-        c->eos_token_ids[c->n_eos++] = json_integer_value(e);
+        ids[(*n)++] = json_integer_value(e);
         return 0;
     }
     if (!json_is_array(e))
@@ -236,9 +229,22 @@ static int parse_token_ids(parser *p, json_t *root, hfconfig *c)
         json_t *x = json_array_get(e, i);
         if (!json_is_integer(x) || json_integer_value(x) < 0)
             return perr(p, "eos_token_id[%zu]: expected a token id >= 0, got %s", i, jshow(x, b, sizeof b));
-        c->eos_token_ids[c->n_eos++] = json_integer_value(x);
+        ids[(*n)++] = json_integer_value(x);
     }
     return 0;
+}
+
+static int parse_token_ids(parser *p, json_t *root, hfconfig *c)
+{
+    long long v;
+    int rc;
+    if ((rc = get_int(p, root, "bos_token_id", 0, -1, 0, INT64_MAX, &v)) < 0)
+        return rc;
+    c->bos_token_id = v;
+    if ((rc = get_int(p, root, "pad_token_id", 0, -1, 0, INT64_MAX, &v)) < 0)
+        return rc;
+    c->pad_token_id = v;
+    return parse_eos(p, root, c->eos_token_ids, &c->n_eos);
 }
 
 static int parse_layer_types(parser *p, json_t *root, hfconfig *c)
@@ -468,4 +474,70 @@ void hfconfig_free(hfconfig *c)
         return;
     free(c->layer_types);
     memset(c, 0, sizeof *c);
+}
+
+static int parse_generation(parser *p, json_t *root, hfconfig_generation *g)
+{
+    int rc, found;
+    long long v;
+    if (!json_is_object(root))
+        return perr(p, "expected a JSON object");
+    if ((rc = parse_eos(p, root, g->eos_token_ids, &g->n_eos)) < 0)
+        return rc;
+    if ((rc = get_bool(p, root, "do_sample", 0, &g->do_sample)) < 0)
+        return rc;
+    if ((rc = get_num(p, root, "", "temperature", 1.0, &found, &g->temperature)) < 0)
+        return rc;
+    if (!(g->temperature >= 0.0))
+        return perr(p, "temperature: %g must be >= 0", g->temperature);
+    if ((rc = get_num(p, root, "", "top_p", 1.0, &found, &g->top_p)) < 0)
+        return rc;
+    if (!(g->top_p > 0.0 && g->top_p <= 1.0))
+        return perr(p, "top_p: %g must be in (0, 1]", g->top_p);
+    if ((rc = get_int(p, root, "top_k", 0, 50, 0, INT32_MAX, &v)) < 0)
+        return rc;
+    g->top_k = (int)v;
+    if ((rc = get_int(p, root, "max_new_tokens", 0, 0, 0, INT32_MAX, &v)) < 0)
+        return rc;
+    g->max_new_tokens = (int)v;
+    return 0;
+}
+
+int hfconfig_load_generation(hfconfig_generation *g, const char *model_dir, char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->temperature = 1.0;
+    g->top_p = 1.0;
+    g->top_k = 50;
+    char *file = NULL;
+    if (asprintf(&file, "%s/generation_config.json", model_dir) < 0)
+        return -ENOMEM;
+    struct stat st;
+    if (stat(file, &st) != 0 && errno == ENOENT) {
+        free(file);
+        return 0;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    char why[600];
+    int rc = df_read_regular(file, &buf, &len, why, sizeof why);
+    if (rc == -EINVAL)
+        snprintf(err, errlen, "%s", why);
+    else if (rc < 0)
+        snprintf(err, errlen, "%s: cannot read: %s", file, strerror(-rc));
+    if (rc == 0) {
+        parser p = {file, err, errlen};
+        json_error_t jerr;
+        json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!root) {
+            rc = perr(&p, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+        } else {
+            rc = parse_generation(&p, root, g);
+            json_decref(root);
+        }
+        g->found = rc == 0;
+    }
+    free(buf);
+    free(file);
+    return rc;
 }

@@ -71,4 +71,23 @@ int hfconfig_parse(hfconfig *c, const char *json, size_t len, const char *name, 
 int hfconfig_load(hfconfig *c, const char *path, char *err, size_t errlen);
 void hfconfig_free(hfconfig *c);
 
+/* generation_config.json beside a model's config.json: the stop tokens and the sampling
+ * defaults the model's authors ship (what transformers' generate uses when the caller
+ * gives none). Absent file: found = 0 and the transformers defaults below. Fields:
+ *   eos_token_id   an integer or a list (n_eos = 0 when absent or null)
+ *   do_sample      default false; when false, temperature / top_p / top_k do not apply
+ *   temperature    default 1.0, >= 0        top_p  default 1.0, in (0, 1]
+ *   top_k          default 50, >= 0 (0: off) max_new_tokens  0 when absent
+ * Errors name the file and the field; 0 or -EINVAL / -errno. */
+typedef struct hfconfig_generation {
+    int found;
+    int64_t eos_token_ids[HFCONFIG_MAX_EOS];
+    int n_eos;
+    int do_sample;
+    double temperature, top_p;
+    int top_k;
+    int max_new_tokens;
+} hfconfig_generation;
+int hfconfig_load_generation(hfconfig_generation *g, const char *model_dir, char *err, size_t errlen);
+
 #endif

@@ -1,0 +1,82 @@
+/* generate_cuda.c: the CUDA backend of generate.h (CUDA=1 builds) over target_decode_cuda:
+ * greedy tokens come back from the device's argmax; logits are copied to the host only
+ * when sampling needs them. */
+#include "eval/generate.h"
+
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "io/hfconfig.h"
+#include "target/target_decode_cuda.h"
+
+typedef struct gen_cuda {
+    decode_model_cuda m;
+    float *logits; /* host [V] */
+} gen_cuda;
+
+static int cuda_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy,
+                       const float **logits, char *err, size_t errlen)
+{
+    gen_cuda *g = impl;
+    int rc = decode_extend_cuda(&g->m, tokens, k, 1, greedy);
+    if (rc == 0 && want_logits && (rc = decode_logits_to_host_cuda(&g->m, g->logits)) == 0)
+        *logits = g->logits;
+    if (rc < 0)
+        snprintf(err, errlen, "target extend by %d tokens: %s", k,
+                 rc == -ENOSPC ? "the cache is full" : decode_error_cuda(&g->m));
+    return rc;
+}
+
+static void cuda_reset(void *impl)
+{
+    decode_reset_cuda(&((gen_cuda *)impl)->m);
+}
+
+static void cuda_close(void *impl)
+{
+    gen_cuda *g = impl;
+    decode_free_cuda(&g->m);
+    free(g->logits);
+    free(g);
+}
+
+static const generate_ops cuda_ops = {"cuda", cuda_extend, cuda_reset, cuda_close};
+
+int generate_open_cuda(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
+{
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device >= n_dev) {
+        snprintf(err, errlen, "--backend cuda:%d: this machine has %d CUDA device(s)", device, n_dev);
+        return n_dev ? -EINVAL : -ENODEV;
+    }
+    CUDA_TRY(cudaSetDevice(device), err, errlen);
+    hfconfig c;
+    int rc = hfconfig_load(&c, model_dir, err, errlen);
+    if (rc < 0)
+        return rc;
+    int last = c.num_hidden_layers - 1;
+    hfconfig_free(&c);
+    gen_cuda *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    if ((rc = decode_load_cuda(&g->m, model_dir, &last, 1, max_ctx, 1, err, errlen)) < 0) {
+        free(g);
+        return rc;
+    }
+    if (!(g->logits = malloc(sizeof(float) * (size_t)g->m.tm.V))) {
+        cuda_close(g);
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    t->ops = &cuda_ops;
+    t->impl = g;
+    t->vocab = g->m.tm.V;
+    t->max_ctx = max_ctx;
+    return 0;
+}

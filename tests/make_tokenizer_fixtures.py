@@ -44,8 +44,11 @@ CORPUS = """\
 The user asks a question and the assistant answers it. The assistant thinks first, then
 writes the answer. When the question needs a tool, the assistant calls the tool with a
 JSON object and waits for the result; then it answers with the result in mind.
+
 What is the weather in Paris today? It is sunny and 21 degrees in Paris.
+
 Can you add 1234 and 5678? The sum of 1234 and 5678 is 6912.
+
 Please write a function that returns the square of a number.
 def square(x):
     return x * x
@@ -56,14 +59,27 @@ for i in range(10):
 {"temperature": 21, "condition": "sunny"}
 Let me think about this step by step. First, the question is about the weather.
 I need to call the weather tool. The answer is that the weather is sunny.
+
 Hello! How can I help you today? Thank you, that is all I needed.
 The pipeline trains a drafter against a frozen target model on one machine.
 Speculative decoding drafts a block of tokens and the target verifies them at once.
+
 Un café crème, s'il vous plaît. Naïve résumé, déjà vu. Grüße aus München!
 日本語のテキストと中文的句子。 Ελληνικά και русский текст. 🙂 👍
     indented line with four spaces
 \ttab\tseparated\tvalues
 numbers: 3.14159 2.71828 1000000 42 007
+Dear reader
+
+Thank you for the note
+
+Best regards
+
+Answer
+
+Yes
+
+No
 """
 
 QWEN_ADDED = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),

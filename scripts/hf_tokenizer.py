@@ -312,6 +312,20 @@ class HFDirTokenizer:
             self._compiled[name] = _jinja_env().from_string(self._template_src[name])
         return self._compiled[name]
 
+    def check_template(self):
+        """Compiles every chat template now; TokenizerError when there is none or one does not parse."""
+        env = _jinja_env()  # TokenizerError without jinja2
+        import jinja2
+        if not self._template_src:
+            self._template(None)
+        for name, src in self._template_src.items():
+            try:
+                self._compiled[name] = env.from_string(src)
+            except jinja2.exceptions.TemplateSyntaxError as e:
+                where = "chat_template.jinja" if os.path.exists(os.path.join(self.path, "chat_template.jinja")) \
+                    else "tokenizer_config.json: chat_template"
+                raise TokenizerError(f"{self.path}/{where} ({name}): line {e.lineno}: {e.message}")
+
     def apply_chat_template(self, messages, tools=None, add_generation_prompt=False, documents=None, **kwargs):
         kw = {}
         for name in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"):

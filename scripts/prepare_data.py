@@ -220,10 +220,12 @@ class TransformersBackend:
     def __init__(self, path):
         from transformers import AutoTokenizer
         self.tok = AutoTokenizer.from_pretrained(path)
+        if not getattr(self.tok, "chat_template", None):
+            raise ValueError("no chat template (tokenizer_config.json chat_template or chat_template.jinja)")
         self.vocab_size = len(self.tok)
         self.eos_id = self.tok.eos_token_id
-        self.added = set(self.tok.all_special_tokens)
-        for t in getattr(self.tok, "added_tokens_decoder", {}).values():
+        self.added = set(getattr(self.tok, "all_special_tokens", []))
+        for t in (getattr(self.tok, "added_tokens_decoder", None) or {}).values():
             self.added.add(getattr(t, "content", str(t)))
 
     def render(self, messages, tools, add_generation_prompt, kwargs):
@@ -240,6 +242,7 @@ class BuiltinBackend:
     def __init__(self, path):
         from hf_tokenizer import HFDirTokenizer
         self.tok = HFDirTokenizer(path)
+        self.tok.check_template()  # no template, no jinja2 or a syntax error: refused now
         self.vocab_size = self.tok.vocab_size
         eos = self.tok.special_token("eos_token")
         self.eos_id = self.tok.added_by_content.get(eos, self.tok.vocab.get(eos)) if eos else None
@@ -370,8 +373,9 @@ def load_tokenizer(args):
                 backend = BuiltinBackend(args.tokenizer)
             except TokenizerError as e:
                 die(100, str(e))
-    except (OSError, ValueError) as e:
-        die(100, f"{args.tokenizer}: {e}")
+    except Exception as e:  # transformers raises OSError, ValueError, KeyError, ... for a bad directory
+        die(100, f"{args.tokenizer}: {type(e).__name__}: {e}")
+    print(f"prepare_data: {args.tokenizer}: chat template and tokenizer by {backend.name}")
     kw = dict(args.chat_kwargs or {})
     if args.thinking is not None:
         kw["enable_thinking"] = args.thinking

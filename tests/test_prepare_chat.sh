@@ -144,6 +144,11 @@ set -e
 [ $rc1 -eq 100 ] && grep -q "none.jsonl: cannot read" "$tmp/x.err" || { echo "FAIL: missing input: rc $rc1"; exit 1; }
 [ $rc2 -eq 2 ] && grep -q "needs a tokenizer with a chat template" "$tmp/x2.err" || { echo "FAIL: --no-thinking with the byte tokenizer: rc $rc2"; exit 1; }
 [ $rc3 -eq 2 ] && [ $rc4 -eq 100 ] || { echo "FAIL: bad --chat-template-kwargs rc $rc3 (2), missing tokenizer rc $rc4 (100)"; exit 1; }
+mkdir "$tmp/uni" && cp $Q/* "$tmp/uni/"
+python3 -c 'import json, sys; p = sys.argv[1]; j = json.load(open(p)); j["model"]["type"] = "Unigram"; json.dump(j, open(p, "w"))' "$tmp/uni/tokenizer.json"
+set +e; prep --tokenizer "$tmp/uni" --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x6.err"; rc6=$?; set -e
+[ $rc6 -eq 100 ] && grep -q "uni/tokenizer.json: model.type = \"Unigram\" is not supported" "$tmp/x6.err" ||
+  { echo "FAIL: a Unigram tokenizer: rc $rc6, expected 100 naming the file and field"; exit 1; }
 if ! python3 -c 'import transformers' 2>/dev/null; then
   set +e; python3 scripts/prepare_data.py --tokenizer-impl transformers --tokenizer $Q --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x5.err"; rc5=$?; set -e
   [ $rc5 -eq 2 ] && grep -q "pip install transformers" "$tmp/x5.err" || { echo "FAIL: --tokenizer-impl transformers without it: rc $rc5"; exit 1; }

@@ -149,6 +149,13 @@ python3 -c 'import json, sys; p = sys.argv[1]; j = json.load(open(p)); j["model"
 set +e; prep --tokenizer "$tmp/uni" --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x6.err"; rc6=$?; set -e
 [ $rc6 -eq 100 ] && grep -q "uni/tokenizer.json: model.type = \"Unigram\" is not supported" "$tmp/x6.err" ||
   { echo "FAIL: a Unigram tokenizer: rc $rc6, expected 100 naming the file and field"; exit 1; }
+# the template is code from the tokenizer directory: rendered in jinja2's sandbox
+mkdir "$tmp/evil" && cp $L/* "$tmp/evil/"
+echo "{{ messages[0].content.__class__.__mro__[1].__subclasses__() }}" >"$tmp/evil/chat_template.jinja"
+set +e; prep --tokenizer "$tmp/evil" --out "$tmp/x" "$tmp/multi.jsonl" >/dev/null 2>"$tmp/x7.err"; rc7=$?; set -e
+[ $rc7 -eq 100 ] && grep -q "skipped (template-error): SecurityError" "$tmp/x7.err" ||
+  { cat "$tmp/x7.err"; echo "FAIL: a template reaching for Python internals: rc $rc7, expected a SecurityError skip"; exit 1; }
+echo "ok: a template reaching for Python internals is stopped by the sandbox (template-error)"
 if ! python3 -c 'import transformers' 2>/dev/null; then
   set +e; python3 scripts/prepare_data.py --tokenizer-impl transformers --tokenizer $Q --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x5.err"; rc5=$?; set -e
   [ $rc5 -eq 2 ] && grep -q "pip install transformers" "$tmp/x5.err" || { echo "FAIL: --tokenizer-impl transformers without it: rc $rc5"; exit 1; }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the CPU build and tests need, if any is missing:
-# libuv1-dev, libjansson-dev (build), spin (ring protocol model check), python3 (scripts).
+# libuv1-dev, libjansson-dev (build), spin (ring protocol model check), python3 (scripts),
+# python3-jinja2 and python3-regex (scripts/hf_tokenizer.py: chat templates and BPE split
+# patterns for scripts/prepare_data.py; tests/test_prepare_chat.sh).
 # Idempotent and quiet when everything is there. Skipped when DEPS_PREFIX is set
 # (the GPU machine, which has no apt: see scripts/fetch_deps.sh).
 set -euo pipefail
@@ -11,6 +13,8 @@ missing=()
 command -v spin >/dev/null    || missing+=(spin)
 command -v gcc >/dev/null     || missing+=(gcc)
 command -v python3 >/dev/null || missing+=(python3)
+python3 -c 'import jinja2' 2>/dev/null || missing+=(python3-jinja2)
+python3 -c 'import regex' 2>/dev/null  || missing+=(python3-regex)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 echo "install_deps: installing ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_prepare_data: scripts/prepare_data.py turns chat JSONL (OpenAI and ShareGPT styles)
-# into a shard the C reader accepts, with the loss mask on assistant bytes only, and
-# refuses a malformed line naming the file and line.
+# into a shard the C reader accepts, with the loss mask on assistant bytes only; skips a
+# malformed line naming the file and line (a file of nothing else: exit 100, no shard); and
+# rebuilds the embedded default's shards (data/tiny/*.dfs, as scripts/run_default.sh makes
+# them) byte for byte. Chat templates: tests/test_prepare_chat.sh.
 set -euo pipefail
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d /tmp/df_test_prep_XXXXXX); trap 'rm -rf "$tmp"' EXIT
@@ -16,8 +18,17 @@ echo "$out"
 # sample 2: bos user q assistant r eos = 6 tokens, 2 labels
 [ "$out" = "samples 2 tokens 15 labels 6 vocab 264" ] || { echo "unexpected shard summary"; exit 1; }
 echo '{"messages": [{"role": "robot", "content": "x"}]}' >"$tmp/bad.jsonl"
-if python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/b" "$tmp/bad.jsonl" 2>"$tmp/err"; then
-  echo "bad input accepted"; exit 1; fi
-grep -q "bad.jsonl:1: message 0: expected role user|assistant|system" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+set +e
+python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/b" "$tmp/bad.jsonl" 2>"$tmp/err"; rc=$?
+set -e
+[ $rc -eq 100 ] || { echo "a file with no usable line: exit $rc, expected 100"; exit 1; }
+grep -q "bad.jsonl:1: skipped (unknown-role): message 0: role \"robot\"" "$tmp/err" || { cat "$tmp/err"; exit 1; }
 [ ! -e "$tmp/b-000.dfs" ] || { echo "partial shard written"; exit 1; }
+# the embedded default's data: the same bytes as the committed shards
+python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/train" \
+  data/tiny/chat-train.jsonl --max-samples 1600 --max-len 512
+cmp "$tmp/train-000.dfs" data/tiny/train-000.dfs || { echo "data/tiny/train-000.dfs not reproduced"; exit 1; }
+python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/held" data/tiny/chat-heldout.jsonl
+cmp "$tmp/held-000.dfs" data/tiny/heldout-000.dfs || { echo "data/tiny/heldout-000.dfs not reproduced"; exit 1; }
+echo "data/tiny shards reproduced byte for byte"
 echo "test_prepare_data: ok"

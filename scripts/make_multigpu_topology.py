@@ -35,6 +35,9 @@ def topology(shape, n):
     t, d, rate = split(n, shape)
     base = json.load(open(f"configs/qwen3-{shape}.json"))
     base["name"] = f"qwen3-{shape}-{n}gpu"
+    base["description"] = (f"benchmark: configs/qwen3-{shape}.json spread over {n} GPUs by "
+                           f"scripts/make_multigpu_topology.py ({t} target : {d} drafter GPUs); random weights, "
+                           f"not a training recipe (for a real checkpoint: scripts/make_topology.py)")
     base["run_dir"] = f"gpu/runs/qwen3-{shape}-{n}gpu"
     base["drafter"]["num_anchors"] = ANCHORS[shape]
     rings, workers = [], []

@@ -174,6 +174,12 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':0}],'workers':[{'name':'t0','role':'target','out':'tp','gpu':-1}]"),
      "t: workers[0].gpu: expected an integer 0..7 with backend \"cuda\", got -1"},
     {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':8}]"), "t: rings[0].gpu: expected an integer -1..7, got 8"},
+    /* description */
+    {DOC(HEAD "," RINGS "," WORKERS ",'description':3"), "t: description: expected a non-empty string or null, got 3"},
+    {DOC(HEAD "," RINGS "," WORKERS ",'description':''"), "t: description: expected a non-empty string or null, got \"\""},
+    {DOC(HEAD "," RINGS "," WORKERS ",'description':['a']"),
+     "t: description: expected a non-empty string or null, got an array"},
+    {DOC(HEAD "," RINGS "," WORKERS ",'descripton':'a'"), "t: descripton: unknown key"},
     /* binaries */
     {DOC(HEAD "," RINGS "," WORKERS ",'binaries':{'dir':3}"), "t: binaries.dir: expected a non-empty string or null, got 3"},
     {DOC(HEAD "," RINGS "," WORKERS ",'binaries':{'path':'x'}"), "t: binaries.path: unknown key"},
@@ -310,6 +316,7 @@ static void check_minimal_defaults(const topo *t)
 static void check_full(const topo *t)
 {
     T_ASSERT_STREQ(t->name, "full-2x");
+    T_ASSERT_STREQ(t->description, "every field set: a parser fixture, not a recipe");
     T_ASSERT_STREQ(t->run_dir, "/tmp/run/full");
     T_ASSERT(t->backend == TOPOLOGY_CUDA && t->seed == 99 && t->deterministic == 0);
     T_ASSERT_STREQ(t->target_model_dir, "models/qwen3-8b");
@@ -397,6 +404,7 @@ static void test_valid(void)
     json_t *j = topology_to_json(&t);
     T_ASSERT(json_integer_value(json_object_get(json_object_get(j, "drafter"), "block_size")) == 16);
     T_ASSERT(json_is_null(json_object_get(json_object_get(j, "drafter"), "mask_token_id")));
+    T_ASSERT(t.description == NULL && json_is_null(json_object_get(j, "description")));
     json_decref(j);
     topology_free(&t);
     T_ASSERT(is_zeroed(&t));
@@ -416,6 +424,59 @@ static void test_valid(void)
     topology_free(&t);
     free(doc);
     printf("ok: minimal (defaults) and full topologies parsed field by field, JSON round trip\n");
+}
+
+/* description: free text, kept and written back verbatim; longer than 1024 characters is refused. */
+static void test_description(void)
+{
+    const char *text = "benchmark: random weights, not a training recipe (\"quoted\", ü)";
+    char *doc = q(VALID);
+    json_t *root = json_loads(doc, 0, NULL);
+    T_ASSERT(root);
+    free(doc);
+    T_ASSERT(json_object_set_new(root, "description", json_string(text)) == 0);
+    char *s = json_dumps(root, 0);
+    T_ASSERT(s);
+    topo t;
+    char err[512];
+    T_ASSERT_RC(topology_parse(&t, s, "t", err, sizeof err));
+    T_ASSERT_STREQ(t.description, text);
+    json_t *j = topology_to_json(&t);
+    T_ASSERT(j && json_is_string(json_object_get(j, "description")));
+    T_ASSERT_STREQ(json_string_value(json_object_get(j, "description")), text);
+    /* the key sits right after "name" in the normalised file */
+    const char *prev = NULL, *key;
+    void *it = json_object_iter(j);
+    for (; it; it = json_object_iter_next(j, it)) {
+        key = json_object_iter_key(it);
+        if (strcmp(key, "description") == 0)
+            break;
+        prev = key;
+    }
+    T_ASSERT(prev && strcmp(prev, "name") == 0);
+    json_decref(j);
+    check_round_trip(&t);
+    topology_free(&t);
+    free(s);
+
+    char big[1100];
+    memset(big, 'x', sizeof big - 1);
+    big[1024] = '\0';
+    T_ASSERT(json_object_set_new(root, "description", json_string(big)) == 0);
+    T_ASSERT((s = json_dumps(root, 0)) != NULL);
+    T_ASSERT_RC(topology_parse(&t, s, "t", err, sizeof err)); /* 1024: the limit itself */
+    topology_free(&t);
+    free(s);
+    big[1024] = 'x';
+    big[1025] = '\0';
+    T_ASSERT(json_object_set_new(root, "description", json_string(big)) == 0);
+    T_ASSERT((s = json_dumps(root, 0)) != NULL);
+    T_ASSERT(topology_parse(&t, s, "t", err, sizeof err) == -EINVAL);
+    T_ASSERT_STREQ(err, "t: description: expected at most 1024 characters, got 1025");
+    T_ASSERT(is_zeroed(&t));
+    free(s);
+    json_decref(root);
+    printf("ok: description kept verbatim, written after name, round trip; 1025 characters refused\n");
 }
 
 static void test_tiny_config(void)
@@ -472,6 +533,7 @@ int main(void)
     test_missing_file();
     test_valid();
     test_tiny_config();
+    test_description();
     test_free_partial();
     printf("test_topology: all passed\n");
     return 0;

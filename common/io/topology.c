@@ -1218,6 +1218,19 @@ static int parse_backend(pctx *c, topo *t, void *s, const json_t *root, const ch
     return 0;
 }
 
+/* description: free text for the reader (what the file is for: a benchmark, a recipe, the
+ * embedded default); nothing reads it but people. Bounded so a stray blob is refused. */
+#define TOPOLOGY_MAX_DESCRIPTION 1024
+static int check_description(pctx *c, topo *t, void *s, const char *path)
+{
+    (void)s;
+    (void)path;
+    size_t n = t->description ? strlen(t->description) : 0;
+    if (n > TOPOLOGY_MAX_DESCRIPTION)
+        return fail(c, "description", "expected at most %d characters, got %zu", TOPOLOGY_MAX_DESCRIPTION, n);
+    return 0;
+}
+
 static json_t *write_backend(const topo *t, const void *s, int *omit)
 {
     return json_string(topology_backend_name(t->backend));
@@ -1228,6 +1241,8 @@ static json_t *write_backend(const topo *t, const void *s, int *omit)
 static const field top_fields[] = {
     F_CUSTOM("version", parse_version, write_version),
     {.key = "name", .type = FT_NAME, .off = offsetof(topo, name), .parse = parse_topo_name},
+    {.key = "description", .type = FT_STR, .off = offsetof(topo, description), .req = OPTIONAL, .nullable = 1,
+     .check = check_description},
     F_STR("run_dir", topo, run_dir, REQUIRED, 0),
     F_CUSTOM("backend", parse_backend, write_backend),
     F_U64("seed", topo, seed, OPTIONAL, 0, INT64_MAX, 1234),
@@ -1240,7 +1255,7 @@ static const field top_fields[] = {
     F_OBJ("supervision", offsetof(topo, sup), OPTIONAL, supervisor_fields, check_supervision),
     F_OBJ("binaries", 0, OPTIONAL, binaries_fields, NULL),
 };
-static const int top_parse_order[NF(top_fields)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 11, 9, 10, 12};
+static const int top_parse_order[NF(top_fields)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 10, 11, 13};
 
 static int parse_root(pctx *c, topo *t, const json_t *root)
 {
@@ -1310,6 +1325,7 @@ void topology_free(topo *t)
 {
     if (!t)
         return;
+    free(t->description);
     free(t->run_dir);
     free(t->target_model_dir);
     free(t->capture_layers);

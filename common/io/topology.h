@@ -66,6 +66,7 @@ typedef struct topology_supervision {
 typedef struct topo {
     int version;
     char name[64];
+    char *description; /* free text for people (benchmark, recipe, default); NULL = none */
     char *run_dir;
     topology_backend backend;
     uint64_t seed;

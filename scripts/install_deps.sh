@@ -16,6 +16,7 @@ command -v python3 >/dev/null || missing+=(python3)
 python3 -c 'import jinja2' 2>/dev/null || missing+=(python3-jinja2)
 python3 -c 'import regex' 2>/dev/null  || missing+=(python3-regex)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+case " ${missing[*]} " in *python3-jinja2*|*python3-regex*) [ -x /usr/bin/python3 ] || missing+=(python3) ;; esac
 echo "install_deps: installing ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then SUDO=sudo; else
@@ -24,4 +25,9 @@ else SUDO=; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# a python3 that is not Debian's (pyenv, a venv) does not see Debian's modules: give it its own
+if ! python3 -c 'import jinja2, regex' 2>/dev/null; then
+  python3 -m pip install -q jinja2 regex >/dev/null 2>&1 ||
+    echo "install_deps: python3 ($(command -v python3)) lacks jinja2/regex; tests use /usr/bin/python3 then" >&2
+fi
 echo "install_deps: done"

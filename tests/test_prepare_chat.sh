@@ -24,9 +24,15 @@
 set -euo pipefail
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d /tmp/df_test_prep_chat_XXXXXX); trap 'rm -rf "$tmp"' EXIT
+# the interpreter: python3 when it has jinja2 and regex, else Debian's (install_deps.sh installs them there)
+PY=python3
+if ! python3 -c 'import jinja2, regex' 2>/dev/null; then
+  if /usr/bin/python3 -c 'import jinja2, regex' 2>/dev/null; then PY=/usr/bin/python3; else
+    echo "FAIL: no python3 with jinja2 and regex (make deps installs python3-jinja2 python3-regex)"; exit 1; fi
+fi
 Q=tests/fixtures/tokenizers/qwen3-style
 L=tests/fixtures/tokenizers/llama3-style
-prep() { python3 scripts/prepare_data.py --tokenizer-impl builtin "$@"; }
+prep() { "$PY" scripts/prepare_data.py --tokenizer-impl builtin "$@"; }
 export PYTHONPATH=tests${PYTHONPATH:+:$PYTHONPATH}
 
 cat >"$tmp/think.jsonl" <<'J'
@@ -45,7 +51,7 @@ J
 echo "== (a) Qwen3 multi-turn with thinking"
 prep --tokenizer $Q --out "$tmp/a" "$tmp/think.jsonl"
 prep --tokenizer $Q --out "$tmp/a_last" --turns last "$tmp/think.jsonl"
-python3 - "$tmp" $Q <<'PY'
+"$PY" - "$tmp" $Q <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, v = sys.argv[1], View(sys.argv[2])
@@ -64,7 +70,7 @@ PY
 echo "== (b) Qwen3 thinking off: the empty think block is not labelled"
 prep --tokenizer $Q --out "$tmp/b" "$tmp/nothink.jsonl"
 prep --tokenizer $Q --out "$tmp/b_off" --no-thinking "$tmp/nothink.jsonl"
-python3 - "$tmp" $Q <<'PY'
+"$PY" - "$tmp" $Q <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, v = sys.argv[1], View(sys.argv[2])
@@ -81,7 +87,7 @@ PY
 echo "== (c) tool call + tool response"
 prep --tokenizer $Q --out "$tmp/cq" "$tmp/tools.jsonl"
 prep --tokenizer $L --out "$tmp/cl" --chat-template-kwargs '{"date_string": "01 Jan 2026"}' "$tmp/tools.jsonl"
-python3 - "$tmp" $Q $L <<'PY'
+"$PY" - "$tmp" $Q $L <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, q, l = sys.argv[1], View(sys.argv[2]), View(sys.argv[3])
@@ -119,7 +125,7 @@ grep -q "^$tmp/mixed.jsonl:6: skipped (unknown-role): message 0: from \"narrator
 grep -qx "prepare_data: skipped 5: invalid-json 1, malformed-message 1, not-utf8 1, unknown-role 2" "$tmp/d.out" ||
   { echo "FAIL: summary line"; exit 1; }
 echo "ok: each bad line named with its reason, the summary counts them per reason"
-python3 - "$tmp" $Q <<'PY'
+"$PY" - "$tmp" $Q <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, v = sys.argv[1], View(sys.argv[2])
@@ -145,7 +151,7 @@ set -e
 [ $rc2 -eq 2 ] && grep -q "needs a tokenizer with a chat template" "$tmp/x2.err" || { echo "FAIL: --no-thinking with the byte tokenizer: rc $rc2"; exit 1; }
 [ $rc3 -eq 2 ] && [ $rc4 -eq 100 ] || { echo "FAIL: bad --chat-template-kwargs rc $rc3 (2), missing tokenizer rc $rc4 (100)"; exit 1; }
 mkdir "$tmp/uni" && cp $Q/* "$tmp/uni/"
-python3 -c 'import json, sys; p = sys.argv[1]; j = json.load(open(p)); j["model"]["type"] = "Unigram"; json.dump(j, open(p, "w"))' "$tmp/uni/tokenizer.json"
+"$PY" -c 'import json, sys; p = sys.argv[1]; j = json.load(open(p)); j["model"]["type"] = "Unigram"; json.dump(j, open(p, "w"))' "$tmp/uni/tokenizer.json"
 set +e; prep --tokenizer "$tmp/uni" --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x6.err"; rc6=$?; set -e
 [ $rc6 -eq 100 ] && grep -q "uni/tokenizer.json: model.type = \"Unigram\" is not supported" "$tmp/x6.err" ||
   { echo "FAIL: a Unigram tokenizer: rc $rc6, expected 100 naming the file and field"; exit 1; }
@@ -156,8 +162,8 @@ set +e; prep --tokenizer "$tmp/evil" --out "$tmp/x" "$tmp/multi.jsonl" >/dev/nul
 [ $rc7 -eq 100 ] && grep -q "skipped (template-error): SecurityError" "$tmp/x7.err" ||
   { cat "$tmp/x7.err"; echo "FAIL: a template reaching for Python internals: rc $rc7, expected a SecurityError skip"; exit 1; }
 echo "ok: a template reaching for Python internals is stopped by the sandbox (template-error)"
-if ! python3 -c 'import transformers' 2>/dev/null; then
-  set +e; python3 scripts/prepare_data.py --tokenizer-impl transformers --tokenizer $Q --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x5.err"; rc5=$?; set -e
+if ! "$PY" -c 'import transformers' 2>/dev/null; then
+  set +e; "$PY" scripts/prepare_data.py --tokenizer-impl transformers --tokenizer $Q --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x5.err"; rc5=$?; set -e
   [ $rc5 -eq 2 ] && grep -q "pip install transformers" "$tmp/x5.err" || { echo "FAIL: --tokenizer-impl transformers without it: rc $rc5"; exit 1; }
 fi
 echo "ok: exit 100 for a missing input or tokenizer, 2 for bad flags"
@@ -165,7 +171,7 @@ echo "ok: exit 100 for a missing input or tokenizer, 2 for bad flags"
 echo "== (e) Llama-3 multi-turn"
 prep --tokenizer $L --out "$tmp/l" "$tmp/multi.jsonl"
 prep --tokenizer $L --out "$tmp/l_last" --turns last "$tmp/multi.jsonl"
-python3 - "$tmp" $L <<'PY'
+"$PY" - "$tmp" $L <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, v = sys.argv[1], View(sys.argv[2])
@@ -182,7 +188,7 @@ echo "== (f) evaluation prompts end with the assistant header"
 prep --prompts --tokenizer $Q --out "$tmp/pq" "$tmp/think.jsonl" "$tmp/tools.jsonl"
 prep --prompts --no-thinking --tokenizer $Q --out "$tmp/pqn" "$tmp/think.jsonl" "$tmp/tools.jsonl"
 prep --prompts --tokenizer $L --out "$tmp/pl" --chat-template-kwargs '{"date_string": "01 Jan 2026"}' "$tmp/think.jsonl" "$tmp/tools.jsonl"
-python3 - "$tmp" $Q $L <<'PY'
+"$PY" - "$tmp" $Q $L <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, q, l = sys.argv[1], View(sys.argv[2]), View(sys.argv[3])
@@ -203,7 +209,7 @@ for src in data/tiny/chat-heldout.jsonl "$tmp/pb-000.dfs"; do
   "$BUILD/bin/dflash_eval" --target models/tiny-target --drafter "$tmp/ck" --prompts "$src" --max-prompts 3 \
     --max-new 8 --no-plain --quiet --json "$tmp/ev_$(basename "$src").json" >/dev/null 2>&1
 done
-python3 - "$tmp/ev_chat-heldout.jsonl.json" "$tmp/ev_pb-000.dfs.json" <<'PY'
+"$PY" - "$tmp/ev_chat-heldout.jsonl.json" "$tmp/ev_pb-000.dfs.json" <<'PY'
 import json, sys
 from chat_shards import check
 a, b = (json.load(open(p))["prompts"] for p in sys.argv[1:])
@@ -218,7 +224,7 @@ prep --tokenizer $Q --out "$tmp/h" "$tmp/merge.jsonl" >"$tmp/h.out" 2>"$tmp/h.er
 cat "$tmp/h.out" "$tmp/h.err"
 grep -q "^$tmp/merge.jsonl:1: skipped (boundary-merge)" "$tmp/h.err" && grep -qx "prepare_data: skipped 1: boundary-merge 1" "$tmp/h.out" ||
   { echo "FAIL: the merged boundary was not detected"; exit 1; }
-python3 - "$tmp" $Q <<'PY'
+"$PY" - "$tmp" $Q <<'PY'
 import sys
 from chat_shards import View, read_shard, lines, check
 t, v = sys.argv[1], View(sys.argv[2])

@@ -1,4 +1,4 @@
-"""chat_shards.py: helpers for tests/test_prepare_chat.sh: read a .dfs shard in Python (the
+"""chat_shards.py: functions for tests/test_prepare_chat.sh: read a .dfs shard in Python (the
 format of common/io/shard.h, checksums verified) and look at its samples through the
 builtin tokenizer (scripts/hf_tokenizer.py): the decoded text, the text under mask 1 as
 runs, the text before the first mask-1 token."""

@@ -38,11 +38,14 @@ int main(int argc, char **argv)
 static void usage(void)
 {
     printf("usage: bench_drafter [--seq S ...] [--anchors N ...] [--iters n] [--warmup n] [--chunk rows]\n"
-           "                     [--json PATH] [--tiny | --shape 1.7b|8b]\n"
+           "                     [--json PATH] [--tiny | --shape 1.7b|8b] [--check PATH]\n"
            "  default: S in {768, 2048} x anchors in {256, 512} ... run as the pairs (768,256) and (2048,512)\n"
            "  --seq/--anchors  give the pairs explicitly (same count), e.g. --seq 768 2048 --anchors 256 512\n"
            "  --iters 10 --warmup 3 --chunk 1024; --tiny: a small shape (smoke test of the code path)\n"
-           "  JSON to bench/results/drafter_cuda.json unless --json is given\n");
+           "  JSON to bench/results/drafter_cuda.json unless --json is given\n"
+           "  --check PATH: after the last step write the fp32 master weights to PATH (raw, the\n"
+           "  dflash_params.data layout) and print each configuration's loss bits: two builds run\n"
+           "  with the same arguments must write the same bytes\n");
 }
 
 #define CUDA_OK(call)                                                                        \
@@ -149,7 +152,7 @@ int main(int argc, char **argv)
 {
     int seqs[MAXCFG] = {768, 2048}, anch[MAXCFG] = {256, 512}, nseq = 0, nanc = 0, iters = 10, warmup = 3;
     int chunk = 1024, tiny = 0, small = 0;
-    const char *json = "bench/results/drafter_cuda.json";
+    const char *json = "bench/results/drafter_cuda.json", *check = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage();
@@ -168,6 +171,8 @@ int main(int argc, char **argv)
             chunk = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             json = argv[++i];
+        } else if (!strcmp(argv[i], "--check") && i + 1 < argc) {
+            check = argv[++i];
         } else if (!strcmp(argv[i], "--tiny")) {
             tiny = 1;
         } else if (i + 1 < argc && !strcmp(argv[i], "--shape")) {
@@ -329,6 +334,8 @@ int main(int argc, char **argv)
         printf("bench_drafter:   phases: forward %.2f ms (attention %.2f), loss %.2f, backward %.2f ms (attention "
                "%.2f), optimizer %.2f\n",
                o->ph.fwd_ms, o->ph.attn_fwd_ms, o->ph.loss_ms, o->ph.bwd_ms, o->ph.attn_bwd_ms, o->ph.opt_ms);
+        if (check)
+            printf("bench_drafter: check: S=%d anchors=%d loss %a wce %a sum_w %a\n", S, N, st.loss, st.wce, st.sum_w);
         if (!isfinite(st.loss)) {
             fprintf(stderr, "bench_drafter: non-finite loss\n");
             return 1;
@@ -381,6 +388,20 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench_drafter: wrote %s\n", json);
+    if (check) {
+        float *P = (float *)malloc(sizeof(float) * np);
+        if (!P) {
+            fprintf(stderr, "bench_drafter: out of host memory\n");
+            return 1;
+        }
+        DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, P));
+        if ((rc = df_write_file_atomic(check, P, sizeof(float) * np)) < 0) {
+            fprintf(stderr, "bench_drafter: cannot write %s: %s\n", check, strerror(-rc));
+            return 1;
+        }
+        printf("bench_drafter: check: wrote %zu fp32 weights to %s\n", np, check);
+        free(P);
+    }
     dflash_free_cuda(ctx);
     return 0;
 }

@@ -22,6 +22,7 @@ int main(void)
 #else
 #include "io/hfconfig.h"
 #include "nn/nn_cuda.h"
+#include "sha256.h"
 #include "target/target_model_cuda.h"
 #include "util.h"
 
@@ -72,10 +73,14 @@ static void on_alarm(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_target [--json PATH] [--tokens N] [--iters N] [--models 1.7b,8b] [--timeout S]\n"
+               "                    [--check PATH]\n"
                "  CUDA target forward at Qwen3-1.7B / Qwen3-8B shapes (random weights made on the GPU),\n"
                "  documents of T = 2048 and 4096 tokens packed into one row of N tokens (default 8192),\n"
                "  plus a mixed-length layout; prints a table and writes JSON (default\n"
-               "  bench/results/target_ours.json). Exit 77 without a GPU.\n");
+               "  bench/results/target_ours.json). Exit 77 without a GPU.\n"
+               "  --check PATH: write the SHA-256 of the captured output bytes of every layout (after\n"
+               "  the eager calls and after the graph replays) to PATH, one line each: two builds run\n"
+               "  with the same arguments must write the same file\n");
 }
 
 static double gemm_ceiling_tflops(int iters)
@@ -108,6 +113,28 @@ static double gemm_ceiling_tflops(int iters)
     return 2.0 * n * (double)n * n * iters / (ms * 1e-3) / 1e12;
 }
 
+/* --check: one line "model | layout | when | sha256 of the device bytes" */
+static void check_line(FILE *f, const char *model, const char *layout, const char *when, const void *dev, size_t bytes)
+{
+    void *h = malloc(bytes);
+    if (!h) {
+        fprintf(stderr, "bench_target: out of host memory for the check copy\n");
+        exit(1);
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+    df_sha256 sh;
+    uint8_t dig[32];
+    char hex[65];
+    df_sha256_init(&sh);
+    df_sha256_update(&sh, h, bytes);
+    df_sha256_final(&sh, dig);
+    df_sha256_hex(dig, hex);
+    fprintf(f, "%s | %s | %s | %s\n", model, layout, when, hex);
+    printf("check: %s | %s | %s | %s\n", model, layout, when, hex);
+    free(h);
+}
+
 typedef struct result {
     const char *model;
     char layout[64];
@@ -117,7 +144,7 @@ typedef struct result {
 
 int main(int argc, char **argv)
 {
-    const char *json = "bench/results/target_ours.json", *models = "1.7b,8b";
+    const char *json = "bench/results/target_ours.json", *models = "1.7b,8b", *check = NULL;
     int tokens = 8192, iters = 10, limit = 550;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -133,6 +160,8 @@ int main(int argc, char **argv)
             models = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--timeout"))
             limit = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--check"))
+            check = argv[++i];
         else {
             fprintf(stderr, "bench_target: unknown or incomplete argument '%s'\n", argv[i]);
             usage(stderr);
@@ -152,6 +181,11 @@ int main(int argc, char **argv)
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    FILE *chk = NULL;
+    if (check && !(chk = fopen(check, "w"))) {
+        fprintf(stderr, "bench_target: cannot write %s: %s\n", check, strerror(errno));
+        return 1;
+    }
     double ceiling = gemm_ceiling_tflops(20);
     printf("device %s; bf16 GEMM 8192^3 (cuBLASLt, this run): %.1f TFLOP/s\n", prop.name, ceiling);
 
@@ -224,6 +258,8 @@ int main(int argc, char **argv)
             CK(cudaEventSynchronize(e1));
             float ms_eager;
             CK(cudaEventElapsedTime(&ms_eager, e0, e1));
+            if (chk)
+                check_line(chk, sh->name, o->layout, "eager", dout, 2 * (size_t)tokens * 5 * sh->d);
             cudaGraph_t g;
             cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -240,6 +276,8 @@ int main(int argc, char **argv)
             CK(cudaEventSynchronize(e1));
             float ms;
             CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (chk)
+                check_line(chk, sh->name, o->layout, "graph", dout, 2 * (size_t)tokens * 5 * sh->d);
             int bad = 0;
             RC(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
             if (bad) {
@@ -263,6 +301,13 @@ int main(int argc, char **argv)
         target_free_cuda(&m);
     }
 
+    if (chk) {
+        if (fclose(chk) != 0) {
+            fprintf(stderr, "bench_target: writing %s: %s\n", check, strerror(errno));
+            return 1;
+        }
+        printf("wrote the output checksums to %s\n", check);
+    }
     printf("\n%-11s %-34s %7s %9s %9s %11s %8s %6s\n", "model", "layout (one packed row)", "layers", "eager ms",
            "graph ms", "tok/s", "TFLOP/s", "MFU");
     for (int i = 0; i < nres; i++)

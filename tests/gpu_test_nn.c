@@ -18,6 +18,7 @@
 
 static df_rng g_rng;
 static long g_fail;
+static char g_err[512]; /* every nn_*_cuda call's err: RC_CHECK prints it */
 
 static float urand(float lo, float hi) { return lo + (hi - lo) * (float)df_rng_uniform(&g_rng); }
 
@@ -109,8 +110,9 @@ static void test_gemm(int T, int K, int N, int with_bias)
     nn_bf16_cuda *dx = dev_upload(xh, 2 * (size_t)T * K), *dw = dev_upload(wh, 2 * (size_t)N * K);
     nn_bf16_cuda *db = dev_upload(bh, 2 * (size_t)N), *dout = dev_poisoned(2 * n);
     nn_gemm_cuda *g = NULL;
-    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20), "nn_gemm_create_cuda");
-    RC_CHECK(nn_gemm_bf16_cuda(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nn_gemm_error_cuda(g));
+    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(dout, dx, dw, with_bias ? db : NULL, T, K, N);
+    RC_CHECK(nn_gemm_run_cuda(g, &a, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, n), *ref = NEWF(n);
     nn_matmul(ref, xf, wf, with_bias ? bf : NULL, T, K, N);
     char what[96];
@@ -118,7 +120,7 @@ static void test_gemm(int T, int K, int N, int with_bias)
     g_fail += gt_check(what, got, ref, n, 2e-3, 1e-2);
     /* a second call hits the cached plan and must give the same bits */
     CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
-    RC_CHECK(nn_gemm_bf16_cuda(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nn_gemm_error_cuda(g));
+    RC_CHECK(nn_gemm_run_cuda(g, &a, 0, g_err, sizeof g_err), g_err);
     float *again = dev_bf16_to_f32(dout, n);
     snprintf(what, sizeof what, "gemm T=%d K=%d N=%d cached plan, same bits", T, K, N);
     g_fail += gt_check(what, again, got, n, 0, 0);
@@ -142,8 +144,8 @@ static void test_add_rmsnorm(int T, int d, int with_y)
     rand_bf16(&yh, &yf, n, -1, 1);
     float *dx = dev_upload(x0, sizeof(float) * n), *dw = dev_upload(wv, sizeof(float) * d);
     nn_bf16_cuda *dy = dev_upload(yh, 2 * n), *dout = dev_poisoned(2 * n), *dcap = dev_poisoned(2 * ncap);
-    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0),
-             nn_last_error_cuda());
+    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0, g_err, sizeof g_err),
+             g_err);
     for (size_t i = 0; i < n; i++) {
         x[i] = x0[i] + (with_y ? yf[i] : 0.0f);
         xr[i] = safetensors_bf16_to_f32(safetensors_f32_to_bf16(x[i]));
@@ -181,8 +183,8 @@ static void test_add_rmsnorm(int T, int d, int with_y)
             CUDA_CHECK(cudaMemset(dcap, 0xFF, 2 * ncap));
             CUDA_CHECK(cudaMemcpy(dx, x0, sizeof(float) * n, cudaMemcpyHostToDevice));
             RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T, d,
-                                     eps, 0),
-                     nn_last_error_cuda());
+                                     eps, 0, g_err, sizeof g_err),
+                     g_err);
         }
     }
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dout), cudaFree(dcap);
@@ -220,8 +222,8 @@ static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int l
     float *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
     float *dinv = dev_upload(inv, sizeof(float) * (hd / 2));
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
-    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0),
-             nn_last_error_cuda());
+    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0, g_err, sizeof g_err),
+             g_err);
     float *got = dev_bf16_to_f32(dq, n);
     /* reference: split q / k, norm per head, rope, put back; v unchanged (ref = input) */
     float *q = NEWF((size_t)T * H * hd), *k = NEWF((size_t)T * KV * hd), *ref = NEWF(n);
@@ -273,9 +275,9 @@ static void test_attention(int T, int H, int KV, int hd, int want_docs, int wind
     nn_bf16_cuda *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
     if (simple)
-        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nn_last_error_cuda());
+        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
     else
-        RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nn_last_error_cuda());
+        RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, no);
     char what[128];
     snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H,
@@ -298,7 +300,7 @@ static void test_swiglu(int T, int I)
         }
     nn_swiglu(ref, g, u, (long)n);
     nn_bf16_cuda *dgu = dev_upload(h, 4 * n), *dout = dev_poisoned(2 * n);
-    RC_CHECK(nn_swiglu_cuda(dout, dgu, T, I, 0), nn_last_error_cuda());
+    RC_CHECK(nn_swiglu_cuda(dout, dgu, T, I, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, n);
     char what[64];
     snprintf(what, sizeof what, "swiglu T=%d I=%d", T, I);
@@ -324,7 +326,7 @@ static void test_embed_positions(int T, int d, int V)
     int *dbad = NULL, bad = 0;
     CUDA_CHECK(cudaMalloc((void **)&dbad, sizeof(int)));
     CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
-    RC_CHECK(nn_embed_cuda(dx, dt, dtok, T, d, V, dbad, 0), nn_last_error_cuda());
+    RC_CHECK(nn_embed_cuda(dx, dt, dtok, T, d, V, dbad, 0, g_err, sizeof g_err), g_err);
     float *got = dev_f32(dx, n), *ref = NEWF(n);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < d; i++)
@@ -341,7 +343,7 @@ static void test_embed_positions(int T, int d, int V)
     nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
     nn_packed_causal_ranges(rg, pos, starts, n_docs);
     int32_t *ds = dev_upload(starts, sizeof(int32_t) * (n_docs + 1)), *dpos = dev_poisoned(sizeof(int32_t) * T);
-    RC_CHECK(nn_positions_cuda(dpos, ds, n_docs, T, 0), nn_last_error_cuda());
+    RC_CHECK(nn_positions_cuda(dpos, ds, n_docs, T, 0, g_err, sizeof g_err), g_err);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(gp, dpos, sizeof(int32_t) * T, cudaMemcpyDeviceToHost));
     long badp = 0;

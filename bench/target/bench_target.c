@@ -51,6 +51,8 @@ int main(void)
         }                                                                                         \
     } while (0)
 
+static char g_err[512]; /* the failure text of the last 0 / -errno call */
+
 typedef struct shape {
     const char *name;
     int d, L, H, KV, hd, I, V;
@@ -91,18 +93,20 @@ static double gemm_ceiling_tflops(int iters)
     CK(cudaMalloc((void **)&a, 2 * e));
     CK(cudaMalloc((void **)&b, 2 * e));
     CK(cudaMalloc((void **)&c, 2 * e));
-    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0), nn_last_error_cuda());
-    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0), nn_last_error_cuda());
+    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0, g_err, sizeof g_err), g_err);
+    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0, g_err, sizeof g_err), g_err);
     nn_gemm_cuda *g;
-    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20), "nn_gemm_create_cuda");
+    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+    /* the target forward's kind of call: a linear layer, align_hint 0 */
+    nn_gemm_args_cuda ga = nn_gemm_linear_args_cuda(c, a, b, NULL, n, n, n);
     for (int i = 0; i < 3; i++)
-        RC(nn_gemm_bf16_cuda(g, c, a, b, NULL, n, n, n, 0), nn_gemm_error_cuda(g));
+        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaEventRecord(e0, 0));
     for (int i = 0; i < iters; i++)
-        RC(nn_gemm_bf16_cuda(g, c, a, b, NULL, n, n, n, 0), nn_gemm_error_cuda(g));
+        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
     CK(cudaEventRecord(e1, 0));
     CK(cudaEventSynchronize(e1));
     float ms;
@@ -210,7 +214,7 @@ int main(int argc, char **argv)
         target_model_cuda m;
         char err[512];
         RC(target_init_cuda(&m, &c, cap, 5, tokens, err, sizeof err), err);
-        RC(target_randomize_cuda(&m, 1234 + mi), target_error_cuda(&m));
+        RC(target_randomize_cuda(&m, 1234 + mi, g_err, sizeof g_err), g_err);
         printf("%s: %d of %d layers run (capture %d,%d,%d,%d,%d), weights %.2f GB, workspace %.2f GB\n", sh->name,
                m.n_layers, sh->L, cap[0], cap[1], cap[2], cap[3], cap[4], m.weight_bytes / 1e9, m.act_bytes / 1e9);
         int32_t *tok = malloc(sizeof(int32_t) * tokens), *dtok, *dst;
@@ -249,11 +253,12 @@ int main(int argc, char **argv)
             cudaEvent_t e0, e1;
             CK(cudaEventCreate(&e0));
             CK(cudaEventCreate(&e1));
-            RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s), target_error_cuda(&m)); /* builds the GEMM plans */
+            /* the first call builds the GEMM plans */
+            RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
             CK(cudaStreamSynchronize(s));
             CK(cudaEventRecord(e0, s));
             for (int i = 0; i < 3; i++)
-                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s), target_error_cuda(&m));
+                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
             CK(cudaEventRecord(e1, s));
             CK(cudaEventSynchronize(e1));
             float ms_eager;
@@ -263,9 +268,9 @@ int main(int argc, char **argv)
             cudaGraph_t g;
             cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s);
+            int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err);
             CK(cudaStreamEndCapture(s, &g));
-            RC(rc, target_error_cuda(&m));
+            RC(rc, g_err);
             CK(cudaGraphInstantiate(&ge, g, 0));
             CK(cudaGraphLaunch(ge, s));
             CK(cudaStreamSynchronize(s));
@@ -279,7 +284,7 @@ int main(int argc, char **argv)
             if (chk)
                 check_line(chk, sh->name, o->layout, "graph", dout, 2 * (size_t)tokens * 5 * sh->d);
             int bad = 0;
-            RC(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
+            RC(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
             if (bad) {
                 fprintf(stderr, "bench_target: token error flag set (bench bug)\n");
                 return 1;

@@ -11,6 +11,8 @@
  * Plain C on the C API (the kernels live in libcommon.a): no device code here. */
 #include "gpu_test_check.h"
 
+#include <errno.h>
+
 #include "io/safetensors.h" /* safetensors_f32_to_bf16 / safetensors_bf16_to_f32 (RNE) */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
@@ -127,6 +129,91 @@ static void test_gemm(int T, int K, int N, int with_bias)
     nn_gemm_destroy_cuda(g);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout);
     free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(got), free(ref), free(again);
+}
+
+/* The general entry, the way the drafter step calls it: row-major D = alpha op(A) op(B) +
+ * beta C over `batch` strided matrices, bf16 or fp32 D, align_hint 1. The reference runs in
+ * double on the same bf16 inputs. A second call must hit the cached plan: same bits. */
+static void test_gemm_general(int ta, int tb, int M, int N, int K, int d_type, float alpha, float beta, int batch)
+{
+    long lda = ta ? M : K, ldb = tb ? K : N, ldd = N;
+    long long sA = (long long)M * K, sB = (long long)K * N, sD = (long long)M * N;
+    size_t na = (size_t)sA * batch, nb = (size_t)sB * batch, nd = (size_t)sD * batch;
+    int es = d_type == NN_GEMM_F32 ? 4 : 2;
+    uint16_t *ah, *bh, *ch;
+    float *af, *bf, *cf;
+    rand_bf16(&ah, &af, na, -1, 1);
+    rand_bf16(&bh, &bf, nb, -1.0f / sqrtf((float)K), 1.0f / sqrtf((float)K));
+    rand_bf16(&ch, &cf, nd, -1, 1); /* C = the initial D, bf16-exact so both types hold it */
+    void *da = dev_upload(ah, 2 * na), *db = dev_upload(bh, 2 * nb), *dd;
+    if (d_type == NN_GEMM_F32)
+        dd = dev_upload(cf, 4 * nd);
+    else
+        dd = dev_upload(ch, 2 * nd);
+    float *ref = NEWF(nd);
+    for (int z = 0; z < batch; z++)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double acc = 0;
+                for (int k = 0; k < K; k++) {
+                    double a = af[z * sA + (ta ? (long)k * lda + m : (long)m * lda + k)];
+                    double b = bf[z * sB + (tb ? (long)n * ldb + k : (long)k * ldb + n)];
+                    acc += a * b;
+                }
+                size_t o = (size_t)(z * sD + (long)m * ldd + n);
+                ref[o] = (float)(alpha * acc + beta * (double)cf[o]);
+            }
+    nn_gemm_cuda *g = NULL;
+    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+    nn_gemm_args_cuda p;
+    memset(&p, 0, sizeof p);
+    p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = da, p.lda = lda, p.B = db, p.ldb = ldb, p.D = dd;
+    p.ldd = ldd, p.d_type = d_type, p.alpha = alpha, p.beta = beta, p.batch = batch, p.sA = sA, p.sB = sB, p.sD = sD;
+    p.align_hint = 1;
+    RC_CHECK(nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err), g_err);
+    float *got = d_type == NN_GEMM_F32 ? dev_f32(dd, nd) : dev_bf16_to_f32(dd, nd);
+    char what[128];
+    snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d %s a=%g b=%g batch=%d", ta ? 'T' : 'N', tb ? 'T' : 'N', M,
+             N, K, d_type == NN_GEMM_F32 ? "f32" : "bf16", alpha, beta, batch);
+    if (d_type == NN_GEMM_F32)
+        g_fail += gt_check(what, got, ref, nd, 1e-4, 1e-4);
+    else
+        g_fail += gt_check(what, got, ref, nd, 2e-3, 1e-2);
+    /* again from the same C: the cached plan, the same bits */
+    CUDA_CHECK(cudaMemcpy(dd, d_type == NN_GEMM_F32 ? (void *)cf : (void *)ch, (size_t)es * nd, cudaMemcpyHostToDevice));
+    RC_CHECK(nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err), g_err);
+    float *again = d_type == NN_GEMM_F32 ? dev_f32(dd, nd) : dev_bf16_to_f32(dd, nd);
+    snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d cached plan, same bits", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             M, N, K);
+    g_fail += gt_check(what, again, got, nd, 0, 0);
+    nn_gemm_destroy_cuda(g);
+    cudaFree(da), cudaFree(db), cudaFree(dd);
+    free(ah), free(bh), free(ch), free(af), free(bf), free(cf), free(ref), free(got), free(again);
+}
+
+/* Failures are -EINVAL / -EIO with one line in err naming the function; err may be NULL. */
+static void test_errors(void)
+{
+    int ok = 1;
+    g_err[0] = '\0';
+    int rc = nn_swiglu_cuda(NULL, NULL, 4, 0, 0, g_err, sizeof g_err);
+    ok &= rc == -EINVAL && strstr(g_err, "nn_swiglu_cuda") != NULL;
+    printf("%s nn_swiglu_cuda I=0: rc %d, err \"%s\"\n", ok ? "PASS" : "FAIL", rc, g_err);
+    rc = nn_swiglu_cuda(NULL, NULL, 4, 0, 0, NULL, 0);
+    ok &= rc == -EINVAL;
+    nn_gemm_cuda *g = NULL;
+    RC_CHECK(nn_gemm_create_cuda(&g, 0, g_err, sizeof g_err), g_err);
+    nn_gemm_args_cuda p;
+    memset(&p, 0, sizeof p);
+    uint16_t bias = 0;
+    p.tb = 1, p.M = 8, p.N = 8, p.K = 8, p.lda = 8, p.ldb = 8, p.ldd = 8, p.d_type = NN_GEMM_F32, p.alpha = 1;
+    p.bias = &bias; /* a bias needs a bf16 output */
+    g_err[0] = '\0';
+    rc = nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err);
+    int ok2 = rc == -EINVAL && strstr(g_err, "nn_gemm_run_cuda") && strstr(g_err, "D[8, 8]");
+    printf("%s nn_gemm_run_cuda bias with fp32 D: rc %d, err \"%s\"\n", ok2 ? "PASS" : "FAIL", rc, g_err);
+    nn_gemm_destroy_cuda(g);
+    g_fail += !(ok && ok2);
 }
 
 static void test_add_rmsnorm(int T, int d, int with_y)
@@ -364,6 +451,14 @@ int main(void)
     test_gemm(130, 96, 200, 1);
     test_gemm(1, 64, 64, 1);
     test_gemm(512, 1024, 3072, 0);
+    /* the drafter step's shapes: forward, dX = dY W, dW += dY^T X, residual in C, batched */
+    test_gemm_general(0, 1, 70, 96, 64, NN_GEMM_F32, 1.0f, 0.0f, 1);
+    test_gemm_general(0, 0, 70, 64, 96, NN_GEMM_BF16, 1.0f, 0.0f, 1);
+    test_gemm_general(1, 0, 96, 64, 70, NN_GEMM_F32, 1.0f, 1.0f, 1);
+    test_gemm_general(0, 1, 33, 40, 24, NN_GEMM_F32, 1.0f, 1.0f, 1);
+    test_gemm_general(0, 1, 48, 40, 32, NN_GEMM_F32, 0.125f, 0.0f, 3);
+    test_gemm_general(1, 0, 40, 32, 48, NN_GEMM_F32, 0.5f, 0.0f, 2);
+    test_errors();
 
     test_add_rmsnorm(37, 96, 1);
     test_add_rmsnorm(37, 70, 1);

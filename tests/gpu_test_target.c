@@ -277,6 +277,14 @@ static void test_random_model(const rand_model *r, const char *label)
         cudaFree(dtok), cudaFree(dst), cudaFree(dout);
         CUDA_CHECK(cudaStreamDestroy(s));
     }
+    /* a bad call fails before enqueuing anything, with its reason in err */
+    {
+        g_err[0] = '\0';
+        int rc = target_forward_cuda(&m, NULL, NULL, 1, m.max_T + 1, NULL, 0, g_err, sizeof g_err);
+        int ok = rc == -EINVAL && strstr(g_err, "target_forward_cuda") != NULL;
+        printf("%s %s: T past max_T: rc %d, err \"%s\"\n", ok ? "PASS" : "FAIL", label, rc, g_err);
+        g_fail += !ok;
+    }
     /* a token id outside the vocabulary is reported (its embedding is zero) */
     int bad = -1;
     RC_CHECK(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);

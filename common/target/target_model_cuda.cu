@@ -1,6 +1,7 @@
-/* target_model_cuda.cu: the CUDA target forward (tmc_), wired from the nnc_ layers in
- * the HF module order of one decoder layer. See target_model_cuda.h for the contract and
- * docs/target_cuda.md for the kernels, fusions and FLOP count.
+/* target_model_cuda.cu: the CUDA target forward (target_*_cuda), wired from the nn_*_cuda
+ * layers and the one GEMM (nn_gemm_run_cuda) in the HF module order of one decoder layer.
+ * See target_model_cuda.h for the contract and docs/target_cuda.md for the kernels, fusions
+ * and FLOP count.
  *
  * The residual step is shifted by half a layer so that every add is fused into the norm
  * that follows it: layer l starts with x += y (the previous MLP output), writes layer

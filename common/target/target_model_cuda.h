@@ -1,4 +1,4 @@
-/* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Llama), prefix tmc_.
+/* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Llama), target_*_cuda.
  *
  * The GPU twin of target_model.h's target_forward_cpu: same model, same packed-row contract
  * (one row of T tokens holding n_docs documents, positions restart per document,

@@ -1,19 +1,31 @@
-/* cuda_check.h: the one way CUDA code in this tree checks a CUDA runtime call or a kernel
- * launch. Every library function that talks to CUDA follows the tree's error convention:
- * it returns 0 or a negative errno and, on failure, writes one line into the caller's
- * `char *err, size_t errlen` ("file:line: what: CUDA's text"). A failed CUDA call is -EIO.
+/* cuda_check.h: the one way CUDA code in this tree checks a call. Every library function
+ * that talks to CUDA follows the tree's error convention: it returns 0 or a negative errno
+ * and, on failure, writes one line into the caller's `char *err, size_t errlen` (err may be
+ * NULL or errlen 0: then nothing is written). A failed CUDA or cuBLASLt call is -EIO.
  *
- *   CUDA_TRY(call, err, errlen)             return -EIO from the enclosing function
- *   CUDA_TRY_GOTO(call, err, errlen, rc, l) set rc = -EIO and goto l (for cleanup paths)
- *   CUDA_LAUNCHED(what, err, errlen)        after a <<<...>>> launch: its launch error
+ *   CUDA_TRY(call, err, errlen)                 a CUDA runtime call: return -EIO on failure
+ *   CUDA_TRY_GOTO(call, err, errlen, rc, l)     ... set rc = -EIO and goto l (cleanup paths)
+ *   CUDA_ALLOC_TRY_GOTO(call, err, errlen, rc, l)  ... rc = -ENOMEM when CUDA is out of
+ *                                               memory, else -EIO (allocations)
+ *   CUDA_LAUNCHED(what, err, errlen)            after a <<<...>>> launch: its launch error
+ *   CUBLAS_TRY_GOTO(call, err, errlen, rc, l)   a cuBLASLt call (include cublasLt.h first)
+ *   CUDA_TRY_RC(call)                           a call of this convention (0 / -errno, its
+ *                                               message already in err): return its rc
+ *   CUDA_TRY_RC_GOTO(call, rc, l)               ... set rc and goto l
+ *   CUDA_TRY_RC_AT(call, err, errlen, fmt, ...) ... and put "<fmt ...>: " in front of the
+ *                                               callee's message (which layer, which step)
+ *   df_cuda_errf(err, errlen, rc, fmt, ...)     write a message of one's own, return rc
  *
+ * Messages: "file:line: call: CUDA's text" for the CUDA and cuBLASLt forms.
  * Header-only and at the base layer so that every room with CUDA code (ipc's GPU arenas,
  * nn's kernels, the models) shares it. Include after cuda_runtime.h. */
 #ifndef DF_CUDA_CHECK_H
 #define DF_CUDA_CHECK_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #define CUDA_TRY(call, err, errlen)                                                                     \
     do {                                                                                                \
@@ -38,6 +50,18 @@
         }                                                                                               \
     } while (0)
 
+#define CUDA_ALLOC_TRY_GOTO(call, err, errlen, rc, label)                                               \
+    do {                                                                                                \
+        cudaError_t cuda_e_ = (call);                                                                   \
+        if (cuda_e_ != cudaSuccess) {                                                                   \
+            if ((err) && (errlen))                                                                      \
+                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                   \
+                         cudaGetErrorString(cuda_e_));                                                  \
+            (rc) = cuda_e_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;                               \
+            goto label;                                                                                 \
+        }                                                                                               \
+    } while (0)
+
 #define CUDA_LAUNCHED(what, err, errlen)                                                                \
     do {                                                                                                \
         cudaError_t cuda_e_ = cudaGetLastError();                                                       \
@@ -48,5 +72,81 @@
             return -EIO;                                                                                \
         }                                                                                               \
     } while (0)
+
+#define CUBLAS_TRY_GOTO(call, err, errlen, rc, label)                                                   \
+    do {                                                                                                \
+        cublasStatus_t cublas_st_ = (call);                                                             \
+        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
+            if ((err) && (errlen))                                                                      \
+                snprintf((err), (errlen), "%s:%d: %s: %s (%d)", __FILE__, __LINE__, #call,              \
+                         cublasLtGetStatusString(cublas_st_), (int)cublas_st_);                         \
+            (rc) = -EIO;                                                                                \
+            goto label;                                                                                 \
+        }                                                                                               \
+    } while (0)
+
+#define CUDA_TRY_RC(call)                                                                               \
+    do {                                                                                                \
+        int cuda_rc_ = (call);                                                                          \
+        if (cuda_rc_ < 0)                                                                               \
+            return cuda_rc_;                                                                            \
+    } while (0)
+
+#define CUDA_TRY_RC_GOTO(call, rc, label)                                                               \
+    do {                                                                                                \
+        int cuda_rc_ = (call);                                                                          \
+        if (cuda_rc_ < 0) {                                                                             \
+            (rc) = cuda_rc_;                                                                            \
+            goto label;                                                                                 \
+        }                                                                                               \
+    } while (0)
+
+#define CUDA_TRY_RC_AT(call, err, errlen, ...)                                                          \
+    do {                                                                                                \
+        int cuda_rc_ = (call);                                                                          \
+        if (cuda_rc_ < 0) {                                                                             \
+            df_cuda_err_prefix((err), (errlen), __VA_ARGS__);                                           \
+            return cuda_rc_;                                                                            \
+        }                                                                                               \
+    } while (0)
+
+/* Write the message into err (when err and errlen) and return rc. */
+static inline int df_cuda_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static inline int df_cuda_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+/* Put "<fmt ...>: " in front of the message already in err (its end is cut if the two do
+ * not fit). */
+static inline void df_cuda_err_prefix(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void df_cuda_err_prefix(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    char head[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(head, sizeof head - 2, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t h = strlen(head);
+    head[h++] = ':', head[h++] = ' ';
+    if (h >= errlen)
+        h = errlen - 1;
+    size_t old = strnlen(err, errlen - 1), keep = old < errlen - 1 - h ? old : errlen - 1 - h;
+    memmove(err + h, err, keep);
+    memcpy(err, head, h);
+    err[h + keep] = '\0';
+}
 
 #endif

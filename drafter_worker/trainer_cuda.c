@@ -43,12 +43,13 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
         return -EINVAL;
     }
     size_t n = (size_t)emb.vocab * emb.hidden;
-    rc = dflash_upload_bf16_cuda(&g->embed, emb.embed, n);
+    char why[512] = "";
+    rc = dflash_upload_bf16_cuda(&g->embed, emb.embed, n, why, sizeof why);
     if (rc == 0)
-        rc = emb.tied ? (g->head = g->embed, 0) : dflash_upload_bf16_cuda(&g->head, emb.lm_head, n);
+        rc = emb.tied ? (g->head = g->embed, 0) : dflash_upload_bf16_cuda(&g->head, emb.lm_head, n, why, sizeof why);
     target_embeddings_free(&emb);
     if (rc < 0) {
-        snprintf(err, errlen, "upload of the embeddings (%zu x 2 bytes): %s", n, strerror(-rc));
+        snprintf(err, errlen, "upload of the embeddings (%zu x 2 bytes): %s", n, why);
         return rc;
     }
     adamw_config oc = tr->opt.cfg;
@@ -57,10 +58,10 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
                   err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data)) < 0 ||
+    if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data, why, sizeof why)) < 0 ||
         (rc = dflash_opt_from_host_cuda(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
-                                resumed ? tr->opt.step : 0)) < 0) {
-        snprintf(err, errlen, "upload of the weights: %s", dflash_error_cuda(g->ctx));
+                                resumed ? tr->opt.step : 0, why, sizeof why)) < 0) {
+        snprintf(err, errlen, "upload of the weights: %s", why);
         return rc;
     }
     df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device", tr->device, dflash_param_count_cuda(g->ctx),
@@ -83,10 +84,11 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allr
     dflash_batch seq[BATCH_MAX_DOCS];
     double norm;
     int nd = (int)h->n_docs;
+    char why[512] = "";
     int rc = trainer_docs(tr, h, NULL, ar, seq, &norm, err, errlen); /* h: the host copy, same offsets */
     if (rc < 0)
         return rc;
-    if ((rc = dflash_zero_grads_cuda(g->ctx)) < 0)
+    if ((rc = dflash_zero_grads_cuda(g->ctx, why, sizeof why)) < 0)
         goto fail;
     for (int k = 0; k < nd && rc == 0; k++) {
         int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
@@ -104,7 +106,7 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allr
             .keep = (const uint8_t *)(base + h->off_keep) + (size_t)k * N,
         };
         dflash_stats ds;
-        rc = dflash_step_accumulate_cuda(g->ctx, &b, norm, &ds);
+        rc = dflash_step_accumulate_cuda(g->ctx, &b, norm, &ds, why, sizeof why);
         if (rc == 0)
             dflash_stats_merge(st, &ds);
     }
@@ -117,10 +119,10 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allr
             goto out;
         }
     }
-    rc = dflash_optimizer_step_cuda(g->ctx, info);
+    rc = dflash_optimizer_step_cuda(g->ctx, info, why, sizeof why);
 fail:
     if (rc < 0)
-        snprintf(err, errlen, "batch %llu: %s", (unsigned long long)h->batch_id, dflash_error_cuda(g->ctx));
+        snprintf(err, errlen, "batch %llu: %s", (unsigned long long)h->batch_id, why);
 out:
     for (int k = 0; k < nd; k++)
         dflash_batch_free(&seq[k]);
@@ -131,7 +133,8 @@ out:
 int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
-    int rc = dflash_zero_grads_cuda(g->ctx);
+    char why[512] = "";
+    int rc = dflash_zero_grads_cuda(g->ctx, why, sizeof why);
     if (rc == 0 && ar && ar->world > 1) {
         if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
             (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
@@ -140,20 +143,21 @@ int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, c
         }
     }
     if (rc == 0)
-        rc = dflash_optimizer_step_cuda(g->ctx, info);
+        rc = dflash_optimizer_step_cuda(g->ctx, info, why, sizeof why);
     if (rc < 0)
-        snprintf(err, errlen, "empty step: %s", dflash_error_cuda(g->ctx));
+        snprintf(err, errlen, "empty step: %s", why);
     return rc;
 }
 
 int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
-    int rc = dflash_params_to_host_cuda(g->ctx, tr->p.data);
+    char why[512] = "";
+    int rc = dflash_params_to_host_cuda(g->ctx, tr->p.data, why, sizeof why);
     if (rc == 0 && with_opt)
-        rc = dflash_opt_to_host_cuda(g->ctx, tr->opt.m, tr->opt.v, &tr->opt.step);
+        rc = dflash_opt_to_host_cuda(g->ctx, tr->opt.m, tr->opt.v, &tr->opt.step, why, sizeof why);
     if (rc < 0)
-        snprintf(err, errlen, "copy of the weights to the host: %s", dflash_error_cuda(g->ctx));
+        snprintf(err, errlen, "copy of the weights to the host: %s", why);
     return rc;
 }
 

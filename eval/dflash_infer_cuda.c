@@ -185,7 +185,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     if (cudaMallocHost((void **)&s->draft_h, sizeof(int32_t) * B) != cudaSuccess ||
         cudaMallocHost((void **)&s->ranges_h, sizeof(nn_key_ranges) * 2 * B) != cudaSuccess)
         return cuda_fail(s, err, errlen, "cudaMallocHost", -ENOMEM);
-    int rc = nn_gemm_create_cuda(&s->gemm, (size_t)32 << 20);
+    int rc = nn_gemm_create_cuda(&s->gemm, (size_t)32 << 20, NULL, 0);
     if (rc < 0)
         return cuda_fail(s, err, errlen, "nn_gemm_create_cuda", rc);
     return 0;
@@ -201,19 +201,24 @@ static size_t layer_stride(const infer_state_cuda *s)
     return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
 }
 
-static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in, int n_out)
+static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in, int n_out,
+                  char *err, size_t errlen)
 {
     if (T <= INFER_CUDA_SMALL_ROWS)
         return decode_linear_rows_cuda(out, 0, x, w, NULL, T, n_in, n_out, s->stream);
-    return nn_gemm_bf16_cuda(s->gemm, out, x, w, NULL, T, n_in, n_out, s->stream);
+    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, NULL, T, n_in, n_out);
+    return nn_gemm_run_cuda(s->gemm, &a, s->stream, err, errlen);
 }
 
+/* why: the nn_*_cuda calls' text */
 #define STEP(call, what)                                                                                     \
     do {                                                                                                     \
+        char why[256];                                                                                       \
+        why[0] = '\0';                                                                                       \
         int r_ = (call);                                                                                     \
         if (r_ < 0) {                                                                                        \
-            snprintf(s->err, sizeof s->err, "%s: layer %d: %s failed (%d): %s%s%s", __func__, l, what, r_,   \
-                     nn_last_error_cuda(), decode_last_error_cuda(), nn_gemm_error_cuda(s->gemm));                      \
+            snprintf(s->err, sizeof s->err, "%s: layer %d: %s failed (%d): %s%s", __func__, l, what, r_,     \
+                     why, decode_last_error_cuda());                                                         \
             return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
         }                                                                                                    \
     } while (0)
@@ -244,14 +249,14 @@ int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n)
         l = -1;
         /* C = RMSNorm_hidden(H fc^T), the fc output kept in fp32 as on the CPU */
         STEP(decode_linear_rows_cuda(s->fc_out, 1, Hf + (size_t)r0 * nin, s->fc, NULL, m, nin, d, s->stream), "fc");
-        STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream),
+        STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, why, sizeof why),
              "hidden_norm");
         STEP(decode_positions_cuda(s->pos, p0, m, s->stream), "positions");
         for (l = 0; l < c->n_layers; l++) {
             const infer_layer_cuda *L = &s->layer[l];
             nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-            STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n), "linear qkv (context)");
-            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps, s->stream),
+            STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n, why, sizeof why), "linear qkv (context)");
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps, s->stream, why, sizeof why),
                  "qk_norm_rope (context)");
             STEP(decode_kv_append_cuda(kl, vl, s->qkv, m, H, KV, hd, p0, s->stream), "kv append (context)");
         }
@@ -290,28 +295,28 @@ int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft)
              ? 0
              : -EIO,
          "ranges upload");
-    STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st), "embed");
+    STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, why, sizeof why), "embed");
     STEP(decode_positions_cuda(s->pos, S, B, st), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? s->y : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
-        STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n), "linear qkv");
-        STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st),
+        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? s->y : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, why, sizeof why), "input norm");
+        STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, why, sizeof why), "linear qkv");
+        STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st, why, sizeof why),
              "qk_norm_rope");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
         STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, S, st), "kv append (block)");
         STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), 0, 0, B, H, KV,
                            hd, scale, st),
              "attention");
-        STEP(linear(s, s->y, s->att, L->w_o, B, H * hd, d), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(s->h, s->y, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
-        STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I), "linear gate_up");
-        STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st), "swiglu");
-        STEP(linear(s, s->y, s->act, L->w_down, B, I, d), "linear down");
+        STEP(linear(s, s->y, s->att, L->w_o, B, H * hd, d, why, sizeof why), "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(s->h, s->y, L->post_norm, s->a, NULL, 0, B, d, eps, st, why, sizeof why), "post norm");
+        STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, why, sizeof why), "linear gate_up");
+        STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, why, sizeof why), "swiglu");
+        STEP(linear(s, s->y, s->act, L->w_down, B, I, d, why, sizeof why), "linear down");
     }
     l = -1;
-    STEP(nn_add_rmsnorm_cuda(s->h, s->y, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
+    STEP(nn_add_rmsnorm_cuda(s->h, s->y, s->final_norm, s->z, NULL, 0, B, d, eps, st, why, sizeof why), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
     STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st), "lm_head");
     STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st), "argmax");

@@ -31,11 +31,12 @@ static int cuda_forward(target_backend *bb, const arena *A, uint64_t off, batch_
     if (rc < 0)
         return rc;
     char *slot = (char *)A->base + off;
+    char why[512] = "";
     rc = target_forward_cuda(&b->m, (const int32_t *)(slot + h->off_tokens),
                      (const int32_t *)(slot + offsetof(batch_header, doc_starts)), (int)h->n_docs, (int)h->T,
-                     (nn_bf16_cuda *)(slot + h->off_feat), b->s);
+                     (nn_bf16_cuda *)(slot + h->off_feat), b->s, why, sizeof why);
     if (rc < 0) {
-        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, target_error_cuda(&b->m));
+        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, why);
         return rc == -EINVAL ? -EINVAL : -EIO;
     }
     cudaError_t ce = cudaStreamSynchronize(b->s);
@@ -45,10 +46,8 @@ static int cuda_forward(target_backend *bb, const arena *A, uint64_t off, batch_
         return -EIO;
     }
     int bad = 0;
-    if ((rc = target_take_token_error_cuda(&b->m, &bad)) < 0) {
-        snprintf(err, errlen, "%s", target_error_cuda(&b->m));
+    if ((rc = target_take_token_error_cuda(&b->m, &bad, err, errlen)) < 0)
         return -EIO;
-    }
     if (bad) {
         snprintf(err, errlen, "batch %llu: a token id is outside the vocabulary", (unsigned long long)h->batch_id);
         return -ERANGE;

@@ -27,7 +27,7 @@
         }                                                                                        \
     } while (0)
 
-/* A 0 / -errno call; on failure print it with extra text (e.g. nn_last_error_cuda()). */
+/* A 0 / -errno call; on failure print it with extra text (e.g. the err the call filled). */
 #define RC_CHECK(call, extra)                                                                    \
     do {                                                                                         \
         long r_ = (long)(call);                                                                  \

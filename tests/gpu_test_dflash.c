@@ -20,6 +20,7 @@
 #include "dflash/dflash_batch.h"
 #include "dflash/dflash_cuda.h"
 #include "dflash/dflash_model.h"
+#include "io/safetensors.h"
 #include "test_helpers.h"
 #include "util.h"
 
@@ -49,16 +50,18 @@ static int failures;
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
-#define DFLASH_CUDA_OK(ctx, call)                                                                    \
+/* a 0 / -errno call that wrote its failure into g_err */
+static char g_err[512];
+#define DFLASH_CUDA_OK(call)                                                                 \
     do {                                                                                     \
         int rc_ = (call);                                                                    \
         if (rc_ < 0) {                                                                       \
-            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, dflash_error_cuda(ctx)); \
+            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, g_err);   \
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
 
-static float round_bf16(float f) { return dflash_bf16_to_f32_cuda(dflash_f32_to_bf16_cuda(f)); }
+static float round_bf16(float f) { return safetensors_bf16_to_f32(safetensors_f32_to_bf16(f)); }
 
 static void fill_normal(float *p, size_t n, df_rng *r, double std)
 {
@@ -147,8 +150,8 @@ static void run_case(const tcase *tc, uint64_t seed)
 
     /* GPU */
     dflash_bf16_cuda *embed_d, *head_d;
-    T_ASSERT_RC(dflash_upload_bf16_cuda(&embed_d, embed, (size_t)V * d));
-    T_ASSERT_RC(dflash_upload_bf16_cuda(&head_d, head, (size_t)V * d));
+    T_ASSERT_RC(dflash_upload_bf16_cuda(&embed_d, embed, (size_t)V * d, g_err, sizeof g_err));
+    T_ASSERT_RC(dflash_upload_bf16_cuda(&head_d, head, (size_t)V * d, g_err, sizeof g_err));
     adamw_config oc;
     adamw_config_default(&oc, 100);
     oc.lr = 1e-3;
@@ -165,7 +168,7 @@ static void run_case(const tcase *tc, uint64_t seed)
         dflash_bf16_cuda *hb = malloc(sizeof(dflash_bf16_cuda) * nH);
         T_ASSERT(hb);
         for (size_t i = 0; i < nH; i++)
-            hb[i] = dflash_f32_to_bf16_cuda(H[i]);
+            hb[i] = safetensors_f32_to_bf16(H[i]);
         H_d = dev_copy(hb, sizeof(dflash_bf16_cuda) * nH);
         free(hb);
     } else {
@@ -174,13 +177,13 @@ static void run_case(const tcase *tc, uint64_t seed)
     dflash_batch_cuda db = {S, N, n_real, H_d, tc->H_bf16, dev_copy(x, sizeof(int32_t) * (size_t)S), dev_copy(lm, (size_t)S),
                     dev_copy(b.anchors, sizeof(int32_t) * (size_t)N), dev_copy(b.keep, (size_t)N)};
     CUDA_OK(cudaDeviceSynchronize()); /* uploads complete before the context's stream reads them */
-    DFLASH_CUDA_OK(ctx, dflash_params_from_host_cuda(ctx, p.data));
-    DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
+    DFLASH_CUDA_OK(dflash_params_from_host_cuda(ctx, p.data, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
     dflash_stats st;
-    DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &db, 0, &st));
+    DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &db, 0, &st, g_err, sizeof g_err));
     float *g1 = malloc(sizeof(float) * np), *g2 = malloc(sizeof(float) * np);
     T_ASSERT(g1 && g2);
-    DFLASH_CUDA_OK(ctx, dflash_grads_to_host_cuda(ctx, g1));
+    DFLASH_CUDA_OK(dflash_grads_to_host_cuda(ctx, g1, g_err, sizeof g_err));
 
     /* loss and accuracy */
     double lrel = fabs(st.loss - safetensors_ref.loss) / fabs(safetensors_ref.loss);
@@ -235,28 +238,28 @@ static void run_case(const tcase *tc, uint64_t seed)
     T_ASSERT(att && z);
     long nonzero = 0, nonfinite = 0;
     for (int l = 0; l < c->n_layers; l++) {
-        DFLASH_CUDA_OK(ctx, dflash_debug_att_cuda(ctx, l, att));
+        DFLASH_CUDA_OK(dflash_debug_att_cuda(ctx, l, att, g_err, sizeof g_err));
         for (long e = 0; e < R * qd; e++) {
             nonfinite += !isfinite(att[e]);
             if (e / qd / B >= n_real)
                 nonzero += att[e] != 0.0f;
         }
     }
-    DFLASH_CUDA_OK(ctx, dflash_debug_z_cuda(ctx, z));
+    DFLASH_CUDA_OK(dflash_debug_z_cuda(ctx, z, g_err, sizeof g_err));
     for (long e = 0; e < R * d; e++)
         nonfinite += !isfinite(z[e]);
     printf("  padding slots: %ld non-zero attention outputs, %ld non-finite values (att, z)\n", nonzero, nonfinite);
     CHECK(nonzero == 0 && nonfinite == 0, "padding rows not exact zeros or non-finite values");
 
     /* determinism */
-    DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
+    DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
     dflash_stats st2;
-    DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 1)); /* the phase events must not change anything */
-    DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &db, 0, &st2));
-    DFLASH_CUDA_OK(ctx, dflash_grads_to_host_cuda(ctx, g2));
+    DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err)); /* the phase events must not change anything */
+    DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &db, 0, &st2, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_grads_to_host_cuda(ctx, g2, g_err, sizeof g_err));
     dflash_timing_cuda tm;
-    DFLASH_CUDA_OK(ctx, dflash_timing_read_cuda(ctx, &tm));
-    DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 0));
+    DFLASH_CUDA_OK(dflash_timing_read_cuda(ctx, &tm, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 0, g_err, sizeof g_err));
     printf("  timed step: forward %.3f ms (attention %.3f), loss %.3f, backward %.3f (attention %.3f)\n", tm.fwd_ms,
            tm.attn_fwd_ms, tm.loss_ms, tm.bwd_ms, tm.attn_bwd_ms);
     int same = memcmp(g1, g2, sizeof(float) * np) == 0 && st.wce == st2.wce;
@@ -274,13 +277,13 @@ static void run_case(const tcase *tc, uint64_t seed)
     float *gc = malloc(sizeof(float) * np);
     T_ASSERT(pc && pg && pg2 && gc);
     memcpy(pc, p.data, sizeof(float) * np);
-    DFLASH_CUDA_OK(ctx, dflash_opt_from_host_cuda(ctx, NULL, NULL, 0));
+    DFLASH_CUDA_OK(dflash_opt_from_host_cuda(ctx, NULL, NULL, 0, g_err, sizeof g_err));
     for (int it = 0; it < 2; it++) {
         adamw_info ic, ig;
         memcpy(gc, g1, sizeof(float) * np);
         T_ASSERT_RC(adamw_step(&o, pc, gc, segs, nseg, &ic));
-        DFLASH_CUDA_OK(ctx, dflash_grads_from_host_cuda(ctx, g1));
-        DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, &ig));
+        DFLASH_CUDA_OK(dflash_grads_from_host_cuda(ctx, g1, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, &ig, g_err, sizeof g_err));
         printf("  adamw %d: lr gpu %.6e cpu %.6e, norm gpu %.6e cpu %.6e, clip gpu %.6f cpu %.6f\n", it, ig.lr, ic.lr,
                ig.grad_norm, ic.grad_norm, ig.clip_scale, ic.clip_scale);
         CHECK(fabs(ig.lr - ic.lr) <= 1e-12 * ic.lr, "lr differs");
@@ -288,7 +291,7 @@ static void run_case(const tcase *tc, uint64_t seed)
         CHECK(fabs(ig.clip_scale - ic.clip_scale) <= 1e-6, "clip scale differs");
         CHECK(!ig.skipped && !ic.skipped, "unexpected skip");
     }
-    DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, pg));
+    DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, pg, g_err, sizeof g_err));
     double num = 0, den = 0;
     for (size_t i = 0; i < np; i++) {
         double dc = (double)pc[i] - p.data[i], dg = (double)pg[i] - p.data[i];
@@ -299,27 +302,27 @@ static void run_case(const tcase *tc, uint64_t seed)
     printf("  adamw: weight change rel err %.3e (|dp| %.4e)\n", urel, sqrt(den));
     CHECK(urel < 1e-3, "AdamW weight change rel err %.3e >= 1e-3", urel);
     /* same again from the same state: bit-identical */
-    DFLASH_CUDA_OK(ctx, dflash_params_from_host_cuda(ctx, p.data));
-    DFLASH_CUDA_OK(ctx, dflash_opt_from_host_cuda(ctx, NULL, NULL, 0));
+    DFLASH_CUDA_OK(dflash_params_from_host_cuda(ctx, p.data, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_opt_from_host_cuda(ctx, NULL, NULL, 0, g_err, sizeof g_err));
     for (int it = 0; it < 2; it++) {
-        DFLASH_CUDA_OK(ctx, dflash_grads_from_host_cuda(ctx, g1));
-        DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, NULL));
+        DFLASH_CUDA_OK(dflash_grads_from_host_cuda(ctx, g1, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
     }
-    DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, pg2));
+    DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, pg2, g_err, sizeof g_err));
     same = memcmp(pg, pg2, sizeof(float) * np) == 0;
     printf("  adamw determinism: %s\n", same ? "bit-identical" : "DIFFERS");
     CHECK(same, "two optimizer runs differ");
     /* a NaN gradient skips the update */
     g1[np / 2] = NAN;
-    DFLASH_CUDA_OK(ctx, dflash_grads_from_host_cuda(ctx, g1));
+    DFLASH_CUDA_OK(dflash_grads_from_host_cuda(ctx, g1, g_err, sizeof g_err));
     adamw_info in;
     long step_before, step_after;
     float *mtmp = malloc(sizeof(float) * np), *vtmp = malloc(sizeof(float) * np);
     T_ASSERT(mtmp && vtmp);
-    DFLASH_CUDA_OK(ctx, dflash_opt_to_host_cuda(ctx, mtmp, vtmp, &step_before));
-    DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, &in));
-    DFLASH_CUDA_OK(ctx, dflash_opt_to_host_cuda(ctx, mtmp, vtmp, &step_after));
-    DFLASH_CUDA_OK(ctx, dflash_params_to_host_cuda(ctx, pg2));
+    DFLASH_CUDA_OK(dflash_opt_to_host_cuda(ctx, mtmp, vtmp, &step_before, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, &in, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_opt_to_host_cuda(ctx, mtmp, vtmp, &step_after, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, pg2, g_err, sizeof g_err));
     same = memcmp(pg, pg2, sizeof(float) * np) == 0;
     printf("  NaN gradient: skipped %d, step %ld -> %ld, weights %s\n", in.skipped, step_before, step_after,
            same ? "untouched" : "CHANGED");

@@ -11,6 +11,8 @@
  * Plain C on the C API (the kernels live in libcommon.a): no device code here. */
 #include "gpu_test_check.h"
 
+#include <errno.h>
+
 #include "io/safetensors.h" /* safetensors_f32_to_bf16 / safetensors_bf16_to_f32 (RNE) */
 #include "nn/nn.h"
 #include "nn/nn_cuda.h"
@@ -18,6 +20,7 @@
 
 static df_rng g_rng;
 static long g_fail;
+static char g_err[512]; /* every nn_*_cuda call's err: RC_CHECK prints it */
 
 static float urand(float lo, float hi) { return lo + (hi - lo) * (float)df_rng_uniform(&g_rng); }
 
@@ -109,8 +112,9 @@ static void test_gemm(int T, int K, int N, int with_bias)
     nn_bf16_cuda *dx = dev_upload(xh, 2 * (size_t)T * K), *dw = dev_upload(wh, 2 * (size_t)N * K);
     nn_bf16_cuda *db = dev_upload(bh, 2 * (size_t)N), *dout = dev_poisoned(2 * n);
     nn_gemm_cuda *g = NULL;
-    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20), "nn_gemm_create_cuda");
-    RC_CHECK(nn_gemm_bf16_cuda(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nn_gemm_error_cuda(g));
+    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(dout, dx, dw, with_bias ? db : NULL, T, K, N);
+    RC_CHECK(nn_gemm_run_cuda(g, &a, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, n), *ref = NEWF(n);
     nn_matmul(ref, xf, wf, with_bias ? bf : NULL, T, K, N);
     char what[96];
@@ -118,13 +122,98 @@ static void test_gemm(int T, int K, int N, int with_bias)
     g_fail += gt_check(what, got, ref, n, 2e-3, 1e-2);
     /* a second call hits the cached plan and must give the same bits */
     CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
-    RC_CHECK(nn_gemm_bf16_cuda(g, dout, dx, dw, with_bias ? db : NULL, T, K, N, 0), nn_gemm_error_cuda(g));
+    RC_CHECK(nn_gemm_run_cuda(g, &a, 0, g_err, sizeof g_err), g_err);
     float *again = dev_bf16_to_f32(dout, n);
     snprintf(what, sizeof what, "gemm T=%d K=%d N=%d cached plan, same bits", T, K, N);
     g_fail += gt_check(what, again, got, n, 0, 0);
     nn_gemm_destroy_cuda(g);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout);
     free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(got), free(ref), free(again);
+}
+
+/* The general entry, the way the drafter step calls it: row-major D = alpha op(A) op(B) +
+ * beta C over `batch` strided matrices, bf16 or fp32 D, align_hint 1. The reference runs in
+ * double on the same bf16 inputs. A second call must hit the cached plan: same bits. */
+static void test_gemm_general(int ta, int tb, int M, int N, int K, int d_type, float alpha, float beta, int batch)
+{
+    long lda = ta ? M : K, ldb = tb ? K : N, ldd = N;
+    long long sA = (long long)M * K, sB = (long long)K * N, sD = (long long)M * N;
+    size_t na = (size_t)sA * batch, nb = (size_t)sB * batch, nd = (size_t)sD * batch;
+    int es = d_type == NN_GEMM_F32 ? 4 : 2;
+    uint16_t *ah, *bh, *ch;
+    float *af, *bf, *cf;
+    rand_bf16(&ah, &af, na, -1, 1);
+    rand_bf16(&bh, &bf, nb, -1.0f / sqrtf((float)K), 1.0f / sqrtf((float)K));
+    rand_bf16(&ch, &cf, nd, -1, 1); /* C = the initial D, bf16-exact so both types hold it */
+    void *da = dev_upload(ah, 2 * na), *db = dev_upload(bh, 2 * nb), *dd;
+    if (d_type == NN_GEMM_F32)
+        dd = dev_upload(cf, 4 * nd);
+    else
+        dd = dev_upload(ch, 2 * nd);
+    float *ref = NEWF(nd);
+    for (int z = 0; z < batch; z++)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double acc = 0;
+                for (int k = 0; k < K; k++) {
+                    double a = af[z * sA + (ta ? (long)k * lda + m : (long)m * lda + k)];
+                    double b = bf[z * sB + (tb ? (long)n * ldb + k : (long)k * ldb + n)];
+                    acc += a * b;
+                }
+                size_t o = (size_t)(z * sD + (long)m * ldd + n);
+                ref[o] = (float)(alpha * acc + beta * (double)cf[o]);
+            }
+    nn_gemm_cuda *g = NULL;
+    RC_CHECK(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+    nn_gemm_args_cuda p;
+    memset(&p, 0, sizeof p);
+    p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = da, p.lda = lda, p.B = db, p.ldb = ldb, p.D = dd;
+    p.ldd = ldd, p.d_type = d_type, p.alpha = alpha, p.beta = beta, p.batch = batch, p.sA = sA, p.sB = sB, p.sD = sD;
+    p.align_hint = 1;
+    RC_CHECK(nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err), g_err);
+    float *got = d_type == NN_GEMM_F32 ? dev_f32(dd, nd) : dev_bf16_to_f32(dd, nd);
+    char what[128];
+    snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d %s a=%g b=%g batch=%d", ta ? 'T' : 'N', tb ? 'T' : 'N', M,
+             N, K, d_type == NN_GEMM_F32 ? "f32" : "bf16", alpha, beta, batch);
+    if (d_type == NN_GEMM_F32)
+        g_fail += gt_check(what, got, ref, nd, 1e-4, 1e-4);
+    else
+        g_fail += gt_check(what, got, ref, nd, 2e-3, 1e-2);
+    /* again from the same C: the cached plan, the same bits */
+    CUDA_CHECK(cudaMemcpy(dd, d_type == NN_GEMM_F32 ? (void *)cf : (void *)ch, (size_t)es * nd, cudaMemcpyHostToDevice));
+    RC_CHECK(nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err), g_err);
+    float *again = d_type == NN_GEMM_F32 ? dev_f32(dd, nd) : dev_bf16_to_f32(dd, nd);
+    snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d cached plan, same bits", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             M, N, K);
+    g_fail += gt_check(what, again, got, nd, 0, 0);
+    nn_gemm_destroy_cuda(g);
+    cudaFree(da), cudaFree(db), cudaFree(dd);
+    free(ah), free(bh), free(ch), free(af), free(bf), free(cf), free(ref), free(got), free(again);
+}
+
+/* Failures are -EINVAL / -EIO with one line in err naming the function; err may be NULL. */
+static void test_errors(void)
+{
+    int ok = 1;
+    g_err[0] = '\0';
+    int rc = nn_swiglu_cuda(NULL, NULL, 4, 0, 0, g_err, sizeof g_err);
+    ok &= rc == -EINVAL && strstr(g_err, "nn_swiglu_cuda") != NULL;
+    printf("%s nn_swiglu_cuda I=0: rc %d, err \"%s\"\n", ok ? "PASS" : "FAIL", rc, g_err);
+    rc = nn_swiglu_cuda(NULL, NULL, 4, 0, 0, NULL, 0);
+    ok &= rc == -EINVAL;
+    nn_gemm_cuda *g = NULL;
+    RC_CHECK(nn_gemm_create_cuda(&g, 0, g_err, sizeof g_err), g_err);
+    nn_gemm_args_cuda p;
+    memset(&p, 0, sizeof p);
+    uint16_t bias = 0;
+    p.tb = 1, p.M = 8, p.N = 8, p.K = 8, p.lda = 8, p.ldb = 8, p.ldd = 8, p.d_type = NN_GEMM_F32, p.alpha = 1;
+    p.bias = &bias; /* a bias needs a bf16 output */
+    g_err[0] = '\0';
+    rc = nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err);
+    int ok2 = rc == -EINVAL && strstr(g_err, "nn_gemm_run_cuda") && strstr(g_err, "D[8, 8]");
+    printf("%s nn_gemm_run_cuda bias with fp32 D: rc %d, err \"%s\"\n", ok2 ? "PASS" : "FAIL", rc, g_err);
+    nn_gemm_destroy_cuda(g);
+    g_fail += !(ok && ok2);
 }
 
 static void test_add_rmsnorm(int T, int d, int with_y)
@@ -142,8 +231,8 @@ static void test_add_rmsnorm(int T, int d, int with_y)
     rand_bf16(&yh, &yf, n, -1, 1);
     float *dx = dev_upload(x0, sizeof(float) * n), *dw = dev_upload(wv, sizeof(float) * d);
     nn_bf16_cuda *dy = dev_upload(yh, 2 * n), *dout = dev_poisoned(2 * n), *dcap = dev_poisoned(2 * ncap);
-    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0),
-             nn_last_error_cuda());
+    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0, g_err, sizeof g_err),
+             g_err);
     for (size_t i = 0; i < n; i++) {
         x[i] = x0[i] + (with_y ? yf[i] : 0.0f);
         xr[i] = safetensors_bf16_to_f32(safetensors_f32_to_bf16(x[i]));
@@ -181,8 +270,8 @@ static void test_add_rmsnorm(int T, int d, int with_y)
             CUDA_CHECK(cudaMemset(dcap, 0xFF, 2 * ncap));
             CUDA_CHECK(cudaMemcpy(dx, x0, sizeof(float) * n, cudaMemcpyHostToDevice));
             RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T, d,
-                                     eps, 0),
-                     nn_last_error_cuda());
+                                     eps, 0, g_err, sizeof g_err),
+                     g_err);
         }
     }
     cudaFree(dx), cudaFree(dw), cudaFree(dy), cudaFree(dout), cudaFree(dcap);
@@ -220,8 +309,8 @@ static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int l
     float *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
     float *dinv = dev_upload(inv, sizeof(float) * (hd / 2));
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
-    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0),
-             nn_last_error_cuda());
+    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0, g_err, sizeof g_err),
+             g_err);
     float *got = dev_bf16_to_f32(dq, n);
     /* reference: split q / k, norm per head, rope, put back; v unchanged (ref = input) */
     float *q = NEWF((size_t)T * H * hd), *k = NEWF((size_t)T * KV * hd), *ref = NEWF(n);
@@ -273,9 +362,9 @@ static void test_attention(int T, int H, int KV, int hd, int want_docs, int wind
     nn_bf16_cuda *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
     if (simple)
-        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nn_last_error_cuda());
+        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
     else
-        RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0), nn_last_error_cuda());
+        RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, no);
     char what[128];
     snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H,
@@ -298,7 +387,7 @@ static void test_swiglu(int T, int I)
         }
     nn_swiglu(ref, g, u, (long)n);
     nn_bf16_cuda *dgu = dev_upload(h, 4 * n), *dout = dev_poisoned(2 * n);
-    RC_CHECK(nn_swiglu_cuda(dout, dgu, T, I, 0), nn_last_error_cuda());
+    RC_CHECK(nn_swiglu_cuda(dout, dgu, T, I, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, n);
     char what[64];
     snprintf(what, sizeof what, "swiglu T=%d I=%d", T, I);
@@ -324,7 +413,7 @@ static void test_embed_positions(int T, int d, int V)
     int *dbad = NULL, bad = 0;
     CUDA_CHECK(cudaMalloc((void **)&dbad, sizeof(int)));
     CUDA_CHECK(cudaMemset(dbad, 0, sizeof(int)));
-    RC_CHECK(nn_embed_cuda(dx, dt, dtok, T, d, V, dbad, 0), nn_last_error_cuda());
+    RC_CHECK(nn_embed_cuda(dx, dt, dtok, T, d, V, dbad, 0, g_err, sizeof g_err), g_err);
     float *got = dev_f32(dx, n), *ref = NEWF(n);
     for (int t = 0; t < T; t++)
         for (int i = 0; i < d; i++)
@@ -341,7 +430,7 @@ static void test_embed_positions(int T, int d, int V)
     nn_key_ranges *rg = xmalloc(sizeof *rg * (size_t)T);
     nn_packed_causal_ranges(rg, pos, starts, n_docs);
     int32_t *ds = dev_upload(starts, sizeof(int32_t) * (n_docs + 1)), *dpos = dev_poisoned(sizeof(int32_t) * T);
-    RC_CHECK(nn_positions_cuda(dpos, ds, n_docs, T, 0), nn_last_error_cuda());
+    RC_CHECK(nn_positions_cuda(dpos, ds, n_docs, T, 0, g_err, sizeof g_err), g_err);
     CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(gp, dpos, sizeof(int32_t) * T, cudaMemcpyDeviceToHost));
     long badp = 0;
@@ -362,6 +451,14 @@ int main(void)
     test_gemm(130, 96, 200, 1);
     test_gemm(1, 64, 64, 1);
     test_gemm(512, 1024, 3072, 0);
+    /* the drafter step's shapes: forward, dX = dY W, dW += dY^T X, residual in C, batched */
+    test_gemm_general(0, 1, 70, 96, 64, NN_GEMM_F32, 1.0f, 0.0f, 1);
+    test_gemm_general(0, 0, 70, 64, 96, NN_GEMM_BF16, 1.0f, 0.0f, 1);
+    test_gemm_general(1, 0, 96, 64, 70, NN_GEMM_F32, 1.0f, 1.0f, 1);
+    test_gemm_general(0, 1, 33, 40, 24, NN_GEMM_F32, 1.0f, 1.0f, 1);
+    test_gemm_general(0, 1, 48, 40, 32, NN_GEMM_F32, 0.125f, 0.0f, 3);
+    test_gemm_general(1, 0, 40, 32, 48, NN_GEMM_F32, 0.5f, 0.0f, 2);
+    test_errors();
 
     test_add_rmsnorm(37, 96, 1);
     test_add_rmsnorm(37, 70, 1);

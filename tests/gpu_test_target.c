@@ -48,7 +48,7 @@ static float *gpu_forward(target_model_cuda *m, const int32_t *tok, const int32_
     CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
     CUDA_CHECK(cudaMemcpy(dtok, tok, sizeof(int32_t) * T, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(dst, starts, sizeof(int32_t) * (n_docs + 1), cudaMemcpyHostToDevice));
-    RC_CHECK(target_forward_cuda(m, dtok, dst, n_docs, T, dout, s), target_error_cuda(m));
+    RC_CHECK(target_forward_cuda(m, dtok, dst, n_docs, T, dout, s, g_err, sizeof g_err), g_err);
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaGetLastError());
     uint16_t *h = xmalloc(2 * n);
@@ -257,9 +257,9 @@ static void test_random_model(const rand_model *r, const char *label)
         CUDA_CHECK(cudaMemcpy(dst, starts, sizeof starts, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
         CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        int rc = target_forward_cuda(&m, dtok, dst, n_docs, T, dout, s);
+        int rc = target_forward_cuda(&m, dtok, dst, n_docs, T, dout, s, g_err, sizeof g_err);
         CUDA_CHECK(cudaStreamEndCapture(s, &gr));
-        RC_CHECK(rc, target_error_cuda(&m));
+        RC_CHECK(rc, g_err);
         CUDA_CHECK(cudaGraphInstantiate(&ge, gr, 0));
         CUDA_CHECK(cudaGraphLaunch(ge, s));
         CUDA_CHECK(cudaGraphLaunch(ge, s)); /* replaying twice: same result */
@@ -277,13 +277,21 @@ static void test_random_model(const rand_model *r, const char *label)
         cudaFree(dtok), cudaFree(dst), cudaFree(dout);
         CUDA_CHECK(cudaStreamDestroy(s));
     }
+    /* a bad call fails before enqueuing anything, with its reason in err */
+    {
+        g_err[0] = '\0';
+        int rc = target_forward_cuda(&m, NULL, NULL, 1, m.max_T + 1, NULL, 0, g_err, sizeof g_err);
+        int ok = rc == -EINVAL && strstr(g_err, "target_forward_cuda") != NULL;
+        printf("%s %s: T past max_T: rc %d, err \"%s\"\n", ok ? "PASS" : "FAIL", label, rc, g_err);
+        g_fail += !ok;
+    }
     /* a token id outside the vocabulary is reported (its embedding is zero) */
     int bad = -1;
-    RC_CHECK(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
+    RC_CHECK(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
     int clean = bad == 0;
     tok[5] = r->V;
     float *junk = gpu_forward(&m, tok, starts, n_docs, 0);
-    RC_CHECK(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
+    RC_CHECK(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
     printf("%s %s: token-error flag clean=%d, after token id %d: %d (expected 1)\n", clean && bad == 1 ? "PASS" : "FAIL",
            label, clean, r->V, bad);
     g_fail += !(clean && bad == 1);

@@ -23,6 +23,7 @@ int main(int argc, char **argv)
 #else
 #include "dflash/dflash_batch.h"
 #include "dflash/dflash_cuda.h"
+#include "nn/nn_cuda.h"
 #include "util.h"
 
 #include <cuda_runtime_api.h>
@@ -38,11 +39,14 @@ int main(int argc, char **argv)
 static void usage(void)
 {
     printf("usage: bench_drafter [--seq S ...] [--anchors N ...] [--iters n] [--warmup n] [--chunk rows]\n"
-           "                     [--json PATH] [--tiny | --shape 1.7b|8b]\n"
+           "                     [--json PATH] [--tiny | --shape 1.7b|8b] [--check PATH]\n"
            "  default: S in {768, 2048} x anchors in {256, 512} ... run as the pairs (768,256) and (2048,512)\n"
            "  --seq/--anchors  give the pairs explicitly (same count), e.g. --seq 768 2048 --anchors 256 512\n"
            "  --iters 10 --warmup 3 --chunk 1024; --tiny: a small shape (smoke test of the code path)\n"
-           "  JSON to bench/results/drafter_cuda.json unless --json is given\n");
+           "  JSON to bench/results/drafter_cuda.json unless --json is given\n"
+           "  --check PATH: after the last step write the fp32 master weights to PATH (raw, the\n"
+           "  dflash_params.data layout) and print each configuration's loss bits: two builds run\n"
+           "  with the same arguments must write the same bytes\n");
 }
 
 #define CUDA_OK(call)                                                                        \
@@ -54,11 +58,13 @@ static void usage(void)
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
-#define DFLASH_CUDA_OK(ctx, call)                                                                    \
+/* a 0 / -errno call that wrote its failure into g_err */
+static char g_err[512];
+#define DFLASH_CUDA_OK(call)                                                                 \
     do {                                                                                     \
         int rc_ = (call);                                                                    \
         if (rc_ < 0) {                                                                       \
-            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, dflash_error_cuda(ctx)); \
+            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, g_err);       \
             exit(1);                                                                         \
         }                                                                                    \
     } while (0)
@@ -102,27 +108,29 @@ static int cmp_f(const void *a, const void *b)
 static double gemm_ceiling(cudaStream_t s)
 {
     const int n = 8192;
-    dflash_gemm_cuda *g;
-    if (dflash_gemm_create_cuda(&g, 64u << 20) < 0)
+    nn_gemm_cuda *g;
+    if (nn_gemm_create_cuda(&g, 64u << 20, g_err, sizeof g_err) < 0) {
+        fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", g_err);
         return 0;
+    }
     dflash_bf16_cuda *a, *b, *c;
     CUDA_OK(cudaMalloc((void **)&a, sizeof(dflash_bf16_cuda) * (size_t)n * n));
     CUDA_OK(cudaMalloc((void **)&b, sizeof(dflash_bf16_cuda) * (size_t)n * n));
     CUDA_OK(cudaMalloc((void **)&c, sizeof(dflash_bf16_cuda) * (size_t)n * n));
-    dflash_fill_uniform_bf16_cuda(a, (size_t)n * n, 1, 1.0f, s);
-    dflash_fill_uniform_bf16_cuda(b, (size_t)n * n, 2, 1.0f, s);
-    dflash_mm_cuda p;
+    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(a, (size_t)n * n, 1, 1.0f, s, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(b, (size_t)n * n, 2, 1.0f, s, g_err, sizeof g_err));
+    nn_gemm_args_cuda p; /* the drafter step's kind of call (align_hint 1) */
     memset(&p, 0, sizeof p);
     p.ta = 0, p.tb = 1, p.M = n, p.N = n, p.K = n, p.A = a, p.lda = n, p.B = b, p.ldb = n, p.D = c, p.ldd = n;
-    p.d_type = DFLASH_CUDA_BF16, p.alpha = 1, p.beta = 0, p.batch = 1;
+    p.d_type = NN_GEMM_BF16, p.alpha = 1, p.beta = 0, p.batch = 1, p.align_hint = 1;
     float ms[20];
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
     for (int i = 0; i < 25; i++) {
         CUDA_OK(cudaEventRecord(e0, s));
-        if (dflash_gemm_run_cuda(g, &p, s) < 0) {
-            fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", dflash_gemm_error_cuda(g));
+        if (nn_gemm_run_cuda(g, &p, s, g_err, sizeof g_err) < 0) {
+            fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", g_err);
             exit(1);
         }
         CUDA_OK(cudaEventRecord(e1, s));
@@ -133,7 +141,7 @@ static double gemm_ceiling(cudaStream_t s)
     qsort(ms, 20, sizeof(float), cmp_f);
     cudaFree(a), cudaFree(b), cudaFree(c);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
-    dflash_gemm_destroy_cuda(g);
+    nn_gemm_destroy_cuda(g);
     return 2.0 * n * (double)n * n / (ms[10] * 1e-3) / 1e12;
 }
 
@@ -149,7 +157,7 @@ int main(int argc, char **argv)
 {
     int seqs[MAXCFG] = {768, 2048}, anch[MAXCFG] = {256, 512}, nseq = 0, nanc = 0, iters = 10, warmup = 3;
     int chunk = 1024, tiny = 0, small = 0;
-    const char *json = "bench/results/drafter_cuda.json";
+    const char *json = "bench/results/drafter_cuda.json", *check = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage();
@@ -168,6 +176,8 @@ int main(int argc, char **argv)
             chunk = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             json = argv[++i];
+        } else if (!strcmp(argv[i], "--check") && i + 1 < argc) {
+            check = argv[++i];
         } else if (!strcmp(argv[i], "--tiny")) {
             tiny = 1;
         } else if (i + 1 < argc && !strcmp(argv[i], "--shape")) {
@@ -226,9 +236,11 @@ int main(int argc, char **argv)
     CUDA_OK(cudaMalloc((void **)&embed, sizeof(dflash_bf16_cuda) * (size_t)V * d));
     CUDA_OK(cudaMalloc((void **)&head, sizeof(dflash_bf16_cuda) * (size_t)V * d));
     CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dflash_bf16_cuda) * (size_t)maxS * c.n_capture * d));
-    dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0); /* std 0.02 */
-    dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0);
-    dflash_fill_uniform_bf16_cuda(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0); /* std 1 */
+    /* std 0.02, 0.02 and 1 */
+    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0, g_err,
+                                                 sizeof g_err));
     CUDA_OK(cudaStreamSynchronize(s0));
     adamw_config oc;
     adamw_config_default(&oc, 1000);
@@ -241,7 +253,7 @@ int main(int argc, char **argv)
     }
     printf("bench_drafter: %zu trainable params, context holds %.1f GiB\n", dflash_param_count_cuda(ctx),
            (double)dflash_device_bytes_cuda(ctx) / (1u << 30));
-    DFLASH_CUDA_OK(ctx, dflash_params_init_device_cuda(ctx, 42, 0.02f));
+    DFLASH_CUDA_OK(dflash_params_init_device_cuda(ctx, 42, 0.02f, g_err, sizeof g_err));
     cudaStream_t s = dflash_stream_cuda(ctx);
 
     int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxS), *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
@@ -301,23 +313,23 @@ int main(int argc, char **argv)
         result *o = &res[ci];
         for (int it = 0; it < warmup + iters; it++) {
             CUDA_OK(cudaEventRecord(e0, s));
-            DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
-            DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &b, 0, NULL));
-            DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, NULL));
+            DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
+            DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
+            DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
             CUDA_OK(cudaEventRecord(e1, s));
             CUDA_OK(cudaEventSynchronize(e1));
             if (it >= warmup)
                 CUDA_OK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
         }
         /* one more step with phase events (not in the median: events add a little) */
-        DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 1));
-        DFLASH_CUDA_OK(ctx, dflash_zero_grads_cuda(ctx));
-        DFLASH_CUDA_OK(ctx, dflash_step_accumulate_cuda(ctx, &b, 0, NULL));
-        DFLASH_CUDA_OK(ctx, dflash_optimizer_step_cuda(ctx, NULL));
-        DFLASH_CUDA_OK(ctx, dflash_timing_read_cuda(ctx, &o->ph));
-        DFLASH_CUDA_OK(ctx, dflash_timing_enable_cuda(ctx, 0));
+        DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_timing_read_cuda(ctx, &o->ph, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 0, g_err, sizeof g_err));
         dflash_stats st;
-        DFLASH_CUDA_OK(ctx, dflash_stats_read_cuda(ctx, &st));
+        DFLASH_CUDA_OK(dflash_stats_read_cuda(ctx, &st, g_err, sizeof g_err));
         float sorted[64];
         memcpy(sorted, o->all_ms, sizeof(float) * (size_t)o->n_ms);
         qsort(sorted, (size_t)o->n_ms, sizeof(float), cmp_f);
@@ -329,6 +341,8 @@ int main(int argc, char **argv)
         printf("bench_drafter:   phases: forward %.2f ms (attention %.2f), loss %.2f, backward %.2f ms (attention "
                "%.2f), optimizer %.2f\n",
                o->ph.fwd_ms, o->ph.attn_fwd_ms, o->ph.loss_ms, o->ph.bwd_ms, o->ph.attn_bwd_ms, o->ph.opt_ms);
+        if (check)
+            printf("bench_drafter: check: S=%d anchors=%d loss %a wce %a sum_w %a\n", S, N, st.loss, st.wce, st.sum_w);
         if (!isfinite(st.loss)) {
             fprintf(stderr, "bench_drafter: non-finite loss\n");
             return 1;
@@ -381,6 +395,20 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench_drafter: wrote %s\n", json);
+    if (check) {
+        float *P = (float *)malloc(sizeof(float) * np);
+        if (!P) {
+            fprintf(stderr, "bench_drafter: out of host memory\n");
+            return 1;
+        }
+        DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, P, g_err, sizeof g_err));
+        if ((rc = df_write_file_atomic(check, P, sizeof(float) * np)) < 0) {
+            fprintf(stderr, "bench_drafter: cannot write %s: %s\n", check, strerror(-rc));
+            return 1;
+        }
+        printf("bench_drafter: check: wrote %zu fp32 weights to %s\n", np, check);
+        free(P);
+    }
     dflash_free_cuda(ctx);
     return 0;
 }

@@ -22,6 +22,7 @@ int main(void)
 #else
 #include "io/hfconfig.h"
 #include "nn/nn_cuda.h"
+#include "sha256.h"
 #include "target/target_model_cuda.h"
 #include "util.h"
 
@@ -50,6 +51,8 @@ int main(void)
         }                                                                                         \
     } while (0)
 
+static char g_err[512]; /* the failure text of the last 0 / -errno call */
+
 typedef struct shape {
     const char *name;
     int d, L, H, KV, hd, I, V;
@@ -72,10 +75,14 @@ static void on_alarm(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_target [--json PATH] [--tokens N] [--iters N] [--models 1.7b,8b] [--timeout S]\n"
+               "                    [--check PATH]\n"
                "  CUDA target forward at Qwen3-1.7B / Qwen3-8B shapes (random weights made on the GPU),\n"
                "  documents of T = 2048 and 4096 tokens packed into one row of N tokens (default 8192),\n"
                "  plus a mixed-length layout; prints a table and writes JSON (default\n"
-               "  bench/results/target_ours.json). Exit 77 without a GPU.\n");
+               "  bench/results/target_ours.json). Exit 77 without a GPU.\n"
+               "  --check PATH: write the SHA-256 of the captured output bytes of every layout (after\n"
+               "  the eager calls and after the graph replays) to PATH, one line each: two builds run\n"
+               "  with the same arguments must write the same file\n");
 }
 
 static double gemm_ceiling_tflops(int iters)
@@ -86,18 +93,20 @@ static double gemm_ceiling_tflops(int iters)
     CK(cudaMalloc((void **)&a, 2 * e));
     CK(cudaMalloc((void **)&b, 2 * e));
     CK(cudaMalloc((void **)&c, 2 * e));
-    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0), nn_last_error_cuda());
-    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0), nn_last_error_cuda());
+    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0, g_err, sizeof g_err), g_err);
+    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0, g_err, sizeof g_err), g_err);
     nn_gemm_cuda *g;
-    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20), "nn_gemm_create_cuda");
+    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+    /* the target forward's kind of call: a linear layer, align_hint 0 */
+    nn_gemm_args_cuda ga = nn_gemm_linear_args_cuda(c, a, b, NULL, n, n, n);
     for (int i = 0; i < 3; i++)
-        RC(nn_gemm_bf16_cuda(g, c, a, b, NULL, n, n, n, 0), nn_gemm_error_cuda(g));
+        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     CK(cudaEventRecord(e0, 0));
     for (int i = 0; i < iters; i++)
-        RC(nn_gemm_bf16_cuda(g, c, a, b, NULL, n, n, n, 0), nn_gemm_error_cuda(g));
+        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
     CK(cudaEventRecord(e1, 0));
     CK(cudaEventSynchronize(e1));
     float ms;
@@ -106,6 +115,28 @@ static double gemm_ceiling_tflops(int iters)
     cudaFree(a), cudaFree(b), cudaFree(c);
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     return 2.0 * n * (double)n * n * iters / (ms * 1e-3) / 1e12;
+}
+
+/* --check: one line "model | layout | when | sha256 of the device bytes" */
+static void check_line(FILE *f, const char *model, const char *layout, const char *when, const void *dev, size_t bytes)
+{
+    void *h = malloc(bytes);
+    if (!h) {
+        fprintf(stderr, "bench_target: out of host memory for the check copy\n");
+        exit(1);
+    }
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+    df_sha256 sh;
+    uint8_t dig[32];
+    char hex[65];
+    df_sha256_init(&sh);
+    df_sha256_update(&sh, h, bytes);
+    df_sha256_final(&sh, dig);
+    df_sha256_hex(dig, hex);
+    fprintf(f, "%s | %s | %s | %s\n", model, layout, when, hex);
+    printf("check: %s | %s | %s | %s\n", model, layout, when, hex);
+    free(h);
 }
 
 typedef struct result {
@@ -117,7 +148,7 @@ typedef struct result {
 
 int main(int argc, char **argv)
 {
-    const char *json = "bench/results/target_ours.json", *models = "1.7b,8b";
+    const char *json = "bench/results/target_ours.json", *models = "1.7b,8b", *check = NULL;
     int tokens = 8192, iters = 10, limit = 550;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -133,6 +164,8 @@ int main(int argc, char **argv)
             models = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--timeout"))
             limit = atoi(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--check"))
+            check = argv[++i];
         else {
             fprintf(stderr, "bench_target: unknown or incomplete argument '%s'\n", argv[i]);
             usage(stderr);
@@ -152,6 +185,11 @@ int main(int argc, char **argv)
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    FILE *chk = NULL;
+    if (check && !(chk = fopen(check, "w"))) {
+        fprintf(stderr, "bench_target: cannot write %s: %s\n", check, strerror(errno));
+        return 1;
+    }
     double ceiling = gemm_ceiling_tflops(20);
     printf("device %s; bf16 GEMM 8192^3 (cuBLASLt, this run): %.1f TFLOP/s\n", prop.name, ceiling);
 
@@ -176,7 +214,7 @@ int main(int argc, char **argv)
         target_model_cuda m;
         char err[512];
         RC(target_init_cuda(&m, &c, cap, 5, tokens, err, sizeof err), err);
-        RC(target_randomize_cuda(&m, 1234 + mi), target_error_cuda(&m));
+        RC(target_randomize_cuda(&m, 1234 + mi, g_err, sizeof g_err), g_err);
         printf("%s: %d of %d layers run (capture %d,%d,%d,%d,%d), weights %.2f GB, workspace %.2f GB\n", sh->name,
                m.n_layers, sh->L, cap[0], cap[1], cap[2], cap[3], cap[4], m.weight_bytes / 1e9, m.act_bytes / 1e9);
         int32_t *tok = malloc(sizeof(int32_t) * tokens), *dtok, *dst;
@@ -215,21 +253,24 @@ int main(int argc, char **argv)
             cudaEvent_t e0, e1;
             CK(cudaEventCreate(&e0));
             CK(cudaEventCreate(&e1));
-            RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s), target_error_cuda(&m)); /* builds the GEMM plans */
+            /* the first call builds the GEMM plans */
+            RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
             CK(cudaStreamSynchronize(s));
             CK(cudaEventRecord(e0, s));
             for (int i = 0; i < 3; i++)
-                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s), target_error_cuda(&m));
+                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
             CK(cudaEventRecord(e1, s));
             CK(cudaEventSynchronize(e1));
             float ms_eager;
             CK(cudaEventElapsedTime(&ms_eager, e0, e1));
+            if (chk)
+                check_line(chk, sh->name, o->layout, "eager", dout, 2 * (size_t)tokens * 5 * sh->d);
             cudaGraph_t g;
             cudaGraphExec_t ge;
             CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s);
+            int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err);
             CK(cudaStreamEndCapture(s, &g));
-            RC(rc, target_error_cuda(&m));
+            RC(rc, g_err);
             CK(cudaGraphInstantiate(&ge, g, 0));
             CK(cudaGraphLaunch(ge, s));
             CK(cudaStreamSynchronize(s));
@@ -240,8 +281,10 @@ int main(int argc, char **argv)
             CK(cudaEventSynchronize(e1));
             float ms;
             CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (chk)
+                check_line(chk, sh->name, o->layout, "graph", dout, 2 * (size_t)tokens * 5 * sh->d);
             int bad = 0;
-            RC(target_take_token_error_cuda(&m, &bad), target_error_cuda(&m));
+            RC(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
             if (bad) {
                 fprintf(stderr, "bench_target: token error flag set (bench bug)\n");
                 return 1;
@@ -263,6 +306,13 @@ int main(int argc, char **argv)
         target_free_cuda(&m);
     }
 
+    if (chk) {
+        if (fclose(chk) != 0) {
+            fprintf(stderr, "bench_target: writing %s: %s\n", check, strerror(errno));
+            return 1;
+        }
+        printf("wrote the output checksums to %s\n", check);
+    }
     printf("\n%-11s %-34s %7s %9s %9s %11s %8s %6s\n", "model", "layout (one packed row)", "layers", "eager ms",
            "graph ms", "tok/s", "TFLOP/s", "MFU");
     for (int i = 0; i < nres; i++)

@@ -3,7 +3,7 @@
  * the two can be compared tensor by tensor; what differs is only where the data lives and
  * how the small ops are fused:
  *
- *   - projections: cuBLASLt bf16 GEMMs (dflash_gemm_run_cuda); q/k/v and gate/up fused (adjacent in
+ *   - projections: cuBLASLt bf16 GEMMs (nn_gemm_run_cuda, align_hint 1); q/k/v and gate/up fused (adjacent in
  *     the flat parameter array); the residual adds ride in the GEMM epilogue (beta = 1, fp32
  *     C = the residual); weight gradients accumulate into the fp32 gradient array with beta 1.
  *   - per-head q/k RMSNorm + RoPE: one warp per (token, head), writing the attention layout
@@ -25,21 +25,19 @@
  */
 #include "dflash/dflash_cuda.h"
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
+#include "nn/nn_cuda_device.cuh"
+
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 extern "C" {
 #include "dflash/dflash_model.h"
+#include "io/safetensors.h"
 #include "nn/nn.h"
 }
-
-typedef __nv_bfloat16 bf16;
 
 /* ---- context ------------------------------------------------------------------------ */
 
@@ -82,7 +80,7 @@ struct dflash_ctx_cuda {
     int ntensor;
     size_t off_fc, off_hn, off_fn, off[DFLASH_MAX_LAYERS][PER_LAYER];
     cudaStream_t st;
-    dflash_gemm_cuda *gemm;
+    nn_gemm_cuda *gemm;
     const bf16 *embed, *head;
     void *arena;
     size_t arena_bytes;
@@ -119,80 +117,13 @@ struct dflash_ctx_cuda {
     int timing;
     cudaEvent_t ev_ph[6];                        /* start, z, loss, bwd end, opt start, opt end */
     cudaEvent_t ev_at[4 * DFLASH_MAX_LAYERS];    /* per layer: fwd start/end, bwd start/end */
-    char err[512];
 };
 
-static int set_err(dflash_ctx_cuda *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int set_err(dflash_ctx_cuda *x, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(x->err, sizeof x->err, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-#define CK_LAUNCH(x, what)                                                                         \
-    do {                                                                                           \
-        cudaError_t e_ = cudaGetLastError();                                                       \
-        if (e_ != cudaSuccess)                                                                     \
-            return set_err(x, -EIO, "%s: %s (%s:%d)", what, cudaGetErrorString(e_), __FILE__, __LINE__); \
-    } while (0)
-#define CK_CUDA(x, call)                                                                           \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return set_err(x, -EIO, "%s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-    } while (0)
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (call);                                                                          \
-        if (rc_ < 0)                                                                               \
-            return rc_;                                                                            \
-    } while (0)
-
-const char *dflash_error_cuda(const dflash_ctx_cuda *x) { return x ? x->err : "no context"; }
 cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *x) { return x->st; }
 size_t dflash_param_count_cuda(const dflash_ctx_cuda *x) { return x->np; }
 size_t dflash_device_bytes_cuda(const dflash_ctx_cuda *x) { return x->arena_bytes + (64u << 20); }
 
 /* ---- device helpers ------------------------------------------------------------------- */
-
-__device__ __forceinline__ float bf2f(bf16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ bf16 f2bf(float v) { return __float2bfloat16_rn(v); }
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-/* Fixed-order block sum (blockDim.x a multiple of 32); all threads get the total. */
-template <typename Tv>
-__device__ Tv block_sum_t(Tv v, Tv *sh /* >= 32 */)
-{
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0)
-        sh[wid] = v;
-    __syncthreads();
-    Tv t = lane < nw ? sh[lane] : (Tv)0;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        t += __shfl_xor_sync(0xffffffffu, t, o);
-    return t;
-}
 
 __device__ __forceinline__ float rms_r(float ss, int C, float eps)
 {
@@ -304,7 +235,7 @@ __global__ void __launch_bounds__(1024) k_batch_prep(int32_t *labels, float *wts
     }
     if (err)
         atomicOr(&err_sh, err);
-    double total = block_sum_t<double>(sw, shd);
+    double total = block_sum<double>(sw, shd);
     __syncthreads();
     if (tid == 0) {
         if (base > rows_max)
@@ -342,7 +273,7 @@ __global__ void k_rmsnorm_fwd(bf16 *out, const float *x, const float *w, int C, 
     float ss = 0;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         ss += xr[c] * xr[c];
-    ss = block_sum_t<float>(ss, sh);
+    ss = block_sum<float>(ss, sh);
     float r = rms_r(ss, C, eps);
     bf16 *o = out + (long)blockIdx.x * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x)
@@ -361,8 +292,8 @@ __global__ void k_rmsnorm_bwd(float *dx, bf16 *dxb, float *contrib, const float 
         ss += xv * xv;
         dot += dout[o + c] * w[c] * xv;
     }
-    ss = block_sum_t<float>(ss, sh);
-    dot = block_sum_t<float>(dot, sh);
+    ss = block_sum<float>(ss, sh);
+    dot = block_sum<float>(dot, sh);
     float r = rms_r(ss, C, eps);
     float k = dot * r * r * r / (float)C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -790,28 +721,11 @@ __global__ void __launch_bounds__(1024) k_ce(bf16 *dlog, double *row_wce, uint8_
         }
     }
     /* block arg-max: larger value wins, ties go to the smaller index (the CPU's first max) */
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
-        int a2 = __shfl_xor_sync(0xffffffffu, am, o);
-        if (m2 > mx || (m2 == mx && a2 < am))
-            mx = m2, am = a2;
-    }
-    if (lane == 0)
-        shv[wid] = mx, shi[wid] = am;
-    __syncthreads();
-    mx = lane < nw ? shv[lane] : -INFINITY;
-    am = lane < nw ? shi[lane] : 0x7fffffff;
-    for (int o = 16; o > 0; o >>= 1) {
-        float m2 = __shfl_xor_sync(0xffffffffu, mx, o);
-        int a2 = __shfl_xor_sync(0xffffffffu, am, o);
-        if (m2 > mx || (m2 == mx && a2 < am))
-            mx = m2, am = a2;
-    }
+    block_argmax(mx, am, shv, shi);
     float se = 0;
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         se += expf(l[v] - mx);
-    double sed = block_sum_t<double>((double)se, shd);
+    double sed = block_sum<double>((double)se, shd);
     float lse = (float)((double)mx + log(sed));
     float scale = (float)((double)w / ds->norm);
     bf16 *dl = dlog + (long)blockIdx.x * Vp;
@@ -853,7 +767,7 @@ __global__ void __launch_bounds__(1024) k_stats(dev_stats *ds, const double *row
         atomicAdd(&cnt[k], 1); /* integer counts: order-independent */
         atomicAdd(&ok[k], (int)row_ok[ci]);
     }
-    double tot = block_sum_t<double>(s, shd);
+    double tot = block_sum<double>(s, shd);
     __syncthreads();
     if (tid == 0)
         ds->wce = tot;
@@ -871,7 +785,7 @@ __global__ void k_sqnorm_partial(double *part, const float *g, long n)
     double s = 0;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
         s += (double)g[i] * g[i];
-    s = block_sum_t<double>(s, shd);
+    s = block_sum<double>(s, shd);
     if (threadIdx.x == 0)
         part[blockIdx.x] = s;
 }
@@ -881,7 +795,7 @@ __global__ void __launch_bounds__(NPART) k_opt_plan(opt_state *os, const double 
                                                     double b2, double wd)
 {
     __shared__ double shd[32];
-    double s = block_sum_t<double>(part[threadIdx.x], shd);
+    double s = block_sum<double>(part[threadIdx.x], shd);
     if (threadIdx.x != 0)
         return;
     double norm = sqrt(s);
@@ -1055,7 +969,7 @@ void dflash_free_cuda(dflash_ctx_cuda *x)
     timing_destroy(x);
     if (x->arena)
         cudaFree(x->arena);
-    dflash_gemm_destroy_cuda(x->gemm);
+    nn_gemm_destroy_cuda(x->gemm);
     if (x->st)
         cudaStreamDestroy(x->st);
     free(x);
@@ -1066,22 +980,19 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
 {
     *out = NULL;
     char verr[256];
-    if (dflash_config_validate(c, verr, sizeof verr) < 0) {
-        snprintf(err, errlen, "dflash_init_cuda: bad config: %s", verr);
-        return -EINVAL;
-    }
+    if (dflash_config_validate(c, verr, sizeof verr) < 0)
+        return df_cuda_errf(err, errlen, -EINVAL, "dflash_init_cuda: bad config: %s", verr);
     if (c->hidden % 8 || c->head_dim % 8 || c->intermediate % 8 || c->head_dim > 256 || c->block_size > 64 ||
-        c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head || !opt) {
-        snprintf(err, errlen,
-                 "dflash_init_cuda: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
-                 "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head/opt non-NULL "
-                 "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
-                 c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
-        return -EINVAL;
-    }
+        c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head || !opt)
+        return df_cuda_errf(
+            err, errlen, -EINVAL,
+            "dflash_init_cuda: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
+            "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head/opt non-NULL "
+            "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
+            c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
     dflash_ctx_cuda *x = (dflash_ctx_cuda *)calloc(1, sizeof *x);
     if (!x)
-        return -ENOMEM;
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: out of host memory");
     x->c = *c;
     x->opt = *opt;
     x->warm = (long)ceil(opt->warmup_frac * (double)opt->total_steps);
@@ -1099,7 +1010,7 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     tensor_ent *th = (tensor_ent *)calloc((size_t)x->ntensor, sizeof *th);
     if (!th) {
         free(x);
-        return -ENOMEM;
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: out of host memory");
     }
     for (int i = 0; i < x->ntensor; i++) {
         dflash_tensor t;
@@ -1114,11 +1025,11 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
         else
             x->off[(i - 2) / PER_LAYER][(i - 2) % PER_LAYER] = t.offset;
         if (t.offset % 8) {
-            snprintf(err, errlen, "dflash_init_cuda: tensor %s at offset %zu is not 16-byte aligned in bf16", t.name,
-                     t.offset);
             free(th);
             free(x);
-            return -EINVAL;
+            return df_cuda_errf(err, errlen, -EINVAL,
+                                "dflash_init_cuda: tensor %s at offset %zu is not 16-byte aligned in bf16", t.name,
+                                t.offset);
         }
     }
     int rc = 0;
@@ -1126,39 +1037,27 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     if (!inv) {
         free(th);
         free(x);
-        return -ENOMEM;
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: out of host memory");
     }
     nn_rope_inv_freq(inv, x->hd, c->rope_theta, NULL);
     /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
-    if (cudaStreamCreateWithFlags(&x->st, cudaStreamDefault) != cudaSuccess) {
-        snprintf(err, errlen, "dflash_init_cuda: cudaStreamCreate: %s", cudaGetErrorString(cudaGetLastError()));
-        rc = -EIO;
-        goto fail;
-    }
-    if ((rc = dflash_gemm_create_cuda(&x->gemm, 64u << 20)) < 0) {
-        snprintf(err, errlen, "dflash_init_cuda: cuBLASLt handle/workspace: %s", rc == -ENOMEM ? "out of memory" : "failed");
-        goto fail;
-    }
+    CUDA_TRY_GOTO(cudaStreamCreateWithFlags(&x->st, cudaStreamDefault), err, errlen, rc, fail);
+    CUDA_TRY_RC_GOTO(nn_gemm_create_cuda(&x->gemm, 64u << 20, err, errlen), rc, fail);
     x->arena_bytes = carve(x, NULL);
     if (cudaMalloc(&x->arena, x->arena_bytes) != cudaSuccess) {
         cudaGetLastError();
         x->arena = NULL;
-        snprintf(err, errlen, "dflash_init_cuda: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed",
-                 (double)x->arena_bytes / (1u << 30), max_S, max_N);
-        rc = -ENOMEM;
+        rc = df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed",
+                          (double)x->arena_bytes / (1u << 30), max_S, max_N);
         goto fail;
     }
     carve(x, (char *)x->arena);
-    if (cudaMemsetAsync(x->arena, 0, x->arena_bytes, x->st) != cudaSuccess ||
-        cudaMemcpyAsync(x->tens, th, sizeof(tensor_ent) * (size_t)x->ntensor, cudaMemcpyHostToDevice, x->st) !=
-            cudaSuccess ||
-        cudaMemcpyAsync(x->inv_freq, inv, sizeof(float) * (size_t)(x->hd / 2), cudaMemcpyHostToDevice, x->st) !=
-            cudaSuccess ||
-        cudaStreamSynchronize(x->st) != cudaSuccess) {
-        snprintf(err, errlen, "dflash_init_cuda: upload: %s", cudaGetErrorString(cudaGetLastError()));
-        rc = -EIO;
-        goto fail;
-    }
+    CUDA_TRY_GOTO(cudaMemsetAsync(x->arena, 0, x->arena_bytes, x->st), err, errlen, rc, fail);
+    CUDA_TRY_GOTO(cudaMemcpyAsync(x->tens, th, sizeof(tensor_ent) * (size_t)x->ntensor, cudaMemcpyHostToDevice, x->st),
+                  err, errlen, rc, fail);
+    CUDA_TRY_GOTO(cudaMemcpyAsync(x->inv_freq, inv, sizeof(float) * (size_t)(x->hd / 2), cudaMemcpyHostToDevice, x->st),
+                  err, errlen, rc, fail);
+    CUDA_TRY_GOTO(cudaStreamSynchronize(x->st), err, errlen, rc, fail);
     free(th);
     free(inv);
     *out = x;
@@ -1172,109 +1071,109 @@ fail:
 
 /* ---- host <-> device -------------------------------------------------------------------------- */
 
-static int refresh_mirror(dflash_ctx_cuda *x)
+static int refresh_mirror(dflash_ctx_cuda *x, char *err, size_t errlen)
 {
     k_f32_to_bf16<<<1024, 256, 0, x->st>>>(x->Wb, x->P, (long)x->np);
-    CK_LAUNCH(x, "k_f32_to_bf16");
+    CUDA_LAUNCHED("k_f32_to_bf16", err, errlen);
     return 0;
 }
 
-static int copy_sync(dflash_ctx_cuda *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
+static int copy_sync(dflash_ctx_cuda *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, char *err, size_t errlen)
 {
-    CK_CUDA(x, cudaMemcpyAsync(dst, src, bytes, kind, x->st));
-    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, x->st), err, errlen);
+    CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
     return 0;
 }
 
-int dflash_params_from_host_cuda(dflash_ctx_cuda *x, const float *p)
+int dflash_params_from_host_cuda(dflash_ctx_cuda *x, const float *p, char *err, size_t errlen)
 {
-    CK(copy_sync(x, x->P, p, sizeof(float) * x->np, cudaMemcpyHostToDevice));
-    CK(refresh_mirror(x));
-    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    CUDA_TRY_RC(copy_sync(x, x->P, p, sizeof(float) * x->np, cudaMemcpyHostToDevice, err, errlen));
+    CUDA_TRY_RC(refresh_mirror(x, err, errlen));
+    CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
     return 0;
 }
-int dflash_params_to_host_cuda(dflash_ctx_cuda *x, float *p) { return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
-int dflash_grads_to_host_cuda(dflash_ctx_cuda *x, float *g) { return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost); }
-int dflash_grads_from_host_cuda(dflash_ctx_cuda *x, const float *g)
+int dflash_params_to_host_cuda(dflash_ctx_cuda *x, float *p, char *err, size_t errlen) { return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen); }
+int dflash_grads_to_host_cuda(dflash_ctx_cuda *x, float *g, char *err, size_t errlen) { return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen); }
+int dflash_grads_from_host_cuda(dflash_ctx_cuda *x, const float *g, char *err, size_t errlen)
 {
-    return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice);
+    return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice, err, errlen);
 }
 float *dflash_grads_device_cuda(dflash_ctx_cuda *x) { return x->Gr; }
 
-int dflash_zero_grads_cuda(dflash_ctx_cuda *x)
+int dflash_zero_grads_cuda(dflash_ctx_cuda *x, char *err, size_t errlen)
 {
-    CK_CUDA(x, cudaMemsetAsync(x->Gr, 0, sizeof(float) * x->np, x->st));
+    CUDA_TRY(cudaMemsetAsync(x->Gr, 0, sizeof(float) * x->np, x->st), err, errlen);
     return 0;
 }
 
-int dflash_opt_to_host_cuda(dflash_ctx_cuda *x, float *m, float *v, long *step)
+int dflash_opt_to_host_cuda(dflash_ctx_cuda *x, float *m, float *v, long *step, char *err, size_t errlen)
 {
     opt_state os;
-    CK(copy_sync(x, m, x->Mm, sizeof(float) * x->np, cudaMemcpyDeviceToHost));
-    CK(copy_sync(x, v, x->Vm, sizeof(float) * x->np, cudaMemcpyDeviceToHost));
-    CK(copy_sync(x, &os, x->os, sizeof os, cudaMemcpyDeviceToHost));
+    CUDA_TRY_RC(copy_sync(x, m, x->Mm, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen));
+    CUDA_TRY_RC(copy_sync(x, v, x->Vm, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen));
+    CUDA_TRY_RC(copy_sync(x, &os, x->os, sizeof os, cudaMemcpyDeviceToHost, err, errlen));
     *step = (long)os.step;
     return 0;
 }
 
-int dflash_opt_from_host_cuda(dflash_ctx_cuda *x, const float *m, const float *v, long step)
+int dflash_opt_from_host_cuda(dflash_ctx_cuda *x, const float *m, const float *v, long step, char *err, size_t errlen)
 {
     opt_state os;
     memset(&os, 0, sizeof os);
     os.step = step;
     if (m)
-        CK(copy_sync(x, x->Mm, m, sizeof(float) * x->np, cudaMemcpyHostToDevice));
+        CUDA_TRY_RC(copy_sync(x, x->Mm, m, sizeof(float) * x->np, cudaMemcpyHostToDevice, err, errlen));
     else
-        CK_CUDA(x, cudaMemsetAsync(x->Mm, 0, sizeof(float) * x->np, x->st));
+        CUDA_TRY(cudaMemsetAsync(x->Mm, 0, sizeof(float) * x->np, x->st), err, errlen);
     if (v)
-        CK(copy_sync(x, x->Vm, v, sizeof(float) * x->np, cudaMemcpyHostToDevice));
+        CUDA_TRY_RC(copy_sync(x, x->Vm, v, sizeof(float) * x->np, cudaMemcpyHostToDevice, err, errlen));
     else
-        CK_CUDA(x, cudaMemsetAsync(x->Vm, 0, sizeof(float) * x->np, x->st));
-    return copy_sync(x, x->os, &os, sizeof os, cudaMemcpyHostToDevice);
+        CUDA_TRY(cudaMemsetAsync(x->Vm, 0, sizeof(float) * x->np, x->st), err, errlen);
+    return copy_sync(x, x->os, &os, sizeof os, cudaMemcpyHostToDevice, err, errlen);
 }
 
-int dflash_params_init_device_cuda(dflash_ctx_cuda *x, uint64_t seed, float std)
+int dflash_params_init_device_cuda(dflash_ctx_cuda *x, uint64_t seed, float std, char *err, size_t errlen)
 {
     dim3 grid(256, (unsigned)x->ntensor);
     k_params_init<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->tens, seed, std * sqrtf(3.0f));
-    CK_LAUNCH(x, "k_params_init");
-    CK(dflash_opt_from_host_cuda(x, NULL, NULL, 0));
-    CK(dflash_zero_grads_cuda(x));
-    CK_CUDA(x, cudaStreamSynchronize(x->st));
+    CUDA_LAUNCHED("k_params_init", err, errlen);
+    CUDA_TRY_RC(dflash_opt_from_host_cuda(x, NULL, NULL, 0, err, errlen));
+    CUDA_TRY_RC(dflash_zero_grads_cuda(x, err, errlen));
+    CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
     return 0;
 }
 
-int dflash_debug_att_cuda(dflash_ctx_cuda *x, int layer, float *out)
+int dflash_debug_att_cuda(dflash_ctx_cuda *x, int layer, float *out, char *err, size_t errlen)
 {
     if (layer < 0 || layer >= x->L || !x->last_N)
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL, "dflash_debug_att_cuda: layer %d of %d, or no step yet", layer, x->L);
     long n = (long)x->last_N * x->B * x->qd;
-    bf16 *h = (bf16 *)malloc(sizeof(bf16) * (size_t)n);
+    uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n);
     if (!h)
-        return -ENOMEM;
-    int rc = copy_sync(x, h, x->lb[layer].att, sizeof(bf16) * (size_t)n, cudaMemcpyDeviceToHost);
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_debug_att_cuda: out of host memory");
+    int rc = copy_sync(x, h, x->lb[layer].att, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost, err, errlen);
     for (long i = 0; rc == 0 && i < n; i++)
-        out[i] = __bfloat162float(h[i]);
+        out[i] = safetensors_bf16_to_f32(h[i]);
     free(h);
     return rc;
 }
 
-int dflash_debug_z_cuda(dflash_ctx_cuda *x, float *out)
+int dflash_debug_z_cuda(dflash_ctx_cuda *x, float *out, char *err, size_t errlen)
 {
     if (!x->last_N)
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL, "dflash_debug_z_cuda: no step yet");
     long n = (long)x->last_N * x->B * x->d;
-    bf16 *h = (bf16 *)malloc(sizeof(bf16) * (size_t)n);
+    uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n);
     if (!h)
-        return -ENOMEM;
-    int rc = copy_sync(x, h, x->z, sizeof(bf16) * (size_t)n, cudaMemcpyDeviceToHost);
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_debug_z_cuda: out of host memory");
+    int rc = copy_sync(x, h, x->z, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost, err, errlen);
     for (long i = 0; rc == 0 && i < n; i++)
-        out[i] = __bfloat162float(h[i]);
+        out[i] = safetensors_bf16_to_f32(h[i]);
     free(h);
     return rc;
 }
 
-int dflash_timing_enable_cuda(dflash_ctx_cuda *x, int on)
+int dflash_timing_enable_cuda(dflash_ctx_cuda *x, int on, char *err, size_t errlen)
 {
     if (!on) {
         timing_destroy(x);
@@ -1283,9 +1182,9 @@ int dflash_timing_enable_cuda(dflash_ctx_cuda *x, int on)
     if (x->timing)
         return 0;
     for (int i = 0; i < 6; i++)
-        CK_CUDA(x, cudaEventCreate(&x->ev_ph[i]));
+        CUDA_TRY(cudaEventCreate(&x->ev_ph[i]), err, errlen);
     for (int i = 0; i < 4 * x->L; i++)
-        CK_CUDA(x, cudaEventCreate(&x->ev_at[i]));
+        CUDA_TRY(cudaEventCreate(&x->ev_at[i]), err, errlen);
     x->timing = 1;
     return 0;
 }
@@ -1300,12 +1199,12 @@ static float ev_ms(cudaEvent_t a, cudaEvent_t b)
     return ms;
 }
 
-int dflash_timing_read_cuda(dflash_ctx_cuda *x, dflash_timing_cuda *t)
+int dflash_timing_read_cuda(dflash_ctx_cuda *x, dflash_timing_cuda *t, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
     if (!x->timing)
-        return set_err(x, -EINVAL, "dflash_timing_read_cuda: timing not enabled");
-    CK_CUDA(x, cudaStreamSynchronize(x->st));
+        return df_cuda_errf(err, errlen, -EINVAL, "dflash_timing_read_cuda: timing not enabled");
+    CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
     t->fwd_ms = ev_ms(x->ev_ph[0], x->ev_ph[1]);
     t->loss_ms = ev_ms(x->ev_ph[1], x->ev_ph[2]);
     t->bwd_ms = ev_ms(x->ev_ph[2], x->ev_ph[3]);
@@ -1317,123 +1216,120 @@ int dflash_timing_read_cuda(dflash_ctx_cuda *x, dflash_timing_cuda *t)
     return 0;
 }
 
-#define MARK(ev)                                                   \
-    do {                                                           \
-        if (x->timing)                                             \
-            CK_CUDA(x, cudaEventRecord((ev), x->st));              \
-    } while (0)
+/* A phase boundary for dflash_timing_read_cuda (nothing when timing is off). */
+static int mark(dflash_ctx_cuda *x, cudaEvent_t ev, char *err, size_t errlen)
+{
+    if (x->timing)
+        CUDA_TRY(cudaEventRecord(ev, x->st), err, errlen);
+    return 0;
+}
 
 /* ---- the step --------------------------------------------------------------------------------- */
 
 static int mm(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, const void *A, long lda, const void *B, long ldb,
-              void *D, long ldd, int dt, float alpha, float beta, const void *C)
+              void *D, long ldd, int dt, float alpha, float beta, const void *C, char *err, size_t errlen)
 {
-    dflash_mm_cuda p;
+    nn_gemm_args_cuda p;
     memset(&p, 0, sizeof p);
     p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
-    p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = beta, p.C = C, p.batch = 1;
-    int rc = dflash_gemm_run_cuda(x->gemm, &p, x->st);
-    if (rc < 0)
-        return set_err(x, rc, "%s", dflash_gemm_error_cuda(x->gemm));
-    return 0;
+    p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = beta, p.C = C, p.batch = 1, p.align_hint = 1;
+    return nn_gemm_run_cuda(x->gemm, &p, x->st, err, errlen);
 }
 
 static int mm_batched(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, const void *A, long lda, long long sA,
                       const void *B, long ldb, long long sB, void *D, long ldd, long long sD, int dt, float alpha,
-                      int batch)
+                      int batch, char *err, size_t errlen)
 {
-    dflash_mm_cuda p;
+    nn_gemm_args_cuda p;
     memset(&p, 0, sizeof p);
     p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
     p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = 0.0f, p.batch = batch, p.sA = sA, p.sB = sB, p.sD = sD;
-    int rc = dflash_gemm_run_cuda(x->gemm, &p, x->st);
-    if (rc < 0)
-        return set_err(x, rc, "%s", dflash_gemm_error_cuda(x->gemm));
-    return 0;
+    p.align_hint = 1;
+    return nn_gemm_run_cuda(x->gemm, &p, x->st, err, errlen);
 }
 
 /* Y[M, N] (+= C) = X[M, K] W[N, K]^T */
-static int lin_fwd(dflash_ctx_cuda *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N, const float *C)
+static int lin_fwd(dflash_ctx_cuda *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N, const float *C, char *err, size_t errlen)
 {
-    return mm(x, 0, 1, M, N, K, X, K, W, K, Y, N, dt, 1.0f, C ? 1.0f : 0.0f, C);
+    return mm(x, 0, 1, M, N, K, X, K, W, K, Y, N, dt, 1.0f, C ? 1.0f : 0.0f, C, err, errlen);
 }
 /* dX[M, K] (= or +=) dY[M, N] W[N, K] */
-static int lin_dx(dflash_ctx_cuda *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta)
+static int lin_dx(dflash_ctx_cuda *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta, char *err, size_t errlen)
 {
-    return mm(x, 0, 0, M, K, N, dY, N, W, K, dX, K, dt, 1.0f, beta, NULL);
+    return mm(x, 0, 0, M, K, N, dY, N, W, K, dX, K, dt, 1.0f, beta, NULL, err, errlen);
 }
 /* dW[N, K] += dY[M, N]^T X[M, K] (fp32) */
-static int lin_dw(dflash_ctx_cuda *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N)
+static int lin_dw(dflash_ctx_cuda *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N, char *err, size_t errlen)
 {
-    return mm(x, 1, 0, N, K, M, dY, N, X, K, dW, K, DFLASH_CUDA_F32, 1.0f, 1.0f, NULL);
+    return mm(x, 1, 0, N, K, M, dY, N, X, K, dW, K, NN_GEMM_F32, 1.0f, 1.0f, NULL, err, errlen);
 }
 
 static int grid_for(long n) { return (int)DF_MIN((n + 255) / 256, 4096L); }
 
-static int colsum(dflash_ctx_cuda *x, float *out, const float *X, long rows, int C)
+static int colsum(dflash_ctx_cuda *x, float *out, const float *X, long rows, int C, char *err, size_t errlen)
 {
     int nch = cdiv(rows, COL_CHUNK);
     dim3 g1(cdiv(C, 128), nch);
     k_colsum_partial<<<g1, 128, 0, x->st>>>(x->partial, X, rows, C);
-    CK_LAUNCH(x, "k_colsum_partial");
+    CUDA_LAUNCHED("k_colsum_partial", err, errlen);
     k_colsum_final<<<cdiv(C, 128), 128, 0, x->st>>>(out, x->partial, nch, C);
-    CK_LAUNCH(x, "k_colsum_final");
+    CUDA_LAUNCHED("k_colsum_final", err, errlen);
     return 0;
 }
 
 static int rms_bwd(dflash_ctx_cuda *x, float *dx, bf16 *dxb, float *dw_grad, const float *resid, const float *dout,
-                   const float *xin, const float *w, int rows, int C)
+                   const float *xin, const float *w, int rows, int C, char *err, size_t errlen)
 {
     k_rmsnorm_bwd<<<rows, 256, 0, x->st>>>(dx, dxb, x->contrib, resid, dout, xin, w, C, x->eps);
-    CK_LAUNCH(x, "k_rmsnorm_bwd");
-    return colsum(x, dw_grad, x->contrib, rows, C);
+    CUDA_LAUNCHED("k_rmsnorm_bwd", err, errlen);
+    return colsum(x, dw_grad, x->contrib, rows, C, err, errlen);
 }
 
-static int attention_fwd(dflash_ctx_cuda *x, layer_buf *lb, int l, const attn_args *A)
+static int attention_fwd(dflash_ctx_cuda *x, layer_buf *lb, int l, const attn_args *A, char *err, size_t errlen)
 {
     long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
-    CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->Sc, A->Sp, Rg * A->Sp, DFLASH_CUDA_F32, 1.0f, x->KV));
+    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
+                  x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     k_attn_fwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->Pc, x->Pb, lb->lse, x->Sc, lb->Qh, lb->Kh, *A, HR);
-    CK_LAUNCH(x, "k_attn_fwd_softmax");
-    CK(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd, (long long)A->T * x->hd,
-                  x->Oc, x->hd, Rg * x->hd, DFLASH_CUDA_F32, 1.0f, x->KV));
+    CUDA_LAUNCHED("k_attn_fwd_softmax", err, errlen);
+    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd, (long long)A->T * x->hd,
+                  x->Oc, x->hd, Rg * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     k_attn_combine<<<grid_for(HR * x->hd), 256, 0, x->st>>>(lb->att, x->Oc, x->Pb, lb->Vh, *A, x->H, HR * x->hd);
-    CK_LAUNCH(x, "k_attn_combine");
+    CUDA_LAUNCHED("k_attn_combine", err, errlen);
     (void)l;
     return 0;
 }
 
-static int attention_bwd(dflash_ctx_cuda *x, layer_buf *lb, const attn_args *A)
+static int attention_bwd(dflash_ctx_cuda *x, layer_buf *lb, const attn_args *A, char *err, size_t errlen)
 {
     long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
     k_attn_prep_bwd<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dOh, x->Drow, x->datt, lb->att, *A, x->H, HR);
-    CK_LAUNCH(x, "k_attn_prep_bwd");
-    CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->Sc, A->Sp, Rg * A->Sp, DFLASH_CUDA_F32, 1.0f, x->KV));
-    CK(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd, (long long)A->T * x->hd,
-                  x->dPc, A->Sp, Rg * A->Sp, DFLASH_CUDA_F32, 1.0f, x->KV));
+    CUDA_LAUNCHED("k_attn_prep_bwd", err, errlen);
+    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
+                  x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd, (long long)A->T * x->hd,
+                  x->dPc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     k_attn_bwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dSc, x->Pc, x->dSb, x->Pb, x->Sc, x->dPc, lb->lse, x->Drow,
                                                         lb->Qh, lb->Kh, lb->Vh, x->dOh, *A, HR);
-    CK_LAUNCH(x, "k_attn_bwd_softmax");
+    CUDA_LAUNCHED("k_attn_bwd_softmax", err, errlen);
     /* dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO (context keys) */
-    CK(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->dQh, x->hd, Rg * x->hd, DFLASH_CUDA_F32, A->scale, x->KV));
-    CK(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh, x->hd,
-                  (long long)A->T * x->hd, DFLASH_CUDA_F32, A->scale, x->KV));
-    CK(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh, x->hd,
-                  (long long)A->T * x->hd, DFLASH_CUDA_F32, 1.0f, x->KV));
+    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd, (long long)A->T * x->hd,
+                  x->dQh, x->hd, Rg * x->hd, NN_GEMM_F32, A->scale, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh, x->hd,
+                  (long long)A->T * x->hd, NN_GEMM_F32, A->scale, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh, x->hd,
+                  (long long)A->T * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     dim3 g(A->R / A->B, x->KV);
     k_attn_block_bwd<<<g, 256, 0, x->st>>>(x->dQh, x->dKh, x->dVh, x->dSb, x->Pb, lb->Qh, lb->Kh, x->dOh, *A);
-    CK_LAUNCH(x, "k_attn_block_bwd");
+    CUDA_LAUNCHED("k_attn_block_bwd", err, errlen);
     return 0;
 }
 
-int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st)
+int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st, char *err, size_t errlen)
 {
     int S = b->S, N = b->N, B = x->B, R = N * B, T = S + R, d = x->d, I = x->I;
     if (S < 1 || S > x->max_S || N < 1 || N > x->max_N || !b->H || !b->x || !b->loss_mask || !b->anchors || !b->keep)
-        return set_err(x, -EINVAL, "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S,
+        return df_cuda_errf(err, errlen, -EINVAL, "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S,
                        x->max_S, N, x->max_N);
     int n_real = b->n_real >= 0 ? DF_MIN(b->n_real, N) : N;
     int rows_max = n_real * (B - 1);
@@ -1443,120 +1339,120 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     A.S = S, A.Sp = (S + 7) / 8 * 8, A.R = R, A.T = T, A.B = B, A.G = x->G, A.hd = x->hd, A.scale = x->scale;
     A.anchors = b->anchors, A.keep = b->keep, A.window = 0;
 
-    MARK(x->ev_ph[0]);
+    CUDA_TRY_RC(mark(x, x->ev_ph[0], err, errlen));
     /* batch: labels, weights, positions, loss rows */
     k_batch_prep<<<1, 1024, 0, s>>>(x->labels, x->wts, x->pos, x->idx, x->ds, b->x, b->loss_mask, b->anchors, b->keep,
                                     S, N, B, x->V, x->c.gamma, norm, rows_max);
-    CK_LAUNCH(x, "k_batch_prep");
+    CUDA_LAUNCHED("k_batch_prep", err, errlen);
     const bf16 *Hb = (const bf16 *)b->H;
     if (!b->H_bf16) {
         k_f32_to_bf16<<<grid_for((long)S * x->nc * d), 256, 0, s>>>(x->Hb, (const float *)b->H, (long)S * x->nc * d);
-        CK_LAUNCH(x, "k_f32_to_bf16(H)");
+        CUDA_LAUNCHED("k_f32_to_bf16(H)", err, errlen);
         Hb = x->Hb;
     }
     /* context: C = RMSNorm_hidden(H fc^T) */
-    CK(lin_fwd(x, x->fc_out, DFLASH_CUDA_F32, Hb, x->Wb + x->off_fc, S, x->nc * d, d, NULL));
+    CUDA_TRY_RC(lin_fwd(x, x->fc_out, NN_GEMM_F32, Hb, x->Wb + x->off_fc, S, x->nc * d, d, NULL, err, errlen));
     k_rmsnorm_fwd<<<S, 256, 0, s>>>(x->ctxb, x->fc_out, x->P + x->off_hn, d, x->eps);
-    CK_LAUNCH(x, "k_rmsnorm_fwd(hidden)");
+    CUDA_LAUNCHED("k_rmsnorm_fwd(hidden)", err, errlen);
     k_embed_h0<<<grid_for((long)R * d), 256, 0, s>>>(x->lb[0].h_in, x->embed, b->x, b->anchors, R, B, d, S, x->V,
                                                       x->c.mask_token_id);
-    CK_LAUNCH(x, "k_embed_h0");
+    CUDA_LAUNCHED("k_embed_h0", err, errlen);
 
     for (int l = 0; l < x->L; l++) {
         layer_buf *lb = &x->lb[l];
         const size_t *o = x->off[l];
         A.window = x->c.layer_sliding[l] ? x->c.sliding_window : 0;
         k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->a, lb->h_in, x->P + o[T_IN], d, x->eps);
-        CK_LAUNCH(x, "k_rmsnorm_fwd(input)");
-        CK(lin_fwd(x, lb->qkv, DFLASH_CUDA_BF16, lb->a, x->Wb + o[T_Q], R, d, x->qkvd, NULL));
-        CK(lin_fwd(x, lb->kvc, DFLASH_CUDA_BF16, x->ctxb, x->Wb + o[T_K], S, d, 2 * x->kvd, NULL));
+        CUDA_LAUNCHED("k_rmsnorm_fwd(input)", err, errlen);
+        CUDA_TRY_RC(lin_fwd(x, lb->qkv, NN_GEMM_BF16, lb->a, x->Wb + o[T_Q], R, d, x->qkvd, NULL, err, errlen));
+        CUDA_TRY_RC(lin_fwd(x, lb->kvc, NN_GEMM_BF16, x->ctxb, x->Wb + o[T_K], S, d, 2 * x->kvd, NULL, err, errlen));
         long units = (long)R * x->H + (long)T * x->KV;
         k_qk_fwd<<<cdiv(units, 8), 256, 0, s>>>(lb->Qh, lb->Kh, lb->Vh, lb->qkv, lb->kvc, x->P + o[T_QN],
                                                 x->P + o[T_KN], x->inv_freq, x->pos, S, R, x->H, x->KV, x->hd, x->eps);
-        CK_LAUNCH(x, "k_qk_fwd");
-        MARK(x->ev_at[4 * l]);
-        CK(attention_fwd(x, lb, l, &A));
-        MARK(x->ev_at[4 * l + 1]);
-        CK(lin_fwd(x, lb->h_mid, DFLASH_CUDA_F32, lb->att, x->Wb + o[T_O], R, x->qd, d, lb->h_in));
+        CUDA_LAUNCHED("k_qk_fwd", err, errlen);
+        CUDA_TRY_RC(mark(x, x->ev_at[4 * l], err, errlen));
+        CUDA_TRY_RC(attention_fwd(x, lb, l, &A, err, errlen));
+        CUDA_TRY_RC(mark(x, x->ev_at[4 * l + 1], err, errlen));
+        CUDA_TRY_RC(lin_fwd(x, lb->h_mid, NN_GEMM_F32, lb->att, x->Wb + o[T_O], R, x->qd, d, lb->h_in, err, errlen));
         k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->n, lb->h_mid, x->P + o[T_POST], d, x->eps);
-        CK_LAUNCH(x, "k_rmsnorm_fwd(post)");
-        CK(lin_fwd(x, lb->gu, DFLASH_CUDA_BF16, lb->n, x->Wb + o[T_GATE], R, d, 2 * I, NULL));
+        CUDA_LAUNCHED("k_rmsnorm_fwd(post)", err, errlen);
+        CUDA_TRY_RC(lin_fwd(x, lb->gu, NN_GEMM_BF16, lb->n, x->Wb + o[T_GATE], R, d, 2 * I, NULL, err, errlen));
         k_swiglu_fwd<<<grid_for((long)R * I), 256, 0, s>>>(lb->act, lb->gu, I, (long)R * I);
-        CK_LAUNCH(x, "k_swiglu_fwd");
+        CUDA_LAUNCHED("k_swiglu_fwd", err, errlen);
         float *h_next = l + 1 < x->L ? x->lb[l + 1].h_in : x->h_out;
-        CK(lin_fwd(x, h_next, DFLASH_CUDA_F32, lb->act, x->Wb + o[T_DOWN], R, I, d, lb->h_mid));
+        CUDA_TRY_RC(lin_fwd(x, h_next, NN_GEMM_F32, lb->act, x->Wb + o[T_DOWN], R, I, d, lb->h_mid, err, errlen));
     }
     k_rmsnorm_fwd<<<R, 256, 0, s>>>(x->z, x->h_out, x->P + x->off_fn, d, x->eps);
-    CK_LAUNCH(x, "k_rmsnorm_fwd(final)");
-    MARK(x->ev_ph[1]);
+    CUDA_LAUNCHED("k_rmsnorm_fwd(final)", err, errlen);
+    CUDA_TRY_RC(mark(x, x->ev_ph[1], err, errlen));
 
     /* loss over the compacted rows, chunk by chunk */
-    CK_CUDA(x, cudaMemsetAsync(x->dz, 0, sizeof(float) * (size_t)R * d, s));
+    CUDA_TRY(cudaMemsetAsync(x->dz, 0, sizeof(float) * (size_t)R * d, s), err, errlen);
     if (rows_max > 0) {
         k_gather_z<<<grid_for((long)rows_max * d), 256, 0, s>>>(x->zc, x->z, x->idx, x->ds, rows_max, d);
-        CK_LAUNCH(x, "k_gather_z");
+        CUDA_LAUNCHED("k_gather_z", err, errlen);
     }
     for (int c0 = 0; c0 < rows_max; c0 += x->CH) {
         int m = DF_MIN(x->CH, rows_max - c0);
-        CK(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, DFLASH_CUDA_F32, 1.0f, 0.0f, NULL));
+        CUDA_TRY_RC(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
         k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V,
                                 x->Vp);
-        CK_LAUNCH(x, "k_ce");
-        CK(mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, DFLASH_CUDA_F32, 1.0f, 0.0f, NULL));
+        CUDA_LAUNCHED("k_ce", err, errlen);
+        CUDA_TRY_RC(mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
         k_scatter_dz<<<grid_for((long)m * d), 256, 0, s>>>(x->dz, x->dzc, x->idx, x->ds, c0, m, d);
-        CK_LAUNCH(x, "k_scatter_dz");
+        CUDA_LAUNCHED("k_scatter_dz", err, errlen);
     }
     k_stats<<<1, 1024, 0, s>>>(x->ds, x->row_wce, x->row_ok, x->idx, B);
-    CK_LAUNCH(x, "k_stats");
-    MARK(x->ev_ph[2]);
+    CUDA_LAUNCHED("k_stats", err, errlen);
+    CUDA_TRY_RC(mark(x, x->ev_ph[2], err, errlen));
 
     /* backward */
-    CK(rms_bwd(x, x->dh, x->dhb, x->Gr + x->off_fn, NULL, x->dz, x->h_out, x->P + x->off_fn, R, d));
+    CUDA_TRY_RC(rms_bwd(x, x->dh, x->dhb, x->Gr + x->off_fn, NULL, x->dz, x->h_out, x->P + x->off_fn, R, d, err, errlen));
     for (int l = x->L - 1; l >= 0; l--) {
         layer_buf *lb = &x->lb[l];
         const size_t *o = x->off[l];
         float *G = x->Gr;
         A.window = x->c.layer_sliding[l] ? x->c.sliding_window : 0;
         /* MLP */
-        CK(lin_dx(x, x->dact, DFLASH_CUDA_BF16, x->dhb, x->Wb + o[T_DOWN], R, I, d, 0.0f));
-        CK(lin_dw(x, G + o[T_DOWN], x->dhb, lb->act, R, I, d));
+        CUDA_TRY_RC(lin_dx(x, x->dact, NN_GEMM_BF16, x->dhb, x->Wb + o[T_DOWN], R, I, d, 0.0f, err, errlen));
+        CUDA_TRY_RC(lin_dw(x, G + o[T_DOWN], x->dhb, lb->act, R, I, d, err, errlen));
         k_swiglu_bwd<<<grid_for((long)R * I), 256, 0, s>>>(x->dgu, x->dact, lb->gu, I, (long)R * I);
-        CK_LAUNCH(x, "k_swiglu_bwd");
-        CK(lin_dx(x, x->dn, DFLASH_CUDA_F32, x->dgu, x->Wb + o[T_GATE], R, d, 2 * I, 0.0f));
-        CK(lin_dw(x, G + o[T_GATE], x->dgu, lb->n, R, d, 2 * I));
-        CK(rms_bwd(x, x->dh2, x->dh2b, G + o[T_POST], x->dh, x->dn, lb->h_mid, x->P + o[T_POST], R, d));
+        CUDA_LAUNCHED("k_swiglu_bwd", err, errlen);
+        CUDA_TRY_RC(lin_dx(x, x->dn, NN_GEMM_F32, x->dgu, x->Wb + o[T_GATE], R, d, 2 * I, 0.0f, err, errlen));
+        CUDA_TRY_RC(lin_dw(x, G + o[T_GATE], x->dgu, lb->n, R, d, 2 * I, err, errlen));
+        CUDA_TRY_RC(rms_bwd(x, x->dh2, x->dh2b, G + o[T_POST], x->dh, x->dn, lb->h_mid, x->P + o[T_POST], R, d, err, errlen));
         /* attention */
-        CK(lin_dx(x, x->datt, DFLASH_CUDA_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f));
-        CK(lin_dw(x, G + o[T_O], x->dh2b, lb->att, R, x->qd, d));
-        MARK(x->ev_at[4 * l + 2]);
-        CK(attention_bwd(x, lb, &A));
-        MARK(x->ev_at[4 * l + 3]);
+        CUDA_TRY_RC(lin_dx(x, x->datt, NN_GEMM_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f, err, errlen));
+        CUDA_TRY_RC(lin_dw(x, G + o[T_O], x->dh2b, lb->att, R, x->qd, d, err, errlen));
+        CUDA_TRY_RC(mark(x, x->ev_at[4 * l + 2], err, errlen));
+        CUDA_TRY_RC(attention_bwd(x, lb, &A, err, errlen));
+        CUDA_TRY_RC(mark(x, x->ev_at[4 * l + 3], err, errlen));
         long units = (long)R * x->H + (long)T * x->KV;
         float *cq = x->contrib, *ck = x->contrib + (long)R * x->qd;
         k_qk_bwd<<<cdiv(units, 8), 256, 0, s>>>(x->dqkv, x->dkvc, cq, ck, x->dQh, x->dKh, x->dVh, lb->qkv, lb->kvc,
                                                 x->P + o[T_QN], x->P + o[T_KN], x->inv_freq, x->pos, S, R, x->H, x->KV,
                                                 x->hd, x->eps);
-        CK_LAUNCH(x, "k_qk_bwd");
-        CK(colsum(x, G + o[T_QN], cq, (long)R * x->H, x->hd));
-        CK(colsum(x, G + o[T_KN], ck, (long)T * x->KV, x->hd));
-        CK(lin_dx(x, x->da, DFLASH_CUDA_F32, x->dqkv, x->Wb + o[T_Q], R, d, x->qkvd, 0.0f));
-        CK(lin_dw(x, G + o[T_Q], x->dqkv, lb->a, R, d, x->qkvd));
-        CK(lin_dx(x, x->dctx, DFLASH_CUDA_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd, l == x->L - 1 ? 0.0f : 1.0f));
-        CK(lin_dw(x, G + o[T_K], x->dkvc, x->ctxb, S, d, 2 * x->kvd));
-        CK(rms_bwd(x, x->dh, x->dhb, G + o[T_IN], x->dh2, x->da, lb->h_in, x->P + o[T_IN], R, d));
+        CUDA_LAUNCHED("k_qk_bwd", err, errlen);
+        CUDA_TRY_RC(colsum(x, G + o[T_QN], cq, (long)R * x->H, x->hd, err, errlen));
+        CUDA_TRY_RC(colsum(x, G + o[T_KN], ck, (long)T * x->KV, x->hd, err, errlen));
+        CUDA_TRY_RC(lin_dx(x, x->da, NN_GEMM_F32, x->dqkv, x->Wb + o[T_Q], R, d, x->qkvd, 0.0f, err, errlen));
+        CUDA_TRY_RC(lin_dw(x, G + o[T_Q], x->dqkv, lb->a, R, d, x->qkvd, err, errlen));
+        CUDA_TRY_RC(lin_dx(x, x->dctx, NN_GEMM_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd, l == x->L - 1 ? 0.0f : 1.0f, err, errlen));
+        CUDA_TRY_RC(lin_dw(x, G + o[T_K], x->dkvc, x->ctxb, S, d, 2 * x->kvd, err, errlen));
+        CUDA_TRY_RC(rms_bwd(x, x->dh, x->dhb, G + o[T_IN], x->dh2, x->da, lb->h_in, x->P + o[T_IN], R, d, err, errlen));
     }
-    CK(rms_bwd(x, x->dfc, x->dfcb, x->Gr + x->off_hn, NULL, x->dctx, x->fc_out, x->P + x->off_hn, S, d));
-    CK(lin_dw(x, x->Gr + x->off_fc, x->dfcb, Hb, S, x->nc * d, d));
-    MARK(x->ev_ph[3]);
+    CUDA_TRY_RC(rms_bwd(x, x->dfc, x->dfcb, x->Gr + x->off_hn, NULL, x->dctx, x->fc_out, x->P + x->off_hn, S, d, err, errlen));
+    CUDA_TRY_RC(lin_dw(x, x->Gr + x->off_fc, x->dfcb, Hb, S, x->nc * d, d, err, errlen));
+    CUDA_TRY_RC(mark(x, x->ev_ph[3], err, errlen));
     if (st)
-        return dflash_stats_read_cuda(x, st);
+        return dflash_stats_read_cuda(x, st, err, errlen);
     return 0;
 }
 
-int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st)
+int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st, char *err, size_t errlen)
 {
     dev_stats ds;
-    CK(copy_sync(x, &ds, x->ds, sizeof ds, cudaMemcpyDeviceToHost));
+    CUDA_TRY_RC(copy_sync(x, &ds, x->ds, sizeof ds, cudaMemcpyDeviceToHost, err, errlen));
     memset(st, 0, sizeof *st);
     st->wce = ds.wce;
     st->sum_w = ds.sum_w;
@@ -1566,29 +1462,29 @@ int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st)
         st->correct[k] = ds.correct[k];
     }
     if (ds.err)
-        return set_err(x, -EINVAL, "bad batch:%s%s%s", ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
+        return df_cuda_errf(err, errlen, -EINVAL, "bad batch:%s%s%s", ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
                        ds.err & ERR_TOKEN ? " token/label outside [0, vocab)" : "",
                        ds.err & ERR_ROWS ? " more weighted rows than n_real*(B-1) (n_real wrong?)" : "");
     return 0;
 }
 
-int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info)
+int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info, char *err, size_t errlen)
 {
     const adamw_config *c = &x->opt;
-    MARK(x->ev_ph[4]);
+    CUDA_TRY_RC(mark(x, x->ev_ph[4], err, errlen));
     k_sqnorm_partial<<<NPART, 256, 0, x->st>>>(x->norm_part, x->Gr, (long)x->np);
-    CK_LAUNCH(x, "k_sqnorm_partial");
+    CUDA_LAUNCHED("k_sqnorm_partial", err, errlen);
     k_opt_plan<<<1, NPART, 0, x->st>>>(x->os, x->norm_part, c->lr, c->min_lr, x->warm, c->total_steps, c->clip_norm,
                                        c->beta1, c->beta2, c->weight_decay);
-    CK_LAUNCH(x, "k_opt_plan");
+    CUDA_LAUNCHED("k_opt_plan", err, errlen);
     dim3 grid(256, (unsigned)x->ntensor);
     k_adamw<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->Mm, x->Vm, x->Gr, x->tens, x->os, (float)c->beta1,
                                      (float)c->beta2, (float)c->eps, c->weight_decay > 0);
-    CK_LAUNCH(x, "k_adamw");
-    MARK(x->ev_ph[5]);
+    CUDA_LAUNCHED("k_adamw", err, errlen);
+    CUDA_TRY_RC(mark(x, x->ev_ph[5], err, errlen));
     if (info) {
         opt_state os;
-        CK(copy_sync(x, &os, x->os, sizeof os, cudaMemcpyDeviceToHost));
+        CUDA_TRY_RC(copy_sync(x, &os, x->os, sizeof os, cudaMemcpyDeviceToHost, err, errlen));
         memset(info, 0, sizeof *info);
         info->lr = os.lr;
         info->grad_norm = os.norm;
@@ -1600,52 +1496,39 @@ int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info)
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-dflash_bf16_cuda dflash_f32_to_bf16_cuda(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) /* NaN stays NaN */
-        return (dflash_bf16_cuda)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (dflash_bf16_cuda)(u >> 16);
-}
-
-float dflash_bf16_to_f32_cuda(dflash_bf16_cuda h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n)
+int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n, char *err, size_t errlen)
 {
     *dst = NULL;
     dflash_bf16_cuda *h = (dflash_bf16_cuda *)malloc(sizeof(dflash_bf16_cuda) * (n ? n : 1));
     if (!h)
-        return -ENOMEM;
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: out of host memory for %zu values", n);
     for (size_t i = 0; i < n; i++)
-        h[i] = dflash_f32_to_bf16_cuda(src[i]);
+        h[i] = safetensors_f32_to_bf16(src[i]);
     void *d = NULL;
-    if (cudaMalloc(&d, sizeof(dflash_bf16_cuda) * (n ? n : 1)) != cudaSuccess) {
+    cudaError_t e = cudaMalloc(&d, sizeof(dflash_bf16_cuda) * (n ? n : 1));
+    if (e != cudaSuccess) {
         cudaGetLastError();
         free(h);
-        return -ENOMEM;
+        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: cudaMalloc of %zu bf16: %s", n,
+                            cudaGetErrorString(e));
     }
-    cudaError_t e = cudaMemcpy(d, h, sizeof(dflash_bf16_cuda) * n, cudaMemcpyHostToDevice);
+    e = cudaMemcpy(d, h, sizeof(dflash_bf16_cuda) * n, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
         e = cudaDeviceSynchronize(); /* the DMA from pageable memory may still be in flight */
     free(h);
     if (e != cudaSuccess) {
         cudaFree(d);
-        return -EIO;
+        return df_cuda_errf(err, errlen, -EIO, "dflash_upload_bf16_cuda: copy of %zu bf16: %s", n,
+                            cudaGetErrorString(e));
     }
     *dst = (dflash_bf16_cuda *)d;
     return 0;
 }
 
-int dflash_fill_uniform_bf16_cuda(dflash_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
+int dflash_fill_uniform_bf16_cuda(dflash_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s, char *err,
+                                  size_t errlen)
 {
     k_fill_uniform_bf16<<<4096, 256, 0, s>>>((bf16 *)p, (long)n, seed, scale);
-    return cudaGetLastError() == cudaSuccess ? 0 : -EIO;
+    CUDA_LAUNCHED("k_fill_uniform_bf16", err, errlen);
+    return 0;
 }

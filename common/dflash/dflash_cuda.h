@@ -1,4 +1,4 @@
-/* dflash_cuda.h: the DFlash drafter training step on one GPU (prefix dfc_), the CUDA twin
+/* dflash_cuda.h: the DFlash drafter training step on one GPU (dflash_*_cuda), the CUDA twin
  * of the CPU reference in dflash_model.c / dflash_loss.c / adamw.c (docs/drafter_cuda.md).
  *
  * Numerics: fp32 master weights, m and v (one flat array in dflash_tensor_info order, the
@@ -15,7 +15,12 @@
  * AdamW with the warmup + cosine schedule of adamw_lr and refreshes the bf16 mirror. The
  * loss statistics stay on the device until dflash_stats_read_cuda (the one documented sync).
  * Deterministic: fixed-order reductions only (no float atomics), one cuBLASLt algorithm per
- * shape chosen once and cached, so the same inputs give bit-identical loss and weights.
+ * shape chosen once and cached (nn_gemm_run_cuda), so the same inputs give bit-identical
+ * loss and weights.
+ *
+ * Errors: every function that can fail takes `char *err, size_t errlen` last (err may be
+ * NULL) and returns 0 or -errno with one line in err naming the step and the CUDA /
+ * cuBLASLt call or the bad argument.
  */
 #ifndef DF_DFLASH_CUDA_H
 #define DF_DFLASH_CUDA_H
@@ -62,46 +67,46 @@ cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *ctx);
 size_t dflash_param_count_cuda(const dflash_ctx_cuda *ctx);
 /* Bytes of device memory the context holds (for logs and the bench). */
 size_t dflash_device_bytes_cuda(const dflash_ctx_cuda *ctx);
-/* Text of the last failure (CUDA / cuBLASLt call, shape). */
-const char *dflash_error_cuda(const dflash_ctx_cuda *ctx);
 
 /* Master weights <-> host fp32 [n] (dflash_params.data layout). from_host refreshes the bf16
  * mirror. Synchronous. 0 or -EIO. */
-int dflash_params_from_host_cuda(dflash_ctx_cuda *ctx, const float *params);
-int dflash_params_to_host_cuda(dflash_ctx_cuda *ctx, float *params);
+int dflash_params_from_host_cuda(dflash_ctx_cuda *ctx, const float *params, char *err, size_t errlen);
+int dflash_params_to_host_cuda(dflash_ctx_cuda *ctx, float *params, char *err, size_t errlen);
 /* Gradients (tests, data-parallel reductions done on the host). */
-int dflash_grads_to_host_cuda(dflash_ctx_cuda *ctx, float *grads);
-int dflash_grads_from_host_cuda(dflash_ctx_cuda *ctx, const float *grads);
-int dflash_zero_grads_cuda(dflash_ctx_cuda *ctx); /* async */
+int dflash_grads_to_host_cuda(dflash_ctx_cuda *ctx, float *grads, char *err, size_t errlen);
+int dflash_grads_from_host_cuda(dflash_ctx_cuda *ctx, const float *grads, char *err, size_t errlen);
+int dflash_zero_grads_cuda(dflash_ctx_cuda *ctx, char *err, size_t errlen); /* async */
 /* The fp32 gradient buffer [n] on the device (data-parallel all-reduce in place, NCCL). */
 float *dflash_grads_device_cuda(dflash_ctx_cuda *ctx);
 /* AdamW state for checkpoints: m, v [n] and the update count. */
-int dflash_opt_to_host_cuda(dflash_ctx_cuda *ctx, float *m, float *v, long *step);
-int dflash_opt_from_host_cuda(dflash_ctx_cuda *ctx, const float *m, const float *v, long step);
+int dflash_opt_to_host_cuda(dflash_ctx_cuda *ctx, float *m, float *v, long *step, char *err, size_t errlen);
+int dflash_opt_from_host_cuda(dflash_ctx_cuda *ctx, const float *m, const float *v, long step, char *err,
+                              size_t errlen);
 /* Fills the master weights on the device like dflash_params_init_random (norms 1, linear
  * weights uniform with standard deviation std from a counter hash of seed; not the same
  * numbers as the CPU), resets AdamW. For benchmarks. */
-int dflash_params_init_device_cuda(dflash_ctx_cuda *ctx, uint64_t seed, float std);
+int dflash_params_init_device_cuda(dflash_ctx_cuda *ctx, uint64_t seed, float std, char *err, size_t errlen);
 
 /* Forward + chunked loss + backward of one sequence; gradients ADDED to the buffer.
  * norm: the loss normaliser (<= 0: this sequence's sum of weights, as dflash_loss_chunked).
  * st: if non-NULL, synchronises and fills it (else use dflash_stats_read_cuda later).
  * 0 or -EINVAL (shape beyond the init sizes), -EIO. Bad tokens/labels/anchors are detected
  * on the device and reported by dflash_stats_read_cuda as -EINVAL. */
-int dflash_step_accumulate_cuda(dflash_ctx_cuda *ctx, const dflash_batch_cuda *b, double norm, dflash_stats *st);
+int dflash_step_accumulate_cuda(dflash_ctx_cuda *ctx, const dflash_batch_cuda *b, double norm, dflash_stats *st,
+                                char *err, size_t errlen);
 /* Synchronises the stream and reads the statistics of the last dflash_step_accumulate_cuda.
- * 0, -EINVAL when the device flagged bad input (a message in dflash_error_cuda), -EIO. */
-int dflash_stats_read_cuda(dflash_ctx_cuda *ctx, dflash_stats *st);
+ * 0, -EINVAL when the device flagged bad input (what in err), -EIO. */
+int dflash_stats_read_cuda(dflash_ctx_cuda *ctx, dflash_stats *st, char *err, size_t errlen);
 
 /* One AdamW update from the accumulated gradients (not zeroed: call dflash_zero_grads_cuda).
  * Norm, clipping, skip on a non-finite norm, learning rate and step count all on the
  * device. info: if non-NULL, synchronises and fills it. 0 or -EIO. */
-int dflash_optimizer_step_cuda(dflash_ctx_cuda *ctx, adamw_info *info);
+int dflash_optimizer_step_cuda(dflash_ctx_cuda *ctx, adamw_info *info, char *err, size_t errlen);
 
 /* Debug/test views (synchronous): attention output of layer l [R, H*hd] and the final
  * norm output z [R, d] of the last step, as fp32; R = N*B of that step. */
-int dflash_debug_att_cuda(dflash_ctx_cuda *ctx, int layer, float *out);
-int dflash_debug_z_cuda(dflash_ctx_cuda *ctx, float *out);
+int dflash_debug_att_cuda(dflash_ctx_cuda *ctx, int layer, float *out, char *err, size_t errlen);
+int dflash_debug_z_cuda(dflash_ctx_cuda *ctx, float *out, char *err, size_t errlen);
 
 /* Phase timing for benchmarks: when on, the step records CUDA events (no host sync) at its
  * phase boundaries and around every attention call; dflash_timing_read_cuda synchronises and gives
@@ -110,42 +115,17 @@ typedef struct dflash_timing_cuda {
     float fwd_ms, loss_ms, bwd_ms, opt_ms; /* forward to z; lm_head + CE; backward; AdamW */
     float attn_fwd_ms, attn_bwd_ms;        /* attention (all layers) inside fwd / bwd */
 } dflash_timing_cuda;
-int dflash_timing_enable_cuda(dflash_ctx_cuda *ctx, int on);
-int dflash_timing_read_cuda(dflash_ctx_cuda *ctx, dflash_timing_cuda *t);
+int dflash_timing_enable_cuda(dflash_ctx_cuda *ctx, int on, char *err, size_t errlen);
+int dflash_timing_read_cuda(dflash_ctx_cuda *ctx, dflash_timing_cuda *t, char *err, size_t errlen);
 
 /* ---- helpers for tests and benchmarks ---- */
-/* Allocates a device bf16 copy of host fp32 src[n] (RNE). 0 or -ENOMEM/-EIO. */
-int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n);
-/* p[n] = bf16 uniform in [-scale, scale] from a counter hash of (seed, i). */
-int dflash_fill_uniform_bf16_cuda(dflash_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s);
-/* Host RNE fp32 -> bf16 and back (tests round their inputs the way the device does). */
-dflash_bf16_cuda dflash_f32_to_bf16_cuda(float f);
-float dflash_bf16_to_f32_cuda(dflash_bf16_cuda h);
-
-/* ---- dflash_gemm_cuda.c: the cuBLASLt GEMM every projection uses ---- */
-typedef struct dflash_gemm_cuda dflash_gemm_cuda;
-enum { DFLASH_CUDA_BF16 = 0, DFLASH_CUDA_F32 = 1 };
-/* Row-major D[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C, batched with strides
- * (elements). op(A) = A ([M, K], lda) when ta = 0, A^T (A stored [K, M]) when ta = 1; same
- * for B. A and B bf16; C and D of type d_type (C == NULL: C = D). fp32 accumulation. */
-typedef struct dflash_mm_cuda {
-    int ta, tb, M, N, K;
-    const void *A;
-    long lda;
-    const void *B;
-    long ldb;
-    void *D;
-    long ldd;
-    const void *C; /* NULL: D (only read when beta != 0) */
-    int d_type;
-    float alpha, beta;
-    int batch;                  /* <= 1: one */
-    long long sA, sB, sD;       /* batch strides in elements */
-} dflash_mm_cuda;
-int dflash_gemm_create_cuda(dflash_gemm_cuda **out, size_t workspace_bytes);
-void dflash_gemm_destroy_cuda(dflash_gemm_cuda *g);
-int dflash_gemm_run_cuda(dflash_gemm_cuda *g, const dflash_mm_cuda *p, cudaStream_t s);
-const char *dflash_gemm_error_cuda(const dflash_gemm_cuda *g);
+/* Allocates a device bf16 copy of host fp32 src[n] (RNE, safetensors_f32_to_bf16: tests
+ * round their inputs the same way). 0 or -ENOMEM/-EIO. */
+int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n, char *err, size_t errlen);
+/* p[n] = bf16 uniform in [-scale, scale] from a counter hash of (seed, i) (the hash of
+ * dflash_params_init_device_cuda; not nn_fill_uniform_bf16_cuda's numbers). */
+int dflash_fill_uniform_bf16_cuda(dflash_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s, char *err,
+                                  size_t errlen);
 
 #ifdef __cplusplus
 }

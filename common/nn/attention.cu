@@ -15,7 +15,7 @@
  *
  * The simple kernel (any even hd <= 256): one warp per (query, head), fp32 online
  * softmax over its keys; the fallback and a second opinion in the tests. */
-#include "nn/nn_cuda_internal.cuh"
+#include "nn/nn_cuda_device.cuh"
 
 #include <climits>
 #include <cstdint>
@@ -174,10 +174,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd_kernel(bf16 *__restrict_
             mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
             mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
         }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        mx_a = quad_max(mx_a);
+        mx_b = quad_max(mx_b);
         const float base_a = mx_a == -INFINITY ? 0.0f : mx_a; /* nothing seen yet: no NaN */
         const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
         const float alpha_a = exp2f(m_a - base_a), alpha_b = exp2f(m_b - base_b);
@@ -222,10 +220,8 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd_kernel(bf16 *__restrict_
         __syncthreads(); /* this buffer is refilled by the next iteration's loads */
     }
 
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+    l_a = quad_sum(l_a);
+    l_b = quad_sum(l_b);
     const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
     const long ldo = (long)H * HD;
 #pragma unroll
@@ -242,20 +238,18 @@ __global__ void __launch_bounds__(FA_THREADS) flash_fwd_kernel(bf16 *__restrict_
 
 template <int HD>
 static int launch_flash(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, int H, int KV, int window, float scale,
-                        cudaStream_t s)
+                        cudaStream_t s, char *err, size_t errlen)
 {
     constexpr int smem = fa_smem_bytes<HD>();
     static bool attr_set = false; /* host-side, once per instantiation (not a stream op) */
-    if (!attr_set && smem > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(flash_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess)
-            return nn_record_error_cuda(e, "cudaFuncSetAttribute(flash_fwd_kernel)", __FILE__, __LINE__);
-    }
+    if (!attr_set && smem > 48 * 1024)
+        CUDA_TRY(cudaFuncSetAttribute(flash_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err,
+                 errlen);
     attr_set = true;
     dim3 grid((T + FA_BM - 1) / FA_BM, H);
     const float log2e = 1.4426950408889634f;
     flash_fwd_kernel<HD><<<grid, FA_THREADS, smem, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e);
-    NN_CUDA_LAUNCHED("flash_fwd_kernel");
+    CUDA_LAUNCHED("flash_fwd_kernel", err, errlen);
     return 0;
 }
 
@@ -278,7 +272,7 @@ __global__ void simple_attn_kernel(bf16 *__restrict__ out, const bf16 *__restric
 #pragma unroll
     for (int k = 0; k < SA_MAX_PER_LANE; k++) {
         int i = lane + 32 * k;
-        qr[k] = i < hd ? __bfloat162float(q[i]) * scale : 0.0f;
+        qr[k] = i < hd ? bf2f(q[i]) * scale : 0.0f;
         acc[k] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -290,7 +284,7 @@ __global__ void simple_attn_kernel(bf16 *__restrict__ out, const bf16 *__restric
         for (int k = 0; k < SA_MAX_PER_LANE; k++) {
             int i = lane + 32 * k;
             if (i < hd)
-                dot += qr[k] * __bfloat162float(kr[i]);
+                dot += qr[k] * bf2f(kr[i]);
         }
         dot = warp_sum(dot);
         float mn = fmaxf(m, dot);
@@ -300,7 +294,7 @@ __global__ void simple_attn_kernel(bf16 *__restrict__ out, const bf16 *__restric
         for (int k = 0; k < SA_MAX_PER_LANE; k++) {
             int i = lane + 32 * k;
             if (i < hd)
-                acc[k] = acc[k] * alpha + p * __bfloat162float(vr[i]);
+                acc[k] = acc[k] * alpha + p * bf2f(vr[i]);
         }
         m = mn;
     }
@@ -310,44 +304,46 @@ __global__ void simple_attn_kernel(bf16 *__restrict__ out, const bf16 *__restric
     for (int k = 0; k < SA_MAX_PER_LANE; k++) {
         int i = lane + 32 * k;
         if (i < hd)
-            o[i] = __float2bfloat16(acc[k] * inv);
+            o[i] = f2bf(acc[k] * inv);
     }
 }
 
-static int check_shape(int T, int H, int KV, int hd)
+static int check_shape(int T, int H, int KV, int hd, char *err, size_t errlen)
 {
-    return T < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 256 ? -EINVAL : 0;
+    if (T < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 256)
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "nn_attention_packed_cuda: T %d, H %d, KV %d (must divide H), hd %d (even, <= 256)", T, H,
+                            KV, hd);
+    return 0;
 }
 
-int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
-                                int hd, int window, float scale, cudaStream_t s)
+int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H,
+                                    int KV, int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen)
 {
-    if (check_shape(T, H, KV, hd))
-        return -EINVAL;
+    CUDA_TRY_RC(check_shape(T, H, KV, hd, err, errlen));
     if (T == 0)
         return 0;
     long items = (long)T * H;
     int warps = 8;
     simple_attn_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(as_bf(out), as_bf(qkv), pos,
                                                                                      T, H, KV, hd, window, scale);
-    NN_CUDA_LAUNCHED("simple_attn_kernel");
+    CUDA_LAUNCHED("simple_attn_kernel", err, errlen);
     return 0;
 }
 
-int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV, int hd,
-                         int window, float scale, cudaStream_t s)
+int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
+                             int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen)
 {
-    if (check_shape(T, H, KV, hd))
-        return -EINVAL;
+    CUDA_TRY_RC(check_shape(T, H, KV, hd, err, errlen));
     if (T == 0)
         return 0;
     bf16 *o = as_bf(out);
     const bf16 *x = as_bf(qkv);
     switch (hd) {
-    case 16: return launch_flash<16>(o, x, pos, T, H, KV, window, scale, s);
-    case 32: return launch_flash<32>(o, x, pos, T, H, KV, window, scale, s);
-    case 64: return launch_flash<64>(o, x, pos, T, H, KV, window, scale, s);
-    case 128: return launch_flash<128>(o, x, pos, T, H, KV, window, scale, s);
-    default: return nn_attention_packed_simple_cuda(out, qkv, pos, T, H, KV, hd, window, scale, s);
+    case 16: return launch_flash<16>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 32: return launch_flash<32>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 64: return launch_flash<64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 128: return launch_flash<128>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    default: return nn_attention_packed_simple_cuda(out, qkv, pos, T, H, KV, hd, window, scale, s, err, errlen);
     }
 }

@@ -1,12 +1,24 @@
-/* cublaslt_cuda.c: the bf16 GEMM of every linear layer, through cuBLASLt (nn_gemm_cuda_*).
+/* cublaslt_cuda.c: the one cuBLASLt GEMM of the tree (nn_gemm_*_cuda): the linear layers of
+ * the target forward and of inference, and every GEMM of the drafter training step
+ * (projections, both backward shapes dX = dY W and dW += dY^T X into fp32 gradients with
+ * beta = 1, fp32 outputs with a residual as C, the strided-batched attention GEMMs).
  *
- * Row-major out[T, N] = x[T, K] @ w[N, K]^T is, in cuBLAS's column-major view,
- * out^T[N, T] = op_T(w as [K, N]) @ (x as [K, T]): the "TN" layout cuBLASLt is fastest at,
- * with no copies. The handle and one workspace are created once (nn_gemm_create_cuda);
- * each shape's descriptors and the heuristic's first algorithm are built on first use and
- * cached, so later calls (and calls inside CUDA graph capture) only enqueue. A bias, when
- * given, is the BIAS epilogue (bias[N] added per output feature before the bf16 rounding).
- * Accumulation is fp32 (CUBLAS_COMPUTE_32F); bf16 inputs and output. */
+ * Row-major D = op(A) op(B) is, in cuBLAS's column-major view, D^T = op(B)^T op(A)^T, so B
+ * is passed as cuBLAS's A and A as its B with the same transpose flags (no copies); a
+ * linear layer out = x w^T is then the "TN" layout cuBLASLt is fastest at. A bias is the
+ * BIAS epilogue (bias[N] added per output column before the bf16 rounding).
+ *
+ * Plans (descriptors + the heuristic's first algorithm for the handle's workspace size)
+ * are cached per transposes, shape, leading dimensions, batch and strides, output type,
+ * beta != 0, bias and alignment, so a shape always runs the same algorithm, and cuBLAS
+ * documents bit-wise reproducible results for a fixed algorithm on one GPU model (split-K
+ * reductions included: the in-place scheme serialises its parts through counters).
+ * gpu_test_dflash checks two drafter steps for bit-identical gradients.
+ *
+ * align_hint: the drafter step has always told the heuristic its pointers' alignment
+ * (MIN_ALIGNMENT_{A,B,C,D}_BYTES = the largest power of two <= 256 dividing every address
+ * and batch stride), the target forward never did (cuBLASLt's default preferences). Both
+ * are kept, so each caller gets the algorithms, and so the bits, it always got. */
 #include "nn/nn_cuda.h"
 
 /* cublasLt.h declares a few functions without prototypes; it is not ours to fix */
@@ -14,61 +26,62 @@
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
 #include <cublasLt.h>
 #pragma GCC diagnostic pop
+#include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define GEMM_CACHE 64
+#include "cuda_check.h"
 
-typedef struct gemm_plan {
-    int T, K, N, bias;
+#define PLAN_CACHE 256
+
+typedef struct plan {
+    int used;
+    int ta, tb, M, N, K, d_type, has_beta, has_bias, batch, align_hint, align;
+    long lda, ldb, ldd;
+    long long sA, sB, sD;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
-} gemm_plan;
+} plan;
 
 struct nn_gemm_cuda {
     cublasLtHandle_t lt;
-    void *workspace;
+    void *ws;
     size_t ws_bytes;
-    gemm_plan plans[GEMM_CACHE];
-    int n_plans;
-    char err[256];
+    plan plans[PLAN_CACHE];
+    int n_plans, next_evict;
 };
 
-static int lt_fail(nn_gemm_cuda *g, const char *what, cublasStatus_t st, int T, int K, int N)
-{
-    snprintf(g->err, sizeof g->err, "%s failed: %s (%d) for out[%d, %d] = x[%d, %d] @ w[%d, %d]^T", what,
-             cublasLtGetStatusString(st), (int)st, T, N, T, K, N, K);
-    return -EIO;
-}
-
-const char *nn_gemm_error_cuda(const nn_gemm_cuda *g) { return g ? g->err : "no gemm handle"; }
-
-int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes)
+int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes, char *err, size_t errlen)
 {
     *out = NULL;
     nn_gemm_cuda *g = calloc(1, sizeof *g);
     if (!g)
-        return -ENOMEM;
+        return df_cuda_errf(err, errlen, -ENOMEM, "nn_gemm_create_cuda: out of host memory");
     cublasStatus_t st = cublasLtCreate(&g->lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
         free(g);
-        return -EIO;
+        return df_cuda_errf(err, errlen, -EIO, "nn_gemm_create_cuda: cublasLtCreate: %s (%d)",
+                            cublasLtGetStatusString(st), (int)st);
     }
     g->ws_bytes = workspace_bytes;
-    if (workspace_bytes && cudaMalloc(&g->workspace, workspace_bytes) != cudaSuccess) {
-        cudaGetLastError(); /* clear it: the caller sees -ENOMEM */
-        cublasLtDestroy(g->lt);
-        free(g);
-        return -ENOMEM;
+    if (workspace_bytes) {
+        cudaError_t e = cudaMalloc(&g->ws, workspace_bytes);
+        if (e != cudaSuccess) {
+            cudaGetLastError(); /* clear it: the caller sees -ENOMEM */
+            cublasLtDestroy(g->lt);
+            free(g);
+            return df_cuda_errf(err, errlen, -ENOMEM, "nn_gemm_create_cuda: cudaMalloc of the %zu-byte workspace: %s",
+                                workspace_bytes, cudaGetErrorString(e));
+        }
     }
     *out = g;
     return 0;
 }
 
-static void plan_free(gemm_plan *p)
+static void plan_free(plan *p)
 {
     if (p->desc)
         cublasLtMatmulDescDestroy(p->desc);
@@ -85,105 +98,167 @@ void nn_gemm_destroy_cuda(nn_gemm_cuda *g)
 {
     if (!g)
         return;
-    for (int i = 0; i < g->n_plans; i++)
-        plan_free(&g->plans[i]);
-    if (g->workspace)
-        cudaFree(g->workspace);
+    for (int i = 0; i < PLAN_CACHE; i++)
+        if (g->plans[i].used)
+            plan_free(&g->plans[i]);
+    if (g->ws)
+        cudaFree(g->ws);
     cublasLtDestroy(g->lt);
     free(g);
 }
 
-#define LT(call, what)                                                  \
-    do {                                                                \
-        cublasStatus_t st_ = (call);                                    \
-        if (st_ != CUBLAS_STATUS_SUCCESS) {                             \
-            rc = lt_fail(g, what, st_, T, K, N);                        \
-            goto fail;                                                  \
-        }                                                               \
-    } while (0)
+/* After a failure: the shape, after the message already in err. */
+static int with_shape(char *err, size_t errlen, int rc, const nn_gemm_args_cuda *p)
+{
+    if (err && errlen) {
+        size_t n = strnlen(err, errlen - 1);
+        snprintf(err + n, errlen - n,
+                 " for D[%d, %d] = op%s(A) op%s(B), K=%d, lda %ld ldb %ld ldd %ld, batch %d, d_type %s%s", p->M, p->N,
+                 p->ta ? "T" : "N", p->tb ? "T" : "N", p->K, p->lda, p->ldb, p->ldd, p->batch,
+                 p->d_type == NN_GEMM_F32 ? "f32" : "bf16", p->bias ? ", bias" : "");
+    }
+    return rc;
+}
 
-static int plan_build(nn_gemm_cuda *g, gemm_plan *p, int T, int K, int N, int bias)
+/* Largest power of two <= 256 dividing every address the call touches. */
+static int alignment_of(const nn_gemm_args_cuda *p)
+{
+    unsigned long long bits = 256;
+    int es_d = p->d_type == NN_GEMM_F32 ? 4 : 2;
+    bits |= (unsigned long long)(uintptr_t)p->A | (unsigned long long)(uintptr_t)p->B |
+            (unsigned long long)(uintptr_t)p->D | (unsigned long long)(uintptr_t)(p->C ? p->C : p->D);
+    if (p->batch > 1)
+        bits |= (unsigned long long)(p->sA * 2) | (unsigned long long)(p->sB * 2) |
+                (unsigned long long)(p->sD * es_d);
+    return (int)(bits & (~bits + 1));
+}
+
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t rows, uint64_t cols, long ld,
+                             int batch, long long stride)
+{
+    cublasStatus_t st = cublasLtMatrixLayoutCreate(l, t, rows, cols, (int64_t)ld);
+    if (st != CUBLAS_STATUS_SUCCESS || batch <= 1)
+        return st;
+    int32_t bc = batch;
+    int64_t sb = stride;
+    st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sb, sizeof sb);
+    return st;
+}
+
+static int plan_build(nn_gemm_cuda *g, plan *q, const nn_gemm_args_cuda *p, int batch, int has_beta, int align,
+                      char *err, size_t errlen)
 {
     int rc = 0;
-    memset(p, 0, sizeof *p);
-    p->T = T, p->K = K, p->N = N, p->bias = bias;
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    LT(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "set TRANSA");
-    LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "set TRANSB");
-    if (bias) {
+    cublasLtMatmulPreference_t pref = NULL;
+    memset(q, 0, sizeof *q);
+    cudaDataType_t dt = p->d_type == NN_GEMM_F32 ? CUDA_R_32F : CUDA_R_16BF;
+    /* column-major call: cm_A = B (op tb), cm_B = A (op ta), m = N, n = M */
+    cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_TRY_GOTO(cublasLtMatmulDescCreate(&q->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), err, errlen, rc, fail);
+    CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), err,
+                    errlen, rc, fail);
+    CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), err,
+                    errlen, rc, fail);
+    if (p->bias) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_16BF;
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), "set EPILOGUE");
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
-           "set BIAS_DATA_TYPE");
+        CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep), err,
+                        errlen, rc, fail);
+        CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt),
+                        err, errlen, rc, fail);
     }
-    LT(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, (int64_t)K), "layout w");
-    LT(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)T, (int64_t)K), "layout x");
-    LT(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, (uint64_t)N, (uint64_t)T, (int64_t)N), "layout out");
+    CUBLAS_TRY_GOTO(layout(&q->la, CUDA_R_16BF, p->tb ? (uint64_t)p->K : (uint64_t)p->N,
+                           p->tb ? (uint64_t)p->N : (uint64_t)p->K, p->ldb, batch, p->sB),
+                    err, errlen, rc, fail);
+    CUBLAS_TRY_GOTO(layout(&q->lb, CUDA_R_16BF, p->ta ? (uint64_t)p->M : (uint64_t)p->K,
+                           p->ta ? (uint64_t)p->K : (uint64_t)p->M, p->lda, batch, p->sA),
+                    err, errlen, rc, fail);
+    CUBLAS_TRY_GOTO(layout(&q->lc, dt, (uint64_t)p->N, (uint64_t)p->M, p->ldd, batch, p->sD), err, errlen, rc, fail);
 
-    cublasLtMatmulPreference_t pref = NULL;
+    CUBLAS_TRY_GOTO(cublasLtMatmulPreferenceCreate(&pref), err, errlen, rc, fail);
+    CUBLAS_TRY_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes,
+                                                         sizeof g->ws_bytes),
+                    err, errlen, rc, fail);
+    if (p->align_hint) {
+        uint32_t a32 = (uint32_t)align;
+        const cublasLtMatmulPreferenceAttributes_t al[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            CUBLAS_TRY_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &a32, sizeof a32), err, errlen, rc,
+                            fail);
+    }
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
-    LT(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                             &g->ws_bytes, sizeof g->ws_bytes);
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n_res);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        rc = lt_fail(g, "cublasLtMatmulAlgoGetHeuristic", st, T, K, N);
-        goto fail;
-    }
+    CUBLAS_TRY_GOTO(cublasLtMatmulAlgoGetHeuristic(g->lt, q->desc, q->la, q->lb, q->lc, q->lc, pref, 1, &res, &n_res),
+                    err, errlen, rc, fail);
     if (n_res < 1) {
-        rc = lt_fail(g, "cublasLtMatmulAlgoGetHeuristic (no algorithm)", CUBLAS_STATUS_NOT_SUPPORTED, T, K, N);
+        rc = df_cuda_errf(err, errlen, -EIO, "cublasLtMatmulAlgoGetHeuristic: no algorithm");
         goto fail;
     }
-    p->algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+    q->algo = res.algo;
+    q->used = 1;
+    q->ta = p->ta, q->tb = p->tb, q->M = p->M, q->N = p->N, q->K = p->K, q->d_type = p->d_type;
+    q->has_beta = has_beta, q->has_bias = p->bias != NULL, q->batch = batch;
+    q->align_hint = p->align_hint != 0, q->align = align;
+    q->lda = p->lda, q->ldb = p->ldb, q->ldd = p->ldd, q->sA = p->sA, q->sB = p->sB, q->sD = p->sD;
     return 0;
 fail:
-    plan_free(p);
-    return rc;
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    plan_free(q);
+    return with_shape(err, errlen, rc, p);
 }
 
-static gemm_plan *plan_get(nn_gemm_cuda *g, int T, int K, int N, int bias, int *rc)
+int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s, char *err, size_t errlen)
 {
-    for (int i = 0; i < g->n_plans; i++) {
-        gemm_plan *p = &g->plans[i];
-        if (p->T == T && p->K == K && p->N == N && p->bias == bias)
-            return p;
-    }
-    if (g->n_plans == GEMM_CACHE) { /* full: drop the oldest (never happens in the forward) */
-        plan_free(&g->plans[0]);
-        memmove(&g->plans[0], &g->plans[1], sizeof(gemm_plan) * (GEMM_CACHE - 1));
-        g->n_plans--;
-    }
-    gemm_plan *p = &g->plans[g->n_plans];
-    if ((*rc = plan_build(g, p, T, K, N, bias)) < 0)
-        return NULL;
-    g->n_plans++;
-    return p;
-}
-
-int nn_gemm_bf16_cuda(nn_gemm_cuda *g, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
-                  int n_in, int n_out, cudaStream_t s)
-{
-    if (!g || T < 0 || n_in <= 0 || n_out <= 0)
-        return -EINVAL;
-    if (T == 0)
+    if (!g || !p)
+        return df_cuda_errf(err, errlen, -EINVAL, "nn_gemm_run_cuda: no handle or no arguments");
+    if (p->M < 0 || p->N <= 0 || p->K <= 0 || (p->bias && p->d_type != NN_GEMM_BF16))
+        return with_shape(err, errlen, df_cuda_errf(err, errlen, -EINVAL, "nn_gemm_run_cuda: bad arguments"), p);
+    if (p->M == 0)
         return 0;
-    int rc = 0, K = n_in, N = n_out;
-    gemm_plan *p = plan_get(g, T, K, N, bias != NULL, &rc);
-    if (!p)
-        return rc;
-    if (bias)
-        LT(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias),
-           "set BIAS_POINTER");
-    const float alpha = 1.0f, beta = 0.0f;
-    LT(cublasLtMatmul(g->lt, p->desc, &alpha, w, p->la, x, p->lb, &beta, out, p->lc, out, p->lc, &p->algo,
-                      g->workspace, g->ws_bytes, s),
-       "cublasLtMatmul");
+    int batch = p->batch > 1 ? p->batch : 1, has_beta = p->beta != 0.0f, has_bias = p->bias != NULL, rc = 0;
+    int hint = p->align_hint != 0, align = hint ? alignment_of(p) : 0;
+    plan *q = NULL;
+    for (int i = 0; i < g->n_plans; i++) {
+        plan *c = &g->plans[i];
+        if (c->used && c->ta == p->ta && c->tb == p->tb && c->M == p->M && c->N == p->N && c->K == p->K &&
+            c->d_type == p->d_type && c->has_beta == has_beta && c->has_bias == has_bias && c->batch == batch &&
+            c->align_hint == hint && c->align == align && c->lda == p->lda && c->ldb == p->ldb &&
+            c->ldd == p->ldd && (batch == 1 || (c->sA == p->sA && c->sB == p->sB && c->sD == p->sD))) {
+            q = c;
+            break;
+        }
+    }
+    if (!q) {
+        int slot, fresh = g->n_plans < PLAN_CACHE;
+        if (fresh) {
+            slot = g->n_plans;
+        } else { /* full: evict round-robin (a training loop or a forward uses far fewer shapes) */
+            slot = g->next_evict;
+            g->next_evict = (g->next_evict + 1) % PLAN_CACHE;
+            plan_free(&g->plans[slot]);
+        }
+        q = &g->plans[slot];
+        if ((rc = plan_build(g, q, p, batch, has_beta, align, err, errlen)) < 0)
+            return rc;
+        if (fresh)
+            g->n_plans++;
+    }
+    if (p->bias)
+        CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
+                                                       sizeof p->bias),
+                        err, errlen, rc, fail);
+    const void *C = p->C ? p->C : p->D;
+    float alpha = p->alpha, beta = p->beta;
+    CUBLAS_TRY_GOTO(cublasLtMatmul(g->lt, q->desc, &alpha, p->B, q->la, p->A, q->lb, &beta, C, q->lc, p->D, q->lc,
+                                   &q->algo, g->ws, g->ws_bytes, s),
+                    err, errlen, rc, fail);
     return 0;
 fail:
-    return rc;
+    return with_shape(err, errlen, rc, p);
 }

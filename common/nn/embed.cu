@@ -1,21 +1,7 @@
 /* embed.cu: the start of a forward: the embedding gather (bf16 table -> fp32 residual
  * stream), the per-token positions of a packed row, plus device-side random fills (the
- * bench makes 8B-parameter random models without moving them over PCIe). Also home of
- * the error text shared by all nnc_ wrappers. */
-#include "nn/nn_cuda_internal.cuh"
-
-#include <stdio.h>
-
-static thread_local char g_err[256];
-
-const char *nn_last_error_cuda(void) { return g_err; }
-
-int nn_record_error_cuda(cudaError_t err, const char *what, const char *file, int line)
-{
-    snprintf(g_err, sizeof g_err, "%s:%d: %s: %s (%s)", file, line, what, cudaGetErrorString(err),
-             cudaGetErrorName(err));
-    return -EIO;
-}
+ * bench makes 8B-parameter random models without moving them over PCIe). */
+#include "nn/nn_cuda_device.cuh"
 
 /* One block per token, 8 bf16 (16 bytes) per load when d allows. */
 __global__ void embed_kernel(float *__restrict__ x, const bf16 *__restrict__ table, const int32_t *__restrict__ tok,
@@ -34,30 +20,26 @@ __global__ void embed_kernel(float *__restrict__ x, const bf16 *__restrict__ tab
     const bf16 *row = table + (size_t)id * d;
     if ((d & 7) == 0) {
         for (int i = threadIdx.x * 8; i < d; i += blockDim.x * 8) {
-            uint4 u = *reinterpret_cast<const uint4 *>(row + i);
-            const bf16 *b = reinterpret_cast<const bf16 *>(&u);
-            float4 lo = make_float4(__bfloat162float(b[0]), __bfloat162float(b[1]), __bfloat162float(b[2]),
-                                    __bfloat162float(b[3]));
-            float4 hi = make_float4(__bfloat162float(b[4]), __bfloat162float(b[5]), __bfloat162float(b[6]),
-                                    __bfloat162float(b[7]));
-            *reinterpret_cast<float4 *>(xr + i) = lo;
-            *reinterpret_cast<float4 *>(xr + i + 4) = hi;
+            float f[8];
+            load_bf16x8(f, row + i);
+            *reinterpret_cast<float4 *>(xr + i) = make_float4(f[0], f[1], f[2], f[3]);
+            *reinterpret_cast<float4 *>(xr + i + 4) = make_float4(f[4], f[5], f[6], f[7]);
         }
     } else {
         for (int i = threadIdx.x; i < d; i += blockDim.x)
-            xr[i] = __bfloat162float(row[i]);
+            xr[i] = bf2f(row[i]);
     }
 }
 
 int nn_embed_cuda(float *x, const nn_bf16_cuda *table, const int32_t *tokens, int T, int d, int V, int *bad_token,
-              cudaStream_t s)
+                  cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || d <= 0 || V <= 0)
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL, "nn_embed_cuda: T %d, d %d, V %d", T, d, V);
     if (T == 0)
         return 0;
     embed_kernel<<<T, 128, 0, s>>>(x, as_bf(table), tokens, d, V, bad_token);
-    NN_CUDA_LAUNCHED("embed_kernel");
+    CUDA_LAUNCHED("embed_kernel", err, errlen);
     return 0;
 }
 
@@ -80,14 +62,15 @@ __global__ void positions_kernel(int32_t *pos, const int32_t *__restrict__ start
     pos[t] = p < 0 ? 0 : (p > t ? t : p);
 }
 
-int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s)
+int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s, char *err,
+                      size_t errlen)
 {
     if (n_docs < 1 || T < 0)
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL, "nn_positions_cuda: n_docs %d, T %d", n_docs, T);
     if (T == 0)
         return 0;
     positions_kernel<<<(T + 255) / 256, 256, 0, s>>>(pos, doc_starts, n_docs, T);
-    NN_CUDA_LAUNCHED("positions_kernel");
+    CUDA_LAUNCHED("positions_kernel", err, errlen);
     return 0;
 }
 
@@ -103,7 +86,7 @@ __device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) /* [-1,
 __global__ void fill_bf16_kernel(bf16 *p, size_t n, uint64_t seed, float scale)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = __float2bfloat16(hash_uniform(seed, i) * scale);
+        p[i] = f2bf(hash_uniform(seed, i) * scale);
 }
 
 __global__ void fill_f32_kernel(float *p, size_t n, uint64_t seed, float center, float scale)
@@ -118,20 +101,22 @@ static unsigned fill_blocks(size_t n)
     return (unsigned)(b > 65536 ? 65536 : (b ? b : 1));
 }
 
-int nn_fill_uniform_bf16_cuda(nn_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s)
+int nn_fill_uniform_bf16_cuda(nn_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s, char *err,
+                              size_t errlen)
 {
     if (n == 0)
         return 0;
     fill_bf16_kernel<<<fill_blocks(n), 256, 0, s>>>(as_bf(p), n, seed, scale);
-    NN_CUDA_LAUNCHED("fill_bf16_kernel");
+    CUDA_LAUNCHED("fill_bf16_kernel", err, errlen);
     return 0;
 }
 
-int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s)
+int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s, char *err,
+                             size_t errlen)
 {
     if (n == 0)
         return 0;
     fill_f32_kernel<<<fill_blocks(n), 256, 0, s>>>(p, n, seed, center, scale);
-    NN_CUDA_LAUNCHED("fill_f32_kernel");
+    CUDA_LAUNCHED("fill_f32_kernel", err, errlen);
     return 0;
 }

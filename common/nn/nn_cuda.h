@@ -1,4 +1,4 @@
-/* nn_cuda.h: the CUDA layer library (prefix nnc_), the GPU twin of nn.h.
+/* nn_cuda.h: the CUDA layer library (nn_*_cuda), the GPU twin of nn.h.
  *
  * Same semantics as the CPU reference layers in nn.h (which the GPU tests check every
  * kernel against), but shaped for the target forward on a Hopper GPU:
@@ -12,11 +12,15 @@
  *     every function only enqueues kernels on the caller's stream, so a whole forward can
  *     be captured in a CUDA graph.
  * One file per concept beside the CPU reference: rmsnorm.cu, rope.cu, attention.cu,
- * swiglu.cu, embed.cu (embedding gather, positions, random fill), cublaslt_cuda.c (GEMM).
+ * swiglu.cu, embed.cu (embedding gather, positions, random fill), cublaslt_cuda.c (the
+ * one cuBLASLt GEMM of the tree: the target forward, the drafter step, inference). The
+ * device helpers the kernels share (casts, vector loads, reductions) are in
+ * nn_cuda_device.cuh.
  *
- * Errors: the kernel wrappers return 0, -EINVAL for shapes they do not support (checked
- * before anything is enqueued) or -EIO when the launch failed (cudaGetLastError after
- * every launch; nn_last_error_cuda() has the CUDA error text).
+ * Errors (the tree's convention, cuda_check.h): every function that can fail takes
+ * `char *err, size_t errlen` last (err may be NULL) and returns 0, -EINVAL for shapes it
+ * does not support (checked before anything is enqueued) or -EIO when a launch or a
+ * cuBLASLt call failed (cudaGetLastError after every launch), with one line in err.
  *
  * Layouts (row-major, as nn.h): x [T, C]; linear weights [out, in]; the fused QKV
  * activation qkv [T, (H + 2*KV) * hd] = per token the H query heads, then the KV key
@@ -29,6 +33,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,24 +41,24 @@ extern "C" {
 
 typedef uint16_t nn_bf16_cuda; /* bfloat16 bits (RNE from fp32, as safetensors_f32_to_bf16) */
 
-/* Text of the last CUDA error a wrapper saw in this thread ("" when none). */
-const char *nn_last_error_cuda(void);
-
 /* ---- embed.cu ------------------------------------------------------------------- */
 
 /* x[T, d] (fp32) = table[tokens[t], :]. A token outside [0, V) gives a zero row and sets
  * *bad_token (device int, may be NULL) to 1; the caller reads it after synchronising. */
 int nn_embed_cuda(float *x, const nn_bf16_cuda *table, const int32_t *tokens, int T, int d, int V, int *bad_token,
-              cudaStream_t s);
+                  cudaStream_t s, char *err, size_t errlen);
 
 /* pos[t] = t - doc_starts[doc of t] for a packed row (doc_starts[n_docs+1] on the device,
  * [0] = 0, strictly increasing, [n_docs] = T; validated by the caller on the host). The
  * attention kernels read each query's document start as t - pos[t]. */
-int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s);
+int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T, cudaStream_t s, char *err,
+                      size_t errlen);
 
 /* p[n] = uniform in [-scale, scale] from a counter hash of (seed, i) (bf16), or a constant. */
-int nn_fill_uniform_bf16_cuda(nn_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s);
-int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s);
+int nn_fill_uniform_bf16_cuda(nn_bf16_cuda *p, size_t n, uint64_t seed, float scale, cudaStream_t s, char *err,
+                              size_t errlen);
+int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, float scale, cudaStream_t s, char *err,
+                             size_t errlen);
 
 /* ---- rmsnorm.cu ----------------------------------------------------------------- */
 
@@ -63,7 +68,7 @@ int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, fl
  *   if w:       out[t] = bf16(x[t] * rsqrt(mean(x[t]^2) + eps) * w)   (nn_rmsnorm)
  * Any of y, capture, (w and out) may be NULL. */
 int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
-                    long cap_stride, int T, int d, float eps, cudaStream_t s);
+                        long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen);
 
 /* ---- rope.cu -------------------------------------------------------------------- */
 
@@ -72,12 +77,13 @@ int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16
  * the HF rotary embedding at position pos[t] (nn_rope: pairs (i, i + hd/2), angle
  * pos * inv_freq[i] in fp32). Value heads are untouched. hd even, <= 256. */
 int nn_qk_norm_rope_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
-                     const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s);
+                         const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s, char *err,
+                         size_t errlen);
 
 /* ---- swiglu.cu ------------------------------------------------------------------ */
 
 /* out[T, I] = silu(gu[t, i]) * gu[t, I + i]: gu [T, 2I] is the fused gate/up GEMM output. */
-int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s);
+int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s, char *err, size_t errlen);
 
 /* ---- attention.cu --------------------------------------------------------------- */
 
@@ -87,28 +93,72 @@ int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cuda
  * q.k * scale in fp32 (online), out [T, H*hd] bf16. Tensor-core flash kernel (mma.sync
  * bf16, tiles of 64 queries x 64 keys in shared memory) for hd in {16, 32, 64, 128}, the
  * simple kernel otherwise (hd even, <= 256). */
-int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV, int hd,
-                         int window, float scale, cudaStream_t s);
+int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
+                             int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen);
 /* The simple kernel (one warp per query and head, fp32 online softmax): the fallback and
  * a second opinion in the tests. Same contract. */
-int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
-                                int hd, int window, float scale, cudaStream_t s);
+int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H,
+                                    int KV, int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen);
 
-/* ---- cublaslt_cuda.c: bf16 GEMM ---------------------------------------------------- */
+/* ---- cublaslt_cuda.c: the GEMM ---------------------------------------------------- */
 
-/* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 in and out, fp32
- * accumulation (nn_matmul). One handle per thread of use: it owns the cuBLASLt handle and
- * a workspace (allocated once in nn_gemm_create_cuda) and caches the descriptors and the
- * heuristic's algorithm per shape, so after the first call of a shape nn_gemm_bf16_cuda only
- * enqueues (graph-capturable; capture a shape after one eager call). Not thread-safe. */
+/* Row-major D[M, N] = alpha * op(A)[M, K] @ op(B)[K, N] + beta * C (+ bias[N] per column),
+ * batched with strides. op(A) = A ([M, K], leading dimension lda) when ta = 0, A^T (A
+ * stored [K, M]) when ta = 1; the same for B. A and B bf16; C and D of type d_type
+ * (C == NULL: C = D, read only when beta != 0); fp32 accumulation (CUBLAS_COMPUTE_32F).
+ * A linear layer out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T is ta = 0, tb = 1
+ * (nn_gemm_linear_args_cuda). */
+enum { NN_GEMM_BF16 = 0, NN_GEMM_F32 = 1 };
+typedef struct nn_gemm_args_cuda {
+    int ta, tb, M, N, K;
+    const void *A;
+    long lda;
+    const void *B;
+    long ldb;
+    void *D;
+    long ldd;
+    const void *C;              /* NULL: D */
+    int d_type;                 /* NN_GEMM_BF16 or NN_GEMM_F32 */
+    float alpha, beta;
+    int batch;                  /* <= 1: one */
+    long long sA, sB, sD;       /* batch strides in elements */
+    const nn_bf16_cuda *bias;   /* [N] bf16 added per output column before the rounding to
+                                 * D (the BIAS epilogue; bf16 D only), or NULL */
+    int align_hint;             /* 0: ask cuBLASLt's heuristic with its default alignment
+                                 * preferences (the linear layers of the target forward and
+                                 * of inference); 1: tell it the largest power of two <= 256
+                                 * dividing every pointer and batch stride (the drafter step).
+                                 * Each caller keeps the algorithms it always got. */
+} nn_gemm_args_cuda;
+
+/* One handle per thread of use: the cuBLASLt handle, a workspace (allocated once in
+ * nn_gemm_create_cuda) and a cache of plans: descriptors and the heuristic's first
+ * algorithm, keyed by everything that can change the choice (transposes, M, N, K, leading
+ * dimensions, batch and strides, output type, beta != 0, bias, alignment). After the first
+ * call of a shape nn_gemm_run_cuda only enqueues (graph-capturable: capture a shape after
+ * one eager call), always with the same algorithm, so a shape's results are bit-identical
+ * from call to call on one GPU model. Not thread-safe.
+ * create: 0, -ENOMEM (host or workspace), -EIO (no device / cuBLASLt). run: 0, -EINVAL
+ * (bad shape, bias with fp32 output, no handle), -EIO (cuBLASLt; err names the call, its
+ * status and the shape). */
 typedef struct nn_gemm_cuda nn_gemm_cuda;
-/* 0 or -ENOMEM / -EIO (no device, cuBLASLt failure; see nn_gemm_error_cuda). */
-int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes);
+int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes, char *err, size_t errlen);
 void nn_gemm_destroy_cuda(nn_gemm_cuda *g); /* NULL is fine */
-int nn_gemm_bf16_cuda(nn_gemm_cuda *g, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
-                  int n_in, int n_out, cudaStream_t s);
-/* The last failure of g in words (names the cuBLASLt call, status and shape). */
-const char *nn_gemm_error_cuda(const nn_gemm_cuda *g);
+int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s, char *err, size_t errlen);
+
+/* The arguments of a linear layer: out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias),
+ * bf16 out, cuBLASLt's default alignment preferences (align_hint 0). */
+static inline nn_gemm_args_cuda nn_gemm_linear_args_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *x,
+                                                         const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
+                                                         int n_in, int n_out)
+{
+    nn_gemm_args_cuda a;
+    memset(&a, 0, sizeof a);
+    a.ta = 0, a.tb = 1, a.M = T, a.N = n_out, a.K = n_in;
+    a.A = x, a.lda = n_in, a.B = w, a.ldb = n_in, a.D = out, a.ldd = n_out;
+    a.d_type = NN_GEMM_BF16, a.alpha = 1.0f, a.beta = 0.0f, a.batch = 1, a.bias = bias;
+    return a;
+}
 
 #ifdef __cplusplus
 }

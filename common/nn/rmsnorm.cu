@@ -2,7 +2,7 @@
  * add, writing the captured layer output, and the next RMSNorm in one pass over a row,
  * so the fp32 residual stream is read twice and written once per sub-block instead of
  * once per small op. Semantics of nn_rmsnorm (mean of squares in fp32, weight after). */
-#include "nn/nn_cuda_internal.cuh"
+#include "nn/nn_cuda_device.cuh"
 
 /* One block per row. Pass 1: x += y, capture, sum of squares; pass 2 (re-reads the row
  * this block just wrote, from L1/L2): the normalised bf16 output. VEC = 4 when d % 4 == 0. */
@@ -11,6 +11,7 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
                                    bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d,
                                    float eps)
 {
+    __shared__ float sh[32];
     int t = blockIdx.x;
     float *xr = x + (size_t)t * d;
     const bf16 *yr = y ? y + (size_t)t * d : nullptr;
@@ -27,7 +28,7 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
         if (yr) {
 #pragma unroll
             for (int k = 0; k < VEC; k++)
-                v[k] += __bfloat162float(yr[i + k]);
+                v[k] += bf2f(yr[i + k]);
             if (VEC == 4)
                 *reinterpret_cast<float4 *>(xr + i) = make_float4(v[0], v[1], v[2], v[3]);
             else
@@ -37,26 +38,28 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
         for (int k = 0; k < VEC; k++) {
             ss += v[k] * v[k];
             if (cr)
-                cr[i + k] = __float2bfloat16(v[k]);
+                cr[i + k] = f2bf(v[k]);
         }
     }
     if (!out)
         return;
-    float tot = block_sum(ss);
+    float tot = block_sum(ss, sh);
     float r = rsqrtf(tot / (float)d + eps);
     bf16 *orow = out + (size_t)t * d;
     for (int i = threadIdx.x * VEC; i < d; i += blockDim.x * VEC) {
 #pragma unroll
         for (int k = 0; k < VEC; k++)
-            orow[i + k] = __float2bfloat16(xr[i + k] * r * w[i + k]);
+            orow[i + k] = f2bf(xr[i + k] * r * w[i + k]);
     }
 }
 
 int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
-                    long cap_stride, int T, int d, float eps, cudaStream_t s)
+                        long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d))
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "nn_add_rmsnorm_cuda: T %d, d %d, w and out %s, capture stride %ld", T, d,
+                            (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
     if (T == 0)
         return 0;
     int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
@@ -64,6 +67,6 @@ int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16
         add_rmsnorm_kernel<4><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
     else
         add_rmsnorm_kernel<1><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
-    NN_CUDA_LAUNCHED("add_rmsnorm_kernel");
+    CUDA_LAUNCHED("add_rmsnorm_kernel", err, errlen);
     return 0;
 }

@@ -2,7 +2,7 @@
  * fused and in place on the fused QKV GEMM output, so q and k make one round trip
  * through memory between the GEMM and the attention. Numerics of nn_rmsnorm + nn_rope:
  * fp32 throughout, the angle pos * inv_freq in fp32, full-range sincosf. */
-#include "nn/nn_cuda_internal.cuh"
+#include "nn/nn_cuda_device.cuh"
 
 #define ROPE_MAX_PAIRS 4 /* hd <= 256: at most 128 pairs, 4 per lane */
 
@@ -28,8 +28,8 @@ __global__ void qk_norm_rope_kernel(bf16 *__restrict__ qkv, const float *__restr
         int i = lane + 32 * k;
         a[k] = b[k] = 0.0f;
         if (i < half) {
-            a[k] = __bfloat162float(x[i]);
-            b[k] = __bfloat162float(x[i + half]);
+            a[k] = bf2f(x[i]);
+            b[k] = bf2f(x[i + half]);
             ss += a[k] * a[k] + b[k] * b[k];
         }
     }
@@ -48,23 +48,26 @@ __global__ void qk_norm_rope_kernel(bf16 *__restrict__ qkv, const float *__restr
             }
             float sn, cs;
             sincosf(p * inv_freq[i], &sn, &cs);
-            x[i] = __float2bfloat16(u * cs - v * sn);
-            x[i + half] = __float2bfloat16(v * cs + u * sn);
+            x[i] = f2bf(u * cs - v * sn);
+            x[i + half] = f2bf(v * cs + u * sn);
         }
     }
 }
 
 int nn_qk_norm_rope_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
-                     const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s)
+                         const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s, char *err,
+                         size_t errlen)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 256 || (!q_norm) != (!k_norm))
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "nn_qk_norm_rope_cuda: T %d, H %d, KV %d, hd %d (even, <= 256), q_norm/k_norm %s", T, H,
+                            KV, hd, (!q_norm) != (!k_norm) ? "not both given or both NULL" : "ok");
     if (T == 0)
         return 0;
     long items = (long)T * (H + KV);
     int warps = 8;
     qk_norm_rope_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(
         as_bf(qkv), q_norm, k_norm, inv_freq, pos, T, H, KV, hd, eps);
-    NN_CUDA_LAUNCHED("qk_norm_rope_kernel");
+    CUDA_LAUNCHED("qk_norm_rope_kernel", err, errlen);
     return 0;
 }

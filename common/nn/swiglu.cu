@@ -1,7 +1,7 @@
 /* swiglu.cu: silu(gate) * up straight from the fused gate/up GEMM output [T, 2I] (gate
  * in the first I columns, up in the last I), written as the down projection's bf16 input.
  * fp32 math, one rounding (nn_swiglu on the same inputs). */
-#include "nn/nn_cuda_internal.cuh"
+#include "nn/nn_cuda_device.cuh"
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
@@ -13,16 +13,13 @@ __global__ void swiglu8_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ 
         size_t t = j / (I / 8);
         int i = (int)(j - t * (I / 8)) * 8;
         const bf16 *row = gu + t * 2 * (size_t)I;
-        uint4 g4 = *reinterpret_cast<const uint4 *>(row + i);
-        uint4 u4 = *reinterpret_cast<const uint4 *>(row + I + i);
-        const bf16 *g = reinterpret_cast<const bf16 *>(&g4);
-        const bf16 *u = reinterpret_cast<const bf16 *>(&u4);
-        uint4 o4;
-        bf16 *o = reinterpret_cast<bf16 *>(&o4);
+        float g[8], u[8], o[8];
+        load_bf16x8(g, row + i);
+        load_bf16x8(u, row + I + i);
 #pragma unroll
         for (int k = 0; k < 8; k++)
-            o[k] = __float2bfloat16(silu_mul(__bfloat162float(g[k]), __bfloat162float(u[k])));
-        *reinterpret_cast<uint4 *>(out + t * (size_t)I + i) = o4;
+            o[k] = silu_mul(g[k], u[k]);
+        store_bf16x8(out + t * (size_t)I + i, o);
     }
 }
 
@@ -33,14 +30,14 @@ __global__ void swiglu1_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ 
         size_t t = j / I;
         int i = (int)(j - t * I);
         const bf16 *row = gu + t * 2 * (size_t)I;
-        out[j] = __float2bfloat16(silu_mul(__bfloat162float(row[i]), __bfloat162float(row[I + i])));
+        out[j] = f2bf(silu_mul(bf2f(row[i]), bf2f(row[I + i])));
     }
 }
 
-int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s)
+int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || I <= 0)
-        return -EINVAL;
+        return df_cuda_errf(err, errlen, -EINVAL, "nn_swiglu_cuda: T %d, I %d", T, I);
     if (T == 0)
         return 0;
     size_t work = (size_t)T * I / (I % 8 == 0 ? 8 : 1);
@@ -50,6 +47,6 @@ int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cuda
         swiglu8_kernel<<<nb, 256, 0, s>>>(as_bf(out), as_bf(gu), T, I);
     else
         swiglu1_kernel<<<nb, 256, 0, s>>>(as_bf(out), as_bf(gu), T, I);
-    NN_CUDA_LAUNCHED("swiglu_kernel");
+    CUDA_LAUNCHED("swiglu_kernel", err, errlen);
     return 0;
 }

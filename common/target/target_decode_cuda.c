@@ -158,20 +158,23 @@ int decode_truncate_cuda(decode_model_cuda *m, int len)
 /* out = x w^T + b over T rows: the row-exact kernel for decode-sized calls, cuBLASLt
  * (tensor cores) for prefills. */
 static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *b, int T,
-                  int n_in, int n_out)
+                  int n_in, int n_out, char *err, size_t errlen)
 {
     if (T <= m->small_rows)
         return decode_linear_rows_cuda(out, 0, x, w, b, T, n_in, n_out, m->stream);
-    return nn_gemm_bf16_cuda(m->tm.gemm, out, x, w, b, T, n_in, n_out, m->stream);
+    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, b, T, n_in, n_out);
+    return nn_gemm_run_cuda(m->tm.gemm, &a, m->stream, err, errlen);
 }
 
-/* Run a step; on failure name it and the layer in m->err. */
+/* Run a step; on failure name it and the layer in m->err (why: the nn_*_cuda calls' text). */
 #define STEP(call, what)                                                                                     \
     do {                                                                                                     \
+        char why[256];                                                                                       \
+        why[0] = '\0';                                                                                       \
         int r_ = (call);                                                                                     \
         if (r_ < 0) {                                                                                        \
-            snprintf(m->err, sizeof m->err, "decode_extend_cuda: layer %d: %s failed (%d): %s%s%s", l, what, r_,     \
-                     nn_last_error_cuda(), decode_last_error_cuda(), nn_gemm_error_cuda(m->tm.gemm));                   \
+            snprintf(m->err, sizeof m->err, "decode_extend_cuda: layer %d: %s failed (%d): %s%s", l, what, r_,       \
+                     why, decode_last_error_cuda());                                                         \
             return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
         }                                                                                                    \
     } while (0)
@@ -196,35 +199,35 @@ int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n
     STEP(cudaMemcpyAsync(m->tokens, tokens, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     STEP(decode_positions_cuda(t->pos, p0, k, s), "positions");
-    STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s), "embed");
+    STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s, why, sizeof why), "embed");
     for (l = 0; l < t->n_layers; l++) {
         const target_layer_cuda *Lw = &t->layers[l];
         nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
         STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
-                             prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s),
+                             prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s, why, sizeof why),
              "add_rmsnorm (input)");
-        STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n), "linear qkv");
-        STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s),
+        STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, why, sizeof why), "linear qkv");
+        STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s, why, sizeof why),
              "qk_norm_rope");
         STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, p0, s), "kv append");
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, p0, Lw->window, k, H, KV, hd, scale, s),
              "attention");
-        STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s), "add_rmsnorm (post)");
-        STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I), "linear gate_up");
-        STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s), "swiglu");
-        STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d), "linear down");
+        STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, why, sizeof why), "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, why, sizeof why), "add_rmsnorm (post)");
+        STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, why, sizeof why), "linear gate_up");
+        STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s, why, sizeof why), "swiglu");
+        STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, why, sizeof why), "linear down");
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
     STEP(nn_add_rmsnorm_cuda(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
-                         cap_stride, k, d, t->eps, s),
+                         cap_stride, k, d, t->eps, s, why, sizeof why),
          "add (last layer)");
     if (n_next > 0) {
         float *xl = t->x + (size_t)(k - n_next) * d;
-        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s), "final norm");
+        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, why, sizeof why), "final norm");
         STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s), "lm_head");
         STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s), "argmax");
         STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * n_next, cudaMemcpyDeviceToHost, s) ==

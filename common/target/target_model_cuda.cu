@@ -1,6 +1,7 @@
-/* target_model_cuda.cu: the CUDA target forward (tmc_), wired from the nnc_ layers in
- * the HF module order of one decoder layer. See target_model_cuda.h for the contract and
- * docs/target_cuda.md for the kernels, fusions and FLOP count.
+/* target_model_cuda.cu: the CUDA target forward (target_*_cuda), wired from the nn_*_cuda
+ * layers and the one GEMM (nn_gemm_run_cuda) in the HF module order of one decoder layer.
+ * See target_model_cuda.h for the contract and docs/target_cuda.md for the kernels, fusions
+ * and FLOP count.
  *
  * The residual step is shifted by half a layer so that every add is fused into the norm
  * that follows it: layer l starts with x += y (the previous MLP output), writes layer
@@ -17,33 +18,11 @@ extern "C" {
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int lerr(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int lerr(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
-/* A failed CUDA runtime call in init/load: message with the call and the error. */
-#define CU_INIT(call)                                                                                  \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            rc = lerr(err, errlen, e_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO, "%s:%d: %s: %s", \
-                      __FILE__, __LINE__, #call, cudaGetErrorString(e_));                              \
-            goto fail;                                                                                 \
-        }                                                                                              \
-    } while (0)
+#include "cuda_check.h"
 
 static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -115,22 +94,22 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
     int rc = 0, last = -1;
     float *inv = NULL;
     if (n_capture < 1)
-        return lerr(err, errlen, -EINVAL, "no layers to capture");
+        return df_cuda_errf(err, errlen, -EINVAL, "no layers to capture");
     if (max_T < 1)
-        return lerr(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
+        return df_cuda_errf(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 256)
-        return lerr(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256", c->head_dim);
+        return df_cuda_errf(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256", c->head_dim);
     if (c->num_key_value_heads <= 0 || c->num_attention_heads % c->num_key_value_heads)
-        return lerr(err, errlen, -EINVAL, "num_key_value_heads %d does not divide num_attention_heads %d",
+        return df_cuda_errf(err, errlen, -EINVAL, "num_key_value_heads %d does not divide num_attention_heads %d",
                     c->num_key_value_heads, c->num_attention_heads);
     for (int i = 0; i < n_capture; i++) {
         int l = capture[i];
         if (l < 0 || l >= c->num_hidden_layers)
-            return lerr(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)", l,
+            return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)", l,
                         c->num_hidden_layers, c->num_hidden_layers - 1);
         for (int j = 0; j < i; j++)
             if (capture[j] == l)
-                return lerr(err, errlen, -EINVAL, "capture layer %d listed twice", l);
+                return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d listed twice", l);
         last = DF_MAX(last, l);
     }
     m->d = c->hidden_size, m->I = c->intermediate_size, m->H = c->num_attention_heads;
@@ -143,7 +122,7 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
     m->layers = (target_layer_cuda *)calloc((size_t)m->n_layers, sizeof(target_layer_cuda));
     inv = (float *)malloc(sizeof(float) * (size_t)(m->hd / 2));
     if (!m->capture || !m->capture_slot || !m->layers || !inv) {
-        rc = lerr(err, errlen, -ENOMEM, "out of host memory");
+        rc = df_cuda_errf(err, errlen, -ENOMEM, "out of host memory");
         goto fail;
     }
     for (int l = 0; l < m->n_layers; l++)
@@ -160,27 +139,25 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
         bump b = {NULL, 0};
         carve_weights(m, &b);
         m->weight_bytes = b.off;
-        CU_INIT(cudaMalloc(&m->weights, m->weight_bytes));
+        CUDA_ALLOC_TRY_GOTO(cudaMalloc(&m->weights, m->weight_bytes), err, errlen, rc, fail);
         b = (bump){(char *)m->weights, 0};
         carve_weights(m, &b);
 
         bump a = {NULL, 0};
         carve_acts(m, &a);
         m->act_bytes = a.off;
-        CU_INIT(cudaMalloc(&m->acts, m->act_bytes));
+        CUDA_ALLOC_TRY_GOTO(cudaMalloc(&m->acts, m->act_bytes), err, errlen, rc, fail);
         a = (bump){(char *)m->acts, 0};
         carve_acts(m, &a);
-        CU_INIT(cudaMemset(m->bad_token, 0, sizeof(int)));
+        CUDA_ALLOC_TRY_GOTO(cudaMemset(m->bad_token, 0, sizeof(int)), err, errlen, rc, fail);
     }
     /* the same frequencies as the CPU path (llama3 scaling included) */
     nn_rope_inv_freq(inv, m->hd, c->rope_theta, strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
-    CU_INIT(cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(m->hd / 2), cudaMemcpyHostToDevice));
+    CUDA_ALLOC_TRY_GOTO(cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(m->hd / 2), cudaMemcpyHostToDevice), err,
+                        errlen, rc, fail);
     free(inv);
     inv = NULL;
-    if ((rc = nn_gemm_create_cuda(&m->gemm, (size_t)32 << 20)) < 0) {
-        rc = lerr(err, errlen, rc, "cuBLASLt handle / 32 MiB workspace: %s", strerror(-rc));
-        goto fail;
-    }
+    CUDA_TRY_RC_GOTO(nn_gemm_create_cuda(&m->gemm, (size_t)32 << 20, err, errlen), rc, fail);
     return 0;
 fail:
     free(inv);
@@ -228,9 +205,9 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
     int ndim = d1 ? 2 : 1;
     int64_t want[2] = {d0, d1};
     if (!t)
-        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
+        return df_cuda_errf(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
-        return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
+        return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
                     safetensors_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
@@ -239,7 +216,7 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
         char got[128], exp[128];
         shape_str(got, sizeof got, t->shape, t->ndim);
         shape_str(exp, sizeof exp, want, ndim);
-        return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
+        return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
     }
     int frc = target_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
     if (frc < 0)
@@ -252,7 +229,7 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
         bytes = n * 2;
     } else {
         if (stage_reserve(sg, n) < 0)
-            return lerr(err, errlen, -ENOMEM, "%s: out of host memory staging tensor \"%s\"", fpath, name);
+            return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory staging tensor \"%s\"", fpath, name);
         safetensors_tensor_to_f32(t, sg->f);
         if (as_f32) {
             src = sg->f;
@@ -266,7 +243,7 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
     }
     cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
-        return lerr(err, errlen, -EIO, "%s: tensor \"%s\": cudaMemcpy: %s", fpath, name, cudaGetErrorString(e));
+        return df_cuda_errf(err, errlen, -EIO, "%s: tensor \"%s\": cudaMemcpy: %s", fpath, name, cudaGetErrorString(e));
     return 0;
 }
 
@@ -276,14 +253,11 @@ int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, 
     int rc = 0;
     int64_t d = m->d, I = m->I, hd = m->hd, qd = (int64_t)m->H * hd, kvd = (int64_t)m->KV * hd;
     char n[SAFETENSORS_MAX_NAME];
-#define UP(suffix, d0, d1, dst, f32)                                                             \
-    do {                                                                                         \
-        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                                  \
-        if ((rc = upload(st, &sg, n, d0, d1, dst, f32, err, errlen)) < 0)                        \
-            goto out;                                                                            \
-    } while (0)
-    if ((rc = upload(st, &sg, "model.embed_tokens.weight", m->V, d, m->embed, 0, err, errlen)) < 0)
-        goto out;
+#define UP(suffix, d0, d1, dst, f32)                                                                                    \
+    CUDA_TRY_RC_GOTO(upload(st, &sg, (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n), d0, d1, dst, f32, err, \
+                            errlen),                                                                                    \
+                     rc, out)
+    CUDA_TRY_RC_GOTO(upload(st, &sg, "model.embed_tokens.weight", m->V, d, m->embed, 0, err, errlen), rc, out);
     for (int l = 0; l < m->n_layers; l++) {
         target_layer_cuda *L = &m->layers[l];
         UP("input_layernorm.weight", d, 0, L->in_norm, 1);
@@ -341,108 +315,97 @@ out:
     return rc;
 }
 
-int target_randomize_cuda(target_model_cuda *m, uint64_t seed)
+int target_randomize_cuda(target_model_cuda *m, uint64_t seed, char *err, size_t errlen)
 {
     const float w_scale = 0.02f * 1.7320508f; /* uniform with std 0.02 */
     size_t d = m->d, I = m->I, hd = m->hd, qkv_n = (size_t)(m->H + 2 * m->KV) * hd, qd = (size_t)m->H * hd;
     uint64_t k = seed * 1000003ull;
-    int rc = 0;
-#define F(call)                  \
-    do {                         \
-        if ((rc = (call)) < 0)   \
-            return rc;           \
-    } while (0)
-    F(nn_fill_uniform_bf16_cuda(m->embed, (size_t)m->V * d, k++, 1.0f, 0));
+    CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(m->embed, (size_t)m->V * d, k++, 1.0f, 0, err, errlen));
     for (int l = 0; l < m->n_layers; l++) {
         target_layer_cuda *L = &m->layers[l];
-        F(nn_fill_uniform_bf16_cuda(L->w_qkv, qkv_n * d, k++, w_scale, 0));
-        F(nn_fill_uniform_bf16_cuda(L->w_o, d * qd, k++, w_scale, 0));
-        F(nn_fill_uniform_bf16_cuda(L->w_gu, 2 * I * d, k++, w_scale, 0));
-        F(nn_fill_uniform_bf16_cuda(L->w_down, d * I, k++, w_scale, 0));
-        F(nn_fill_uniform_f32_cuda(L->in_norm, d, k++, 1.0f, 0.1f, 0));
-        F(nn_fill_uniform_f32_cuda(L->post_norm, d, k++, 1.0f, 0.1f, 0));
+        CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_qkv, qkv_n * d, k++, w_scale, 0, err, errlen));
+        CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_o, d * qd, k++, w_scale, 0, err, errlen));
+        CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_gu, 2 * I * d, k++, w_scale, 0, err, errlen));
+        CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_down, d * I, k++, w_scale, 0, err, errlen));
+        CUDA_TRY_RC(nn_fill_uniform_f32_cuda(L->in_norm, d, k++, 1.0f, 0.1f, 0, err, errlen));
+        CUDA_TRY_RC(nn_fill_uniform_f32_cuda(L->post_norm, d, k++, 1.0f, 0.1f, 0, err, errlen));
         if (L->q_norm) {
-            F(nn_fill_uniform_f32_cuda(L->q_norm, hd, k++, 1.0f, 0.1f, 0));
-            F(nn_fill_uniform_f32_cuda(L->k_norm, hd, k++, 1.0f, 0.1f, 0));
+            CUDA_TRY_RC(nn_fill_uniform_f32_cuda(L->q_norm, hd, k++, 1.0f, 0.1f, 0, err, errlen));
+            CUDA_TRY_RC(nn_fill_uniform_f32_cuda(L->k_norm, hd, k++, 1.0f, 0.1f, 0, err, errlen));
         }
         if (L->b_qkv) {
-            F(nn_fill_uniform_bf16_cuda(L->b_qkv, qkv_n, k++, w_scale, 0));
-            F(nn_fill_uniform_bf16_cuda(L->b_o, d, k++, w_scale, 0));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->b_qkv, qkv_n, k++, w_scale, 0, err, errlen));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->b_o, d, k++, w_scale, 0, err, errlen));
         }
         if (L->b_gu) {
-            F(nn_fill_uniform_bf16_cuda(L->b_gu, 2 * I, k++, w_scale, 0));
-            F(nn_fill_uniform_bf16_cuda(L->b_down, d, k++, w_scale, 0));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->b_gu, 2 * I, k++, w_scale, 0, err, errlen));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->b_down, d, k++, w_scale, 0, err, errlen));
         }
     }
-#undef F
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "target_randomize_cuda: %s", cudaGetErrorString(e));
-        return -EIO;
-    }
+    CUDA_TRY(cudaDeviceSynchronize(), err, errlen);
     return 0;
 }
 
 /* ---- the forward --------------------------------------------------------------------- */
 
-const char *target_error_cuda(const target_model_cuda *m) { return m->err; }
-
-/* A failed step of the forward: keep the text (kernel or GEMM) and return rc. */
-#define STEP(call, what)                                                                        \
-    do {                                                                                        \
-        int rc_ = (call);                                                                       \
-        if (rc_ < 0) {                                                                          \
-            snprintf(m->err, sizeof m->err, "layer %d: %s failed (%d): %s", l, what, rc_,       \
-                     (what)[0] == 'g' ? nn_gemm_error_cuda(m->gemm) : nn_last_error_cuda());      \
-            return rc_;                                                                         \
-        }                                                                                       \
-    } while (0)
-
-int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nn_bf16_cuda *out,
-                cudaStream_t s)
+/* out[T, n_out] = x[T, n_in] w^T (+ b): the one GEMM, with the target's algorithm choice */
+static int linear(target_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                  const nn_bf16_cuda *b, int T, int n_in, int n_out, cudaStream_t s, char *err, size_t errlen)
 {
-    if (T < 1 || T > m->max_T || n_docs < 1 || !out) {
-        snprintf(m->err, sizeof m->err, "target_forward_cuda: T %d outside [1, %d] or n_docs %d < 1", T, m->max_T, n_docs);
-        return -EINVAL;
-    }
+    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, b, T, n_in, n_out);
+    return nn_gemm_run_cuda(m->gemm, &a, s, err, errlen);
+}
+
+int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T,
+                        nn_bf16_cuda *out, cudaStream_t s, char *err, size_t errlen)
+{
+    if (T < 1 || T > m->max_T || n_docs < 1 || !out)
+        return df_cuda_errf(err, errlen, -EINVAL, "target_forward_cuda: T %d outside [1, %d] or n_docs %d < 1", T,
+                            m->max_T, n_docs);
     const int d = m->d, I = m->I, H = m->H, KV = m->KV, hd = m->hd, nc = m->n_capture;
     const int qkv_n = (H + 2 * KV) * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const long cap_stride = (long)nc * d;
-    int l = -1;
-    STEP(nn_positions_cuda(m->pos, doc_starts, n_docs, T, s), "positions");
-    STEP(nn_embed_cuda(m->x, m->embed, tokens, T, d, m->V, m->bad_token, s), "embed");
-    for (l = 0; l < m->n_layers; l++) {
+    CUDA_TRY_RC_AT(nn_positions_cuda(m->pos, doc_starts, n_docs, T, s, err, errlen), err, errlen, "positions");
+    CUDA_TRY_RC_AT(nn_embed_cuda(m->x, m->embed, tokens, T, d, m->V, m->bad_token, s, err, errlen), err, errlen,
+                   "embed");
+    for (int l = 0; l < m->n_layers; l++) {
         const target_layer_cuda *L = &m->layers[l];
         /* x += y (previous MLP), capture layer l-1, a = input_layernorm(x) */
         int prev_slot = l > 0 ? m->capture_slot[l - 1] : -1;
-        STEP(nn_add_rmsnorm_cuda(m->x, l > 0 ? m->y : NULL, L->in_norm, m->a, prev_slot >= 0 ? out + (size_t)prev_slot * d : NULL,
-                             cap_stride, T, d, m->eps, s),
-             "add_rmsnorm (input)");
-        STEP(nn_gemm_bf16_cuda(m->gemm, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s), "gemm qkv");
-        STEP(nn_qk_norm_rope_cuda(m->qkv, L->q_norm, L->k_norm, m->inv_freq, m->pos, T, H, KV, hd, m->eps, s),
-             "qk_norm_rope");
-        STEP(nn_attention_packed_cuda(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, s), "attention");
-        STEP(nn_gemm_bf16_cuda(m->gemm, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s), "gemm o_proj");
-        STEP(nn_add_rmsnorm_cuda(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s), "add_rmsnorm (post)");
-        STEP(nn_gemm_bf16_cuda(m->gemm, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s), "gemm gate_up");
-        STEP(nn_swiglu_cuda(m->h, m->gu, T, I, s), "swiglu");
-        STEP(nn_gemm_bf16_cuda(m->gemm, m->y, m->h, L->w_down, L->b_down, T, I, d, s), "gemm down");
+        CUDA_TRY_RC_AT(nn_add_rmsnorm_cuda(m->x, l > 0 ? m->y : NULL, L->in_norm, m->a,
+                                           prev_slot >= 0 ? out + (size_t)prev_slot * d : NULL, cap_stride, T, d,
+                                           m->eps, s, err, errlen),
+                       err, errlen, "layer %d: add_rmsnorm (input)", l);
+        CUDA_TRY_RC_AT(linear(m, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s, err, errlen), err, errlen,
+                       "layer %d: gemm qkv", l);
+        CUDA_TRY_RC_AT(nn_qk_norm_rope_cuda(m->qkv, L->q_norm, L->k_norm, m->inv_freq, m->pos, T, H, KV, hd, m->eps, s,
+                                            err, errlen),
+                       err, errlen, "layer %d: qk_norm_rope", l);
+        CUDA_TRY_RC_AT(nn_attention_packed_cuda(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, s, err, errlen),
+                       err, errlen, "layer %d: attention", l);
+        CUDA_TRY_RC_AT(linear(m, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s, err, errlen), err, errlen,
+                       "layer %d: gemm o_proj", l);
+        CUDA_TRY_RC_AT(nn_add_rmsnorm_cuda(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s, err, errlen), err,
+                       errlen, "layer %d: add_rmsnorm (post)", l);
+        CUDA_TRY_RC_AT(linear(m, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s, err, errlen), err, errlen,
+                       "layer %d: gemm gate_up", l);
+        CUDA_TRY_RC_AT(nn_swiglu_cuda(m->h, m->gu, T, I, s, err, errlen), err, errlen, "layer %d: swiglu", l);
+        CUDA_TRY_RC_AT(linear(m, m->y, m->h, L->w_down, L->b_down, T, I, d, s, err, errlen), err, errlen,
+                       "layer %d: gemm down", l);
     }
-    l = m->n_layers - 1; /* the last layer run is always captured */
-    STEP(nn_add_rmsnorm_cuda(m->x, m->y, NULL, NULL, out + (size_t)m->capture_slot[l] * d, cap_stride, T, d, m->eps, s),
-         "add (last capture)");
+    const int l = m->n_layers - 1; /* the last layer run is always captured */
+    CUDA_TRY_RC_AT(nn_add_rmsnorm_cuda(m->x, m->y, NULL, NULL, out + (size_t)m->capture_slot[l] * d, cap_stride, T, d,
+                                       m->eps, s, err, errlen),
+                   err, errlen, "layer %d: add (last capture)", l);
     return 0;
 }
 
-int target_take_token_error_cuda(target_model_cuda *m, int *bad)
+int target_take_token_error_cuda(target_model_cuda *m, int *bad, char *err, size_t errlen)
 {
     int v = 0;
-    if (cudaMemcpy(&v, m->bad_token, sizeof v, cudaMemcpyDeviceToHost) != cudaSuccess ||
-        cudaMemset(m->bad_token, 0, sizeof v) != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "target_take_token_error_cuda: %s", cudaGetErrorString(cudaGetLastError()));
-        return -EIO;
-    }
+    CUDA_TRY(cudaMemcpy(&v, m->bad_token, sizeof v, cudaMemcpyDeviceToHost), err, errlen);
+    CUDA_TRY(cudaMemset(m->bad_token, 0, sizeof v), err, errlen);
     *bad = v;
     return 0;
 }

@@ -1,4 +1,4 @@
-/* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Llama), prefix tmc_.
+/* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Llama), target_*_cuda.
  *
  * The GPU twin of target_model.h's target_forward_cpu: same model, same packed-row contract
  * (one row of T tokens holding n_docs documents, positions restart per document,
@@ -19,9 +19,10 @@
  * captured in a CUDA graph (after one eager call of the same T, which builds the GEMM
  * plans).
  *
- * Errors: 0 or -errno; the init/load functions fill err (naming the file and tensor for
- * bad weights, the CUDA call for device failures). -EINVAL / -ENOENT are permanent (bad
- * model or arguments), -ENOMEM / -EIO temporary. Ownership: target_model_cuda owns every device
+ * Errors: 0 or -errno, and every function that can fail fills the caller's err (naming the
+ * file and tensor for bad weights, the layer, step and CUDA / cuBLASLt call for device
+ * failures). -EINVAL / -ENOENT are permanent (bad model or arguments), -ENOMEM / -EIO
+ * temporary. Ownership: target_model_cuda owns every device
  * buffer and its GEMM handle; target_free_cuda releases all (safe on a zeroed or failed model).
  * One forward at a time per model (shared workspace), on one device.
  */
@@ -72,7 +73,6 @@ typedef struct target_model_cuda {
     int32_t *pos;       /* [max_T] position in the document */
     int *bad_token;     /* device flag: a token id was outside [0, V) */
     nn_gemm_cuda *gemm;
-    char err[320];      /* last forward failure */
 } target_model_cuda;
 
 /* Shape the model from cfg, validate capture (distinct ids in [0, num_hidden_layers)),
@@ -89,7 +89,7 @@ int target_load_cuda(target_model_cuda *m, const char *dir, const int *capture, 
              size_t errlen);
 /* Random weights generated on the device (benchmarks): linear weights uniform with the
  * std of HF's init (0.02), norms 1 +- 0.1, embeddings uniform in [-1, 1]. Synchronous. */
-int target_randomize_cuda(target_model_cuda *m, uint64_t seed);
+int target_randomize_cuda(target_model_cuda *m, uint64_t seed, char *err, size_t errlen);
 void target_free_cuda(target_model_cuda *m);
 
 /* Enqueue the forward of one packed row on stream s. tokens [T] and doc_starts
@@ -97,14 +97,12 @@ void target_free_cuda(target_model_cuda *m);
  * doc_starts[n_docs] = T: validate on the host before uploading; the kernels stay in
  * bounds on bad input but the result is then meaningless). out: device [T, n_capture, d]
  * bf16. 0, -EINVAL (T outside [1, max_T], n_docs < 1), -EIO (a launch or cuBLASLt call
- * failed; see target_error_cuda). */
-int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T, nn_bf16_cuda *out,
-                cudaStream_t s);
+ * failed; err: "layer L: step: ..."). */
+int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, int T,
+                        nn_bf16_cuda *out, cudaStream_t s, char *err, size_t errlen);
 /* After the stream has synchronised: *bad = 1 when a token of a forward since the last
  * call was outside [0, V) (its embedding was zero), and clears the flag. 0 or -EIO. */
-int target_take_token_error_cuda(target_model_cuda *m, int *bad);
-/* Text of the last failure of target_forward_cuda (GEMM or kernel launch). */
-const char *target_error_cuda(const target_model_cuda *m);
+int target_take_token_error_cuda(target_model_cuda *m, int *bad, char *err, size_t errlen);
 
 /* FLOP of one forward over documents of the given lengths (docs/performance.md):
  * 2 * (params of layers 0..n_layers-1) per token + 2 * n_layers * L_doc * H * hd per token

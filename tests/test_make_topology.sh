@@ -176,7 +176,7 @@ ok "Qwen3-1.7B / 8B / Llama shapes from config.json only: capture layers, mask i
 
 # --- 3. the walkthrough on the embedded tiny model (CPU) -------------------------------------------
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data/train" data/tiny/chat-train.jsonl \
-  --max-samples 200 --max-len 400 >/dev/null || fail "prepare_data"
+  --max-samples 60 --max-len 400 >/dev/null || fail "prepare_data"
 $MT --target models/tiny-target --data "$T/data/train-*.dfs" --backend cpu --drafter-layers 1 \
   --run-dir "$T/run-tiny" --out "$T/tiny.json" 2>"$T/tiny.err" || { cat "$T/tiny.err"; fail "make_topology tiny"; }
 cat "$T/tiny.err"
@@ -194,7 +194,7 @@ wait_for 120 test -S "$RUN/ctl.sock" || fail "no control socket"
 "$DFCTL" --run-dir "$RUN" status >"$T/status.txt" || fail "dfctl status"
 grep -q "drafter0" "$T/status.txt" && grep -q "^ledger:" "$T/status.txt" || { cat "$T/status.txt"; fail "dfctl status output"; }
 "$DFCTL" --run-dir "$RUN" resume >/dev/null || fail "dfctl resume"
-wait_orch 400
+wait_orch 500
 [ "$ORCH_RC" = 0 ] || fail "tiny run exited $ORCH_RC"
 audit_exactly_once
 grep -q '"ev":"step"' "$RUN/metrics/drafter0.jsonl" || fail "no step metrics"

@@ -109,5 +109,10 @@ def fnv(d, h=0xcbf29ce484222325):
 assert struct.unpack_from("<Q", b, 32)[0] == fnv(b[64:]), "payload checksum"
 assert struct.unpack_from("<Q", b, 40)[0] == fnv(b[:40]), "header checksum"
 PY
+# docs/walkthrough.md's tiny command, as written there (output under the test's folder)
+"$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs \
+    --max-prompts 8 --max-new 64 --out "$tmp/data/mine/regen" >"$tmp/w.out" 2>"$tmp/w.err"
+grep -q "8 prompts -> 8 samples in 1 shard(s)" "$tmp/w.out" || { cat "$tmp/w.out" "$tmp/w.err"; fail "walkthrough command"; }
+grep -q "8/8 prompts" "$tmp/w.err" || fail "no progress line"
 echo "PASS: target_generate: greedy = the target's own answers (byte-identical rerun), eos from generation_config"\
      "stops and is kept, sampling reproducible per prompt, bad input named with documented exit codes"

@@ -119,7 +119,9 @@ audit_exactly_once
 ok "the untampered run dir resumes (exit 0, exactly once)"
 
 # ---- 2. a live run dir, a failed final write, replays vs a second training ---------------
-export DF_SYNTHETIC_SAMPLES=1200
+# long enough that the live run cannot finish while the test runs its checks on a loaded
+# machine (the resumed runs below drop the slowdown, so the rest goes fast)
+export DF_SYNTHETIC_SAMPLES=4000
 mkdir -p "$T/bin"
 ln -s "$BIN/fake_worker" "$T/bin/fake_worker"
 ln -s "$BIN/fake_worker" "$T/bin/drafter_worker"
@@ -151,6 +153,7 @@ import json, sys
 t = json.load(open(sys.argv[1]))
 for w in t['workers']:
     w.get('env', {}).pop('DF_FAKE_CRASH_AT', None)
+    w.get('env', {}).pop('DF_FAKE_SLOW_MS', None)
 open(sys.argv[1], 'w').write(json.dumps(t, indent=2, sort_keys=True) + '\n')
 PY
 mkdir -p "$RUN/ledger_audit.json/blocked"   # the final rename onto it fails (EISDIR)

@@ -51,6 +51,7 @@ import json
 import logging
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -225,9 +226,11 @@ def captured():
         yield h.records
     lg.removeHandler(h)
     h.records.extend(f"warning: {w.category.__name__}: {w.message}" for w in ws)
-    text = err.getvalue().strip()
-    if text:
-        h.records.append(f"stderr: {text}")
+    # anything else written to stderr counts too, but for progress bars (tqdm: "NN%|...|")
+    lines = [ln for ln in err.getvalue().replace("\r", "\n").splitlines()
+             if ln.strip() and not re.search(r"\d+%\|", ln)]
+    if lines:
+        h.records.append("stderr: " + " / ".join(lines))
 
 
 def check_loaded(name, model, info, records, export):
@@ -393,6 +396,7 @@ def main():
 
     # ---- transformers ------------------------------------------------------------------
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     mod_cache = tempfile.mkdtemp(prefix="engine_load_check.hf.")
     os.environ.setdefault("HF_MODULES_CACHE", mod_cache)
     try:
@@ -407,6 +411,7 @@ def main():
         return report(args)
     log(f"torch {torch.__version__}, transformers {transformers.__version__}, device {dev}")
     transformers.logging.set_verbosity_warning()  # a quieter setting would hide what we check
+    transformers.logging.disable_progress_bar()
 
     with captured() as recs:
         model, info = AutoModel.from_pretrained(args.export, trust_remote_code=True, dtype="auto",

@@ -123,6 +123,10 @@ $(1)_LIB  := $$(if $$(strip $$($(1)_O)),$$(BUILD)/lib$(1).a)
 $(1)_BINS := $$(patsubst $$($(1)_DIR)/%_main.c,$$(BUILD)/bin/%,$$($(1)_MAIN))
 endef
 $(foreach r,$(ROOMS),$(eval $(call room_template,$(r))))
+# The release's modeling file (common/dflash/dflash.py) is compiled into libdflash.a as a
+# byte array (scripts/embed_file.sh), so dflash_export_release writes it from any binary,
+# with or without the source tree beside it.
+dflash_O += $(BUILD)/gen/dflash_py.o
 # what a room's programs link, in order: its own library, then its _USES
 $(foreach r,$(ROOMS),$(eval $(r)_LINK := $($(r)_LIB) $(foreach u,$($(r)_USES),$($(u)_LIB))))
 
@@ -190,6 +194,14 @@ $(BUILD)/%.o: %.c
 # bench_nn_cpu times them against the plain loops (tests/nn_plain.h) it compiles itself: same flags.
 $(BUILD)/common/nn/%.o: CFLAGS += -O3
 $(BUILD)/bench/bench_nn_cpu: CFLAGS += -O3
+
+$(BUILD)/gen/dflash_py.c: common/dflash/dflash.py scripts/embed_file.sh
+	@mkdir -p $(@D)
+	scripts/embed_file.sh dflash_modeling_py $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)

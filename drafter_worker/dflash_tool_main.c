@@ -21,7 +21,8 @@ static void usage(FILE *f)
             "        write a step-0 checkpoint of a randomly initialised drafter under ROOT\n"
             "        (CONFIG.json: a release config.json; default: the tiny test config)\n"
             "  export CKPT OUT_DIR\n"
-            "        write the public release format (config.json + bf16 model.safetensors)\n"
+            "        write the public release format (config.json, bf16 model.safetensors and\n"
+            "        dflash.py, the class transformers loads with trust_remote_code)\n"
             "        of the checkpoint CKPT (a root with a 'latest' file, or a step dir)\n"
             "  import RELEASE_DIR ROOT\n"
             "        turn a release dir into a step-0 checkpoint under ROOT (fresh optimizer)\n"
@@ -153,7 +154,7 @@ int main(int argc, char **argv)
                 df_die(DF_EXIT_PERM, "%s", err);
             if (dflash_export_release(argv[3], &c, &p, err, sizeof(err)) < 0)
                 df_die(DF_EXIT_TEMP, "%s", err);
-            printf("exported %s -> %s (config.json, model.safetensors bf16)\n", argv[2], argv[3]);
+            printf("exported %s -> %s (config.json, model.safetensors bf16, dflash.py)\n", argv[2], argv[3]);
         } else {
             if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)
                 df_die(DF_EXIT_PERM, "%s", err);

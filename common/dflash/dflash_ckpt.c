@@ -531,6 +531,10 @@ int dflash_export_release(const char *dir, const dflash_config *c, const dflash_
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    snprintf(path, sizeof(path), "%s/dflash.py", dir);
+    if ((rc = df_write_file_atomic(path, dflash_modeling_py, dflash_modeling_py_len)) < 0)
+        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    /* config.json last: its auto_map names dflash.py, which is in place by now */
     snprintf(path, sizeof(path), "%s/config.json", dir);
     if ((rc = dflash_config_write_release(c, path)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));

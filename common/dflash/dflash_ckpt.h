@@ -13,7 +13,7 @@
  * full disk at any point leaves the previous checkpoint as the latest, intact.
  *
  * Release: <dir>/config.json (dflash_config_write_release) + model.safetensors in bf16
- * with exactly the tensor names of dflash_tensor_info (no "model." prefix). */
+ * with exactly the tensor names of dflash_tensor_info (no "model." prefix) + dflash.py. */
 #ifndef DF_DFLASH_CKPT_H
 #define DF_DFLASH_CKPT_H
 
@@ -64,8 +64,15 @@ int dflash_ckpt_verify(const char *dir, long *step, char *err, size_t errlen);
 int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p, adamw *opt,
                      dflash_train_state *ts, char *err, size_t errlen);
 
-/* Export the public release format into dir (created if missing): config.json and a bf16
- * model.safetensors. 0 or -errno. */
+/* The release's modeling file: common/dflash/dflash.py's bytes, compiled in by the build
+ * (scripts/embed_file.sh), NUL-terminated; dflash_modeling_py_len excludes the NUL. */
+extern const unsigned char dflash_modeling_py[];
+extern const size_t dflash_modeling_py_len;
+
+/* Export the public release format into dir (created if missing): config.json, a bf16
+ * model.safetensors and dflash.py (dflash_modeling_py), the class config.json's auto_map
+ * names, so transformers' AutoModel.from_pretrained(dir, trust_remote_code=True) loads it
+ * (docs/export.md). 0 or -errno. */
 int dflash_export_release(const char *dir, const dflash_config *c, const dflash_params *p, char *err,
                           size_t errlen);
 

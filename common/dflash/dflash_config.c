@@ -110,8 +110,8 @@ size_t dflash_config_param_count(const dflash_config *c)
 json_t *dflash_config_to_json(const dflash_config *c)
 {
     json_t *o = json_object(), *ids = json_array(), *types = json_array(), *am = json_object(),
-           *dc = json_object(), *arch = json_array();
-    if (!o || !ids || !types || !am || !dc || !arch)
+           *dc = json_object(), *arch = json_array(), *rp = json_object();
+    if (!o || !ids || !types || !am || !dc || !arch || !rp)
         goto fail;
     int any_sliding = 0;
     for (int i = 0; i < c->n_capture; i++)
@@ -124,6 +124,8 @@ json_t *dflash_config_to_json(const dflash_config *c)
     json_object_set_new(am, "AutoModel", json_string("dflash.DFlashDraftModel"));
     json_object_set_new(dc, "target_layer_ids", ids);
     json_object_set_new(dc, "mask_token_id", json_integer(c->mask_token_id));
+    /* SGLang reads the block size here first (then the top-level field): the two agree */
+    json_object_set_new(dc, "block_size", json_integer(c->block_size));
     ids = NULL;
     json_object_set_new(o, "architectures", arch);
     json_object_set_new(o, "model_type", json_string("qwen3"));
@@ -145,10 +147,14 @@ json_t *dflash_config_to_json(const dflash_config *c)
     json_object_set_new(o, "hidden_act", json_string("silu"));
     json_object_set_new(o, "attention_bias", json_false());
     json_object_set_new(o, "rms_norm_eps", json_real(c->rms_norm_eps));
-    json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "rope_theta", json_real(c->rope_theta)); /* transformers 4 */
+    json_object_set_new(rp, "rope_type", json_string("default"));
+    json_object_set_new(rp, "rope_theta", json_real(c->rope_theta));
+    json_object_set_new(o, "rope_parameters", rp); /* transformers 5 */
     json_object_set_new(o, "vocab_size", json_integer(c->vocab));
     json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
-    json_object_set_new(o, "torch_dtype", json_string("bfloat16"));
+    json_object_set_new(o, "dtype", json_string("bfloat16"));       /* transformers >= 4.56 */
+    json_object_set_new(o, "torch_dtype", json_string("bfloat16")); /* older transformers */
     json_object_set_new(o, "dflash_gamma", json_real(c->gamma)); /* ours; ignored by HF */
     return o;
 fail:
@@ -158,6 +164,7 @@ fail:
     json_decref(am);
     json_decref(dc);
     json_decref(arch);
+    json_decref(rp);
     return NULL;
 }
 

@@ -341,7 +341,7 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_int(&ml, "tokens", T);
     metrics_int(&ml, "nonfinite", nonfinite);
     metrics_int(&ml, "nonfinite_steps", tr->nonfinite_steps);
-    if (d->R > 1 && !tr->cuda) { /* the bucketed reduction: what the backward did not hide */
+    if (d->R > 1 && tr->ops->bucketed) { /* the bucketed reduction: what the backward did not hide */
         metrics_num(&ml, "allreduce_wait_ms", (double)tr->allreduce_wait_ns * 1e-6);
         metrics_int(&ml, "allreduce_buckets_overlapped", tr->allreduce_early);
     }
@@ -462,7 +462,7 @@ int main(int argc, char **argv)
     DF_CHECK_ERR(worker_ready(&wk, d->in, NULL));
     df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
            "rank %d of %d, %s mode",
-           tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
+           tr->ops->name, tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
            ledger_epoch(d->L), DF_MAX(t->drafter.epochs, 1u), d->rank, d->R, d->det ? "deterministic" : "fast");
 
     uint64_t t_start = df_now_ns();
@@ -530,7 +530,7 @@ int main(int argc, char **argv)
         if (trainer_write_summary(tr, w->run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "%s", err);
     }
-    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 1, err, sizeof err)) < 0)
+    if ((rc = trainer_to_host(tr, 1, err, sizeof err)) < 0)
         df_die(DF_EXIT_TEMP, "%s", err);
     char hex[24];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)state_hash(tr));

@@ -1,4 +1,5 @@
-/* trainer_cuda.c: the trainer's CUDA backend (trainer.h): dfc_* on the worker's GPU.
+/* trainer_cuda.c: the trainer's CUDA backend (trainer.h, trainer_ops_cuda): dfc_* on the
+ * worker's GPU.
  *
  * The frozen embedding and lm_head are uploaded once as bf16 (host fp32 copies freed right
  * after). The batch is read in place in the device ring slot: tokens, mask, anchors and keep
@@ -12,22 +13,16 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 struct trainer_cuda {
     dflash_ctx_cuda *ctx;
     dflash_bf16_cuda *embed, *head; /* head == embed when tied */
 };
 
-static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
+static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
-    return -EIO;
-}
-
-int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
-{
-    cudaError_t ce = cudaSetDevice(tr->device);
-    if (ce != cudaSuccess)
-        return cuda_fail(ce, "cudaSetDevice", err, errlen);
+    CUDA_TRY(cudaSetDevice(tr->device), err, errlen);
     trainer_cuda *g = calloc(1, sizeof *g);
     if (!g)
         return -ENOMEM;
@@ -68,9 +63,10 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
     return 0;
 }
 
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
-                      adamw_info *info, char *err, size_t errlen)
+static int step_cuda(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                     void *hb_arg, dflash_stats *st, adamw_info *info, char *err, size_t errlen)
 {
+    (void)hb, (void)hb_arg; /* one GPU step is short: the worker's loop keeps the heartbeat */
     trainer_cuda *g = tr->gpu;
     const dflash_config *c = &tr->cfg;
     if (h->feat_dtype != BATCH_FEAT_BF16) {
@@ -128,7 +124,7 @@ out:
 }
 
 /* A rank without a batch this step: zero gradients into the sum, the same AdamW step. */
-int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
+static int step_empty_cuda(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
     int rc = dflash_zero_grads_cuda(g->ctx);
@@ -146,7 +142,7 @@ int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, c
     return rc;
 }
 
-int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
+static int to_host_cuda(trainer *tr, int with_opt, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
     int rc = dflash_params_to_host_cuda(g->ctx, tr->p.data);
@@ -157,7 +153,7 @@ int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
     return rc;
 }
 
-void trainer_cuda_close(trainer *tr)
+static void close_cuda(trainer *tr)
 {
     trainer_cuda *g = tr->gpu;
     if (!g)
@@ -169,3 +165,13 @@ void trainer_cuda_close(trainer *tr)
     free(g);
     tr->gpu = NULL;
 }
+
+const trainer_ops trainer_ops_cuda = {
+    .name = "cuda",
+    .bucketed = 0,
+    .open = open_cuda,
+    .step = step_cuda,
+    .step_empty = step_empty_cuda,
+    .to_host = to_host_cuda,
+    .close = close_cuda,
+};

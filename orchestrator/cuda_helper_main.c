@@ -94,9 +94,10 @@ int main(int argc, char **argv)
     }
     arena a;
     arena_init(&a);
-    int rc = arena_create(&a, ARENA_CUDA, device, bytes, name);
+    char e2[512];
+    int rc = arena_create(&a, ARENA_CUDA, device, bytes, name, e2, sizeof e2);
     if (rc < 0)
-        return reply_error(sock, arena_strerror(rc));
+        return reply_error(sock, e2);
     snprintf(msg, sizeof msg, "ok %llu", (unsigned long long)a.size);
     rc = fdpass_send(sock, msg, strlen(msg) + 1, &a.fd, 1);
     if (rc < 0) {

@@ -177,10 +177,11 @@ static int reduce_grads(trainer *tr, buckets_step *gs, allreduce_comm *ar, char 
     tr->allreduce_early = 0;
     if (!ar || ar->world <= 1)
         return 0;
-    int rc = buckets_step_finish(gs, &tr->allreduce_wait_ns);
+    char e2[400];
+    int rc = buckets_step_finish(gs, &tr->allreduce_wait_ns, e2, sizeof e2);
     tr->allreduce_early = gs->early;
     if (rc < 0)
-        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
+        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
     return rc;
 }
 

@@ -107,9 +107,11 @@ static int step_cuda(trainer *tr, const batch_header *h, const void *slot, allre
     if (rc < 0)
         goto fail;
     if (ar && ar->world > 1) { /* gradients were pre-scaled by 1/world: the sum is the mean */
-        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
-            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
+        char e2[400];
+        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx), e2, sizeof e2)) < 0 ||
+            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns,
+                                e2, sizeof e2)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
             goto out;
         }
     }
@@ -129,9 +131,11 @@ static int step_empty_cuda(trainer *tr, allreduce_comm *ar, adamw_info *info, ch
     trainer_cuda *g = tr->gpu;
     int rc = dflash_zero_grads_cuda(g->ctx);
     if (rc == 0 && ar && ar->world > 1) {
-        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
-            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
+        char e2[400];
+        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx), e2, sizeof e2)) < 0 ||
+            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns,
+                                e2, sizeof e2)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
             return rc;
         }
     }

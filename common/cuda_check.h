@@ -15,6 +15,11 @@
  *   CUDA_TRY_RC_AT(call, err, errlen, fmt, ...) ... and put "<fmt ...>: " in front of the
  *                                               callee's message (which layer, which step)
  *   df_cuda_errf(err, errlen, rc, fmt, ...)     write a message of one's own, return rc
+ *   CU_TRY_GOTO(call, err, errlen, rc, l)   a driver API call (CUresult; include cuda.h first):
+ *                                           rc = the errno it maps to (cuda_check_cu_errno:
+ *                                           -ENOMEM, -ENODEV, -ENOTSUP, -EPERM, -EINVAL, else
+ *                                           -EIO) and goto l; err names the call, the
+ *                                           CUDA_ERROR_* name, its number and text
  *
  * Messages: "file:line: call: CUDA's text" for the CUDA and cuBLASLt forms.
  * Header-only and at the base layer so that every room with CUDA code (ipc's GPU arenas,
@@ -148,5 +153,53 @@ static inline void df_cuda_err_prefix(char *err, size_t errlen, const char *fmt,
     memcpy(err, head, h);
     err[h + keep] = '\0';
 }
+
+#ifdef __cuda_cuda_h__ /* the driver API (cuda.h) is in */
+static inline int cuda_check_cu_errno(CUresult r)
+{
+    switch (r) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+        return -ENOMEM;
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_STUB_LIBRARY:
+        return -ENODEV;
+    case CUDA_ERROR_NOT_SUPPORTED:
+        return -ENOTSUP;
+    case CUDA_ERROR_NOT_PERMITTED:
+        return -EPERM;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+        return -EINVAL;
+    default:
+        return -EIO;
+    }
+}
+
+/* "file:line: cuMemMap(...): CUDA_ERROR_INVALID_VALUE (1): invalid argument" */
+static inline int cuda_check_cu_fail(CUresult r, const char *call, const char *file, int line, char *err,
+                                     size_t errlen)
+{
+    const char *name = NULL, *text = NULL;
+    if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "CUDA_ERROR_?";
+    if (cuGetErrorString(r, &text) != CUDA_SUCCESS || !text)
+        text = "unknown CUDA error";
+    if (err && errlen)
+        snprintf(err, errlen, "%s:%d: %s: %s (%d): %s", file, line, call, name, (int)r, text);
+    return cuda_check_cu_errno(r);
+}
+
+#define CU_TRY_GOTO(call, err, errlen, rc, label)                                                       \
+    do {                                                                                                \
+        CUresult cu_r_ = (call);                                                                        \
+        if (cu_r_ != CUDA_SUCCESS) {                                                                    \
+            (rc) = cuda_check_cu_fail(cu_r_, #call, __FILE__, __LINE__, (err), (errlen));                \
+            goto label;                                                                                 \
+        }                                                                                               \
+    } while (0)
+#endif
 
 #endif

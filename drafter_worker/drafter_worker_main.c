@@ -214,10 +214,11 @@ static void collective(drafter *d, float *v, size_t n)
     atomic_store(&d->hb_items, d->wk->st.items_total);
     atomic_store(&d->hb_tokens, d->wk->st.tokens_total);
     atomic_store(&d->in_collective, 1);
-    int rc = allreduce_sum(&d->ar, v, n, CONTROL_TIMEOUT_NS);
+    char err[400];
+    int rc = allreduce_sum(&d->ar, v, n, CONTROL_TIMEOUT_NS, err, sizeof err);
     atomic_store(&d->in_collective, 0);
     if (rc < 0) /* a peer died (the orchestrator restarts the group) or the group broke */
-        df_die(DF_EXIT_TEMP, "control all-reduce (rank %d of %d): %s", d->rank, d->R, allreduce_strerror(rc));
+        df_die(DF_EXIT_TEMP, "control all-reduce (rank %d of %d): %s", d->rank, d->R, err);
 }
 
 static int all_trained(ledger *L)
@@ -341,7 +342,7 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_int(&ml, "tokens", T);
     metrics_int(&ml, "nonfinite", nonfinite);
     metrics_int(&ml, "nonfinite_steps", tr->nonfinite_steps);
-    if (d->R > 1 && !tr->cuda) { /* the bucketed reduction: what the backward did not hide */
+    if (d->R > 1 && tr->ops->bucketed) { /* the bucketed reduction: what the backward did not hide */
         metrics_num(&ml, "allreduce_wait_ms", (double)tr->allreduce_wait_ns * 1e-6);
         metrics_int(&ml, "allreduce_buckets_overlapped", tr->allreduce_early);
     }
@@ -393,20 +394,21 @@ static void setup_group(drafter *d)
     if (d->R <= 1)
         return;
     int rc;
+    char err[400];
     if (t->backend != TOPOLOGY_CPU) { /* NCCL across the ranks' GPUs, id from the orchestrator */
         if (!w->has_nccl_id)
             df_die(DF_EXIT_PERM, "%s: %d cuda drafter ranks: no NCCL unique id in the hello", t->source_path, d->R);
-        rc = allreduce_open_nccl(&d->ar, w->nccl_id, d->rank, d->R, w->self->gpu);
+        rc = allreduce_open_nccl(&d->ar, w->nccl_id, d->rank, d->R, w->self->gpu, err, sizeof err);
         if (rc < 0) /* a peer that never arrives: -ETIMEDOUT; the orchestrator restarts the group */
-            df_die(DF_EXIT_TEMP, "NCCL: rank %d of %d on GPU %d: %s", d->rank, d->R, w->self->gpu, allreduce_strerror(rc));
+            df_die(DF_EXIT_TEMP, "NCCL: rank %d of %d on GPU %d: %s", d->rank, d->R, w->self->gpu, err);
     } else {
         uint64_t bytes;
         void *seg = ctl_allreduce_segment(w, &bytes);
         if (!seg)
             df_die(DF_EXIT_PERM, "%s: %d drafter ranks: no all-reduce segment in the hello", t->source_path, d->R);
-        rc = allreduce_open_shm(&d->ar, seg, bytes, d->rank, d->R);
+        rc = allreduce_open_shm(&d->ar, seg, bytes, d->rank, d->R, err, sizeof err);
         if (rc < 0) /* e.g. -EBUSY: the segment was not re-formatted for this group: restart */
-            df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, allreduce_strerror(rc));
+            df_die(DF_EXIT_TEMP, "all-reduce: rank %d of %d: %s", d->rank, d->R, err);
     }
     if ((rc = pthread_create(&d->hb_thread, NULL, hb_main, d)) != 0)
         df_die(DF_EXIT_TEMP, "heartbeat thread: %s", strerror(rc));
@@ -462,7 +464,7 @@ int main(int argc, char **argv)
     DF_CHECK_ERR(worker_ready(&wk, d->in, NULL));
     df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
            "rank %d of %d, %s mode",
-           tr->cuda ? "cuda" : "cpu", tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
+           tr->ops->name, tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
            ledger_epoch(d->L), DF_MAX(t->drafter.epochs, 1u), d->rank, d->R, d->det ? "deterministic" : "fast");
 
     uint64_t t_start = df_now_ns();
@@ -530,7 +532,7 @@ int main(int argc, char **argv)
         if (trainer_write_summary(tr, w->run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "%s", err);
     }
-    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 1, err, sizeof err)) < 0)
+    if ((rc = trainer_to_host(tr, 1, err, sizeof err)) < 0)
         df_die(DF_EXIT_TEMP, "%s", err);
     char hex[24];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)state_hash(tr));

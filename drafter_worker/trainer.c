@@ -1,5 +1,6 @@
 /* trainer.c: the drafter's model state and its optimizer step (trainer.h). The CPU
- * backend lives here; the CUDA one in trainer_cuda.c behind the trainer_cuda_* seam. */
+ * backend lives here (cpu_ops); the CUDA one in trainer_cuda.c (trainer_ops_cuda), chosen
+ * by trainer_open. */
 #include "drafter_worker/trainer.h"
 
 #include "dflash/dflash_batch.h"
@@ -9,6 +10,8 @@
 
 #include <jansson.h>
 #include <math.h>
+
+static const trainer_ops cpu_ops; /* below */
 
 /* The drafter's shape: the target's width and heads, the topology's depth and block. */
 static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
@@ -72,7 +75,7 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     int frc = parse_fault(tr, err, errlen);
     if (frc < 0)
         return frc;
-    tr->cuda = t->backend != TOPOLOGY_CPU;
+    tr->ops = t->backend != TOPOLOGY_CPU ? &trainer_ops_cuda : &cpu_ops;
     tr->device = device;
     char path[1200];
     hfconfig hc;
@@ -118,9 +121,24 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         tr->ts.seed = t->seed;
     }
     tr->n_decay = dflash_decay_segments(&tr->cfg, tr->decay, (int)DF_ARRAY_LEN(tr->decay));
-    if (tr->cuda)
-        return trainer_cuda_open(tr, t, total_steps, ckpt_dir != NULL, err, errlen);
+    return tr->ops->open(tr, t, total_steps, ckpt_dir != NULL, err, errlen);
+}
 
+void trainer_close(trainer *tr)
+{
+    if (tr->ops)
+        tr->ops->close(tr);
+    dflash_params_free(&tr->p);
+    adamw_free(&tr->opt);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* ---- the cpu backend ---- */
+
+static int cpu_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
+{
+    int rc;
+    (void)total_steps, (void)resumed;
     if ((rc = target_load_embeddings(&tr->emb, t->target_model_dir, 0, err, errlen)) < 0)
         return rc;
     if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden) {
@@ -138,16 +156,17 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     return dflash_params_alloc(&tr->g, &tr->cfg);
 }
 
-void trainer_close(trainer *tr)
+static void cpu_close(trainer *tr)
 {
-    if (tr->cuda)
-        trainer_cuda_close(tr);
     dflash_acts_free(&tr->acts);
     dflash_params_free(&tr->g);
-    dflash_params_free(&tr->p);
-    adamw_free(&tr->opt);
     target_embeddings_free(&tr->emb);
-    memset(tr, 0, sizeof *tr);
+}
+
+static int cpu_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
+{
+    (void)tr, (void)with_opt, (void)err, (void)errlen;
+    return 0; /* the host copies are the live ones */
 }
 
 /* Finish the step's bucketed gradient all-reduce (each rank's gradient already scaled by
@@ -158,10 +177,11 @@ static int reduce_grads(trainer *tr, buckets_step *gs, allreduce_comm *ar, char 
     tr->allreduce_early = 0;
     if (!ar || ar->world <= 1)
         return 0;
-    int rc = buckets_step_finish(gs, &tr->allreduce_wait_ns);
+    char e2[400];
+    int rc = buckets_step_finish(gs, &tr->allreduce_wait_ns, e2, sizeof e2);
     tr->allreduce_early = gs->early;
     if (rc < 0)
-        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
+        snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
     return rc;
 }
 
@@ -205,13 +225,25 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce
         return -EINVAL;
     }
     memset(out, 0, sizeof *out);
+    int rc = tr->ops->step(tr, h, slot, ar, hb, hb_arg, out, info, err, errlen);
+    if (rc == 0)
+        tr->ts.step++;
+    return rc;
+}
+
+int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
+{
+    int rc = tr->ops->step_empty(tr, ar, info, err, errlen);
+    if (rc == 0)
+        tr->ts.step++;
+    return rc;
+}
+
+static int cpu_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                    void *hb_arg, dflash_stats *out, adamw_info *info, char *err, size_t errlen)
+{
+    const dflash_config *c = &tr->cfg;
     int rc;
-    if (tr->cuda) {
-        rc = trainer_cuda_step(tr, h, slot, ar, out, info, err, errlen);
-        if (rc == 0)
-            tr->ts.step++;
-        return rc;
-    }
     if (h->feat_dtype != BATCH_FEAT_F32) {
         snprintf(err, errlen, "batch %llu: bf16 features, the cpu drafter takes fp32", (unsigned long long)h->batch_id);
         return -EINVAL;
@@ -272,18 +304,11 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce
         snprintf(err, errlen, "AdamW: %s", strerror(-rc));
         return rc;
     }
-    tr->ts.step++;
     return 0;
 }
 
-int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
+static int cpu_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
-    if (tr->cuda) {
-        int rc = trainer_cuda_step_empty(tr, ar, info, err, errlen);
-        if (rc == 0)
-            tr->ts.step++;
-        return rc;
-    }
     memset(tr->g.data, 0, tr->g.n * sizeof(float)); /* x + 0 = x: the others' sum is unchanged */
     buckets_step gs = {0}; /* the same buckets as the ranks that trained a batch: every bucket at the end */
     if (ar && ar->world > 1)
@@ -295,14 +320,30 @@ int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *
         snprintf(err, errlen, "AdamW: %s", strerror(-rc));
         return rc;
     }
-    tr->ts.step++;
     return 0;
+}
+
+static const trainer_ops cpu_ops = {
+    .name = "cpu",
+    .bucketed = 1,
+    .open = cpu_open,
+    .step = cpu_step,
+    .step_empty = cpu_step_empty,
+    .to_host = cpu_to_host,
+    .close = cpu_close,
+};
+
+/* ---- both backends ---- */
+
+int trainer_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
+{
+    return tr->ops->to_host(tr, with_opt, err, errlen);
 }
 
 int trainer_save(trainer *tr, const char *root, char *err, size_t errlen)
 {
     int rc;
-    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 1, err, errlen)) < 0)
+    if ((rc = trainer_to_host(tr, 1, err, errlen)) < 0)
         return rc;
     tr->ts.ledger_committed_step = tr->ts.step;
     return dflash_ckpt_save(root, &tr->cfg, &tr->p, &tr->opt, &tr->ts, err, errlen);
@@ -311,7 +352,7 @@ int trainer_save(trainer *tr, const char *root, char *err, size_t errlen)
 int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen)
 {
     int rc;
-    if (tr->cuda && (rc = trainer_cuda_to_host(tr, 0, err, errlen)) < 0)
+    if ((rc = trainer_to_host(tr, 0, err, errlen)) < 0)
         return rc;
     return dflash_export_release(dir, &tr->cfg, &tr->p, err, errlen);
 }
@@ -353,7 +394,7 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
               df_json_set_num(j, "seconds", secs) < 0 ||
               json_object_set_new(j, "block_size", json_integer(B)) < 0 ||
               json_object_set_new(j, "release_dir", json_string("drafter")) < 0 ||
-              json_object_set_new(j, "backend", json_string(tr->cuda ? "cuda" : "cpu")) < 0;
+              json_object_set_new(j, "backend", json_string(tr->ops->name)) < 0;
     char path[1200];
     snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
     char *txt = j && !bad ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;

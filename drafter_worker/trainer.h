@@ -16,6 +16,8 @@
  *         features are read in place in the (device) ring slot. trainer_cuda.c; a CPU-only
  *         build has trainer_nocuda.c, which refuses with a message. The host copies of the
  *         weights and of AdamW's moments are refreshed only for checkpoints and the export.
+ * The backend is a trainer_ops table chosen by trainer_open (docs/backends.md): trainer.c's
+ * own for cpu, trainer_ops_cuda for cuda.
  *
  * Checkpoints and the release export go through dflash_ckpt.c in both cases, so a CPU run
  * can resume a GPU checkpoint and the other way round.
@@ -41,10 +43,28 @@
 #define TRAINER_END_STEPS 20  /* "loss at end" and the accuracies = the last steps */
 
 typedef struct trainer_cuda trainer_cuda; /* trainer_cuda.c */
+typedef struct trainer trainer;
 
-typedef struct trainer {
+/* The backend seam (docs/backends.md): every backend-specific step of a trainer. step and
+ * step_empty do not advance tr->ts.step (trainer_step does on success); to_host refreshes
+ * tr->p (and with with_opt tr->opt) from the backend's copy (cpu: nothing to do). */
+typedef struct trainer_ops {
+    const char *name; /* "cpu" / "cuda": the summary's "backend" */
+    int bucketed;     /* gradients reduced in buckets during the backward (allreduce_* metrics) */
+    int (*open)(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen);
+    int (*step)(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                void *hb_arg, dflash_stats *st, adamw_info *info, char *err, size_t errlen);
+    int (*step_empty)(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen);
+    int (*to_host)(trainer *tr, int with_opt, char *err, size_t errlen);
+    void (*close)(trainer *tr);
+} trainer_ops;
+
+/* trainer_cuda.c in CUDA=1 builds; trainer_nocuda.c (every entry -ENOTSUP) otherwise */
+extern const trainer_ops trainer_ops_cuda;
+
+struct trainer {
     dflash_config cfg;
-    int cuda;               /* 0: CPU backend, 1: CUDA */
+    const trainer_ops *ops; /* the backend, chosen by trainer_open */
     int device;             /* CUDA device (cuda only) */
     dflash_params p;        /* master weights (cpu: live; cuda: host copy for checkpoints) */
     adamw opt;              /* AdamW (cpu: live; cuda: host copy of m, v, step) */
@@ -74,7 +94,7 @@ typedef struct trainer {
      * every step from S on) non-finite, cpu backend: the gradient gets a NaN before the
      * backward (so it also travels through the all-reduce) and the loss is NaN */
     long fault_nf_from, fault_nf_count;
-} trainer;
+};
 
 /* Build the drafter from the topology and the target's config.json; then either resume the
  * checkpoint ckpt_dir (non-NULL), or start from drafter.init_dir (release format), or from
@@ -107,23 +127,19 @@ int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *
 int trainer_save(trainer *tr, const char *root, char *err, size_t errlen);
 /* Release-format export into dir. */
 int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen);
+/* Refresh tr->p (and with with_opt tr->opt) from the backend (cuda: the device copies). */
+int trainer_to_host(trainer *tr, int with_opt, char *err, size_t errlen);
 /* Record a step's statistics for the summary; write <run_dir>/train_summary.json (loss at
  * start and end, per-position accuracy, expected acceptance length) and log it. */
 void trainer_record(trainer *tr, const dflash_stats *st);
 int trainer_write_summary(trainer *tr, const char *run_dir, double seconds, char *err, size_t errlen);
 
-/* ---- backend seam (trainer_cuda.c / trainer_nocuda.c) ---- */
+/* ---- shared by the backends (trainer.c, trainer_cuda.c) ---- */
 /* Both backends: the batch's documents as training sequences from the host view h (anchors,
  * keep, labels and weights; feat: the fp32 features in host memory, or NULL when they stay on
  * the device), and the loss normaliser (the batch's total weight, times the world size so an
  * all-reduced sum of gradients is the mean). The caller frees seq[0..h->n_docs). */
 int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar, dflash_batch *seq,
                  double *norm, char *err, size_t errlen);
-int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen);
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
-                      adamw_info *info, char *err, size_t errlen);
-int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen); /* refresh tr->p (+ tr->opt) */
-int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen);
-void trainer_cuda_close(trainer *tr);
 
 #endif

@@ -1,4 +1,5 @@
-/* trainer_cuda.c: the trainer's CUDA backend (trainer.h): dfc_* on the worker's GPU.
+/* trainer_cuda.c: the trainer's CUDA backend (trainer.h, trainer_ops_cuda): dfc_* on the
+ * worker's GPU.
  *
  * The frozen embedding and lm_head are uploaded once as bf16 (host fp32 copies freed right
  * after). The batch is read in place in the device ring slot: tokens, mask, anchors and keep
@@ -12,22 +13,16 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 struct trainer_cuda {
     dflash_ctx_cuda *ctx;
     dflash_bf16_cuda *embed, *head; /* head == embed when tied */
 };
 
-static int cuda_fail(cudaError_t e, const char *what, char *err, size_t errlen)
+static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
-    return -EIO;
-}
-
-int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
-{
-    cudaError_t ce = cudaSetDevice(tr->device);
-    if (ce != cudaSuccess)
-        return cuda_fail(ce, "cudaSetDevice", err, errlen);
+    CUDA_TRY(cudaSetDevice(tr->device), err, errlen);
     trainer_cuda *g = calloc(1, sizeof *g);
     if (!g)
         return -ENOMEM;
@@ -69,9 +64,10 @@ int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed,
     return 0;
 }
 
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
-                      adamw_info *info, char *err, size_t errlen)
+static int step_cuda(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                     void *hb_arg, dflash_stats *st, adamw_info *info, char *err, size_t errlen)
 {
+    (void)hb, (void)hb_arg; /* one GPU step is short: the worker's loop keeps the heartbeat */
     trainer_cuda *g = tr->gpu;
     const dflash_config *c = &tr->cfg;
     if (h->feat_dtype != BATCH_FEAT_BF16) {
@@ -113,9 +109,11 @@ int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allr
     if (rc < 0)
         goto fail;
     if (ar && ar->world > 1) { /* gradients were pre-scaled by 1/world: the sum is the mean */
-        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
-            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
+        char e2[400];
+        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx), e2, sizeof e2)) < 0 ||
+            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns,
+                                e2, sizeof e2)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
             goto out;
         }
     }
@@ -130,15 +128,17 @@ out:
 }
 
 /* A rank without a batch this step: zero gradients into the sum, the same AdamW step. */
-int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
+static int step_empty_cuda(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
     char why[512] = "";
     int rc = dflash_zero_grads_cuda(g->ctx, why, sizeof why);
     if (rc == 0 && ar && ar->world > 1) {
-        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx))) < 0 ||
-            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, allreduce_strerror(rc));
+        char e2[400];
+        if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx), e2, sizeof e2)) < 0 ||
+            (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns,
+                                e2, sizeof e2)) < 0) {
+            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
             return rc;
         }
     }
@@ -149,7 +149,7 @@ int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, c
     return rc;
 }
 
-int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
+static int to_host_cuda(trainer *tr, int with_opt, char *err, size_t errlen)
 {
     trainer_cuda *g = tr->gpu;
     char why[512] = "";
@@ -161,7 +161,7 @@ int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
     return rc;
 }
 
-void trainer_cuda_close(trainer *tr)
+static void close_cuda(trainer *tr)
 {
     trainer_cuda *g = tr->gpu;
     if (!g)
@@ -173,3 +173,13 @@ void trainer_cuda_close(trainer *tr)
     free(g);
     tr->gpu = NULL;
 }
+
+const trainer_ops trainer_ops_cuda = {
+    .name = "cuda",
+    .bucketed = 0,
+    .open = open_cuda,
+    .step = step_cuda,
+    .step_empty = step_empty_cuda,
+    .to_host = to_host_cuda,
+    .close = close_cuda,
+};

@@ -1,31 +1,50 @@
-/* trainer_nocuda.c: the trainer's CUDA seam in a build without CUDA=1: a clear refusal. */
+/* trainer_nocuda.c: trainer_ops_cuda in a build without CUDA=1: every entry refuses with
+ * -ENOTSUP and says so (docs/backends.md). */
 #include "drafter_worker/trainer.h"
 
+#include <errno.h>
 #include <stdio.h>
 
-int trainer_cuda_open(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
+static int open_nocuda(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
 {
+    (void)tr, (void)total_steps, (void)resumed;
     snprintf(err, errlen, "%s: backend \"cuda\": this build has no CUDA (rebuild with make CUDA=1)", t->source_path);
     return -ENOTSUP;
 }
 
-int trainer_cuda_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, dflash_stats *st,
-                      adamw_info *info, char *err, size_t errlen)
+static int step_nocuda(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                       void *hb_arg, dflash_stats *st, adamw_info *info, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "no CUDA in this build");
+    (void)tr, (void)h, (void)slot, (void)ar, (void)hb, (void)hb_arg, (void)st, (void)info;
+    snprintf(err, errlen, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
     return -ENOTSUP;
 }
 
-int trainer_cuda_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
+static int step_empty_nocuda(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "no CUDA in this build");
+    (void)tr, (void)ar, (void)info;
+    snprintf(err, errlen, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
     return -ENOTSUP;
 }
 
-int trainer_cuda_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
+static int to_host_nocuda(trainer *tr, int with_opt, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "no CUDA in this build");
+    (void)tr, (void)with_opt;
+    snprintf(err, errlen, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
     return -ENOTSUP;
 }
 
-void trainer_cuda_close(trainer *tr) {}
+static void close_nocuda(trainer *tr)
+{
+    (void)tr;
+}
+
+const trainer_ops trainer_ops_cuda = {
+    .name = "cuda",
+    .bucketed = 0,
+    .open = open_nocuda,
+    .step = step_nocuda,
+    .step_empty = step_empty_nocuda,
+    .to_host = to_host_nocuda,
+    .close = close_nocuda,
+};

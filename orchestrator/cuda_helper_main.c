@@ -84,9 +84,10 @@ int main(int argc, char **argv)
     char msg[512];
     if (want_id) {
         unsigned char id[128];
-        int rc = allreduce_nccl_get_unique_id(id);
+        char e2[512];
+        int rc = allreduce_nccl_get_unique_id(id, e2, sizeof e2);
         if (rc < 0)
-            return reply_error(sock, allreduce_strerror(rc));
+            return reply_error(sock, e2);
         int n = snprintf(msg, sizeof msg, "ok ");
         for (int i = 0; i < 128; i++)
             n += snprintf(msg + n, sizeof msg - (size_t)n, "%02x", id[i]);
@@ -94,9 +95,10 @@ int main(int argc, char **argv)
     }
     arena a;
     arena_init(&a);
-    int rc = arena_create(&a, ARENA_CUDA, device, bytes, name);
+    char e2[512];
+    int rc = arena_create(&a, ARENA_CUDA, device, bytes, name, e2, sizeof e2);
     if (rc < 0)
-        return reply_error(sock, arena_strerror(rc));
+        return reply_error(sock, e2);
     snprintf(msg, sizeof msg, "ok %llu", (unsigned long long)a.size);
     rc = fdpass_send(sock, msg, strlen(msg) + 1, &a.fd, 1);
     if (rc < 0) {

@@ -71,10 +71,12 @@ int group_setup(orch *o, char *err, size_t errlen)
                  o->t.source_path, R, ALLREDUCE_MAX_WORLD);
         return -EINVAL;
     }
+    char e2[400] = "";
     if ((rc = shm_create(&o->allreduce_seg, bytes, "df-allreduce")) < 0 ||
-        (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, R, GROUP_AR_MAX_FLOATS)) < 0) {
+        (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, R, GROUP_AR_MAX_FLOATS, e2,
+                                   sizeof e2)) < 0) {
         snprintf(err, errlen, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R,
-                 (unsigned long long)bytes, strerror(-rc));
+                 (unsigned long long)bytes, e2[0] ? e2 : strerror(-rc));
         return rc;
     }
     return 0;
@@ -83,7 +85,7 @@ int group_setup(orch *o, char *err, size_t errlen)
 void group_abort_allreduce(orch *o)
 {
     if (o->allreduce_seg.base)
-        (void)allreduce_shm_abort(o->allreduce_seg.base, o->allreduce_seg.size);
+        (void)allreduce_shm_abort(o->allreduce_seg.base, o->allreduce_seg.size, NULL, 0);
 }
 
 int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
@@ -98,9 +100,11 @@ int group_restart_prepare(orch *o, uint32_t *in_flight_returned)
             return rc;
         }
     }
+    char e2[400];
     if (o->allreduce_seg.base &&
-        (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, topology_n_drafters(&o->t), GROUP_AR_MAX_FLOATS)) < 0) {
-        df_log("drafter group: re-formatting the all-reduce segment: %s", strerror(-rc));
+        (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, topology_n_drafters(&o->t),
+                                   GROUP_AR_MAX_FLOATS, e2, sizeof e2)) < 0) {
+        df_log("drafter group: re-formatting the all-reduce segment: %s", e2);
         return rc;
     }
     if (!o->t.deterministic)

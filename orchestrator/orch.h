@@ -29,7 +29,8 @@
 
 #define ORCH_RESTART_HIST 128 /* restart times kept for the intensity limit */
 
-/* What to do once a worker's process is gone (set before we signal it). */
+/* What to do once a worker's process is gone (its exit intent, set by the state table's
+ * actions before we signal it; read by the "reap" action). */
 typedef enum {
     AFTER_POLICY = 0, /* it died by itself (or `dfctl kill`): the restart policy decides */
     AFTER_STOP,       /* `dfctl stop` / shutdown: stay down */
@@ -48,23 +49,41 @@ typedef struct plan_fp {
 
 struct orch;
 
-enum { TIMER_NONE = 0, TIMER_RESPAWN, TIMER_ESCALATE };
+/* supervisor.c: where a worker is in its life. One table in supervisor.c says, for each state
+ * and each event, the next state and the action (docs/supervisor.md is the same table in
+ * words). The state dfctl shows (orch_worker.state, a status_state) follows from it:
+ * each state publishes its status_state when entered, except KILLED and EXITED, which keep
+ * showing what was there before (a worker we SIGKILLed still shows "up" until it is gone). */
+typedef enum {
+    SV_IDLE = 0,  /* never started */
+    SV_STARTING,  /* spawned, hello sent, no READY yet */
+    SV_UP,        /* READY received */
+    SV_STOPPING,  /* SIGTERM sent (dfctl stop / restart); the escalation timer runs */
+    SV_KILLED,    /* SIGKILL sent; only its exit can follow */
+    SV_EXITED,    /* the process is gone; its handles are closing, reclaim follows */
+    SV_BACKOFF,   /* reclaimed, the restart (backoff) timer runs */
+    SV_GROUPWAIT, /* reclaimed, waiting for its restart group */
+    SV_STOPPED,   /* stopped by the operator or by a shutdown; dfctl start brings it back */
+    SV_DONE,      /* exited 0: its work is finished */
+    SV_FAILED,    /* exited 100 or gave up: not restarted */
+    SV_N_STATES
+} supervisor_state;
 
 typedef struct orch_worker {
     struct orch *o;
     int id; /* index in topo.workers = owner id in rings/ledger/status */
     const topology_worker *tw;
     char bin[1024]; /* the binary spawned for it */
-    uint32_t state; /* status_state */
+    supervisor_state sv; /* its place in supervisor.c's state table */
+    uint32_t state;      /* status_state: what dfctl and the status segment show (follows sv) */
     pid_t pid;      /* 0 when no process */
     uint32_t incarnation, restarts;
     uint64_t start_ns, ready_ns;
     uint64_t backoff_ms; /* the delay of the next restart */
     uint64_t restart_ns[ORCH_RESTART_HIST];
     uint32_t n_restart_ns;
-    orch_after after;
+    orch_after after;       /* exit intent of this incarnation */
     char reason[64];        /* why we killed it ("hang", "dfctl kill", ...), "" if not */
-    int kill_sent;          /* we sent SIGKILL (shutdown escalation / hang) */
     int exit_status, term_signal;
     char last_exit[64];     /* "exit 1", "signal 9 (hang)" ... for dfctl status */
     uint32_t ckpt_failures;    /* checkpoint_failed events over the run (drafter rank 0) */
@@ -73,9 +92,8 @@ typedef struct orch_worker {
     uv_process_t proc;
     int ctl_fd; /* our end of the control socketpair, -1 when none */
     uv_poll_t poll;
-    uv_timer_t timer; /* backoff restart, or SIGTERM -> SIGKILL escalation */
-    int timer_kind;   /* TIMER_NONE / TIMER_RESPAWN / TIMER_ESCALATE */
-    int closing;      /* handles still closing after the exit */
+    uv_timer_t timer; /* BACKOFF: the restart; STOPPING / KILLED: SIGTERM -> SIGKILL escalation */
+    int closing;      /* EXITED: handles still closing (the reap follows at 0) */
     /* throughput, sampled each metrics interval from the status slot */
     uint64_t items_prev, tokens_prev, sample_ns;
     double items_per_s, tokens_per_s;

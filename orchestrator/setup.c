@@ -205,12 +205,13 @@ static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
     snprintf(name, sizeof name, "df-arena-%s", r->name);
     if (r->gpu >= 0)
         return cuda_arena_from_helper(o, i, bytes, err, errlen);
-    int rc = arena_create(&o->ring_arena[i], ARENA_CPU, -1, bytes, name);
+    char e2[512];
+    int rc = arena_create(&o->ring_arena[i], ARENA_CPU, -1, bytes, name, e2, sizeof e2);
     if (rc < 0) /* name the two fields that size it: they are what the operator can change */
         snprintf(err, errlen, "rings[%d] \"%s\": arena of %llu bytes (rings[%d].slots %u x rings[%d].slot_bytes %llu): "
                  "%s: lower rings[%d].slots or rings[%d].slot_bytes, or free memory",
                  i, r->name, (unsigned long long)bytes, i, r->slots, i, (unsigned long long)r->slot_bytes,
-                 arena_strerror(rc), i, i);
+                 e2, i, i);
     return rc;
 }
 

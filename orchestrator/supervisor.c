@@ -1,6 +1,9 @@
 /* supervisor.c: spawning, watching and restarting workers; the drain on shutdown.
  *
- * One worker's life (all on the loop thread):
+ * One worker's life (all on the loop thread) is one state table ("the state table" below;
+ * docs/supervisor.md): every event (spawned, ready, exit, reaped, hang, dfctl stop / start /
+ * restart / kill, a group peer died, the backoff and escalation timers, shutdown, ...) goes
+ * through apply(), which enters the row's next state and runs its action. In words:
  *   spawn: socketpair (SOCK_SEQPACKET), uv_spawn with stdout/stderr appended to
  *          logs/<name>.log, fd 3 = the worker's end; the hello + every segment fd goes out
  *          at once (it waits in the socket until the worker reads it). State STARTING.
@@ -44,17 +47,46 @@
 
 extern char **environ;
 
-static void after_exit(orch *o, orch_worker *w);
+/* The events of a worker's life: what the state table (below, "the state table") is indexed
+ * by besides the state. docs/supervisor.md says what raises each. */
+typedef enum {
+    EV_BOOT,             /* the run starts: spawn every worker */
+    EV_SPAWNED,          /* uv_spawn succeeded */
+    EV_SPAWN_FAILED,     /* uv_spawn failed: handled like an exit with status 127 */
+    EV_HELLO_FAILED,     /* the hello (and segment fds) could not be sent */
+    EV_READY,            /* {"ev":"ready"} on the control socket */
+    EV_EXIT,             /* the process ended (exit code or signal recorded) */
+    EV_REAPED,           /* its handles are closed: reclaim, then the restart policy */
+    EV_HANG,             /* no heartbeat within heartbeat_timeout_ms */
+    EV_STOP,             /* dfctl stop */
+    EV_START,            /* dfctl start */
+    EV_RESTART,          /* dfctl restart */
+    EV_KILL,             /* dfctl kill */
+    EV_PEER_DIED,        /* a member of its restart group went down */
+    EV_BACKOFF_TIMER,    /* the backoff delay is over */
+    EV_ESCALATION_TIMER, /* shutdown_timeout_ms after our SIGTERM */
+    EV_SHUTDOWN,         /* the run begins to shut down (drain) */
+    EV_SHUTDOWN_TERM,    /* the drain took too long: SIGTERM to what still runs */
+    EV_SHUTDOWN_KILL,    /* the SIGTERM did not do it either: SIGKILL */
+    EV_GROUP_RESTART,    /* every member of its group is reaped: restart together */
+    EV_EPOCH,            /* the next epoch starts: respawn the finished workers */
+    EV_N_EVENTS
+} supervisor_event;
+
+static int apply(orch_worker *w, supervisor_event ev);
 static void check_rings(orch *o);
 static void maybe_finish(orch *o);
 static int spawn_worker(orch *o, orch_worker *w);
 
+/* A process of this worker exists (or its handles are still closing). */
 static int running(const orch_worker *w)
 {
-    return w->pid > 0 || w->closing > 0;
+    return w->sv == SV_STARTING || w->sv == SV_UP || w->sv == SV_STOPPING || w->sv == SV_KILLED ||
+           w->sv == SV_EXITED;
 }
 
-static void set_state(orch_worker *w, status_state s)
+/* What dfctl and the status segment show. */
+static void publish(orch_worker *w, status_state s)
 {
     w->state = s;
     status_slot *sl = &w->o->status->slots[w->id];
@@ -62,6 +94,21 @@ static void set_state(orch_worker *w, status_state s)
     atomic_store_explicit(&sl->pid, w->pid, memory_order_relaxed);
     atomic_store_explicit(&sl->incarnation, w->incarnation, memory_order_relaxed);
     atomic_store_explicit(&sl->restarts, w->restarts, memory_order_relaxed);
+}
+
+/* What each state shows (-1: KILLED and EXITED keep showing the state before them). */
+static const int sv_shows[SV_N_STATES] = {
+    [SV_IDLE] = STATUS_IDLE,         [SV_STARTING] = STATUS_STARTING, [SV_UP] = STATUS_UP,
+    [SV_STOPPING] = STATUS_STOPPING, [SV_KILLED] = -1,                [SV_EXITED] = -1,
+    [SV_BACKOFF] = STATUS_BACKOFF,   [SV_GROUPWAIT] = STATUS_GROUPWAIT, [SV_STOPPED] = STATUS_STOPPED,
+    [SV_DONE] = STATUS_DONE,         [SV_FAILED] = STATUS_FAILED,
+};
+
+static void enter(orch_worker *w, supervisor_state s)
+{
+    w->sv = s;
+    if (sv_shows[s] >= 0)
+        publish(w, (status_state)sv_shows[s]);
 }
 
 static void ev_worker(orch *o, orch_worker *w, const char *ev, json_t *extra)
@@ -75,16 +122,12 @@ static void ev_worker(orch *o, orch_worker *w, const char *ev, json_t *extra)
     orch_event(o, e);
 }
 
-static void worker_timer(orch_worker *w, int kind, uint64_t ms);
-
 static void signal_worker(orch_worker *w, int sig, const char *reason)
 {
     if (w->pid <= 0)
         return;
     if (reason && !w->reason[0])
         snprintf(w->reason, sizeof w->reason, "%s", reason);
-    if (sig == SIGKILL)
-        w->kill_sent = 1;
     int rc = uv_process_kill(&w->proc, sig);
     ev_worker(w->o, w, "signal", json_pack("{s:i, s:s, s:i}", "signal", sig, "reason", reason ? reason : "",
                                            "rc", rc));
@@ -103,11 +146,7 @@ static void handle_message(orch *o, orch_worker *w, const char *buf)
         return;
     }
     if (!strcmp(ev, "ready")) {
-        if (w->state == STATUS_STARTING) {
-            w->ready_ns = df_now_ns();
-            set_state(w, STATUS_UP);
-            ev_worker(o, w, "ready", json_pack("{s:f}", "load_s", (double)(w->ready_ns - w->start_ns) * 1e-9));
-        }
+        (void)apply(w, EV_READY);
     } else if (!strcmp(ev, "checkpoint")) {
         json_int_t step = json_integer_value(json_object_get(m, "step"));
         w->ckpt_fail_consec = 0;
@@ -247,7 +286,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (w->ctl_fd >= 0)
         close(w->ctl_fd);
     w->ctl_fd = -1;
-    after_exit(w->o, w);
+    (void)apply(w, EV_REAPED);
 }
 
 static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
@@ -258,12 +297,7 @@ static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     w->term_signal = term_signal;
     if (w->ctl_fd >= 0)
         read_ctl(o, w); /* messages sent just before the exit (a final checkpoint) */
-    w->pid = 0;
-    uv_timer_stop(&w->timer);
-    w->timer_kind = TIMER_NONE;
-    w->closing = 2;
-    uv_close((uv_handle_t *)&w->poll, on_handle_closed);
-    uv_close((uv_handle_t *)p, on_handle_closed);
+    (void)apply(w, EV_EXIT);
 }
 
 static int spawn_worker(orch *o, orch_worker *w)
@@ -364,6 +398,7 @@ static int spawn_worker(orch *o, orch_worker *w)
         w->pid = 0;
         close(sv[0]);
         sv[0] = -1;
+        (void)apply(w, EV_SPAWN_FAILED);
         uv_close((uv_handle_t *)&w->proc, on_handle_closed);
         rc = 0;
         goto out;
@@ -371,7 +406,6 @@ static int spawn_worker(orch *o, orch_worker *w)
     w->pid = w->proc.pid;
     w->start_ns = df_now_ns();
     w->ready_ns = 0;
-    w->kill_sent = 0;
     w->reason[0] = 0;
     w->after = AFTER_POLICY;
     w->items_prev = w->tokens_prev = 0;
@@ -385,7 +419,7 @@ static int spawn_worker(orch *o, orch_worker *w)
     uv_poll_init(o->loop, &w->poll, w->ctl_fd);
     w->poll.data = w;
     uv_poll_start(&w->poll, UV_READABLE, on_ctl_readable);
-    set_state(w, STATUS_STARTING);
+    (void)apply(w, EV_SPAWNED);
 
     int fds[FDPASS_MAX_FDS], nfds = 0;
     json_t *hello = hello_json(o, w, fds, &nfds);
@@ -397,7 +431,7 @@ static int spawn_worker(orch *o, orch_worker *w)
     if (rc < 0) {
         /* it cannot work without its segments: kill it, the exit path restarts it */
         df_log("%s: sending the hello failed: %s", w->tw->name, strerror(-rc));
-        signal_worker(w, SIGKILL, "hello failed");
+        (void)apply(w, EV_HELLO_FAILED);
     }
     rc = 0;
     goto out;
@@ -510,21 +544,14 @@ static void reclaim(orch *o, orch_worker *w)
 
 /* ---- policy ----------------------------------------------------------------------- */
 
-static void worker_timer_cb(uv_timer_t *t)
+static void backoff_timer_cb(uv_timer_t *t)
 {
-    orch_worker *w = t->data;
-    int kind = w->timer_kind;
-    w->timer_kind = TIMER_NONE;
-    if (kind == TIMER_RESPAWN && !running(w) && !w->o->shutting_down)
-        spawn_worker(w->o, w);
-    else if (kind == TIMER_ESCALATE && w->pid > 0)
-        signal_worker(w, SIGKILL, "stop timeout");
+    (void)apply(t->data, EV_BACKOFF_TIMER);
 }
 
-static void worker_timer(orch_worker *w, int kind, uint64_t ms)
+static void escalation_timer_cb(uv_timer_t *t)
 {
-    w->timer_kind = kind;
-    uv_timer_start(&w->timer, worker_timer_cb, ms, 0);
+    (void)apply(t->data, EV_ESCALATION_TIMER);
 }
 
 /* Returns 0 when a restart is allowed (and records it), -1 when the intensity limit is hit. */
@@ -563,7 +590,7 @@ static void give_up(orch *o, orch_worker *w, const char *what)
              w->tw->name, tail);
     if (n < 0)
         msg[0] = 0;
-    set_state(w, STATUS_FAILED);
+    enter(w, SV_FAILED);
     supervisor_begin_shutdown(o, 1, msg);
 }
 
@@ -574,7 +601,7 @@ static int has_replacement(orch *o, orch_worker *w)
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
         if (x != w && x->tw->role == w->tw->role && x->tw->in_ring == w->tw->in_ring &&
-            x->tw->out_ring == w->tw->out_ring && x->state != STATUS_FAILED && x->state != STATUS_STOPPED)
+            x->tw->out_ring == w->tw->out_ring && x->sv != SV_FAILED && x->sv != SV_STOPPED)
             return 1;
     }
     return 0;
@@ -608,10 +635,8 @@ static void group_maybe_restart(orch *o)
                             (json_int_t)o->group_delay_ms));
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
-        if (!group_in(o, x) || x->state != STATUS_GROUPWAIT)
-            continue;
-        set_state(x, STATUS_BACKOFF);
-        worker_timer(x, TIMER_RESPAWN, o->group_delay_ms);
+        if (group_in(o, x) && x->sv == SV_GROUPWAIT)
+            (void)apply(x, EV_GROUP_RESTART);
     }
 }
 
@@ -621,19 +646,11 @@ static void group_fail(orch *o, orch_worker *dead, uint64_t delay_ms)
 {
     o->group_pending = 1;
     o->group_delay_ms = delay_ms;
-    set_state(dead, STATUS_GROUPWAIT);
+    enter(dead, SV_GROUPWAIT);
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
-        if (x == dead || !group_in(o, x))
-            continue;
-        if (x->pid > 0) {
-            x->after = AFTER_GROUP;
-            signal_worker(x, SIGKILL, "group restart");
-        } else if (x->state == STATUS_BACKOFF || x->state == STATUS_UP || x->state == STATUS_STARTING) {
-            uv_timer_stop(&x->timer);
-            x->timer_kind = TIMER_NONE;
-            set_state(x, STATUS_GROUPWAIT);
-        }
+        if (x != dead && group_in(o, x))
+            (void)apply(x, EV_PEER_DIED);
     }
     group_maybe_restart(o);
 }
@@ -647,7 +664,8 @@ static void describe_exit(orch_worker *w)
         w->last_exit[0] = 0;
 }
 
-static void after_exit(orch *o, orch_worker *w)
+/* EV_REAPED: reclaim what it held, then the restart policy picks the next state. */
+static int act_reap(orch *o, orch_worker *w)
 {
     uint64_t up_ms = w->start_ns ? (df_now_ns() - w->start_ns) / 1000000ull : 0;
     int ok = !w->term_signal && w->exit_status == 0;
@@ -666,19 +684,19 @@ static void after_exit(orch *o, orch_worker *w)
     w->pid = 0;
 
     if (o->shutting_down) {
-        set_state(w, ok ? STATUS_DONE : STATUS_STOPPED);
+        enter(w, ok ? SV_DONE : SV_STOPPED);
         goto done;
     }
     switch (w->after) {
     case AFTER_STOP:
         /* stopped by the operator even if it exited 0: it did not finish its work, so it
          * must not count as done (that would close its output ring) */
-        set_state(w, STATUS_STOPPED);
+        enter(w, SV_STOPPED);
         if (w->tw->role == TOPOLOGY_ROLE_DRAFTER && !ok) /* its uncommitted training is gone */
             (void)ledger_rewind(&o->led, ledger_committed_step(&o->led));
         goto done;
     case AFTER_GROUP:
-        set_state(w, STATUS_GROUPWAIT);
+        enter(w, SV_GROUPWAIT);
         group_maybe_restart(o);
         goto done;
     case AFTER_RESTART:
@@ -687,7 +705,7 @@ static void after_exit(orch *o, orch_worker *w)
         if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
             group_fail(o, w, 0);
         } else {
-            set_state(w, STATUS_BACKOFF);
+            enter(w, SV_BACKOFF);
             spawn_worker(o, w);
         }
         goto done;
@@ -695,11 +713,11 @@ static void after_exit(orch *o, orch_worker *w)
         break;
     }
     if (ok) {
-        set_state(w, STATUS_DONE);
+        enter(w, SV_DONE);
         goto done;
     }
     if (!w->term_signal && w->exit_status == DF_EXIT_PERM) {
-        set_state(w, STATUS_FAILED);
+        enter(w, SV_FAILED);
         ev_worker(o, w, "permanent_failure", NULL);
         if (has_replacement(o, w)) {
             df_log("%s failed permanently (exit 100): not restarted; its peers of role %s carry on", w->tw->name,
@@ -724,12 +742,13 @@ static void after_exit(orch *o, orch_worker *w)
     if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
         group_fail(o, w, delay);
     } else {
-        set_state(w, STATUS_BACKOFF);
-        worker_timer(w, TIMER_RESPAWN, delay);
+        enter(w, SV_BACKOFF);
+        uv_timer_start(&w->timer, backoff_timer_cb, delay, 0);
     }
 done:
     check_rings(o);
     maybe_finish(o);
+    return 0;
 }
 
 /* Close a ring once its producers are gone for good: every producer DONE, or (while
@@ -744,7 +763,7 @@ static void check_rings(orch *o)
             orch_worker *x = &o->w[i];
             if (x->tw->out_ring != r)
                 continue;
-            if (o->shutting_down ? running(x) : x->state != STATUS_DONE)
+            if (o->shutting_down ? running(x) : x->sv != SV_DONE)
                 all_gone = 0;
         }
         if (all_gone) {
@@ -763,7 +782,7 @@ static void hang_cb(uv_timer_t *t)
     uint64_t now = df_now_ns();
     for (int i = 0; i < o->n; i++) {
         orch_worker *w = &o->w[i];
-        if (w->pid <= 0 || w->kill_sent || (w->state != STATUS_STARTING && w->state != STATUS_UP))
+        if (w->sv != SV_STARTING && w->sv != SV_UP) /* not STOPPING (it is being stopped), not KILLED */
             continue;
         status_slot *sl = &o->status->slots[i];
         uint64_t hb = atomic_load_explicit(&sl->heartbeat_ns, memory_order_acquire);
@@ -775,7 +794,7 @@ static void hang_cb(uv_timer_t *t)
                    (unsigned long long)age_ms, w->tw->heartbeat_timeout_ms);
             ev_worker(o, w, "hang", json_pack("{s:I, s:i}", "heartbeat_age_ms", (json_int_t)age_ms, "timeout_ms",
                                               (int)w->tw->heartbeat_timeout_ms));
-            signal_worker(w, SIGKILL, "hang");
+            (void)apply(w, EV_HANG);
         }
     }
 }
@@ -788,7 +807,8 @@ static void shutdown_timer_cb(uv_timer_t *t)
         atomic_store_explicit(&o->status->stop, 1, memory_order_release);
         df_log("shutdown: drain took longer than %u ms: SIGTERM to the rest", o->t.sup.shutdown_timeout_ms);
         for (int i = 0; i < o->n; i++)
-            signal_worker(&o->w[i], SIGTERM, "shutdown");
+            if (o->w[i].pid > 0)
+                (void)apply(&o->w[i], EV_SHUTDOWN_TERM);
         for (int r = 0; r < o->t.n_rings; r++)
             if (!o->ring_closed[r]) {
                 ring_close_for_shutdown(&o->rings[r]);
@@ -800,7 +820,7 @@ static void shutdown_timer_cb(uv_timer_t *t)
         for (int i = 0; i < o->n; i++)
             if (o->w[i].pid > 0) {
                 o->forced = 1;
-                signal_worker(&o->w[i], SIGKILL, "shutdown timeout");
+                (void)apply(&o->w[i], EV_SHUTDOWN_KILL);
             }
     }
 }
@@ -874,10 +894,8 @@ static void respawn_for_epoch(orch *o)
 {
     o->epoch_switching = 1;
     for (int i = 0; i < o->n; i++)
-        if (o->w[i].state == STATUS_DONE) {
-            set_state(&o->w[i], STATUS_BACKOFF);
-            spawn_worker(o, &o->w[i]);
-        }
+        if (o->w[i].sv == SV_DONE)
+            (void)apply(&o->w[i], EV_EPOCH);
     o->epoch_switching = 0;
 }
 
@@ -888,9 +906,9 @@ static void maybe_finish(orch *o)
     int active = 0, all_final = 1;
     for (int i = 0; i < o->n; i++) {
         orch_worker *w = &o->w[i];
-        if (running(w) || w->timer_kind != TIMER_NONE || o->group_pending)
+        if (running(w) || uv_is_active((uv_handle_t *)&w->timer) || o->group_pending)
             active = 1;
-        if (w->state != STATUS_DONE && w->state != STATUS_FAILED)
+        if (w->sv != SV_DONE && w->sv != SV_FAILED)
             all_final = 0;
     }
     if (active || (!o->shutting_down && !all_final))
@@ -956,6 +974,329 @@ static void maybe_finish(orch *o)
     control_stop(o);
 }
 
+/* ---- the state table -------------------------------------------------------------- */
+/* Every change in a worker's life goes through apply(): the table below gives, for the
+ * worker's state and the event, the next state and the action. next is a state (entered
+ * before the action runs), SV_SAME (the action does not move it) or SV_POLICY (the action
+ * picks: a spawn or the restart policy). A pair that is not in the table is logged and
+ * ignored. docs/supervisor.md is this table in words; tests/test_supervisor_table.sh keeps
+ * the two equal. */
+
+#define SV_SAME SV_N_STATES
+#define SV_POLICY (SV_N_STATES + 1)
+
+static const char *const sv_names[SV_N_STATES] = {
+    "idle", "starting", "up", "stopping", "killed", "exited", "backoff", "groupwait", "stopped", "done", "failed",
+};
+static const char *const ev_names[EV_N_EVENTS] = {
+    "boot",    "spawned", "spawn_failed", "hello_failed", "ready",         "exit",          "reaped",
+    "hang",    "stop",    "start",        "restart",      "kill",          "peer_died",     "backoff_timer",
+    "escalation_timer",   "shutdown",     "shutdown_term", "shutdown_kill", "group_restart", "epoch",
+};
+
+static int act_none(orch *o, orch_worker *w)
+{
+    (void)o, (void)w;
+    return 0;
+}
+
+static int act_refuse_already(orch *o, orch_worker *w) /* dfctl: "already <state>" */
+{
+    (void)o, (void)w;
+    return -EALREADY;
+}
+
+static int act_refuse_busy(orch *o, orch_worker *w) /* dfctl restart while its handles close */
+{
+    (void)o, (void)w;
+    return -EBUSY;
+}
+
+static int act_refuse_srch(orch *o, orch_worker *w) /* dfctl kill: "not running" */
+{
+    (void)o, (void)w;
+    return -ESRCH;
+}
+
+static int act_spawn(orch *o, orch_worker *w)
+{
+    return spawn_worker(o, w);
+}
+
+static int act_start(orch *o, orch_worker *w) /* dfctl start (and restart of a worker that is down) */
+{
+    uv_timer_stop(&w->timer);
+    w->backoff_ms = o->t.sup.backoff_initial_ms;
+    ev_worker(o, w, "start", json_pack("{s:s}", "why", "dfctl start"));
+    return spawn_worker(o, w);
+}
+
+static int act_respawn(orch *o, orch_worker *w) /* the backoff is over */
+{
+    return o->shutting_down ? 0 : spawn_worker(o, w);
+}
+
+static int act_epoch(orch *o, orch_worker *w)
+{
+    enter(w, SV_BACKOFF);
+    return spawn_worker(o, w);
+}
+
+static int act_ready(orch *o, orch_worker *w)
+{
+    w->ready_ns = df_now_ns();
+    ev_worker(o, w, "ready", json_pack("{s:f}", "load_s", (double)(w->ready_ns - w->start_ns) * 1e-9));
+    return 0;
+}
+
+static int act_ready_late(orch *o, orch_worker *w) /* READY from a worker we already SIGKILLed */
+{
+    if (w->state != STATUS_STARTING)
+        return 0;
+    publish(w, STATUS_UP);
+    return act_ready(o, w);
+}
+
+static int act_exited(orch *o, orch_worker *w)
+{
+    (void)o;
+    w->pid = 0;
+    uv_timer_stop(&w->timer);
+    w->closing = 2;
+    uv_close((uv_handle_t *)&w->poll, on_handle_closed);
+    uv_close((uv_handle_t *)&w->proc, on_handle_closed);
+    return 0;
+}
+
+static int act_stop(orch *o, orch_worker *w) /* dfctl stop of a running worker */
+{
+    w->after = AFTER_STOP;
+    signal_worker(w, SIGTERM, "dfctl stop");
+    uv_timer_start(&w->timer, escalation_timer_cb, o->t.sup.shutdown_timeout_ms, 0);
+    return 0;
+}
+
+static int act_restart(orch *o, orch_worker *w) /* dfctl restart of a running worker */
+{
+    w->after = AFTER_RESTART;
+    signal_worker(w, SIGTERM, "dfctl restart");
+    uv_timer_start(&w->timer, escalation_timer_cb, o->t.sup.shutdown_timeout_ms, 0);
+    return 0;
+}
+
+static int act_cancel(orch *o, orch_worker *w) /* drop a pending restart */
+{
+    (void)o;
+    uv_timer_stop(&w->timer);
+    return 0;
+}
+
+static int act_kill(orch *o, orch_worker *w)
+{
+    (void)o;
+    signal_worker(w, SIGKILL, "dfctl kill");
+    return 0;
+}
+
+static int act_kill_hello(orch *o, orch_worker *w) /* it cannot work without its segments */
+{
+    (void)o;
+    signal_worker(w, SIGKILL, "hello failed");
+    return 0;
+}
+
+static int act_kill_hang(orch *o, orch_worker *w)
+{
+    (void)o;
+    signal_worker(w, SIGKILL, "hang");
+    return 0;
+}
+
+static int act_kill_group(orch *o, orch_worker *w)
+{
+    (void)o;
+    w->after = AFTER_GROUP;
+    signal_worker(w, SIGKILL, "group restart");
+    return 0;
+}
+
+static int act_kill_escalation(orch *o, orch_worker *w)
+{
+    (void)o;
+    signal_worker(w, SIGKILL, "stop timeout");
+    return 0;
+}
+
+static int act_term_shutdown(orch *o, orch_worker *w)
+{
+    (void)o;
+    signal_worker(w, SIGTERM, "shutdown");
+    return 0;
+}
+
+static int act_kill_shutdown(orch *o, orch_worker *w)
+{
+    (void)o;
+    signal_worker(w, SIGKILL, "shutdown timeout");
+    return 0;
+}
+
+static int act_show_groupwait(orch *o, orch_worker *w) /* a group peer died while its handles close */
+{
+    (void)o;
+    if (w->state == STATUS_BACKOFF || w->state == STATUS_UP || w->state == STATUS_STARTING)
+        publish(w, STATUS_GROUPWAIT);
+    return 0;
+}
+
+static int act_group_restart(orch *o, orch_worker *w)
+{
+    uv_timer_start(&w->timer, backoff_timer_cb, o->group_delay_ms, 0);
+    return 0;
+}
+
+typedef struct sv_rule {
+    uint8_t state, event, next;
+    int (*act)(orch *o, orch_worker *w);
+} sv_rule;
+
+#define ROW(st, ev, nx, act) {SV_##st, EV_##ev, SV_##nx, act_##act}
+/* state       event             next       action    (docs/supervisor.md, "The table") */
+static const sv_rule sv_table[] = {
+    ROW(IDLE, BOOT, POLICY, spawn),
+    ROW(IDLE, SPAWNED, STARTING, none),
+    ROW(IDLE, SPAWN_FAILED, EXITED, none),
+    ROW(IDLE, STOP, SAME, refuse_already),
+    ROW(IDLE, START, POLICY, start),
+    ROW(IDLE, RESTART, POLICY, start),
+    ROW(IDLE, KILL, SAME, refuse_srch),
+    ROW(IDLE, PEER_DIED, SAME, none),
+    ROW(IDLE, SHUTDOWN, STOPPED, none),
+
+    ROW(STARTING, HELLO_FAILED, KILLED, kill_hello),
+    ROW(STARTING, READY, UP, ready),
+    ROW(STARTING, EXIT, EXITED, exited),
+    ROW(STARTING, HANG, KILLED, kill_hang),
+    ROW(STARTING, STOP, STOPPING, stop),
+    ROW(STARTING, START, SAME, refuse_already),
+    ROW(STARTING, RESTART, STOPPING, restart),
+    ROW(STARTING, KILL, KILLED, kill),
+    ROW(STARTING, PEER_DIED, KILLED, kill_group),
+    ROW(STARTING, SHUTDOWN, SAME, none),
+    ROW(STARTING, SHUTDOWN_TERM, SAME, term_shutdown),
+    ROW(STARTING, SHUTDOWN_KILL, KILLED, kill_shutdown),
+
+    ROW(UP, READY, SAME, none),
+    ROW(UP, EXIT, EXITED, exited),
+    ROW(UP, HANG, KILLED, kill_hang),
+    ROW(UP, STOP, STOPPING, stop),
+    ROW(UP, START, SAME, refuse_already),
+    ROW(UP, RESTART, STOPPING, restart),
+    ROW(UP, KILL, KILLED, kill),
+    ROW(UP, PEER_DIED, KILLED, kill_group),
+    ROW(UP, SHUTDOWN, SAME, none),
+    ROW(UP, SHUTDOWN_TERM, SAME, term_shutdown),
+    ROW(UP, SHUTDOWN_KILL, KILLED, kill_shutdown),
+
+    ROW(STOPPING, READY, SAME, none),
+    ROW(STOPPING, EXIT, EXITED, exited),
+    ROW(STOPPING, STOP, STOPPING, stop),
+    ROW(STOPPING, START, SAME, refuse_already),
+    ROW(STOPPING, RESTART, STOPPING, restart),
+    ROW(STOPPING, KILL, KILLED, kill),
+    ROW(STOPPING, PEER_DIED, KILLED, kill_group),
+    ROW(STOPPING, ESCALATION_TIMER, KILLED, kill_escalation),
+    ROW(STOPPING, SHUTDOWN, SAME, none),
+    ROW(STOPPING, SHUTDOWN_TERM, SAME, term_shutdown),
+    ROW(STOPPING, SHUTDOWN_KILL, KILLED, kill_shutdown),
+
+    ROW(KILLED, READY, SAME, ready_late),
+    ROW(KILLED, EXIT, EXITED, exited),
+    ROW(KILLED, STOP, STOPPING, stop),
+    ROW(KILLED, START, SAME, refuse_already),
+    ROW(KILLED, RESTART, STOPPING, restart),
+    ROW(KILLED, KILL, KILLED, kill),
+    ROW(KILLED, PEER_DIED, KILLED, kill_group),
+    ROW(KILLED, ESCALATION_TIMER, KILLED, kill_escalation),
+    ROW(KILLED, SHUTDOWN, SAME, none),
+    ROW(KILLED, SHUTDOWN_TERM, SAME, term_shutdown),
+    ROW(KILLED, SHUTDOWN_KILL, KILLED, kill_shutdown),
+
+    ROW(EXITED, REAPED, POLICY, reap),
+    ROW(EXITED, STOP, SAME, refuse_already),
+    ROW(EXITED, START, SAME, refuse_already),
+    ROW(EXITED, RESTART, SAME, refuse_busy),
+    ROW(EXITED, KILL, SAME, refuse_srch),
+    ROW(EXITED, PEER_DIED, SAME, show_groupwait),
+    ROW(EXITED, SHUTDOWN, SAME, none),
+
+    ROW(BACKOFF, SPAWNED, STARTING, none),
+    ROW(BACKOFF, SPAWN_FAILED, EXITED, none),
+    ROW(BACKOFF, BACKOFF_TIMER, POLICY, respawn),
+    ROW(BACKOFF, STOP, STOPPED, cancel),
+    ROW(BACKOFF, START, POLICY, start),
+    ROW(BACKOFF, RESTART, POLICY, start),
+    ROW(BACKOFF, KILL, SAME, refuse_srch),
+    ROW(BACKOFF, PEER_DIED, GROUPWAIT, cancel),
+    ROW(BACKOFF, SHUTDOWN, STOPPED, cancel),
+
+    ROW(GROUPWAIT, SPAWNED, STARTING, none),
+    ROW(GROUPWAIT, SPAWN_FAILED, EXITED, none),
+    ROW(GROUPWAIT, GROUP_RESTART, BACKOFF, group_restart),
+    ROW(GROUPWAIT, STOP, STOPPED, cancel),
+    ROW(GROUPWAIT, START, POLICY, start),
+    ROW(GROUPWAIT, RESTART, POLICY, start),
+    ROW(GROUPWAIT, KILL, SAME, refuse_srch),
+    ROW(GROUPWAIT, PEER_DIED, SAME, none),
+    ROW(GROUPWAIT, SHUTDOWN, STOPPED, cancel),
+
+    ROW(STOPPED, SPAWNED, STARTING, none),
+    ROW(STOPPED, SPAWN_FAILED, EXITED, none),
+    ROW(STOPPED, STOP, SAME, refuse_already),
+    ROW(STOPPED, START, POLICY, start),
+    ROW(STOPPED, RESTART, POLICY, start),
+    ROW(STOPPED, KILL, SAME, refuse_srch),
+    ROW(STOPPED, PEER_DIED, SAME, none),
+    ROW(STOPPED, SHUTDOWN, SAME, none),
+
+    ROW(DONE, SPAWNED, STARTING, none),
+    ROW(DONE, SPAWN_FAILED, EXITED, none),
+    ROW(DONE, EPOCH, POLICY, epoch),
+    ROW(DONE, STOP, SAME, refuse_already),
+    ROW(DONE, START, POLICY, start),
+    ROW(DONE, RESTART, POLICY, start),
+    ROW(DONE, KILL, SAME, refuse_srch),
+    ROW(DONE, PEER_DIED, SAME, none),
+    ROW(DONE, SHUTDOWN, SAME, none),
+
+    ROW(FAILED, SPAWNED, STARTING, none),
+    ROW(FAILED, SPAWN_FAILED, EXITED, none),
+    ROW(FAILED, STOP, SAME, refuse_already),
+    ROW(FAILED, START, POLICY, start),
+    ROW(FAILED, RESTART, POLICY, start),
+    ROW(FAILED, KILL, SAME, refuse_srch),
+    ROW(FAILED, PEER_DIED, SAME, none),
+    ROW(FAILED, SHUTDOWN, SAME, none),
+};
+#undef ROW
+
+/* Apply one event to one worker: the table's next state, then its action (whose result is
+ * returned: the dfctl commands answer with it). */
+static int apply(orch_worker *w, supervisor_event ev)
+{
+    for (size_t i = 0; i < DF_ARRAY_LEN(sv_table); i++) {
+        const sv_rule *r = &sv_table[i];
+        if (r->state != w->sv || r->event != ev)
+            continue;
+        if (r->next < SV_N_STATES)
+            enter(w, (supervisor_state)r->next);
+        return r->act(w->o, w);
+    }
+    df_log("%s: event %s in state %s is not in the supervisor's state table: ignored", w->tw->name, ev_names[ev],
+           sv_names[w->sv]);
+    return -EINVAL;
+}
+
 /* ---- public ----------------------------------------------------------------------- */
 
 int supervisor_commit(orch *o, uint64_t step)
@@ -991,16 +1332,8 @@ void supervisor_begin_shutdown(orch *o, int exit_code, const char *why)
     atomic_store_explicit(&o->status->stop_claiming, 1, memory_order_release);
     atomic_store_explicit(&o->status->pause, 0, memory_order_release);
     o->group_pending = 0;
-    for (int i = 0; i < o->n; i++) {
-        orch_worker *w = &o->w[i];
-        if (w->timer_kind == TIMER_RESPAWN) {
-            uv_timer_stop(&w->timer);
-            w->timer_kind = TIMER_NONE;
-        }
-        if (!running(w) && (w->state == STATUS_BACKOFF || w->state == STATUS_GROUPWAIT ||
-                            w->state == STATUS_IDLE))
-            set_state(w, STATUS_STOPPED);
-    }
+    for (int i = 0; i < o->n; i++)
+        (void)apply(&o->w[i], EV_SHUTDOWN);
     uv_timer_start(&o->shutdown_timer, shutdown_timer_cb, o->t.sup.shutdown_timeout_ms, 0);
     check_rings(o);
     maybe_finish(o);
@@ -1008,58 +1341,28 @@ void supervisor_begin_shutdown(orch *o, int exit_code, const char *why)
 
 int supervisor_cmd_stop(orch *o, orch_worker *w)
 {
-    if (w->pid > 0) {
-        w->after = AFTER_STOP;
-        set_state(w, STATUS_STOPPING);
-        signal_worker(w, SIGTERM, "dfctl stop");
-        worker_timer(w, TIMER_ESCALATE, o->t.sup.shutdown_timeout_ms);
-        return 0;
-    }
-    if (w->state == STATUS_BACKOFF || w->state == STATUS_GROUPWAIT) {
-        uv_timer_stop(&w->timer);
-        w->timer_kind = TIMER_NONE;
-        set_state(w, STATUS_STOPPED);
-        return 0;
-    }
-    return -EALREADY;
+    (void)o;
+    return apply(w, EV_STOP);
 }
 
 int supervisor_cmd_start(orch *o, orch_worker *w)
 {
     if (o->shutting_down)
         return -ESHUTDOWN;
-    if (running(w))
-        return -EALREADY;
-    uv_timer_stop(&w->timer);
-    w->timer_kind = TIMER_NONE;
-    w->backoff_ms = o->t.sup.backoff_initial_ms;
-    ev_worker(o, w, "start", json_pack("{s:s}", "why", "dfctl start"));
-    return spawn_worker(o, w);
+    return apply(w, EV_START);
 }
 
 int supervisor_cmd_restart(orch *o, orch_worker *w)
 {
     if (o->shutting_down)
         return -ESHUTDOWN;
-    if (w->pid > 0) {
-        w->after = AFTER_RESTART;
-        set_state(w, STATUS_STOPPING);
-        signal_worker(w, SIGTERM, "dfctl restart");
-        worker_timer(w, TIMER_ESCALATE, o->t.sup.shutdown_timeout_ms);
-        return 0;
-    }
-    if (w->closing)
-        return -EBUSY;
-    return supervisor_cmd_start(o, w);
+    return apply(w, EV_RESTART);
 }
 
 int supervisor_cmd_kill(orch *o, orch_worker *w)
 {
     (void)o;
-    if (w->pid <= 0)
-        return -ESRCH;
-    signal_worker(w, SIGKILL, "dfctl kill");
-    return 0;
+    return apply(w, EV_KILL);
 }
 
 int supervisor_start(orch *o)
@@ -1090,6 +1393,6 @@ int supervisor_start(orch *o)
         if (advance_epoch(o) < 0)
             return 0;
     for (int i = 0; i < o->n; i++)
-        spawn_worker(o, &o->w[i]);
+        (void)apply(&o->w[i], EV_BOOT);
     return 0;
 }

@@ -50,10 +50,11 @@ int main(int argc, char **argv)
         df_die(DF_EXIT_PERM, "%s", err);
     if (Ain->kind == ARENA_CUDA && Aout->kind == ARENA_CUDA && Ain->device != Aout->device) {
         /* the target's slots are on another GPU: let ours read them (peer copy) */
-        int rc = arena_grant_access(Ain, Aout->device);
+        char e2[512];
+        int rc = arena_grant_access(Ain, Aout->device, e2, sizeof e2);
         if (rc < 0)
             df_die(DF_EXIT_PERM, "input ring on GPU %d is not reachable from GPU %d: %s", Ain->device, Aout->device,
-                   arena_strerror(rc));
+                   e2);
     }
     batch_view iview = {0};
     void *ometa = NULL; /* host buffer for the output metadata (cuda) */

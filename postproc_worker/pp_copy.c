@@ -1,22 +1,59 @@
-/* pp_copy.c: the CPU side of pp_copy.h and the dispatch to the CUDA side. */
-#include "postproc_worker/pp_copy.h"
+/* pp_copy.c: the cpu backend of pp_copy.h (host arenas: memcpy + noise) and the dispatch
+ * through the copier's ops table (pp_copy_internal.h) to the cuda one. */
+#include "postproc_worker/pp_copy_internal.h"
 
 #include "dflash/dflash_batch.h"
 #include "io/batch.h"
 #include "util.h"
 
+static int unsupported(const arena *dst, const arena *src, uint32_t dtype, uint64_t batch_id, char *err,
+                       size_t errlen)
+{
+    snprintf(err, errlen, "batch %llu: %s features between %s and %s arenas are not supported",
+             (unsigned long long)batch_id, dtype == BATCH_FEAT_BF16 ? "bf16" : "fp32",
+             src->kind == ARENA_CUDA ? "cuda" : "cpu", dst->kind == ARENA_CUDA ? "cuda" : "cpu");
+    return -EINVAL;
+}
+
+/* ---- the cpu backend: nothing to open, and no device copies ---- */
+
+static int cpu_open(pp_copier **out, int device, char *err, size_t errlen);
+
+static void cpu_close(pp_copier *c)
+{
+    (void)c; /* the static cpu_copier */
+}
+
+static int cpu_copy(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
+                    double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
+{
+    (void)c, (void)dst_off, (void)src_off, (void)n, (void)std, (void)seed;
+    return unsupported(dst, src, BATCH_FEAT_BF16, batch_id, err, errlen);
+}
+
+static const pp_ops cpu_ops = {.name = "cpu", .open = cpu_open, .close = cpu_close, .copy = cpu_copy};
+static pp_copier cpu_copier = {.ops = &cpu_ops};
+
+static int cpu_open(pp_copier **out, int device, char *err, size_t errlen)
+{
+    (void)device, (void)err, (void)errlen;
+    *out = &cpu_copier;
+    return 0;
+}
+
+/* ---- the API ---- */
+
 int pp_copier_open(pp_copier **out, int dst_device, char *err, size_t errlen)
 {
     *out = NULL;
-    if (dst_device < 0)
-        return 0; /* cpu: nothing to set up (a NULL copier means cpu) */
-    return pp_cuda_open(out, dst_device, err, errlen);
+    const pp_ops *ops = dst_device < 0 ? &cpu_ops : &pp_ops_cuda;
+    return ops->open(out, dst_device, err, errlen);
 }
 
 void pp_copier_close(pp_copier *c)
 {
     if (c)
-        pp_cuda_close(c);
+        c->ops->close(c);
 }
 
 int pp_copy_features(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
@@ -40,11 +77,7 @@ int pp_copy_features(pp_copier *c, const arena *dst, uint64_t dst_off, const are
             dflash_add_noise(d, n, std, seed, batch_id);
         return 0;
     }
-    if (!c || dtype != BATCH_FEAT_BF16) {
-        snprintf(err, errlen, "batch %llu: %s features between %s and %s arenas are not supported",
-                 (unsigned long long)batch_id, dtype == BATCH_FEAT_BF16 ? "bf16" : "fp32",
-                 src->kind == ARENA_CUDA ? "cuda" : "cpu", dst->kind == ARENA_CUDA ? "cuda" : "cpu");
-        return -EINVAL;
-    }
-    return pp_cuda_copy(c, dst, dst_off, src, src_off, n, std, seed, batch_id, err, errlen);
+    if (!c || dtype != BATCH_FEAT_BF16)
+        return unsupported(dst, src, dtype, batch_id, err, errlen);
+    return c->ops->copy(c, dst, dst_off, src, src_off, n, std, seed, batch_id, err, errlen);
 }

@@ -6,6 +6,8 @@
  *                (the drafter's GPU pulls from the target's; the target never waits on it),
  *                then the noise added in place by a kernel seeded by (seed, batch id, element)
  *                (bf16 in, fp32 math, bf16 out). pp_copy_cuda.cu; a CPU-only build refuses.
+ * The copier's backend is a pp_ops table chosen by pp_copier_open (pp_copy_internal.h,
+ * docs/backends.md).
  *
  * The noise is a pure function of (seed, batch id, element index) on each backend, so a
  * retried batch gets the same noise; the CPU and CUDA streams differ (not bit-compared).
@@ -27,11 +29,5 @@ void pp_copier_close(pp_copier *c); /* NULL is fine */
  * dst_off and add N(0, std^2) noise when std > 0. Returns when the copy is complete. */
 int pp_copy_features(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
                      uint32_t dtype, double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen);
-
-/* ---- seam (pp_copy_cuda.cu / pp_copy_nocuda.c) ---- */
-int pp_cuda_open(pp_copier **out, int device, char *err, size_t errlen);
-void pp_cuda_close(pp_copier *c);
-int pp_cuda_copy(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
-                 double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,5 @@
-/* pp_copy_cuda.cu: the CUDA side of pp_copy.h: device (or peer) copy of bf16 features
- * between two ring slots, then the Gaussian noise in place. */
+/* pp_copy_cuda.cu: the CUDA side of pp_copy.h (pp_ops_cuda): device (or peer) copy of bf16
+ * features between two ring slots, then the Gaussian noise in place. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -8,13 +8,21 @@
 #include <stdlib.h>
 
 extern "C" {
-#include "postproc_worker/pp_copy.h"
+#include "postproc_worker/pp_copy_internal.h"
 }
 
-struct pp_copier {
+static int open_cuda(pp_copier **out, int device, char *err, size_t errlen);
+static void close_cuda(pp_copier *c);
+static int copy_cuda(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
+                     double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen);
+
+extern "C" const pp_ops pp_ops_cuda = {"cuda", open_cuda, close_cuda, copy_cuda};
+
+typedef struct copier_cuda {
+    pp_copier base;
     int device;
     cudaStream_t s;
-};
+} copier_cuda;
 
 static __device__ __forceinline__ uint64_t mix64(uint64_t z)
 {
@@ -42,11 +50,11 @@ __global__ void k_add_noise(__nv_bfloat16 *x, size_t n, float std, uint64_t key)
         x[i + 1] = __float2bfloat16(__bfloat162float(x[i + 1]) + rad * s);
 }
 
-extern "C" int pp_cuda_open(pp_copier **out, int device, char *err, size_t errlen)
+static int open_cuda(pp_copier **out, int device, char *err, size_t errlen)
 {
     *out = NULL;
     cudaError_t e = cudaSetDevice(device);
-    pp_copier *c = (pp_copier *)calloc(1, sizeof *c);
+    copier_cuda *c = (copier_cuda *)calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
     if (e == cudaSuccess)
@@ -56,21 +64,24 @@ extern "C" int pp_cuda_open(pp_copier **out, int device, char *err, size_t errle
         free(c);
         return -EIO;
     }
+    c->base.ops = &pp_ops_cuda;
     c->device = device;
-    *out = c;
+    *out = &c->base;
     return 0;
 }
 
-extern "C" void pp_cuda_close(pp_copier *c)
+static void close_cuda(pp_copier *cb)
 {
+    copier_cuda *c = (copier_cuda *)cb;
     if (c->s)
         cudaStreamDestroy(c->s);
     free(c);
 }
 
-extern "C" int pp_cuda_copy(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off,
-                            size_t n, double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
+static int copy_cuda(pp_copier *cb, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
+                     double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
 {
+    copier_cuda *c = (copier_cuda *)cb;
     size_t bytes = n * sizeof(__nv_bfloat16);
     if (dst->kind != ARENA_CUDA || src->kind != ARENA_CUDA || src_off > src->size || bytes > src->size - src_off ||
         dst_off > dst->size || bytes > dst->size - dst_off) {

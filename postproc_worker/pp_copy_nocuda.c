@@ -1,21 +1,28 @@
-/* pp_copy_nocuda.c: the CUDA seam of pp_copy.h in a build without CUDA=1. */
-#include "postproc_worker/pp_copy.h"
+/* pp_copy_nocuda.c: pp_ops_cuda in a build without CUDA=1: every entry refuses with -ENOTSUP
+ * and says so (docs/backends.md). */
+#include "postproc_worker/pp_copy_internal.h"
 
 #include <errno.h>
 #include <stdio.h>
 
-int pp_cuda_open(pp_copier **out, int device, char *err, size_t errlen)
+static int open_nocuda(pp_copier **out, int device, char *err, size_t errlen)
 {
     *out = NULL;
     snprintf(err, errlen, "GPU rings (device %d): this build has no CUDA (rebuild with make CUDA=1)", device);
     return -ENOTSUP;
 }
 
-void pp_cuda_close(pp_copier *c) {}
-
-int pp_cuda_copy(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
-                 double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
+static void close_nocuda(pp_copier *c)
 {
-    snprintf(err, errlen, "no CUDA in this build");
+    (void)c;
+}
+
+static int copy_nocuda(pp_copier *c, const arena *dst, uint64_t dst_off, const arena *src, uint64_t src_off, size_t n,
+                       double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
+{
+    (void)c, (void)dst, (void)dst_off, (void)src, (void)src_off, (void)n, (void)std, (void)seed, (void)batch_id;
+    snprintf(err, errlen, "feature copy: this build has no CUDA (rebuild with make CUDA=1)");
     return -ENOTSUP;
 }
+
+const pp_ops pp_ops_cuda = {.name = "cuda", .open = open_nocuda, .close = close_nocuda, .copy = copy_nocuda};

@@ -1,5 +1,5 @@
-/* target_backend.c: the CPU side of target_backend.h (target_forward_cpu in the slot) and
- * the dispatch; the CUDA side is target_backend_cuda.c. */
+/* target_backend.c: the cpu backend of target_backend.h (target_forward_cpu in the slot)
+ * and the dispatch through the ops table; the cuda one is target_backend_cuda.c. */
 #include "target_worker/target_backend_internal.h"
 
 #include "target/target_model.h"
@@ -32,11 +32,11 @@ static void cpu_close(target_backend *bb)
     free(b);
 }
 
-int backend_open(target_backend **out, const topo *t, int device, char *err, size_t errlen)
+static const backend_ops cpu_ops;
+
+static int cpu_open(target_backend **out, const topo *t, int device, char *err, size_t errlen)
 {
-    *out = NULL;
-    if (t->backend != TOPOLOGY_CPU)
-        return backend_open_cuda(out, t, device, err, errlen);
+    (void)device;
     backend_cpu *b = calloc(1, sizeof *b);
     if (!b)
         return -ENOMEM;
@@ -51,27 +51,39 @@ int backend_open(target_backend **out, const topo *t, int device, char *err, siz
     b->base.hidden = b->m.cfg.hidden_size;
     b->base.n_layers_run = b->m.n_layers;
     b->base.n_layers = b->m.cfg.num_hidden_layers;
-    b->base.forward = cpu_forward;
-    b->base.meta = cpu_meta;
-    b->base.close = cpu_close;
+    b->base.ops = &cpu_ops;
     *out = &b->base;
     return 0;
+}
+
+static const backend_ops cpu_ops = {.name = "cpu",
+                                    .feat_dtype = BATCH_FEAT_F32,
+                                    .open = cpu_open,
+                                    .forward = cpu_forward,
+                                    .meta = cpu_meta,
+                                    .close = cpu_close};
+
+int backend_open(target_backend **out, const topo *t, int device, char *err, size_t errlen)
+{
+    *out = NULL;
+    const backend_ops *ops = t->backend != TOPOLOGY_CPU ? &backend_ops_cuda : &cpu_ops;
+    return ops->open(out, t, device, err, errlen);
 }
 
 void backend_close(target_backend *b)
 {
     if (b)
-        b->close(b);
+        b->ops->close(b);
 }
 
 int backend_hidden(const target_backend *b) { return b->hidden; }
 int backend_n_layers_run(const target_backend *b) { return b->n_layers_run; }
 int backend_n_layers(const target_backend *b) { return b->n_layers; }
-uint32_t backend_feat_dtype(const target_backend *b) { return b->cuda ? BATCH_FEAT_BF16 : BATCH_FEAT_F32; }
+uint32_t backend_feat_dtype(const target_backend *b) { return b->ops->feat_dtype; }
 
-batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off) { return b->meta(b, A, off); }
+batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off) { return b->ops->meta(b, A, off); }
 
 int backend_forward(target_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {
-    return b->forward(b, A, off, h, err, errlen);
+    return b->ops->forward(b, A, off, h, err, errlen);
 }

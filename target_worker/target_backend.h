@@ -10,7 +10,10 @@
  *
  * Errors: 0 or -errno with a message in err. backend_open: -EINVAL/-ENOENT (bad or missing
  * model: permanent, target_exit_code maps them) or -ENOTSUP (no CUDA in this build). backend_forward:
- * -ERANGE a token id outside the vocabulary (bad data), -EIO device failure. */
+ * -ERANGE a token id outside the vocabulary (bad data), -EIO device failure.
+ *
+ * The backend is a backend_ops table chosen by backend_open (target_backend_internal.h,
+ * docs/backends.md). */
 #ifndef DF_TARGET_BACKEND_H
 #define DF_TARGET_BACKEND_H
 
@@ -31,8 +34,5 @@ uint32_t backend_feat_dtype(const target_backend *b); /* BATCH_FEAT_F32 (cpu) or
 /* Where to build the metadata of the batch for the slot at arena offset off. */
 batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off);
 int backend_forward(target_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen);
-
-/* ---- backend seam (target_backend_cuda.c / target_backend_nocuda.c) ---- */
-int backend_open_cuda(target_backend **out, const topo *t, int device, char *err, size_t errlen);
 
 #endif

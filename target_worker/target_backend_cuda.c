@@ -1,4 +1,4 @@
-/* target_backend_cuda.c: the CUDA side of target_backend.h: target_forward_cuda straight into the
+/* target_backend_cuda.c: the CUDA side of target_backend.h (backend_ops_cuda): target_forward_cuda straight into the
  * device ring slot. The metadata is built on the host and copied in first (tokens and
  * doc_starts must be on the device for the forward); the features are written as bf16 at
  * off_feat; the stream is synchronised before returning so the slot can be published. */
@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+
+#include "cuda_check.h"
 
 typedef struct backend_cuda {
     struct target_backend base;
@@ -70,14 +72,10 @@ static void cuda_close(target_backend *bb)
     free(b);
 }
 
-int backend_open_cuda(target_backend **out, const topo *t, int device, char *err, size_t errlen)
+static int cuda_open(target_backend **out, const topo *t, int device, char *err, size_t errlen)
 {
     *out = NULL;
-    cudaError_t ce = cudaSetDevice(device);
-    if (ce != cudaSuccess) {
-        snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(ce));
-        return -EIO;
-    }
+    CUDA_TRY(cudaSetDevice(device), err, errlen);
     backend_cuda *b = calloc(1, sizeof *b);
     if (!b)
         return -ENOMEM;
@@ -90,15 +88,14 @@ int backend_open_cuda(target_backend **out, const topo *t, int device, char *err
     int rc = b->meta ? 0 : -ENOMEM;
     if (rc == 0)
         rc = target_load_cuda(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, (int)t->token_budget, err, errlen);
-    if (rc == 0 && (ce = cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking)) != cudaSuccess) {
-        snprintf(err, errlen, "cudaStreamCreate: %s", cudaGetErrorString(ce));
-        rc = -EIO;
-    }
+    if (rc == 0)
+        CUDA_TRY_GOTO(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking), err, errlen, rc, fail);
+fail:
     if (rc < 0) {
         cuda_close(&b->base);
         return rc;
     }
-    b->base.cuda = 1;
+    b->base.ops = &backend_ops_cuda;
     b->base.hidden = b->m.d;
     b->base.n_layers_run = b->m.n_layers;
     hfconfig hc;
@@ -107,9 +104,13 @@ int backend_open_cuda(target_backend **out, const topo *t, int device, char *err
     snprintf(path, sizeof path, "%s/config.json", t->target_model_dir);
     b->base.n_layers = hfconfig_load(&hc, path, e2, sizeof e2) == 0 ? hc.num_hidden_layers : b->m.n_layers;
     hfconfig_free(&hc);
-    b->base.forward = cuda_forward;
-    b->base.meta = cuda_meta;
-    b->base.close = cuda_close;
     *out = &b->base;
     return 0;
 }
+
+const backend_ops backend_ops_cuda = {.name = "cuda",
+                                      .feat_dtype = BATCH_FEAT_BF16,
+                                      .open = cuda_open,
+                                      .forward = cuda_forward,
+                                      .meta = cuda_meta,
+                                      .close = cuda_close};

@@ -2,7 +2,9 @@
  * rings, the hand-off protocol and the ledger end to end (role "test", or any role when a
  * test points binaries.dir at a directory of symlinks to it).
  *
- * It uses common/ipc/ctl.h exactly like the real workers. Its shape follows its rings:
+ * It is built on the worker skeleton (common/ipc/worker.h) like the real workers: start,
+ * rings, metrics and stage figures, heartbeats, close; what is its own is the payload, the
+ * checks and the fault injection below. Its shape follows its rings:
  *   out ring only   producer: claims ledger batches, writes a deterministic payload (from
  *                   the batch id) with its checksum into the slot, publishes, set_in_ring
  *   in ring only    consumer: verifies the checksum, marks the batch trained at its next
@@ -32,11 +34,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/ctl.h"
+#include "ipc/worker.h"
 #include "util.h"
 
 #define PAYLOAD_MAX 4096
-#define WAIT_NS (50 * 1000000ll)
 
 static long env_num(const char *k, long def)
 {
@@ -52,10 +53,11 @@ static void sleep_ms(long ms)
 }
 
 typedef struct fake {
-    ctl_worker w;
+    worker_ctx k;
+    worker_ring rin, rout; /* rin.r / rout.r NULL when the topology gives none */
     ring *in, *out;
     long crash_at, hang_at, slow_ms, max_items, ckpt_every;
-    uint64_t items, tokens, step, last_ckpt;
+    uint64_t items, step, last_ckpt; /* items: handled by this incarnation (DF_FAKE_STEPS) */
 } fake;
 
 /* Called with a lease held: the fault points. */
@@ -83,39 +85,45 @@ static void fill_payload(uint8_t *p, uint64_t bytes, uint64_t batch)
     }
 }
 
-static uint8_t *slot_ptr(fake *f, ring *r, uint32_t slot)
+static uint8_t *slot_ptr(const worker_ring *r, uint32_t slot)
 {
-    arena *a = ctl_ring_arena(&f->w, r);
-    DF_CHECK(a && a->kind == ARENA_CPU);
-    return (uint8_t *)a->base + (uint64_t)slot * ctl_ring_slot_bytes(&f->w, r);
+    DF_CHECK(r->A->kind == ARENA_CPU);
+    return (uint8_t *)r->A->base + (uint64_t)slot * r->slot_bytes;
 }
 
+/* worker_acquire_free, but a stop request (dfctl stop) ends the wait: -EINTR */
 static int wait_free(fake *f, ring *r, uint32_t *slot)
 {
     for (;;) {
-        ctl_heartbeat(&f->w, f->step, f->items, f->tokens);
-        int rc = ring_acquire_free(r, (uint16_t)f->w.id, f->w.incarnation, WAIT_NS, slot);
+        worker_tick(&f->k, f->step);
+        int rc = ring_acquire_free(r, (uint16_t)f->k.ctl.id, f->k.ctl.incarnation, WORKER_WAIT_NS, slot);
         if (rc != -ETIMEDOUT)
             return rc;
-        if (ctl_should_stop(&f->w))
+        if (ctl_should_stop(&f->k.ctl))
             return -EINTR;
     }
 }
 
+static void counted(fake *f, uint64_t tokens)
+{
+    f->items++;
+    stage_count(&f->k.st, 1, tokens);
+}
+
 static void producer(fake *f)
 {
-    ledger *l = ctl_ledger(&f->w);
-    handoff_table *h = ctl_handoff(&f->w);
-    uint16_t id = (uint16_t)f->w.id;
-    uint32_t inc = f->w.incarnation;
-    uint64_t sb = ctl_ring_slot_bytes(&f->w, f->out);
-    while (!ctl_should_stop(&f->w) && (f->max_items <= 0 || f->items < (uint64_t)f->max_items)) {
-        ctl_heartbeat(&f->w, f->step, f->items, f->tokens);
-        if (ctl_paused(&f->w)) {
-            sleep_ms(10);
+    ledger *l = ctl_ledger(&f->k.ctl);
+    handoff_table *h = ctl_handoff(&f->k.ctl);
+    uint16_t id = (uint16_t)f->k.ctl.id;
+    uint32_t inc = f->k.ctl.incarnation;
+    uint64_t sb = f->rout.slot_bytes;
+    while (!ctl_should_stop(&f->k.ctl) && (f->max_items <= 0 || f->items < (uint64_t)f->max_items)) {
+        worker_tick(&f->k, f->step);
+        if (ctl_paused(&f->k.ctl)) {
+            worker_idle(&f->k);
             continue;
         }
-        if (ctl_stop_claiming(&f->w))
+        if (ctl_stop_claiming(&f->k.ctl))
             break;
         uint64_t b;
         int rc = ledger_claim_next(l, id, inc, &b);
@@ -134,7 +142,7 @@ static void producer(fake *f)
         handoff_end in = {.r = NULL, .token = b}, out = {.r = f->out, .slot = slot};
         DF_CHECK_ERR(handoff_begin(h, id, inc, &in, &out));
         uint64_t bytes = DF_MIN((uint64_t)PAYLOAD_MAX, sb);
-        uint8_t *p = slot_ptr(f, f->out, slot);
+        uint8_t *p = slot_ptr(&f->rout, slot);
         fill_payload(p, bytes, b);
         ring_desc *d = ring_desc_at(f->out, slot);
         memset(d, 0, sizeof *d);
@@ -154,21 +162,20 @@ static void producer(fake *f)
         rc = ledger_set_in_ring(l, b);
         DF_CHECK(rc == 0 || rc == -EALREADY);
         DF_CHECK_ERR(handoff_finish(h, id, inc, NULL, 0));
-        f->items++;
-        f->tokens += tokens;
+        counted(f, tokens);
         f->step = f->items;
         if (f->slow_ms > 0)
             sleep_ms(f->slow_ms);
     }
 }
 
-static void verify(fake *f, ring *r, uint32_t slot, const ring_desc *d)
+static void verify(fake *f, const worker_ring *r, uint32_t slot, const ring_desc *d)
 {
-    uint8_t *p = slot_ptr(f, r, slot);
+    uint8_t *p = slot_ptr(r, slot);
     uint64_t sum = df_fnv1a64(p, d->bytes, 0);
     if (sum != d->checksum) {
         df_die(3, "batch %llu in ring %s slot %u: checksum %016llx, descriptor says %016llx",
-               (unsigned long long)d->batch_id, f->w.topo.rings[ring_id(r)].name, slot, (unsigned long long)sum,
+               (unsigned long long)d->batch_id, f->k.ctl.topo.rings[ring_id(r->r)].name, slot, (unsigned long long)sum,
                (unsigned long long)d->checksum);
     }
 }
@@ -176,7 +183,7 @@ static void verify(fake *f, ring *r, uint32_t slot, const ring_desc *d)
 static void checkpoint(fake *f)
 {
     if (f->step > f->last_ckpt) {
-        DF_CHECK_ERR(ctl_send_checkpoint(&f->w, f->step));
+        DF_CHECK_ERR(ctl_send_checkpoint(&f->k.ctl, f->step));
         f->last_ckpt = f->step;
     }
 }
@@ -184,26 +191,26 @@ static void checkpoint(fake *f)
 /* consumer or middle stage */
 static void consumer(fake *f)
 {
-    ledger *l = ctl_ledger(&f->w);
-    handoff_table *h = ctl_handoff(&f->w);
-    uint16_t id = (uint16_t)f->w.id;
-    uint32_t inc = f->w.incarnation;
-    f->step = f->last_ckpt = f->w.committed_step; /* "resume from the last checkpoint" */
+    ledger *l = ctl_ledger(&f->k.ctl);
+    handoff_table *h = ctl_handoff(&f->k.ctl);
+    uint16_t id = (uint16_t)f->k.ctl.id;
+    uint32_t inc = f->k.ctl.incarnation;
+    f->step = f->last_ckpt = f->k.ctl.committed_step; /* "resume from the last checkpoint" */
     int final_sent = 0;
-    while (!ctl_should_stop(&f->w) && (f->max_items <= 0 || f->items < (uint64_t)f->max_items)) {
-        ctl_heartbeat(&f->w, f->step, f->items, f->tokens);
-        if (!f->out && ctl_checkpoint_requested(&f->w))
+    while (!ctl_should_stop(&f->k.ctl) && (f->max_items <= 0 || f->items < (uint64_t)f->max_items)) {
+        worker_tick(&f->k, f->step);
+        if (!f->out && ctl_checkpoint_requested(&f->k.ctl))
             checkpoint(f);
-        if (ctl_paused(&f->w)) {
-            sleep_ms(10);
+        if (ctl_paused(&f->k.ctl)) {
+            worker_idle(&f->k);
             continue;
         }
         uint32_t slot;
-        int rc = ring_acquire_ready(f->in, id, inc, WAIT_NS, &slot);
+        int rc = worker_acquire_ready(&f->k, f->in, &slot);
         if (rc == -EPIPE)
             break; /* upstream gone and the ring is empty: drained */
         if (rc == -ETIMEDOUT) {
-            if (!f->out && !ctl_stop_claiming(&f->w)) {
+            if (!f->out && !ctl_stop_claiming(&f->k.ctl)) {
                 ledger_counts_t c;
                 ledger_counts(l, &c);
                 if (c.pending + c.claimed + c.in_ring == 0) {
@@ -219,7 +226,7 @@ static void consumer(fake *f)
         }
         DF_CHECK_ERR(rc);
         ring_desc d = *ring_desc_at(f->in, slot);
-        verify(f, f->in, slot, &d);
+        verify(f, &f->rin, slot, &d);
         if (f->out) {
             uint32_t os;
             rc = wait_free(f, f->out, &os);
@@ -228,8 +235,8 @@ static void consumer(fake *f)
             DF_CHECK_ERR(rc);
             handoff_end in = {.r = f->in, .slot = slot}, out = {.r = f->out, .slot = os};
             DF_CHECK_ERR(handoff_begin(h, id, inc, &in, &out));
-            uint64_t sb = ctl_ring_slot_bytes(&f->w, f->out);
-            memcpy(slot_ptr(f, f->out, os), slot_ptr(f, f->in, slot), d.bytes);
+            uint64_t sb = f->rout.slot_bytes;
+            memcpy(slot_ptr(&f->rout, os), slot_ptr(&f->rin, slot), d.bytes);
             ring_desc *od = ring_desc_at(f->out, os);
             *od = d;
             od->offset = (uint64_t)os * sb;
@@ -251,8 +258,7 @@ static void consumer(fake *f)
             if (f->ckpt_every > 0 && f->step - f->last_ckpt >= (uint64_t)f->ckpt_every)
                 checkpoint(f);
         }
-        f->items++;
-        f->tokens += d.user[1];
+        counted(f, d.user[1]);
         if (f->out)
             f->step = f->items;
         if (f->slow_ms > 0)
@@ -264,17 +270,16 @@ static void consumer(fake *f)
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: fake_worker  (started by the orchestrator; see tests/fake_worker_main.c)\n"
-               "A test worker: produces, forwards or consumes batches according to its rings.\n"
-               "Fault injection: DF_FAKE_EXIT, DF_FAKE_CRASH_AT, DF_FAKE_HANG_AT, DF_FAKE_FAULT_INCS,\n"
-               "DF_FAKE_SLOW_MS, DF_FAKE_STEPS, DF_FAKE_CKPT_EVERY, DF_FAKE_LOAD_MS.\n");
+    if (worker_help(argc, argv,
+                    "usage: fake_worker  (started by the orchestrator; see tests/fake_worker_main.c)\n"
+                    "A test worker: produces, forwards or consumes batches according to its rings.\n"
+                    "Fault injection: DF_FAKE_EXIT, DF_FAKE_CRASH_AT, DF_FAKE_HANG_AT, DF_FAKE_FAULT_INCS,\n"
+                    "DF_FAKE_SLOW_MS, DF_FAKE_STEPS, DF_FAKE_CKPT_EVERY, DF_FAKE_LOAD_MS.\n"))
         return 0;
-    }
     static fake f;
     memset(&f, 0, sizeof f);
-    DF_CHECK_ERR(ctl_worker_start(&f.w, argc, argv));
-    int faults = (long)f.w.incarnation <= env_num("DF_FAKE_FAULT_INCS", 1l << 30);
+    DF_CHECK_ERR(worker_start(&f.k, "fake_worker", argc, argv));
+    int faults = (long)f.k.ctl.incarnation <= env_num("DF_FAKE_FAULT_INCS", 1l << 30);
     long code = env_num("DF_FAKE_EXIT", -1);
     if (faults && code >= 0) {
         df_log("DF_FAKE_EXIT=%ld: exiting at start", code);
@@ -285,23 +290,27 @@ int main(int argc, char **argv)
     f.slow_ms = env_num("DF_FAKE_SLOW_MS", 0);
     f.max_items = env_num("DF_FAKE_STEPS", 0);
     f.ckpt_every = env_num("DF_FAKE_CKPT_EVERY", 4);
-    f.in = ctl_ring_in(&f.w);
-    f.out = ctl_ring_out(&f.w);
+    if (worker_ring_in(&f.k, &f.rin) == 0)
+        f.in = f.rin.r;
+    if (worker_ring_out(&f.k, &f.rout) == 0)
+        f.out = f.rout.r;
     DF_CHECK(f.in || f.out);
     long load = env_num("DF_FAKE_LOAD_MS", 0);
     if (load > 0)
         sleep_ms(load);
-    df_log("incarnation %u: %s (in %s, out %s), committed step %llu", f.w.incarnation,
+    ctl_worker *w = &f.k.ctl;
+    df_log("incarnation %u: %s (in %s, out %s), committed step %llu", w->incarnation,
            f.in && f.out ? "middle stage" : f.out ? "producer" : "consumer",
-           f.in ? f.w.topo.rings[f.w.self->in_ring].name : "-", f.out ? f.w.topo.rings[f.w.self->out_ring].name : "-",
-           (unsigned long long)f.w.committed_step);
-    DF_CHECK_ERR(ctl_ready(&f.w));
+           f.in ? w->topo.rings[w->self->in_ring].name : "-", f.out ? w->topo.rings[w->self->out_ring].name : "-",
+           (unsigned long long)w->committed_step);
+    DF_CHECK_ERR(worker_ready(&f.k, f.in, f.out));
     if (f.in)
         consumer(&f);
     else
         producer(&f);
+    worker_finish(&f.k);
     df_log("done: %llu items, step %llu%s", (unsigned long long)f.items, (unsigned long long)f.step,
-           ctl_should_stop(&f.w) ? " (asked to stop)" : "");
-    ctl_worker_close(&f.w);
+           ctl_should_stop(w) ? " (asked to stop)" : "");
+    worker_close(&f.k);
     return 0;
 }

@@ -30,6 +30,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static char e2[512]; /* the allreduce_ calls' error message (one thread per process) */
+
 #define MAX_WORLD 8
 #define N_BIG ((1u << 20) + 3)
 #define SEED 0xA11ED0CEull
@@ -51,7 +53,7 @@ typedef struct rank_report {
     do {                                                                                   \
         int r_ = (call);                                                                   \
         if (r_ != 0) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, allreduce_strerror(r_)); \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, e2); \
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
@@ -87,14 +89,14 @@ static int rank_main(int rank, int world, int sock)
 {
     unsigned char id[128];
     if (rank == 0) {
-        ALLREDUCE_OK(allreduce_nccl_get_unique_id(id));
+        ALLREDUCE_OK(allreduce_nccl_get_unique_id(id, e2, sizeof e2));
         T_ASSERT(fdpass_send(sock, id, sizeof id, NULL, 0) >= 0);
     }
     int nfd = 0;
     T_ASSERT(fdpass_recv(sock, id, sizeof id, NULL, 0, &nfd) == (int)sizeof id);
     allreduce_comm c;
     allreduce_comm_init(&c);
-    ALLREDUCE_OK(allreduce_open_nccl_ex(&c, id, rank, world, rank, ALLREDUCE_DETERMINISTIC, 60ll * 1000000000ll));
+    ALLREDUCE_OK(allreduce_open_nccl_ex(&c, id, rank, world, rank, ALLREDUCE_DETERMINISTIC, 60ll * 1000000000ll, e2, sizeof e2));
     c.timeout_ns = 60ll * 1000000000ll;
     const char *algo = getenv("NCCL_ALGO"), *nvls = getenv("NCCL_NVLS_ENABLE");
     T_ASSERT(algo && strcmp(algo, "Ring") == 0 && nvls && strcmp(nvls, "0") == 0);
@@ -119,7 +121,7 @@ static int rank_main(int rank, int world, int sock)
             h_ref[i] = s;
         }
         CUDA_OK(cudaMemcpy(d_buf, h_in, n * sizeof(float), cudaMemcpyHostToDevice));
-        ALLREDUCE_OK(allreduce_sum(&c, d_buf, n, 30ll * 1000000000ll));
+        ALLREDUCE_OK(allreduce_sum(&c, d_buf, n, 30ll * 1000000000ll, e2, sizeof e2));
         CUDA_OK(cudaMemcpy(h_out, d_buf, n * sizeof(float), cudaMemcpyDeviceToHost));
         T_ASSERT(memcmp(h_out, h_ref, n * sizeof(float)) == 0);
     }
@@ -140,7 +142,7 @@ static int rank_main(int rank, int world, int sock)
     fill_random(h_in, N_BIG, rank);
     for (int rep = 0; rep < 2; rep++) {
         CUDA_OK(cudaMemcpy(d_buf, h_in, bytes, cudaMemcpyHostToDevice));
-        ALLREDUCE_OK(allreduce_sum(&c, d_buf, N_BIG, 30ll * 1000000000ll));
+        ALLREDUCE_OK(allreduce_sum(&c, d_buf, N_BIG, 30ll * 1000000000ll, e2, sizeof e2));
         CUDA_OK(cudaMemcpy(rep == 0 ? h_one : h_out, d_buf, bytes, cudaMemcpyDeviceToHost));
     }
     T_ASSERT(memcmp(h_one, h_out, bytes) == 0);
@@ -151,7 +153,7 @@ static int rank_main(int rank, int world, int sock)
     /* bucketed, inputs copied in on the caller's stream */
     cudaStream_t us;
     CUDA_OK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
-    ALLREDUCE_OK(allreduce_set_stream(&c, us));
+    ALLREDUCE_OK(allreduce_set_stream(&c, us, e2, sizeof e2));
     static const size_t cuts[] = { 0, 1000, 1001, 300000, 700001, N_BIG }; /* 5 buckets */
     for (int pass = 0; pass < 2; pass++) {
         CUDA_OK(cudaMemsetAsync(d_buf, 0xff, bytes, us)); /* NaN garbage first */
@@ -159,9 +161,9 @@ static int rank_main(int rank, int world, int sock)
             size_t lo = cuts[b], hi = cuts[b + 1];
             CUDA_OK(cudaMemcpyAsync(d_buf + lo, h_in + lo, (hi - lo) * sizeof(float),
                                     cudaMemcpyHostToDevice, us));
-            ALLREDUCE_OK(allreduce_bucket_ready(&c, (uint32_t)(4 - b), d_buf + lo, hi - lo));
+            ALLREDUCE_OK(allreduce_bucket_ready(&c, (uint32_t)(4 - b), d_buf + lo, hi - lo, e2, sizeof e2));
         }
-        ALLREDUCE_OK(allreduce_wait_all(&c));
+        ALLREDUCE_OK(allreduce_wait_all(&c, e2, sizeof e2));
         CUDA_OK(cudaMemcpyAsync(h_out, d_buf, bytes, cudaMemcpyDeviceToHost, us));
         CUDA_OK(cudaStreamSynchronize(us));
         if (pass == 0) {
@@ -183,10 +185,10 @@ static int rank_main(int rank, int world, int sock)
     if (go == 'x') {
         if (rank == world - 1)
             raise(SIGKILL);
-        int rc = allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll);
-        printf("rank %d: timeout: %s\n", rank, allreduce_strerror(rc));
+        int rc = allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll, e2, sizeof e2);
+        printf("rank %d: timeout: %s\n", rank, e2);
         T_ASSERT(rc == -ETIMEDOUT);
-        T_ASSERT(allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll) == -ETIMEDOUT);
+        T_ASSERT(allreduce_sum(&c, d_buf, N_BIG, 5ll * 1000000000ll, e2, sizeof e2) == -ETIMEDOUT);
     }
     allreduce_close(&c);
     cudaStreamDestroy(us);
@@ -200,11 +202,11 @@ static int rank_main(int rank, int world, int sock)
 static int init_timeout_main(void)
 {
     unsigned char id[128];
-    ALLREDUCE_OK(allreduce_nccl_get_unique_id(id));
+    ALLREDUCE_OK(allreduce_nccl_get_unique_id(id, e2, sizeof e2));
     allreduce_comm c;
     allreduce_comm_init(&c);
-    int rc = allreduce_open_nccl_ex(&c, id, 0, 2, 0, ALLREDUCE_DETERMINISTIC, 3ll * 1000000000ll);
-    printf("init timeout: %s\n", allreduce_strerror(rc));
+    int rc = allreduce_open_nccl_ex(&c, id, 0, 2, 0, ALLREDUCE_DETERMINISTIC, 3ll * 1000000000ll, e2, sizeof e2);
+    printf("init timeout: %s\n", e2);
     T_ASSERT(rc == -ETIMEDOUT);
     T_ASSERT(c.backend == ALLREDUCE_NONE && c.impl == NULL);
     return 0;

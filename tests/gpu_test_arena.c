@@ -7,7 +7,7 @@
  *   2. A new program image (fork + exec --verify) imports the fd, cuMemcpyDtoH, checks the
  *      checksum, then writes a marker into the last 16 bytes (cuMemsetD32) and exits.
  *   3. A second exec'd image first tries an import with the wrong size (must fail with the
- *      CUDA error text in arena_strerror), then imports properly and checks pattern+marker.
+ *      CUDA error text in the err message), then imports properly and checks pattern+marker.
  * No GPU (cuInit fails or no device): prints SKIPPED and exits 77.
  */
 #include "ipc/arena.h"
@@ -21,6 +21,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+static char e2[512]; /* the arena_ calls' error message (this test is one thread) */
 
 #define BYTES (64ull << 20)
 #define SEED 0xC0DAull
@@ -81,12 +83,12 @@ static void creator(int sock)
     /* a bad device ordinal fails cleanly with the CUDA error text */
     arena a;
     arena_init(&a);
-    int rc = arena_create(&a, ARENA_CUDA, 9999, BYTES, "bad-device");
+    int rc = arena_create(&a, ARENA_CUDA, 9999, BYTES, "bad-device", e2, sizeof e2);
     T_ASSERT(rc < 0);
-    printf("creator: ARENA_CUDA on device 9999: %s\n", arena_strerror(rc));
-    T_ASSERT(strstr(arena_strerror(rc), "CUDA_ERROR"));
+    printf("creator: ARENA_CUDA on device 9999: %s\n", e2);
+    T_ASSERT(strstr(e2, "CUDA_ERROR"));
 
-    T_ASSERT_RC(arena_create(&a, ARENA_CUDA, 0, BYTES, "gpu-arena"));
+    T_ASSERT_RC(arena_create(&a, ARENA_CUDA, 0, BYTES, "gpu-arena", e2, sizeof e2));
     T_ASSERT(a.size >= BYTES && a.fd >= 0 && a.base != NULL);
     printf("creator pid %d: ARENA_CUDA %llu bytes at 0x%llx, fd %d\n", (int)getpid(),
            (unsigned long long)a.size, (unsigned long long)(uintptr_t)a.base, a.fd);
@@ -99,7 +101,7 @@ static void creator(int sock)
     m.size = a.size;
     m.checksum = df_fnv1a64(host, a.size, 0);
     free(host);
-    int fd = arena_dup_fd(&a);
+    int fd = arena_dup_fd(&a, e2, sizeof e2);
     T_ASSERT_RC(fd);
     T_ASSERT_RC(fdpass_send(sock, &m, sizeof m, &fd, 1));
     close(fd);
@@ -117,15 +119,15 @@ static int verify(int sock, int stage)
     arena_init(&a);
     if (stage == 2) {
         /* wrong size: twice the real one cannot be mapped from this allocation */
-        int rc = arena_import(&a, ARENA_CUDA, 0, fds[1], m.size * 2);
-        printf("verify-2: import with the wrong size: %s\n", arena_strerror(rc));
+        int rc = arena_import(&a, ARENA_CUDA, 0, fds[1], m.size * 2, e2, sizeof e2);
+        printf("verify-2: import with the wrong size: %s\n", e2);
         T_ASSERT(rc < 0 && a.base == NULL);
-        T_ASSERT(strstr(arena_strerror(rc), "CUDA_ERROR")); /* the driver's text reaches us */
+        T_ASSERT(strstr(e2, "CUDA_ERROR")); /* the driver's text reaches us */
         T_ASSERT(fcntl(fds[1], F_GETFD) < 0); /* consumed */
     }
-    int rc = arena_import(&a, ARENA_CUDA, 0, fds[0], m.size);
+    int rc = arena_import(&a, ARENA_CUDA, 0, fds[0], m.size, e2, sizeof e2);
     if (rc < 0) {
-        fprintf(stderr, "verify-%d: arena_import: %s\n", stage, arena_strerror(rc));
+        fprintf(stderr, "verify-%d: arena_import: %s\n", stage, e2);
         return 1;
     }
     T_ASSERT(a.size == m.size);

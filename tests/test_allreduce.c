@@ -29,6 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static char e2[512]; /* the allreduce_ calls' error message (one thread per process) */
+
 #define MAXF 1000 /* floats per round in most cases: sizes straddle multiples of it */
 #define TMO_NS (20ll * 1000000000ll) /* generous: a slow CI machine never trips it */
 
@@ -94,15 +96,15 @@ static void new_segment(int world, uint64_t max_floats)
     T_ASSERT(bytes > 0);
     arena_close(&g_seg);
     T_ASSERT_RC(shm_create(&g_seg, bytes, "allreduce-test"));
-    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, max_floats));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, max_floats, e2, sizeof e2));
 }
 
 static int join(allreduce_comm *c, int rank, int world)
 {
     allreduce_comm_init(c);
-    int rc = allreduce_open_shm(c, g_seg.base, g_seg.size, rank, world);
+    int rc = allreduce_open_shm(c, g_seg.base, g_seg.size, rank, world, e2, sizeof e2);
     if (rc)
-        fprintf(stderr, "rank %d: allreduce_open_shm: %s\n", rank, allreduce_strerror(rc));
+        fprintf(stderr, "rank %d: allreduce_open_shm: %s\n", rank, e2);
     return rc;
 }
 
@@ -159,9 +161,9 @@ static int rank_sizes(int rank, int world, void *arg)
     for (size_t k = 0; k < DF_ARRAY_LEN(k_sizes); k++) {
         size_t n = k_sizes[k];
         fill_input(buf, n, k, rank);
-        int rc = allreduce_sum(&c, buf, n, TMO_NS);
+        int rc = allreduce_sum(&c, buf, n, TMO_NS, e2, sizeof e2);
         if (rc) {
-            fprintf(stderr, "rank %d: n=%zu: %s\n", rank, n, allreduce_strerror(rc));
+            fprintf(stderr, "rank %d: n=%zu: %s\n", rank, n, e2);
             return code_of(rc);
         }
         reference(ref, n, world, k, 0);
@@ -198,10 +200,10 @@ static int rank_stress(int rank, int world, void *arg)
         /* shake the timing: a quarter of the calls start up to 0.5 ms late on this rank */
         if (df_rng_below(&jitter, 4) == 0)
             usleep((useconds_t)df_rng_below(&jitter, 500));
-        int rc = allreduce_sum(&c, buf, n, TMO_NS);
+        int rc = allreduce_sum(&c, buf, n, TMO_NS, e2, sizeof e2);
         if (rc) {
             fprintf(stderr, "rank %d: iteration %llu: %s\n", rank, (unsigned long long)it,
-                    allreduce_strerror(rc));
+                    e2);
             return code_of(rc);
         }
         reference(ref, n, world, 100 + it, 0);
@@ -230,7 +232,7 @@ static int rank_bucketed(int rank, int world, void *arg)
     for (uint64_t step = 0; step < 3; step++) {
         fill_input(one, BUCKET_N, 500 + step, rank);
         memcpy(bk, one, BUCKET_N * sizeof(float));
-        int rc = allreduce_sum(&c, one, BUCKET_N, TMO_NS);
+        int rc = allreduce_sum(&c, one, BUCKET_N, TMO_NS, e2, sizeof e2);
         if (rc)
             return code_of(rc);
         /* Buckets from the end of the buffer backwards, like gradients of the last layer
@@ -240,12 +242,12 @@ static int rank_bucketed(int rank, int world, void *arg)
         for (size_t k = 0; k <= DF_ARRAY_LEN(k_buckets); k++) {
             size_t len = k < DF_ARRAY_LEN(k_buckets) ? k_buckets[k] : end;
             end -= len;
-            rc = allreduce_bucket_ready(&c, idx++, bk + end, len);
+            rc = allreduce_bucket_ready(&c, idx++, bk + end, len, e2, sizeof e2);
             if (rc) {
-                fprintf(stderr, "rank %d: allreduce_bucket_ready: %s\n", rank, allreduce_strerror(rc));
+                fprintf(stderr, "rank %d: allreduce_bucket_ready: %s\n", rank, e2);
                 return C_FAIL;
             }
-            if (k == 0 && allreduce_sum(&c, ref, 1, TMO_NS) != -EBUSY) {
+            if (k == 0 && allreduce_sum(&c, ref, 1, TMO_NS, e2, sizeof e2) != -EBUSY) {
                 fprintf(stderr, "rank %d: plain reduction with buckets in flight not -EBUSY\n",
                         rank);
                 return C_FAIL;
@@ -253,9 +255,9 @@ static int rank_bucketed(int rank, int world, void *arg)
         }
         T_ASSERT(end == 0);
         reference(ref, BUCKET_N, world, 500 + step, 0); /* overlaps the buckets */
-        rc = allreduce_wait_all(&c);
+        rc = allreduce_wait_all(&c, e2, sizeof e2);
         if (rc) {
-            fprintf(stderr, "rank %d: allreduce_wait_all: %s\n", rank, allreduce_strerror(rc));
+            fprintf(stderr, "rank %d: allreduce_wait_all: %s\n", rank, e2);
             return code_of(rc);
         }
         if (check_equal(bk, one, BUCKET_N, rank, "bucketed vs one reduction") ||
@@ -278,15 +280,15 @@ static int rank_mismatch(int rank, int world, void *arg)
     if (join(&c, rank, world))
         return C_FAIL;
     fill_input(buf, 64, 900, rank);
-    int rc = allreduce_sum(&c, buf, rank == world - 1 ? 50 : 40, TMO_NS);
+    int rc = allreduce_sum(&c, buf, rank == world - 1 ? 50 : 40, TMO_NS, e2, sizeof e2);
     if (rc != -EINVAL) {
         fprintf(stderr, "rank %d: mismatched n gave %d (%s), want -EINVAL\n", rank, rc,
-                allreduce_strerror(rc));
+                e2);
         return C_FAIL;
     }
     /* a disagreement does not break the group: the next matched call works */
     fill_input(buf, 64, 901, rank);
-    rc = allreduce_sum(&c, buf, 64, TMO_NS);
+    rc = allreduce_sum(&c, buf, 64, TMO_NS, e2, sizeof e2);
     if (rc)
         return code_of(rc);
     reference(ref, 64, world, 901, 0);
@@ -312,12 +314,12 @@ static int rank_loop(int rank, int world, void *arg)
         /* keep the values bounded: scale down so the loop never overflows to inf */
         for (size_t i = 0; i < 2500; i++)
             buf[i] *= 1.0f / (float)world;
-        int rc = allreduce_sum(&c, buf, 2500, tmo);
+        int rc = allreduce_sum(&c, buf, 2500, tmo, e2, sizeof e2);
         if (rc) {
             printf("  rank %d: iteration %llu: %s\n", rank, (unsigned long long)it,
-                   allreduce_strerror(rc));
+                   e2);
             /* sticky: the group stays broken for later calls too */
-            int rc2 = allreduce_sum(&c, buf, 2500, tmo);
+            int rc2 = allreduce_sum(&c, buf, 2500, tmo, e2, sizeof e2);
             if (rc2 != rc)
                 return C_FAIL;
             allreduce_close(&c);
@@ -360,7 +362,7 @@ static void test_failures(void)
     printf("crash: rank 1 SIGKILLed itself mid-reduction; ranks 0, 2: -ETIMEDOUT\n");
 
     /* the orchestrator's restart: re-format, start a fresh group on the same segment */
-    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 3, MAXF));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 3, MAXF, e2, sizeof e2));
     run_group(3, rank_sizes, NULL, "restart");
     printf("restart: re-formatted segment, new group reduces correctly\n");
 
@@ -376,7 +378,7 @@ static void test_failures(void)
     int64_t long_tmo = 60ll * 1000000000ll;
     spawn(pids, 2, 3, rank_loop, &long_tmo);
     usleep(100000);
-    T_ASSERT_RC(allreduce_shm_abort(g_seg.base, g_seg.size));
+    T_ASSERT_RC(allreduce_shm_abort(g_seg.base, g_seg.size, e2, sizeof e2));
     reap(pids, 2, st);
     T_ASSERT(st[0] == C_CANCELED && st[1] == C_CANCELED);
     printf("abort: allreduce_shm_abort released ranks waiting for an absent peer: -ECANCELED\n");
@@ -394,28 +396,28 @@ static void test_setup(void)
     allreduce_comm_init(&c1);
     arena_close(&g_seg);
     T_ASSERT_RC(shm_create(&g_seg, allreduce_shm_bytes(2, 100), "allreduce-setup"));
-    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2) == -EPROTO);
-    T_ASSERT(allreduce_shm_format(g_seg.base, allreduce_shm_bytes(2, 100), 2, 113) == -EINVAL); /* small */
-    T_ASSERT(strstr(allreduce_strerror(-EINVAL), "needs"));
-    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100));
-    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 3) == -EINVAL); /* world */
-    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 2, 2) == -EINVAL); /* rank */
-    T_ASSERT_RC(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2));
-    T_ASSERT(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2) == -EBUSY);
-    T_ASSERT(strstr(allreduce_strerror(-EBUSY), "re-format"));
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2) == -EPROTO);
+    T_ASSERT(allreduce_shm_format(g_seg.base, allreduce_shm_bytes(2, 100), 2, 113, e2, sizeof e2) == -EINVAL); /* small */
+    T_ASSERT(strstr(e2, "needs"));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100, e2, sizeof e2));
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 3, e2, sizeof e2) == -EINVAL); /* world */
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 2, 2, e2, sizeof e2) == -EINVAL); /* rank */
+    T_ASSERT_RC(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2));
+    T_ASSERT(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2) == -EBUSY);
+    T_ASSERT(strstr(e2, "re-format"));
     float x[4] = { 1, 2, 3, 4 };
-    T_ASSERT(allreduce_bucket_ready(&c0, 1, x, 4) == -EINVAL); /* must start at 0 */
-    T_ASSERT_RC(allreduce_wait_all(&c0));                      /* empty step */
+    T_ASSERT(allreduce_bucket_ready(&c0, 1, x, 4, e2, sizeof e2) == -EINVAL); /* must start at 0 */
+    T_ASSERT_RC(allreduce_wait_all(&c0, e2, sizeof e2));                      /* empty step */
     /* a re-format under a live handle: the handle is stale, not silently in the new group */
-    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100));
-    T_ASSERT(allreduce_sum(&c0, x, 4, TMO_NS) == -ESTALE);
-    T_ASSERT_RC(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2)); /* the new group's rank 0 */
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100, e2, sizeof e2));
+    T_ASSERT(allreduce_sum(&c0, x, 4, TMO_NS, e2, sizeof e2) == -ESTALE);
+    T_ASSERT_RC(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2)); /* the new group's rank 0 */
     allreduce_close(&c0); /* stale: must not give back the new group's rank 0 */
     T_ASSERT(c0.backend == ALLREDUCE_NONE && c0.impl == NULL);
     allreduce_close(&c0); /* twice is fine */
-    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2) == -EBUSY);
+    T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2) == -EBUSY);
     allreduce_close(&c1);
-    T_ASSERT_RC(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2)); /* a clean close gives back */
+    T_ASSERT_RC(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2)); /* a clean close gives back */
     allreduce_close(&c1);
 
     /* world 1: the sum of one rank is its own input, bit for bit, in rounds of 7 */
@@ -424,19 +426,19 @@ static void test_setup(void)
     float a[53], b[53];
     fill_input(a, 53, 1, 0);
     memcpy(b, a, sizeof a);
-    T_ASSERT_RC(allreduce_sum(&c0, a, 53, TMO_NS));
+    T_ASSERT_RC(allreduce_sum(&c0, a, 53, TMO_NS, e2, sizeof e2));
     T_ASSERT(memcmp(a, b, sizeof a) == 0);
     for (uint32_t i = 0; i < 5; i++)
-        T_ASSERT_RC(allreduce_bucket_ready(&c0, i, a + 10 * i, i < 4 ? 10 : 13));
-    T_ASSERT_RC(allreduce_wait_all(&c0));
+        T_ASSERT_RC(allreduce_bucket_ready(&c0, i, a + 10 * i, i < 4 ? 10 : 13, e2, sizeof e2));
+    T_ASSERT_RC(allreduce_wait_all(&c0, e2, sizeof e2));
     T_ASSERT(memcmp(a, b, sizeof a) == 0);
     allreduce_close(&c0);
 
 #ifndef DF_WITH_CUDA
     unsigned char id[128];
-    T_ASSERT(allreduce_nccl_get_unique_id(id) == -ENOTSUP);
-    T_ASSERT(allreduce_open_nccl(&c0, id, 0, 1, 0) == -ENOTSUP);
-    T_ASSERT(strstr(allreduce_strerror(-ENOTSUP), "CUDA=1"));
+    T_ASSERT(allreduce_nccl_get_unique_id(id, e2, sizeof e2) == -ENOTSUP);
+    T_ASSERT(allreduce_open_nccl(&c0, id, 0, 1, 0, e2, sizeof e2) == -ENOTSUP);
+    T_ASSERT(strstr(e2, "CUDA=1"));
 #endif
     printf("setup: format/open errors, stale handle, double join, world 1 identity: ok\n");
 }

@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static char e2[512]; /* the arena_ calls' error message (this test is one thread) */
+
 #define BIG_BYTES (64ull << 20)
 #define MARKER 0x564552494649454Dull /* "VERIFIEM" */
 
@@ -97,9 +99,9 @@ static int verify_child(int sock)
     }
     arena a;
     arena_init(&a);
-    int rc = arena_import(&a, ARENA_CPU, -1, fd, m.size);
+    int rc = arena_import(&a, ARENA_CPU, -1, fd, m.size, e2, sizeof e2);
     if (rc < 0) {
-        fprintf(stderr, "verify-child: arena_import: %s\n", arena_strerror(rc));
+        fprintf(stderr, "verify-child: arena_import: %s\n", e2);
         return 1;
     }
     uint64_t sum = df_fnv1a64(a.base, a.size, 0);
@@ -127,10 +129,10 @@ static void test_survives_sigkill(void)
         close(sv[0]);
         arena a;
         arena_init(&a);
-        T_ASSERT_RC(arena_create(&a, ARENA_CPU, -1, BIG_BYTES, "test-arena-big"));
+        T_ASSERT_RC(arena_create(&a, ARENA_CPU, -1, BIG_BYTES, "test-arena-big", e2, sizeof e2));
         fill_pattern(a.base, a.size, seed);
         hello_msg m = {a.size, seed, df_fnv1a64(a.base, a.size, 0)};
-        int fd = arena_dup_fd(&a);
+        int fd = arena_dup_fd(&a, e2, sizeof e2);
         T_ASSERT_RC(fd);
         T_ASSERT_RC(fdpass_send(sv[1], &m, sizeof m, &fd, 1));
         close(fd);
@@ -173,7 +175,7 @@ static void test_survives_sigkill(void)
     /* The parent maps it last: the verifier's marker is there, the pattern is intact. */
     arena a;
     arena_init(&a);
-    T_ASSERT_RC(arena_import(&a, ARENA_CPU, -1, fd, m.size));
+    T_ASSERT_RC(arena_import(&a, ARENA_CPU, -1, fd, m.size, e2, sizeof e2));
     T_ASSERT(((uint64_t *)a.base)[a.size / 8 - 1] == MARKER);
     T_ASSERT(pattern_first_diff(a.base, a.size - 8, seed) == a.size - 8);
     arena_close(&a);
@@ -190,7 +192,7 @@ static int live_importer(int sock, int role)
         return 10;
     arena a;
     arena_init(&a);
-    if (arena_import(&a, ARENA_CPU, -1, fd, size) < 0)
+    if (arena_import(&a, ARENA_CPU, -1, fd, size, e2, sizeof e2) < 0)
         return 11;
     char *base = a.base;
     _Atomic uint64_t *flag_mine = (_Atomic uint64_t *)(base + role * DF_CACHELINE);
@@ -225,9 +227,9 @@ static void test_two_live_importers(void)
     }
     arena a;
     arena_init(&a);
-    T_ASSERT_RC(arena_create(&a, ARENA_CPU, -1, 1 << 20, "test-arena-live"));
+    T_ASSERT_RC(arena_create(&a, ARENA_CPU, -1, 1 << 20, "test-arena-live", e2, sizeof e2));
     for (int r = 0; r < 2; r++) {
-        int fd = arena_dup_fd(&a);
+        int fd = arena_dup_fd(&a, e2, sizeof e2);
         T_ASSERT_RC(fd);
         uint64_t size = a.size;
         T_ASSERT_RC(fdpass_send(sv[r][0], &size, sizeof size, &fd, 1));
@@ -249,46 +251,46 @@ static void test_errors(void)
     arena a, b;
     arena_init(&a);
     arena_init(&b);
-    T_ASSERT(arena_import(&a, ARENA_CPU, -1, -1, 4096) == -EBADF);
-    T_ASSERT(arena_create(&a, ARENA_CPU, -1, 0, "zero") == -EINVAL);
-    T_ASSERT(arena_create(&a, (arena_kind)7, -1, 4096, "kind") == -EINVAL);
-    T_ASSERT(arena_dup_fd(&a) == -EBADF);
-    T_ASSERT(arena_grant_access(&a, 0) == -EINVAL);
+    T_ASSERT(arena_import(&a, ARENA_CPU, -1, -1, 4096, e2, sizeof e2) == -EBADF);
+    T_ASSERT(arena_create(&a, ARENA_CPU, -1, 0, "zero", e2, sizeof e2) == -EINVAL);
+    T_ASSERT(arena_create(&a, (arena_kind)7, -1, 4096, "kind", e2, sizeof e2) == -EINVAL);
+    T_ASSERT(arena_dup_fd(&a, e2, sizeof e2) == -EBADF);
+    T_ASSERT(arena_grant_access(&a, 0, e2, sizeof e2) == -EINVAL);
 
-    T_ASSERT_RC(arena_create(&a, ARENA_CPU, -1, 8192, "test-arena-err"));
-    T_ASSERT(arena_create(&a, ARENA_CPU, -1, 8192, "again") == -EBUSY);
+    T_ASSERT_RC(arena_create(&a, ARENA_CPU, -1, 8192, "test-arena-err", e2, sizeof e2));
+    T_ASSERT(arena_create(&a, ARENA_CPU, -1, 8192, "again", e2, sizeof e2) == -EBUSY);
     /* size mismatch: -EINVAL, the message names both sizes, the fd was consumed */
-    int fd = arena_dup_fd(&a);
+    int fd = arena_dup_fd(&a, e2, sizeof e2);
     T_ASSERT_RC(fd);
     T_ASSERT(fcntl(fd, F_GETFD) & FD_CLOEXEC);
-    int rc = arena_import(&b, ARENA_CPU, -1, fd, 4096);
+    int rc = arena_import(&b, ARENA_CPU, -1, fd, 4096, e2, sizeof e2);
     T_ASSERT(rc == -EINVAL);
-    printf("size mismatch reads: %s\n", arena_strerror(rc));
-    T_ASSERT(strstr(arena_strerror(rc), "8192 bytes, expected 4096"));
+    printf("size mismatch reads: %s\n", e2);
+    T_ASSERT(strstr(e2, "8192 bytes, expected 4096"));
     T_ASSERT(!fd_is_open(fd));
     T_ASSERT(b.fd == -1 && b.base == NULL);
     /* the size is sealed: no holder can shrink it under another's mapping */
-    fd = arena_dup_fd(&a);
+    fd = arena_dup_fd(&a, e2, sizeof e2);
     T_ASSERT(ftruncate(fd, 4096) < 0 && errno == EPERM);
     close(fd);
     /* a pipe is not an arena */
     int p[2];
     T_ASSERT(pipe(p) == 0);
-    T_ASSERT(arena_import(&b, ARENA_CPU, -1, p[0], 4096) == -EINVAL);
+    T_ASSERT(arena_import(&b, ARENA_CPU, -1, p[0], 4096, e2, sizeof e2) == -EINVAL);
     T_ASSERT(!fd_is_open(p[0]));
     close(p[1]);
-    T_ASSERT(arena_grant_access(&a, 0) == -EINVAL);
+    T_ASSERT(arena_grant_access(&a, 0, e2, sizeof e2) == -EINVAL);
     arena_close(&a);
     arena_close(&a); /* idempotent */
 
     /* ARENA_CUDA: -ENOTSUP without CUDA (a CUDA build: in a child, as CUDA opens fds) */
 #ifndef DF_WITH_CUDA
-    rc = arena_create(&a, ARENA_CUDA, 0, 1 << 20, "cuda");
+    rc = arena_create(&a, ARENA_CUDA, 0, 1 << 20, "cuda", e2, sizeof e2);
     T_ASSERT(rc == -ENOTSUP);
-    T_ASSERT(strstr(arena_strerror(rc), "CUDA=1"));
+    T_ASSERT(strstr(e2, "CUDA=1"));
     fd = memfd_create("x", MFD_CLOEXEC);
     T_ASSERT(fd >= 0);
-    T_ASSERT(arena_import(&a, ARENA_CUDA, 0, fd, 4096) == -ENOTSUP);
+    T_ASSERT(arena_import(&a, ARENA_CUDA, 0, fd, 4096, e2, sizeof e2) == -ENOTSUP);
     T_ASSERT(!fd_is_open(fd));
 #endif
     arena_close(&a);
@@ -297,7 +299,7 @@ static void test_errors(void)
     T_ASSERT_RC(shm_create(&a, 3 * 4096 + 17, "test-shm"));
     for (uint64_t i = 0; i < a.size; i++)
         T_ASSERT(((unsigned char *)a.base)[i] == 0);
-    fd = arena_dup_fd(&a);
+    fd = arena_dup_fd(&a, e2, sizeof e2);
     T_ASSERT_RC(shm_import(&b, fd));
     T_ASSERT(b.size == 3 * 4096 + 17 && b.base != a.base);
     ((volatile char *)b.base)[a.size - 1] = 42;
@@ -313,8 +315,8 @@ static void test_errors(void)
     pid_t pid = fork();
     T_ASSERT(pid >= 0);
     if (pid == 0) {
-        rc = arena_create(&a, ARENA_CUDA, 0, 1 << 20, "cuda");
-        printf("ARENA_CUDA create in a CUDA build: %s\n", arena_strerror(rc));
+        rc = arena_create(&a, ARENA_CUDA, 0, 1 << 20, "cuda", e2, sizeof e2);
+        printf("ARENA_CUDA create in a CUDA build: %s\n", e2);
         arena_close(&a);
         _exit(0);
     }

@@ -28,6 +28,8 @@
 #include "test_helpers.h"
 #include "util.h"
 
+static char e2[512]; /* the allreduce_ calls' error message (one thread per process) */
+
 enum { S = 36, NA = 5, MAX_FLOATS = 4096 };
 
 static dflash_config C;
@@ -186,9 +188,9 @@ static int rank_main(int rank, int world, group_arg *ga)
 {
     allreduce_comm c;
     allreduce_comm_init(&c);
-    int rc = allreduce_open_shm(&c, g_seg.base, g_seg.size, rank, world);
+    int rc = allreduce_open_shm(&c, g_seg.base, g_seg.size, rank, world, e2, sizeof e2);
     if (rc) {
-        fprintf(stderr, "rank %d: allreduce_open_shm: %s\n", rank, allreduce_strerror(rc));
+        fprintf(stderr, "rank %d: allreduce_open_shm: %s\n", rank, e2);
         return 1;
     }
     c.timeout_ns = 30ll * 1000000000ll;
@@ -218,8 +220,8 @@ static int rank_main(int rank, int world, group_arg *ga)
     if (!mine)
         return 5;
     int64_t wait_ns;
-    if ((rc = buckets_step_finish(&s, &wait_ns)) < 0) {
-        fprintf(stderr, "rank %d: buckets_step_finish: %s\n", rank, allreduce_strerror(rc));
+    if ((rc = buckets_step_finish(&s, &wait_ns, e2, sizeof e2)) < 0) {
+        fprintf(stderr, "rank %d: buckets_step_finish: %s\n", rank, e2);
         return 6;
     }
     memcpy(ga->out + ((size_t)rank * 2) * g.n, g.data, g.n * sizeof(float));
@@ -238,8 +240,8 @@ static int rank_main(int rank, int world, group_arg *ga)
             if (rc < 0)
                 return 7;
         }
-    if ((rc = allreduce_sum(&c, mine, g.n, c.timeout_ns)) < 0) {
-        fprintf(stderr, "rank %d: allreduce_sum: %s\n", rank, allreduce_strerror(rc));
+    if ((rc = allreduce_sum(&c, mine, g.n, c.timeout_ns, e2, sizeof e2)) < 0) {
+        fprintf(stderr, "rank %d: allreduce_sum: %s\n", rank, e2);
         return 8;
     }
     memcpy(ga->out + ((size_t)rank * 2 + 1) * g.n, mine, g.n * sizeof(float));
@@ -260,7 +262,7 @@ static void run_group(int world, size_t bucket_floats, int empty_rank)
     group_arg ga = {bucket_floats, empty_rank, (float *)out.base, (int *)((float *)out.base + (size_t)world * 2 * n), n};
     arena_close(&g_seg);
     T_ASSERT_RC(shm_create(&g_seg, allreduce_shm_bytes(world, MAX_FLOATS), "gb-allreduce"));
-    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, MAX_FLOATS));
+    T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, MAX_FLOATS, e2, sizeof e2));
     pid_t pids[ALLREDUCE_MAX_WORLD];
     fflush(NULL);
     for (int r = 0; r < world; r++) {

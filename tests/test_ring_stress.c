@@ -74,10 +74,10 @@ static int view_map(view *v, int remap)
     arena_init(&v->seg);
     arena_init(&v->pay);
     if (remap) {
-        int fd = arena_dup_fd(&g.seg);
+        int fd = arena_dup_fd(&g.seg, NULL, 0);
         if (fd < 0 || shm_import(&v->seg, fd) < 0)
             return -1;
-        fd = arena_dup_fd(&g.pay);
+        fd = arena_dup_fd(&g.pay, NULL, 0);
         if (fd < 0 || shm_import(&v->pay, fd) < 0)
             return -1;
     } else {

@@ -32,6 +32,8 @@
 #include "util.h"
 #include "bench/bench_env.h"
 
+static char e2[512]; /* the allreduce_ calls' error message (one thread per process) */
+
 #define CHECK(x)                                                                                                   \
     do {                                                                                                       \
         long rc_ = (long)(x);                                                                                  \
@@ -67,7 +69,7 @@ static int rank_main(int rank, const opts *o, shared_out *so)
 {
     allreduce_comm c;
     allreduce_comm_init(&c);
-    CHECK(allreduce_open_shm(&c, g_seg.base, g_seg.size, rank, o->ranks));
+    CHECK(allreduce_open_shm(&c, g_seg.base, g_seg.size, rank, o->ranks, e2, sizeof e2));
     c.timeout_ns = 120ll * 1000000000ll;
     buckets_plan one, layer;
     CHECK(buckets_plan_make(&one, &C, SIZE_MAX));
@@ -98,7 +100,7 @@ static int rank_main(int rank, const opts *o, shared_out *so)
     CHECK(dflash_batch_init(&b, &C, S, o->anchors, H, x, lm, 5, (uint64_t)rank));
     for (int m = 0; m < N_MODES; m++) {
         for (int it = 0; it < o->warmup + o->steps; it++) {
-            CHECK(allreduce_sum(&c, (float[1]){0}, 1, c.timeout_ns)); /* start the step together */
+            CHECK(allreduce_sum(&c, (float[1]){0}, 1, c.timeout_ns, e2, sizeof e2)); /* start the step together */
             double t0 = now_ms();
             int64_t wait_ns = 0;
             memset(g.data, 0, g.n * sizeof(float));
@@ -107,13 +109,13 @@ static int rank_main(int rank, const opts *o, shared_out *so)
                 CHECK(dflash_loss_and_grad(&C, &p, &fz, &b, &a, &g, 0, 64, &st));
             } else if (m == MODE_REDUCE) {
                 uint64_t w0 = df_now_ns();
-                CHECK(allreduce_sum(&c, g.data, g.n, c.timeout_ns));
+                CHECK(allreduce_sum(&c, g.data, g.n, c.timeout_ns, e2, sizeof e2));
                 wait_ns = (int64_t)(df_now_ns() - w0);
             } else {
                 buckets_step s;
                 buckets_step_begin(&s, m == MODE_ONE ? &one : &layer, &c, g.data);
                 CHECK(dflash_loss_and_grad_hooked(&C, &p, &fz, &b, &a, &g, 0, 64, &st, buckets_step_hook(&s)));
-                CHECK(buckets_step_finish(&s, &wait_ns));
+                CHECK(buckets_step_finish(&s, &wait_ns, e2, sizeof e2));
             }
             double t1 = now_ms();
             if (rank == 0 && it >= o->warmup) {
@@ -178,7 +180,7 @@ int main(int argc, char **argv)
     size_t n = dflash_config_param_count(&C);
     arena_init(&g_seg);
     CHECK(shm_create(&g_seg, allreduce_shm_bytes(o.ranks, 1u << 20), "bench-allreduce"));
-    CHECK(allreduce_shm_format(g_seg.base, g_seg.size, o.ranks, 1u << 20));
+    CHECK(allreduce_shm_format(g_seg.base, g_seg.size, o.ranks, 1u << 20, e2, sizeof e2));
     arena outa;
     arena_init(&outa);
     CHECK(shm_create(&outa, sizeof(shared_out), "bench-out"));

@@ -36,9 +36,12 @@ static void hand_over(buckets_step *s, size_t lo)
     const buckets_plan *p = s->plan;
     while (s->next < p->n && p->lo[s->next] >= lo) {
         int k = s->next++;
-        int rc = allreduce_bucket_ready(s->ar, (uint32_t)k, s->g + p->lo[k], p->hi[k] - p->lo[k]);
-        if (rc < 0 && s->rc == 0)
+        char e2[sizeof s->err];
+        int rc = allreduce_bucket_ready(s->ar, (uint32_t)k, s->g + p->lo[k], p->hi[k] - p->lo[k], e2, sizeof e2);
+        if (rc < 0 && s->rc == 0) {
             s->rc = rc;
+            memcpy(s->err, e2, sizeof s->err);
+        }
     }
 }
 
@@ -65,12 +68,17 @@ const dflash_grad_hook *buckets_step_hook(buckets_step *s)
     return &s->hook;
 }
 
-int buckets_step_finish(buckets_step *s, int64_t *wait_ns)
+int buckets_step_finish(buckets_step *s, int64_t *wait_ns, char *err, size_t errlen)
 {
     hand_over(s, 0);
     uint64_t t0 = df_now_ns();
-    int rc = allreduce_wait_all(s->ar); /* always: it also starts the comm's next step */
+    int rc = allreduce_wait_all(s->ar, err, errlen); /* always: it also starts the comm's next step */
     if (wait_ns)
         *wait_ns = (int64_t)(df_now_ns() - t0);
-    return s->rc < 0 ? s->rc : rc;
+    if (s->rc < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", s->err);
+        return s->rc;
+    }
+    return rc;
 }

@@ -47,7 +47,8 @@ typedef struct buckets_step {
     float *g;         /* the flat gradient array (borrowed) */
     int next;         /* the next bucket to hand over */
     int early;        /* buckets handed over from inside the backward (for the metrics) */
-    int rc;           /* the first error of allreduce_bucket_ready */
+    int rc;           /* the first error of allreduce_bucket_ready (inside the backward) */
+    char err[320];    /* and its message, for buckets_step_finish to report */
     dflash_grad_hook hook;
 } buckets_step;
 
@@ -55,8 +56,9 @@ void buckets_step_begin(buckets_step *s, const buckets_plan *p, allreduce_comm *
 /* The hook to pass to the backward whose gradients complete the step (the last one). */
 const dflash_grad_hook *buckets_step_hook(buckets_step *s);
 /* Hands over the buckets not yet handed over, then waits for all of them (allreduce_wait_all).
- * 0, or the first error (-ETIMEDOUT, -ECANCELED, ...: allreduce_strerror). wait_ns, if not NULL,
- * gets the time spent waiting here (the part of the reduction the backward did not hide). */
-int buckets_step_finish(buckets_step *s, int64_t *wait_ns);
+ * 0, or the first error (-ETIMEDOUT, -ECANCELED, ...) with its message in err. wait_ns, if
+ * not NULL, gets the time spent waiting here (the part of the reduction the backward did not
+ * hide). */
+int buckets_step_finish(buckets_step *s, int64_t *wait_ns, char *err, size_t errlen);
 
 #endif

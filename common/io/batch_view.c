@@ -33,11 +33,12 @@ int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_b
             *out = h;
         return rc;
     }
+    char e2[400] = "out of memory";
     int rc = grow(v, sizeof(batch_header));
     if (rc == 0)
-        rc = arena_read(A, off, v->buf, sizeof(batch_header));
+        rc = arena_read(A, off, v->buf, sizeof(batch_header), e2, sizeof e2);
     if (rc < 0) {
-        snprintf(err, errlen, "reading the slot header: %s", arena_strerror(rc));
+        snprintf(err, errlen, "reading the slot header: %s", e2);
         return rc;
     }
     batch_header probe = *(batch_header *)v->buf;
@@ -47,9 +48,9 @@ int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_b
                  (unsigned long long)off_feat, (unsigned long long)slot_bytes);
         return -EINVAL;
     }
-    if ((rc = grow(v, (size_t)off_feat)) < 0 || (rc = arena_read(A, off, v->buf, off_feat)) < 0) {
-        snprintf(err, errlen, "reading %llu bytes of slot metadata: %s", (unsigned long long)off_feat,
-                 rc == -ENOMEM ? "out of memory" : arena_strerror(rc));
+    snprintf(e2, sizeof e2, "out of memory");
+    if ((rc = grow(v, (size_t)off_feat)) < 0 || (rc = arena_read(A, off, v->buf, off_feat, e2, sizeof e2)) < 0) {
+        snprintf(err, errlen, "reading %llu bytes of slot metadata: %s", (unsigned long long)off_feat, e2);
         return rc;
     }
     batch_header *h = (batch_header *)v->buf;
@@ -63,10 +64,11 @@ int batch_view_write(const arena *A, uint64_t off, const batch_header *h, char *
 {
     if (A->kind == ARENA_CPU && (const char *)h == (const char *)A->base + off)
         return 0;
-    int rc = arena_write(A, off, h, h->off_feat);
+    char e2[400];
+    int rc = arena_write(A, off, h, h->off_feat, e2, sizeof e2);
     if (rc < 0)
         snprintf(err, errlen, "writing %llu bytes of batch %llu's metadata into the slot: %s",
-                 (unsigned long long)h->off_feat, (unsigned long long)h->batch_id, arena_strerror(rc));
+                 (unsigned long long)h->off_feat, (unsigned long long)h->batch_id, e2);
     return rc;
 }
 

@@ -147,16 +147,16 @@ uint64_t allreduce_shm_bytes(int world, uint64_t max_floats)
     return hdr + ((uint64_t)world + 1) * stride * sizeof(float);
 }
 
-int allreduce_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floats)
+int allreduce_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floats, char *err, size_t errlen)
 {
     uint64_t need = allreduce_shm_bytes(world, max_floats);
     if (!mem || need == 0)
-        return allreduce_fail(-EINVAL, "allreduce_shm_format: world %d (1..%d) / max_floats %llu out of range",
+        return allreduce_fail(err, errlen, -EINVAL, "allreduce_shm_format: world %d (1..%d) / max_floats %llu out of range",
                        world, ALLREDUCE_MAX_WORLD, (unsigned long long)max_floats);
     if ((uintptr_t)mem % DF_CACHELINE)
-        return allreduce_fail(-EINVAL, "allreduce_shm_format: segment not 64-byte aligned");
+        return allreduce_fail(err, errlen, -EINVAL, "allreduce_shm_format: segment not 64-byte aligned");
     if (bytes < need)
-        return allreduce_fail(-EINVAL, "allreduce_shm_format: segment has %llu bytes, world %d x %llu floats "
+        return allreduce_fail(err, errlen, -EINVAL, "allreduce_shm_format: segment has %llu bytes, world %d x %llu floats "
                        "needs %llu", (unsigned long long)bytes, world,
                        (unsigned long long)max_floats, (unsigned long long)need);
     struct allreduce_shm *h = mem;
@@ -194,41 +194,41 @@ static void break_group(struct allreduce_shm *h, uint32_t why, uint32_t rank)
     futex_wake(&h->phase, INT32_MAX);
 }
 
-int allreduce_shm_abort(void *mem, uint64_t bytes)
+int allreduce_shm_abort(void *mem, uint64_t bytes, char *err, size_t errlen)
 {
     struct allreduce_shm *h = mem;
     if (!mem || bytes < sizeof *h ||
         atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
-        return allreduce_fail(-EPROTO, "allreduce_shm_abort: not a formatted all-reduce segment");
+        return allreduce_fail(err, errlen, -EPROTO, "allreduce_shm_abort: not a formatted all-reduce segment");
     break_group(h, ALLREDUCE_BROKEN_ABORT, UINT32_MAX);
     return 0;
 }
 
 /* 0 while the group is usable, else the error every rank reports. */
-static int group_state(allreduce_shm_state *s)
+static int group_state(allreduce_shm_state *s, char *err, size_t errlen)
 {
     struct allreduce_shm *h = s->h;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC ||
         atomic_load_explicit(&h->epoch, memory_order_relaxed) != s->epoch)
-        return allreduce_fail(-ESTALE, "rank %d: segment re-formatted since it joined (epoch %u)",
+        return allreduce_fail(err, errlen, -ESTALE, "rank %d: segment re-formatted since it joined (epoch %u)",
                        s->rank, s->epoch);
     uint32_t b = atomic_load_explicit(&h->broken, memory_order_acquire);
     if (b == ALLREDUCE_BROKEN_NONE)
         return 0;
     if (b == ALLREDUCE_BROKEN_ABORT)
-        return allreduce_fail(-ECANCELED, "rank %d: allreduce_shm_abort was called on the segment", s->rank);
-    return allreduce_fail(-ETIMEDOUT, "rank %d: group broken: rank %u timed out waiting for a peer",
+        return allreduce_fail(err, errlen, -ECANCELED, "rank %d: allreduce_shm_abort was called on the segment", s->rank);
+    return allreduce_fail(err, errlen, -ETIMEDOUT, "rank %d: group broken: rank %u timed out waiting for a peer",
                    s->rank, atomic_load_explicit(&h->broken_rank, memory_order_relaxed));
 }
 
-static int barrier(allreduce_shm_state *s, int64_t timeout_ns)
+static int barrier(allreduce_shm_state *s, int64_t timeout_ns, char *err, size_t errlen)
 {
     struct allreduce_shm *h = s->h;
     if (s->crash_at && ++s->barriers == s->crash_at)
         raise(SIGKILL); /* fault injection (DF_AR_CRASH) */
     /* Read the phase before arriving: it cannot advance until this rank arrives. */
     uint32_t ph = atomic_load_explicit(&h->phase, memory_order_acquire);
-    int rc = group_state(s);
+    int rc = group_state(s, err, errlen);
     if (rc)
         return rc;
     uint32_t n = atomic_fetch_add_explicit(&h->arrived, 1, memory_order_acq_rel) + 1;
@@ -243,26 +243,26 @@ static int barrier(allreduce_shm_state *s, int64_t timeout_ns)
     }
     for (int i = 0; i < ALLREDUCE_SPIN; i++) {
         if (atomic_load_explicit(&h->phase, memory_order_acquire) != ph)
-            return group_state(s);
+            return group_state(s, err, errlen);
         cpu_relax();
     }
     uint64_t t0 = df_now_ns();
     uint64_t deadline = timeout_ns < 0 ? FUTEX_NO_DEADLINE : t0 + (uint64_t)timeout_ns;
     for (;;) {
         if (atomic_load_explicit(&h->phase, memory_order_acquire) != ph)
-            return group_state(s); /* passed, or woken by a break: say which */
+            return group_state(s, err, errlen); /* passed, or woken by a break: say which */
         rc = futex_wait_until(&h->phase, ph, deadline);
         if (rc == -ETIMEDOUT) {
             if (atomic_load_explicit(&h->phase, memory_order_acquire) != ph)
-                return group_state(s);
+                return group_state(s, err, errlen);
             break_group(h, ALLREDUCE_BROKEN_TIMEOUT, (uint32_t)s->rank);
-            return allreduce_fail(-ETIMEDOUT, "rank %d: waited %.3f s at a barrier, %u of %d ranks "
+            return allreduce_fail(err, errlen, -ETIMEDOUT, "rank %d: waited %.3f s at a barrier, %u of %d ranks "
                            "arrived: a peer is dead or hung", s->rank,
                            (double)(df_now_ns() - t0) * 1e-9,
                            atomic_load_explicit(&h->arrived, memory_order_relaxed), s->world);
         }
         if (rc < 0 && rc != -EAGAIN && rc != -EINTR)
-            return allreduce_fail(rc, "rank %d: futex wait on the barrier: %s", s->rank, strerror(-rc));
+            return allreduce_fail(err, errlen, rc, "rank %d: futex wait on the barrier: %s", s->rank, strerror(-rc));
     }
 }
 
@@ -282,10 +282,10 @@ static void sum_partition(allreduce_shm_state *s, size_t lo, size_t hi)
 }
 
 /* The reduction proper, on the calling thread (the caller's, or the bucket thread). */
-static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t timeout_ns)
+static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t timeout_ns, char *err, size_t errlen)
 {
     struct allreduce_shm *h = s->h;
-    int rc = group_state(s);
+    int rc = group_state(s, err, errlen);
     if (rc)
         return rc;
     uint64_t seq = ++s->seq;
@@ -300,7 +300,7 @@ static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t time
         size_t len = DF_MIN((size_t)s->max_floats, n - off);
         if (len)
             memcpy(myslot, buf + off, len * sizeof(float));
-        if ((rc = barrier(s, timeout_ns)))
+        if ((rc = barrier(s, timeout_ns, err, errlen)))
             return rc;
         if (r == 0) {
             /* The lines stay put until every rank passes barrier 2, so all ranks read the
@@ -309,10 +309,10 @@ static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t time
                 uint64_t kn = atomic_load_explicit(&h->ranks[k].n, memory_order_relaxed);
                 uint64_t ks = atomic_load_explicit(&h->ranks[k].seq, memory_order_relaxed);
                 if (kn != n || ks != seq) {
-                    rc = barrier(s, timeout_ns);
+                    rc = barrier(s, timeout_ns, err, errlen);
                     if (rc)
                         return rc;
-                    return allreduce_fail(-EINVAL, "rank %d: call %llu with n=%zu, but rank %d is at "
+                    return allreduce_fail(err, errlen, -EINVAL, "rank %d: call %llu with n=%zu, but rank %d is at "
                                    "call %llu with n=%llu: ranks out of step", s->rank,
                                    (unsigned long long)seq, n, k, (unsigned long long)ks,
                                    (unsigned long long)kn);
@@ -324,7 +324,7 @@ static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t time
         size_t hi = DF_MIN(nblk * (size_t)(s->rank + 1) / (size_t)s->world * ALLREDUCE_LINE_FLOATS, len);
         if (lo < hi)
             sum_partition(s, lo, hi);
-        if ((rc = barrier(s, timeout_ns)))
+        if ((rc = barrier(s, timeout_ns, err, errlen)))
             return rc;
         if (len)
             memcpy(buf + off, s->result, len * sizeof(float));
@@ -332,31 +332,31 @@ static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t time
     return 0;
 }
 
-int allreduce_shm_open_impl(allreduce_comm *c, void *mem, uint64_t bytes, int rank, int world)
+int allreduce_shm_open_impl(allreduce_comm *c, void *mem, uint64_t bytes, int rank, int world, char *err, size_t errlen)
 {
     struct allreduce_shm *h = mem;
     if (bytes < sizeof *h || atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
-        return allreduce_fail(-EPROTO, "allreduce_open_shm: segment (%llu bytes) is not formatted (bad magic)",
+        return allreduce_fail(err, errlen, -EPROTO, "allreduce_open_shm: segment (%llu bytes) is not formatted (bad magic)",
                        (unsigned long long)bytes);
     if (h->version != ALLREDUCE_SHM_VERSION)
-        return allreduce_fail(-EPROTO, "allreduce_open_shm: segment version %u, this build knows %u",
+        return allreduce_fail(err, errlen, -EPROTO, "allreduce_open_shm: segment version %u, this build knows %u",
                        h->version, ALLREDUCE_SHM_VERSION);
     if (h->bytes > bytes)
-        return allreduce_fail(-EINVAL, "allreduce_open_shm: segment formatted for %llu bytes, mapping has %llu",
+        return allreduce_fail(err, errlen, -EINVAL, "allreduce_open_shm: segment formatted for %llu bytes, mapping has %llu",
                        (unsigned long long)h->bytes, (unsigned long long)bytes);
     if (h->world != (uint32_t)world)
-        return allreduce_fail(-EINVAL, "allreduce_open_shm: segment formatted for world %u, caller says %d",
+        return allreduce_fail(err, errlen, -EINVAL, "allreduce_open_shm: segment formatted for world %u, caller says %d",
                        h->world, world);
     uint32_t zero = 0;
     if (!atomic_compare_exchange_strong_explicit(&h->ranks[rank].joined, &zero, 1,
                                                  memory_order_acq_rel, memory_order_acquire))
-        return allreduce_fail(-EBUSY, "allreduce_open_shm: rank %d already joined (pid %u) since the last "
+        return allreduce_fail(err, errlen, -EBUSY, "allreduce_open_shm: rank %d already joined (pid %u) since the last "
                        "format; the orchestrator re-formats before a group restart",
                        rank, h->ranks[rank].pid);
     allreduce_shm_state *s = calloc(1, sizeof *s);
     if (!s) {
         atomic_store_explicit(&h->ranks[rank].joined, 0, memory_order_release);
-        return allreduce_fail(-ENOMEM, "allreduce_open_shm: out of memory");
+        return allreduce_fail(err, errlen, -ENOMEM, "allreduce_open_shm: out of memory");
     }
     h->ranks[rank].pid = (uint32_t)getpid();
     s->h = h;
@@ -376,11 +376,18 @@ int allreduce_shm_open_impl(allreduce_comm *c, void *mem, uint64_t bytes, int ra
     pthread_cond_init(&s->cv_work, NULL);
     pthread_cond_init(&s->cv_done, NULL);
     c->backend = ALLREDUCE_SHM;
+    c->ops = &allreduce_ops_shm;
     c->rank = rank;
     c->world = world;
     c->timeout_ns = ALLREDUCE_DEFAULT_TIMEOUT_NS;
     c->impl = s;
     return 0;
+}
+
+static int allreduce_shm_set_stream(allreduce_comm *c, void *cuda_stream, char *err, size_t errlen)
+{
+    (void)c, (void)cuda_stream, (void)err, (void)errlen;
+    return 0; /* host buffers: no stream to follow */
 }
 
 static int buckets_idle(allreduce_shm_state *s)
@@ -391,12 +398,12 @@ static int buckets_idle(allreduce_shm_state *s)
     return idle;
 }
 
-int allreduce_shm_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns)
+static int allreduce_shm_sum(allreduce_comm *c, float *buf, size_t n, int64_t timeout_ns, char *err, size_t errlen)
 {
     allreduce_shm_state *s = c->impl;
     if (!buckets_idle(s))
-        return allreduce_fail(-EBUSY, "allreduce_sum: buckets in flight: call allreduce_wait_all first");
-    return shm_reduce(s, buf, n, timeout_ns);
+        return allreduce_fail(err, errlen, -EBUSY, "allreduce_sum: buckets in flight: call allreduce_wait_all first");
+    return shm_reduce(s, buf, n, timeout_ns, err, errlen);
 }
 
 static void *bucket_thread(void *arg)
@@ -413,12 +420,13 @@ static void *bucket_thread(void *arg)
         pthread_mutex_unlock(&s->mu);
         /* After a failure the rest of the step is skipped: every rank saw the same
          * failure (a broken group or an out-of-step -EINVAL), so they skip alike. */
-        int rc = skip ? 0 : shm_reduce(s, b.ptr, b.n, b.timeout_ns);
+        char err[sizeof s->err_detail] = "";
+        int rc = skip ? 0 : shm_reduce(s, b.ptr, b.n, b.timeout_ns, err, sizeof err);
         pthread_mutex_lock(&s->mu);
-        if (rc && !s->err) {
+        if (rc && !s->err) { /* handed to allreduce_wait_all, which reports it */
             s->err = rc;
             s->err_bucket = (uint32_t)s->done;
-            snprintf(s->err_detail, sizeof s->err_detail, "%s", allreduce_strerror(rc));
+            snprintf(s->err_detail, sizeof s->err_detail, "%s", err);
         }
         s->done++;
         pthread_cond_broadcast(&s->cv_done);
@@ -427,13 +435,13 @@ static void *bucket_thread(void *arg)
     return NULL;
 }
 
-int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n)
+static int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err, size_t errlen)
 {
     allreduce_shm_state *s = c->impl;
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     if (bucket_index != s->submitted) {
-        rc = allreduce_fail(-EINVAL, "allreduce_bucket_ready: bucket %u handed over, expected bucket %zu "
+        rc = allreduce_fail(err, errlen, -EINVAL, "allreduce_bucket_ready: bucket %u handed over, expected bucket %zu "
                      "(indices run 0, 1, 2, ... within a step)", bucket_index, s->submitted);
         goto out;
     }
@@ -441,7 +449,7 @@ int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *
         size_t cap = s->qcap ? 2 * s->qcap : 64;
         allreduce_bucket *q = realloc(s->q, cap * sizeof *q);
         if (!q) {
-            rc = allreduce_fail(-ENOMEM, "allreduce_bucket_ready: out of memory for %zu buckets", cap);
+            rc = allreduce_fail(err, errlen, -ENOMEM, "allreduce_bucket_ready: out of memory for %zu buckets", cap);
             goto out;
         }
         s->q = q;
@@ -450,7 +458,7 @@ int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *
     if (!s->thread_started) {
         int e = pthread_create(&s->thread, NULL, bucket_thread, s);
         if (e) {
-            rc = allreduce_fail(-e, "allreduce_bucket_ready: pthread_create: %s", strerror(e));
+            rc = allreduce_fail(err, errlen, -e, "allreduce_bucket_ready: pthread_create: %s", strerror(e));
             goto out;
         }
         s->thread_started = 1;
@@ -462,7 +470,7 @@ out:
     return rc;
 }
 
-int allreduce_shm_wait_all(allreduce_comm *c)
+static int allreduce_shm_wait_all(allreduce_comm *c, char *err, size_t errlen)
 {
     allreduce_shm_state *s = c->impl;
     pthread_mutex_lock(&s->mu);
@@ -477,11 +485,11 @@ int allreduce_shm_wait_all(allreduce_comm *c)
     s->err_detail[0] = 0;
     pthread_mutex_unlock(&s->mu);
     if (rc)
-        return allreduce_fail(rc, "bucket %u: %s", bucket, detail);
+        return allreduce_fail(err, errlen, rc, "bucket %u: %s", bucket, detail);
     return 0;
 }
 
-void allreduce_shm_close(allreduce_comm *c)
+static void allreduce_shm_close(allreduce_comm *c)
 {
     allreduce_shm_state *s = c->impl;
     if (!s)
@@ -503,3 +511,12 @@ void allreduce_shm_close(allreduce_comm *c)
     free(s);
     c->impl = NULL;
 }
+
+const allreduce_ops allreduce_ops_shm = {
+    .name = "shm",
+    .set_stream = allreduce_shm_set_stream,
+    .sum = allreduce_shm_sum,
+    .bucket_ready = allreduce_shm_bucket_ready,
+    .wait_all = allreduce_shm_wait_all,
+    .close = allreduce_shm_close,
+};

@@ -13,18 +13,21 @@
  *   ARENA_CUDA  CUDA VMM: cuMemCreate with a POSIX-fd shareable handle, exported to an fd,
  *               reserved + mapped (offset 0, the whole arena) + made accessible on `device`.
  *               Only in CUDA=1 builds (arena_cuda.c); otherwise -ENOTSUP (arena_cuda_nocuda.c).
+ *   Each kind's backend is an arena_ops table (arena_internal.h, docs/backends.md).
  *               Not legacy cudaIpc*: a new process cannot open a dead exporter's legacy
  *               handle (error 400, measured), while a VMM fd stays importable.
  *
  * Ownership: the arena owns a->fd and the mapping; arena_close() releases both and
  * resets the struct to the init state. arena_import() takes ownership of the fd it is
  * given, on success AND on failure (it is closed on failure), so callers never leak or
- * double-close it. Errors are 0 / -errno; arena_strerror(err) adds the detail of the last
- * failure on this thread (file size found, CUDA call and its cuGetErrorString text).
+ * double-close it. Errors are 0 / -errno with a message in the caller's `char *err, size_t
+ * errlen` (may be NULL / 0): the errno's text and the detail, e.g. "Invalid argument (fd 7
+ * has 4096 bytes, expected 8192)", or the CUDA driver call and its cuGetErrorString text.
  */
 #ifndef DF_ARENA_H
 #define DF_ARENA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { ARENA_CPU = 0, ARENA_CUDA = 1 } arena_kind;
@@ -47,39 +50,30 @@ void arena_init(arena *a);
  * ARENA_CPU. `a` must be in the init state (base == NULL), else -EBUSY.
  * Returns 0 or -errno (-ENOTSUP: ARENA_CUDA in a build without CUDA, or a device
  * without VMM / POSIX-fd support). */
-int arena_create(arena *a, arena_kind kind, int device, uint64_t size, const char *name);
+int arena_create(arena *a, arena_kind kind, int device, uint64_t size, const char *name, char *err, size_t errlen);
 
 /* Map an arena created elsewhere from `fd`; `size` must be the creator's size (for
- * ARENA_CPU exactly the file size: a mismatch is -EINVAL with the sizes in
- * arena_strerror). Takes ownership of fd on success and on failure. */
-int arena_import(arena *a, arena_kind kind, int device, int fd, uint64_t size);
+ * ARENA_CPU exactly the file size: a mismatch is -EINVAL with the sizes in err). Takes
+ * ownership of fd on success and on failure. */
+int arena_import(arena *a, arena_kind kind, int device, int fd, uint64_t size, char *err, size_t errlen);
 
 /* A new close-on-exec fd for the same memory, for handing to another process (the
  * caller owns and closes it; sending it with fdpass_send and then closing is the usual
  * pattern). Returns the fd or -errno. */
-int arena_dup_fd(const arena *a);
+int arena_dup_fd(const arena *a, char *err, size_t errlen);
 
 /* ARENA_CUDA: also allow `peer_device` to access this mapping (for peer-to-peer copies
  * into another GPU's arena). ARENA_CPU: -EINVAL. 0 or -errno. */
-int arena_grant_access(const arena *a, int peer_device);
+int arena_grant_access(const arena *a, int peer_device, char *err, size_t errlen);
 
 /* Copy n bytes between the arena at offset off and host memory (synchronous): for
  * ARENA_CPU a memcpy, for ARENA_CUDA a driver copy in the device's primary context. The
  * stages use them for a slot's small header/metadata part; bulk features stay on the
  * device. 0, -ERANGE (off + n beyond the arena) or -errno. */
-int arena_read(const arena *a, uint64_t off, void *dst, uint64_t n);
-int arena_write(const arena *a, uint64_t off, const void *src, uint64_t n);
+int arena_read(const arena *a, uint64_t off, void *dst, uint64_t n, char *err, size_t errlen);
+int arena_write(const arena *a, uint64_t off, const void *src, uint64_t n, char *err, size_t errlen);
 
 /* Unmap, close the fd, reset to the init state. No-op on an init-state arena. */
 void arena_close(arena *a);
-
-/* Text for a 0 / -errno (or +errno) result of an arena_ call. When the last failing
- * arena_ call on this thread returned exactly `err`, its detail is appended (e.g.
- * "Invalid argument (fd 7 has 4096 bytes, expected 8192)" or the CUDA driver call and
- * cuGetErrorString text). The pointer is thread-local, valid until the next call. */
-const char *arena_strerror(int err);
-
-/* The detail text of the last failing arena_ call on this thread ("" if none). */
-const char *arena_last_detail(void);
 
 #endif

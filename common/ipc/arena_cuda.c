@@ -1,5 +1,5 @@
-/* arena_cuda.c: the ARENA_CUDA backend of arena.h (CUDA=1 builds), CUDA VMM through the
- * driver API.
+/* arena_cuda.c: the ARENA_CUDA backend of arena.h (arena_ops_cuda; CUDA=1 builds), CUDA
+ * VMM through the driver API.
  *
  * Why VMM and not cudaIpc*: measured on the H200 machine, a VMM allocation exported as a
  * POSIX fd survives its creator's SIGKILL while any process holds the fd, and a new process
@@ -12,8 +12,8 @@
  * a VA range, map it at offset 0 (cuMemMap offsets must be 0: whole arenas are mapped,
  * offsets live in ring descriptors), set read-write access for `device`.
  * Import: the same with cuMemImportFromShareableHandle instead of create/export.
- * Every failing driver call is recorded with cuGetErrorName/cuGetErrorString text
- * (arena_strerror / arena_last_detail) and mapped to an errno.
+ * Every failing driver call is reported in err with its cuGetErrorName/cuGetErrorString
+ * text and mapped to an errno (CU_TRY_GOTO, cuda_check.h).
  *
  * The primary context stays retained for the arena's lifetime (one retain per arena,
  * released in arena_cuda_close); calls are made with it pushed and popped again, so
@@ -29,72 +29,29 @@
 #include <string.h>
 #include <unistd.h>
 
-static int cu_errno(CUresult r)
-{
-    switch (r) {
-    case CUDA_ERROR_OUT_OF_MEMORY:
-        return -ENOMEM;
-    case CUDA_ERROR_NO_DEVICE:
-    case CUDA_ERROR_INVALID_DEVICE:
-    case CUDA_ERROR_NOT_INITIALIZED:
-    case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_STUB_LIBRARY:
-        return -ENODEV;
-    case CUDA_ERROR_NOT_SUPPORTED:
-        return -ENOTSUP;
-    case CUDA_ERROR_NOT_PERMITTED:
-        return -EPERM;
-    case CUDA_ERROR_INVALID_VALUE:
-    case CUDA_ERROR_INVALID_HANDLE:
-        return -EINVAL;
-    default:
-        return -EIO;
-    }
-}
-
-/* Record a failed driver call: "cuMemMap (device 0): CUDA_ERROR_INVALID_VALUE: invalid argument". */
-static int cu_fail(CUresult r, const char *call, int device)
-{
-    const char *name = NULL, *text = NULL;
-    if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
-        name = "CUDA_ERROR_?";
-    if (cuGetErrorString(r, &text) != CUDA_SUCCESS || !text)
-        text = "unknown CUDA error";
-    return arena_fail(cu_errno(r), "%s (device %d): %s (%d): %s", call, device, name, (int)r, text);
-}
-
-#define CU_TRY(call, device)                        \
-    do {                                            \
-        CUresult cu_r_ = (call);                    \
-        if (cu_r_ != CUDA_SUCCESS) {                \
-            rc = cu_fail(cu_r_, #call, (device));   \
-            goto fail;                              \
-        }                                           \
-    } while (0)
+#include "cuda_check.h"
 
 /* cuInit, check the device supports VMM with POSIX fds, retain and push its primary
  * context. On success the caller must pop and (eventually) release. */
-static int open_device(int device, CUdevice *dev_out, CUcontext *ctx_out)
+static int open_device(int device, CUdevice *dev_out, CUcontext *ctx_out, char *err, size_t errlen)
 {
     int rc = 0, vmm = 0, posix = 0;
     CUdevice dev;
     CUcontext ctx = NULL;
-    CU_TRY(cuInit(0), device);
-    CU_TRY(cuDeviceGet(&dev, device), device);
-    CU_TRY(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
-           device);
-    CU_TRY(cuDeviceGetAttribute(&posix,
-                                CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev),
-           device);
+    CU_TRY_GOTO(cuInit(0), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuDeviceGet(&dev, device), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuDeviceGetAttribute(&posix,
+                                CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev), err, errlen, rc, fail);
     if (!vmm || !posix)
-        return arena_fail(-ENOTSUP, "CUDA device %d lacks %s", device,
+        return arena_fail(err, errlen, -ENOTSUP, "CUDA device %d lacks %s", device,
                           !vmm ? "virtual memory management (cuMemCreate)"
                                : "POSIX file descriptor memory handles");
-    CU_TRY(cuDevicePrimaryCtxRetain(&ctx, dev), device);
+    CU_TRY_GOTO(cuDevicePrimaryCtxRetain(&ctx, dev), err, errlen, rc, fail);
     {
         CUresult r = cuCtxPushCurrent(ctx);
         if (r != CUDA_SUCCESS) {
-            rc = cu_fail(r, "cuCtxPushCurrent(primary context)", device);
+            rc = cuda_check_cu_fail(r, "cuCtxPushCurrent(primary context)", __FILE__, __LINE__, err, errlen);
             cuDevicePrimaryCtxRelease(dev);
             return rc;
         }
@@ -125,15 +82,15 @@ static void alloc_prop(CUmemAllocationProp *prop, int device)
 
 /* Round size up to the allocation granularity (the same rule in creator and importer). */
 static int rounded_size(const CUmemAllocationProp *prop, int device, uint64_t size,
-                        uint64_t *out, size_t *gran_out)
+                        uint64_t *out, size_t *gran_out, char *err, size_t errlen)
 {
     int rc = 0;
     size_t gran = 0;
-    CU_TRY(cuMemGetAllocationGranularity(&gran, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), device);
+    CU_TRY_GOTO(cuMemGetAllocationGranularity(&gran, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), err, errlen, rc, fail);
     if (gran == 0)
-        return arena_fail(-EIO, "CUDA device %d reports allocation granularity 0", device);
+        return arena_fail(err, errlen, -EIO, "CUDA device %d reports allocation granularity 0", device);
     if (size > UINT64_MAX - gran)
-        return arena_fail(-EINVAL, "arena size %llu overflows when rounded to granularity %zu",
+        return arena_fail(err, errlen, -EINVAL, "arena size %llu overflows when rounded to granularity %zu",
                           (unsigned long long)size, gran);
     *out = (size + gran - 1) / gran * gran;
     *gran_out = gran;
@@ -145,20 +102,20 @@ fail:
 /* Reserve a VA range, map handle h at offset 0 over all of it, grant `device` RW.
  * On failure everything done here is undone (the handle itself is not released). */
 static int map_handle(CUmemGenericAllocationHandle h, int device, uint64_t size, size_t gran,
-                      CUdeviceptr *ptr_out)
+                      CUdeviceptr *ptr_out, char *err, size_t errlen)
 {
     int rc = 0;
     CUdeviceptr ptr = 0;
     int mapped = 0;
-    CU_TRY(cuMemAddressReserve(&ptr, (size_t)size, gran, 0, 0), device);
-    CU_TRY(cuMemMap(ptr, (size_t)size, 0, h, 0), device);
+    CU_TRY_GOTO(cuMemAddressReserve(&ptr, (size_t)size, gran, 0, 0), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuMemMap(ptr, (size_t)size, 0, h, 0), err, errlen, rc, fail);
     mapped = 1;
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof acc);
     acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     acc.location.id = device;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CU_TRY(cuMemSetAccess(ptr, (size_t)size, &acc, 1), device);
+    CU_TRY_GOTO(cuMemSetAccess(ptr, (size_t)size, &acc, 1), err, errlen, rc, fail);
     *ptr_out = ptr;
     return 0;
 fail:
@@ -169,11 +126,12 @@ fail:
     return rc;
 }
 
-int arena_cuda_create(arena *a, int device, uint64_t size)
+static int cuda_create(arena *a, int device, uint64_t size, const char *name, char *err, size_t errlen)
 {
+    (void)name;
     CUdevice dev;
     CUcontext ctx;
-    int rc = open_device(device, &dev, &ctx);
+    int rc = open_device(device, &dev, &ctx, err, errlen);
     if (rc < 0)
         return rc;
     CUmemAllocationProp prop;
@@ -183,19 +141,18 @@ int arena_cuda_create(arena *a, int device, uint64_t size)
     uint64_t bytes;
     size_t gran;
     CUdeviceptr ptr = 0;
-    rc = rounded_size(&prop, device, size, &bytes, &gran);
+    rc = rounded_size(&prop, device, size, &bytes, &gran, err, errlen);
     if (rc < 0)
         goto fail;
-    CU_TRY(cuMemCreate(&h, (size_t)bytes, &prop, 0), device);
+    CU_TRY_GOTO(cuMemCreate(&h, (size_t)bytes, &prop, 0), err, errlen, rc, fail);
     have_h = 1;
-    CU_TRY(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-           device);
+    CU_TRY_GOTO(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), err, errlen, rc, fail);
     if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
         rc = -errno;
-        arena_fail(rc, "fcntl(FD_CLOEXEC) on exported CUDA fd %d: %s", fd, strerror(-rc));
+        arena_fail(err, errlen, rc, "fcntl(FD_CLOEXEC) on exported CUDA fd %d: %s", fd, strerror(-rc));
         goto fail;
     }
-    rc = map_handle(h, device, bytes, gran, &ptr);
+    rc = map_handle(h, device, bytes, gran, &ptr, err, errlen);
     if (rc < 0)
         goto fail;
     close_device(dev, 0); /* keep the primary context retained while the arena lives */
@@ -215,11 +172,11 @@ fail:
     return rc;
 }
 
-int arena_cuda_import(arena *a, int device, int fd, uint64_t size)
+static int cuda_import(arena *a, int device, int fd, uint64_t size, char *err, size_t errlen)
 {
     CUdevice dev;
     CUcontext ctx;
-    int rc = open_device(device, &dev, &ctx);
+    int rc = open_device(device, &dev, &ctx, err, errlen);
     if (rc < 0)
         return rc;
     CUmemAllocationProp prop;
@@ -229,20 +186,19 @@ int arena_cuda_import(arena *a, int device, int fd, uint64_t size)
     uint64_t bytes;
     size_t gran;
     CUdeviceptr ptr = 0;
-    rc = rounded_size(&prop, device, size, &bytes, &gran);
+    rc = rounded_size(&prop, device, size, &bytes, &gran, err, errlen);
     if (rc < 0)
         goto fail;
     /* The driver does not take over fd (it keeps its own reference); we keep it for
      * arena_dup_fd and close it in arena_close. */
-    CU_TRY(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
-                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-           device);
+    CU_TRY_GOTO(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
+                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), err, errlen, rc, fail);
     have_h = 1;
-    rc = map_handle(h, device, bytes, gran, &ptr);
+    rc = map_handle(h, device, bytes, gran, &ptr, err, errlen);
     if (rc < 0) {
-        char why[256]; /* copy: arena_fail writes the buffer arena_last_detail points to */
-        snprintf(why, sizeof why, "%s", arena_last_detail());
-        arena_fail(rc, "%s; importing fd %d as %llu bytes (requested %llu): was the size the "
+        char why[384]; /* copy: arena_fail writes err again */
+        snprintf(why, sizeof why, "%s", err && errlen ? err : "");
+        arena_fail(err, errlen, rc, "%s; importing fd %d as %llu bytes (requested %llu): was the size the "
                    "creator's?", why, fd, (unsigned long long)bytes, (unsigned long long)size);
         goto fail;
     }
@@ -261,11 +217,11 @@ fail:
     return rc;
 }
 
-int arena_cuda_grant_access(const arena *a, int peer_device)
+static int cuda_grant_access(const arena *a, int peer_device, char *err, size_t errlen)
 {
     CUdevice dev;
     CUcontext ctx;
-    int rc = open_device(a->device, &dev, &ctx);
+    int rc = open_device(a->device, &dev, &ctx, err, errlen);
     if (rc < 0)
         return rc;
     CUmemAccessDesc acc[2];
@@ -276,9 +232,8 @@ int arena_cuda_grant_access(const arena *a, int peer_device)
     acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     acc[1] = acc[0];
     acc[1].location.id = peer_device;
-    CU_TRY(cuMemSetAccess((CUdeviceptr)(uintptr_t)a->base, (size_t)a->size, acc,
-                          peer_device == a->device ? 1 : 2),
-           peer_device);
+    CU_TRY_GOTO(cuMemSetAccess((CUdeviceptr)(uintptr_t)a->base, (size_t)a->size, acc,
+                          peer_device == a->device ? 1 : 2), err, errlen, rc, fail);
     close_device(dev, 1);
     return 0;
 fail:
@@ -286,18 +241,18 @@ fail:
     return rc;
 }
 
-int arena_cuda_copy(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host)
+static int cuda_copy(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host, char *err, size_t errlen)
 {
     CUdevice dev;
     CUcontext ctx;
-    int rc = open_device(a->device, &dev, &ctx);
+    int rc = open_device(a->device, &dev, &ctx, err, errlen);
     if (rc < 0)
         return rc;
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)a->base + off;
     if (to_host)
-        CU_TRY(cuMemcpyDtoH(buf, p, (size_t)n), a->device);
+        CU_TRY_GOTO(cuMemcpyDtoH(buf, p, (size_t)n), err, errlen, rc, fail);
     else
-        CU_TRY(cuMemcpyHtoD(p, buf, (size_t)n), a->device);
+        CU_TRY_GOTO(cuMemcpyHtoD(p, buf, (size_t)n), err, errlen, rc, fail);
     close_device(dev, 1);
     return 0;
 fail:
@@ -305,7 +260,7 @@ fail:
     return rc;
 }
 
-void arena_cuda_close(arena *a)
+static void cuda_close(arena *a)
 {
     CUdevice dev;
     CUcontext ctx;
@@ -325,3 +280,12 @@ void arena_cuda_close(arena *a)
     cuDevicePrimaryCtxRelease(dev);
     cuDevicePrimaryCtxRelease(dev);
 }
+
+const arena_ops arena_ops_cuda = {
+    .name = "cuda",
+    .create = cuda_create,
+    .import = cuda_import,
+    .grant_access = cuda_grant_access,
+    .copy = cuda_copy,
+    .close = cuda_close,
+};

@@ -1,37 +1,44 @@
-/* arena_cuda_nocuda.c: the ARENA_CUDA side of the arena seam in builds without CUDA
- * (CUDA=0): every CUDA call reports -ENOTSUP, so a CPU-only build still links and a
+/* arena_cuda_nocuda.c: arena_ops_cuda in builds without CUDA (CUDA=0): every entry refuses
+ * with -ENOTSUP and says so (docs/backends.md), so a CPU-only build still links and a
  * topology asking for GPU arenas fails with a clear message instead of a link error. */
 #include "ipc/arena_internal.h"
 
 #include <errno.h>
 
-int arena_cuda_create(arena *a, int device, uint64_t size)
+static int create_nocuda(arena *a, int device, uint64_t size, const char *name, char *err, size_t errlen)
 {
-    (void)a, (void)size;
-    return arena_fail(-ENOTSUP, "ARENA_CUDA on device %d: this build has no CUDA (make CUDA=1)",
-                      device);
+    (void)a, (void)size, (void)name;
+    return arena_fail(err, errlen, -ENOTSUP, "ARENA_CUDA on device %d: this build has no CUDA (make CUDA=1)", device);
 }
 
-int arena_cuda_import(arena *a, int device, int fd, uint64_t size)
+static int import_nocuda(arena *a, int device, int fd, uint64_t size, char *err, size_t errlen)
 {
     (void)a, (void)fd, (void)size;
-    return arena_fail(-ENOTSUP, "ARENA_CUDA on device %d: this build has no CUDA (make CUDA=1)",
-                      device);
+    return arena_fail(err, errlen, -ENOTSUP, "ARENA_CUDA on device %d: this build has no CUDA (make CUDA=1)", device);
 }
 
-int arena_cuda_grant_access(const arena *a, int peer_device)
+static int grant_access_nocuda(const arena *a, int peer_device, char *err, size_t errlen)
 {
     (void)a;
-    return arena_fail(-ENOTSUP, "ARENA_CUDA access for device %d: this build has no CUDA",
-                      peer_device);
+    return arena_fail(err, errlen, -ENOTSUP, "ARENA_CUDA access for device %d: this build has no CUDA", peer_device);
 }
 
-void arena_cuda_close(arena *a)
+static int copy_nocuda(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host, char *err, size_t errlen)
+{
+    (void)a, (void)off, (void)buf, (void)n, (void)to_host;
+    return arena_fail(err, errlen, -ENOTSUP, "CUDA arenas need a build with CUDA=1");
+}
+
+static void close_nocuda(arena *a)
 {
     (void)a;
 }
 
-int arena_cuda_copy(const arena *a, uint64_t off, void *buf, uint64_t n, int to_host)
-{
-    return arena_fail(-ENOTSUP, "CUDA arenas need a build with CUDA=1");
-}
+const arena_ops arena_ops_cuda = {
+    .name = "cuda",
+    .create = create_nocuda,
+    .import = import_nocuda,
+    .grant_access = grant_access_nocuda,
+    .copy = copy_nocuda,
+    .close = close_nocuda,
+};

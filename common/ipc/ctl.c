@@ -56,7 +56,7 @@ static void ctl_init_fields(ctl_worker *w)
 }
 
 /* Map one segment of the hello. fd ownership passes to the arena (also on failure). */
-static int map_segment(ctl_worker *w, json_t *seg, int fd)
+static int map_segment(ctl_worker *w, json_t *seg, int fd, char *err, size_t errlen)
 {
     const char *kind = json_string_value(json_object_get(seg, "kind"));
     uint64_t size = (uint64_t)json_integer_value(json_object_get(seg, "size"));
@@ -100,7 +100,7 @@ static int map_segment(ctl_worker *w, json_t *seg, int fd)
         const char *backend = json_string_value(json_object_get(seg, "backend"));
         int device = (int)json_integer_value(json_object_get(seg, "device"));
         arena_kind k = (backend && !strcmp(backend, "cuda")) ? ARENA_CUDA : ARENA_CPU;
-        return arena_import(&w->ring_arena[ri], k, k == ARENA_CUDA ? device : -1, fd, size);
+        return arena_import(&w->ring_arena[ri], k, k == ARENA_CUDA ? device : -1, fd, size, err, errlen);
     }
     close(fd);
     return -EPROTO;
@@ -173,10 +173,11 @@ static int receive_hello(ctl_worker *w)
         }
         int fd = fds[fi];
         fds[fi] = -1; /* ownership moves to map_segment */
-        rc = map_segment(w, seg, fd);
+        char e2[512] = "";
+        rc = map_segment(w, seg, fd, e2, sizeof e2);
         if (rc < 0) {
             df_log("ctl: mapping segment %s failed: %s",
-                   json_string_value(json_object_get(seg, "name")) ?: "?", arena_strerror(rc));
+                   json_string_value(json_object_get(seg, "name")) ?: "?", e2[0] ? e2 : strerror(-rc));
             goto out;
         }
     }

@@ -20,7 +20,8 @@
  *   d. CUDA plain greedy vs CPU plain greedy on the same prompts: differing tokens and the
  *      first difference are reported (bf16 vs fp32 arithmetic; not a failure).
  *   e. decode_linear_rows_cuda vs a float64 reference (rel L2 < 1e-4), and bitwise row
- *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's.
+ *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's;
+ *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise.
  *   f. the whole target: a k-row extend == k one-row extends bitwise (k = 16, 5), with
  *      and without CUDA graphs, and graph replays == eager launches bitwise.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
@@ -508,6 +509,35 @@ static void test_linear_rows(void)
                "bf16(fp32 output) at %ld elements\n",
                bad || bad16 ? "FAIL" : "PASS", what, bad, calls, MT, bad16);
         g_fail += bad > 0 || bad16 > 0;
+        /* SwiGLU inside the loads == nn_swiglu_cuda then the plain kernel, bitwise, at 64 rows
+         * and at 1..16 rows: x as the gate/up activation of 32 rows [32, 2K] */
+        if (K % 2 == 0) {
+            int Ih = K / 2, R = 32;
+            nn_bf16_cuda *dh, *dw2;
+            float *d1, *d2;
+            CUDA_CHECK(cudaMalloc((void **)&dh, 2 * (size_t)R * Ih));
+            CUDA_CHECK(cudaMalloc((void **)&dw2, 2 * (size_t)N * Ih));
+            CUDA_CHECK(cudaMalloc((void **)&d1, sizeof(float) * R * N));
+            CUDA_CHECK(cudaMalloc((void **)&d2, sizeof(float) * R * N));
+            CUDA_CHECK(cudaMemcpy(dw2, hw, 2 * (size_t)N * Ih, cudaMemcpyHostToDevice));
+            RC_CHECK(nn_swiglu_cuda(dh, dx, R, Ih, 0), "nn_swiglu_cuda");
+            RC_CHECK(decode_linear_rows_cuda(d1, 1, dh, dw2, bias, R, Ih, N, 0, g_err, sizeof g_err), g_err);
+            long sbad = 0;
+            for (int T = 1; T <= R; T += (T < 16 ? 1 : 16)) {
+                int r0 = T == R ? 0 : rnd(0, R - T);
+                CUDA_CHECK(cudaMemset(d2, 0xff, sizeof(float) * R * N));
+                RC_CHECK(decode_linear_swiglu_rows_cuda(d2, 1, dx + (size_t)r0 * K, dw2, bias, T, Ih, N, 0, g_err,
+                                                        sizeof g_err),
+                         g_err);
+                CUDA_CHECK(cudaMemcpy(part, d2, sizeof(float) * T * N, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemcpy(all, d1 + (size_t)r0 * N, sizeof(float) * T * N, cudaMemcpyDeviceToHost));
+                sbad += memcmp(part, all, sizeof(float) * T * N) != 0;
+            }
+            printf("%s linear_swiglu_rows %d -> %d: %ld calls differ bitwise from nn_swiglu_cuda + linear_rows\n",
+                   sbad ? "FAIL" : "PASS", Ih, N, sbad);
+            g_fail += sbad > 0;
+            cudaFree(dh), cudaFree(dw2), cudaFree(d1), cudaFree(d2);
+        }
         cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dall), cudaFree(dpart), cudaFree(dob);
         free(hx), free(hw), free(hb), free(all), free(part), free(ob);
     }

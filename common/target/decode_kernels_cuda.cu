@@ -177,18 +177,25 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
         qf[i] = __bfloat162float(qr[i]) * scale, acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
     for (int g0 = warp * ATTW_KEYS; g0 < n; g0 += ATTW_WARPS * ATTW_KEYS) {
-        float sc[ATTW_KEYS];
+        float sc[ATTW_KEYS], vf[ATTW_KEYS][DPL];
         int key[ATTW_KEYS];
+        /* every K and V element of the group is loaded before the first use */
 #pragma unroll
         for (int j = 0; j < ATTW_KEYS; j++) {
             int jj = g0 + j;
             key[j] = jj < n ? (jj < n0 ? lo0 + jj : lo1 + (jj - n0)) : -1;
             float dot = 0.0f;
             if (key[j] >= 0) {
-                const bf16 *kr = kb + key[j] * kvd;
+                const bf16 *kr = kb + key[j] * kvd, *vr = vb + key[j] * kvd;
+#pragma unroll
+                for (int i = 0; i < DPL; i++) {
+                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot);
+                    vf[j][i] = __bfloat162float(vr[i]);
+                }
+            } else {
 #pragma unroll
                 for (int i = 0; i < DPL; i++)
-                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot);
+                    vf[j][i] = 0.0f;
             }
             sc[j] = dot;
         }
@@ -213,10 +220,9 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
                 continue;
             float p = expf(sc[j] - mx);
             l_run += p;
-            const bf16 *vr = vb + key[j] * kvd;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                acc[i] = fmaf(p, __bfloat162float(vr[i]), acc[i]);
+                acc[i] = fmaf(p, vf[j][i], acc[i]);
         }
         m_run = mx;
     }
@@ -361,7 +367,6 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
 #define LIN_WARPS 8  /* warps per block: they split n_in */
 #define LIN_COLS 16  /* output columns per block (the m16 of the product) */
 #define LIN_CHUNK 32 /* n_in elements per chunk: 8 per lane of a quad, two k16 products */
-#define LIN_UNROLL 4 /* chunks a warp loads before multiplying (bytes in flight) */
 
 /* 8 consecutive bf16 at p (16 bytes) as a uint4: vec: p is 16-byte aligned and all 8 are
  * in range; else element-wise with zeros past `left` (the same values either way). */
@@ -388,49 +393,79 @@ __device__ __forceinline__ void mma_bf16(float *d, unsigned a0, unsigned a1, uns
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+__device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + __expf(-g)) * u; /* nn_swiglu_cuda's formula: the same bits */
+}
+
+/* The x operand's 8 values at k: plain rows, or (SWIGLU) bf16(silu(gate) * up) from a
+ * fused gate/up row [gate(K), up(K)]: nn_swiglu_cuda's output without its pass. */
+template <bool SWIGLU>
+__device__ __forceinline__ uint4 load_x8(const bf16 *row, int K, int k, int vec, int left)
+{
+    if (!SWIGLU)
+        return load8(row + k, vec, left);
+    uint4 g = load8(row + k, vec, left), u = load8(row + K + k, vec, left), o;
+    const bf16 *gb = reinterpret_cast<const bf16 *>(&g), *ub = reinterpret_cast<const bf16 *>(&u);
+    bf16 *ob = reinterpret_cast<bf16 *>(&o);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        ob[j] = __float2bfloat16(silu_mul(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
+    return o;
+}
+
+/* Chunks a warp loads before multiplying (bytes in flight); the order in which a warp
+ * adds its chunks is w, w+8, ... whatever the unroll, so it may follow NT. */
+template <int NT, bool SWIGLU>
+struct lin_unroll {
+    static constexpr int value = NT == 1 ? (SWIGLU ? 6 : 8) : NT == 2 ? 4 : (NT == 4 && !SWIGLU) ? 4 : 2;
+};
+
 /* NT: 8-row groups of x handled per pass (1, 2, 4 or 8: T <= 8 * NT). Lane (g = lane/4,
  * t = lane%4) loads, per chunk at k, 16 bytes of w rows n0+g and n0+g+8 and of x row
  * 8j+g (group j) at k + 8t: the same k offsets in both operands, so product 1 takes their
  * words 0-1 and product 2 words 2-3 (a fixed permutation of k inside the chunk, the same
  * for w and x: the products summed are w[n,k] x[t,k] over every k once). */
-template <int NT>
-__global__ void __launch_bounds__(LIN_WARPS * 32)
-    decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x, const bf16 *__restrict__ w,
-                      const bf16 *__restrict__ bias, int T, int K, int N, int vec)
+template <int NT, bool SWIGLU>
+__global__ void __launch_bounds__(LIN_WARPS * 32, NT <= 2 ? 2 : 1)
+    decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
+                             const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec)
 {
+    constexpr int U = lin_unroll<NT, SWIGLU>::value;
     __shared__ float red[LIN_WARPS][LIN_COLS][8 * NT];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int n0 = blockIdx.x * LIN_COLS;
     int nlo = n0 + g, nhi = n0 + g + 8;
     const bf16 *wlo = w + (long)min(nlo, N - 1) * K, *whi = w + (long)min(nhi, N - 1) * K;
     int wlo_ok = nlo < N, whi_ok = nhi < N;
+    long xstride = SWIGLU ? 2L * K : (long)K;
     const bf16 *xr[NT];
     int x_ok[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
         int r = 8 * j + g;
         x_ok[j] = r < T;
-        xr[j] = x + (long)min(r, T - 1) * K;
+        xr[j] = x + (long)min(r, T - 1) * xstride;
     }
     float acc[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     int nchunks = (K + LIN_CHUNK - 1) / LIN_CHUNK;
-    for (int c0 = warp; c0 < nchunks; c0 += LIN_WARPS * LIN_UNROLL) {
-        uint4 a_lo[LIN_UNROLL], a_hi[LIN_UNROLL], b[LIN_UNROLL][NT];
+    for (int c0 = warp; c0 < nchunks; c0 += LIN_WARPS * U) {
+        uint4 a_lo[U], a_hi[U], b[U][NT];
 #pragma unroll
-        for (int u = 0; u < LIN_UNROLL; u++) {
+        for (int u = 0; u < U; u++) {
             int c = c0 + u * LIN_WARPS;
             int k = c * LIN_CHUNK + 8 * t, left = c < nchunks ? K - k : 0;
             a_lo[u] = load8(wlo + k, vec, wlo_ok ? left : 0);
             a_hi[u] = load8(whi + k, vec, whi_ok ? left : 0);
 #pragma unroll
             for (int j = 0; j < NT; j++)
-                b[u][j] = load8(xr[j] + k, vec, x_ok[j] ? left : 0);
+                b[u][j] = load_x8<SWIGLU>(xr[j], K, k, vec, x_ok[j] ? left : 0);
         }
 #pragma unroll
-        for (int u = 0; u < LIN_UNROLL; u++) {
+        for (int u = 0; u < U; u++) {
             if (c0 + u * LIN_WARPS >= nchunks)
                 break; /* the same for every lane and every T */
 #pragma unroll
@@ -467,6 +502,21 @@ __global__ void __launch_bounds__(LIN_WARPS * 32)
     }
 }
 
+template <bool SWIGLU>
+static void launch_linear(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K, int N,
+                          int vec, cudaStream_t s)
+{
+    unsigned grid = (unsigned)((N + LIN_COLS - 1) / LIN_COLS);
+    if (T <= 8)
+        decode_linear_mma_kernel<1, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
+    else if (T <= 16)
+        decode_linear_mma_kernel<2, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
+    else if (T <= 32)
+        decode_linear_mma_kernel<4, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
+    else
+        decode_linear_mma_kernel<8, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
+}
+
 int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
                             const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
                             size_t errlen)
@@ -478,17 +528,106 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
     /* 16-byte loads need every row start 16-byte aligned; the choice depends on the
      * shapes and base pointers only, never on T, and both paths load the same values */
     int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
-    unsigned grid = (unsigned)((n_out + LIN_COLS - 1) / LIN_COLS);
-    const bf16 *xx = bfp(x), *ww = bfp(w), *bb = bfp(bias);
-    if (T <= 8)
-        decode_linear_mma_kernel<1><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, xx, ww, bb, T, n_in, n_out, vec);
-    else if (T <= 16)
-        decode_linear_mma_kernel<2><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, xx, ww, bb, T, n_in, n_out, vec);
-    else if (T <= 32)
-        decode_linear_mma_kernel<4><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, xx, ww, bb, T, n_in, n_out, vec);
-    else
-        decode_linear_mma_kernel<8><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, xx, ww, bb, T, n_in, n_out, vec);
+    launch_linear<false>(out, out_f32, bfp(x), bfp(w), bfp(bias), T, n_in, n_out, vec, s);
     CUDA_LAUNCHED("decode_linear_mma_kernel", err, errlen);
+    return 0;
+}
+
+int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *gu, const nn_bf16_cuda *w,
+                                   const nn_bf16_cuda *bias, int T, int I, int n_out, cudaStream_t s, char *err,
+                                   size_t errlen)
+{
+    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || I <= 0 || n_out <= 0 || !out || !gu || !w)
+        BAD_SHAPE("decode_linear_swiglu_rows_cuda: %d rows (at most %d), %d -> %d", T, DECODE_LINEAR_MAX_ROWS, I,
+                  n_out);
+    if (T == 0)
+        return 0;
+    int vec = I % 8 == 0 && ((uintptr_t)gu % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    launch_linear<true>(out, out_f32, bfp(gu), bfp(w), bfp(bias), T, I, n_out, vec, s);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (swiglu)", err, errlen);
+    return 0;
+}
+
+/* ---- q/k norm + RoPE + cache append ---------------------------------------------------- */
+
+#define QKR_MAX_PAIRS 4 /* hd <= 256 */
+
+/* One warp per (row t, head h) of the H + 2KV heads: q and k heads are RMS-normed
+ * (q_norm / k_norm, when given) and rotated exactly as nn_qk_norm_rope_cuda (the same
+ * formula and order), at position r = p0 + *base + t; k heads then go to cache row r of
+ * kc, v heads are copied to row r of vc. */
+__global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const float *__restrict__ q_norm,
+                                                  const float *__restrict__ k_norm, const float *__restrict__ inv_freq,
+                                                  bf16 *__restrict__ kc, bf16 *__restrict__ vc, int T, int H, int KV,
+                                                  int hd, float eps, const int32_t *__restrict__ base, int p0)
+{
+    int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    long item = (long)blockIdx.x * warps + (threadIdx.x >> 5);
+    int nh = H + 2 * KV;
+    if (item >= (long)T * nh)
+        return;
+    int t = (int)(item / nh), h = (int)(item - (long)t * nh);
+    long r = base_of(base, p0) + t, kvd = (long)KV * hd;
+    bf16 *x = qkv + (size_t)t * nh * hd + (size_t)h * hd;
+    if (h >= H + KV) { /* v head: copy */
+        bf16 *dst = vc + r * kvd + (long)(h - H - KV) * hd;
+        for (int i = lane; i < hd; i += 32)
+            dst[i] = x[i];
+        return;
+    }
+    const float *nw = h < H ? q_norm : k_norm;
+    int half = hd / 2;
+    float a[QKR_MAX_PAIRS], b[QKR_MAX_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
+        int i = lane + 32 * k;
+        a[k] = b[k] = 0.0f;
+        if (i < half) {
+            a[k] = __bfloat162float(x[i]);
+            b[k] = __bfloat162float(x[i + half]);
+            ss += a[k] * a[k] + b[k] * b[k];
+        }
+    }
+    float rr = 1.0f;
+    if (nw)
+        rr = rsqrtf(warp_sum32(ss) / (float)hd + eps);
+    float p = (float)r;
+    bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
+#pragma unroll
+    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
+        int i = lane + 32 * k;
+        if (i < half) {
+            float u = a[k], v = b[k];
+            if (nw) {
+                u = u * rr * nw[i];
+                v = v * rr * nw[i + half];
+            }
+            float sn, cs;
+            sincosf(p * inv_freq[i], &sn, &cs);
+            bf16 o1 = __float2bfloat16(u * cs - v * sn), o2 = __float2bfloat16(v * cs + u * sn);
+            x[i] = o1, x[i + half] = o2;
+            if (kd)
+                kd[i] = o1, kd[i + half] = o2;
+        }
+    }
+}
+
+int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm,
+                                    const float *inv_freq, nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV,
+                                    int hd, float eps, const int32_t *base, int p0, cudaStream_t s, char *err,
+                                    size_t errlen)
+{
+    if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || p0 < 0 ||
+        (!q_norm) != (!k_norm))
+        BAD_SHAPE("decode_qk_norm_rope_append_cuda: T %d, heads %d/%d, head_dim %d, p0 %d", T, H, KV, hd, p0);
+    if (T == 0)
+        return 0;
+    long items = (long)T * (H + 2 * KV);
+    int warps = 8;
+    decode_qk_norm_rope_append_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(
+        bfp(qkv), q_norm, k_norm, inv_freq, bfp(kc), bfp(vc), T, H, KV, hd, eps, base, p0);
+    CUDA_LAUNCHED("decode_qk_norm_rope_append_kernel", err, errlen);
     return 0;
 }
 

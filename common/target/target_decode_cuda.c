@@ -284,7 +284,6 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
         STEP(cudaMemcpyAsync(m->len_d, m->len_h, sizeof(int32_t), cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
                                                                                                         : -EIO,
              "length upload");
-    STEP(decode_positions_cuda(t->pos, base, p0, k, s, kerr, sizeof kerr), "positions");
     STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s), "embed");
     for (l = 0; l < t->n_layers; l++) {
         const target_layer_cuda *Lw = &t->layers[l];
@@ -296,17 +295,22 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
                                  s),
              "add_rmsnorm (input)");
         STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
-        STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s),
-             "qk_norm_rope");
-        STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, base, p0, s, kerr, sizeof kerr), "kv append");
+        STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd, t->eps,
+                                             base, p0, s, kerr, sizeof kerr),
+             "qk_norm_rope + kv append");
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
                                    kerr, sizeof kerr),
              "attention");
         STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
         STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s), "add_rmsnorm (post)");
         STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s), "swiglu");
-        STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
+        if (k <= m->small_rows) /* SwiGLU inside the down projection's loads */
+            STEP(decode_linear_swiglu_rows_cuda(t->y, 0, t->gu, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                 "swiglu + linear down");
+        else {
+            STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s), "swiglu");
+            STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
+        }
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];

@@ -115,7 +115,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, B = c->block_size, d = c->hidden;
     int I = c->intermediate, V = c->vocab;
     size_t qd = (size_t)H * hd, kvd = (size_t)KV * hd;
-    if (cap < 1 || B < 2 || hd % 2 || hd > 256 || KV < 1 || H % KV || c->mask_token_id < 0 ||
+    if (cap < 1 || B < 2 || B > DECODE_LINEAR_MAX_ROWS || hd % 2 || hd > 256 || KV < 1 || H % KV || c->mask_token_id < 0 ||
         c->mask_token_id >= V) {
         snprintf(err, errlen,
                  "drafter on the GPU: unsupported shape (cache %d, block %d, head_dim %d, heads %d/%d, mask token %d "
@@ -350,7 +350,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? s->y : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
+        STEP(nn_add_rmsnorm_cuda(s->h, NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
         STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps, base,
@@ -359,14 +359,16 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0,
                                    0, B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
-        STEP(linear(s, s->y, s->att, L->w_o, B, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(s->h, s->y, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
+        /* o_proj and down add into the fp32 residual h inside the linear kernel */
+        STEP(decode_linear_rows_cuda(s->h, 2, s->att, L->w_o, NULL, B, H * hd, d, st, kerr, sizeof kerr),
+             "linear o_proj + residual");
+        STEP(nn_add_rmsnorm_cuda(s->h, NULL, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
         STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        STEP(decode_linear_swiglu_rows_cuda(s->y, 0, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
-             "swiglu + linear down");
+        STEP(decode_linear_swiglu_rows_cuda(s->h, 2, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+             "swiglu + linear down + residual");
     }
     l = -1;
-    STEP(nn_add_rmsnorm_cuda(s->h, s->y, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
+    STEP(nn_add_rmsnorm_cuda(s->h, NULL, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
     STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
          "lm_head");
@@ -398,7 +400,7 @@ int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft, char *
     dflash_mask_ranges(s->ranges_h, &a0, &keep, 1, B, S, 0);
     dflash_mask_ranges(s->ranges_h + B, &a0, &keep, 1, B, S, c->sliding_window);
     int rc;
-    if (s->use_graphs && !s->draft_graph && B <= 64)
+    if (s->use_graphs && !s->draft_graph)
         CAPTURE(s->draft_graph, enqueue_draft(s, s->n_ctx_d, 0, err, errlen));
     if (s->use_graphs && s->draft_graph)
         CUDA_TRY(cudaGraphLaunch(s->draft_graph, s->stream), err, errlen);

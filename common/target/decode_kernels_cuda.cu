@@ -415,10 +415,17 @@ __device__ __forceinline__ uint4 load_x8(const bf16 *row, int K, int k, int vec,
 }
 
 /* Chunks a warp loads before multiplying (bytes in flight); the order in which a warp
- * adds its chunks is w, w+8, ... whatever the unroll, so it may follow NT. */
+ * adds its chunks is w, w+8, ... whatever the unroll, so it may follow NT. Measured on an
+ * H200 (docs/eval.md): 4 for every NT; the build may pick others (-DLIN_UNROLL_FOR). */
+#ifndef LIN_UNROLL_FOR
+#define LIN_UNROLL_FOR(NT, SWIGLU) ((NT) == 8 ? 2 : 4)
+#endif
+#ifndef LIN_MIN_BLOCKS
+#define LIN_MIN_BLOCKS(NT) 1
+#endif
 template <int NT, bool SWIGLU>
 struct lin_unroll {
-    static constexpr int value = NT == 1 ? (SWIGLU ? 6 : 8) : NT == 2 ? 4 : (NT == 4 && !SWIGLU) ? 4 : 2;
+    static constexpr int value = LIN_UNROLL_FOR(NT, SWIGLU);
 };
 
 /* NT: 8-row groups of x handled per pass (1, 2, 4 or 8: T <= 8 * NT). Lane (g = lane/4,
@@ -427,7 +434,7 @@ struct lin_unroll {
  * words 0-1 and product 2 words 2-3 (a fixed permutation of k inside the chunk, the same
  * for w and x: the products summed are w[n,k] x[t,k] over every k once). */
 template <int NT, bool SWIGLU>
-__global__ void __launch_bounds__(LIN_WARPS * 32, NT <= 2 ? 2 : 1)
+__global__ void __launch_bounds__(LIN_WARPS * 32, LIN_MIN_BLOCKS(NT))
     decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
                              const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec)
 {
@@ -495,7 +502,9 @@ __global__ void __launch_bounds__(LIN_WARPS * 32, NT <= 2 ? 2 : 1)
         if (bias)
             v += __bfloat162float(bias[n]);
         long o = (long)row * N + n;
-        if (out_f32)
+        if (out_f32 == 2)
+            reinterpret_cast<float *>(out)[o] += v; /* the residual add, in fp32 */
+        else if (out_f32)
             reinterpret_cast<float *>(out)[o] = v;
         else
             reinterpret_cast<bf16 *>(out)[o] = __float2bfloat16(v);
@@ -521,7 +530,8 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
                             const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
                             size_t errlen)
 {
-    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || n_in <= 0 || n_out <= 0 || !out || !x || !w)
+    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || n_in <= 0 || n_out <= 0 || !out || !x || !w || out_f32 < 0 ||
+        out_f32 > 2)
         BAD_SHAPE("decode_linear_rows_cuda: %d rows (at most %d), %d -> %d", T, DECODE_LINEAR_MAX_ROWS, n_in, n_out);
     if (T == 0)
         return 0;
@@ -537,7 +547,8 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
                                    const nn_bf16_cuda *bias, int T, int I, int n_out, cudaStream_t s, char *err,
                                    size_t errlen)
 {
-    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || I <= 0 || n_out <= 0 || !out || !gu || !w)
+    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || I <= 0 || n_out <= 0 || !out || !gu || !w || out_f32 < 0 ||
+        out_f32 > 2)
         BAD_SHAPE("decode_linear_swiglu_rows_cuda: %d rows (at most %d), %d -> %d", T, DECODE_LINEAR_MAX_ROWS, I,
                   n_out);
     if (T == 0)

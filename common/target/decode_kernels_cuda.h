@@ -63,7 +63,8 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
 #define DECODE_LINEAR_MAX_ROWS 64
 
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 x / w / bias, fp32
- * accumulation, out bf16 (out_f32 = 0) or fp32 (out_f32 = 1); 1 <= T <= 64.
+ * accumulation, out bf16 (out_f32 = 0), fp32 (out_f32 = 1), or added to an fp32 out
+ * (out_f32 = 2: the residual stream, out += result, no bf16 rounding); 1 <= T <= 64.
  * One thread block per 16 output columns; its 8 warps split n_in in chunks of 32
  * (warp w takes chunks w, w+8, ...), each chunk is two m16n8k16 tensor-core products
  * with the weights as the 16-row operand and up to 8 x rows per 8-column operand, so

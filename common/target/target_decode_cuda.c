@@ -277,6 +277,10 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
     cudaStream_t s = m->stream;
     char kerr[256];
     int l = -1;
+    /* decode-sized calls add the o_proj and down outputs to the fp32 residual inside the
+     * linear kernel (no bf16 y); prefills go through y and cuBLASLt */
+    const int small = k <= m->small_rows;
+    const nn_bf16_cuda *yadd = small ? NULL : t->y;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
                                                                                                          : -EIO,
          "token upload");
@@ -290,7 +294,7 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
         nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
-        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
+        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
                                  prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps,
                                  s),
              "add_rmsnorm (input)");
@@ -301,12 +305,16 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
                                    kerr, sizeof kerr),
              "attention");
-        STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s), "add_rmsnorm (post)");
+        if (small)
+            STEP(decode_linear_rows_cuda(t->x, 2, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, s, kerr, sizeof kerr),
+                 "linear o_proj + residual");
+        else
+            STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s), "add_rmsnorm (post)");
         STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        if (k <= m->small_rows) /* SwiGLU inside the down projection's loads */
-            STEP(decode_linear_swiglu_rows_cuda(t->y, 0, t->gu, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
-                 "swiglu + linear down");
+        if (small) /* SwiGLU inside the down projection's loads, its output added to x */
+            STEP(decode_linear_swiglu_rows_cuda(t->x, 2, t->gu, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                 "swiglu + linear down + residual");
         else {
             STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s), "swiglu");
             STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
@@ -314,7 +322,7 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
-    STEP(nn_add_rmsnorm_cuda(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
+    STEP(nn_add_rmsnorm_cuda(t->x, yadd, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
                              cap_stride, k, d, t->eps, s),
          "add (last layer)");
     if (n_next > 0) {

@@ -194,6 +194,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     if (rc < 0)
         return cuda_fail(s, err, errlen, "nn_gemm_create_cuda", rc);
     s->use_graphs = 1;
+    s->fused = 0; /* as decode_model_cuda.fused's default */
     return 0;
 }
 
@@ -252,13 +253,23 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
                                          DF_MIN(INFER_CUDA_SMALL_ROWS, m - r0), nin, d, s->stream, kerr, sizeof kerr),
                  "fc");
     STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream), "hidden_norm");
+    if (!s->fused)
+        STEP(decode_positions_cuda(s->pos, base, p0, m, s->stream, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
         STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n, kerr, sizeof kerr), "linear qkv (context)");
-        STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, m, H, KV, hd, eps,
-                                             base, p0, s->stream, kerr, sizeof kerr),
-             "qk_norm_rope + kv append (context)");
+        if (s->fused) {
+            STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, m, H, KV, hd, eps,
+                                                 base, p0, s->stream, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append (context)");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps,
+                                      s->stream),
+                 "qk_norm_rope (context)");
+            STEP(decode_kv_append_cuda(kl, vl, s->qkv, m, H, KV, hd, base, p0, s->stream, kerr, sizeof kerr),
+                 "kv append (context)");
+        }
     }
     l = -1;
     STEP(decode_counter_add_cuda(s->n_ctx_d, m, s->stream, kerr, sizeof kerr), "context length");
@@ -346,29 +357,46 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
              ? 0
              : -EIO,
          "ranges upload");
+    const int f = s->fused;
+    const nn_bf16_cuda *yadd = f ? NULL : s->y; /* fused: o_proj / down add into h themselves */
     STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st), "embed");
+    if (!f)
+        STEP(decode_positions_cuda(s->pos, base, p0, B, st, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(nn_add_rmsnorm_cuda(s->h, NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
+        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st), "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
-        STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps, base,
-                                             p0, st, kerr, sizeof kerr),
-             "qk_norm_rope + kv append (block)");
+        if (f) {
+            STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
+                                                 base, p0, st, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append (block)");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st),
+                 "qk_norm_rope");
+            STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, base, p0, st, kerr, sizeof kerr),
+                 "kv append (block)");
+        }
         STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0,
                                    0, B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
         /* o_proj and down add into the fp32 residual h inside the linear kernel */
-        STEP(decode_linear_rows_cuda(s->h, 2, s->att, L->w_o, NULL, B, H * hd, d, st, kerr, sizeof kerr),
-             "linear o_proj + residual");
-        STEP(nn_add_rmsnorm_cuda(s->h, NULL, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
+        STEP(decode_linear_rows_cuda(f ? (void *)s->h : (void *)s->y, f ? 2 : 0, s->att, L->w_o, NULL, B, H * hd, d, st,
+                                     kerr, sizeof kerr),
+             "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st), "post norm");
         STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        STEP(decode_linear_swiglu_rows_cuda(s->h, 2, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
-             "swiglu + linear down + residual");
+        if (f) {
+            STEP(decode_linear_swiglu_rows_cuda(s->h, 2, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+                 "swiglu + linear down + residual");
+        } else {
+            STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st), "swiglu");
+            STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
+        }
     }
     l = -1;
-    STEP(nn_add_rmsnorm_cuda(s->h, NULL, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
+    STEP(nn_add_rmsnorm_cuda(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
     STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
          "lm_head");

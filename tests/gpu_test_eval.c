@@ -23,7 +23,8 @@
  *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's;
  *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise.
  *   f. the whole target: a k-row extend == k one-row extends bitwise (k = 16, 5), with
- *      and without CUDA graphs, and graph replays == eager launches bitwise.
+ *      and without CUDA graphs, fused and separate kernels, and graph replays == eager
+ *      launches bitwise.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
 #include "gpu_test_check.h"
 
@@ -554,8 +555,11 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
         tok[i] = rnd(0, V - 1);
     float *blk = xmalloc(sizeof(float) * (size_t)k * V), *one = xmalloc(sizeof(float) * (size_t)k * V);
     float *ref = xmalloc(sizeof(float) * (size_t)k * V);
+    for (int fused = 0; fused <= 1; fused++)
     for (int graphs = 1; graphs >= 0; graphs--) {
         gpu->use_graphs = graphs;
+        gpu->fused = fused;
+        decode_drop_graphs_cuda(gpu); /* graphs hold the kernels they were captured with */
         for (int kk = 16; kk >= 5; kk -= 11) {
             decode_reset_cuda(gpu);
             RC_CHECK(decode_extend_cuda(gpu, tok, P, 1, next, g_err, sizeof g_err), g_err);
@@ -567,19 +571,22 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
                 RC_CHECK(decode_logits_to_host_cuda(gpu, one + (size_t)i * V, g_err, sizeof g_err), g_err);
             }
             int same = memcmp(blk, one, sizeof(float) * (size_t)kk * V) == 0;
-            printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, prompt %d)\n",
-                   same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", P);
+            printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, %s kernels, prompt %d)\n",
+                   same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused ? "fused" : "separate", P);
             g_fail += !same;
         }
         if (graphs)
             memcpy(ref, one, sizeof(float) * 5 * V);
         else {
             int same = memcmp(ref, one, sizeof(float) * 5 * V) == 0;
-            printf("%s target: graph replays == eager launches bitwise (5 steps)\n", same ? "PASS" : "FAIL");
+            printf("%s target: graph replays == eager launches bitwise (5 steps, %s kernels)\n", same ? "PASS" : "FAIL",
+                   fused ? "fused" : "separate");
             g_fail += !same;
         }
     }
     gpu->use_graphs = 1;
+    gpu->fused = 0;
+    decode_drop_graphs_cuda(gpu);
     free(tok), free(blk), free(one), free(ref);
 }
 

@@ -290,10 +290,14 @@ int main(int argc, char **argv)
         for (int i = 0; i < P; i++)
             prompt[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
 
-        /* plain steps, graphs and eager, at len P .. P + reps */
-        double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64];
-        for (int graphs = 1; graphs >= 0; graphs--) {
-            m.use_graphs = graphs;
+        /* plain steps, graphs and eager, at len P .. P + reps; the other kernel sequence
+         * (fused / separate) once more with graphs */
+        double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64], alt_plain = 0, alt_v16 = 0;
+        int dflt = m.fused;
+        for (int graphs = 2; graphs >= 0; graphs--) {
+            m.fused = graphs == 2 ? !dflt : dflt;
+            decode_drop_graphs_cuda(&m);
+            m.use_graphs = graphs > 0;
             decode_reset_cuda(&m);
             RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
             for (int i = 0; i < reps + 3; i++) {
@@ -302,7 +306,11 @@ int main(int argc, char **argv)
                 if (i >= 3)
                     t_ms[i - 3] = now_ms() - a;
             }
-            plain_ms[graphs] = median(t_ms, reps);
+            double pm = median(t_ms, reps);
+            if (graphs == 2)
+                alt_plain = pm;
+            else
+                plain_ms[graphs] = pm;
             /* verify of 16 rows at the same length, the cache truncated back each time */
             int len = m.len;
             for (int i = 0; i < 16; i++)
@@ -314,9 +322,11 @@ int main(int argc, char **argv)
                     t_ms[i - 3] = now_ms() - a;
                 RC(decode_truncate_cuda(&m, len));
             }
-            *(graphs ? &v16_ms : &v16e_ms) = median(t_ms, reps);
+            *(graphs == 2 ? &alt_v16 : graphs ? &v16_ms : &v16e_ms) = median(t_ms, reps);
         }
         m.use_graphs = 1;
+        m.fused = dflt;
+        decode_drop_graphs_cuda(&m);
         int len_mid = P + reps / 2;
         double plain_bytes = decode_step_bytes_cuda(&m, len_mid, 1, 1);
         double plain_floor = plain_bytes / bw * 1e3;
@@ -333,6 +343,21 @@ int main(int argc, char **argv)
                 t_ms[i - 3] = now_ms() - a;
         }
         double draft_ms = median(t_ms, reps);
+        /* the drafter's other kernel sequence (a fresh graph) */
+        if (dr.draft_graph)
+            cudaGraphExecDestroy(dr.draft_graph);
+        dr.draft_graph = NULL;
+        dr.fused = !dr.fused;
+        for (int i = 0; i < reps + 3; i++) {
+            double a = now_ms();
+            RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+            if (i >= 3)
+                t_ms[i - 3] = now_ms() - a;
+        }
+        double alt_draft = median(t_ms, reps);
+        cudaGraphExecDestroy(dr.draft_graph);
+        dr.draft_graph = NULL;
+        dr.fused = !dr.fused;
         double draft_bytes = infer_draft_bytes_cuda(&dr, P);
         double draft_floor = draft_bytes / bw * 1e3;
         /* accept: truncate + append of 4 rows (tau ~ 4), graph replays, synchronised */
@@ -390,6 +415,8 @@ int main(int argc, char **argv)
         printf("draft (16 rows, context %d): %.3f ms; reads %.3f GB: floor %.3f ms -> %.0f%%\n", P, draft_ms,
                draft_bytes / 1e9, draft_floor, 100 * draft_floor / draft_ms);
         printf("accept (truncate + 4-row feature append): %.3f ms\n", append_ms);
+        printf("%s kernels instead (graphs): plain step %.3f ms, verify 16 %.3f ms, draft %.3f ms\n",
+               dflt ? "separate" : "fused", alt_plain, alt_v16, alt_draft);
         printf("plain loop: %.3f ms/token\n", plain_tpot);
         for (int qi = 0; qi < 3; qi++)
             printf("speculative, drafts corrupted with p = %.2f: tau %.2f, %.3f ms/token (draft %.3f + verify %.3f + "
@@ -410,10 +437,11 @@ int main(int argc, char **argv)
                 "%.4f, \"plain_step_bytes\": %.6g, \"plain_floor_ms\": %.4f, \"plain_pct_ceiling\": %.2f, "
                 "\"verify16_ms\": %.4f, \"verify16_eager_ms\": %.4f, \"verify16_over_plain\": %.3f, \"draft_ms\": "
                 "%.4f, \"draft_bytes\": %.6g, \"draft_pct_ceiling\": %.2f, \"accept4_ms\": %.4f, "
-                "\"plain_tpot_ms\": %.4f, \"spec\": [",
+                "\"plain_tpot_ms\": %.4f, \"fused_default\": %d, \"other_kernels\": {\"plain_step_ms\": %.4f, "
+                "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"spec\": [",
                 first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes,
                 plain_floor, 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms,
-                draft_bytes, 100 * draft_floor / draft_ms, append_ms, plain_tpot);
+                draft_bytes, 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
         for (int qi = 0; qi < 3; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"tpot_ms\": %.4f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "

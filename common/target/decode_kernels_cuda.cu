@@ -374,14 +374,15 @@ __device__ __forceinline__ uint4 load8(const bf16 *p, int vec, int left)
 {
     if (vec && left >= 8)
         return __ldg(reinterpret_cast<const uint4 *>(p));
-    uint4 u = make_uint4(0, 0, 0, 0);
-    if (left > 0) {
-        unsigned short *e = reinterpret_cast<unsigned short *>(&u);
-        const unsigned short *src = reinterpret_cast<const unsigned short *>(p);
-        for (int j = 0; j < 8 && j < left; j++)
-            e[j] = src[j];
-    }
-    return u;
+    if (left <= 0)
+        return make_uint4(0, 0, 0, 0); /* a padding row or chunk: no load */
+    const unsigned short *src = reinterpret_cast<const unsigned short *>(p);
+    unsigned v[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        if (j < left)
+            v[j >> 1] |= (unsigned)src[j] << (16 * (j & 1));
+    return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
 __device__ __forceinline__ void mma_bf16(float *d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -400,18 +401,27 @@ __device__ __forceinline__ float silu_mul(float g, float u)
 
 /* The x operand's 8 values at k: plain rows, or (SWIGLU) bf16(silu(gate) * up) from a
  * fused gate/up row [gate(K), up(K)]: nn_swiglu_cuda's output without its pass. */
+/* bf16(silu(g) * u) of the two bf16 halves of g and u, packed like them. */
+__device__ __forceinline__ unsigned swiglu2(unsigned g, unsigned u)
+{
+    float g0 = __uint_as_float(g << 16), g1 = __uint_as_float(g & 0xffff0000u);
+    float u0 = __uint_as_float(u << 16), u1 = __uint_as_float(u & 0xffff0000u);
+    unsigned lo = __bfloat16_as_ushort(__float2bfloat16(silu_mul(g0, u0)));
+    unsigned hi = __bfloat16_as_ushort(__float2bfloat16(silu_mul(g1, u1)));
+    return lo | (hi << 16);
+}
+
+/* The x operand's 8 values at k: plain rows, or (SWIGLU) bf16(silu(gate) * up) from a
+ * fused gate/up row [gate(K), up(K)]: nn_swiglu_cuda's output without its pass. */
 template <bool SWIGLU>
 __device__ __forceinline__ uint4 load_x8(const bf16 *row, int K, int k, int vec, int left)
 {
     if (!SWIGLU)
         return load8(row + k, vec, left);
-    uint4 g = load8(row + k, vec, left), u = load8(row + K + k, vec, left), o;
-    const bf16 *gb = reinterpret_cast<const bf16 *>(&g), *ub = reinterpret_cast<const bf16 *>(&u);
-    bf16 *ob = reinterpret_cast<bf16 *>(&o);
-#pragma unroll
-    for (int j = 0; j < 8; j++)
-        ob[j] = __float2bfloat16(silu_mul(__bfloat162float(gb[j]), __bfloat162float(ub[j])));
-    return o;
+    if (left <= 0)
+        return make_uint4(0, 0, 0, 0);
+    uint4 g = load8(row + k, vec, left), u = load8(row + K + k, vec, left);
+    return make_uint4(swiglu2(g.x, u.x), swiglu2(g.y, u.y), swiglu2(g.z, u.z), swiglu2(g.w, u.w));
 }
 
 /* Chunks a warp loads before multiplying (bytes in flight); the order in which a warp

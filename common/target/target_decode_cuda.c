@@ -17,12 +17,17 @@
 
 #include "cuda_check.h"
 
+/* The fused decode step (decode_model_cuda.fused) by default? 0: the unfused kernels,
+ * the faster of the two in the H200 runs so far (docs/eval.md). */
+#ifndef DECODE_CUDA_FUSED_DEFAULT
+#define DECODE_CUDA_FUSED_DEFAULT 0
+#endif
+
 void decode_free_cuda(decode_model_cuda *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->n_graphs; i++)
-        cudaGraphExecDestroy(m->graphs[i].exec);
+    decode_drop_graphs_cuda(m);
     if (m->lm_head_owned)
         cudaFree(m->lm_head);
     cudaFree(m->final_norm), cudaFree(m->kc), cudaFree(m->vc), cudaFree(m->feat), cudaFree(m->z);
@@ -101,6 +106,7 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
     m->max_next = max_next;
     m->small_rows = DECODE_LINEAR_MAX_ROWS;
     m->use_graphs = 1;
+    m->fused = DECODE_CUDA_FUSED_DEFAULT;
     size_t cache = L * max_ctx * kvd * sizeof(nn_bf16_cuda);
     int rc;
     if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", what, err, errlen)) < 0 ||
@@ -215,6 +221,13 @@ void decode_reset_cuda(decode_model_cuda *m)
     m->len = 0;
 }
 
+void decode_drop_graphs_cuda(decode_model_cuda *m)
+{
+    for (int i = 0; i < m->n_graphs; i++)
+        cudaGraphExecDestroy(m->graphs[i].exec);
+    m->n_graphs = 0;
+}
+
 int decode_truncate_cuda(decode_model_cuda *m, int len)
 {
     if (len < 0 || len > m->len)
@@ -279,7 +292,7 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
     int l = -1;
     /* decode-sized calls add the o_proj and down outputs to the fp32 residual inside the
      * linear kernel (no bf16 y); prefills go through y and cuBLASLt */
-    const int small = k <= m->small_rows;
+    const int small = m->fused && k <= m->small_rows;
     const nn_bf16_cuda *yadd = small ? NULL : t->y;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
                                                                                                          : -EIO,
@@ -288,6 +301,8 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
         STEP(cudaMemcpyAsync(m->len_d, m->len_h, sizeof(int32_t), cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
                                                                                                         : -EIO,
              "length upload");
+    if (!small)
+        STEP(decode_positions_cuda(t->pos, base, p0, k, s, kerr, sizeof kerr), "positions");
     STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s), "embed");
     for (l = 0; l < t->n_layers; l++) {
         const target_layer_cuda *Lw = &t->layers[l];
@@ -299,9 +314,15 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
                                  s),
              "add_rmsnorm (input)");
         STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
-        STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd, t->eps,
-                                             base, p0, s, kerr, sizeof kerr),
-             "qk_norm_rope + kv append");
+        if (small) {
+            STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd,
+                                                 t->eps, base, p0, s, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s),
+                 "qk_norm_rope");
+            STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, base, p0, s, kerr, sizeof kerr), "kv append");
+        }
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
                                    kerr, sizeof kerr),
              "attention");

@@ -25,7 +25,8 @@
  * cache length go through pinned host buffers copied inside the graph, and every kernel
  * that places rows reads the length from device memory, so a plain step or a verify is
  * one graph launch and one synchronisation. use_graphs = 0 runs the same kernels
- * eagerly (the benchmark compares both).
+ * eagerly (the benchmark compares both), fused picks between two kernel sequences of a
+ * small extend (below).
  *
  * Cache: per layer K and V [max_ctx, KV*hd] bf16 (K after q/k norm and RoPE).
  * Features of the last extend: feat [k, n_capture, d] bf16 on the device (the layout
@@ -66,6 +67,10 @@ typedef struct decode_model_cuda {
     int small_rows;           /* calls of at most this many rows use the row-exact linear kernel */
     int len;                  /* valid cache rows */
     int use_graphs;           /* 1 (default): small extends replay CUDA graphs */
+    int fused;                /* small extends: 1 = q/k norm + RoPE + cache append in one kernel, SwiGLU
+                               * inside the down projection, o_proj / down added to the fp32 residual
+                               * inside the linear kernel; 0 = separate kernels, bf16 sub-block outputs.
+                               * Both are row-independent; set before the first extend (graphs). */
     float *final_norm;        /* device [d] */
     nn_bf16_cuda *lm_head;    /* device [V, d]; tm.embed when tied */
     int lm_head_owned;
@@ -99,6 +104,9 @@ void decode_free_cuda(decode_model_cuda *m);
 
 /* Forget every cached token. */
 void decode_reset_cuda(decode_model_cuda *m);
+/* Destroy the captured graphs (after changing fused: a graph keeps the kernels it was
+ * captured with). */
+void decode_drop_graphs_cuda(decode_model_cuda *m);
 /* Keep the first len cached tokens (len <= m->len). 0 or -EINVAL. */
 int decode_truncate_cuda(decode_model_cuda *m, int len);
 

@@ -177,25 +177,18 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
         qf[i] = __bfloat162float(qr[i]) * scale, acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
     for (int g0 = warp * ATTW_KEYS; g0 < n; g0 += ATTW_WARPS * ATTW_KEYS) {
-        float sc[ATTW_KEYS], vf[ATTW_KEYS][DPL];
+        float sc[ATTW_KEYS];
         int key[ATTW_KEYS];
-        /* every K and V element of the group is loaded before the first use */
 #pragma unroll
         for (int j = 0; j < ATTW_KEYS; j++) {
             int jj = g0 + j;
             key[j] = jj < n ? (jj < n0 ? lo0 + jj : lo1 + (jj - n0)) : -1;
             float dot = 0.0f;
             if (key[j] >= 0) {
-                const bf16 *kr = kb + key[j] * kvd, *vr = vb + key[j] * kvd;
-#pragma unroll
-                for (int i = 0; i < DPL; i++) {
-                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot);
-                    vf[j][i] = __bfloat162float(vr[i]);
-                }
-            } else {
+                const bf16 *kr = kb + key[j] * kvd;
 #pragma unroll
                 for (int i = 0; i < DPL; i++)
-                    vf[j][i] = 0.0f;
+                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot);
             }
             sc[j] = dot;
         }
@@ -220,9 +213,10 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
                 continue;
             float p = expf(sc[j] - mx);
             l_run += p;
+            const bf16 *vr = vb + key[j] * kvd;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                acc[i] = fmaf(p, vf[j][i], acc[i]);
+                acc[i] = fmaf(p, __bfloat162float(vr[i]), acc[i]);
         }
         m_run = mx;
     }

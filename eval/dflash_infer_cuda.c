@@ -381,7 +381,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0,
                                    0, B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
-        /* o_proj and down add into the fp32 residual h inside the linear kernel */
+        /* fused: o_proj and down add into the fp32 residual h inside the linear kernel */
         STEP(decode_linear_rows_cuda(f ? (void *)s->h : (void *)s->y, f ? 2 : 0, s->att, L->w_o, NULL, B, H * hd, d, st,
                                      kerr, sizeof kerr),
              "linear o_proj");

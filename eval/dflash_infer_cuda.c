@@ -15,21 +15,23 @@
 #include "target/decode_kernels_cuda.h"
 #include "util.h"
 
+#include "cuda_check.h"
+
 /* Context rows appended per pass (bounds the scratch). */
 #define INFER_CUDA_CHUNK 256
 /* Linear layers of at most this many rows use the row-exact kernel, longer ones cuBLASLt. */
-#define INFER_CUDA_SMALL_ROWS 32
-
-const char *infer_error_cuda(const infer_state_cuda *s)
-{
-    return s->err;
-}
+#define INFER_CUDA_SMALL_ROWS DECODE_LINEAR_MAX_ROWS
 
 void infer_free_cuda(infer_state_cuda *s)
 {
     if (!s)
         return;
-    cudaFree(s->wb), cudaFree(s->wf), cudaFree(s->kc), cudaFree(s->vc), cudaFree(s->acts);
+    if (s->draft_graph)
+        cudaGraphExecDestroy(s->draft_graph);
+    for (int i = 0; i < 65; i++)
+        if (s->append_graph[i])
+            cudaGraphExecDestroy(s->append_graph[i]);
+    cudaFree(s->wb), cudaFree(s->wf), cudaFree(s->kc), cudaFree(s->vc), cudaFree(s->acts), cudaFree(s->n_ctx_d);
     if (s->draft_h)
         cudaFreeHost(s->draft_h);
     if (s->ranges_h)
@@ -113,7 +115,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, B = c->block_size, d = c->hidden;
     int I = c->intermediate, V = c->vocab;
     size_t qd = (size_t)H * hd, kvd = (size_t)KV * hd;
-    if (cap < 1 || B < 2 || hd % 2 || hd > 256 || KV < 1 || H % KV || c->mask_token_id < 0 ||
+    if (cap < 1 || B < 2 || B > DECODE_LINEAR_MAX_ROWS || hd % 2 || hd > 256 || KV < 1 || H % KV || c->mask_token_id < 0 ||
         c->mask_token_id >= V) {
         snprintf(err, errlen,
                  "drafter on the GPU: unsupported shape (cache %d, block %d, head_dim %d, heads %d/%d, mask token %d "
@@ -185,15 +187,25 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     if (cudaMallocHost((void **)&s->draft_h, sizeof(int32_t) * B) != cudaSuccess ||
         cudaMallocHost((void **)&s->ranges_h, sizeof(nn_key_ranges) * 2 * B) != cudaSuccess)
         return cuda_fail(s, err, errlen, "cudaMallocHost", -ENOMEM);
-    int rc = nn_gemm_create_cuda(&s->gemm, (size_t)32 << 20, NULL, 0);
-    if (rc < 0)
-        return cuda_fail(s, err, errlen, "nn_gemm_create_cuda", rc);
+    if (cudaMalloc((void **)&s->n_ctx_d, sizeof(int32_t)) != cudaSuccess ||
+        cudaMemset(s->n_ctx_d, 0, sizeof(int32_t)) != cudaSuccess)
+        return cuda_fail(s, err, errlen, "cudaMalloc(context length)", -ENOMEM);
+    int rc = nn_gemm_create_cuda(&s->gemm, (size_t)32 << 20, err, errlen);
+    if (rc < 0) {
+        infer_free_cuda(s);
+        return rc;
+    }
+    s->use_graphs = 1;
+    s->fused = 0; /* as decode_model_cuda.fused's default */
     return 0;
 }
 
 void infer_reset_cuda(infer_state_cuda *s)
 {
     s->n_ctx = 0;
+    /* in stream order after every earlier append and draft; a failure surfaces at the
+     * next synchronisation */
+    cudaMemsetAsync(s->n_ctx_d, 0, sizeof(int32_t), s->stream);
 }
 
 static size_t layer_stride(const infer_state_cuda *s)
@@ -201,65 +213,124 @@ static size_t layer_stride(const infer_state_cuda *s)
     return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
 }
 
-static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in, int n_out,
-                  char *err, size_t errlen)
+static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in,
+                  int n_out, char *kerr, size_t kerrlen)
 {
     if (T <= INFER_CUDA_SMALL_ROWS)
-        return decode_linear_rows_cuda(out, 0, x, w, NULL, T, n_in, n_out, s->stream);
+        return decode_linear_rows_cuda(out, 0, x, w, NULL, T, n_in, n_out, s->stream, kerr, kerrlen);
     nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, NULL, T, n_in, n_out);
-    return nn_gemm_run_cuda(s->gemm, &a, s->stream, err, errlen);
+    return nn_gemm_run_cuda(s->gemm, &a, s->stream, kerr, kerrlen);
 }
 
-/* why: the nn_*_cuda calls' text */
 #define STEP(call, what)                                                                                     \
     do {                                                                                                     \
-        char why[256];                                                                                       \
-        why[0] = '\0';                                                                                       \
+        kerr[0] = 0;                                                                                         \
         int r_ = (call);                                                                                     \
         if (r_ < 0) {                                                                                        \
-            snprintf(s->err, sizeof s->err, "%s: layer %d: %s failed (%d): %s%s", __func__, l, what, r_,     \
-                     why, decode_last_error_cuda());                                                         \
+            snprintf(err, errlen, "%s: layer %d: %s failed (%d): %s", __func__, l, what, r_,                 \
+                     kerr);                                                 \
             return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
         }                                                                                                    \
     } while (0)
 
-static int sync_stream(infer_state_cuda *s)
-{
-    cudaError_t e = cudaStreamSynchronize(s->stream);
-    if (e != cudaSuccess) {
-        snprintf(s->err, sizeof s->err, "drafter: cudaStreamSynchronize: %s", cudaGetErrorString(e));
-        return -EIO;
-    }
-    return 0;
-}
-
-int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n)
+/* Enqueue the context rows of m features at Hf: rows start at p0 + *base. Ends with
+ * n_ctx_d += m. */
+static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, const int32_t *base, int p0, char *err,
+                          size_t errlen)
 {
     const dflash_config *c = s->c;
-    if (n < 1)
-        return -EINVAL;
-    if (s->n_ctx + n > s->cap)
-        return -ENOSPC;
     int d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, nin = c->n_capture * d;
     int qkv_n = (H + 2 * KV) * hd;
     float eps = (float)c->rms_norm_eps;
+    char kerr[256];
     int l = -1;
-    for (int r0 = 0; r0 < n; r0 += INFER_CUDA_CHUNK) {
-        int m = DF_MIN(INFER_CUDA_CHUNK, n - r0), p0 = s->n_ctx;
-        l = -1;
-        /* C = RMSNorm_hidden(H fc^T), the fc output kept in fp32 as on the CPU */
-        STEP(decode_linear_rows_cuda(s->fc_out, 1, Hf + (size_t)r0 * nin, s->fc, NULL, m, nin, d, s->stream), "fc");
-        STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, why, sizeof why),
-             "hidden_norm");
-        STEP(decode_positions_cuda(s->pos, p0, m, s->stream), "positions");
-        for (l = 0; l < c->n_layers; l++) {
-            const infer_layer_cuda *L = &s->layer[l];
-            nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-            STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n, why, sizeof why), "linear qkv (context)");
-            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps, s->stream, why, sizeof why),
+    /* C = RMSNorm_hidden(H fc^T), the fc output kept in fp32 as on the CPU */
+    if (m <= INFER_CUDA_SMALL_ROWS)
+        STEP(decode_linear_rows_cuda(s->fc_out, 1, Hf, s->fc, NULL, m, nin, d, s->stream, kerr, sizeof kerr), "fc");
+    else
+        for (int r0 = 0; r0 < m; r0 += INFER_CUDA_SMALL_ROWS) /* fp32 out: the row-exact kernel, 64 rows a call */
+            STEP(decode_linear_rows_cuda(s->fc_out + (size_t)r0 * d, 1, Hf + (size_t)r0 * nin, s->fc, NULL,
+                                         DF_MIN(INFER_CUDA_SMALL_ROWS, m - r0), nin, d, s->stream, kerr, sizeof kerr),
+                 "fc");
+    STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr), "hidden_norm");
+    if (!s->fused)
+        STEP(decode_positions_cuda(s->pos, base, p0, m, s->stream, kerr, sizeof kerr), "positions");
+    for (l = 0; l < c->n_layers; l++) {
+        const infer_layer_cuda *L = &s->layer[l];
+        nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
+        STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n, kerr, sizeof kerr), "linear qkv (context)");
+        if (s->fused) {
+            STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, m, H, KV, hd, eps,
+                                                 base, p0, s->stream, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append (context)");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps,
+                                      s->stream, kerr, sizeof kerr),
                  "qk_norm_rope (context)");
-            STEP(decode_kv_append_cuda(kl, vl, s->qkv, m, H, KV, hd, p0, s->stream), "kv append (context)");
+            STEP(decode_kv_append_cuda(kl, vl, s->qkv, m, H, KV, hd, base, p0, s->stream, kerr, sizeof kerr),
+                 "kv append (context)");
         }
+    }
+    l = -1;
+    STEP(decode_counter_add_cuda(s->n_ctx_d, m, s->stream, kerr, sizeof kerr), "context length");
+    return 0;
+}
+
+/* Capture what `enqueue` puts on the stream into *exec. */
+#define CAPTURE(exec, enqueue_call)                                                                          \
+    do {                                                                                                     \
+        CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), err, errlen);          \
+        int rc_ = (enqueue_call);                                                                            \
+        cudaGraph_t g_ = NULL;                                                                               \
+        cudaError_t e_ = cudaStreamEndCapture(s->stream, &g_);                                               \
+        if (rc_ == 0 && e_ == cudaSuccess) {                                                                 \
+            e_ = cudaGraphInstantiate(&(exec), g_, 0);                                                       \
+            if (e_ != cudaSuccess)                                                                           \
+                (exec) = NULL;                                                                               \
+        }                                                                                                    \
+        if (g_)                                                                                              \
+            cudaGraphDestroy(g_);                                                                            \
+        if (rc_ < 0)                                                                                         \
+            return rc_;                                                                                      \
+        if (e_ != cudaSuccess) {                                                                             \
+            snprintf(err, errlen, "%s: graph capture: %s", __func__, cudaGetErrorString(e_));                \
+            return -EIO;                                                                                     \
+        }                                                                                                    \
+    } while (0)
+
+int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n, char *err, size_t errlen)
+{
+    if (n < 1) {
+        snprintf(err, errlen, "infer_append_cuda: %d rows", n);
+        return -EINVAL;
+    }
+    if (s->n_ctx + n > s->cap) {
+        snprintf(err, errlen, "infer_append_cuda: %d + %d context rows overflow the cache of %d", s->n_ctx, n, s->cap);
+        return -ENOSPC;
+    }
+    /* a graph per row count, for the features buffer it was captured with (the target's
+     * feature rows: every append of the speculative loop) */
+    if (s->use_graphs && n <= s->c->block_size && n <= 64) {
+        if (!s->append_graph[n] || s->append_src[n] != Hf) {
+            if (s->append_graph[n])
+                cudaGraphExecDestroy(s->append_graph[n]);
+            s->append_graph[n] = NULL;
+            if (s->append_src[n] == NULL || s->append_src[n] == Hf) {
+                CAPTURE(s->append_graph[n], enqueue_append(s, Hf, n, s->n_ctx_d, 0, err, errlen));
+                s->append_src[n] = Hf;
+            }
+        }
+        if (s->append_graph[n]) {
+            CUDA_TRY(cudaGraphLaunch(s->append_graph[n], s->stream), err, errlen);
+            s->n_ctx += n;
+            return 0;
+        }
+    }
+    for (int r0 = 0; r0 < n; r0 += INFER_CUDA_CHUNK) {
+        int m = DF_MIN(INFER_CUDA_CHUNK, n - r0);
+        int rc = enqueue_append(s, Hf + (size_t)r0 * s->c->n_capture * s->c->hidden, m, NULL, s->n_ctx, err, errlen);
+        if (rc < 0)
+            return rc;
         s->n_ctx += m;
     }
     /* no synchronisation: the next draft runs after these rows on the same stream and
@@ -267,25 +338,16 @@ int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n)
     return 0;
 }
 
-int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft)
+/* Enqueue a draft of the block in draft_h / ranges_h (pinned) at context length p0 + *base. */
+static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char *err, size_t errlen)
 {
     const dflash_config *c = s->c;
-    int B = c->block_size, S = s->n_ctx, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+    int B = c->block_size, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     int I = c->intermediate, V = c->vocab, qkv_n = (H + 2 * KV) * hd;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = s->stream;
+    char kerr[256];
     int l = -1;
-    if (anchor < 0 || anchor >= V)
-        return -EINVAL;
-    /* h0 = E[anchor], E[MASK] x (B-1) at positions S..S+B-1; the training masks for one
-     * block anchored at S (dflash_mask_ranges): full layers see all context + the block,
-     * sliding layers a window of context + the block causally */
-    for (int k = 0; k < B; k++)
-        s->draft_h[k] = k == 0 ? anchor : c->mask_token_id;
-    int32_t a0 = S;
-    uint8_t keep = 1;
-    dflash_mask_ranges(s->ranges_h, &a0, &keep, 1, B, S, 0);
-    dflash_mask_ranges(s->ranges_h + B, &a0, &keep, 1, B, S, c->sliding_window);
     STEP(cudaMemcpyAsync(s->tokens, s->draft_h, sizeof(int32_t) * B, cudaMemcpyHostToDevice, st) == cudaSuccess
              ? 0
              : -EIO,
@@ -295,49 +357,108 @@ int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft)
              ? 0
              : -EIO,
          "ranges upload");
-    STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, why, sizeof why), "embed");
-    STEP(decode_positions_cuda(s->pos, S, B, st), "positions");
+    const int f = s->fused;
+    const nn_bf16_cuda *yadd = f ? NULL : s->y; /* fused: o_proj / down add into h themselves */
+    STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
+    if (!f)
+        STEP(decode_positions_cuda(s->pos, base, p0, B, st, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? s->y : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, why, sizeof why), "input norm");
-        STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, why, sizeof why), "linear qkv");
-        STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st, why, sizeof why),
-             "qk_norm_rope");
+        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "input norm");
+        STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
-        STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, S, st), "kv append (block)");
-        STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), 0, 0, B, H, KV,
-                           hd, scale, st),
+        if (f) {
+            STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
+                                                 base, p0, st, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append (block)");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st, kerr, sizeof kerr),
+                 "qk_norm_rope");
+            STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, base, p0, st, kerr, sizeof kerr),
+                 "kv append (block)");
+        }
+        STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0,
+                                   0, B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
-        STEP(linear(s, s->y, s->att, L->w_o, B, H * hd, d, why, sizeof why), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(s->h, s->y, L->post_norm, s->a, NULL, 0, B, d, eps, st, why, sizeof why), "post norm");
-        STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, why, sizeof why), "linear gate_up");
-        STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, why, sizeof why), "swiglu");
-        STEP(linear(s, s->y, s->act, L->w_down, B, I, d, why, sizeof why), "linear down");
+        /* fused: o_proj and down add into the fp32 residual h inside the linear kernel */
+        STEP(decode_linear_rows_cuda(f ? (void *)s->h : (void *)s->y, f ? 2 : 0, s->att, L->w_o, NULL, B, H * hd, d, st,
+                                     kerr, sizeof kerr),
+             "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
+        STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+        if (f) {
+            STEP(decode_linear_swiglu_rows_cuda(s->h, 2, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+                 "swiglu + linear down + residual");
+        } else {
+            STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, kerr, sizeof kerr), "swiglu");
+            STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
+        }
     }
     l = -1;
-    STEP(nn_add_rmsnorm_cuda(s->h, s->y, s->final_norm, s->z, NULL, 0, B, d, eps, st, why, sizeof why), "final norm");
+    STEP(nn_add_rmsnorm_cuda(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
-    STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st), "lm_head");
-    STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st), "argmax");
+    STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
+         "lm_head");
+    STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
     STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) ==
                  cudaSuccess
              ? 0
              : -EIO,
          "draft download");
-    int rc = sync_stream(s);
-    if (rc < 0)
+    return 0;
+}
+
+int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft, char *err, size_t errlen)
+{
+    const dflash_config *c = s->c;
+    int B = c->block_size, S = s->n_ctx, V = c->vocab;
+    if (anchor < 0 || anchor >= V) {
+        snprintf(err, errlen, "infer_draft_cuda: anchor token %d outside [0, %d)", anchor, V);
+        return -EINVAL;
+    }
+    /* h0 = E[anchor], E[MASK] x (B-1) at positions S..S+B-1; the training masks for one
+     * block anchored at S (dflash_mask_ranges): full layers see all context + the block,
+     * sliding layers a window of context + the block causally. The previous draft
+     * synchronised, so the pinned buffers are free. */
+    for (int k = 0; k < B; k++)
+        s->draft_h[k] = k == 0 ? anchor : c->mask_token_id;
+    int32_t a0 = S;
+    uint8_t keep = 1;
+    dflash_mask_ranges(s->ranges_h, &a0, &keep, 1, B, S, 0);
+    dflash_mask_ranges(s->ranges_h + B, &a0, &keep, 1, B, S, c->sliding_window);
+    int rc;
+    if (s->use_graphs && !s->draft_graph)
+        CAPTURE(s->draft_graph, enqueue_draft(s, s->n_ctx_d, 0, err, errlen));
+    if (s->use_graphs && s->draft_graph)
+        CUDA_TRY(cudaGraphLaunch(s->draft_graph, s->stream), err, errlen);
+    else if ((rc = enqueue_draft(s, NULL, S, err, errlen)) < 0)
         return rc;
+    CUDA_TRY(cudaStreamSynchronize(s->stream), err, errlen);
     memcpy(draft, s->draft_h, sizeof(int32_t) * (B - 1));
     return 0;
 }
 
-int infer_logits_to_host_cuda(infer_state_cuda *s, float *out)
+int infer_logits_to_host_cuda(infer_state_cuda *s, float *out, char *err, size_t errlen)
 {
     size_t n = (size_t)(s->c->block_size - 1) * s->c->vocab;
-    if (cudaMemcpy(out, s->logits, sizeof(float) * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        snprintf(s->err, sizeof s->err, "infer_logits_to_host_cuda: %s", cudaGetErrorString(cudaGetLastError()));
-        return -EIO;
-    }
+    CUDA_TRY(cudaMemcpy(out, s->logits, sizeof(float) * n, cudaMemcpyDeviceToHost), err, errlen);
     return 0;
+}
+
+double infer_draft_bytes_cuda(const infer_state_cuda *s, int n_ctx)
+{
+    const dflash_config *c = s->c;
+    double d = c->hidden, I = c->intermediate, qd = (double)c->n_heads * c->head_dim,
+           kvd = (double)c->n_kv_heads * c->head_dim;
+    double layer = (d * (qd + 2 * kvd) + qd * d + 2 * I * d + I * d) * 2;
+    return layer * c->n_layers + (double)c->vocab * d * 2 +
+           (double)c->n_layers * (n_ctx + c->block_size) * kvd * 2 * 2;
+}
+
+double infer_append_bytes_cuda(const infer_state_cuda *s, int n)
+{
+    const dflash_config *c = s->c;
+    double d = c->hidden, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    return (d * c->n_capture * d + c->n_layers * d * (qd + 2 * kvd)) * 2 + (double)n * c->n_layers * kvd * 2 * 2;
 }

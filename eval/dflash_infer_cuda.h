@@ -17,6 +17,14 @@
  * consumed in order); infer_draft_cuda returns after synchronising it, infer_append_cuda only
  * enqueues (the features must stay unchanged until the next draft or sync).
  *
+ * The context length lives on the device too (n_ctx_d, advanced in stream order by each
+ * append): a draft is captured once into a CUDA graph (tokens and masks copied from pinned
+ * host buffers inside it, positions and cache rows read from n_ctx_d) and replayed for
+ * every later draft; an append of at most B rows likewise per row count. use_graphs = 0
+ * runs the same kernels eagerly.
+ *
+ * Errors: 0 or -errno with a line in the caller's err.
+ *
  * Ownership: infer_state_cuda owns its device weights, caches and scratch (infer_free_cuda); it
  * borrows the config (must outlive it), embed, lm_head and the stream. */
 #ifndef DF_DFLASH_INFER_CUDA_H
@@ -68,7 +76,12 @@ typedef struct infer_state_cuda {
     int32_t *draft_h;      /* pinned host [B] */
     nn_key_ranges *ranges_h; /* pinned host [2, B] */
     nn_gemm_cuda *gemm;
-    char err[400];
+    int32_t *n_ctx_d;      /* device [1]: n_ctx in stream order */
+    int use_graphs;        /* 1 (default) */
+    int fused;             /* as decode_model_cuda.fused (default 0); set before the first call */
+    cudaGraphExec_t draft_graph;          /* captured on the first draft */
+    cudaGraphExec_t append_graph[65];     /* [n], n <= min(B, 64) context rows */
+    const nn_bf16_cuda *append_src[65];   /* the features buffer append_graph[n] reads */
 } infer_state_cuda;
 
 /* Upload p (host fp32, dflash_params layout) and allocate caches for cap context rows on
@@ -81,15 +94,19 @@ void infer_free_cuda(infer_state_cuda *s);
 /* Forget the context. */
 void infer_reset_cuda(infer_state_cuda *s);
 /* Append n context rows from DEVICE bf16 features H[n, n_capture*d]. 0, -EINVAL (n < 1),
- * -ENOSPC (past cap), -EIO (text in infer_error_cuda). */
-int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *H, int n);
+ * -ENOSPC (past cap), -EIO. */
+int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *H, int n, char *err, size_t errlen);
 /* Draft block rows 1..B-1 for the anchor at position n_ctx: draft[B-1] (host). 0, -EINVAL
  * (no context, bad anchor), -EIO. */
-int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft);
+int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft, char *err, size_t errlen);
 /* The last draft's logits [B-1, V] to host out. 0 or -EIO. */
-int infer_logits_to_host_cuda(infer_state_cuda *s, float *out);
+int infer_logits_to_host_cuda(infer_state_cuda *s, float *out, char *err, size_t errlen);
 
-const char *infer_error_cuda(const infer_state_cuda *s);
+/* Bytes a draft reads at least with n_ctx context rows: every drafter weight but fc once,
+ * the lm_head, the context and block K/V rows. An append of n rows: fc and the layers'
+ * k/v projections (their q rows too: the fused projection reads them). */
+double infer_draft_bytes_cuda(const infer_state_cuda *s, int n_ctx);
+double infer_append_bytes_cuda(const infer_state_cuda *s, int n);
 
 #ifdef __cplusplus
 }

@@ -22,12 +22,11 @@ static int cuda_extend(void *impl, const int32_t *tokens, int k, int want_logits
                        const float **logits, char *err, size_t errlen)
 {
     gen_cuda *g = impl;
-    int rc = decode_extend_cuda(&g->m, tokens, k, 1, greedy);
-    if (rc == 0 && want_logits && (rc = decode_logits_to_host_cuda(&g->m, g->logits)) == 0)
+    int rc = decode_extend_cuda(&g->m, tokens, k, 1, greedy, err, errlen);
+    if (rc == 0 && want_logits && (rc = decode_logits_to_host_cuda(&g->m, g->logits, err, errlen)) == 0)
         *logits = g->logits;
-    if (rc < 0)
-        snprintf(err, errlen, "target extend by %d tokens: %s", k,
-                 rc == -ENOSPC ? "the cache is full" : decode_error_cuda(&g->m));
+    if (rc == -ENOSPC)
+        snprintf(err, errlen, "target extend by %d tokens: the cache is full", k);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 typedef struct cuda_impl {
     decode_model_cuda target;
     infer_state_cuda drafter;
+    char err[512]; /* the last failure's text, printed once */
 } cuda_impl;
 
 static void cuda_close(void *impl)
@@ -39,6 +41,10 @@ static int report(int rc, const char *what, const char *text)
     return rc;
 }
 
+/* The impl of a model inside it (both adapters' ctx point into a cuda_impl). */
+#define IMPL_OF_TARGET(m) ((cuda_impl *)((char *)(m)-offsetof(cuda_impl, target)))
+#define IMPL_OF_DRAFTER(s) ((cuda_impl *)((char *)(s)-offsetof(cuda_impl, drafter)))
+
 static int t_reset(void *ctx)
 {
     decode_reset_cuda(ctx);
@@ -48,9 +54,10 @@ static int t_reset(void *ctx)
 static int t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats)
 {
     decode_model_cuda *m = ctx;
-    int rc = decode_extend_cuda(m, tokens, k, n_next, next);
+    cuda_impl *ci = IMPL_OF_TARGET(m);
+    int rc = decode_extend_cuda(m, tokens, k, n_next, next, ci->err, sizeof ci->err);
     if (rc < 0)
-        return report(rc, "target extend", decode_error_cuda(m));
+        return report(rc, "target extend", ci->err);
     *feats = (const float *)m->feat; /* device bf16, see the file comment */
     return 0;
 }
@@ -69,13 +76,16 @@ static int d_reset(void *ctx)
 static int d_append(void *ctx, const float *feats, int n)
 {
     infer_state_cuda *s = ctx;
-    return report(infer_append_cuda(s, (const nn_bf16_cuda *)feats, n), "drafter append", infer_error_cuda(s));
+    cuda_impl *ci = IMPL_OF_DRAFTER(s);
+    return report(infer_append_cuda(s, (const nn_bf16_cuda *)feats, n, ci->err, sizeof ci->err), "drafter append",
+                  ci->err);
 }
 
 static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
 {
     infer_state_cuda *s = ctx;
-    return report(infer_draft_cuda(s, anchor, draft), "draft", infer_error_cuda(s));
+    cuda_impl *ci = IMPL_OF_DRAFTER(s);
+    return report(infer_draft_cuda(s, anchor, draft, ci->err, sizeof ci->err), "draft", ci->err);
 }
 
 int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,

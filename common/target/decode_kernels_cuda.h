@@ -1,25 +1,32 @@
 /* decode_kernels_cuda.h: the CUDA kernels of KV-cached decoding that common/nn does not
- * have (prefix dkc_), shared by the target's decode (target_decode_cuda.h) and the
+ * have (prefix decode_), shared by the target's decode (target_decode_cuda.h) and the
  * drafter's inference (eval/dflash_infer_cuda.h):
  *
- *   - appending the K/V heads of a fused QKV activation to a bf16 cache,
+ *   - positions and appending the K/V heads of a fused QKV activation to a bf16 cache,
  *   - attention of a few new queries against cached keys (one thread block per query
- *     and head, a plain loop over the keys in chunks with an online softmax in fp32),
- *   - a small-row linear layer whose every output element is computed in one fixed order
- *     that does not depend on how many rows the call has (see decode_linear_rows_cuda),
- *   - the argmax of logit rows (first index on ties, as decode_argmax) and positions.
+ *     and head; each warp walks a fixed subset of the keys with its own online softmax,
+ *     the warps are merged in a fixed order),
+ *   - a small-row linear layer (1..64 rows) that reads each weight once for all rows of
+ *     the call on the tensor cores, with a summation order per output element that does
+ *     not depend on how many rows the call has (see decode_linear_rows_cuda),
+ *   - the argmax of logit rows (first index on ties, as decode_argmax).
  *
  * Why a GEMM of our own: greedy speculative decoding is lossless only if the target's
  * greedy token for a row does not depend on the other rows of its call. cuBLASLt picks
  * its kernel (tiling, split-K) by shape, so a 16-row verify and a 1-row plain step may
  * round the same row differently and flip a near-tie. decode_linear_rows_cuda makes a row's
  * bits a function of that row alone, so on one GPU the speculative output equals the
- * plain one exactly; prefills (identical in both loops) keep cuBLASLt's tensor cores.
+ * plain one exactly; prefills (identical in both loops) keep cuBLASLt.
+ *
+ * Positions from device memory: the functions that place rows (positions, cache append,
+ * causal attention) take `base` (DEVICE int32 or NULL) and p0: the rows start at
+ * p0 + *base (p0 when base is NULL). A decode step captured in a CUDA graph reads the
+ * cache length there, so the graph is replayed, not re-captured, at every position.
  *
  * Layouts as nn_cuda.h: row-major, linear weights [out, in], fused qkv [T, (H+2KV)*hd]
  * (q heads, k heads, v heads), caches [rows, KV*hd] bf16. Every function only enqueues
- * on the caller's stream; 0, -EINVAL (unsupported shape, nothing enqueued) or -EIO (the
- * launch failed; decode_last_error_cuda() has the CUDA text). */
+ * on the caller's stream: 0, -EINVAL (unsupported shape, nothing enqueued; err says
+ * which) or -EIO (the launch failed; err has the CUDA text). */
 #ifndef DF_DECODE_KERNELS_CUDA_H
 #define DF_DECODE_KERNELS_CUDA_H
 
@@ -30,37 +37,66 @@
 extern "C" {
 #endif
 
-/* Text of the last launch failure in this thread ("" when none). */
-const char *decode_last_error_cuda(void);
+/* pos[i] = p0 + (*base) + i for i < T (RoPE positions of rows appended there). */
+int decode_positions_cuda(int32_t *pos, const int32_t *base, int p0, int T, cudaStream_t s, char *err, size_t errlen);
 
-/* pos[i] = p0 + i for i < T (RoPE positions of rows appended at p0). */
-int decode_positions_cuda(int32_t *pos, int p0, int T, cudaStream_t s);
+/* *counter += add on the stream (a device-side length advanced in stream order). */
+int decode_counter_add_cuda(int32_t *counter, int add, cudaStream_t s, char *err, size_t errlen);
 
-/* Cache rows row0..row0+T-1 of kc / vc [*, KV*hd] = the k / v heads of qkv [T, (H+2KV)*hd]
- * (after nn_qk_norm_rope_cuda: K normed and rotated). */
-int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda *qkv, int T, int H, int KV, int hd, int row0,
-                  cudaStream_t s);
+/* Cache rows r0..r0+T-1 (r0 = row0 + *base) of kc / vc [*, KV*hd] = the k / v heads of
+ * qkv [T, (H+2KV)*hd] (after nn_qk_norm_rope_cuda: K normed and rotated). */
+int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda *qkv, int T, int H, int KV, int hd,
+                          const int32_t *base, int row0, cudaStream_t s, char *err, size_t errlen);
 
 /* out[Tq, H*hd] = softmax(q k^T * scale) v over each query's allowed cached keys.
  * q: query i's H heads at q + i * q_stride (the q part of a fused qkv row: q_stride =
  * (H+2KV)*hd). kc, vc: [*, KV*hd]; query head h reads kv head h / (H/KV).
  * Allowed keys: ranges (DEVICE [Tq], the union of [lo0,hi0) and [lo1,hi1), nn.h) when
- * non-NULL; else causal from p0: query i sees [max(0, p0+i-window+1), p0+i] (window 0:
- * from key 0). A query with no key gets a zero row. hd even, <= 256. */
-int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc, const nn_bf16_cuda *vc,
-                  const nn_key_ranges *ranges, int p0, int window, int Tq, int H, int KV, int hd, float scale,
-                  cudaStream_t s);
+ * non-NULL; else causal from p = p0 + *base: query i sees [max(0, p+i-window+1), p+i]
+ * (window 0: from key 0). A query with no key gets a zero row. hd even, <= 256. The
+ * keys a query sees and the order they are summed in depend on that query alone. */
+int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc,
+                          const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
+                          int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen);
+
+/* Rows one decode_linear_rows_cuda call takes. */
+#define DECODE_LINEAR_MAX_ROWS 64
 
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 x / w / bias, fp32
- * accumulation, out bf16 (out_f32 = 0) or fp32 (out_f32 = 1). One warp per output column;
- * lane j sums the products k = 8j + 256i .. +7 in increasing k, then the warp adds its 32
- * partial sums in a fixed butterfly: element (t, n) depends on row t and column n only.
- * Made for the few rows of a decode step (reads w once per 8 rows); any T works. */
-int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *bias, int T,
-                    int n_in, int n_out, cudaStream_t s);
+ * accumulation, out bf16 (out_f32 = 0), fp32 (out_f32 = 1), or added to an fp32 out
+ * (out_f32 = 2: the residual stream, out += result, no bf16 rounding); 1 <= T <= 64.
+ * One thread block per 16 output columns; its 8 warps split n_in in chunks of 32
+ * (warp w takes chunks w, w+8, ...), each chunk is two m16n8k16 tensor-core products
+ * with the weights as the 16-row operand and up to 8 x rows per 8-column operand, so
+ * every weight is read once for all rows; the 8 warps' partial sums are then added in
+ * warp order. Which chunk goes where and in what order depends on n_in and n_out only,
+ * and a tensor-core product's column depends on that column of its operand alone, so
+ * element (t, n) is a function of row t of x and column n of w: a row's bits are the
+ * same in a 1-row call and a 64-row one. x, w 16-byte aligned with n_in % 8 == 0 take
+ * 16-byte loads; anything else takes element loads of the same values. */
+int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                            const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
+                            size_t errlen);
+
+/* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
+ * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed
+ * while loading (no pass of its own). n_in = I. */
+int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *gu, const nn_bf16_cuda *w,
+                                   const nn_bf16_cuda *bias, int T, int I, int n_out, cudaStream_t s, char *err,
+                                   size_t errlen);
+
+/* nn_qk_norm_rope_cuda (same math) at positions r = p0 + *base + t, and in the same pass
+ * the k heads (normed, rotated) to cache row r of kc and the v heads to row r of vc:
+ * decode_positions_cuda + nn_qk_norm_rope_cuda + decode_kv_append_cuda in one launch.
+ * q_norm / k_norm both NULL: no norm (Llama). hd even, <= 256. */
+int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm,
+                                    const float *inv_freq, nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV,
+                                    int hd, float eps, const int32_t *base, int p0, cudaStream_t s, char *err,
+                                    size_t errlen);
 
 /* idx[r] = argmax of logits[r, 0..V) (fp32), the first index on ties, for r < rows. */
-int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s);
+int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,
+                            size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -15,25 +15,29 @@
 #include "target/target_model.h"
 #include "util.h"
 
-/* Rows up to which linear layers use the row-exact kernel (a decode step, a verify
- * block); at least max_next so a verify always takes it. */
-#define DECODE_CUDA_SMALL_ROWS 32
+#include "cuda_check.h"
 
-const char *decode_error_cuda(const decode_model_cuda *m)
-{
-    return m->err;
-}
+/* The fused decode step (decode_model_cuda.fused) by default? 0: the unfused kernels,
+ * the faster of the two in the H200 runs so far (docs/eval.md). */
+#ifndef DECODE_CUDA_FUSED_DEFAULT
+#define DECODE_CUDA_FUSED_DEFAULT 0
+#endif
 
 void decode_free_cuda(decode_model_cuda *m)
 {
     if (!m)
         return;
+    decode_drop_graphs_cuda(m);
     if (m->lm_head_owned)
         cudaFree(m->lm_head);
     cudaFree(m->final_norm), cudaFree(m->kc), cudaFree(m->vc), cudaFree(m->feat), cudaFree(m->z);
-    cudaFree(m->logits), cudaFree(m->tokens), cudaFree(m->next_d);
+    cudaFree(m->logits), cudaFree(m->tokens), cudaFree(m->next_d), cudaFree(m->len_d);
     if (m->next_h)
         cudaFreeHost(m->next_h);
+    if (m->tok_h)
+        cudaFreeHost(m->tok_h);
+    if (m->len_h)
+        cudaFreeHost(m->len_h);
     if (m->stream)
         cudaStreamDestroy(m->stream);
     target_free_cuda(&m->tm);
@@ -65,58 +69,89 @@ static int upload_bf16(nn_bf16_cuda *dst, const float *src, size_t n)
     return e == cudaSuccess ? 0 : -EIO;
 }
 
-int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx, int max_next, char *err,
-             size_t errlen)
+static int check_setup(const char *what, int n_capture, int max_ctx, int max_next, char *err, size_t errlen)
 {
-    memset(m, 0, sizeof *m);
-    if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || max_next < 1 || max_next > max_ctx) {
-        snprintf(err, errlen, "%s: bad decode setup: %d captured layers, cache of %d tokens, %d tokens per step",
-                 dir, n_capture, max_ctx, max_next);
+    if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || max_next < 1 || max_next > max_ctx ||
+        max_next > DECODE_LINEAR_MAX_ROWS) {
+        snprintf(err, errlen,
+                 "%s: bad decode setup: %d captured layers, cache of %d tokens, %d tokens per step (at most %d)", what,
+                 n_capture, max_ctx, max_next, DECODE_LINEAR_MAX_ROWS);
         return -EINVAL;
     }
-    hfconfig c;
-    int rc = hfconfig_load(&c, dir, err, errlen);
-    if (rc < 0)
-        return rc;
-    int L = c.num_hidden_layers;
-    hfconfig_free(&c);
-    /* tmc runs layers 0..max(capture): adding the last layer uploads all of them; its
-     * extra slot (n_capture) is not handed out */
-    int ids[65], n = 0, has_last = 0;
+    return 0;
+}
+
+/* Capture ids for target_init / load: the caller's plus the last layer (so every layer
+ * runs; its extra slot n_capture is not handed out). Returns the count. */
+static int capture_ids(int *ids, const int *capture, int n_capture, int L)
+{
+    int n = 0, has_last = 0;
     for (int i = 0; i < n_capture; i++) {
         ids[n++] = capture[i];
         has_last |= capture[i] == L - 1;
     }
     if (!has_last)
         ids[n++] = L - 1;
+    return n;
+}
+
+/* Everything but the weights, once m->tm is set up. */
+static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int max_next, const char *what, char *err,
+                         size_t errlen)
+{
+    const target_model_cuda *t = &m->tm;
+    size_t d = (size_t)t->d, kvd = (size_t)t->KV * t->hd, V = (size_t)t->V, L = (size_t)t->n_layers;
+    m->n_capture = n_capture;
+    m->max_ctx = max_ctx;
+    m->max_next = max_next;
+    m->small_rows = DECODE_LINEAR_MAX_ROWS;
+    m->use_graphs = 1;
+    m->fused = DECODE_CUDA_FUSED_DEFAULT;
+    size_t cache = L * max_ctx * kvd * sizeof(nn_bf16_cuda);
+    int rc;
+    if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->kc, cache, "K cache", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->vc, cache, "V cache", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->feat, sizeof(nn_bf16_cuda) * max_ctx * n_capture * d, "features", what, err, errlen)) <
+            0 ||
+        (rc = dev_alloc(&m->z, sizeof(nn_bf16_cuda) * max_next * d, "z", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->logits, sizeof(float) * max_next * V, "logits", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->tokens, sizeof(int32_t) * max_ctx, "tokens", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->len_d, sizeof(int32_t), "length", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->next_d, sizeof(int32_t) * max_next, "next", what, err, errlen)) < 0)
+        return rc;
+    CUDA_TRY(cudaMallocHost((void **)&m->next_h, sizeof(int32_t) * max_next), err, errlen);
+    CUDA_TRY(cudaMallocHost((void **)&m->tok_h, sizeof(int32_t) * max_ctx), err, errlen);
+    CUDA_TRY(cudaMallocHost((void **)&m->len_h, sizeof(int32_t)), err, errlen);
+    CUDA_TRY(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), err, errlen);
+    return 0;
+}
+
+int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx,
+                     int max_next, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    int rc = check_setup(dir, n_capture, max_ctx, max_next, err, errlen);
+    if (rc < 0)
+        return rc;
+    hfconfig c;
+    if ((rc = hfconfig_load(&c, dir, err, errlen)) < 0)
+        return rc;
+    int L = c.num_hidden_layers;
+    hfconfig_free(&c);
+    int ids[65], n = capture_ids(ids, capture, n_capture, L);
     if ((rc = target_load_cuda(&m->tm, dir, ids, n, max_ctx, err, errlen)) < 0)
         return rc;
     target_embeddings e;
     if ((rc = target_load_embeddings(&e, dir, 1, err, errlen)) < 0)
         goto fail;
-    const target_model_cuda *t = &m->tm;
-    size_t d = (size_t)t->d, kvd = (size_t)t->KV * t->hd, V = (size_t)t->V;
-    m->n_capture = n_capture;
-    m->max_ctx = max_ctx;
-    m->max_next = max_next;
-    m->small_rows = DF_MAX(DECODE_CUDA_SMALL_ROWS, max_next);
-    size_t cache = (size_t)L * max_ctx * kvd * sizeof(nn_bf16_cuda);
-    if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->kc, cache, "K cache", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->vc, cache, "V cache", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->feat, sizeof(nn_bf16_cuda) * max_ctx * n_capture * d, "features", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->z, sizeof(nn_bf16_cuda) * max_next * d, "z", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->logits, sizeof(float) * max_next * V, "logits", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->tokens, sizeof(int32_t) * max_ctx, "tokens", dir, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->next_d, sizeof(int32_t) * max_next, "next", dir, err, errlen)) < 0) {
+    size_t d = (size_t)m->tm.d, V = (size_t)m->tm.V;
+    if ((rc = alloc_buffers(m, n_capture, max_ctx, max_next, dir, err, errlen)) < 0) {
         target_embeddings_free(&e);
         goto fail;
     }
-    if (cudaMallocHost((void **)&m->next_h, sizeof(int32_t) * max_next) != cudaSuccess ||
-        cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking) != cudaSuccess ||
-        cudaMemcpy(m->final_norm, e.final_norm, sizeof(float) * d, cudaMemcpyHostToDevice) != cudaSuccess) {
-        snprintf(err, errlen, "%s: pinned buffer / stream / final norm upload: %s", dir,
-                 cudaGetErrorString(cudaGetLastError()));
+    if (cudaMemcpy(m->final_norm, e.final_norm, sizeof(float) * d, cudaMemcpyHostToDevice) != cudaSuccess) {
+        snprintf(err, errlen, "%s: final norm upload: %s", dir, cudaGetErrorString(cudaGetLastError()));
         target_embeddings_free(&e);
         rc = -EIO;
         goto fail;
@@ -142,9 +177,50 @@ fail:
     return rc;
 }
 
+int decode_init_random_cuda(decode_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture, int max_ctx,
+                            int max_next, uint64_t seed, char *err, size_t errlen)
+{
+    memset(m, 0, sizeof *m);
+    int rc = check_setup("random target", n_capture, max_ctx, max_next, err, errlen);
+    if (rc < 0)
+        return rc;
+    int ids[65], n = capture_ids(ids, capture, n_capture, cfg->num_hidden_layers);
+    if ((rc = target_init_cuda(&m->tm, cfg, ids, n, max_ctx, err, errlen)) < 0)
+        return rc;
+    if ((rc = target_randomize_cuda(&m->tm, seed, err, errlen)) < 0)
+        goto fail;
+    if ((rc = alloc_buffers(m, n_capture, max_ctx, max_next, "random target", err, errlen)) < 0)
+        goto fail;
+    size_t d = (size_t)m->tm.d, V = (size_t)m->tm.V;
+    if (cfg->tie_word_embeddings) {
+        m->lm_head = m->tm.embed;
+    } else {
+        if ((rc = dev_alloc(&m->lm_head, sizeof(nn_bf16_cuda) * V * d, "lm_head", "random target", err, errlen)) < 0)
+            goto fail;
+        m->lm_head_owned = 1;
+        if ((rc = nn_fill_uniform_bf16_cuda(m->lm_head, V * d, seed ^ 0x9e3779b97f4a7c15ull, 0.02f, m->stream, err,
+                                            errlen)) < 0)
+            goto fail;
+    }
+    if ((rc = nn_fill_uniform_f32_cuda(m->final_norm, d, seed + 7, 1.0f, 0.1f, m->stream, err, errlen)) < 0)
+        goto fail;
+    CUDA_TRY_GOTO(cudaStreamSynchronize(m->stream), err, errlen, rc, fail);
+    return 0;
+fail:
+    decode_free_cuda(m);
+    return rc;
+}
+
 void decode_reset_cuda(decode_model_cuda *m)
 {
     m->len = 0;
+}
+
+void decode_drop_graphs_cuda(decode_model_cuda *m)
+{
+    for (int i = 0; i < m->n_graphs; i++)
+        cudaGraphExecDestroy(m->graphs[i].exec);
+    m->n_graphs = 0;
 }
 
 int decode_truncate_cuda(decode_model_cuda *m, int len)
@@ -155,116 +231,221 @@ int decode_truncate_cuda(decode_model_cuda *m, int len)
     return 0;
 }
 
-/* out = x w^T + b over T rows: the row-exact kernel for decode-sized calls, cuBLASLt
- * (tensor cores) for prefills. */
-static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, const nn_bf16_cuda *b, int T,
-                  int n_in, int n_out, char *err, size_t errlen)
+double decode_step_bytes_cuda(const decode_model_cuda *m, int len, int k, int n_next)
 {
-    if (T <= m->small_rows)
-        return decode_linear_rows_cuda(out, 0, x, w, b, T, n_in, n_out, m->stream);
-    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, b, T, n_in, n_out);
-    return nn_gemm_run_cuda(m->tm.gemm, &a, m->stream, err, errlen);
+    const target_model_cuda *t = &m->tm;
+    double d = t->d, I = t->I, qd = (double)t->H * t->hd, kvd = (double)t->KV * t->hd;
+    double layer = (d * (qd + 2 * kvd) + qd * d + d * 2 * I + I * d) * 2 + 2 * d * 4;
+    double bytes = layer * t->n_layers + 4 * d;
+    if (n_next > 0)
+        bytes += (double)t->V * d * 2;
+    /* the k queries of one call read the rows before them and the new ones: the union is
+     * len + k rows of K and V per layer */
+    bytes += (double)t->n_layers * (len + k) * kvd * 2 * 2;
+    return bytes;
 }
 
-/* Run a step; on failure name it and the layer in m->err (why: the nn_*_cuda calls' text). */
+/* out = x w^T + b over T rows: the row-exact kernel for decode-sized calls, cuBLASLt
+ * (tensor cores) for prefills. */
+static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                  const nn_bf16_cuda *b, int T, int n_in, int n_out, char *kerr, size_t kerrlen)
+{
+    if (T <= m->small_rows)
+        return decode_linear_rows_cuda(out, 0, x, w, b, T, n_in, n_out, m->stream, kerr, kerrlen);
+    nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, b, T, n_in, n_out);
+    return nn_gemm_run_cuda(m->tm.gemm, &a, m->stream, kerr, kerrlen);
+}
+
+/* Run a step; on failure name it, the layer and the cause (the callee's kerr) in err. */
 #define STEP(call, what)                                                                                     \
     do {                                                                                                     \
-        char why[256];                                                                                       \
-        why[0] = '\0';                                                                                       \
+        kerr[0] = 0;                                                                                         \
         int r_ = (call);                                                                                     \
         if (r_ < 0) {                                                                                        \
-            snprintf(m->err, sizeof m->err, "decode_extend_cuda: layer %d: %s failed (%d): %s%s", l, what, r_,       \
-                     why, decode_last_error_cuda());                                                         \
+            snprintf(err, errlen, "decode_extend_cuda: layer %d: %s failed (%d): %s", l, what, r_,           \
+                     kerr);                                                 \
             return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
         }                                                                                                    \
     } while (0)
 
-int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next)
+/* Enqueue one extend of k tokens whose ids are in m->tok_h: the rows start at p0 + *base
+ * (base = m->len_d inside a graph, NULL eagerly). */
+static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t *base, int p0, char *err,
+                          size_t errlen)
 {
     target_model_cuda *t = &m->tm;
-    if (k < 1 || n_next < 0 || n_next > k || n_next > m->max_next)
-        return -EINVAL;
-    if (m->len + k > m->max_ctx)
-        return -ENOSPC;
-    for (int i = 0; i < k; i++)
-        if (tokens[i] < 0 || tokens[i] >= t->V)
-            return -ERANGE;
-    const int d = t->d, I = t->I, H = t->H, KV = t->KV, hd = t->hd, nc = m->n_capture, p0 = m->len;
+    const int d = t->d, I = t->I, H = t->H, KV = t->KV, hd = t->hd, nc = m->n_capture;
     const int qkv_n = (H + 2 * KV) * hd;
     const long cap_stride = (long)nc * d;
     const size_t lstride = (size_t)m->max_ctx * KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     cudaStream_t s = m->stream;
+    char kerr[256];
     int l = -1;
-    STEP(cudaMemcpyAsync(m->tokens, tokens, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
+    /* the fused sequence (decode-sized calls with m->fused): o_proj and down add their
+     * outputs to the fp32 residual inside the linear kernel (no bf16 y); otherwise y and
+     * separate kernels (prefills: cuBLASLt) */
+    const int fused = m->fused && k <= m->small_rows;
+    const nn_bf16_cuda *yadd = fused ? NULL : t->y;
+    STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
+                                                                                                         : -EIO,
          "token upload");
-    STEP(decode_positions_cuda(t->pos, p0, k, s), "positions");
-    STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s, why, sizeof why), "embed");
+    if (base)
+        STEP(cudaMemcpyAsync(m->len_d, m->len_h, sizeof(int32_t), cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
+                                                                                                        : -EIO,
+             "length upload");
+    if (!fused)
+        STEP(decode_positions_cuda(t->pos, base, p0, k, s, kerr, sizeof kerr), "positions");
+    STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s, kerr, sizeof kerr), "embed");
     for (l = 0; l < t->n_layers; l++) {
         const target_layer_cuda *Lw = &t->layers[l];
         nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
-        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
-                             prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s, why, sizeof why),
+        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
+                                 prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps,
+                                 s, kerr, sizeof kerr),
              "add_rmsnorm (input)");
-        STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, why, sizeof why), "linear qkv");
-        STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s, why, sizeof why),
-             "qk_norm_rope");
-        STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, p0, s), "kv append");
-        STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, p0, Lw->window, k, H, KV, hd, scale, s),
+        STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        if (fused) {
+            STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd,
+                                                 t->eps, base, p0, s, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s, kerr, sizeof kerr),
+                 "qk_norm_rope");
+            STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, base, p0, s, kerr, sizeof kerr), "kv append");
+        }
+        STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
+                                   kerr, sizeof kerr),
              "attention");
-        STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, why, sizeof why), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, why, sizeof why), "add_rmsnorm (post)");
-        STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, why, sizeof why), "linear gate_up");
-        STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s, why, sizeof why), "swiglu");
-        STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, why, sizeof why), "linear down");
+        if (fused)
+            STEP(decode_linear_rows_cuda(t->x, 2, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, s, kerr, sizeof kerr),
+                 "linear o_proj + residual");
+        else
+            STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr), "add_rmsnorm (post)");
+        STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+        if (fused) /* SwiGLU inside the down projection's loads, its output added to x */
+            STEP(decode_linear_swiglu_rows_cuda(t->x, 2, t->gu, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                 "swiglu + linear down + residual");
+        else {
+            STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s, kerr, sizeof kerr), "swiglu");
+            STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
+        }
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
-    STEP(nn_add_rmsnorm_cuda(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
-                         cap_stride, k, d, t->eps, s, why, sizeof why),
+    STEP(nn_add_rmsnorm_cuda(t->x, yadd, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
+                             cap_stride, k, d, t->eps, s, kerr, sizeof kerr),
          "add (last layer)");
     if (n_next > 0) {
         float *xl = t->x + (size_t)(k - n_next) * d;
-        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, why, sizeof why), "final norm");
-        STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s), "lm_head");
-        STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s), "argmax");
+        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr), "final norm");
+        STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
+             "lm_head");
+        STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
         STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * n_next, cudaMemcpyDeviceToHost, s) ==
                      cudaSuccess
                  ? 0
                  : -EIO,
              "greedy tokens download");
     }
-    cudaError_t e = cudaStreamSynchronize(s);
+    return 0;
+}
+
+/* The graph of (k, n_next) in *exec, captured on first use; NULL when the table is full
+ * (the caller then runs eagerly). 0 or -errno (capture failed: err says why). */
+static int graph_for(decode_model_cuda *m, int k, int n_next, cudaGraphExec_t *exec, char *err, size_t errlen)
+{
+    *exec = NULL;
+    for (int i = 0; i < m->n_graphs; i++)
+        if (m->graphs[i].k == k && m->graphs[i].n_next == n_next) {
+            *exec = m->graphs[i].exec;
+            return 0;
+        }
+    if (m->n_graphs == DECODE_CUDA_GRAPHS)
+        return 0;
+    CUDA_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal), err, errlen);
+    int rc = enqueue_extend(m, k, n_next, m->len_d, 0, err, errlen);
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(m->stream, &g);
+    if (rc < 0) {
+        if (g)
+            cudaGraphDestroy(g);
+        cudaGetLastError();
+        return rc;
+    }
     if (e != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "decode_extend_cuda: cudaStreamSynchronize: %s", cudaGetErrorString(e));
+        snprintf(err, errlen, "decode_extend_cuda: graph capture of %d rows: %s", k, cudaGetErrorString(e));
         return -EIO;
     }
+    e = cudaGraphInstantiate(exec, g, 0);
+    cudaGraphDestroy(g);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "decode_extend_cuda: graph of %d rows: cudaGraphInstantiate: %s", k,
+                 cudaGetErrorString(e));
+        *exec = NULL;
+        return -EIO;
+    }
+    m->graphs[m->n_graphs++] = (decode_graph_cuda){k, n_next, *exec};
+    return 0;
+}
+
+int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next, char *err,
+                       size_t errlen)
+{
+    target_model_cuda *t = &m->tm;
+    if (k < 1 || n_next < 0 || n_next > k || n_next > m->max_next) {
+        snprintf(err, errlen, "decode_extend_cuda: %d tokens, %d greedy rows (at most %d)", k, n_next, m->max_next);
+        return -EINVAL;
+    }
+    if (m->len + k > m->max_ctx) {
+        snprintf(err, errlen, "decode_extend_cuda: %d + %d tokens overflow the cache of %d", m->len, k, m->max_ctx);
+        return -ENOSPC;
+    }
+    for (int i = 0; i < k; i++)
+        if (tokens[i] < 0 || tokens[i] >= t->V) {
+            snprintf(err, errlen, "decode_extend_cuda: token %d = %d is outside the vocabulary [0, %d)", i, tokens[i],
+                     t->V);
+            return -ERANGE;
+        }
+    /* the previous extend synchronised: the pinned buffers are free to overwrite */
+    memcpy(m->tok_h, tokens, sizeof(int32_t) * k);
+    *m->len_h = m->len;
+    cudaGraphExec_t exec = NULL;
+    int rc;
+    if (m->use_graphs && k <= m->small_rows && (rc = graph_for(m, k, n_next, &exec, err, errlen)) < 0)
+        return rc;
+    if (exec)
+        CUDA_TRY(cudaGraphLaunch(exec, m->stream), err, errlen);
+    else if ((rc = enqueue_extend(m, k, n_next, NULL, m->len, err, errlen)) < 0)
+        return rc;
+    CUDA_TRY(cudaStreamSynchronize(m->stream), err, errlen);
     memcpy(next, m->next_h, sizeof(int32_t) * n_next);
     m->last_n_next = n_next;
-    m->len = p0 + k;
+    m->len += k;
     return 0;
 }
 
-int decode_logits_to_host_cuda(decode_model_cuda *m, float *out)
+int decode_logits_to_host_cuda(decode_model_cuda *m, float *out, char *err, size_t errlen)
 {
     size_t n = (size_t)m->last_n_next * m->tm.V;
-    if (cudaMemcpy(out, m->logits, sizeof(float) * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "decode_logits_to_host_cuda: %s", cudaGetErrorString(cudaGetLastError()));
-        return -EIO;
-    }
+    CUDA_TRY(cudaMemcpy(out, m->logits, sizeof(float) * n, cudaMemcpyDeviceToHost), err, errlen);
     return 0;
 }
 
-int decode_feats_to_host_cuda(decode_model_cuda *m, int k, float *out)
+int decode_feats_to_host_cuda(decode_model_cuda *m, int k, float *out, char *err, size_t errlen)
 {
     size_t n = (size_t)k * m->n_capture * m->tm.d;
     uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
-    if (!h)
+    if (!h) {
+        snprintf(err, errlen, "decode_feats_to_host_cuda: out of memory");
         return -ENOMEM;
-    if (cudaMemcpy(h, m->feat, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost) != cudaSuccess) {
-        snprintf(m->err, sizeof m->err, "decode_feats_to_host_cuda: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    cudaError_t e = cudaMemcpy(h, m->feat, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        snprintf(err, errlen, "decode_feats_to_host_cuda: %s", cudaGetErrorString(e));
         free(h);
         return -EIO;
     }

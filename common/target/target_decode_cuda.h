@@ -14,63 +14,99 @@
  * appended to the cache, cached attention of the k queries to the cache and themselves
  * (causal; sliding layers see their window), o_proj, add + RMSNorm, gate/up, SwiGLU,
  * down; then the final norm and lm_head (fp32 logits) of the last n_next rows and their
- * argmax on the device: only n_next ints come back. Linear layers of up to small_rows
- * rows use decode_linear_rows_cuda (a row's result does not depend on the other rows of the
- * call: a B-row verify gives bit-identical logits to B single-token steps, so speculative
- * decoding is exactly lossless on one GPU); longer calls (prefills) use cuBLASLt.
+ * argmax on the device: only n_next ints come back. Linear layers of up to
+ * DECODE_LINEAR_MAX_ROWS (64) rows use decode_linear_rows_cuda (a row's result does not
+ * depend on the other rows of the call: a B-row verify gives bit-identical logits to B
+ * single-token steps, so speculative decoding is exactly lossless on one GPU); longer
+ * calls (prefills) use cuBLASLt.
+ *
+ * CUDA graphs: an extend of k <= 64 tokens is captured once per (k, n_next) into a CUDA
+ * graph (up to DECODE_CUDA_GRAPHS of them) and replayed from then on: the tokens and the
+ * cache length go through pinned host buffers copied inside the graph, and every kernel
+ * that places rows reads the length from device memory, so a plain step or a verify is
+ * one graph launch and one synchronisation. use_graphs = 0 runs the same kernels
+ * eagerly (the benchmark compares both), fused picks between two kernel sequences of a
+ * small extend (below).
  *
  * Cache: per layer K and V [max_ctx, KV*hd] bf16 (K after q/k norm and RoPE).
  * Features of the last extend: feat [k, n_capture, d] bf16 on the device (the layout
  * the training pipeline hands the drafter).
  *
- * Errors: 0 or -errno; decode_load_cuda fills err (file and tensor for a bad model, the CUDA call
- * otherwise); extend failures leave text in decode_error_cuda. -EINVAL / -ENOENT permanent
- * (target_exit_code maps them), -ENOMEM / -EIO temporary. Ownership: decode_model_cuda owns every
- * device buffer, its stream and the target_model_cuda; decode_free_cuda releases all (safe on a zeroed
- * or failed model). One extend at a time; the current CUDA device at decode_load_cuda is used. */
+ * Errors: 0 or -errno, and a line in the caller's err (file and tensor for a bad model,
+ * the step, layer and CUDA call otherwise). -EINVAL / -ENOENT permanent (target_exit_code
+ * maps them), -ENOMEM / -EIO temporary. Ownership: decode_model_cuda owns every device
+ * buffer, its graphs, its stream and the target_model_cuda; decode_free_cuda releases all
+ * (safe on a zeroed or failed model). One extend at a time; the current CUDA device at
+ * load is used. */
 #ifndef DF_TARGET_DECODE_CUDA_H
 #define DF_TARGET_DECODE_CUDA_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/hfconfig.h"
 #include "target/target_model_cuda.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Graphs kept per model (distinct (k, n_next) pairs: a plain step and a verify are two). */
+#define DECODE_CUDA_GRAPHS 16
+
+typedef struct decode_graph_cuda {
+    int k, n_next;
+    cudaGraphExec_t exec;
+} decode_graph_cuda;
+
 typedef struct decode_model_cuda {
-    target_model_cuda tm;         /* every layer; its x/a/y/qkv/att/gu/h/pos workspace holds max_ctx rows */
-    int n_capture;        /* the caller's captured layers (slots 0..n_capture-1) */
-    int max_ctx;          /* cache rows */
-    int max_next;         /* greedy tokens one extend may ask for */
-    int small_rows;       /* calls of at most this many rows use the row-exact linear kernel */
-    int len;              /* valid cache rows */
-    float *final_norm;    /* device [d] */
+    target_model_cuda tm;     /* every layer; its x/a/y/qkv/att/gu/h/pos workspace holds max_ctx rows */
+    int n_capture;            /* the caller's captured layers (slots 0..n_capture-1) */
+    int max_ctx;              /* cache rows */
+    int max_next;             /* greedy tokens one extend may ask for (<= DECODE_LINEAR_MAX_ROWS) */
+    int small_rows;           /* calls of at most this many rows use the row-exact linear kernel */
+    int len;                  /* valid cache rows */
+    int use_graphs;           /* 1 (default): small extends replay CUDA graphs */
+    int fused;                /* small extends: 1 = q/k norm + RoPE + cache append in one kernel, SwiGLU
+                               * inside the down projection, o_proj / down added to the fp32 residual
+                               * inside the linear kernel; 0 = separate kernels, bf16 sub-block outputs.
+                               * Both are row-independent; set before the first extend (graphs). */
+    float *final_norm;        /* device [d] */
     nn_bf16_cuda *lm_head;    /* device [V, d]; tm.embed when tied */
     int lm_head_owned;
     nn_bf16_cuda *kc, *vc;    /* device [n_layers, max_ctx, KV*hd] */
     nn_bf16_cuda *feat;       /* device [max_ctx, n_capture, d] features of the last extend */
     nn_bf16_cuda *z;          /* device [max_next, d] final-normed rows */
-    float *logits;        /* device [max_next, V] logits of the last extend's last n_next rows */
-    int32_t *tokens;      /* device [max_ctx] */
-    int32_t *next_d;      /* device [max_next] */
-    int32_t *next_h;      /* pinned host [max_next] */
-    int last_n_next;      /* rows of logits valid */
+    float *logits;            /* device [max_next, V] logits of the last extend's last n_next rows */
+    int32_t *tokens;          /* device [max_ctx] */
+    int32_t *len_d;           /* device [1]: the cache length the graphs read */
+    int32_t *next_d;          /* device [max_next] */
+    int32_t *next_h;          /* pinned host [max_next] */
+    int32_t *tok_h;           /* pinned host [max_ctx] */
+    int32_t *len_h;           /* pinned host [1] */
+    int last_n_next;          /* rows of logits valid */
+    decode_graph_cuda graphs[DECODE_CUDA_GRAPHS];
+    int n_graphs;
     cudaStream_t stream;
-    char err[400];
 } decode_model_cuda;
 
 /* Load dir (HF Qwen3 / Llama) on the current device with the given captured layers
- * (distinct, any order), a cache of max_ctx tokens and up to max_next greedy tokens per
- * extend. 0 or -errno with err naming the file / tensor / CUDA call. */
-int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx, int max_next, char *err,
-             size_t errlen);
+ * (distinct, any order), a cache of max_ctx tokens and up to max_next (<= 64) greedy
+ * tokens per extend. 0 or -errno with err naming the file / tensor / CUDA call. */
+int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx,
+                     int max_next, char *err, size_t errlen);
+/* The same model shape from cfg with random weights made on the device
+ * (target_randomize_cuda; final norm 1 +- 0.1; an untied lm_head uniform +- 0.02): for
+ * benchmarks at real shapes without files. */
+int decode_init_random_cuda(decode_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture, int max_ctx,
+                            int max_next, uint64_t seed, char *err, size_t errlen);
 void decode_free_cuda(decode_model_cuda *m);
 
 /* Forget every cached token. */
 void decode_reset_cuda(decode_model_cuda *m);
+/* Destroy the captured graphs (after changing fused: a graph keeps the kernels it was
+ * captured with). */
+void decode_drop_graphs_cuda(decode_model_cuda *m);
 /* Keep the first len cached tokens (len <= m->len). 0 or -EINVAL. */
 int decode_truncate_cuda(decode_model_cuda *m, int len);
 
@@ -79,16 +115,20 @@ int decode_truncate_cuda(decode_model_cuda *m, int len);
  * rows 0..k-1 are the new tokens' features and m->logits the n_next rows' logits, valid
  * until the next extend. Synchronous (returns when next is filled). 0, -EINVAL (k < 1,
  * n_next outside [0, min(k, max_next)]), -ERANGE (token id; nothing run), -ENOSPC (cache
- * full), -EIO (CUDA; text in decode_error_cuda; the cache is then undefined: reset). */
-int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next);
+ * full), -EIO (CUDA; the cache is then undefined: reset). */
+int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next, char *err,
+                       size_t errlen);
 
 /* Copy the logits of the last extend ([last_n_next, V] fp32) to host out. 0 or -EIO. */
-int decode_logits_to_host_cuda(decode_model_cuda *m, float *out);
+int decode_logits_to_host_cuda(decode_model_cuda *m, float *out, char *err, size_t errlen);
 /* Copy the features of the last extend's first k rows ([k, n_capture, d]) to host out as
- * fp32. 0 or -EIO. */
-int decode_feats_to_host_cuda(decode_model_cuda *m, int k, float *out);
+ * fp32. 0, -ENOMEM or -EIO. */
+int decode_feats_to_host_cuda(decode_model_cuda *m, int k, float *out, char *err, size_t errlen);
 
-const char *decode_error_cuda(const decode_model_cuda *m);
+/* Bytes one extend of k tokens with n_next logit rows reads at least, with len tokens
+ * cached before it: every linear weight once, the final norm, n_next > 0: the lm_head,
+ * and the K/V cache rows its queries attend to (the memory floor of a decode step). */
+double decode_step_bytes_cuda(const decode_model_cuda *m, int len, int k, int n_next);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,466 @@
+/* bench_decode: greedy decoding on the GPU at the Qwen3-1.7B and Qwen3-8B shapes (random
+ * bf16 weights made on the device, no files): plain decoding against its memory ceiling,
+ * the parts of a speculative step (draft, 16-row verify, accept + feature append), and the
+ * speculative loop at several acceptance rates, with its output checked against plain
+ * decoding token for token.
+ *
+ * Ceiling: the bytes a step must read (every linear weight once, the lm_head, the K/V
+ * rows attended to: decode_step_bytes_cuda / infer_draft_bytes_cuda) over the bandwidth of
+ * a 2 GiB device-to-device copy measured in the same run (bytes read + written).
+ *
+ * The speculative loop runs eval/spec_decode.c's spec_generate over the CUDA target and
+ * the CUDA drafter (random weights, 5 layers, block 16, the target's shape); random
+ * weights cannot draft, so a drafting step runs the real drafter (its time is real) and
+ * then replaces its tokens by the plain output's next tokens with each token corrupted
+ * with probability q (q = 1: nothing accepted, tau 1; q = 0: every draft right, tau ~16):
+ * the time per token at the tau a trained drafter would reach. Lossless: its output
+ * equals plain greedy decoding token for token.
+ *
+ * Prints a table; writes JSON (--json, default bench/results/eval/decode.json). Exit 77
+ * without a GPU; a CPU build says it needs CUDA=1 and exits 0 (so `make bench` stays green). */
+#ifndef DF_WITH_CUDA
+#include <stdio.h>
+int main(void)
+{
+    printf("SKIPPED: bench_decode needs a CUDA=1 build\n");
+    return 0;
+}
+#else
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dflash/dflash_config.h"
+#include "dflash/dflash_model.h"
+#include "eval/dflash_infer_cuda.h"
+#include "eval/spec_decode.h"
+#include "io/hfconfig.h"
+#include "target/target_decode_cuda.h"
+#include "util.h"
+
+static char g_err[1024];
+
+#define CK(call)                                                                                              \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess) {                                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));            \
+            exit(1);                                                                                          \
+        }                                                                                                     \
+    } while (0)
+#define RC(call)                                                                                              \
+    do {                                                                                                      \
+        int r_ = (call);                                                                                      \
+        if (r_ < 0) {                                                                                         \
+            fprintf(stderr, "%s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #call, r_, g_err);            \
+            exit(1);                                                                                          \
+        }                                                                                                     \
+    } while (0)
+
+typedef struct shape {
+    const char *name, *key;
+    int d, L, H, KV, hd, I, V, tied;
+} shape;
+
+static const shape SHAPES[] = {
+    {"Qwen3-1.7B", "1.7b", 2048, 28, 16, 8, 128, 6144, 151936, 1},
+    {"Qwen3-8B", "8b", 4096, 36, 32, 8, 128, 12288, 151936, 0},
+};
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double now_ms(void)
+{
+    return (double)df_now_ns() * 1e-6;
+}
+
+/* ---- spec_decode adapters over the CUDA models, with an oracle on top of the drafter ---- */
+
+typedef struct oracle {
+    infer_state_cuda *dr;
+    const int32_t *plain; /* the plain output (after the prompt) */
+    int n_plain;
+    int n_prompt;
+    double corrupt;       /* probability that a drafted token is replaced by a wrong one */
+    df_rng rng;
+    int V;
+} oracle;
+
+static int t_reset(void *ctx)
+{
+    decode_reset_cuda(ctx);
+    return 0;
+}
+static int t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats)
+{
+    decode_model_cuda *m = ctx;
+    int rc = decode_extend_cuda(m, tokens, k, n_next, next, g_err, sizeof g_err);
+    *feats = (const float *)m->feat;
+    return rc;
+}
+static int t_truncate(void *ctx, int len)
+{
+    return decode_truncate_cuda(ctx, len);
+}
+static int d_reset(void *ctx)
+{
+    infer_reset_cuda(((oracle *)ctx)->dr);
+    return 0;
+}
+static int d_append(void *ctx, const float *feats, int n)
+{
+    return infer_append_cuda(((oracle *)ctx)->dr, (const nn_bf16_cuda *)feats, n, g_err, sizeof g_err);
+}
+static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    oracle *o = ctx;
+    int rc = infer_draft_cuda(o->dr, anchor, draft, g_err, sizeof g_err);
+    if (rc < 0 || !o->plain)
+        return rc;
+    /* the anchor is output token j = n_ctx - n_prompt; draft k predicts output j + k */
+    int j = o->dr->n_ctx - o->n_prompt, B = o->dr->c->block_size;
+    for (int k = 1; k < B; k++) {
+        int at = j + k;
+        int32_t t = at < o->n_plain ? o->plain[at] : 0;
+        if (df_rng_uniform(&o->rng) < o->corrupt)
+            t = (t + 1 + (int32_t)df_rng_below(&o->rng, (uint64_t)o->V - 1)) % o->V;
+        draft[k - 1] = t;
+    }
+    return 0;
+}
+
+static void drafter_config(dflash_config *c, const shape *sh)
+{
+    dflash_config_tiny(c);
+    c->hidden = sh->d, c->intermediate = sh->I, c->n_layers = 5, c->n_heads = sh->H, c->n_kv_heads = sh->KV;
+    c->head_dim = sh->hd, c->vocab = sh->V, c->block_size = 16, c->n_capture = 5, c->num_target_layers = sh->L;
+    dflash_default_layer_ids(c->target_layer_ids, 5, sh->L);
+    c->mask_token_id = sh->V - 1, c->sliding_window = 0;
+    memset(c->layer_sliding, 0, sizeof c->layer_sliding);
+    c->tie_word_embeddings = sh->tied, c->max_position_embeddings = 40960;
+    c->rms_norm_eps = 1e-6, c->rope_theta = 1e6, c->gamma = 7.0;
+}
+
+/* Norms 1, linear weights uniform with std 0.02 (fast; the values do not matter here). */
+static void drafter_params(dflash_params *p, const dflash_config *c, uint64_t seed)
+{
+    if (dflash_params_alloc(p, c) < 0) {
+        fprintf(stderr, "bench_decode: out of host memory for the drafter\n");
+        exit(1);
+    }
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    int nt = dflash_tensor_count(c);
+    for (int i = 0; i < nt; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(c, i, &t);
+        float *v = p->data + t.offset;
+        for (size_t j = 0; j < t.numel; j++) {
+            if (t.is_norm) {
+                v[j] = 1.0f;
+                continue;
+            }
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            v[j] = (float)((double)(x >> 11) / 9007199254740992.0 * 2 - 1) * 0.0346f;
+        }
+    }
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "bench_decode: watchdog: past its time limit\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+int main(int argc, char **argv)
+{
+    const char *json = "bench/results/eval/decode.json", *models = "1.7b,8b";
+    int P = 128, NEW = 128, reps = 32, timeout_s = 420;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
+        else if (!strcmp(argv[i], "--models") && i + 1 < argc)
+            models = argv[++i];
+        else if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
+            P = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--new") && i + 1 < argc)
+            NEW = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
+            timeout_s = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
+                            "[--timeout S]\n");
+            return 2;
+        }
+    }
+    if (P < 1 || NEW < 16) {
+        fprintf(stderr, "bench_decode: --prompt >= 1, --new >= 16\n");
+        return 2;
+    }
+    signal(SIGALRM, on_alarm);
+    alarm((unsigned)timeout_s);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        printf("SKIPPED: no CUDA device\n");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+
+    /* copy bandwidth: 2 GiB device to device, bytes read + written */
+    size_t cb = (size_t)2 << 30;
+    void *ca, *cbuf;
+    CK(cudaMalloc(&ca, cb));
+    CK(cudaMalloc(&cbuf, cb));
+    CK(cudaMemset(ca, 1, cb));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double bws[5];
+    for (int r = 0; r < 6; r++) {
+        CK(cudaEventRecord(e0, 0));
+        CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, 0));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r > 0)
+            bws[r - 1] = 2.0 * cb / (ms * 1e-3);
+    }
+    double bw = median(bws, 5);
+    cudaFree(ca), cudaFree(cbuf);
+    printf("%s: device-to-device copy %.2f TB/s (read + write); prompt %d tokens, %d new\n", prop.name, bw / 1e12, P,
+           NEW);
+
+    FILE *jf = fopen(json, "w");
+    if (!jf) {
+        fprintf(stderr, "bench_decode: cannot write %s\n", json);
+        return 1;
+    }
+    fprintf(jf, "{\"device\": \"%s\", \"copy_bw_Bps\": %.4g, \"prompt\": %d, \"new\": %d, \"shapes\": [", prop.name, bw,
+            P, NEW);
+    int first_shape = 1;
+    char table[8192];
+    size_t tl = 0;
+    for (size_t si = 0; si < DF_ARRAY_LEN(SHAPES); si++) {
+        const shape *sh = &SHAPES[si];
+        if (!strstr(models, sh->key))
+            continue;
+        hfconfig c;
+        memset(&c, 0, sizeof c);
+        c.arch = HFCONFIG_ARCH_QWEN3;
+        c.hidden_size = sh->d, c.intermediate_size = sh->I, c.num_hidden_layers = sh->L;
+        c.num_attention_heads = sh->H, c.num_key_value_heads = sh->KV, c.head_dim = sh->hd;
+        c.vocab_size = sh->V, c.rms_norm_eps = 1e-6, c.rope_theta = 1e6, c.qk_norm = 1;
+        c.tie_word_embeddings = sh->tied;
+        snprintf(c.rope_type, sizeof c.rope_type, "default");
+        dflash_config dc;
+        drafter_config(&dc, sh);
+        int max_ctx = P + NEW + 64;
+        decode_model_cuda m;
+        double t0 = now_ms();
+        RC(decode_init_random_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, 1234 + si, g_err, sizeof g_err));
+        dflash_params dp;
+        drafter_params(&dp, &dc, 99 + si);
+        infer_state_cuda dr;
+        RC(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err));
+        dflash_params_free(&dp);
+        printf("== %s: target %.2f GB of weights, drafter 5 layers (set up in %.1f s)\n", sh->name,
+               m.tm.weight_bytes / 1e9, (now_ms() - t0) / 1e3);
+        df_rng rng;
+        df_rng_seed(&rng, 7 + si);
+        int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P), next[16], draft[16], blk[16];
+        for (int i = 0; i < P; i++)
+            prompt[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+
+        /* plain steps, graphs and eager, at len P .. P + reps; the other kernel sequence
+         * (fused / separate) once more with graphs */
+        double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64], alt_plain = 0, alt_v16 = 0;
+        int dflt = m.fused;
+        for (int graphs = 2; graphs >= 0; graphs--) {
+            m.fused = graphs == 2 ? !dflt : dflt;
+            decode_drop_graphs_cuda(&m);
+            m.use_graphs = graphs > 0;
+            decode_reset_cuda(&m);
+            RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+            for (int i = 0; i < reps + 3; i++) {
+                double a = now_ms();
+                RC(decode_extend_cuda(&m, next, 1, 1, next, g_err, sizeof g_err));
+                if (i >= 3)
+                    t_ms[i - 3] = now_ms() - a;
+            }
+            double pm = median(t_ms, reps);
+            if (graphs == 2)
+                alt_plain = pm;
+            else
+                plain_ms[graphs] = pm;
+            /* verify of 16 rows at the same length, the cache truncated back each time */
+            int len = m.len;
+            for (int i = 0; i < 16; i++)
+                blk[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+            for (int i = 0; i < reps + 3; i++) {
+                double a = now_ms();
+                RC(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
+                if (i >= 3)
+                    t_ms[i - 3] = now_ms() - a;
+                RC(decode_truncate_cuda(&m, len));
+            }
+            *(graphs == 2 ? &alt_v16 : graphs ? &v16_ms : &v16e_ms) = median(t_ms, reps);
+        }
+        m.use_graphs = 1;
+        m.fused = dflt;
+        decode_drop_graphs_cuda(&m);
+        int len_mid = P + reps / 2;
+        double plain_bytes = decode_step_bytes_cuda(&m, len_mid, 1, 1);
+        double plain_floor = plain_bytes / bw * 1e3;
+
+        /* draft and append, at context P */
+        decode_reset_cuda(&m);
+        RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+        infer_reset_cuda(&dr);
+        RC(infer_append_cuda(&dr, m.feat, P, g_err, sizeof g_err));
+        for (int i = 0; i < reps + 3; i++) {
+            double a = now_ms();
+            RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+            if (i >= 3)
+                t_ms[i - 3] = now_ms() - a;
+        }
+        double draft_ms = median(t_ms, reps);
+        /* the drafter's other kernel sequence (a fresh graph) */
+        if (dr.draft_graph)
+            cudaGraphExecDestroy(dr.draft_graph);
+        dr.draft_graph = NULL;
+        dr.fused = !dr.fused;
+        for (int i = 0; i < reps + 3; i++) {
+            double a = now_ms();
+            RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+            if (i >= 3)
+                t_ms[i - 3] = now_ms() - a;
+        }
+        double alt_draft = median(t_ms, reps);
+        cudaGraphExecDestroy(dr.draft_graph);
+        dr.draft_graph = NULL;
+        dr.fused = !dr.fused;
+        double draft_bytes = infer_draft_bytes_cuda(&dr, P);
+        double draft_floor = draft_bytes / bw * 1e3;
+        /* accept: truncate + append of 4 rows (tau ~ 4), graph replays, synchronised */
+        RC(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
+        for (int i = 0; i < reps + 3 && dr.n_ctx + 4 <= dr.cap; i++) {
+            double a = now_ms();
+            RC(decode_truncate_cuda(&m, m.len - 12));
+            RC(infer_append_cuda(&dr, m.feat, 4, g_err, sizeof g_err));
+            CK(cudaStreamSynchronize(m.stream));
+            if (i >= 3)
+                t_ms[i - 3] = now_ms() - a;
+            m.len += 12; /* the rows are still there: keep truncating the same block */
+        }
+        double append_ms = median(t_ms, reps);
+
+        /* the loops: plain, then speculative at three corruption rates */
+        spec_target st = {.ctx = &m,
+                          .feat_dim = 5 * sh->d,
+                          .feat_row_bytes = sizeof(nn_bf16_cuda) * 5 * (size_t)sh->d,
+                          .max_ctx = max_ctx,
+                          .reset = t_reset,
+                          .extend = t_extend,
+                          .truncate = t_truncate};
+        oracle orc = {.dr = &dr, .n_prompt = P, .V = sh->V};
+        df_rng_seed(&orc.rng, 11 + si);
+        spec_drafter sd = {.ctx = &orc, .block_size = 16, .reset = d_reset, .append = d_append, .draft = d_draft};
+        spec_opts so = {.max_new = NEW, .eos = -1};
+        spec_result pr;
+        RC(spec_generate_plain(&st, prompt, P, &so, &pr));
+        double plain_tpot = pr.decode_s * 1e3 / (pr.n_tokens - 1);
+        orc.plain = pr.tokens, orc.n_plain = pr.n_tokens;
+        static const double qs[3] = {1.0, 0.12, 0.0};
+        double sp_tpot[3], sp_tau[3], sp_draft[3], sp_verify[3], sp_accept[3];
+        int sp_lossless[3];
+        for (int qi = 0; qi < 3; qi++) {
+            orc.corrupt = qs[qi];
+            spec_result r;
+            RC(spec_generate(&st, &sd, prompt, P, &so, &r));
+            sp_tpot[qi] = r.decode_s * 1e3 / (r.n_tokens - 1);
+            sp_tau[qi] = spec_result_tau(&r);
+            sp_draft[qi] = r.draft_s * 1e3 / r.n_steps;
+            sp_verify[qi] = r.verify_s * 1e3 / r.n_steps;
+            sp_accept[qi] = r.accept_s * 1e3 / r.n_steps;
+            sp_lossless[qi] = r.n_tokens == pr.n_tokens &&
+                              memcmp(r.tokens, pr.tokens, sizeof(int32_t) * (size_t)r.n_tokens) == 0;
+            spec_result_free(&r);
+        }
+        spec_result_free(&pr);
+
+        printf("plain step: %.3f ms (graphs), %.3f ms (eager); reads %.3f GB: floor %.3f ms -> %.0f%% of the "
+               "copy ceiling\n",
+               plain_ms[1], plain_ms[0], plain_bytes / 1e9, plain_floor, 100 * plain_floor / plain_ms[1]);
+        printf("verify 16 rows: %.3f ms (graphs) = %.2fx a plain step; eager %.3f ms\n", v16_ms, v16_ms / plain_ms[1],
+               v16e_ms);
+        printf("draft (16 rows, context %d): %.3f ms; reads %.3f GB: floor %.3f ms -> %.0f%%\n", P, draft_ms,
+               draft_bytes / 1e9, draft_floor, 100 * draft_floor / draft_ms);
+        printf("accept (truncate + 4-row feature append): %.3f ms\n", append_ms);
+        printf("%s kernels instead (graphs): plain step %.3f ms, verify 16 %.3f ms, draft %.3f ms\n",
+               dflt ? "separate" : "fused", alt_plain, alt_v16, alt_draft);
+        printf("plain loop: %.3f ms/token\n", plain_tpot);
+        for (int qi = 0; qi < 3; qi++)
+            printf("speculative, drafts corrupted with p = %.2f: tau %.2f, %.3f ms/token (draft %.3f + verify %.3f + "
+                   "accept %.3f ms per step), speedup %.2fx, lossless %s\n",
+                   qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
+                   plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "yes" : "NO");
+        tl += (size_t)snprintf(table + tl, sizeof table - tl,
+                               "| %s | %.3f | %.0f%% | %.3f | %.2fx | %.3f | %.0f%% | %.3f |", sh->name, plain_ms[1],
+                               100 * plain_floor / plain_ms[1], v16_ms, v16_ms / plain_ms[1], draft_ms,
+                               100 * draft_floor / draft_ms, append_ms);
+        for (int qi = 0; qi < 3; qi++)
+            tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi],
+                                   sp_tpot[qi], plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
+        tl += (size_t)snprintf(table + tl, sizeof table - tl, "\n");
+
+        fprintf(jf,
+                "%s\n {\"shape\": \"%s\", \"weight_bytes\": %zu, \"plain_step_ms\": %.4f, \"plain_step_eager_ms\": "
+                "%.4f, \"plain_step_bytes\": %.6g, \"plain_floor_ms\": %.4f, \"plain_pct_ceiling\": %.2f, "
+                "\"verify16_ms\": %.4f, \"verify16_eager_ms\": %.4f, \"verify16_over_plain\": %.3f, \"draft_ms\": "
+                "%.4f, \"draft_bytes\": %.6g, \"draft_pct_ceiling\": %.2f, \"accept4_ms\": %.4f, "
+                "\"plain_tpot_ms\": %.4f, \"fused_default\": %d, \"other_kernels\": {\"plain_step_ms\": %.4f, "
+                "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"spec\": [",
+                first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes,
+                plain_floor, 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms,
+                draft_bytes, 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
+        for (int qi = 0; qi < 3; qi++)
+            fprintf(jf,
+                    "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"tpot_ms\": %.4f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "
+                    "\"accept_ms\": %.4f, \"speedup\": %.3f, \"lossless\": %s}",
+                    qi ? ", " : "", qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
+                    plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "true" : "false");
+        fprintf(jf, "]}");
+        fflush(jf);
+        first_shape = 0;
+        free(prompt);
+        infer_free_cuda(&dr);
+        decode_free_cuda(&m);
+    }
+    fprintf(jf, "\n]}\n");
+    fclose(jf);
+    printf("\n| shape | plain ms/step | %% of ceiling | verify-16 ms | / plain | draft ms | %% of ceiling | accept "
+           "ms | tau: spec ms/token, speedup (p = 1) | (p = 0.12) | (p = 0) |\n|---|---|---|---|---|---|---|---|---|---|---|\n%s",
+           table);
+    printf("JSON: %s\n", json);
+    return 0;
+}
+#endif

@@ -4,8 +4,8 @@
  *   a. CUDA KV-cached target decode vs the CPU target_decode on random prompts: prefill,
  *      extends in random chunks (k = 1..16, logits of every new row), truncation and
  *      extending with other tokens. Logits and captured features match to a bf16
- *      tolerance (relative L2 < 2e-2 pooled over all calls and for any one call, a
- *      single logit row included, as gpu_test_target's forward); greedy tokens that
+ *      tolerance (relative L2 < 2e-2 pooled over all calls, as gpu_test_target's forward;
+ *      < 5e-2 for any one call, a single logit row included); greedy tokens that
  *      differ are counted, and each must be a near-tie the measured logit error explains
  *      (CPU margin between the two tokens <= 2 x the row's max |logit error|).
  *   b. CUDA drafter drafts vs CPU dflash_infer fed the same features (the GPU target's,
@@ -49,11 +49,15 @@
 #define RELEASE "tests/fixtures/dflash-release-tiny"
 #define HELDOUT "data/tiny/chat-heldout.jsonl"
 #define MAX_CTX 640
-/* Relative L2 limits: over everything one check compared (pooled), and per call: both
- * gpu_test_target's forward limit. A wrong position, mask or cache row gives errors of
- * order 1. */
+/* Relative L2 limits: over everything one check compared (pooled: gpu_test_target's
+ * forward limit), and per call. A wrong position, mask or cache row gives errors of order
+ * 1. One call of one to three logit rows after hundreds of bf16 tokens is a small sample of
+ * bf16 rounding against the fp32 CPU model: measured on the H200 (three runs, 2026-12-03)
+ * its worst was 0.018, 0.024 and 0.028 while the pooled error stayed at 0.008-0.010, so
+ * per call 2e-2 would fail on rounding alone; rows are checked bit-exact across row counts
+ * by (e) and (f) instead. */
 #define REL_L2 2e-2
-#define REL_L2_CALL 2e-2
+#define REL_L2_CALL 5e-2
 
 static df_rng g_rng;
 static long g_fail;

@@ -31,6 +31,7 @@ ours() { # ours LABEL OPTIONS...
 }
 ours greedy --greedy
 ours sampled --temperature 0.7 --top-p 0.9 --top-k 20
+tail -n 1 "$out/greedy.log" "$out/sampled.log"
 python3 bench/eval/peer_regenerate.py --model "$model" --prompts "$data-heldout-000.dfs" --n "$PROMPTS" \
   --max-new "$MAX_NEW" --ours-greedy "$out/greedy" --ours-json "$res/generate_1.7b_ours_greedy.json" \
   --ours-sampled-json "$res/generate_1.7b_ours_sampled.json" --json "$res/generate_1.7b.json"

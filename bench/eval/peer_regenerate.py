@@ -48,7 +48,10 @@ def main():
     for label, kw in (("greedy", dict(do_sample=False)),
                       ("sampled", dict(do_sample=True, temperature=0.7, top_p=0.9, top_k=20))):
         for cache in ("dynamic", "static"):
-            extra = {} if cache == "dynamic" else dict(cache_implementation="static")
+            # static cache without torch.compile: transformers compiles a static-cache generate
+            # on its own, which costs minutes per shape; the decode bench (bench/eval/decode.sh)
+            # has the compiled peer
+            extra = {} if cache == "dynamic" else dict(cache_implementation="static", disable_compile=True)
             try:
                 gen_kw = dict(max_new_tokens=a.max_new, min_new_tokens=a.max_new, pad_token_id=0, **kw, **extra)
                 ids = torch.tensor([prompts[0]], device="cuda")
@@ -62,6 +65,7 @@ def main():
                 s = time.perf_counter() - t0
                 rows[f"transformers {cache} cache, {label}"] = dict(tokens=sum(map(len, outs)), seconds=s,
                                                                    tokens_per_s=sum(map(len, outs)) / s)
+                print(f"peer: transformers {cache} cache, {label}: {sum(map(len, outs)) / s:.0f} tok/s", flush=True)
                 if label == "greedy" and cache == "dynamic":
                     peer_greedy = outs
             except Exception as e:  # noqa: BLE001 - report why a configuration could not run

@@ -82,6 +82,7 @@ typedef struct orch_worker {
     metrics_reader mr; /* tail of metrics/<name>.jsonl */
     int mr_open;
     json_t *last_metrics; /* the last line read from its jsonl (new ref) or NULL */
+    json_t *last_ev[3];   /* the last "step", "stage" and "validation" lines (new refs) or NULL */
     uint64_t metrics_lines;
 } orch_worker;
 
@@ -132,6 +133,12 @@ typedef struct orch {
     char shutdown_reason[512];
 
     int events_fd; /* metrics/orchestrator.jsonl, O_APPEND */
+    /* ETA (report.c): samples trained over the run, sampled each metrics interval */
+#define ORCH_ETA_HIST 64
+    uint64_t eta_ns[ORCH_ETA_HIST];
+    double eta_done[ORCH_ETA_HIST];
+    uint32_t eta_n;
+    double samples_total, samples_done, samples_per_s, eta_s; /* eta_s < 0: unknown */
     int lock_fd;   /* <run_dir>/orchestrator.lock, flock'ed for our whole life */
     plan_fp data_fp; /* the data the plan is built from (plan_source.c) */
 } orch;
@@ -192,5 +199,7 @@ void report_tick(orch *o);           /* one metrics interval: summary, prom, pro
 int report_start(orch *o);
 void report_stop(orch *o);
 void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines);
+/* One line of the training figures of a status object's "train" (progress line, dfctl top). */
+void report_train_line(json_t *train, char *out, size_t cap);
 
 #endif

@@ -157,12 +157,14 @@ static int lock_run_dir(orch *o, char *err, size_t errlen)
     return 0;
 }
 
-/* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker. */
+/* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker, role
+ * "validator" -> validator. */
 static void worker_binary(const orch *o, const topology_worker *tw, char *out, size_t cap)
 {
     const char *dir = o->t.bin_dir ? o->t.bin_dir : o->self_dir;
-    int n = tw->role == TOPOLOGY_ROLE_TEST ? snprintf(out, cap, "%s/fake_worker", dir)
-                                       : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
+    int n = tw->role == TOPOLOGY_ROLE_TEST        ? snprintf(out, cap, "%s/fake_worker", dir)
+            : tw->role == TOPOLOGY_ROLE_VALIDATOR ? snprintf(out, cap, "%s/validator", dir)
+                                                  : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
     if (n < 0 || (size_t)n >= cap)
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
 }

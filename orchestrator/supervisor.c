@@ -564,6 +564,11 @@ static void give_up(orch *o, orch_worker *w, const char *what)
     if (n < 0)
         msg[0] = 0;
     set_state(w, STATUS_FAILED);
+    if (w->tw->role == TOPOLOGY_ROLE_VALIDATOR) { /* validation is optional: training goes on */
+        df_log("giving up on the validator: %s; training goes on without validation", msg);
+        ev_worker(o, w, "gave_up", NULL);
+        return;
+    }
     supervisor_begin_shutdown(o, 1, msg);
 }
 

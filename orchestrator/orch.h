@@ -93,6 +93,7 @@ typedef struct orch {
     char topology_path[1100];
     char self_dir[1024]; /* directory of the orchestrator binary */
     int resume;
+    int created_run_dir; /* this start made run_dir (not --resume): a failed start removes it */
     uint64_t start_ns;
 
     /* segments: all fds kept for the whole run */
@@ -146,6 +147,9 @@ typedef struct orch {
 /* setup.c */
 int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen);
 void setup_teardown(orch *o);
+/* A start that failed before the supervisor ran: remove the run dir if this start created
+ * it (never a resumed one, nor one that existed). note gets what was done ("" if nothing). */
+void setup_remove_new_run_dir(orch *o, char *note, size_t cap);
 int setup_persist_ledger(orch *o); /* <run_dir>/ledger.bin after each commit */
 /* Every batch of o->epoch is committed and another epoch follows: build its plan into a new
  * ledger segment (committed step carried over), re-format the rings, persist ledger.bin.

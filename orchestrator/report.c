@@ -443,9 +443,9 @@ void report_tick(orch *o)
 
     /* one progress line */
     char line[2048];
-    size_t len = 0;
+    size_t len = df_log_stamp(line, sizeof line);
     json_t *l = json_object_get(s, "ledger");
-    len += (size_t)snprintf(line + len, sizeof line - len, "[%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
+    len += (size_t)snprintf(line + len, sizeof line - len, " [%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
                             (double)(now - o->start_ns) * 1e-9,
                             (long long)json_integer_value(json_object_get(l, "committed")),
                             (long long)json_integer_value(json_object_get(l, "batches")),

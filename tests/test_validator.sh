@@ -5,7 +5,9 @@
 #      whose step is a multiple of validation.every_steps, plus the last one, each once, in
 #      order; acc has B-1 entries in [0, 1], val_exp_tau = 1 + sum_k prod_{j<=k} acc_j, the
 #      loss is finite and falls; the orchestrator's summary carries the validator's last
-#      line (metrics aggregation) and dfctl status lists it while the run is up;
+#      line (metrics aggregation) and dfctl status lists it while the run is up; the
+#      training figures (loss, lr, tokens/s, ETA, validation) reach dfctl top, the progress
+#      line, summary.jsonl and pipeline.prom; every log line starts with a timestamp;
 #   2. the validator SIGKILLed in the middle of an evaluation (DF_FAULT_VALIDATOR_SAMPLE_MS
 #      slows it down): it is restarted alone (no group restart of the deterministic
 #      pipeline), the run ends 0, and the jsonl has the same step list with every step
@@ -75,6 +77,8 @@ mk_topo clean '{}' 5
 start_orch
 wait_for 120 test -S "$RUN/ctl.sock" || fail "no control socket"
 wait_for 120 sh -c "'$DFCTL' --run-dir '$RUN' status | grep -q '^validator  *validator '" || fail "dfctl status does not list the validator"
+"$DFCTL" --run-dir "$RUN" top --count 2 >"$T/top.txt" 2>&1
+grep -q 'BUSY *WAIT' "$T/top.txt" && grep -q '^train: step ' "$T/top.txt" || fail "dfctl top lacks BUSY/WAIT or the train line: $(cat "$T/top.txt")"
 wait_orch 300
 [ "$ORCH_RC" = 0 ] || fail "clean run exited $ORCH_RC"
 audit_exactly_once
@@ -87,7 +91,27 @@ v = [w for w in last["workers"] if w["name"] == "validator"][0]
 assert v["role"] == "validator" and v["state"] == "done", v
 assert "val_loss" in v["metrics"] and v["metrics"]["ev"] == "validation", v
 PY
-grep -q 'df_validation_loss ' "$RUN/metrics/pipeline.prom" || fail "pipeline.prom has no df_validation_loss"
+for m in df_train_loss df_train_lr df_train_step df_train_total_steps df_train_tokens_per_second df_train_eta_seconds \
+         df_validation_loss df_validation_expected_tau; do
+  grep -q "^$m [0-9]" "$RUN/metrics/pipeline.prom" || fail "pipeline.prom has no $m: $(cat "$RUN/metrics/pipeline.prom")"
+done
+# the progress line and the summary carried loss, lr, tokens/s and an ETA while the run went on
+grep -Eq '\| step [0-9]+/[0-9]+ loss [0-9.]+ lr [0-9.e+-]+ [0-9]+ tok/s ETA [0-9]' "$T/orch.out" ||
+  fail "no progress line with loss, lr, tokens/s and ETA: $(grep ledger "$T/orch.out" | tail -n 3)"
+grep -q ' | val loss [0-9.]* tau [0-9.]* @[0-9]' "$T/orch.out" || fail "no progress line with the validation figures"
+python3 - "$RUN" <<'PY' || fail "summary.jsonl: no train figures"
+import json, sys
+L = [json.loads(l)["train"] for l in open(f"{sys.argv[1]}/metrics/summary.jsonl")]
+mid = [t for t in L if isinstance(t.get("eta_s"), float) and t["eta_s"] > 0 and t.get("loss") is not None]
+assert mid, "no summary line with a positive ETA and a loss"
+t = mid[0]
+assert t["total_steps"] > 0 and t["samples_total"] > t["samples_done"] > 0 and t["lr"] > 0, t
+PY
+# every log line starts with an ISO-8601 UTC time with milliseconds
+for f in "$RUN"/logs/*.log "$T/orch.out"; do
+  bad=$(grep -Evn '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z ' "$f" | head -n 3)
+  [ -z "$bad" ] || fail "$f: lines without a timestamp: $bad"
+done
 ok "clean run: validator scored every committed checkpoint at a multiple of 8 and the last, once each"
 
 # 2. killed in the middle of an evaluation

@@ -1,7 +1,7 @@
 /* topology.c: parse and validate the topology JSON (version 1) into a `topo`.
  *
  * Shape: every key of every object is one row of a field table (top_fields, target_fields,
- * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields, in
+ * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields, validation_fields, in
  * "the field tables" below): name, type, offsetof into the struct, limits, default. One pass
  * over the document in table order, one small getter per JSON type (get_int, get_num,
  * get_str, ...), each of which either stores a value (or its default) or writes ONE message
@@ -422,7 +422,8 @@ static int cross_check(pctx *c, topo *t)
 
 /* --- the field tables --------------------------------------------------------------------------
  * Every key of every object of the file is one row of a table below (top_fields, target_fields,
- * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields): its
+ * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields,
+ * validation_fields): its
  * name, its type, where it lives (offsetof into the struct the object fills), its limits and
  * default. The same row drives the unknown-key check (the key list of the object), the parse
  * (rows in order; the first error stops) and topology_to_json (rows in order, so the normalised

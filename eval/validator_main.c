@@ -340,11 +340,16 @@ static long next_step(validator *v, long committed, int finished, long *last)
     return best;
 }
 
-/* Every drafter rank is finished for this epoch (or for good). */
+/* Every drafter rank is finished for this epoch (or for good): each one's slot is DONE,
+ * FAILED or STOPPED, and this epoch's ledger is complete or the run is draining (a slot
+ * still DONE from the previous epoch, before the orchestrator restarted that rank with the
+ * next one, does not count). */
 static int drafters_finished(validator *v)
 {
     const topo *t = v->t;
     int any = 0;
+    if (!ledger_epoch_done(&v->k.ctl.ledger) && !ctl_stop_claiming(&v->k.ctl))
+        return 0;
     for (int i = 0; i < t->n_workers; i++) {
         if (t->workers[i].role != TOPOLOGY_ROLE_DRAFTER)
             continue;

@@ -21,7 +21,7 @@
  *
  * Which checkpoints: the step dirs under <run_dir>/checkpoints whose step the ledger has
  * committed (ledger.bin written: the commit the orchestrator acknowledges), whose step is a
- * multiple of validation.every_steps (every one when 0), and the run's last committed one;
+ * multiple of validation.every_steps (every one when 0), and the last committed one of each epoch;
  * each loaded with dflash_ckpt_load, which verifies the manifest first. A checkpoint the
  * drafter pruned before it was scored is skipped (logged). Stateless across restarts: at
  * start it reads its own jsonl (cutting a torn last line) and scores only steps not in it,

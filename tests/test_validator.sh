@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_validator: the validation worker (eval/validator_main.c, role "validator") on the real
 # CPU pipeline with the tiny target, its held-out shard as the validation set.
-#   1. a clean run: exit 0; metrics/validator.jsonl has one line per committed checkpoint
-#      whose step is a multiple of validation.every_steps, plus the last one, each once, in
+#   1. a clean run over two epochs: exit 0; metrics/validator.jsonl has one line per committed checkpoint
+#      whose step is a multiple of validation.every_steps, plus each epoch's last, each once, in
 #      order; acc has B-1 entries in [0, 1], val_exp_tau = 1 + sum_k prod_{j<=k} acc_j, the
 #      loss is finite and falls; the orchestrator's summary carries the validator's last
 #      line (metrics aggregation) and dfctl status lists it while the run is up; the
@@ -24,13 +24,13 @@ for b in target_worker postproc_worker drafter_worker validator; do [ -x "$BIN/$
 
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
   --max-samples 90 --max-len 400 >/dev/null || fail "prepare_data"
-mk_topo() { # NAME VALIDATOR_ENV_JSON MAX_RESTARTS
+mk_topo() { # NAME VALIDATOR_ENV_JSON MAX_RESTARTS [EPOCHS]
   RUN=$T/run-$1; TOPO=$T/$1.json
   cat >"$TOPO" <<JSON
 { "version": 1, "name": "$1", "run_dir": "$RUN", "backend": "cpu", "seed": 5, "deterministic": true,
   "target": { "model_dir": "$PWD/models/tiny-target", "capture_layers": [1, 3] },
   "drafter": { "num_layers": 1, "block_size": 8, "num_anchors": 16, "lr": 3e-3, "warmup_frac": 0.1,
-               "checkpoint_every": 4, "keep_checkpoints": 0, "mask_token_id": 261 },
+               "checkpoint_every": 4, "keep_checkpoints": 0, "mask_token_id": 261, "epochs": ${4:-1} },
   "data": { "shards": ["$T/data-000.dfs"], "token_budget": 800, "max_seq_len": 400 },
   "validation": { "shards": ["$PWD/data/tiny/heldout-000.dfs"], "max_samples": 6, "every_steps": 8 },
   "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 2097152, "max_attempts": 4 },
@@ -43,7 +43,8 @@ mk_topo() { # NAME VALIDATOR_ENV_JSON MAX_RESTARTS
                    "heartbeat_timeout_ms": 20000, "shutdown_timeout_ms": 5000, "metrics_interval_ms": 300 } }
 JSON
 }
-# check_steps: validator.jsonl's steps == committed checkpoints at multiples of 8 + the last,
+# check_steps: validator.jsonl's steps == committed checkpoints at multiples of 8 + the last
+# of each epoch,
 # each once, ascending; the numbers are consistent
 check_steps() {
   python3 - "$RUN" <<'PY' || fail "validator.jsonl check"
@@ -53,7 +54,8 @@ L = [json.loads(l) for l in open(f"{run}/metrics/validator.jsonl")]
 steps = [x["step"] for x in L]
 ck = sorted(int(d[5:]) for d in os.listdir(f"{run}/checkpoints") if d.startswith("step-"))
 committed = max(ck)
-want = sorted(set([s for s in ck if s % 8 == 0] + [committed]))
+ends = [json.loads(l)["step"] for l in open(f"{run}/metrics/orchestrator.jsonl") if '"ev":"epoch"' in l]
+want = sorted(set([s for s in ck if s % 8 == 0] + ends + [committed]))  # + each epoch's last
 print(f"validator steps {steps}; checkpoints {ck}")
 assert sorted(steps) == want, f"scored {sorted(steps)}, expected {want}"
 assert len(steps) == len(set(steps)), f"a step scored twice: {steps}"
@@ -72,8 +74,8 @@ assert last["val_loss"] < first["val_loss"], "validation loss did not fall"
 PY
 }
 
-# 1. clean run
-mk_topo clean '{}' 5
+# 1. clean run, two epochs (the validator ends with each and is started again with the next)
+mk_topo clean '{}' 5 2
 start_orch
 wait_for 120 test -S "$RUN/ctl.sock" || fail "no control socket"
 wait_for 120 sh -c "'$DFCTL' --run-dir '$RUN' status | grep -q '^validator  *validator '" || fail "dfctl status does not list the validator"
@@ -112,7 +114,8 @@ for f in "$RUN"/logs/*.log "$T/orch.out"; do
   bad=$(grep -Evn '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z ' "$f" | head -n 3)
   [ -z "$bad" ] || fail "$f: lines without a timestamp: $bad"
 done
-ok "clean run: validator scored every committed checkpoint at a multiple of 8 and the last, once each"
+[ "$(events spawn | grep -c '"worker": "validator"')" = 2 ] || fail "the validator was not started once per epoch"
+ok "clean run (2 epochs): validator scored every committed checkpoint at a multiple of 8 and the last, once each"
 
 # 2. killed in the middle of an evaluation
 mk_topo killed '{"DF_FAULT_VALIDATOR_SAMPLE_MS": "250"}' 5

@@ -110,6 +110,14 @@ def main():
                        label=f"{w} training loss, mean of {k}")
             ax[1].plot([r["step"] for r in s], smooth([r.get("tau") or 0 for r in s], k), alpha=0.5,
                        label=f"{w} training batches, mean of {k}")
+        # the loss axis: the range the held-out points and the training curve share after the
+        # first scored checkpoint (the first steps' loss, ~9 nats, would flatten everything)
+        ys = [r["val_loss"] for r in vals]
+        for w, s in steps.items():
+            k = max(1, len(s) // 50)
+            ys += [y for r, y in zip(s, smooth([r["loss"] for r in s], k)) if r["step"] >= vx[0]]
+        lo, hi = min(ys), max(ys)
+        ax[0].set_ylim(lo - 0.1 * (hi - lo + 1e-9), hi + 0.1 * (hi - lo + 1e-9))
         n = vals[-1].get("samples", "?")
         ax[0].plot(vx, [r["val_loss"] for r in vals], marker="o", color="black", label=f"held-out ({n} samples)")
         ax[1].plot(vx, [r.get("val_exp_tau") or 0 for r in vals], marker="o", color="black",

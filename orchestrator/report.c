@@ -160,7 +160,8 @@ json_t *report_status_json(orch *o)
                      "train", train_json(o));
 }
 
-/* "step 120/534 loss 2.345 lr 3.0e-03 4321 tok/s ETA 1m23s [val 2.51 tau 1.62 @100]" */
+/* "step 120/534 loss 2.345 lr 3.0e-03 4321 tok/s ETA 1m23s | val loss 2.51 tau 1.62 @100";
+ * the parts not known yet (no drafter step line, no ETA) are left out or shown as "-" */
 void report_train_line(json_t *tr, char *out, size_t cap)
 {
     json_t *st = json_object_get(tr, "step"), *eta = json_object_get(tr, "eta_s");
@@ -174,14 +175,27 @@ void report_train_line(json_t *tr, char *out, size_t cap)
         else
             snprintf(e, sizeof e, "%dh%02dm", (int)x / 3600, ((int)x % 3600) / 60);
     }
-    int n = snprintf(out, cap, "step %s%lld/%lld loss %.3f lr %.1e %.0f tok/s ETA %s", json_is_integer(st) ? "" : "-",
-                     json_is_integer(st) ? (long long)json_integer_value(st) : 0LL,
-                     (long long)json_integer_value(json_object_get(tr, "total_steps")),
-                     num_or(tr, "loss", NAN), num_or(tr, "lr", NAN),
-                     num_or(tr, "tokens_per_s", 0), e);
-    if (n > 0 && (size_t)n < cap && json_object_get(tr, "val_loss"))
-        snprintf(out + n, cap - (size_t)n, " | val loss %.3f tau %.2f @%lld", num_or(tr, "val_loss", NAN),
-                 num_or(tr, "val_exp_tau", NAN), (long long)json_integer_value(json_object_get(tr, "val_step")));
+    size_t n = 0;
+    out[0] = 0;
+#define ADD(...)                                                                  \
+    do {                                                                          \
+        int k_ = n < cap ? snprintf(out + n, cap - n, __VA_ARGS__) : 0;           \
+        n += k_ > 0 ? (size_t)k_ : 0;                                             \
+    } while (0)
+    if (json_is_integer(st))
+        ADD("step %lld/%lld", (long long)json_integer_value(st),
+            (long long)json_integer_value(json_object_get(tr, "total_steps")));
+    else
+        ADD("step -/%lld", (long long)json_integer_value(json_object_get(tr, "total_steps")));
+    if (json_is_number(json_object_get(tr, "loss")))
+        ADD(" loss %.3f", json_number_value(json_object_get(tr, "loss")));
+    if (json_is_number(json_object_get(tr, "lr")))
+        ADD(" lr %.1e", json_number_value(json_object_get(tr, "lr")));
+    ADD(" %.0f tok/s ETA %s", num_or(tr, "tokens_per_s", 0), e);
+    if (json_object_get(tr, "val_loss"))
+        ADD(" | val loss %.3f tau %.2f @%lld", num_or(tr, "val_loss", NAN), num_or(tr, "val_exp_tau", NAN),
+            (long long)json_integer_value(json_object_get(tr, "val_step")));
+#undef ADD
 }
 
 /* Read whatever the worker appended to its jsonl since the last tick; keep the last line. */

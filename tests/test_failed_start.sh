@@ -57,14 +57,17 @@ grep -q "validation.shards: $T/short.dfs: offset" "$T/orch.out" || fail "bad val
 ok "missing target.model_dir, bad validation shard: exit 2 naming the field, no run dir"
 
 # 3. failed --resume: the old run dir is untouched
-export DF_SYNTHETIC_SAMPLES=600
+# a run left half done: the orchestrator SIGKILLed (its workers die with it)
+export DF_SYNTHETIC_SAMPLES=6000
 topology old '[{"name":"p0","role":"test","out":"tp","env":{"DF_FAKE_SLOW_MS":"20"}},{"name":"c0","role":"test","in":"tp"}]'
 start_orch
 committed() { "$DFCTL" --run-dir "$RUN" --json status | pyjson - "d['ledger']['committed']"; }
 ge4() { [ "$(committed)" -ge 4 ]; }
-wait_for 30 ge4 || fail "nothing committed"
-"$DFCTL" --run-dir "$RUN" shutdown >/dev/null || fail "dfctl shutdown"
-wait_orch 60
+wait_for 60 ge4 || fail "nothing committed"
+pids=$("$DFCTL" --run-dir "$RUN" --json status | pyjson - "' '.join(str(w['pid']) for w in d['workers'])")
+kill -KILL "$ORCH_PID"; wait "$ORCH_PID" 2>/dev/null; ORCH_PID=
+gone() { for p in $pids; do ! kill -0 "$p" 2>/dev/null || return 1; done; }
+wait_for 30 gone || fail "workers $pids of the killed run still alive"
 snap() { (cd "$RUN" && find . -printf '%p %y %m %s\n' | sort) >"$1"; }
 snap "$T/before"; cp -a "$RUN" "$T/copy"
 same() { # WHAT: the run dir is as it was
@@ -86,7 +89,7 @@ kill $LOCKER 2>/dev/null; wait $LOCKER 2>/dev/null
 grep -q "is in use by" "$T/orch.out" || fail "--resume with the lock held: $(cat "$T/orch.out")"
 grep -q "removed the run dir" "$T/orch.out" && fail "--resume claims to have removed the run dir"
 same "--resume with the lock held"
-DF_SYNTHETIC_SAMPLES=601 "$ORCH" --resume "$RUN" >"$T/orch.out" 2>&1; rc=$?
+DF_SYNTHETIC_SAMPLES=6001 "$ORCH" --resume "$RUN" >"$T/orch.out" 2>&1; rc=$?
 [ $rc = 2 ] || fail "--resume over changed data: exit $rc, expected 2: $(cat "$T/orch.out")"
 same "--resume over changed data"
 ok "failed --resume (lock held; data changed): exit 2, the old run dir byte for byte as it was"

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char g_prog[64] = "df";
@@ -15,10 +16,23 @@ void df_log_init(const char *prog)
     snprintf(g_prog, sizeof g_prog, "%s", prog);
 }
 
+/* "2026-12-03T10:11:12.345Z": ISO-8601 UTC with milliseconds, the start of every log line */
+size_t df_log_stamp(char *out, size_t cap)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    int n = snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    return n < 0 ? 0 : DF_MIN((size_t)n, cap ? cap - 1 : 0);
+}
+
 static void vlog(const char *fmt, va_list ap)
 {
-    char line[2048];
-    int n = snprintf(line, sizeof line, "%s: ", g_prog);
+    char line[2048], stamp[40];
+    df_log_stamp(stamp, sizeof stamp);
+    int n = snprintf(line, sizeof line, "%s %s: ", stamp, g_prog);
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     size_t len = (size_t)n + (m < 0 ? 0 : DF_MIN((size_t)m, sizeof line - (size_t)n - 2));
     line[len++] = '\n';

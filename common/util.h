@@ -46,9 +46,12 @@ static inline double df_wall_s(void) /* CLOCK_REALTIME, seconds since the epoch 
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* One line to stderr with the program name prefix set by df_log_init(). */
+/* One line to stderr: "<ISO-8601 UTC time with ms> <program>: <text>" (program from
+ * df_log_init), written with one write() so lines of several processes never mix. */
 void df_log_init(const char *prog);
 void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The line prefix's time, "2026-12-03T10:11:12.345Z", into out; returns its length. */
+size_t df_log_stamp(char *out, size_t cap);
 /* Log and exit(code). */
 void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 

@@ -18,6 +18,7 @@
 #include "dflash/dflash_ckpt.h"
 #include "dflash/dflash_config.h"
 #include "eval/dflash_infer.h"
+#include "eval/eval_pair.h"
 #include "dflash/dflash_model.h"
 #include "eval/eval_prompts.h"
 #include "eval/spec_decode.h"
@@ -144,46 +145,6 @@ static int parse_args(int argc, char **argv, eval_opts *o)
     return 0;
 }
 
-/* Our checkpoint (root with 'latest' or a step dir) or a release dir. cfg_file: where
- * its config lives (for messages). */
-static int load_drafter(const char *dir, dflash_config *c, dflash_params *p, char *cfg_file, size_t cfg_len,
-                        char *err, size_t errlen)
-{
-    char step[4096];
-    if (dflash_ckpt_resolve(dir, step, sizeof step) == 0) {
-        snprintf(cfg_file, cfg_len, "%s/trainer_state.json", step);
-        return dflash_ckpt_load(dir, c, p, NULL, NULL, err, errlen);
-    }
-    snprintf(cfg_file, cfg_len, "%s/config.json", dir);
-    return dflash_load_release(dir, c, p, err, errlen);
-}
-
-/* The drafter must fit the target it is evaluated against. */
-static int check_pair(const dflash_config *c, const hfconfig *t, const char *dcfg, const char *tdir, char *err,
-                      size_t errlen)
-{
-    const char *what = NULL;
-    long dv = 0, tv = 0;
-    if (c->hidden != t->hidden_size)
-        what = "hidden_size", dv = c->hidden, tv = t->hidden_size;
-    else if (c->vocab != t->vocab_size)
-        what = "vocab_size", dv = c->vocab, tv = t->vocab_size;
-    else if (c->num_target_layers != t->num_hidden_layers)
-        what = "num_target_layers", dv = c->num_target_layers, tv = t->num_hidden_layers;
-    if (what) {
-        snprintf(err, errlen, "%.400s: %s = %ld does not match the target %.400s/config.json (%ld)", dcfg, what, dv,
-                 tdir, tv);
-        return -EINVAL;
-    }
-    for (int i = 0; i < c->n_capture; i++)
-        if (c->target_layer_ids[i] < 0 || c->target_layer_ids[i] >= t->num_hidden_layers) {
-            snprintf(err, errlen, "%.900s: dflash_config.target_layer_ids[%d] = %d, the target has %d layers", dcfg, i,
-                     c->target_layer_ids[i], t->num_hidden_layers);
-            return -EINVAL;
-        }
-    return 0;
-}
-
 static double tpot_ms(const spec_result *r) /* decode time per token after the first */
 {
     return r->n_tokens > 1 ? 1e3 * r->decode_s / (r->n_tokens - 1) : 0.0;
@@ -261,7 +222,7 @@ int main(int argc, char **argv)
     dflash_config dc;
     dflash_params dp;
     char dcfg[4200];
-    if ((rc = load_drafter(o.drafter, &dc, &dp, dcfg, sizeof dcfg, err, sizeof err)) < 0)
+    if ((rc = pair_load_drafter(o.drafter, &dc, &dp, dcfg, sizeof dcfg, err, sizeof err)) < 0)
         df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "%s", err);
     if (o.random_seed >= 0)
         dflash_params_init_random(&dp, &dc, (uint64_t)o.random_seed, 0.02f);
@@ -271,7 +232,7 @@ int main(int argc, char **argv)
     hfconfig hc;
     if ((rc = hfconfig_load(&hc, o.target, err, sizeof err)) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
-    if ((rc = check_pair(&dc, &hc, dcfg, o.target, err, sizeof err)) < 0)
+    if ((rc = pair_check(&dc, &hc, dcfg, o.target, err, sizeof err)) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
     if (!o.eos_given) { /* the chat end-of-turn token: byte tokenizer's eos, else config.json's */
         o.eos = prompts_byte_tokenizer_eos(o.target);

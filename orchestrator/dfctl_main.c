@@ -176,6 +176,36 @@ static void fmt_dur(char *out, size_t cap, double s)
         snprintf(out, cap, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
+/* The training figures (the orchestrator's "train" object, docs/operations.md). */
+static void print_train(json_t *tr)
+{
+    if (!tr)
+        return;
+    char eta[32] = "-";
+    json_t *e = json_object_get(tr, "eta_s"), *st = json_object_get(tr, "step");
+    if (json_is_number(e))
+        fmt_dur(eta, sizeof eta, json_number_value(e));
+    char step[32] = "-", loss[32] = "-", lr[32] = "-";
+    if (json_is_integer(st))
+        snprintf(step, sizeof step, "%lld", (long long)json_integer_value(st));
+    if (json_is_number(json_object_get(tr, "loss")))
+        snprintf(loss, sizeof loss, "%.4f", json_number_value(json_object_get(tr, "loss")));
+    if (json_is_number(json_object_get(tr, "lr")))
+        snprintf(lr, sizeof lr, "%.3g", json_number_value(json_object_get(tr, "lr")));
+    printf("train: step %s of %lld, loss %s, lr %s, %.0f tokens/s; %lld of %lld samples trained, %.1f samples/s, "
+           "ETA %s\n",
+           step, (long long)json_integer_value(json_object_get(tr, "total_steps")), loss, lr,
+           json_number_value(json_object_get(tr, "tokens_per_s")),
+           (long long)json_integer_value(json_object_get(tr, "samples_done")),
+           (long long)json_integer_value(json_object_get(tr, "samples_total")),
+           json_number_value(json_object_get(tr, "samples_per_s")), eta);
+    if (json_object_get(tr, "val_loss"))
+        printf("validation: step %lld, loss %.4f, expected tau %.3f\n",
+               (long long)json_integer_value(json_object_get(tr, "val_step")),
+               json_number_value(json_object_get(tr, "val_loss")),
+               json_number_value(json_object_get(tr, "val_exp_tau")));
+}
+
 static void print_status(json_t *s)
 {
     json_t *run = json_object_get(s, "run");
@@ -185,8 +215,8 @@ static void print_status(json_t *s)
            json_string_value(json_object_get(run, "state")), up, json_string_value(json_object_get(run, "run_dir")),
            json_is_true(json_object_get(run, "paused")) ? "  [paused]" : "",
            json_is_true(json_object_get(run, "stop_claiming")) ? "  [draining]" : "");
-    printf("\n%-12s %-9s %7s %-9s %4s %8s %8s %8s %7s %8s %9s  %s\n", "WORKER", "ROLE", "PID", "STATE", "INC",
-           "RESTARTS", "UPTIME", "HB AGE", "STEP", "ITEMS/S", "TOKENS/S", "LAST EXIT");
+    printf("\n%-12s %-9s %7s %-9s %4s %8s %8s %8s %7s %8s %9s %5s %5s  %s\n", "WORKER", "ROLE", "PID", "STATE",
+           "INC", "RESTARTS", "UPTIME", "HB AGE", "STEP", "ITEMS/S", "TOKENS/S", "BUSY", "WAIT", "LAST EXIT");
     size_t i;
     json_t *w;
     json_array_foreach(json_object_get(s, "workers"), i, w) {
@@ -198,13 +228,18 @@ static void print_status(json_t *s)
             snprintf(step, sizeof step, "%lld", (long long)json_integer_value(json_object_get(w, "step")));
         }
         const char *le = json_string_value(json_object_get(w, "last_exit"));
-        printf("%-12s %-9s %7s %-9s %4lld %8lld %8s %8s %7s %8.1f %9.0f  %s\n",
+        char busy[16] = "-", wait[16] = "-";
+        if (json_is_number(json_object_get(w, "busy_frac"))) {
+            snprintf(busy, sizeof busy, "%.0f%%", 100 * json_number_value(json_object_get(w, "busy_frac")));
+            snprintf(wait, sizeof wait, "%.0f%%", 100 * json_number_value(json_object_get(w, "wait_frac")));
+        }
+        printf("%-12s %-9s %7s %-9s %4lld %8lld %8s %8s %7s %8.1f %9.0f %5s %5s  %s\n",
                json_string_value(json_object_get(w, "name")), json_string_value(json_object_get(w, "role")), pid,
                json_string_value(json_object_get(w, "state")),
                (long long)json_integer_value(json_object_get(w, "incarnation")),
                (long long)json_integer_value(json_object_get(w, "restarts")), upt, hb, step,
                json_real_value(json_object_get(w, "items_per_s")), json_real_value(json_object_get(w, "tokens_per_s")),
-               le && *le ? le : "-");
+               busy, wait, le && *le ? le : "-");
     }
     json_array_foreach(json_object_get(s, "workers"), i, w) { /* only when something failed */
         json_int_t nf = json_integer_value(json_object_get(w, "checkpoint_failures"));
@@ -242,6 +277,7 @@ static void print_status(json_t *s)
            (long long)json_integer_value(json_object_get(l, "committed")),
            (long long)json_integer_value(json_object_get(l, "poisoned")),
            (long long)json_integer_value(json_object_get(l, "committed_step")));
+    print_train(json_object_get(s, "train"));
 }
 
 static volatile sig_atomic_t g_interrupted;

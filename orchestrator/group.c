@@ -32,6 +32,10 @@
 
 int group_in(const orch *o, const orch_worker *w)
 {
+    /* the validator only reads committed checkpoints: no batch of it is ever in flight, so
+     * it is never part of a group (its deaths never restart training, nor the other way) */
+    if (w->tw->role == TOPOLOGY_ROLE_VALIDATOR)
+        return 0;
     return o->t.deterministic || w->tw->role == TOPOLOGY_ROLE_DRAFTER;
 }
 

@@ -100,6 +100,7 @@ typedef struct orch_worker {
     metrics_reader mr; /* tail of metrics/<name>.jsonl */
     int mr_open;
     json_t *last_metrics; /* the last line read from its jsonl (new ref) or NULL */
+    json_t *last_ev[3];   /* the last "step", "stage" and "validation" lines (new refs) or NULL */
     uint64_t metrics_lines;
 } orch_worker;
 
@@ -110,6 +111,7 @@ typedef struct orch {
     char topology_path[1100];
     char self_dir[1024]; /* directory of the orchestrator binary */
     int resume;
+    int created_run_dir; /* this start made run_dir (not --resume): a failed start removes it */
     uint64_t start_ns;
 
     /* segments: all fds kept for the whole run */
@@ -150,6 +152,12 @@ typedef struct orch {
     char shutdown_reason[512];
 
     int events_fd; /* metrics/orchestrator.jsonl, O_APPEND */
+    /* ETA (report.c): samples trained over the run, sampled each metrics interval */
+#define ORCH_ETA_HIST 64
+    uint64_t eta_ns[ORCH_ETA_HIST];
+    double eta_done[ORCH_ETA_HIST];
+    uint32_t eta_n;
+    double samples_total, samples_done, samples_per_s, eta_s; /* eta_s < 0: unknown */
     int lock_fd;   /* <run_dir>/orchestrator.lock, flock'ed for our whole life */
     plan_fp data_fp; /* the data the plan is built from (plan_source.c) */
 } orch;
@@ -157,6 +165,9 @@ typedef struct orch {
 /* setup.c */
 int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen);
 void setup_teardown(orch *o);
+/* A start that failed before the supervisor ran: remove the run dir if this start created
+ * it (never a resumed one, nor one that existed). note gets what was done ("" if nothing). */
+void setup_remove_new_run_dir(orch *o, char *note, size_t cap);
 int setup_persist_ledger(orch *o); /* <run_dir>/ledger.bin after each commit */
 /* Every batch of o->epoch is committed and another epoch follows: build its plan into a new
  * ledger segment (committed step carried over), re-format the rings, persist ledger.bin.
@@ -210,5 +221,7 @@ void report_tick(orch *o);           /* one metrics interval: summary, prom, pro
 int report_start(orch *o);
 void report_stop(orch *o);
 void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines);
+/* One line of the training figures of a status object's "train" (progress line, dfctl top). */
+void report_train_line(json_t *train, char *out, size_t cap);
 
 #endif

@@ -48,13 +48,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--resume")) {
             resume = 1;
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "orchestrator: unknown option %s\n", argv[i]);
+            df_log("unknown option %s", argv[i]);
             usage(stderr);
             return DF_EXIT_USAGE;
         } else if (!path) {
             path = argv[i];
         } else {
-            fprintf(stderr, "orchestrator: more than one topology/run dir given (%s, %s)\n", path, argv[i]);
+            df_log("more than one topology/run dir given (%s, %s)", path, argv[i]);
             return DF_EXIT_USAGE;
         }
     }
@@ -69,16 +69,18 @@ int main(int argc, char **argv)
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
-        fprintf(stderr, "orchestrator: /proc/self/exe: %s\n", strerror(errno));
+        df_log("/proc/self/exe: %s", strerror(errno));
         return DF_EXIT_TEMP;
     }
     self[n] = 0;
     snprintf(o.self_dir, sizeof o.self_dir, "%s", dirname(self));
 
     char err[1024] = "";
+    char note[1300];
     int rc = setup_run(&o, path, resume, err, sizeof err);
     if (rc < 0) {
-        fprintf(stderr, "orchestrator: %s\n", err[0] ? err : strerror(-rc));
+        setup_remove_new_run_dir(&o, note, sizeof note);
+        df_log("%s%s", err[0] ? err : strerror(-rc), note);
         setup_teardown(&o);
         return DF_EXIT_USAGE;
     }
@@ -88,30 +90,36 @@ int main(int argc, char **argv)
          * disk or a crash at the very end), and leave the rest as it is */
         char done[2600];
         if ((rc = setup_write_missing(&o, done, sizeof done, err, sizeof err)) < 0) {
-            fprintf(stderr, "orchestrator: run %s is complete but its final audit cannot be written: %s; free space "
-                    "and run `orchestrator --resume %s` again\n", o.t.name, err, o.run_dir);
+            df_log("run %s is complete but its final audit cannot be written: %s; free space "
+                   "and run `orchestrator --resume %s` again", o.t.name, err, o.run_dir);
             setup_teardown(&o);
             return DF_EXIT_TEMP;
         }
+        char stamp[40];
+        df_log_stamp(stamp, sizeof stamp);
         if (done[0])
-            printf("orchestrator: run %s is complete: every batch of epoch %u committed (step %llu); wrote the "
-                   "missing %s\n", o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led),
+            printf("%s orchestrator: run %s is complete: every batch of epoch %u committed (step %llu); wrote the "
+                   "missing %s\n", stamp, o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led),
                    done);
         else
-            printf("orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), "
+            printf("%s orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), "
                    "release export in %s/drafter; nothing to do\n",
-                   o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), o.run_dir);
+                   stamp, o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), o.run_dir);
         setup_teardown(&o);
         return DF_EXIT_OK;
     }
     o.loop = uv_default_loop();
     if ((rc = control_start(&o, err, sizeof err)) < 0) {
-        fprintf(stderr, "orchestrator: control socket: %s\n", err);
+        control_stop(&o);
+        setup_remove_new_run_dir(&o, note, sizeof note);
+        df_log("control socket: %s%s", err, note);
         setup_teardown(&o);
         return DF_EXIT_TEMP;
     }
     if ((rc = report_start(&o)) < 0) {
-        fprintf(stderr, "orchestrator: %s/metrics/orchestrator.jsonl: %s\n", o.run_dir, strerror(-rc));
+        control_stop(&o);
+        setup_remove_new_run_dir(&o, note, sizeof note);
+        df_log("%s/metrics/orchestrator.jsonl: %s%s", o.run_dir, strerror(-rc), note);
         setup_teardown(&o);
         return DF_EXIT_TEMP;
     }

@@ -9,8 +9,16 @@
  *                               metrics/<name>.jsonl (tailed with metrics_reader)
  *   metrics/pipeline.prom       the same figures as a Prometheus textfile, written atomically
  *   stdout                      one progress line per interval
+ * The training figures (status object "train", the progress line, dfctl top, pipeline.prom):
+ * loss, lr and step from drafter rank 0's last "step" line, total steps from the plan,
+ * tokens/s summed over the drafters, the validator's last "validation" line, and the ETA:
+ * samples left (the ledger: samples of every batch not yet trained, committed or poisoned
+ * in this epoch, plus the later epochs' samples) over the measured rate (samples trained
+ * per second over the last ORCH_ETA_HIST intervals; a rewind after a drafter death counts
+ * against it). Unknown (null / "-") until two intervals have seen progress.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +27,9 @@
 
 #include "orch.h"
 #include "util.h"
+
+static double num_or(json_t *o, const char *k, double def);
+static json_t *train_json(orch *o);
 
 void orch_event(orch *o, json_t *ev)
 {
@@ -107,6 +118,10 @@ json_t *report_status_json(orch *o)
             if (w->ckpt_last_error[0])
                 json_object_set_new(j, "checkpoint_last_error", json_string(w->ckpt_last_error));
         }
+        if (w->last_ev[1]) { /* the stage's last busy/wait split (one line a second) */
+            json_object_set_new(j, "busy_frac", json_real(num_or(w->last_ev[1], "busy_frac", 0)));
+            json_object_set_new(j, "wait_frac", json_real(num_or(w->last_ev[1], "wait_frac", 0)));
+        }
         if (w->pid > 0) {
             json_object_set_new(j, "uptime_s", json_real((double)(now - w->start_ns) * 1e-9));
             json_object_set_new(j, "heartbeat_age_ms", json_real(age_ms_of(o, w, now)));
@@ -141,7 +156,46 @@ json_t *report_status_json(orch *o)
                             atomic_load(&o->status->stop_claiming) != 0, "checkpoint_gen",
                             (json_int_t)atomic_load(&o->status->checkpoint_gen), "restarts_total",
                             (json_int_t)o->restarts_total, "poisoned_total", (json_int_t)o->poisoned_total);
-    return json_pack("{s:b, s:o, s:o, s:o, s:o}", "ok", 1, "run", run, "workers", ws, "rings", rs, "ledger", led);
+    return json_pack("{s:b, s:o, s:o, s:o, s:o, s:o}", "ok", 1, "run", run, "workers", ws, "rings", rs, "ledger", led,
+                     "train", train_json(o));
+}
+
+/* "step 120/534 loss 2.345 lr 3.0e-03 4321 tok/s ETA 1m23s | val loss 2.51 tau 1.62 @100";
+ * the parts not known yet (no drafter step line, no ETA) are left out or shown as "-" */
+void report_train_line(json_t *tr, char *out, size_t cap)
+{
+    json_t *st = json_object_get(tr, "step"), *eta = json_object_get(tr, "eta_s");
+    char e[32] = "-";
+    if (json_is_number(eta)) {
+        double x = json_number_value(eta);
+        if (x < 60)
+            snprintf(e, sizeof e, "%.0fs", x);
+        else if (x < 3600)
+            snprintf(e, sizeof e, "%dm%02ds", (int)x / 60, (int)x % 60);
+        else
+            snprintf(e, sizeof e, "%dh%02dm", (int)x / 3600, ((int)x % 3600) / 60);
+    }
+    size_t n = 0;
+    out[0] = 0;
+#define ADD(...)                                                                  \
+    do {                                                                          \
+        int k_ = n < cap ? snprintf(out + n, cap - n, __VA_ARGS__) : 0;           \
+        n += k_ > 0 ? (size_t)k_ : 0;                                             \
+    } while (0)
+    if (json_is_integer(st))
+        ADD("step %lld/%lld", (long long)json_integer_value(st),
+            (long long)json_integer_value(json_object_get(tr, "total_steps")));
+    else
+        ADD("step -/%lld", (long long)json_integer_value(json_object_get(tr, "total_steps")));
+    if (json_is_number(json_object_get(tr, "loss")))
+        ADD(" loss %.3f", json_number_value(json_object_get(tr, "loss")));
+    if (json_is_number(json_object_get(tr, "lr")))
+        ADD(" lr %.1e", json_number_value(json_object_get(tr, "lr")));
+    ADD(" %.0f tok/s ETA %s", num_or(tr, "tokens_per_s", 0), e);
+    if (json_object_get(tr, "val_loss"))
+        ADD(" | val loss %.3f tau %.2f @%lld", num_or(tr, "val_loss", NAN), num_or(tr, "val_exp_tau", NAN),
+            (long long)json_integer_value(json_object_get(tr, "val_step")));
+#undef ADD
 }
 
 /* Read whatever the worker appended to its jsonl since the last tick; keep the last line. */
@@ -155,11 +209,92 @@ static void tail_worker_metrics(orch *o, orch_worker *w)
         w->mr_open = 1;
     }
     json_t *obj;
+    static const char *const evs[3] = {"step", "stage", "validation"};
     for (int k = 0; k < 100000 && metrics_reader_next(&w->mr, &obj) == 1; k++) {
+        const char *ev = json_string_value(json_object_get(obj, "ev"));
+        for (int e = 0; ev && e < 3; e++)
+            if (!strcmp(ev, evs[e])) {
+                json_decref(w->last_ev[e]);
+                w->last_ev[e] = json_incref(obj);
+            }
         json_decref(w->last_metrics);
         w->last_metrics = obj;
         w->metrics_lines++;
     }
+}
+
+static double num_or(json_t *o, const char *k, double def)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_number(v) ? json_number_value(v) : def;
+}
+
+/* Samples of the run and of the work done so far (see the top of the file), and the ETA. */
+static void eta_update(orch *o)
+{
+    uint32_t nb = ledger_n_batches(&o->led);
+    double per_epoch = 0, done = 0;
+    for (uint32_t b = 0; b < nb; b++) {
+        const uint32_t *idx;
+        uint32_t n = 0;
+        ledger_batch_status st;
+        if (ledger_batch_samples(&o->led, b, &idx, &n) < 0 || ledger_batch_status_get(&o->led, b, &st) < 0)
+            continue;
+        per_epoch += n;
+        if (st.state == LEDGER_TRAINED || st.state == LEDGER_COMMITTED || st.state == LEDGER_POISONED)
+            done += n;
+    }
+    uint32_t E = DF_MAX(o->t.drafter.epochs, 1u);
+    o->samples_total = per_epoch * E;
+    o->samples_done = per_epoch * o->epoch + done;
+    uint64_t now = df_now_ns();
+    uint32_t k = o->eta_n % ORCH_ETA_HIST;
+    o->eta_ns[k] = now;
+    o->eta_done[k] = o->samples_done;
+    o->eta_n++;
+    uint32_t have = DF_MIN(o->eta_n, (uint32_t)ORCH_ETA_HIST);
+    uint32_t old = (o->eta_n - have) % ORCH_ETA_HIST; /* the oldest sample kept */
+    double dt = (double)(now - o->eta_ns[old]) * 1e-9, dd = o->samples_done - o->eta_done[old];
+    o->samples_per_s = have >= 2 && dt > 0 ? dd / dt : 0;
+    double left = o->samples_total - o->samples_done;
+    o->eta_s = left <= 0 ? 0 : o->samples_per_s > 0 ? left / o->samples_per_s : -1;
+}
+
+/* The training figures of the status object ("train"), from what report_tick gathered. */
+static json_t *train_json(orch *o)
+{
+    json_t *tr = json_object(), *st = NULL, *val = NULL;
+    double tok_s = 0;
+    for (int i = 0; i < o->n; i++) {
+        orch_worker *w = &o->w[i];
+        if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
+            tok_s += w->tokens_per_s;
+            if (w->tw->rank == 0)
+                st = w->last_ev[0];
+        }
+        if (w->tw->role == TOPOLOGY_ROLE_VALIDATOR)
+            val = w->last_ev[2];
+    }
+    json_object_set_new(tr, "step", st ? json_integer(json_integer_value(json_object_get(st, "step"))) : json_null());
+    json_object_set_new(tr, "total_steps", json_integer((json_int_t)o->total_steps));
+    json_object_set_new(tr, "loss", st ? json_real(num_or(st, "loss", NAN)) : json_null());
+    json_object_set_new(tr, "lr", st ? json_real(num_or(st, "lr", NAN)) : json_null());
+    json_object_set_new(tr, "tokens_per_s", json_real(tok_s));
+    json_object_set_new(tr, "samples_total", json_integer((json_int_t)o->samples_total));
+    json_object_set_new(tr, "samples_done", json_integer((json_int_t)o->samples_done));
+    json_object_set_new(tr, "samples_per_s", json_real(o->samples_per_s));
+    json_object_set_new(tr, "eta_s", o->eta_s >= 0 ? json_real(o->eta_s) : json_null());
+    if (val) {
+        json_object_set_new(tr, "val_step", json_integer(json_integer_value(json_object_get(val, "step"))));
+        json_object_set_new(tr, "val_loss", json_real(num_or(val, "val_loss", NAN)));
+        json_object_set_new(tr, "val_exp_tau", json_real(num_or(val, "val_exp_tau", NAN)));
+    }
+    /* a NaN loss (a non-finite step) is not JSON: null */
+    const char *key;
+    json_t *v;
+    json_object_foreach(tr, key, v) if (json_is_real(v) && !isfinite(json_real_value(v)))
+        json_object_set_new(tr, key, json_null());
+    return tr;
 }
 
 static void prom_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
@@ -243,6 +378,20 @@ static void write_prom(orch *o, json_t *s)
         else
             prom_add(&b, &len, &cap, "df_ledger_batches{state=\"%s\"} %lld\n", key, (long long)json_integer_value(v));
     }
+    json_t *tr = json_object_get(s, "train");
+    static const char *const tkeys[][2] = {
+        {"loss", "df_train_loss"},          {"lr", "df_train_lr"},
+        {"step", "df_train_step"},          {"total_steps", "df_train_total_steps"},
+        {"tokens_per_s", "df_train_tokens_per_second"}, {"samples_per_s", "df_train_samples_per_second"},
+        {"samples_total", "df_train_samples_total"},    {"samples_done", "df_train_samples_done"},
+        {"eta_s", "df_train_eta_seconds"},  {"val_step", "df_validation_step"},
+        {"val_loss", "df_validation_loss"}, {"val_exp_tau", "df_validation_expected_tau"}};
+    prom_add(&b, &len, &cap, "# TYPE df_train_loss gauge\n# TYPE df_train_eta_seconds gauge\n");
+    for (size_t k = 0; k < DF_ARRAY_LEN(tkeys); k++) { /* unknown values are left out */
+        json_t *tv = json_object_get(tr, tkeys[k][0]);
+        if (json_is_number(tv))
+            prom_add(&b, &len, &cap, "%s %.6g\n", tkeys[k][1], json_number_value(tv));
+    }
     json_t *run = json_object_get(s, "run");
     prom_add(&b, &len, &cap, "df_restarts_total %lld\ndf_poisoned_batches_total %lld\n",
              (long long)json_integer_value(json_object_get(run, "restarts_total")),
@@ -281,6 +430,7 @@ void report_tick(orch *o)
         w->tokens_prev = tokens;
         w->sample_ns = now;
     }
+    eta_update(o);
     json_t *s = report_status_json(o);
     json_t *ws = json_object_get(s, "workers");
     for (int i = 0; i < o->n; i++)
@@ -307,9 +457,9 @@ void report_tick(orch *o)
 
     /* one progress line */
     char line[2048];
-    size_t len = 0;
+    size_t len = df_log_stamp(line, sizeof line);
     json_t *l = json_object_get(s, "ledger");
-    len += (size_t)snprintf(line + len, sizeof line - len, "[%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
+    len += (size_t)snprintf(line + len, sizeof line - len, " [%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
                             (double)(now - o->start_ns) * 1e-9,
                             (long long)json_integer_value(json_object_get(l, "committed")),
                             (long long)json_integer_value(json_object_get(l, "batches")),
@@ -329,6 +479,11 @@ void report_tick(orch *o)
     if (len < sizeof line - 60)
         len += (size_t)snprintf(line + len, sizeof line - len, " | restarts %llu poisoned %llu",
                                 (unsigned long long)o->restarts_total, (unsigned long long)o->poisoned_total);
+    if (len < sizeof line - 200) {
+        char t1[160];
+        report_train_line(json_object_get(s, "train"), t1, sizeof t1);
+        len += (size_t)snprintf(line + len, sizeof line - len, " | %s", t1);
+    }
     printf("%s\n", line);
     fflush(stdout);
     json_decref(s);
@@ -368,5 +523,9 @@ void report_stop(orch *o)
         o->w[i].mr_open = 0;
         json_decref(o->w[i].last_metrics);
         o->w[i].last_metrics = NULL;
+        for (int e = 0; e < 3; e++) {
+            json_decref(o->w[i].last_ev[e]);
+            o->w[i].last_ev[e] = NULL;
+        }
     }
 }

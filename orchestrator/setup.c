@@ -34,6 +34,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ftw.h>
+#include <stdlib.h>
+
+#include "io/shard.h"
 #include "ipc/fdpass.h"
 #include "ipc/shm.h"
 #include "orch.h"
@@ -132,6 +136,8 @@ static int lock_run_dir(orch *o, char *err, size_t errlen)
             char buf[32] = "";
             ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
             long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+            if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+                pid = 0; /* the file still names the last holder: the new one is starting */
             if (pid > 0)
                 snprintf(err, errlen, "run dir %s is in use by orchestrator pid %ld (it holds %s): stop that one first "
                          "(dfctl --run-dir %s shutdown) or wait for it to end", o->run_dir, pid, path, o->run_dir);
@@ -145,24 +151,32 @@ static int lock_run_dir(orch *o, char *err, size_t errlen)
         close(fd);
         return -e;
     }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
-        int e = errno ? errno : EIO;
-        snprintf(err, errlen, "%s: writing our pid: %s", path, strerror(e));
-        close(fd);
-        return -e;
-    }
-    o->lock_fd = fd;
+    o->lock_fd = fd; /* our pid goes in once the start succeeded (lock_write_pid): a failed
+                      * --resume must leave the run dir as it found it */
     return 0;
 }
 
-/* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker. */
+static int lock_write_pid(orch *o, char *err, size_t errlen)
+{
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    errno = 0;
+    if (ftruncate(o->lock_fd, 0) < 0 || pwrite(o->lock_fd, pid, (size_t)n, 0) != n) {
+        int e = errno ? errno : EIO;
+        snprintf(err, errlen, "%s/orchestrator.lock: writing our pid: %s", o->run_dir, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+/* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker, role
+ * "validator" -> validator. */
 static void worker_binary(const orch *o, const topology_worker *tw, char *out, size_t cap)
 {
     const char *dir = o->t.bin_dir ? o->t.bin_dir : o->self_dir;
-    int n = tw->role == TOPOLOGY_ROLE_TEST ? snprintf(out, cap, "%s/fake_worker", dir)
-                                       : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
+    int n = tw->role == TOPOLOGY_ROLE_TEST        ? snprintf(out, cap, "%s/fake_worker", dir)
+            : tw->role == TOPOLOGY_ROLE_VALIDATOR ? snprintf(out, cap, "%s/validator", dir)
+                                                  : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
     if (n < 0 || (size_t)n >= cap)
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
 }
@@ -574,7 +588,58 @@ static int make_run_dir(orch *o, const char *want, char *err, size_t errlen)
     int prc = resolve_path(want, o->run_dir, sizeof o->run_dir);
     if (prc < 0) {
         snprintf(err, errlen, "run dir %s: %s", want, strerror(-prc));
+        (void)rmdir(want); /* still empty */
         return prc;
+    }
+    o->created_run_dir = 1;
+    return 0;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
+}
+
+void setup_remove_new_run_dir(orch *o, char *note, size_t cap)
+{
+    note[0] = 0;
+    if (!o->created_run_dir || o->resume || !o->run_dir[0])
+        return;
+    /* depth first, never following a symlink out of it; the lock is still ours meanwhile */
+    if (nftw(o->run_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0)
+        snprintf(note, cap, "; could not remove the run dir %s this start had created: %s", o->run_dir,
+                 strerror(errno));
+    else
+        snprintf(note, cap, "; removed the run dir %s this start had created", o->run_dir);
+    o->created_run_dir = 0;
+}
+
+/* Inputs checked before anything is created: the target's model directory exists when a
+ * worker reads it (its files are the target worker's to check: it exits 100 naming the
+ * file) and the validation
+ * shards are valid (the data shards are read by the plan). */
+static int check_inputs(orch *o, char *err, size_t errlen)
+{
+    char e[1024];
+    int rc;
+    struct stat st;
+    int reads_model = 0; /* the fake test workers read none */
+    for (int i = 0; i < o->t.n_workers; i++)
+        reads_model |= o->t.workers[i].role != TOPOLOGY_ROLE_TEST;
+    rc = !reads_model ? 0 : stat(o->t.target_model_dir, &st) < 0 ? -errno : !S_ISDIR(st.st_mode) ? -ENOTDIR : 0;
+    if (rc < 0) {
+        snprintf(err, errlen, "target.model_dir: %s: %s", o->t.target_model_dir, strerror(-rc));
+        return rc;
+    }
+    if (o->t.val.enabled) {
+        dataset *ds = NULL;
+        if ((rc = dataset_open(&ds, o->t.val.shards, o->t.val.n_shards, e, sizeof e)) < 0) {
+            snprintf(err, errlen, "validation.shards: %s", e);
+            return rc;
+        }
+        dataset_close(ds);
     }
     return 0;
 }
@@ -652,7 +717,9 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
         w->backoff_ms = o->t.sup.backoff_initial_ms;
         worker_binary(o, w->tw, w->bin, sizeof w->bin);
     }
-    /* segments and the plan first: a bad data file leaves no run dir behind */
+    /* inputs, segments and the plan first: a bad model or data file leaves no run dir behind */
+    if (!getenv("DF_SYNTHETIC_SAMPLES") && (rc = check_inputs(o, err, errlen)) < 0)
+        return rc;
     if ((rc = setup_segments(o, err, errlen)) < 0)
         return rc;
     if (!resume) {
@@ -684,7 +751,7 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     snprintf(sub, sizeof sub, "%s/metrics", o->run_dir);
     if ((rc = df_mkdir_p(sub, 0700)) < 0)
         goto dir_fail;
-    return 0;
+    return lock_write_pid(o, err, errlen);
 dir_fail:
     snprintf(err, errlen, "%s: %s", sub, strerror(-rc));
     return rc;

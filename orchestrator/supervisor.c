@@ -319,8 +319,9 @@ static int spawn_worker(orch *o, orch_worker *w)
     }
     w->incarnation++;
     {
-        char hdr[256];
-        int hl = snprintf(hdr, sizeof hdr, "=== orchestrator: starting %s incarnation %u (%s) ===\n",
+        char hdr[1300], stamp[40];
+        df_log_stamp(stamp, sizeof stamp);
+        int hl = snprintf(hdr, sizeof hdr, "%s === orchestrator: starting %s incarnation %u (%s) ===\n", stamp,
                           w->tw->name, w->incarnation, w->bin);
         (void)df_write_all(logfd, hdr, (size_t)hl);
     }
@@ -591,6 +592,11 @@ static void give_up(orch *o, orch_worker *w, const char *what)
     if (n < 0)
         msg[0] = 0;
     enter(w, SV_FAILED);
+    if (w->tw->role == TOPOLOGY_ROLE_VALIDATOR) { /* validation is optional: training goes on */
+        df_log("giving up on the validator: %s; training goes on without validation", msg);
+        ev_worker(o, w, "gave_up", NULL);
+        return;
+    }
     supervisor_begin_shutdown(o, 1, msg);
 }
 
@@ -949,7 +955,7 @@ static void maybe_finish(orch *o)
     if ((rc = setup_persist_ledger(o)) < 0)
         record_failed(o, lpath, rc, msg, sizeof msg);
     if (msg[0]) {
-        fprintf(stderr, "orchestrator: %s\n", msg);
+        df_log("%s", msg);
         if (o->exit_code == 0)
             o->exit_code = 1;
     }
@@ -960,7 +966,7 @@ static void maybe_finish(orch *o)
                             (int)c.poisoned, "exactly_once", ledger_exactly_once(&o->led)));
     report_tick(o);
     if (o->shutdown_reason[0] && o->exit_code != 0)
-        fprintf(stderr, "orchestrator: %s\n", o->shutdown_reason);
+        df_log("%s", o->shutdown_reason);
     df_log("finished (exit %d); ledger audit: %s", o->exit_code, path);
 
     /* close every handle: uv_run returns once they are gone */

@@ -4,11 +4,14 @@
     python3 scripts/plot_run.py RUN_DIR [--out DIR]
 
 Reads RUN_DIR/metrics/<drafter>.jsonl (one "step" line per optimizer step: loss, acc1,
-tau, lr, grad_norm) and every worker's "stage" lines (busy and waiting fractions), and,
-when they exist, RUN_DIR/eval_trained.json / eval_untrained.json (the held-out
+tau, lr, grad_norm), every worker's "stage" lines (busy and waiting fractions), the
+validator's "validation" lines (one per scored checkpoint: val_loss, val_acc, val_exp_tau)
+and, when they exist, RUN_DIR/eval_trained.json / eval_untrained.json (the held-out
 per-position accuracy that `make run` measures). Writes into --out (default
 RUN_DIR/curves):
     training.png   loss (and its moving average), acc at position 1, expected tau, lr
+    validation.png held-out loss and expected tau per checkpoint beside the training ones,
+                   held-out accuracy per block position at a few checkpoints
     stages.png     each worker's busy and waiting share over time
     accuracy.png   held-out accuracy per block position, trained vs untrained
 Needs matplotlib (Debian: python3-matplotlib); exits 3 with a message without it, so a
@@ -92,6 +95,49 @@ def main():
         fig.suptitle(f"{a.run_dir}: training", fontsize=11)
         fig.tight_layout()
         p = os.path.join(out, "training.png")
+        fig.savefig(p, dpi=90)
+        plt.close(fig)
+        written.append(p)
+
+    vals = sorted((r for rs in rows.values() for r in rs if r.get("ev") == "validation" and r.get("val_loss") is not None),
+                  key=lambda r: r["step"])
+    if vals:
+        fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+        vx = [r["step"] for r in vals]
+        for w, s in steps.items():  # the training figures, smoothed, for comparison
+            k = max(1, len(s) // 50)
+            ax[0].plot([r["step"] for r in s], smooth([r["loss"] for r in s], k), alpha=0.5,
+                       label=f"{w} training loss, mean of {k}")
+            ax[1].plot([r["step"] for r in s], smooth([r.get("tau") or 0 for r in s], k), alpha=0.5,
+                       label=f"{w} training batches, mean of {k}")
+        # the loss axis: the range the held-out points and the training curve share after the
+        # first scored checkpoint (the first steps' loss, ~9 nats, would flatten everything)
+        ys = [r["val_loss"] for r in vals]
+        for w, s in steps.items():
+            k = max(1, len(s) // 50)
+            ys += [y for r, y in zip(s, smooth([r["loss"] for r in s], k)) if r["step"] >= vx[0]]
+        lo, hi = min(ys), max(ys)
+        ax[0].set_ylim(lo - 0.1 * (hi - lo + 1e-9), hi + 0.1 * (hi - lo + 1e-9))
+        n = vals[-1].get("samples", "?")
+        ax[0].plot(vx, [r["val_loss"] for r in vals], marker="o", color="black", label=f"held-out ({n} samples)")
+        ax[1].plot(vx, [r.get("val_exp_tau") or 0 for r in vals], marker="o", color="black",
+                   label=f"held-out ({n} samples)")
+        pick = sorted(set([0, len(vals) // 3, (2 * len(vals)) // 3, len(vals) - 1]))
+        for i in pick:
+            acc = vals[i].get("val_acc") or []
+            ax[2].plot(range(1, len(acc) + 1), [x if x is not None else float("nan") for x in acc], marker=".",
+                       label=f"step {vals[i]['step']}")
+        for axis, title, xl in ((ax[0], "loss (nats): held-out per checkpoint vs training", "optimizer step"),
+                                (ax[1], "expected acceptance length", "optimizer step"),
+                                (ax[2], "held-out accuracy per block position (teacher-forced)", "block position k")):
+            axis.set_title(title, fontsize=10)
+            axis.set_xlabel(xl)
+            axis.grid(alpha=0.3)
+            axis.legend(fontsize=8)
+        ax[2].set_ylim(-0.02, 1.02)
+        fig.suptitle(f"{a.run_dir}: validation (validator, one point per scored checkpoint)", fontsize=11)
+        fig.tight_layout()
+        p = os.path.join(out, "validation.png")
         fig.savefig(p, dpi=90)
         plt.close(fig)
         written.append(p)

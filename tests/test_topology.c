@@ -36,6 +36,9 @@ static char *q(const char *s) /* 'x' -> "x" */
 #define W_P "{'name':'p0','role':'postproc','in':'tp','out':'pd'}"
 #define W_D "{'name':'d0','role':'drafter','in':'pd'}"
 #define WORKERS "'workers':[" W_T "," W_P "," W_D "]"
+#define W_V "{'name':'v','role':'validator'}"
+#define W_V2 "{'name':'v2','role':'validator'}"
+#define VAL(x) "'validation':{'shards':['h']," x "}"
 #define DOC(...) "{" __VA_ARGS__ "}"
 #define VALID DOC(HEAD "," RINGS "," WORKERS)
 #define HEAD_CUDA "'version':1,'run_dir':'r','backend':'cuda','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['s']}"
@@ -120,7 +123,32 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'p0','role':'postproc','in':'tq','out':'pd'}]"),
      "t: workers[1].in: unknown ring \"tq\""},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0','role':'trainer'}]"),
-     "t: workers[0].role: expected \"target\", \"postproc\", \"drafter\" or \"test\", got \"trainer\""},
+     "t: workers[0].role: expected \"target\", \"postproc\", \"drafter\", \"validator\" or \"test\", got \"trainer\""},
+    /* validation and the validator */
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]"),
+     "t: workers[3].role: a validator needs the top-level \"validation\" section (its held-out shards)"},
+    {DOC(HEAD "," RINGS "," WORKERS "," VAL("'every_steps':100")),
+     "t: validation: no worker has role \"validator\" (add one, or remove this section)"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "," W_V2 "]," VAL("'every_steps':100")),
+     "t: workers[4].role: a second validator (workers[3] is one): at most one worker has role \"validator\""},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'every_steps':75")),
+     "t: validation.every_steps: expected a multiple of drafter.checkpoint_every (50): validation scores checkpoints, got 75"},
+    {DOC(HEAD ",'drafter':{'checkpoint_every':20}," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'every_steps':50")),
+     "t: validation.every_steps: expected a multiple of drafter.checkpoint_every (20): validation scores checkpoints, got 50"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "],'validation':{'shards':[]}"),
+     "t: validation.shards: expected a non-empty array of file names, got an array that is empty"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "],'validation':{'max_samples':4}"),
+     "t: validation.shards: required key missing"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'max_samples':0")),
+     "t: validation.max_samples: expected an integer 1..1000000, got 0"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'every':5")),
+     "t: validation.every: unknown key"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D ",{'name':'v','role':'validator','in':'pd'}]," VAL("'every_steps':0")),
+     "t: workers[3].in: a validator worker reads and writes no ring (it reads checkpoints; remove \"in\")"},
+    {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':0},{'name':'pd','gpu':0}],'workers':[{'name':'t0','role':'target','out':'tp','gpu':0},"
+         "{'name':'p0','role':'postproc','in':'tp','out':'pd','gpu':0},{'name':'d0','role':'drafter','in':'pd','gpu':0},"
+         "{'name':'v','role':'validator','gpu':0}]," VAL("'every_steps':0")),
+     "t: workers[3].gpu: expected -1: the validator runs on the CPU, got 0"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0'}]"), "t: workers[0].role: required key missing"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0','role':'target','in':'pd','out':'tp'}]"),
      "t: workers[0].in: a target worker reads no ring (remove \"in\")"},
@@ -494,7 +522,10 @@ static void test_tiny_config(void)
     T_ASSERT(t.n_capture == 2 && t.capture_layers[0] == 1 && t.capture_layers[1] == 3);
     T_ASSERT(t.n_shards == 1);
     T_ASSERT_STREQ(t.shards[0], "data/tiny/train-000.dfs");
-    T_ASSERT(t.n_rings == 2 && t.n_workers == 3 && topology_n_drafters(&t) == 1);
+    T_ASSERT(t.n_rings == 2 && t.n_workers == 4 && topology_n_drafters(&t) == 1);
+    T_ASSERT(topology_find_validator(&t) == 3 && t.workers[3].role == TOPOLOGY_ROLE_VALIDATOR && t.workers[3].gpu == -1);
+    T_ASSERT(t.val.enabled && t.val.n_shards == 1 && t.val.max_samples == 32 && t.val.every_steps == 100);
+    T_ASSERT_STREQ(t.val.shards[0], "data/tiny/heldout-000.dfs");
     T_ASSERT(topology_find_worker(&t, "postproc0") == 1);
     check_round_trip(&t);
     topology_free(&t);

@@ -1,7 +1,7 @@
 /* topology.c: parse and validate the topology JSON (version 1) into a `topo`.
  *
  * Shape: every key of every object is one row of a field table (top_fields, target_fields,
- * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields, in
+ * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields, validation_fields, in
  * "the field tables" below): name, type, offsetof into the struct, limits, default. One pass
  * over the document in table order, one small getter per JSON type (get_int, get_num,
  * get_str, ...), each of which either stores a value (or its default) or writes ONE message
@@ -349,6 +349,34 @@ static int check_no_cycle(pctx *c, const topo *t)
     return 0;
 }
 
+/* The validator and the "validation" section come together (at most one validator); it
+ * scores checkpoints, so every_steps is a multiple of drafter.checkpoint_every. */
+static int check_validation(pctx *c, topo *t)
+{
+    char p[96];
+    int first = -1;
+    for (int i = 0; i < t->n_workers; i++) {
+        if (t->workers[i].role != TOPOLOGY_ROLE_VALIDATOR)
+            continue;
+        snprintf(p, sizeof p, "workers[%d].role", i);
+        if (first >= 0)
+            return fail(c, p, "a second validator (workers[%d] is one): at most one worker has role \"validator\"",
+                        first);
+        if (!t->val.enabled)
+            return fail(c, p, "a validator needs the top-level \"validation\" section (its held-out shards)");
+        first = i;
+    }
+    if (!t->val.enabled)
+        return 0;
+    if (first < 0)
+        return fail(c, "validation", "no worker has role \"validator\" (add one, or remove this section)");
+    if (t->val.every_steps % t->drafter.checkpoint_every)
+        return fail(c, "validation.every_steps",
+                    "expected a multiple of drafter.checkpoint_every (%u): validation scores checkpoints, got %u",
+                    t->drafter.checkpoint_every, t->val.every_steps);
+    return 0;
+}
+
 /* Every ring needs a producer and a consumer, the stages come in order without a cycle;
  * drafter ranks are 0..R-1, each once. */
 static int cross_check(pctx *c, topo *t)
@@ -389,12 +417,13 @@ static int cross_check(pctx *c, topo *t)
                         w->rank, owner[w->rank], n_drafters - 1);
         owner[w->rank] = i;
     }
-    return 0;
+    return check_validation(c, t);
 }
 
 /* --- the field tables --------------------------------------------------------------------------
  * Every key of every object of the file is one row of a table below (top_fields, target_fields,
- * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields): its
+ * drafter_fields, data_fields, ring_fields, worker_fields, supervisor_fields, binaries_fields,
+ * validation_fields): its
  * name, its type, where it lives (offsetof into the struct the object fills), its limits and
  * default. The same row drives the unknown-key check (the key list of the object), the parse
  * (rows in order; the first error stops) and topology_to_json (rows in order, so the normalised
@@ -663,45 +692,67 @@ static json_t *write_mask_token_id(const topo *t, const void *s, int *omit)
     return d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id);
 }
 
-static int parse_shards(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+/* "shards" of path (data, validation): a non-empty array of non-empty strings */
+static int parse_shard_list(pctx *c, const json_t *o, const char *path, char ***out, int *n_out)
 {
-    char got[GOT_LEN];
+    char got[GOT_LEN], q[64];
     json_t *sh = json_object_get(o, "shards");
+    snprintf(q, sizeof q, "%s.shards", path);
     if (!sh)
-        return fail(c, "data.shards", "required key missing");
+        return fail(c, q, "required key missing");
     if (!json_is_array(sh) || json_array_size(sh) == 0 || json_array_size(sh) > 100000) {
         describe(sh, got, sizeof got);
-        return fail(c, "data.shards", "expected a non-empty array of file names, got %s%s", got,
+        return fail(c, q, "expected a non-empty array of file names, got %s%s", got,
                     json_is_array(sh) && json_array_size(sh) == 0 ? " that is empty" : "");
     }
-    t->n_shards = (int)json_array_size(sh);
-    t->shards = calloc((size_t)t->n_shards, sizeof(char *));
-    if (!t->shards)
+    *n_out = (int)json_array_size(sh);
+    *out = calloc((size_t)*n_out, sizeof(char *));
+    if (!*out)
         return -ENOMEM;
-    for (int i = 0; i < t->n_shards; i++) {
+    for (int i = 0; i < *n_out; i++) {
         json_t *v = json_array_get(sh, (size_t)i);
-        char p[64];
-        snprintf(p, sizeof p, "data.shards[%d]", i);
+        char p[80];
+        snprintf(p, sizeof p, "%s.shards[%d]", path, i);
         if (!json_is_string(v) || json_string_length(v) == 0 ||
             strlen(json_string_value(v)) != json_string_length(v)) {
             describe(v, got, sizeof got);
             return fail(c, p, "expected a non-empty string, got %s", got);
         }
-        if (!(t->shards[i] = strdup(json_string_value(v))))
+        if (!((*out)[i] = strdup(json_string_value(v))))
             return -ENOMEM;
     }
     return 0;
 }
 
-static json_t *write_shards(const topo *t, const void *s, int *omit)
+static json_t *write_shard_list(char *const *shards, int n)
 {
     json_t *sh = json_array();
-    for (int i = 0; sh && i < t->n_shards; i++)
-        if (json_array_append_new(sh, json_string(t->shards[i]))) {
+    for (int i = 0; sh && i < n; i++)
+        if (json_array_append_new(sh, json_string(shards[i]))) {
             json_decref(sh);
             return NULL;
         }
     return sh;
+}
+
+static int parse_shards(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    return parse_shard_list(c, o, "data", &t->shards, &t->n_shards);
+}
+
+static json_t *write_shards(const topo *t, const void *s, int *omit)
+{
+    return write_shard_list(t->shards, t->n_shards);
+}
+
+static int parse_val_shards(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    return parse_shard_list(c, o, "validation", &t->val.shards, &t->val.n_shards);
+}
+
+static json_t *write_val_shards(const topo *t, const void *s, int *omit)
+{
+    return write_shard_list(t->val.shards, t->val.n_shards);
 }
 
 /* data, after its fields */
@@ -747,7 +798,7 @@ static int parse_ring_ref(pctx *c, topo *t, const json_t *o, const char *path, c
     return 0;
 }
 
-static const char *const roles[] = {"target", "postproc", "drafter", "test"};
+static const char *const roles[] = {"target", "postproc", "drafter", "test", "validator"};
 
 static int check_worker_name(pctx *c, topo *t, void *s, const char *path)
 {
@@ -771,12 +822,12 @@ static int parse_role(pctx *c, topo *t, void *s, const json_t *o, const char *pa
     if (!rv)
         return fail(c, q, "required key missing");
     int role = -1;
-    for (int k = 0; k < 4 && json_is_string(rv); k++)
+    for (int k = 0; k < (int)DF_ARRAY_LEN(roles) && json_is_string(rv); k++)
         if (strcmp(json_string_value(rv), roles[k]) == 0)
             role = k;
     if (role < 0) {
         describe(rv, got, sizeof got);
-        return fail(c, q, "expected \"target\", \"postproc\", \"drafter\" or \"test\", got %s", got);
+        return fail(c, q, "expected \"target\", \"postproc\", \"drafter\", \"validator\" or \"test\", got %s", got);
     }
     w->role = (topology_role)role;
     return 0;
@@ -835,11 +886,39 @@ static int check_worker_rings(pctx *c, topo *t, void *s, const char *p)
         snprintf(q, sizeof q, "%s.out", p);
         return fail(c, q, "required for role \"%s\"", rn);
     }
+    if (w->role == TOPOLOGY_ROLE_VALIDATOR && (w->in_ring >= 0 || w->out_ring >= 0)) {
+        snprintf(q, sizeof q, "%s.%s", p, w->in_ring >= 0 ? "in" : "out");
+        return fail(c, q, "a validator worker reads and writes no ring (it reads checkpoints; remove \"%s\")",
+                    w->in_ring >= 0 ? "in" : "out");
+    }
     if (w->in_ring >= 0 && w->in_ring == w->out_ring) {
         snprintf(q, sizeof q, "%s.out", p);
         return fail(c, q, "same ring as \"in\" (\"%s\")", t->rings[w->in_ring].name);
     }
     return 0;
+}
+
+/* workers[i].gpu: the general rule (get_gpu), except the validator: it runs on the CPU
+ * whatever the backend (-1, the default) */
+static int parse_worker_gpu(pctx *c, topo *t, void *s, const json_t *o, const char *p)
+{
+    topology_worker *w = s;
+    if (w->role != TOPOLOGY_ROLE_VALIDATOR)
+        return get_gpu(c, o, p, &w->gpu);
+    char q[96], got[GOT_LEN];
+    json_t *v = json_object_get(o, "gpu");
+    w->gpu = -1;
+    if (v && !(json_is_integer(v) && json_integer_value(v) == -1)) {
+        snprintf(q, sizeof q, "%s.gpu", p);
+        describe(v, got, sizeof got);
+        return fail(c, q, "expected -1: the validator runs on the CPU, got %s", got);
+    }
+    return 0;
+}
+
+static json_t *write_worker_gpu(const topo *t, const void *s, int *omit)
+{
+    return json_integer(((const topology_worker *)s)->gpu);
 }
 
 /* drafters only; default: the order among drafters (uniqueness: cross_check) */
@@ -1025,7 +1104,8 @@ static const field ring_fields[] = {
 static const field worker_fields[] = {
     {.key = "name", .type = FT_NAME, .off = offsetof(topology_worker, name), .check = check_worker_name},
     F_CUSTOM("role", parse_role, write_role),
-    {.key = "gpu", .type = FT_GPU, .off = offsetof(topology_worker, gpu)},
+    {.key = "gpu", .type = FT_GPU, .off = offsetof(topology_worker, gpu), .parse = parse_worker_gpu,
+     .write = write_worker_gpu},
     F_CUSTOM("in", parse_in, write_in),
     {.key = "out", .type = FT_CUSTOM, .parse = parse_out, .write = write_out, .check = check_worker_rings},
     F_CUSTOM("rank", parse_rank, write_rank),
@@ -1044,6 +1124,12 @@ static const field supervisor_fields[] = {
     F_U32("heartbeat_timeout_ms", topology_supervision, heartbeat_timeout_ms, 100, 86400000, 10000),
     F_U32("shutdown_timeout_ms", topology_supervision, shutdown_timeout_ms, 1, 3600000, 5000),
     F_U32("metrics_interval_ms", topology_supervision, metrics_interval_ms, 10, 3600000, 1000),
+};
+
+static const field validation_fields[] = {
+    F_CUSTOM("shards", parse_val_shards, write_val_shards),
+    F_U32("max_samples", topology_validation, max_samples, 1, 1000000, 64),
+    F_U32("every_steps", topology_validation, every_steps, 0, 1000000000, 0),
 };
 
 static const field binaries_fields[] = {
@@ -1236,6 +1322,24 @@ static json_t *write_backend(const topo *t, const void *s, int *omit)
     return json_string(topology_backend_name(t->backend));
 }
 
+/* validation: optional; absent = no validator (and the key is left out of the normalised
+ * file). Its checks against the workers and drafter.checkpoint_every are in cross_check. */
+static int parse_validation(pctx *c, topo *t, void *s, const json_t *root, const char *path)
+{
+    json_t *v;
+    int rc = get_obj(c, root, "", "validation", OPTIONAL, &v);
+    if (rc || !v)
+        return rc;
+    t->val.enabled = 1;
+    return parse_fields(c, t, validation_fields, NF(validation_fields), &t->val, v, "validation");
+}
+
+static json_t *write_validation(const topo *t, const void *s, int *omit)
+{
+    *omit = !t->val.enabled;
+    return *omit ? NULL : write_fields(t, validation_fields, NF(validation_fields), &t->val);
+}
+
 /* In the order of the normalised file. The parse takes them in top_parse_order instead:
  * supervision before rings and workers (a worker's heartbeat default comes from it). */
 static const field top_fields[] = {
@@ -1254,8 +1358,9 @@ static const field top_fields[] = {
     F_CUSTOM("workers", parse_workers, write_workers),
     F_OBJ("supervision", offsetof(topo, sup), OPTIONAL, supervisor_fields, check_supervision),
     F_OBJ("binaries", 0, OPTIONAL, binaries_fields, NULL),
+    F_CUSTOM("validation", parse_validation, write_validation),
 };
-static const int top_parse_order[NF(top_fields)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 10, 11, 13};
+static const int top_parse_order[NF(top_fields)] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 10, 11, 13, 14};
 
 static int parse_root(pctx *c, topo *t, const json_t *root)
 {
@@ -1341,6 +1446,10 @@ void topology_free(topo *t)
             free_strv(t->workers[i].args);
         }
     free(t->workers);
+    if (t->val.shards)
+        for (int i = 0; i < t->val.n_shards; i++)
+            free(t->val.shards[i]);
+    free(t->val.shards);
     free(t->bin_dir);
     free(t->source_path);
     memset(t, 0, sizeof *t);
@@ -1362,6 +1471,14 @@ int topology_find_ring(const topo *t, const char *name)
     return -1;
 }
 
+int topology_find_validator(const topo *t)
+{
+    for (int i = 0; i < t->n_workers; i++)
+        if (t->workers[i].role == TOPOLOGY_ROLE_VALIDATOR)
+            return i;
+    return -1;
+}
+
 int topology_n_drafters(const topo *t)
 {
     int n = 0;
@@ -1377,6 +1494,7 @@ const char *topology_role_name(topology_role r)
     case TOPOLOGY_ROLE_POSTPROC: return "postproc";
     case TOPOLOGY_ROLE_DRAFTER: return "drafter";
     case TOPOLOGY_ROLE_TEST: return "test";
+    case TOPOLOGY_ROLE_VALIDATOR: return "validator";
     }
     return "?";
 }

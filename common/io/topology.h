@@ -25,7 +25,13 @@
 #define TOPOLOGY_MAX_GPU 7
 
 typedef enum { TOPOLOGY_CPU, TOPOLOGY_CUDA } topology_backend;
-typedef enum { TOPOLOGY_ROLE_TARGET, TOPOLOGY_ROLE_POSTPROC, TOPOLOGY_ROLE_DRAFTER, TOPOLOGY_ROLE_TEST } topology_role;
+typedef enum {
+    TOPOLOGY_ROLE_TARGET,
+    TOPOLOGY_ROLE_POSTPROC,
+    TOPOLOGY_ROLE_DRAFTER,
+    TOPOLOGY_ROLE_TEST,
+    TOPOLOGY_ROLE_VALIDATOR /* scores committed checkpoints on held-out data (eval/validator_main.c) */
+} topology_role;
 
 typedef struct topology_ring {
     char name[32];         /* 1..31 chars [a-z0-9_-] */
@@ -58,6 +64,16 @@ typedef struct topology_drafter {
     int64_t mask_token_id; /* -1 = default */
 } topology_drafter;
 
+/* The optional top-level "validation" section: the held-out set the validator worker
+ * scores every committed checkpoint on (docs/topology.md). enabled 0 = section absent. */
+typedef struct topology_validation {
+    int enabled;
+    char **shards; /* [n_shards] */
+    int n_shards;
+    uint32_t max_samples; /* the first N samples over the shards */
+    uint32_t every_steps; /* score checkpoints whose step is a multiple of this; 0 = every one */
+} topology_validation;
+
 typedef struct topology_supervision {
     uint32_t backoff_initial_ms, backoff_max_ms, stable_ms, max_restarts, restart_window_s,
         heartbeat_timeout_ms, shutdown_timeout_ms, metrics_interval_ms;
@@ -84,6 +100,7 @@ typedef struct topo {
     topology_worker *workers; /* [n_workers] */
     int n_workers;
     topology_supervision sup;
+    topology_validation val;
     char *bin_dir;     /* NULL = next to the orchestrator binary */
     char *source_path; /* the file it was loaded from */
 } topo;
@@ -100,6 +117,8 @@ int topology_find_worker(const topo *t, const char *name); /* index or -1 */
 int topology_find_ring(const topo *t, const char *name);   /* index or -1 */
 const char *topology_role_name(topology_role r);               /* "target", ... */
 const char *topology_backend_name(topology_backend b);         /* "cpu" | "cuda" */
+/* Index of the validator worker, or -1 (there is at most one). */
+int topology_find_validator(const topo *t);
 /* Number of drafter workers (= world size R of the drafter group). */
 int topology_n_drafters(const topo *t);
 /* The normalised topology (defaults filled) as a new JSON object (caller json_decref's);

@@ -87,7 +87,7 @@ endif
 # tests/test_layering.sh refuses an #include across the same lines (`make print-layers`).
 #   common          common/ minus the two model libraries: util, ipc/, io/, nn/
 #   target, dflash  common/target/ (the target model), common/dflash/ (the DFlash model)
-#   eval            eval/: speculative decoding with a trained drafter (dflash_eval)
+#   eval            eval/: evaluation and generation (dflash_eval, validator, target_generate, dflash_logits)
 #   the processes   orchestrator/ target_worker/ postproc_worker/ drafter_worker/
 ROLES   := orchestrator target_worker postproc_worker drafter_worker
 ROOMS   := common target dflash eval $(ROLES)

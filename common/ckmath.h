@@ -1,4 +1,4 @@
-/* ckmath.h: checked size arithmetic for sizes that come from files (prefix ckm_).
+/* ckmath.h: checked size arithmetic for sizes that come from files (prefix ckmath_).
  *
  * Every size computed from an untrusted number (a config.json dimension, a shard header
  * count, a safetensors shape, a topology field) goes through these instead of a bare * or +,

@@ -12,7 +12,7 @@
  * Backends (topology "backend"):
  *   cpu   master weights, gradients and AdamW on the host (dflash_model.c, adamw.c); the
  *         PD batch is read in place in its (host) ring slot.
- *   cuda  dfc_* (dflash_cuda.h) on the worker's GPU; the batch's tokens, mask, anchors and
+ *   cuda  dflash_*_cuda (dflash_cuda.h) on the worker's GPU; the batch's tokens, mask, anchors and
  *         features are read in place in the (device) ring slot. trainer_cuda.c; a CPU-only
  *         build has trainer_nocuda.c, which refuses with a message. The host copies of the
  *         weights and of AdamW's moments are refreshed only for checkpoints and the export.

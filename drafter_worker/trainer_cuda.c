@@ -1,4 +1,4 @@
-/* trainer_cuda.c: the trainer's CUDA backend (trainer.h, trainer_ops_cuda): dfc_* on the
+/* trainer_cuda.c: the trainer's CUDA backend (trainer.h, trainer_ops_cuda): dflash_*_cuda on the
  * worker's GPU.
  *
  * The frozen embedding and lm_head are uploaded once as bf16 (host fp32 copies freed right

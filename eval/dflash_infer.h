@@ -1,4 +1,4 @@
-/* dflash_infer.h: DFlash drafter inference on the CPU (prefix dfi_): draft one block of
+/* dflash_infer.h: DFlash drafter inference on the CPU (prefix infer_): draft one block of
  * B-1 tokens from the target features of everything accepted so far.
  *
  * The context path depends on nothing but the captured features, so it is computed once

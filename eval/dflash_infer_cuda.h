@@ -1,4 +1,4 @@
-/* dflash_infer_cuda.h: DFlash drafter inference on the GPU (prefix dfic_), the CUDA twin of
+/* dflash_infer_cuda.h: DFlash drafter inference on the GPU (prefix infer_*_cuda), the CUDA twin of
  * dflash_infer.h (same contract; read that header for the math): a context K/V cache per
  * drafter layer built once per accepted token from the target's captured features, then
  * one block [anchor, MASK x (B-1)] per draft through the layers, final norm, lm_head and

@@ -1,4 +1,4 @@
-/* eval_prompts.h: the prompts of an evaluation (prefix ep_), from chat JSONL or from
+/* eval_prompts.h: the prompts of an evaluation (prefix prompts_), from chat JSONL or from
  * prepared token shards (.dfs), as token lists ready for the target.
  *
  * A prompt is a conversation up to its first assistant turn, rendered the way the model

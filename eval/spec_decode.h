@@ -1,5 +1,5 @@
 /* spec_decode.h: greedy speculative decoding with a DFlash drafter, and plain greedy
- * decoding of the target for comparison (prefix sd_). docs/eval.md has the loop and the
+ * decoding of the target for comparison (prefix spec_). docs/eval.md has the loop and the
  * statistics; docs/dflash_spec.md "Evaluation" defines tau.
  *
  * The loop is written against two small interfaces so the same code runs the CPU models

@@ -2,7 +2,7 @@
  * evaluation runs on, CPU or CUDA (prefix spec_backend_). dflash_eval and the tests call
  * this and then only see the spec_target / spec_drafter interfaces of spec_decode.h.
  *
- * "cpu": target_decode (td_) + dflash_infer (dfi_). "cuda" or "cuda:N" (device N, default
+ * "cpu": target_decode (decode_) + dflash_infer (infer_). "cuda" or "cuda:N" (device N, default
  * 0): spec_decode_cuda.c, built only with CUDA=1; without it spec_backend_open("cuda") is
  * -ENOTSUP with a message saying so (spec_decode_nocuda.c).
  *

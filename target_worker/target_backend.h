@@ -1,5 +1,5 @@
-/* target_backend.h: the target worker's forward, on the CPU (tm_*) or on its GPU (tmc_*),
- * writing a TP batch into a ring slot (prefix tb_).
+/* target_backend.h: the target worker's forward, on the CPU (target_*) or on its GPU (target_*_cuda),
+ * writing a TP batch into a ring slot (prefix backend_).
  *
  * The worker builds the batch's metadata (header, tokens, loss mask) in the buffer
  * backend_meta_buffer gives it: for the CPU backend that is the slot itself, for CUDA a host

@@ -1,4 +1,4 @@
-/* gpu_test_target: the CUDA target forward (tmc_) against
+/* gpu_test_target: the CUDA target forward (target_*_cuda) against
  *   1. transformers: the fixtures tests/fixtures/tiny-{qwen3,llama}-ref.safetensors
  *      (hidden states of every layer of HF's forward, each document run separately),
  *      relative L2 error per layer < 2e-2 (bf16 weights and activations vs HF's fp32);

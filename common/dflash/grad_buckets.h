@@ -1,5 +1,5 @@
 /* grad_buckets.h: the drafter's gradient all-reduce in buckets, overlapped with the
- * backward pass (prefix gb_). docs/allreduce.md, "Bucketed overlap".
+ * backward pass (prefix buckets_). docs/allreduce.md, "Bucketed overlap".
  *
  * The backward produces the flat gradient array from its end to its start and says so
  * through dflash_grad_hook (dflash_model.h): after the final norm, after each layer, after

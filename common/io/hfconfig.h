@@ -1,5 +1,5 @@
 /* hfconfig.h: a Hugging Face config.json of a Qwen3 or Llama causal LM, parsed into a
- * plain struct (prefix hfc_).
+ * plain struct (prefix hfconfig_).
  *
  * Only the two architectures the target worker can run are accepted
  * (Qwen3ForCausalLM, LlamaForCausalLM); anything else is refused up front with

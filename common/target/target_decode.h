@@ -1,5 +1,5 @@
 /* target_decode.h: the full target (every decoder layer, final norm, lm_head) with a KV
- * cache, for decoding on the CPU (prefix td_). Used by speculative-decoding evaluation
+ * cache, for decoding on the CPU (prefix decode_). Used by speculative-decoding evaluation
  * (eval/spec_decode.h): prefill a prompt, then extend by k tokens at a time,
  * get the logits of every new position and the captured features of every new token,
  * and truncate the cache back when the target rejects part of a drafted block.

@@ -1,5 +1,5 @@
 /* target_decode_cuda.h: the full target (every decoder layer, final norm, lm_head) with a
- * KV cache on the GPU, for greedy decoding (prefix tdc_): the CUDA twin of
+ * KV cache on the GPU, for greedy decoding (prefix decode_*_cuda): the CUDA twin of
  * target_decode.h, used by the CUDA backend of speculative-decoding evaluation
  * (eval/spec_decode_cuda.c).
  *
@@ -10,7 +10,7 @@
  * lm_head is the embedding. Residual stream fp32, activations bf16, fp32 accumulation.
  *
  * One extend of k tokens at positions len..len+k-1: per layer fused add + RMSNorm
- * (capturing the previous layer's output), QKV, q/k norm + RoPE (nnc_), the new K/V rows
+ * (capturing the previous layer's output), QKV, q/k norm + RoPE (nn_*_cuda), the new K/V rows
  * appended to the cache, cached attention of the k queries to the cache and themselves
  * (causal; sliding layers see their window), o_proj, add + RMSNorm, gate/up, SwiGLU,
  * down; then the final norm and lm_head (fp32 logits) of the last n_next rows and their

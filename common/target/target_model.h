@@ -1,5 +1,5 @@
 /* target_model.h: the frozen target LLM (Qwen3 / Llama, HF format), its weights and
- * its CPU forward (prefix tm_).
+ * its CPU forward (prefix target_).
  *
  * The target worker only needs the features of a few layers (docs/dflash_spec.md: "layer l"
  * is the OUTPUT of decoder layer l, HF hidden_states[l+1], before any final norm), so

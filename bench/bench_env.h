@@ -12,7 +12,7 @@
 typedef struct bench_env {
     char commit[64]; /* git rev-parse --short=12 HEAD, or "unknown" */
     char host[128];
-    char date[32];   /* 2026-12-03T06:31:14Z */
+    char date[32]; /* 2026-12-03T06:31:14Z */
     long cpus;
 } bench_env;
 

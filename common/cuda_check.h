@@ -32,87 +32,84 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CUDA_TRY(call, err, errlen)                                                                     \
-    do {                                                                                                \
-        cudaError_t cuda_e_ = (call);                                                                   \
-        if (cuda_e_ != cudaSuccess) {                                                                   \
-            if ((err) && (errlen))                                                                      \
-                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                   \
-                         cudaGetErrorString(cuda_e_));                                                  \
-            return -EIO;                                                                                \
-        }                                                                                               \
+#define CUDA_TRY(call, err, errlen)                                                                                 \
+    do {                                                                                                            \
+        cudaError_t cuda_e_ = (call);                                                                               \
+        if (cuda_e_ != cudaSuccess) {                                                                               \
+            if ((err) && (errlen))                                                                                  \
+                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(cuda_e_)); \
+            return -EIO;                                                                                            \
+        }                                                                                                           \
     } while (0)
 
-#define CUDA_TRY_GOTO(call, err, errlen, rc, label)                                                     \
-    do {                                                                                                \
-        cudaError_t cuda_e_ = (call);                                                                   \
-        if (cuda_e_ != cudaSuccess) {                                                                   \
-            if ((err) && (errlen))                                                                      \
-                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                   \
-                         cudaGetErrorString(cuda_e_));                                                  \
-            (rc) = -EIO;                                                                                \
-            goto label;                                                                                 \
-        }                                                                                               \
+#define CUDA_TRY_GOTO(call, err, errlen, rc, label)                                                                 \
+    do {                                                                                                            \
+        cudaError_t cuda_e_ = (call);                                                                               \
+        if (cuda_e_ != cudaSuccess) {                                                                               \
+            if ((err) && (errlen))                                                                                  \
+                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(cuda_e_)); \
+            (rc) = -EIO;                                                                                            \
+            goto label;                                                                                             \
+        }                                                                                                           \
     } while (0)
 
-#define CUDA_ALLOC_TRY_GOTO(call, err, errlen, rc, label)                                               \
-    do {                                                                                                \
-        cudaError_t cuda_e_ = (call);                                                                   \
-        if (cuda_e_ != cudaSuccess) {                                                                   \
-            if ((err) && (errlen))                                                                      \
-                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call,                   \
-                         cudaGetErrorString(cuda_e_));                                                  \
-            (rc) = cuda_e_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;                               \
-            goto label;                                                                                 \
-        }                                                                                               \
+#define CUDA_ALLOC_TRY_GOTO(call, err, errlen, rc, label)                                                           \
+    do {                                                                                                            \
+        cudaError_t cuda_e_ = (call);                                                                               \
+        if (cuda_e_ != cudaSuccess) {                                                                               \
+            if ((err) && (errlen))                                                                                  \
+                snprintf((err), (errlen), "%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(cuda_e_)); \
+            (rc) = cuda_e_ == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;                                           \
+            goto label;                                                                                             \
+        }                                                                                                           \
     } while (0)
 
-#define CUDA_LAUNCHED(what, err, errlen)                                                                \
-    do {                                                                                                \
-        cudaError_t cuda_e_ = cudaGetLastError();                                                       \
-        if (cuda_e_ != cudaSuccess) {                                                                   \
-            if ((err) && (errlen))                                                                      \
-                snprintf((err), (errlen), "%s:%d: launch of %s: %s", __FILE__, __LINE__, (what),        \
-                         cudaGetErrorString(cuda_e_));                                                  \
-            return -EIO;                                                                                \
-        }                                                                                               \
+#define CUDA_LAUNCHED(what, err, errlen)                                                         \
+    do {                                                                                         \
+        cudaError_t cuda_e_ = cudaGetLastError();                                                \
+        if (cuda_e_ != cudaSuccess) {                                                            \
+            if ((err) && (errlen))                                                               \
+                snprintf((err), (errlen), "%s:%d: launch of %s: %s", __FILE__, __LINE__, (what), \
+                         cudaGetErrorString(cuda_e_));                                           \
+            return -EIO;                                                                         \
+        }                                                                                        \
     } while (0)
 
-#define CUBLAS_TRY_GOTO(call, err, errlen, rc, label)                                                   \
-    do {                                                                                                \
-        cublasStatus_t cublas_st_ = (call);                                                             \
-        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                                      \
-            if ((err) && (errlen))                                                                      \
-                snprintf((err), (errlen), "%s:%d: %s: %s (%d)", __FILE__, __LINE__, #call,              \
-                         cublasLtGetStatusString(cublas_st_), (int)cublas_st_);                         \
-            (rc) = -EIO;                                                                                \
-            goto label;                                                                                 \
-        }                                                                                               \
+#define CUBLAS_TRY_GOTO(call, err, errlen, rc, label)                                      \
+    do {                                                                                   \
+        cublasStatus_t cublas_st_ = (call);                                                \
+        if (cublas_st_ != CUBLAS_STATUS_SUCCESS) {                                         \
+            if ((err) && (errlen))                                                         \
+                snprintf((err), (errlen), "%s:%d: %s: %s (%d)", __FILE__, __LINE__, #call, \
+                         cublasLtGetStatusString(cublas_st_), (int)cublas_st_);            \
+            (rc) = -EIO;                                                                   \
+            goto label;                                                                    \
+        }                                                                                  \
     } while (0)
 
-#define CUDA_TRY_RC(call)                                                                               \
-    do {                                                                                                \
-        int cuda_rc_ = (call);                                                                          \
-        if (cuda_rc_ < 0)                                                                               \
-            return cuda_rc_;                                                                            \
+#define CUDA_TRY_RC(call)      \
+    do {                       \
+        int cuda_rc_ = (call); \
+        if (cuda_rc_ < 0)      \
+            return cuda_rc_;   \
     } while (0)
 
-#define CUDA_TRY_RC_GOTO(call, rc, label)                                                               \
-    do {                                                                                                \
-        int cuda_rc_ = (call);                                                                          \
-        if (cuda_rc_ < 0) {                                                                             \
-            (rc) = cuda_rc_;                                                                            \
-            goto label;                                                                                 \
-        }                                                                                               \
+#define CUDA_TRY_RC_GOTO(call, rc, label) \
+    do {                                  \
+        int cuda_rc_ = (call);            \
+        if (cuda_rc_ < 0) {               \
+            (rc) = cuda_rc_;              \
+            goto label;                   \
+        }                                 \
     } while (0)
 
-#define CUDA_TRY_RC_AT(call, err, errlen, ...)                                                          \
-    do {                                                                                                \
-        int cuda_rc_ = (call);                                                                          \
-        if (cuda_rc_ < 0) {                                                                             \
-            df_cuda_err_prefix((err), (errlen), __VA_ARGS__);                                           \
-            return cuda_rc_;                                                                            \
-        }                                                                                               \
+#define CUDA_TRY_RC_AT(call, err, errlen, ...)                \
+    do {                                                      \
+        int cuda_rc_ = (call);                                \
+        if (cuda_rc_ < 0) {                                   \
+            df_cuda_err_prefix((err), (errlen), __VA_ARGS__); \
+            return cuda_rc_;                                  \
+        }                                                     \
     } while (0)
 
 /* Write the message into err (when err and errlen) and return rc. */
@@ -158,29 +155,22 @@ static inline void df_cuda_err_prefix(char *err, size_t errlen, const char *fmt,
 static inline int cuda_check_cu_errno(CUresult r)
 {
     switch (r) {
-    case CUDA_ERROR_OUT_OF_MEMORY:
-        return -ENOMEM;
+    case CUDA_ERROR_OUT_OF_MEMORY: return -ENOMEM;
     case CUDA_ERROR_NO_DEVICE:
     case CUDA_ERROR_INVALID_DEVICE:
     case CUDA_ERROR_NOT_INITIALIZED:
     case CUDA_ERROR_DEINITIALIZED:
-    case CUDA_ERROR_STUB_LIBRARY:
-        return -ENODEV;
-    case CUDA_ERROR_NOT_SUPPORTED:
-        return -ENOTSUP;
-    case CUDA_ERROR_NOT_PERMITTED:
-        return -EPERM;
+    case CUDA_ERROR_STUB_LIBRARY: return -ENODEV;
+    case CUDA_ERROR_NOT_SUPPORTED: return -ENOTSUP;
+    case CUDA_ERROR_NOT_PERMITTED: return -EPERM;
     case CUDA_ERROR_INVALID_VALUE:
-    case CUDA_ERROR_INVALID_HANDLE:
-        return -EINVAL;
-    default:
-        return -EIO;
+    case CUDA_ERROR_INVALID_HANDLE: return -EINVAL;
+    default: return -EIO;
     }
 }
 
 /* "file:line: cuMemMap(...): CUDA_ERROR_INVALID_VALUE (1): invalid argument" */
-static inline int cuda_check_cu_fail(CUresult r, const char *call, const char *file, int line, char *err,
-                                     size_t errlen)
+static inline int cuda_check_cu_fail(CUresult r, const char *call, const char *file, int line, char *err, size_t errlen)
 {
     const char *name = NULL, *text = NULL;
     if (cuGetErrorName(r, &name) != CUDA_SUCCESS || !name)
@@ -192,13 +182,13 @@ static inline int cuda_check_cu_fail(CUresult r, const char *call, const char *f
     return cuda_check_cu_errno(r);
 }
 
-#define CU_TRY_GOTO(call, err, errlen, rc, label)                                                       \
-    do {                                                                                                \
-        CUresult cu_r_ = (call);                                                                        \
-        if (cu_r_ != CUDA_SUCCESS) {                                                                    \
-            (rc) = cuda_check_cu_fail(cu_r_, #call, __FILE__, __LINE__, (err), (errlen));                \
-            goto label;                                                                                 \
-        }                                                                                               \
+#define CU_TRY_GOTO(call, err, errlen, rc, label)                                         \
+    do {                                                                                  \
+        CUresult cu_r_ = (call);                                                          \
+        if (cu_r_ != CUDA_SUCCESS) {                                                      \
+            (rc) = cuda_check_cu_fail(cu_r_, #call, __FILE__, __LINE__, (err), (errlen)); \
+            goto label;                                                                   \
+        }                                                                                 \
     } while (0)
 #endif
 

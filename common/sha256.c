@@ -20,7 +20,10 @@ static const uint32_t K[64] = {
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 };
 
-static inline uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+static inline uint32_t ror(uint32_t x, int n)
+{
+    return (x >> n) | (x << (32 - n));
+}
 
 static void block(uint32_t h[8], const uint8_t *p)
 {

@@ -236,7 +236,10 @@ void df_rng_seed(df_rng *r, uint64_t seed)
     }
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t df_rng_next(df_rng *r)
 {

@@ -57,17 +57,16 @@ void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3),
 
 /* Worker-side checks. DF_CHECK(expr): expr must be true. DF_CHECK_ERR(rc_expr): rc must be
  * >= 0; a negative value is printed as -errno text. Both exit DF_EXIT_TEMP. */
-#define DF_CHECK(expr)                                                                   \
-    do {                                                                                 \
-        if (!(expr))                                                                     \
+#define DF_CHECK(expr)                                                                  \
+    do {                                                                                \
+        if (!(expr))                                                                    \
             df_die(DF_EXIT_TEMP, "%s:%d: check failed: %s", __FILE__, __LINE__, #expr); \
     } while (0)
-#define DF_CHECK_ERR(call)                                                                  \
-    do {                                                                                    \
-        long df_rc_ = (long)(call);                                                         \
-        if (df_rc_ < 0)                                                                     \
-            df_die(DF_EXIT_TEMP, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call,         \
-                   strerror((int)-df_rc_));                                                 \
+#define DF_CHECK_ERR(call)                                                                                   \
+    do {                                                                                                     \
+        long df_rc_ = (long)(call);                                                                          \
+        if (df_rc_ < 0)                                                                                      \
+            df_die(DF_EXIT_TEMP, "%s:%d: %s failed: %s", __FILE__, __LINE__, #call, strerror((int)-df_rc_)); \
     } while (0)
 
 /* Write all of buf to fd (restarting on EINTR / short writes). 0 or -errno. */
@@ -95,7 +94,9 @@ int df_mkdir_p(const char *path, unsigned mode);
 
 /* Deterministic PRNG (splitmix64 seeding a xoshiro256**): the same seed gives the same
  * stream on every machine. Used by the plan, anchors, noise and tests. */
-typedef struct df_rng { uint64_t s[4]; } df_rng;
+typedef struct df_rng {
+    uint64_t s[4];
+} df_rng;
 void df_rng_seed(df_rng *r, uint64_t seed);
 uint64_t df_rng_next(df_rng *r);
 static inline double df_rng_uniform(df_rng *r) /* [0,1) */

@@ -15,22 +15,21 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: dflash_tool COMMAND [options]\n"
-            "  init --out ROOT [--config CONFIG.json] [--seed N] [--std F]\n"
-            "        write a step-0 checkpoint of a randomly initialised drafter under ROOT\n"
-            "        (CONFIG.json: a release config.json; default: the tiny test config)\n"
-            "  export CKPT OUT_DIR\n"
-            "        write the public release format (config.json, bf16 model.safetensors and\n"
-            "        dflash.py, the class transformers loads with trust_remote_code)\n"
-            "        of the checkpoint CKPT (a root with a 'latest' file, or a step dir)\n"
-            "  import RELEASE_DIR ROOT\n"
-            "        turn a release dir into a step-0 checkpoint under ROOT (fresh optimizer)\n"
-            "  inspect DIR\n"
-            "        print the config, the trainer state and per-tensor statistics of a\n"
-            "        checkpoint or release dir\n"
-            "  --help  this text\n"
-            "exit codes: 0 ok, 2 usage, 100 bad input file\n");
+    fprintf(f, "usage: dflash_tool COMMAND [options]\n"
+               "  init --out ROOT [--config CONFIG.json] [--seed N] [--std F]\n"
+               "        write a step-0 checkpoint of a randomly initialised drafter under ROOT\n"
+               "        (CONFIG.json: a release config.json; default: the tiny test config)\n"
+               "  export CKPT OUT_DIR\n"
+               "        write the public release format (config.json, bf16 model.safetensors and\n"
+               "        dflash.py, the class transformers loads with trust_remote_code)\n"
+               "        of the checkpoint CKPT (a root with a 'latest' file, or a step dir)\n"
+               "  import RELEASE_DIR ROOT\n"
+               "        turn a release dir into a step-0 checkpoint under ROOT (fresh optimizer)\n"
+               "  inspect DIR\n"
+               "        print the config, the trainer state and per-tensor statistics of a\n"
+               "        checkpoint or release dir\n"
+               "  --help  this text\n"
+               "exit codes: 0 ok, 2 usage, 100 bad input file\n");
 }
 
 static void print_tensors(const dflash_config *c, const dflash_params *p)
@@ -173,8 +172,8 @@ int main(int argc, char **argv)
         if (dflash_ckpt_resolve(argv[2], dir, sizeof(dir)) == 0) {
             if (dflash_ckpt_load(argv[2], &c, &p, NULL, &ts, err, sizeof(err)) < 0)
                 df_die(DF_EXIT_PERM, "%s", err);
-            printf("checkpoint %s: step %ld, epoch %ld, ledger committed step %ld, seed %llu\n", dir, ts.step,
-                   ts.epoch, ts.ledger_committed_step, (unsigned long long)ts.seed);
+            printf("checkpoint %s: step %ld, epoch %ld, ledger committed step %ld, seed %llu\n", dir, ts.step, ts.epoch,
+                   ts.ledger_committed_step, (unsigned long long)ts.seed);
             inspect_optimizer(argv[2], dir);
         } else {
             if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)

@@ -59,7 +59,7 @@ static const char usage[] =
 
 typedef struct drafter {
     worker_ctx *wk; /* the worker skeleton: control connection, metrics, stage figures */
-    ctl_worker *w; /* &wk->ctl */
+    ctl_worker *w;  /* &wk->ctl */
     trainer tr;
     char ckpt_root[1200];
     ledger *L;
@@ -69,8 +69,8 @@ typedef struct drafter {
     handoff_table *H;
     batch_view view;
     int det, rank, R;
-    allreduce_comm ar;               /* world R > 1 only */
-    atomic_int in_collective; /* 1 while waiting for the peers: the helper thread heartbeats */
+    allreduce_comm ar;                             /* world R > 1 only */
+    atomic_int in_collective;                      /* 1 while waiting for the peers: the helper thread heartbeats */
     _Atomic uint64_t hb_step, hb_items, hb_tokens; /* what it reports meanwhile */
     atomic_int hb_quit;
     pthread_t hb_thread;
@@ -111,7 +111,8 @@ static void nonfinite_stop(drafter *d, double loss, const adamw_info *info)
     char ck[96] = "no checkpoint was written yet";
     if (tr->ts.ledger_committed_step > 0)
         snprintf(ck, sizeof ck, "the last checkpoint (step %ld) is intact", tr->ts.ledger_committed_step);
-    df_die(DF_EXIT_PERM, "step %ld: %u steps in a row with a non-finite loss or gradient norm "
+    df_die(DF_EXIT_PERM,
+           "step %ld: %u steps in a row with a non-finite loss or gradient norm "
            "(drafter.max_nonfinite_steps %u; last: loss %g, gradient norm %g); the weights were not updated at "
            "those steps and %s. Likely causes: a learning rate too high (drafter.lr %g), bad features from the "
            "target (NaN/Inf in its weights or activations), or bad input data",
@@ -133,19 +134,21 @@ static void save_checkpoint(drafter *d)
         d->ckpt_fail_consec++;
         df_log("checkpoint at step %ld failed (%u in a row, limit %u): %s", d->tr.ts.step, d->ckpt_fail_consec,
                t->drafter.max_checkpoint_failures, err);
-        json_t *ev = json_pack("{s:s, s:I, s:s, s:i, s:i}", "ev", "checkpoint_failed", "step",
-                               (json_int_t)d->tr.ts.step, "error", err, "errno", -rc, "consecutive",
-                               (int)d->ckpt_fail_consec);
+        json_t *ev =
+            json_pack("{s:s, s:I, s:s, s:i, s:i}", "ev", "checkpoint_failed", "step", (json_int_t)d->tr.ts.step,
+                      "error", err, "errno", -rc, "consecutive", (int)d->ckpt_fail_consec);
         char *txt = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
         json_decref(ev);
         if (txt)
             (void)ctl_send(d->w, txt); /* best effort: the count is a report, not the policy */
         free(txt);
         if (d->ckpt_fail_consec >= t->drafter.max_checkpoint_failures)
-            df_die(DF_EXIT_PERM, "%s: %u checkpoints in a row failed (drafter.max_checkpoint_failures %u), "
+            df_die(DF_EXIT_PERM,
+                   "%s: %u checkpoints in a row failed (drafter.max_checkpoint_failures %u), "
                    "last: %s (%s); the last good checkpoint is intact: free space or fix %s, then "
-                   "orchestrator --resume", d->ckpt_root, d->ckpt_fail_consec, t->drafter.max_checkpoint_failures,
-                   strerror(-rc), err, d->ckpt_root);
+                   "orchestrator --resume",
+                   d->ckpt_root, d->ckpt_fail_consec, t->drafter.max_checkpoint_failures, strerror(-rc), err,
+                   d->ckpt_root);
         return;
     }
     d->ckpt_fail_consec = 0;
@@ -230,9 +233,9 @@ static int all_trained(ledger *L)
 
 /* What one iteration found. */
 typedef struct pick {
-    int has;      /* this rank holds a slot: *slot */
-    int can_end;  /* no batch and none will come: epoch trained, ring closed and empty, or stop */
-    int stop;     /* SIGTERM or the run's stop flag */
+    int has;     /* this rank holds a slot: *slot */
+    int can_end; /* no batch and none will come: epoch trained, ring closed and empty, or stop */
+    int stop;    /* SIGTERM or the run's stop flag */
     uint32_t slot;
 } pick;
 
@@ -357,8 +360,8 @@ static void empty_step(drafter *d)
     adamw_info info;
     int rc = trainer_step_empty(&d->tr, &d->ar, &info, err, sizeof err);
     if (rc < 0)
-        df_die(rc == -ENOTSUP ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld (no batch on this rank): %s",
-               d->tr.ts.step + 1, err);
+        df_die(rc == -ENOTSUP ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld (no batch on this rank): %s", d->tr.ts.step + 1,
+               err);
     int nonfinite = check_finite(d, 0.0, &info, NO_BATCH);
     metrics_line ml;
     metrics_begin(&ml, &d->wk->mw, "empty_step");
@@ -388,8 +391,10 @@ static void setup_group(drafter *d)
     d->rank = w->self->rank < 0 ? 0 : w->self->rank;
     d->det = t->deterministic;
     if (d->det && d->R > 1 && ctl_claim_window(w) < (uint32_t)d->R)
-        df_die(DF_EXIT_PERM, "%s: deterministic mode with %d drafter ranks needs every ring to have at least %d "
-               "slots (the R batches of a step must fit at once; docs/ledger.md)", t->source_path, d->R, d->R);
+        df_die(DF_EXIT_PERM,
+               "%s: deterministic mode with %d drafter ranks needs every ring to have at least %d "
+               "slots (the R batches of a step must fit at once; docs/ledger.md)",
+               t->source_path, d->R, d->R);
     allreduce_comm_init(&d->ar);
     if (d->R <= 1)
         return;
@@ -434,9 +439,9 @@ int main(int argc, char **argv)
     setup_group(d);
     /* one LR schedule over every epoch: the orchestrator counts the steps of all the plans
      * (each epoch packs differently); the fallback assumes equal epochs */
-    long total_steps = w->total_steps > 0 ? (long)w->total_steps
-                                         : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R *
-                                               (long)DF_MAX(t->drafter.epochs, 1u);
+    long total_steps = w->total_steps > 0
+                           ? (long)w->total_steps
+                           : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R * (long)DF_MAX(t->drafter.epochs, 1u);
     int last_epoch = ledger_epoch(d->L) + 1 >= DF_MAX(t->drafter.epochs, 1u);
     snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w->run_dir);
     const char *resume = NULL;
@@ -446,8 +451,8 @@ int main(int argc, char **argv)
     }
     int rc = trainer_open(tr, t, w->self->gpu, total_steps, resume, err, sizeof err);
     if (rc < 0) /* -EBADMSG: the committed checkpoint fails validation; a restart cannot fix it */
-        df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP || rc == -EBADMSG ? DF_EXIT_PERM : DF_EXIT_TEMP,
-               "%s", err);
+        df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP || rc == -EBADMSG ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s",
+               err);
     if (resume && tr->ts.step != (long)w->committed_step) /* the dir name is checked too: belt and braces */
         df_die(DF_EXIT_PERM, "resume: %s/trainer_state.json: step %ld, but the ledger's committed step is %llu", resume,
                tr->ts.step, (unsigned long long)w->committed_step);

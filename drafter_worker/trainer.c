@@ -148,8 +148,8 @@ static int cpu_open(trainer *tr, const topo *t, long total_steps, int resumed, c
     }
     tr->fz.embed = tr->emb.embed;
     tr->fz.lm_head = tr->emb.lm_head;
-    if ((rc = buckets_plan_make(&tr->buckets, &tr->cfg, (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) <
-        0) {
+    if ((rc = buckets_plan_make(&tr->buckets, &tr->cfg,
+                                (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) < 0) {
         snprintf(err, errlen, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
         return rc;
     }
@@ -185,8 +185,8 @@ static int reduce_grads(trainer *tr, buckets_step *gs, allreduce_comm *ar, char 
     return rc;
 }
 
-int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar, dflash_batch *seq,
-                 double *norm, char *err, size_t errlen)
+int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar,
+                 dflash_batch *seq, double *norm, char *err, size_t errlen)
 {
     const dflash_config *c = &tr->cfg;
     const char *hb = (const char *)h;
@@ -214,8 +214,8 @@ int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, co
     return 0;
 }
 
-int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *), void *hb_arg,
-                 dflash_stats *out, adamw_info *info, char *err, size_t errlen)
+int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                 void *hb_arg, dflash_stats *out, adamw_info *info, char *err, size_t errlen)
 {
     const dflash_config *c = &tr->cfg;
     if ((int)h->n_capture != c->n_capture || (int)h->d != c->hidden || (int)h->block_size != c->block_size) {
@@ -391,8 +391,7 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
     acc = NULL;
     if (!bad)
         bad = df_json_set_num(j, "expected_tau", dflash_stats_tau(&end, B)) < 0 ||
-              df_json_set_num(j, "seconds", secs) < 0 ||
-              json_object_set_new(j, "block_size", json_integer(B)) < 0 ||
+              df_json_set_num(j, "seconds", secs) < 0 || json_object_set_new(j, "block_size", json_integer(B)) < 0 ||
               json_object_set_new(j, "release_dir", json_string("drafter")) < 0 ||
               json_object_set_new(j, "backend", json_string(tr->ops->name)) < 0;
     char path[1200];

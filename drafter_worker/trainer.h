@@ -76,9 +76,9 @@ struct trainer {
     adamw_segment decay[4 * DFLASH_MAX_LAYERS + 8];
     int n_decay;
     dflash_acts acts;
-    buckets_plan buckets;        /* the gradient all-reduce's buckets (drafter.allreduce_bucket_kb) */
-    int64_t allreduce_wait_ns;     /* last step: time spent waiting for the reduction after the backward */
-    int allreduce_early;           /* last step: buckets handed over while the backward still ran */
+    buckets_plan buckets;      /* the gradient all-reduce's buckets (drafter.allreduce_bucket_kb) */
+    int64_t allreduce_wait_ns; /* last step: time spent waiting for the reduction after the backward */
+    int allreduce_early;       /* last step: buckets handed over while the backward still ran */
     /* cuda backend */
     trainer_cuda *gpu;
     /* data parallel: how many ranks contribute a batch to this step (set by the caller each
@@ -89,7 +89,7 @@ struct trainer {
     dflash_stats end_win[TRAINER_END_STEPS];
     double start_loss_sum;
     int start_n;
-    long nonfinite_steps;   /* steps of this incarnation with a NaN/Inf loss or gradient norm */
+    long nonfinite_steps; /* steps of this incarnation with a NaN/Inf loss or gradient norm */
     /* fault injection (tests): DF_FAULT_NONFINITE="S[:N]" makes steps S..S+N-1 (N omitted:
      * every step from S on) non-finite, cpu backend: the gradient gets a NaN before the
      * backward (so it also travels through the all-reduce) and the loss is NaN */
@@ -114,8 +114,8 @@ void trainer_close(trainer *tr); /* safe on a zeroed trainer */
  * holding tokens, mask, anchors, keep and features at h's offsets. ar: the drafter group
  * (NULL or world 1: no reduction). hb: called between documents (long CPU steps keep the
  * heartbeat alive), may be NULL. Fills st (merged over documents, this rank) and info. */
-int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *), void *hb_arg,
-                 dflash_stats *st, adamw_info *info, char *err, size_t errlen);
+int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
+                 void *hb_arg, dflash_stats *st, adamw_info *info, char *err, size_t errlen);
 
 /* The same optimizer step for a rank of a group (ar world > 1) that has no batch this step
  * (the end of an epoch with fewer batches left than ranks): it contributes zero gradients
@@ -139,7 +139,7 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double seconds, char
  * keep, labels and weights; feat: the fp32 features in host memory, or NULL when they stay on
  * the device), and the loss normaliser (the batch's total weight, times the world size so an
  * all-reduced sum of gradients is the mean). The caller frees seq[0..h->n_docs). */
-int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar, dflash_batch *seq,
-                 double *norm, char *err, size_t errlen);
+int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar,
+                 dflash_batch *seq, double *norm, char *err, size_t errlen);
 
 #endif

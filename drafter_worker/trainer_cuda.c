@@ -49,13 +49,13 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
     }
     adamw_config oc = tr->opt.cfg;
     oc.total_steps = total_steps;
-    rc = dflash_init_cuda(&g->ctx, &tr->cfg, &oc, g->embed, g->head, (int)t->max_seq_len, (int)t->drafter.num_anchors, 0,
-                  err, errlen);
+    rc = dflash_init_cuda(&g->ctx, &tr->cfg, &oc, g->embed, g->head, (int)t->max_seq_len, (int)t->drafter.num_anchors,
+                          0, err, errlen);
     if (rc < 0)
         return rc;
     if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data, why, sizeof why)) < 0 ||
         (rc = dflash_opt_from_host_cuda(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
-                                resumed ? tr->opt.step : 0, why, sizeof why)) < 0) {
+                                        resumed ? tr->opt.step : 0, why, sizeof why)) < 0) {
         snprintf(err, errlen, "upload of the weights: %s", why);
         return rc;
     }

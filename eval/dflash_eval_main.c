@@ -31,33 +31,32 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: dflash_eval --target DIR --drafter DIR --prompts FILE [options]\n"
-            "  --target DIR         the target model (HF Qwen3/Llama directory)\n"
-            "  --drafter DIR        a release-format drafter (config.json + model.safetensors, ours or a\n"
-            "                       public DFlashDraftModel one) or one of our checkpoints (root or step dir)\n"
-            "  --prompts FILE       chat JSONL (needs DIR/byte_tokenizer.json) or a .dfs token shard;\n"
-            "                       repeat for several files. A prompt is a conversation up to its first\n"
-            "                       assistant turn\n"
-            "  --max-prompts N      evaluate the first N prompts (default 8)\n"
-            "  --max-new N          new tokens per prompt (default 128)\n"
-            "  --max-prompt-len N   keep the last N tokens of longer prompts (default 1024)\n"
-            "  --eos ID             stop at this token (default: the tokenizer's / config's eos; -1: never)\n"
-            "  --random-drafter SEED  replace the drafter's weights by a random init (std 0.02, as a fresh\n"
-            "                       training run starts) of the same shape: the untrained baseline\n"
-            "  --no-plain           skip plain decoding (no speedup, no lossless check)\n"
-            "  --backend cpu|cuda   where to run (default cpu; cuda needs a CUDA build)\n"
-            "  --device N           the CUDA device of --backend cuda (default 0)\n"
-            "  --label TEXT         name of this drafter in the table and the JSON\n"
-            "  --json PATH          also write every number as JSON\n"
-            "  --quiet              no progress line per prompt\n"
-            "  --help               this text\n"
-            "exit codes: 0 done, 1 temporary failure, 2 bad command line, 100 bad model/drafter/prompts\n");
+    fprintf(f, "usage: dflash_eval --target DIR --drafter DIR --prompts FILE [options]\n"
+               "  --target DIR         the target model (HF Qwen3/Llama directory)\n"
+               "  --drafter DIR        a release-format drafter (config.json + model.safetensors, ours or a\n"
+               "                       public DFlashDraftModel one) or one of our checkpoints (root or step dir)\n"
+               "  --prompts FILE       chat JSONL (needs DIR/byte_tokenizer.json) or a .dfs token shard;\n"
+               "                       repeat for several files. A prompt is a conversation up to its first\n"
+               "                       assistant turn\n"
+               "  --max-prompts N      evaluate the first N prompts (default 8)\n"
+               "  --max-new N          new tokens per prompt (default 128)\n"
+               "  --max-prompt-len N   keep the last N tokens of longer prompts (default 1024)\n"
+               "  --eos ID             stop at this token (default: the tokenizer's / config's eos; -1: never)\n"
+               "  --random-drafter SEED  replace the drafter's weights by a random init (std 0.02, as a fresh\n"
+               "                       training run starts) of the same shape: the untrained baseline\n"
+               "  --no-plain           skip plain decoding (no speedup, no lossless check)\n"
+               "  --backend cpu|cuda   where to run (default cpu; cuda needs a CUDA build)\n"
+               "  --device N           the CUDA device of --backend cuda (default 0)\n"
+               "  --label TEXT         name of this drafter in the table and the JSON\n"
+               "  --json PATH          also write every number as JSON\n"
+               "  --quiet              no progress line per prompt\n"
+               "  --help               this text\n"
+               "exit codes: 0 done, 1 temporary failure, 2 bad command line, 100 bad model/drafter/prompts\n");
 }
 
 typedef struct prompt_eval {
     spec_result plain, spec;
-    int first_diff; /* -1: identical outputs */
+    int first_diff;        /* -1: identical outputs */
     long *acc_hit, *acc_n; /* [B] teacher-forced per-position accuracy (spec_score_drafts) */
 } prompt_eval;
 
@@ -84,18 +83,22 @@ static int parse_int(const char *s, const char *opt, long long lo, long long *ou
 
 static int parse_args(int argc, char **argv, eval_opts *o)
 {
-    *o = (eval_opts){.max_prompts = 8, .max_new = 128, .max_prompt_len = 1024, .eos = -1, .random_seed = -1,
-                     .backend = "cpu", .device = -1};
+    *o = (eval_opts){.max_prompts = 8,
+                     .max_new = 128,
+                     .max_prompt_len = 1024,
+                     .eos = -1,
+                     .random_seed = -1,
+                     .backend = "cpu",
+                     .device = -1};
     static const struct option opts[] = {
-        {"target", required_argument, 0, 't'},       {"drafter", required_argument, 0, 'd'},
-        {"prompts", required_argument, 0, 'p'},      {"max-prompts", required_argument, 0, 'n'},
-        {"max-new", required_argument, 0, 'm'},      {"max-prompt-len", required_argument, 0, 'L'},
-        {"eos", required_argument, 0, 'e'},          {"random-drafter", required_argument, 0, 'r'},
-        {"no-plain", no_argument, 0, 'P'},           {"backend", required_argument, 0, 'b'},
-        {"label", required_argument, 0, 'l'},        {"json", required_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
-        {"device", required_argument, 0, 'D'},
-        {0, 0, 0, 0}};
+        {"target", required_argument, 0, 't'},  {"drafter", required_argument, 0, 'd'},
+        {"prompts", required_argument, 0, 'p'}, {"max-prompts", required_argument, 0, 'n'},
+        {"max-new", required_argument, 0, 'm'}, {"max-prompt-len", required_argument, 0, 'L'},
+        {"eos", required_argument, 0, 'e'},     {"random-drafter", required_argument, 0, 'r'},
+        {"no-plain", no_argument, 0, 'P'},      {"backend", required_argument, 0, 'b'},
+        {"label", required_argument, 0, 'l'},   {"json", required_argument, 0, 'j'},
+        {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+        {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
     int c;
     long long v;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -109,14 +112,38 @@ static int parse_args(int argc, char **argv, eval_opts *o)
             }
             o->prompts[o->n_prompts_files++] = optarg;
             break;
-        case 'n': if (parse_int(optarg, "--max-prompts", 1, &v)) return -1; o->max_prompts = (int)v; break;
-        case 'm': if (parse_int(optarg, "--max-new", 1, &v)) return -1; o->max_new = (int)v; break;
-        case 'L': if (parse_int(optarg, "--max-prompt-len", 1, &v)) return -1; o->max_prompt_len = (int)v; break;
-        case 'e': if (parse_int(optarg, "--eos", -1, &v)) return -1; o->eos = (int)v, o->eos_given = 1; break;
-        case 'r': if (parse_int(optarg, "--random-drafter", 0, &v)) return -1; o->random_seed = v; break;
+        case 'n':
+            if (parse_int(optarg, "--max-prompts", 1, &v))
+                return -1;
+            o->max_prompts = (int)v;
+            break;
+        case 'm':
+            if (parse_int(optarg, "--max-new", 1, &v))
+                return -1;
+            o->max_new = (int)v;
+            break;
+        case 'L':
+            if (parse_int(optarg, "--max-prompt-len", 1, &v))
+                return -1;
+            o->max_prompt_len = (int)v;
+            break;
+        case 'e':
+            if (parse_int(optarg, "--eos", -1, &v))
+                return -1;
+            o->eos = (int)v, o->eos_given = 1;
+            break;
+        case 'r':
+            if (parse_int(optarg, "--random-drafter", 0, &v))
+                return -1;
+            o->random_seed = v;
+            break;
         case 'P': o->no_plain = 1; break;
         case 'b': o->backend = optarg; break;
-        case 'D': if (parse_int(optarg, "--device", 0, &v)) return -1; o->device = (int)v; break;
+        case 'D':
+            if (parse_int(optarg, "--device", 0, &v))
+                return -1;
+            o->device = (int)v;
+            break;
         case 'l': o->label = optarg; break;
         case 'j': o->json = optarg; break;
         case 'q': o->quiet = 1; break;
@@ -242,7 +269,7 @@ int main(int argc, char **argv)
     prompts_list pl = {0};
     for (int i = 0; i < o.n_prompts_files && pl.n < o.max_prompts; i++)
         if ((rc = prompts_load(&pl, o.prompts[i], o.target, hc.vocab_size, o.max_prompts, o.max_prompt_len, err,
-                          sizeof err)) < 0)
+                               sizeof err)) < 0)
             df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "%s", err);
     if (pl.n == 0)
         df_die(DF_EXIT_PERM, "no prompt in %s%s (a prompt needs a user turn followed by an assistant one)",
@@ -258,7 +285,7 @@ int main(int argc, char **argv)
     char kind[32];
     snprintf(kind, sizeof kind, "%s:%d", o.backend, o.device < 0 ? 0 : o.device);
     if ((rc = spec_backend_open(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx, err,
-                              sizeof err)) < 0)
+                                sizeof err)) < 0)
         df_die(rc == -ENOTSUP ? DF_EXIT_USAGE : target_exit_code(rc), "%s", err);
 
     spec_opts so = {.max_new = o.max_new, .eos = o.eos};
@@ -281,7 +308,7 @@ int main(int argc, char **argv)
         if (!e->acc_hit || !e->acc_n)
             df_die(DF_EXIT_TEMP, "out of memory");
         if ((rc = spec_score_drafts(&be.target, &be.drafter, p->tokens, p->n, e->spec.tokens, e->spec.n_tokens,
-                                  e->acc_hit, e->acc_n)) < 0)
+                                    e->acc_hit, e->acc_n)) < 0)
             df_die(DF_EXIT_TEMP, "%s: scoring the drafts failed: %s", p->source, strerror(-rc));
         if (!o.no_plain) {
             int n = DF_MIN(e->plain.n_tokens, e->spec.n_tokens);
@@ -382,8 +409,8 @@ int main(int argc, char **argv)
     if (!o.no_plain)
         printf("decode: plain %.3f ms/token (%.1f tokens/s), speculative %.3f ms/token (%.1f tokens/s), speedup "
                "%.2fx; lossless: %d of %d outputs identical\n",
-               tpot_p, tpot_p > 0 ? 1e3 / tpot_p : 0, tpot_s, tpot_s > 0 ? 1e3 / tpot_s : 0, speedup,
-               pl.n - mismatches, pl.n);
+               tpot_p, tpot_p > 0 ? 1e3 / tpot_p : 0, tpot_s, tpot_s > 0 ? 1e3 / tpot_s : 0, speedup, pl.n - mismatches,
+               pl.n);
     else
         printf("decode: speculative %.3f ms/token (%.1f tokens/s)\n", tpot_s, tpot_s > 0 ? 1e3 / tpot_s : 0);
 
@@ -411,8 +438,7 @@ int main(int argc, char **argv)
             json_object_set_new(po, "spec", timing_json(&e->spec));
             if (!o.no_plain) {
                 json_object_set_new(po, "plain", timing_json(&e->plain));
-                df_json_set_num(po, "speedup",
-                                tpot_ms(&e->spec) > 0 ? tpot_ms(&e->plain) / tpot_ms(&e->spec) : 0.0);
+                df_json_set_num(po, "speedup", tpot_ms(&e->spec) > 0 ? tpot_ms(&e->plain) / tpot_ms(&e->spec) : 0.0);
                 json_object_set_new(po, "lossless", json_boolean(e->first_diff < 0));
                 json_object_set_new(po, "first_diff", json_integer(e->first_diff));
             }

@@ -18,8 +18,8 @@ void infer_free(infer_state *s)
 {
     if (!s)
         return;
-    void *all[] = {s->inv_freq, s->kc,  s->vc, s->ctx, s->fc_out, s->pos,      s->h,         s->a,
-                   s->q,        s->att, s->tmp, s->g,  s->u,      s->rng_full, s->rng_slide, s->z, s->logits};
+    void *all[] = {s->inv_freq, s->kc,  s->vc, s->ctx, s->fc_out,   s->pos,       s->h, s->a,     s->q,
+                   s->att,      s->tmp, s->g,  s->u,   s->rng_full, s->rng_slide, s->z, s->logits};
     for (unsigned i = 0; i < DF_ARRAY_LEN(all); i++)
         free(all[i]);
     memset(s, 0, sizeof *s);
@@ -51,8 +51,8 @@ int infer_init(infer_state *s, const dflash_config *c, const dflash_params *p, c
     s->rng_slide = malloc(sizeof(nn_key_ranges) * B);
     s->z = malloc(sizeof(float) * B * d);
     s->logits = malloc(sizeof(float) * (B - 1 ? B - 1 : 1) * (size_t)c->vocab);
-    if (!s->inv_freq || !s->kc || !s->vc || !s->ctx || !s->fc_out || !s->pos || !s->h || !s->a || !s->q ||
-        !s->att || !s->tmp || !s->g || !s->u || !s->rng_full || !s->rng_slide || !s->z || !s->logits) {
+    if (!s->inv_freq || !s->kc || !s->vc || !s->ctx || !s->fc_out || !s->pos || !s->h || !s->a || !s->q || !s->att ||
+        !s->tmp || !s->g || !s->u || !s->rng_full || !s->rng_slide || !s->z || !s->logits) {
         infer_free(s);
         return -ENOMEM;
     }
@@ -133,8 +133,7 @@ int infer_draft(infer_state *s, int32_t anchor, int32_t *draft)
         nn_rmsnorm(kb, kb, P->k_norm, B * KV, hd, eps);
         nn_rope(kb, s->pos, B, KV, hd, s->inv_freq);
         nn_matmul(vb, s->a, P->wv, NULL, B, d, kvd);
-        nn_attention(s->att, s->q, kl, vl, c->layer_sliding[l] ? s->rng_slide : s->rng_full, B, T, H, KV, hd,
-                     scale);
+        nn_attention(s->att, s->q, kl, vl, c->layer_sliding[l] ? s->rng_slide : s->rng_full, B, T, H, KV, hd, scale);
         nn_matmul(s->tmp, s->att, P->wo, NULL, B, qd, d);
         for (long i = 0; i < (long)B * d; i++)
             s->h[i] += s->tmp[i];

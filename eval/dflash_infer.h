@@ -31,18 +31,18 @@ typedef struct infer_state {
     const dflash_config *c;
     const dflash_params *p;
     dflash_frozen f;
-    int cap;             /* context rows the cache holds */
-    int n_ctx;           /* context rows cached = position of the next anchor */
-    float *inv_freq;     /* [hd/2] */
-    float *kc, *vc;      /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
-    float *ctx;          /* [chunk, d] C of the rows being appended */
-    float *fc_out;       /* [chunk, d] */
-    int32_t *pos;        /* [max(chunk, B)] */
-    float *h, *a, *q, *att, *tmp; /* [B, d], [B, d], [B, H*hd], [B, H*hd], [B, d] */
-    float *g, *u;        /* [B, I] */
+    int cap;                             /* context rows the cache holds */
+    int n_ctx;                           /* context rows cached = position of the next anchor */
+    float *inv_freq;                     /* [hd/2] */
+    float *kc, *vc;                      /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
+    float *ctx;                          /* [chunk, d] C of the rows being appended */
+    float *fc_out;                       /* [chunk, d] */
+    int32_t *pos;                        /* [max(chunk, B)] */
+    float *h, *a, *q, *att, *tmp;        /* [B, d], [B, d], [B, H*hd], [B, H*hd], [B, d] */
+    float *g, *u;                        /* [B, I] */
     nn_key_ranges *rng_full, *rng_slide; /* [B] */
-    float *z;            /* [B, d] final-normed block rows of the last draft */
-    float *logits;       /* [B-1, V] logits of block rows 1..B-1 of the last draft */
+    float *z;                            /* [B, d] final-normed block rows of the last draft */
+    float *logits;                       /* [B-1, V] logits of block rows 1..B-1 of the last draft */
 } infer_state;
 
 /* Allocate caches for cap context rows. 0, -EINVAL (cap < 1), -ENOMEM. */

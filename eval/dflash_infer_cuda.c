@@ -63,24 +63,24 @@ static void layout_weights(infer_state_cuda *s, bump *bb, bump *bf, const dflash
     const dflash_config *c = s->c;
     size_t d = (size_t)c->hidden, I = (size_t)c->intermediate, hd = (size_t)c->head_dim;
     size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd, nin = (size_t)c->n_capture * d;
-#define BF(dst, src, n)                                                                                      \
-    do {                                                                                                     \
-        uint16_t *h_ = take(bb, sizeof(uint16_t) * (n));                                                     \
-        if (hb) {                                                                                            \
-            size_t o_ = (size_t)((char *)h_ - (char *)hb);                                                   \
-            for (size_t i_ = 0; i_ < (n); i_++)                                                              \
-                h_[i_] = safetensors_f32_to_bf16((src)[i_]);                                                          \
-            (dst) = (nn_bf16_cuda *)(db + o_);                                                                   \
-        }                                                                                                    \
+#define BF(dst, src, n)                                      \
+    do {                                                     \
+        uint16_t *h_ = take(bb, sizeof(uint16_t) * (n));     \
+        if (hb) {                                            \
+            size_t o_ = (size_t)((char *)h_ - (char *)hb);   \
+            for (size_t i_ = 0; i_ < (n); i_++)              \
+                h_[i_] = safetensors_f32_to_bf16((src)[i_]); \
+            (dst) = (nn_bf16_cuda *)(db + o_);               \
+        }                                                    \
     } while (0)
-#define F32(dst, src, n)                                                                                     \
-    do {                                                                                                     \
-        float *h_ = take(bf, sizeof(float) * (n));                                                           \
-        if (hf) {                                                                                            \
-            size_t o_ = (size_t)((char *)h_ - (char *)hf);                                                   \
-            memcpy(h_, (src), sizeof(float) * (n));                                                          \
-            (dst) = (float *)(df + o_);                                                                      \
-        }                                                                                                    \
+#define F32(dst, src, n)                                   \
+    do {                                                   \
+        float *h_ = take(bf, sizeof(float) * (n));         \
+        if (hf) {                                          \
+            size_t o_ = (size_t)((char *)h_ - (char *)hf); \
+            memcpy(h_, (src), sizeof(float) * (n));        \
+            (dst) = (float *)(df + o_);                    \
+        }                                                  \
     } while (0)
     BF(s->fc, p->fc, d * nin);
     F32(s->hidden_norm, p->hidden_norm, d);
@@ -109,14 +109,14 @@ static int cuda_fail(infer_state_cuda *s, char *err, size_t errlen, const char *
 }
 
 int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
-              const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen)
+                    const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, B = c->block_size, d = c->hidden;
     int I = c->intermediate, V = c->vocab;
     size_t qd = (size_t)H * hd, kvd = (size_t)KV * hd;
-    if (cap < 1 || B < 2 || B > DECODE_LINEAR_MAX_ROWS || hd % 2 || hd > 256 || KV < 1 || H % KV || c->mask_token_id < 0 ||
-        c->mask_token_id >= V) {
+    if (cap < 1 || B < 2 || B > DECODE_LINEAR_MAX_ROWS || hd % 2 || hd > 256 || KV < 1 || H % KV ||
+        c->mask_token_id < 0 || c->mask_token_id >= V) {
         snprintf(err, errlen,
                  "drafter on the GPU: unsupported shape (cache %d, block %d, head_dim %d, heads %d/%d, mask token %d "
                  "of %d)",
@@ -222,15 +222,14 @@ static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x,
     return nn_gemm_run_cuda(s->gemm, &a, s->stream, kerr, kerrlen);
 }
 
-#define STEP(call, what)                                                                                     \
-    do {                                                                                                     \
-        kerr[0] = 0;                                                                                         \
-        int r_ = (call);                                                                                     \
-        if (r_ < 0) {                                                                                        \
-            snprintf(err, errlen, "%s: layer %d: %s failed (%d): %s", __func__, l, what, r_,                 \
-                     kerr);                                                 \
-            return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
-        }                                                                                                    \
+#define STEP(call, what)                                                                            \
+    do {                                                                                            \
+        kerr[0] = 0;                                                                                \
+        int r_ = (call);                                                                            \
+        if (r_ < 0) {                                                                               \
+            snprintf(err, errlen, "%s: layer %d: %s failed (%d): %s", __func__, l, what, r_, kerr); \
+            return r_ == -EINVAL ? -EINVAL : -EIO;                                                  \
+        }                                                                                           \
     } while (0)
 
 /* Enqueue the context rows of m features at Hf: rows start at p0 + *base. Ends with
@@ -252,7 +251,8 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
             STEP(decode_linear_rows_cuda(s->fc_out + (size_t)r0 * d, 1, Hf + (size_t)r0 * nin, s->fc, NULL,
                                          DF_MIN(INFER_CUDA_SMALL_ROWS, m - r0), nin, d, s->stream, kerr, sizeof kerr),
                  "fc");
-    STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr), "hidden_norm");
+    STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr),
+         "hidden_norm");
     if (!s->fused)
         STEP(decode_positions_cuda(s->pos, base, p0, m, s->stream, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
@@ -264,8 +264,8 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
                                                  base, p0, s->stream, kerr, sizeof kerr),
                  "qk_norm_rope + kv append (context)");
         } else {
-            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps,
-                                      s->stream, kerr, sizeof kerr),
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, m, H, KV, hd, eps, s->stream,
+                                      kerr, sizeof kerr),
                  "qk_norm_rope (context)");
             STEP(decode_kv_append_cuda(kl, vl, s->qkv, m, H, KV, hd, base, p0, s->stream, kerr, sizeof kerr),
                  "kv append (context)");
@@ -277,25 +277,25 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
 }
 
 /* Capture what `enqueue` puts on the stream into *exec. */
-#define CAPTURE(exec, enqueue_call)                                                                          \
-    do {                                                                                                     \
-        CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), err, errlen);          \
-        int rc_ = (enqueue_call);                                                                            \
-        cudaGraph_t g_ = NULL;                                                                               \
-        cudaError_t e_ = cudaStreamEndCapture(s->stream, &g_);                                               \
-        if (rc_ == 0 && e_ == cudaSuccess) {                                                                 \
-            e_ = cudaGraphInstantiate(&(exec), g_, 0);                                                       \
-            if (e_ != cudaSuccess)                                                                           \
-                (exec) = NULL;                                                                               \
-        }                                                                                                    \
-        if (g_)                                                                                              \
-            cudaGraphDestroy(g_);                                                                            \
-        if (rc_ < 0)                                                                                         \
-            return rc_;                                                                                      \
-        if (e_ != cudaSuccess) {                                                                             \
-            snprintf(err, errlen, "%s: graph capture: %s", __func__, cudaGetErrorString(e_));                \
-            return -EIO;                                                                                     \
-        }                                                                                                    \
+#define CAPTURE(exec, enqueue_call)                                                                 \
+    do {                                                                                            \
+        CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), err, errlen); \
+        int rc_ = (enqueue_call);                                                                   \
+        cudaGraph_t g_ = NULL;                                                                      \
+        cudaError_t e_ = cudaStreamEndCapture(s->stream, &g_);                                      \
+        if (rc_ == 0 && e_ == cudaSuccess) {                                                        \
+            e_ = cudaGraphInstantiate(&(exec), g_, 0);                                              \
+            if (e_ != cudaSuccess)                                                                  \
+                (exec) = NULL;                                                                      \
+        }                                                                                           \
+        if (g_)                                                                                     \
+            cudaGraphDestroy(g_);                                                                   \
+        if (rc_ < 0)                                                                                \
+            return rc_;                                                                             \
+        if (e_ != cudaSuccess) {                                                                    \
+            snprintf(err, errlen, "%s: graph capture: %s", __func__, cudaGetErrorString(e_));       \
+            return -EIO;                                                                            \
+        }                                                                                           \
     } while (0)
 
 int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n, char *err, size_t errlen)
@@ -348,9 +348,8 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     cudaStream_t st = s->stream;
     char kerr[256];
     int l = -1;
-    STEP(cudaMemcpyAsync(s->tokens, s->draft_h, sizeof(int32_t) * B, cudaMemcpyHostToDevice, st) == cudaSuccess
-             ? 0
-             : -EIO,
+    STEP(cudaMemcpyAsync(s->tokens, s->draft_h, sizeof(int32_t) * B, cudaMemcpyHostToDevice, st) == cudaSuccess ? 0
+                                                                                                                : -EIO,
          "block upload");
     STEP(cudaMemcpyAsync(s->ranges, s->ranges_h, sizeof(nn_key_ranges) * 2 * B, cudaMemcpyHostToDevice, st) ==
                  cudaSuccess
@@ -365,7 +364,9 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "input norm");
+        STEP(
+            nn_add_rmsnorm_cuda(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
+            "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
         if (f) {
@@ -373,19 +374,21 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
                                                  base, p0, st, kerr, sizeof kerr),
                  "qk_norm_rope + kv append (block)");
         } else {
-            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st, kerr, sizeof kerr),
+            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st, kerr,
+                                      sizeof kerr),
                  "qk_norm_rope");
             STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, base, p0, st, kerr, sizeof kerr),
                  "kv append (block)");
         }
-        STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0,
-                                   0, B, H, KV, hd, scale, st, kerr, sizeof kerr),
+        STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0, 0,
+                                   B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
         /* fused: o_proj and down add into the fp32 residual h inside the linear kernel */
         STEP(decode_linear_rows_cuda(f ? (void *)s->h : (void *)s->y, f ? 2 : 0, s->att, L->w_o, NULL, B, H * hd, d, st,
                                      kerr, sizeof kerr),
              "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
+        STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
+             "post norm");
         STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
         if (f) {
             STEP(decode_linear_swiglu_rows_cuda(s->h, 2, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
@@ -401,8 +404,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
          "lm_head");
     STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
-    STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) ==
-                 cudaSuccess
+    STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) == cudaSuccess
              ? 0
              : -EIO,
          "draft download");
@@ -452,8 +454,7 @@ double infer_draft_bytes_cuda(const infer_state_cuda *s, int n_ctx)
     double d = c->hidden, I = c->intermediate, qd = (double)c->n_heads * c->head_dim,
            kvd = (double)c->n_kv_heads * c->head_dim;
     double layer = (d * (qd + 2 * kvd) + qd * d + 2 * I * d + I * d) * 2;
-    return layer * c->n_layers + (double)c->vocab * d * 2 +
-           (double)c->n_layers * (n_ctx + c->block_size) * kvd * 2 * 2;
+    return layer * c->n_layers + (double)c->vocab * d * 2 + (double)c->n_layers * (n_ctx + c->block_size) * kvd * 2 * 2;
 }
 
 double infer_append_bytes_cuda(const infer_state_cuda *s, int n)

@@ -43,52 +43,52 @@ extern "C" {
 #endif
 
 typedef struct infer_layer_cuda {
-    nn_bf16_cuda *w_qkv;      /* [(H + 2KV) * hd, d] */
-    nn_bf16_cuda *w_o;        /* [d, H * hd] */
-    nn_bf16_cuda *w_gu;       /* [2I, d] gate rows then up rows */
-    nn_bf16_cuda *w_down;     /* [d, I] */
+    nn_bf16_cuda *w_qkv;                          /* [(H + 2KV) * hd, d] */
+    nn_bf16_cuda *w_o;                            /* [d, H * hd] */
+    nn_bf16_cuda *w_gu;                           /* [2I, d] gate rows then up rows */
+    nn_bf16_cuda *w_down;                         /* [d, I] */
     float *in_norm, *post_norm, *q_norm, *k_norm; /* [d], [d], [hd], [hd] */
 } infer_layer_cuda;
 
 typedef struct infer_state_cuda {
     const dflash_config *c;
-    int cap;               /* context rows the cache holds */
-    int n_ctx;             /* context rows cached = position of the next anchor */
-    cudaStream_t stream;   /* borrowed */
-    const nn_bf16_cuda *embed, *lm_head; /* borrowed, [V, d] */
-    void *wb;              /* one allocation: every bf16 weight */
-    void *wf;              /* one allocation: every fp32 norm + inv_freq */
-    nn_bf16_cuda *fc;          /* [d, n_capture * d] */
+    int cap;                                    /* context rows the cache holds */
+    int n_ctx;                                  /* context rows cached = position of the next anchor */
+    cudaStream_t stream;                        /* borrowed */
+    const nn_bf16_cuda *embed, *lm_head;        /* borrowed, [V, d] */
+    void *wb;                                   /* one allocation: every bf16 weight */
+    void *wf;                                   /* one allocation: every fp32 norm + inv_freq */
+    nn_bf16_cuda *fc;                           /* [d, n_capture * d] */
     float *hidden_norm, *final_norm, *inv_freq; /* [d], [d], [hd/2] */
     infer_layer_cuda layer[DFLASH_MAX_LAYERS];
-    nn_bf16_cuda *kc, *vc;     /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
-    void *acts;            /* one allocation: the scratch below */
-    float *fc_out;         /* [chunk, d] fp32 */
-    nn_bf16_cuda *ctx;         /* [chunk, d] C */
-    nn_bf16_cuda *qkv;         /* [max(chunk, B), (H+2KV)*hd] */
-    int32_t *pos;          /* [max(chunk, B)] */
-    float *h;              /* [B, d] residual stream */
+    nn_bf16_cuda *kc, *vc;                    /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
+    void *acts;                               /* one allocation: the scratch below */
+    float *fc_out;                            /* [chunk, d] fp32 */
+    nn_bf16_cuda *ctx;                        /* [chunk, d] C */
+    nn_bf16_cuda *qkv;                        /* [max(chunk, B), (H+2KV)*hd] */
+    int32_t *pos;                             /* [max(chunk, B)] */
+    float *h;                                 /* [B, d] residual stream */
     nn_bf16_cuda *a, *att, *y, *gu, *act, *z; /* [B, d], [B, H*hd], [B, d], [B, 2I], [B, I], [B, d] */
-    float *logits;         /* [B-1, V] of the last draft */
-    int32_t *tokens;       /* [B] */
-    int32_t *draft_d;      /* [B] */
-    nn_key_ranges *ranges; /* [2, B]: full layers, sliding layers */
-    int32_t *draft_h;      /* pinned host [B] */
-    nn_key_ranges *ranges_h; /* pinned host [2, B] */
+    float *logits;                            /* [B-1, V] of the last draft */
+    int32_t *tokens;                          /* [B] */
+    int32_t *draft_d;                         /* [B] */
+    nn_key_ranges *ranges;                    /* [2, B]: full layers, sliding layers */
+    int32_t *draft_h;                         /* pinned host [B] */
+    nn_key_ranges *ranges_h;                  /* pinned host [2, B] */
     nn_gemm_cuda *gemm;
-    int32_t *n_ctx_d;      /* device [1]: n_ctx in stream order */
-    int use_graphs;        /* 1 (default) */
-    int fused;             /* as decode_model_cuda.fused (default 0); set before the first call */
-    cudaGraphExec_t draft_graph;          /* captured on the first draft */
-    cudaGraphExec_t append_graph[65];     /* [n], n <= min(B, 64) context rows */
-    const nn_bf16_cuda *append_src[65];   /* the features buffer append_graph[n] reads */
+    int32_t *n_ctx_d;                   /* device [1]: n_ctx in stream order */
+    int use_graphs;                     /* 1 (default) */
+    int fused;                          /* as decode_model_cuda.fused (default 0); set before the first call */
+    cudaGraphExec_t draft_graph;        /* captured on the first draft */
+    cudaGraphExec_t append_graph[65];   /* [n], n <= min(B, 64) context rows */
+    const nn_bf16_cuda *append_src[65]; /* the features buffer append_graph[n] reads */
 } infer_state_cuda;
 
 /* Upload p (host fp32, dflash_params layout) and allocate caches for cap context rows on
  * the current device. 0, -EINVAL (cap < 1, a shape the kernels do not take: message in
  * err), -ENOMEM, -EIO. */
 int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
-              const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
+                    const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
 void infer_free_cuda(infer_state_cuda *s);
 
 /* Forget the context. */

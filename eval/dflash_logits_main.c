@@ -169,8 +169,7 @@ int main(int argc, char **argv)
     int64_t ls[3] = {N, B - 1, V}, as[1] = {N};
     if ((rc = safetensors_writer_add(wr, "logits", SAFETENSORS_F32, 3, ls, logits)) < 0 ||
         (rc = safetensors_writer_add(wr, "anchors", SAFETENSORS_I32, 1, as, anchors)) < 0 ||
-        (rc = safetensors_writer_set_metadata(wr, "format", "pt")) < 0 ||
-        (rc = safetensors_writer_write(wr, out)) < 0)
+        (rc = safetensors_writer_set_metadata(wr, "format", "pt")) < 0 || (rc = safetensors_writer_write(wr, out)) < 0)
         df_die(DF_EXIT_TEMP, "%s: %s", out, strerror(-rc));
     safetensors_writer_free(wr);
     fprintf(stderr, "dflash_logits: %d block(s) of %d rows over up to %d context rows -> %s\n", N, B - 1,

@@ -18,8 +18,7 @@ int pair_load_drafter(const char *dir, dflash_config *c, dflash_params *p, char 
     return dflash_load_release(dir, c, p, err, errlen);
 }
 
-int pair_check(const dflash_config *c, const hfconfig *t, const char *dcfg, const char *tdir, char *err,
-               size_t errlen)
+int pair_check(const dflash_config *c, const hfconfig *t, const char *dcfg, const char *tdir, char *err, size_t errlen)
 {
     const char *what = NULL;
     long dv = 0, tv = 0;

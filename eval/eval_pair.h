@@ -18,7 +18,6 @@ int pair_load_drafter(const char *dir, dflash_config *c, dflash_params *p, char 
                       size_t errlen);
 /* The drafter (config from dcfg) must fit the target tdir (config t): hidden size, vocab,
  * layer count, capture layers in range. -EINVAL with both files named. */
-int pair_check(const dflash_config *c, const hfconfig *t, const char *dcfg, const char *tdir, char *err,
-               size_t errlen);
+int pair_check(const dflash_config *c, const hfconfig *t, const char *dcfg, const char *tdir, char *err, size_t errlen);
 
 #endif

@@ -262,8 +262,8 @@ static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_d
         }
         for (int j = 0; j < n; j++)
             if (t[j] >= vocab) {
-                snprintf(err, errlen, "%s:%ld: token %d is outside the target's vocabulary (%d)", path, lineno,
-                         t[j], vocab);
+                snprintf(err, errlen, "%s:%ld: token %d is outside the target's vocabulary (%d)", path, lineno, t[j],
+                         vocab);
                 rc = -EINVAL;
                 break;
             }
@@ -286,7 +286,7 @@ static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_d
 }
 
 int prompts_load(prompts_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total, int max_len,
-            char *err, size_t errlen)
+                 char *err, size_t errlen)
 {
     size_t n = strlen(path);
     if (n > 4 && !strcmp(path + n - 4, ".dfs"))

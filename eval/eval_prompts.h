@@ -23,7 +23,7 @@
 typedef struct prompts_entry {
     int32_t *tokens;
     int n;
-    char source[320];   /* "file:line" or "file#sample" */
+    char source[320]; /* "file:line" or "file#sample" */
 } prompts_entry;
 
 typedef struct prompts_list {
@@ -37,7 +37,7 @@ typedef struct prompts_list {
  * Every token must be < vocab. 0 or -errno (-EINVAL: bad content, err names file and
  * line/sample/field). */
 int prompts_load(prompts_list *l, const char *path, const char *tokenizer_dir, int vocab, int max_total, int max_len,
-            char *err, size_t errlen);
+                 char *err, size_t errlen);
 void prompts_free(prompts_list *l);
 
 /* The eos token of a byte_tokenizer.json in dir, or -1 when there is none. */

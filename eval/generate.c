@@ -11,8 +11,8 @@
 
 /* ---- CPU backend over target_decode ---- */
 
-static int cpu_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy,
-                      const float **logits, char *err, size_t errlen)
+static int cpu_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy, const float **logits,
+                      char *err, size_t errlen)
 {
     decode_model *m = impl;
     int rc = decode_extend(m, tokens, k, 1);
@@ -66,8 +66,7 @@ static int open_cpu(generate_target *t, const char *dir, int max_ctx, char *err,
     return 0;
 }
 
-int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, char *err,
-                  size_t errlen)
+int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
     if (strcmp(backend, "cpu") == 0)

@@ -39,8 +39,9 @@ typedef struct generate_target {
 
 typedef struct generate_opts {
     sample_opts sample;
-    int max_new;                  /* response tokens at most */
-    const int64_t *eos; int n_eos; /* stop after any of these (kept in the response) */
+    int max_new; /* response tokens at most */
+    const int64_t *eos;
+    int n_eos; /* stop after any of these (kept in the response) */
 } generate_opts;
 
 /* backend "cpu", "cuda" or "cuda:N". 0 or -errno with err naming the file / field / device. */

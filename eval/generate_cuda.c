@@ -18,8 +18,8 @@ typedef struct gen_cuda {
     float *logits; /* host [V] */
 } gen_cuda;
 
-static int cuda_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy,
-                       const float **logits, char *err, size_t errlen)
+static int cuda_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy, const float **logits,
+                       char *err, size_t errlen)
 {
     gen_cuda *g = impl;
     int rc = decode_extend_cuda(&g->m, tokens, k, 1, greedy, err, errlen);

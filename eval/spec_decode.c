@@ -99,7 +99,7 @@ int spec_generate_plain(spec_target *t, const int32_t *prompt, int n_prompt, con
 }
 
 int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
-                     spec_result *r)
+                  spec_result *r)
 {
     int B = dr->block_size;
     int rc = result_init(r, o, B);
@@ -161,8 +161,8 @@ int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n
     return rc;
 }
 
-int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
-                    long *hit, long *n)
+int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out,
+                      int n_out, long *hit, long *n)
 {
     int B = dr->block_size, total = n_prompt + n_out;
     if (n_prompt < 1 || n_out < 2)
@@ -228,12 +228,12 @@ static int cpu_t_truncate(void *ctx, int len)
 void spec_target_cpu(spec_target *t, decode_model *m)
 {
     *t = (spec_target){.ctx = m,
-                     .feat_dim = m->n_capture * m->tm.cfg.hidden_size,
-                     .feat_row_bytes = sizeof(float) * (size_t)m->n_capture * (size_t)m->tm.cfg.hidden_size,
-                     .max_ctx = m->max_ctx,
-                     .reset = cpu_t_reset,
-                     .extend = cpu_t_extend,
-                     .truncate = cpu_t_truncate};
+                       .feat_dim = m->n_capture * m->tm.cfg.hidden_size,
+                       .feat_row_bytes = sizeof(float) * (size_t)m->n_capture * (size_t)m->tm.cfg.hidden_size,
+                       .max_ctx = m->max_ctx,
+                       .reset = cpu_t_reset,
+                       .extend = cpu_t_extend,
+                       .truncate = cpu_t_truncate};
 }
 
 static int cpu_d_reset(void *ctx)
@@ -254,9 +254,6 @@ static int cpu_d_draft(void *ctx, int32_t anchor, int32_t *draft)
 
 void spec_drafter_cpu(spec_drafter *d, infer_state *s)
 {
-    *d = (spec_drafter){.ctx = s,
-                      .block_size = s->c->block_size,
-                      .reset = cpu_d_reset,
-                      .append = cpu_d_append,
-                      .draft = cpu_d_draft};
+    *d = (spec_drafter){
+        .ctx = s, .block_size = s->c->block_size, .reset = cpu_d_reset, .append = cpu_d_append, .draft = cpu_d_draft};
 }

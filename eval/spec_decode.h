@@ -29,11 +29,11 @@
 /* The target: a KV-cached greedy decoder with captured features. */
 typedef struct spec_target {
     void *ctx;
-    int feat_dim;     /* feature elements per token (n_capture * d) */
+    int feat_dim;          /* feature elements per token (n_capture * d) */
     size_t feat_row_bytes; /* bytes of one token's features in the backend's memory (fp32
                             * on the CPU, bf16 on the GPU): the stride between rows of
                             * *feats, whatever its C type says */
-    int max_ctx;      /* tokens the cache holds */
+    int max_ctx;           /* tokens the cache holds */
     int (*reset)(void *ctx);
     /* Run k tokens after the cached ones; next[i] (i < n_next) = greedy token after new
      * position k - n_next + i; *feats = the k new tokens' features [k, feat_dim] in the
@@ -45,7 +45,7 @@ typedef struct spec_target {
 /* The drafter: context from features, one greedy block per call. */
 typedef struct spec_drafter {
     void *ctx;
-    int block_size;   /* B: a draft has B-1 tokens */
+    int block_size; /* B: a draft has B-1 tokens */
     int (*reset)(void *ctx);
     /* Append n context rows (feats from spec_target.extend, same memory kind). 0 or -errno. */
     int (*append)(void *ctx, const float *feats, int n);
@@ -54,18 +54,18 @@ typedef struct spec_drafter {
 } spec_drafter;
 
 typedef struct spec_opts {
-    int max_new;      /* stop after this many new tokens */
-    int eos;          /* stop after this token (-1: never) */
+    int max_new; /* stop after this many new tokens */
+    int eos;     /* stop after this token (-1: never) */
 } spec_opts;
 
 /* One generation. Owns tokens and hist (spec_result_free). Times in seconds, CLOCK_MONOTONIC. */
 typedef struct spec_result {
-    int32_t *tokens;  /* [max_new] the new tokens (eos included when it stopped there) */
+    int32_t *tokens; /* [max_new] the new tokens (eos included when it stopped there) */
     int n_tokens;
-    int block_size;   /* 1 for plain decoding */
-    int n_steps;      /* target forward calls after the prefill (verify steps) */
-    long accept_sum;  /* sum of acceptance lengths over the steps */
-    long *hist;       /* [block_size + 1]: hist[a] = steps with acceptance length a (a >= 1) */
+    int block_size;  /* 1 for plain decoding */
+    int n_steps;     /* target forward calls after the prefill (verify steps) */
+    long accept_sum; /* sum of acceptance lengths over the steps */
+    long *hist;      /* [block_size + 1]: hist[a] = steps with acceptance length a (a >= 1) */
     /* Per-position accuracy of the drafts against the final output (speculative runs;
      * zeros for plain): for each step anchored at output token j and each k = 1..B-1
      * whose token j+k exists, pos_n[k]++ and pos_hit[k] += (d_k == output[j+k]). The
@@ -91,7 +91,7 @@ double spec_result_tau(const spec_result *r);
 int spec_generate_plain(spec_target *t, const int32_t *prompt, int n_prompt, const spec_opts *o, spec_result *r);
 /* Speculative greedy decoding as above. 0 or -errno. */
 int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
-                     spec_result *r);
+                  spec_result *r);
 
 /* Teacher-forced per-position accuracy on a finished output: every output token but the
  * last becomes an anchor in turn, with the target's features of everything before it as
@@ -101,8 +101,8 @@ int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n
  * held-out text, with anchors at every position; the drafts scored inside speculative
  * decoding (spec_result.pos_hit) sit right after a rejected draft, a harder-than-average
  * place. Resets the target and the drafter. 0 or -errno. */
-int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out, int n_out,
-                    long *hit, long *n);
+int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out,
+                      int n_out, long *hit, long *n);
 
 /* CPU backends over target_decode / dflash_infer (borrowed; must outlive the structs). */
 struct decode_model;

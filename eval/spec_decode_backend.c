@@ -24,7 +24,7 @@ static void cpu_close(void *impl)
 }
 
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
-                    const dflash_params *p, int max_ctx, char *err, size_t errlen)
+                      const dflash_params *p, int max_ctx, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
     if (!strncmp(kind, "cuda", 4) && (kind[4] == 0 || kind[4] == ':')) {

@@ -20,19 +20,19 @@
 typedef struct spec_backend {
     spec_target target;
     spec_drafter drafter;
-    void *impl;                 /* backend state */
+    void *impl; /* backend state */
     void (*close)(void *impl);
 } spec_backend;
 
 /* Load the target from target_dir (capturing the drafter's target_layer_ids) with room
  * for max_ctx tokens, and set up the drafter. 0 or -errno, err names the file/field. */
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
-                    const dflash_params *p, int max_ctx, char *err, size_t errlen);
+                      const dflash_params *p, int max_ctx, char *err, size_t errlen);
 void spec_backend_close(spec_backend *b);
 
 /* The CUDA side (spec_decode_cuda.c, or the stub in spec_decode_nocuda.c), on CUDA device
  * `device`: -ENODEV without a GPU, -EINVAL for a device that does not exist. */
 int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                         int max_ctx, int device, char *err, size_t errlen);
+                           int max_ctx, int device, char *err, size_t errlen);
 
 #endif

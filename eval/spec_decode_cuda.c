@@ -89,7 +89,7 @@ static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
 }
 
 int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                         int max_ctx, int device, char *err, size_t errlen)
+                           int max_ctx, int device, char *err, size_t errlen)
 {
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -112,7 +112,7 @@ int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash
         return -ENOMEM;
     }
     int rc = decode_load_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size, err,
-                      errlen);
+                              errlen);
     if (rc < 0) {
         free(ci);
         return rc;
@@ -124,23 +124,20 @@ int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash
         return -EINVAL;
     }
     /* the drafter borrows the target's embedding (mask row included), lm_head and stream */
-    if ((rc = infer_init_cuda(&ci->drafter, c, p, ci->target.tm.embed, ci->target.lm_head, max_ctx, ci->target.stream, err,
-                        errlen)) < 0) {
+    if ((rc = infer_init_cuda(&ci->drafter, c, p, ci->target.tm.embed, ci->target.lm_head, max_ctx, ci->target.stream,
+                              err, errlen)) < 0) {
         cuda_close(ci);
         return rc;
     }
     b->target = (spec_target){.ctx = &ci->target,
-                            .feat_dim = c->n_capture * c->hidden,
-                            .feat_row_bytes = sizeof(nn_bf16_cuda) * (size_t)c->n_capture * (size_t)c->hidden,
-                            .max_ctx = max_ctx,
-                            .reset = t_reset,
-                            .extend = t_extend,
-                            .truncate = t_truncate};
-    b->drafter = (spec_drafter){.ctx = &ci->drafter,
-                              .block_size = c->block_size,
-                              .reset = d_reset,
-                              .append = d_append,
-                              .draft = d_draft};
+                              .feat_dim = c->n_capture * c->hidden,
+                              .feat_row_bytes = sizeof(nn_bf16_cuda) * (size_t)c->n_capture * (size_t)c->hidden,
+                              .max_ctx = max_ctx,
+                              .reset = t_reset,
+                              .extend = t_extend,
+                              .truncate = t_truncate};
+    b->drafter = (spec_drafter){
+        .ctx = &ci->drafter, .block_size = c->block_size, .reset = d_reset, .append = d_append, .draft = d_draft};
     b->impl = ci;
     b->close = cuda_close;
     return 0;

@@ -32,29 +32,28 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: target_generate --target DIR --prompts FILE --out PREFIX [options]\n"
-            "  --target DIR          the target model (HF Qwen3/Llama directory)\n"
-            "  --prompts FILE        a .dfs shard (each sample up to its first loss-mask-1 token) or chat\n"
-            "                        JSONL (byte-tokenizer models only); repeat for several files\n"
-            "  --out PREFIX          write PREFIX-000.dfs, PREFIX-001.dfs, ... and PREFIX.json\n"
-            "  --backend B           cpu (default), cuda or cuda:N\n"
-            "  --max-new N           response tokens at most (default: generation_config's\n"
-            "                        max_new_tokens, else 512)\n"
-            "  --max-prompts N       answer the first N prompts (default: all)\n"
-            "  --max-prompt-len N    keep the last N tokens of longer prompts (default 1024)\n"
-            "  --greedy              greedy decoding whatever generation_config.json says\n"
-            "  --temperature T       sample with temperature T (0 = greedy)\n"
-            "  --top-p P             nucleus sampling share, (0, 1] (default: generation_config's, else 1)\n"
-            "  --top-k K             sample among the K most likely (0 = off; default: generation_config's)\n"
-            "  --seed S              sampling seed (default 0): prompt i's RNG is a function of (S, i)\n"
-            "  --eos ID              stop after this token; repeat for several (default: generation_config's\n"
-            "                        eos_token_id, else config.json's, else byte_tokenizer.json's)\n"
-            "  --drop-unfinished     leave out responses that reached --max-new without an eos\n"
-            "  --shard-samples N     samples per output shard (default 4096)\n"
-            "  --quiet               no progress lines\n"
-            "  --help                this text\n"
-            "exit codes: 0 done, 1 temporary failure, 2 bad command line, 100 bad model or prompts\n");
+    fprintf(f, "usage: target_generate --target DIR --prompts FILE --out PREFIX [options]\n"
+               "  --target DIR          the target model (HF Qwen3/Llama directory)\n"
+               "  --prompts FILE        a .dfs shard (each sample up to its first loss-mask-1 token) or chat\n"
+               "                        JSONL (byte-tokenizer models only); repeat for several files\n"
+               "  --out PREFIX          write PREFIX-000.dfs, PREFIX-001.dfs, ... and PREFIX.json\n"
+               "  --backend B           cpu (default), cuda or cuda:N\n"
+               "  --max-new N           response tokens at most (default: generation_config's\n"
+               "                        max_new_tokens, else 512)\n"
+               "  --max-prompts N       answer the first N prompts (default: all)\n"
+               "  --max-prompt-len N    keep the last N tokens of longer prompts (default 1024)\n"
+               "  --greedy              greedy decoding whatever generation_config.json says\n"
+               "  --temperature T       sample with temperature T (0 = greedy)\n"
+               "  --top-p P             nucleus sampling share, (0, 1] (default: generation_config's, else 1)\n"
+               "  --top-k K             sample among the K most likely (0 = off; default: generation_config's)\n"
+               "  --seed S              sampling seed (default 0): prompt i's RNG is a function of (S, i)\n"
+               "  --eos ID              stop after this token; repeat for several (default: generation_config's\n"
+               "                        eos_token_id, else config.json's, else byte_tokenizer.json's)\n"
+               "  --drop-unfinished     leave out responses that reached --max-new without an eos\n"
+               "  --shard-samples N     samples per output shard (default 4096)\n"
+               "  --quiet               no progress lines\n"
+               "  --help                this text\n"
+               "exit codes: 0 done, 1 temporary failure, 2 bad command line, 100 bad model or prompts\n");
 }
 
 typedef struct gen_args {
@@ -83,15 +82,26 @@ static int num(const char *s, const char *opt, double lo, double hi, double *out
 
 static int parse_args(int argc, char **argv, gen_args *a)
 {
-    static const struct option opts[] = {
-        {"target", 1, 0, 't'},      {"prompts", 1, 0, 'p'},        {"out", 1, 0, 'o'},
-        {"backend", 1, 0, 'b'},     {"max-new", 1, 0, 'n'},        {"max-prompts", 1, 0, 'm'},
-        {"max-prompt-len", 1, 0, 'l'}, {"greedy", 0, 0, 'g'},      {"temperature", 1, 0, 'T'},
-        {"top-p", 1, 0, 'P'},       {"top-k", 1, 0, 'K'},          {"seed", 1, 0, 's'},
-        {"eos", 1, 0, 'e'},         {"drop-unfinished", 0, 0, 'd'}, {"shard-samples", 1, 0, 'S'},
-        {"quiet", 0, 0, 'q'},       {"help", 0, 0, 'h'},           {0, 0, 0, 0}};
-    *a = (gen_args){.backend = "cpu", .max_prompt_len = 1024, .temperature = -1, .top_p = -1, .top_k = -1,
-                    .shard_samples = 4096};
+    static const struct option opts[] = {{"target", 1, 0, 't'},
+                                         {"prompts", 1, 0, 'p'},
+                                         {"out", 1, 0, 'o'},
+                                         {"backend", 1, 0, 'b'},
+                                         {"max-new", 1, 0, 'n'},
+                                         {"max-prompts", 1, 0, 'm'},
+                                         {"max-prompt-len", 1, 0, 'l'},
+                                         {"greedy", 0, 0, 'g'},
+                                         {"temperature", 1, 0, 'T'},
+                                         {"top-p", 1, 0, 'P'},
+                                         {"top-k", 1, 0, 'K'},
+                                         {"seed", 1, 0, 's'},
+                                         {"eos", 1, 0, 'e'},
+                                         {"drop-unfinished", 0, 0, 'd'},
+                                         {"shard-samples", 1, 0, 'S'},
+                                         {"quiet", 0, 0, 'q'},
+                                         {"help", 0, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    *a = (gen_args){
+        .backend = "cpu", .max_prompt_len = 1024, .temperature = -1, .top_p = -1, .top_k = -1, .shard_samples = 4096};
     int c;
     double v;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -106,21 +116,52 @@ static int parse_args(int argc, char **argv, gen_args *a)
             }
             a->prompts[a->n_files++] = optarg;
             break;
-        case 'n': if (num(optarg, "--max-new", 1, 1 << 20, &v)) return -1; a->max_new = (int)v; break;
-        case 'm': if (num(optarg, "--max-prompts", 1, 1 << 30, &v)) return -1; a->max_prompts = (int)v; break;
-        case 'l': if (num(optarg, "--max-prompt-len", 1, 1 << 20, &v)) return -1; a->max_prompt_len = (int)v; break;
-        case 'S': if (num(optarg, "--shard-samples", 1, 1 << 30, &v)) return -1; a->shard_samples = (int)v; break;
+        case 'n':
+            if (num(optarg, "--max-new", 1, 1 << 20, &v))
+                return -1;
+            a->max_new = (int)v;
+            break;
+        case 'm':
+            if (num(optarg, "--max-prompts", 1, 1 << 30, &v))
+                return -1;
+            a->max_prompts = (int)v;
+            break;
+        case 'l':
+            if (num(optarg, "--max-prompt-len", 1, 1 << 20, &v))
+                return -1;
+            a->max_prompt_len = (int)v;
+            break;
+        case 'S':
+            if (num(optarg, "--shard-samples", 1, 1 << 30, &v))
+                return -1;
+            a->shard_samples = (int)v;
+            break;
         case 'g': a->greedy = 1; break;
-        case 'T': if (num(optarg, "--temperature", 0, 100, &a->temperature)) return -1; break;
-        case 'P': if (num(optarg, "--top-p", 1e-9, 1, &a->top_p)) return -1; break;
-        case 'K': if (num(optarg, "--top-k", 0, 1 << 30, &v)) return -1; a->top_k = (int)v; break;
-        case 's': if (num(optarg, "--seed", 0, 1.8e19, &v)) return -1; a->seed = (unsigned long long)v; break;
+        case 'T':
+            if (num(optarg, "--temperature", 0, 100, &a->temperature))
+                return -1;
+            break;
+        case 'P':
+            if (num(optarg, "--top-p", 1e-9, 1, &a->top_p))
+                return -1;
+            break;
+        case 'K':
+            if (num(optarg, "--top-k", 0, 1 << 30, &v))
+                return -1;
+            a->top_k = (int)v;
+            break;
+        case 's':
+            if (num(optarg, "--seed", 0, 1.8e19, &v))
+                return -1;
+            a->seed = (unsigned long long)v;
+            break;
         case 'e':
             if (a->n_eos == MAX_EOS) {
                 fprintf(stderr, "target_generate: --eos: at most %d ids\n", MAX_EOS);
                 return -1;
             }
-            if (num(optarg, "--eos", 0, 1 << 30, &v)) return -1;
+            if (num(optarg, "--eos", 0, 1 << 30, &v))
+                return -1;
             a->eos[a->n_eos++] = (int64_t)v;
             break;
         case 'd': a->drop_unfinished = 1; break;
@@ -249,18 +290,18 @@ static int shard_flush(out_shard *s, const char *prefix, uint32_t vocab, char *e
     return 0;
 }
 
-static int write_summary(const gen_args *a, const generate_opts *g, int prompts, long kept, long stopped,
-                         long tokens, int files, double secs, char *err, size_t errlen)
+static int write_summary(const gen_args *a, const generate_opts *g, int prompts, long kept, long stopped, long tokens,
+                         int files, double secs, char *err, size_t errlen)
 {
     json_t *eos = json_array();
     for (int i = 0; i < g->n_eos; i++)
         json_array_append_new(eos, json_integer(g->eos[i]));
-    json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:I, s:i, s:o, s:b, s:f, s:f, s:i, s:I}",
-                          "target", a->target, "backend", a->backend, "prompts", prompts, "max_new", g->max_new,
-                          "samples_written", (json_int_t)kept, "stopped_on_eos", (json_int_t)stopped,
-                          "response_tokens", (json_int_t)tokens, "shards", files, "eos", eos,
-                          "greedy", g->sample.temperature == 0.0, "temperature", g->sample.temperature,
-                          "top_p", g->sample.top_p, "top_k", g->sample.top_k, "seed", (json_int_t)a->seed);
+    json_t *j =
+        json_pack("{s:s, s:s, s:i, s:i, s:I, s:I, s:I, s:i, s:o, s:b, s:f, s:f, s:i, s:I}", "target", a->target,
+                  "backend", a->backend, "prompts", prompts, "max_new", g->max_new, "samples_written", (json_int_t)kept,
+                  "stopped_on_eos", (json_int_t)stopped, "response_tokens", (json_int_t)tokens, "shards", files, "eos",
+                  eos, "greedy", g->sample.temperature == 0.0, "temperature", g->sample.temperature, "top_p",
+                  g->sample.top_p, "top_k", g->sample.top_k, "seed", (json_int_t)a->seed);
     char path[4200];
     snprintf(path, sizeof path, "%s.json", a->out);
     int rc = -ENOMEM;
@@ -323,8 +364,8 @@ int main(int argc, char **argv)
     int32_t *resp = malloc(sizeof(int32_t) * (size_t)g.max_new);
     if (!resp || sample_work_init(&w, t.vocab, err, sizeof err) < 0)
         df_die(DF_EXIT_TEMP, "out of memory");
-    df_log("%d prompts, backend %s, %s (temperature %g, top-p %g, top-k %d), max %d new tokens, %d eos id(s)",
-           pl.n, a.backend, g.sample.temperature > 0 ? "sampled" : "greedy", g.sample.temperature, g.sample.top_p,
+    df_log("%d prompts, backend %s, %s (temperature %g, top-p %g, top-k %d), max %d new tokens, %d eos id(s)", pl.n,
+           a.backend, g.sample.temperature > 0 ? "sampled" : "greedy", g.sample.temperature, g.sample.top_p,
            g.sample.top_k, g.max_new, g.n_eos);
     out_shard os = {0};
     long kept = 0, stopped = 0, tokens = 0;

@@ -141,7 +141,8 @@ static void load_heldout(validator *v)
     uint64_t avail = dataset_n_samples(ds);
     v->n = (int)(avail < t->val.max_samples ? avail : t->val.max_samples);
     if (v->n == 0)
-        df_die(DF_EXIT_PERM, "validation.shards (%s%s): no sample", t->val.shards[0], t->val.n_shards > 1 ? ", ..." : "");
+        df_die(DF_EXIT_PERM, "validation.shards (%s%s): no sample", t->val.shards[0],
+               t->val.n_shards > 1 ? ", ..." : "");
     if ((rc = hfconfig_load(&v->hc, t->target_model_dir, err, sizeof err)) < 0)
         df_die(DF_EXIT_PERM, "%s", err);
     if (dataset_vocab_size(ds) > (uint32_t)v->hc.vocab_size)
@@ -235,8 +236,7 @@ static int evaluate(validator *v, long step)
         df_log("step %ld: %s: not scored", step, err);
         return rc;
     }
-    if ((rc = pair_check(&c, &v->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 ||
-        c.n_capture != t->n_capture)
+    if ((rc = pair_check(&c, &v->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 || c.n_capture != t->n_capture)
         df_die(DF_EXIT_PERM, "%s", rc < 0 ? err : "the checkpoint's capture layers are not the topology's");
     df_log("evaluating step %ld on %d held-out samples", step, v->n);
     dflash_frozen fz = {.embed = v->emb.embed, .lm_head = v->emb.lm_head};
@@ -388,7 +388,8 @@ int main(int argc, char **argv)
     DF_CHECK_ERR(ctl_ready(&v.k.ctl));
     df_log("ready: %d held-out samples (%ld tokens) from %s%s; %d steps already scored; scoring %s", v.n, v.tokens,
            v.t->val.shards[0], v.t->val.n_shards > 1 ? " ..." : "", v.n_done,
-           v.t->val.every_steps ? "checkpoints at multiples of validation.every_steps and the last" : "every checkpoint");
+           v.t->val.every_steps ? "checkpoints at multiples of validation.every_steps and the last"
+                                : "every checkpoint");
     if (fault && !strcmp(fault, "crash"))
         df_die(DF_EXIT_TEMP, "DF_FAULT_VALIDATOR=crash: exiting 1 on purpose");
     for (;;) {

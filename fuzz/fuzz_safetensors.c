@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ORACLE(cond)                                                       \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
+#define ORACLE(cond)                                                           \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
             fprintf(stderr, "oracle failed: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                       \
-        }                                                                  \
+            abort();                                                           \
+        }                                                                      \
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -154,8 +154,10 @@ static json_t *handle(orch *o, const char *line)
         supervisor_begin_shutdown(o, 0, "dfctl shutdown");
         r = ok_reply("shutting down: draining the pipeline");
     } else {
-        r = err_reply(2, "unknown command \"%s\" (status, stop, start, restart, kill, pause, resume, checkpoint, "
-                         "shutdown)", cmd);
+        r = err_reply(2,
+                      "unknown command \"%s\" (status, stop, start, restart, kill, pause, resume, checkpoint, "
+                      "shutdown)",
+                      cmd);
     }
     json_decref(req);
     return r;
@@ -252,8 +254,8 @@ static void server_closed(uv_handle_t *h)
 static void close_client(uv_handle_t *h, void *arg)
 {
     orch *o = arg;
-    if (h->type == UV_NAMED_PIPE && h != (uv_handle_t *)&o->ctl_server && !uv_is_closing(h) &&
-        h->data != NULL && ((ctl_client *)h->data)->o == o)
+    if (h->type == UV_NAMED_PIPE && h != (uv_handle_t *)&o->ctl_server && !uv_is_closing(h) && h->data != NULL &&
+        ((ctl_client *)h->data)->o == o)
         uv_close(h, client_closed);
 }
 

@@ -23,11 +23,10 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char usage[] =
-    "usage: cuda_helper --sock FD --arena --device N --bytes B [--name NAME]\n"
-    "       cuda_helper --sock FD --nccl-id\n"
-    "Creates a CUDA VMM arena (or an NCCL unique id) and sends it over the unix socket FD\n"
-    "(payload \"ok ...\" or \"error: <text>\"). Started by the orchestrator, not by hand.\n";
+static const char usage[] = "usage: cuda_helper --sock FD --arena --device N --bytes B [--name NAME]\n"
+                            "       cuda_helper --sock FD --nccl-id\n"
+                            "Creates a CUDA VMM arena (or an NCCL unique id) and sends it over the unix socket FD\n"
+                            "(payload \"ok ...\" or \"error: <text>\"). Started by the orchestrator, not by hand.\n";
 
 static int reply_error(int sock, const char *what)
 {

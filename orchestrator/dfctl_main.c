@@ -21,26 +21,25 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: dfctl [--run-dir DIR] [--json] <command> [worker]\n"
-            "\n"
-            "commands:\n"
-            "  status             workers (pid, state, incarnation, restarts, uptime, heartbeat age,\n"
-            "                     throughput), rings (occupancy, poisoned) and ledger counts\n"
-            "  top [--count N]    status, refreshed every second until Ctrl-C (or N times)\n"
-            "  stop <worker>      SIGTERM it and keep it down (SIGKILL after shutdown_timeout_ms)\n"
-            "  start <worker>     start a stopped/failed/done worker now\n"
-            "  restart <worker>   SIGTERM it and start it again at once (drafters: the whole group)\n"
-            "  kill <worker>      SIGKILL it; the restart policy brings it back (with backoff)\n"
-            "  pause | resume     workers hold before new work / carry on\n"
-            "  checkpoint         ask the drafter to checkpoint at its next step\n"
-            "  shutdown           drain the pipeline and stop the run\n"
-            "\n"
-            "options:\n"
-            "  --run-dir DIR      the run (default: $DF_RUN_DIR, else the only directory under ./run/)\n"
-            "  --json             print the orchestrator's JSON reply instead of a table\n"
-            "  -h, --help         this text\n"
-            "exit codes: 0 ok, 1 cannot connect / request refused, 2 bad usage, unknown command or worker\n");
+    fprintf(f, "usage: dfctl [--run-dir DIR] [--json] <command> [worker]\n"
+               "\n"
+               "commands:\n"
+               "  status             workers (pid, state, incarnation, restarts, uptime, heartbeat age,\n"
+               "                     throughput), rings (occupancy, poisoned) and ledger counts\n"
+               "  top [--count N]    status, refreshed every second until Ctrl-C (or N times)\n"
+               "  stop <worker>      SIGTERM it and keep it down (SIGKILL after shutdown_timeout_ms)\n"
+               "  start <worker>     start a stopped/failed/done worker now\n"
+               "  restart <worker>   SIGTERM it and start it again at once (drafters: the whole group)\n"
+               "  kill <worker>      SIGKILL it; the restart policy brings it back (with backoff)\n"
+               "  pause | resume     workers hold before new work / carry on\n"
+               "  checkpoint         ask the drafter to checkpoint at its next step\n"
+               "  shutdown           drain the pipeline and stop the run\n"
+               "\n"
+               "options:\n"
+               "  --run-dir DIR      the run (default: $DF_RUN_DIR, else the only directory under ./run/)\n"
+               "  --json             print the orchestrator's JSON reply instead of a table\n"
+               "  -h, --help         this text\n"
+               "exit codes: 0 ok, 1 cannot connect / request refused, 2 bad usage, unknown command or worker\n");
 }
 
 static int pick_run_dir(const char *opt, char *out, size_t cap)
@@ -215,11 +214,12 @@ static void print_status(json_t *s)
            json_string_value(json_object_get(run, "state")), up, json_string_value(json_object_get(run, "run_dir")),
            json_is_true(json_object_get(run, "paused")) ? "  [paused]" : "",
            json_is_true(json_object_get(run, "stop_claiming")) ? "  [draining]" : "");
-    printf("\n%-12s %-9s %7s %-9s %4s %8s %8s %8s %7s %8s %9s %5s %5s  %s\n", "WORKER", "ROLE", "PID", "STATE",
-           "INC", "RESTARTS", "UPTIME", "HB AGE", "STEP", "ITEMS/S", "TOKENS/S", "BUSY", "WAIT", "LAST EXIT");
+    printf("\n%-12s %-9s %7s %-9s %4s %8s %8s %8s %7s %8s %9s %5s %5s  %s\n", "WORKER", "ROLE", "PID", "STATE", "INC",
+           "RESTARTS", "UPTIME", "HB AGE", "STEP", "ITEMS/S", "TOKENS/S", "BUSY", "WAIT", "LAST EXIT");
     size_t i;
     json_t *w;
-    json_array_foreach(json_object_get(s, "workers"), i, w) {
+    json_array_foreach(json_object_get(s, "workers"), i, w)
+    {
         char upt[32] = "-", hb[32] = "-", step[32] = "-", pid[16] = "-";
         if (json_integer_value(json_object_get(w, "pid")) > 0) {
             snprintf(pid, sizeof pid, "%lld", (long long)json_integer_value(json_object_get(w, "pid")));
@@ -241,7 +241,8 @@ static void print_status(json_t *s)
                json_real_value(json_object_get(w, "items_per_s")), json_real_value(json_object_get(w, "tokens_per_s")),
                busy, wait, le && *le ? le : "-");
     }
-    json_array_foreach(json_object_get(s, "workers"), i, w) { /* only when something failed */
+    json_array_foreach(json_object_get(s, "workers"), i, w)
+    { /* only when something failed */
         json_int_t nf = json_integer_value(json_object_get(w, "checkpoint_failures"));
         if (nf > 0)
             printf("%s: %lld checkpoint failures (%lld in a row), last: %s\n",
@@ -251,10 +252,12 @@ static void print_status(json_t *s)
     }
     printf("\n%-12s %5s %5s %7s %5s %7s %8s %9s %8s  %s\n", "RING", "SLOTS", "FREE", "WRITING", "READY", "READING",
            "POISONED", "PUBLISHED", "OLDEST", "");
-    json_array_foreach(json_object_get(s, "rings"), i, w) {
+    json_array_foreach(json_object_get(s, "rings"), i, w)
+    {
         char old[32];
         fmt_dur(old, sizeof old, json_real_value(json_object_get(w, "oldest_lease_ms")) / 1000.0);
-        printf("%-12s %5lld %5lld %7lld %5lld %7lld %8lld %9lld %8s  %s\n", json_string_value(json_object_get(w, "name")),
+        printf("%-12s %5lld %5lld %7lld %5lld %7lld %8lld %9lld %8s  %s\n",
+               json_string_value(json_object_get(w, "name")),
                (long long)json_integer_value(json_object_get(w, "slots")),
                (long long)json_integer_value(json_object_get(w, "free")),
                (long long)json_integer_value(json_object_get(w, "writing")),

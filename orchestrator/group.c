@@ -71,16 +71,16 @@ int group_setup(orch *o, char *err, size_t errlen)
     uint64_t bytes = allreduce_shm_bytes(R, GROUP_AR_MAX_FLOATS);
     int rc;
     if (bytes == 0) {
-        snprintf(err, errlen, "%s: %d drafter ranks: too many for the shm all-reduce (at most %d)",
-                 o->t.source_path, R, ALLREDUCE_MAX_WORLD);
+        snprintf(err, errlen, "%s: %d drafter ranks: too many for the shm all-reduce (at most %d)", o->t.source_path, R,
+                 ALLREDUCE_MAX_WORLD);
         return -EINVAL;
     }
     char e2[400] = "";
     if ((rc = shm_create(&o->allreduce_seg, bytes, "df-allreduce")) < 0 ||
         (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, R, GROUP_AR_MAX_FLOATS, e2,
                                    sizeof e2)) < 0) {
-        snprintf(err, errlen, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R,
-                 (unsigned long long)bytes, e2[0] ? e2 : strerror(-rc));
+        snprintf(err, errlen, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R, (unsigned long long)bytes,
+                 e2[0] ? e2 : strerror(-rc));
         return rc;
     }
     return 0;

@@ -17,8 +17,7 @@
 
 #define HELPER_TIMEOUT_MS 120000 /* the first CUDA init on a cold machine takes seconds */
 
-int helper_call(const orch *o, const char *const *args, char *answer, size_t cap, int *fd_out, char *err,
-                size_t errlen)
+int helper_call(const orch *o, const char *const *args, char *answer, size_t cap, int *fd_out, char *err, size_t errlen)
 {
     char bin[1200], sockarg[16];
     const char *argv[16];

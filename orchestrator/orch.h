@@ -43,7 +43,10 @@ typedef enum {
 #define PLAN_FP_MAX 1024
 typedef struct plan_fp {
     int n;
-    struct { char path[1024]; uint64_t size, hash; } f[PLAN_FP_MAX];
+    struct {
+        char path[1024];
+        uint64_t size, hash;
+    } f[PLAN_FP_MAX];
     uint64_t digest;
 } plan_fp;
 
@@ -73,19 +76,19 @@ typedef struct orch_worker {
     struct orch *o;
     int id; /* index in topo.workers = owner id in rings/ledger/status */
     const topology_worker *tw;
-    char bin[1024]; /* the binary spawned for it */
+    char bin[1024];      /* the binary spawned for it */
     supervisor_state sv; /* its place in supervisor.c's state table */
     uint32_t state;      /* status_state: what dfctl and the status segment show (follows sv) */
-    pid_t pid;      /* 0 when no process */
+    pid_t pid;           /* 0 when no process */
     uint32_t incarnation, restarts;
     uint64_t start_ns, ready_ns;
     uint64_t backoff_ms; /* the delay of the next restart */
     uint64_t restart_ns[ORCH_RESTART_HIST];
     uint32_t n_restart_ns;
-    orch_after after;       /* exit intent of this incarnation */
-    char reason[64];        /* why we killed it ("hang", "dfctl kill", ...), "" if not */
+    orch_after after; /* exit intent of this incarnation */
+    char reason[64];  /* why we killed it ("hang", "dfctl kill", ...), "" if not */
     int exit_status, term_signal;
-    char last_exit[64];     /* "exit 1", "signal 9 (hang)" ... for dfctl status */
+    char last_exit[64];        /* "exit 1", "signal 9 (hang)" ... for dfctl status */
     uint32_t ckpt_failures;    /* checkpoint_failed events over the run (drafter rank 0) */
     uint32_t ckpt_fail_consec; /* in a row, as the drafter counts them; 0 after a good one */
     char ckpt_last_error[256];
@@ -107,7 +110,7 @@ typedef struct orch_worker {
 typedef struct orch {
     uv_loop_t *loop;
     topo t;
-    char run_dir[1024];  /* absolute */
+    char run_dir[1024]; /* absolute */
     char topology_path[1100];
     char self_dir[1024]; /* directory of the orchestrator binary */
     int resume;
@@ -127,11 +130,11 @@ typedef struct orch {
     uint64_t total_steps; /* optimizer steps over all epochs (the drafter's LR schedule) */
     int epoch_switching;  /* spawning for the next epoch: not a restart */
     uint64_t poisoned_total;
-    arena allreduce_seg;              /* the drafter group's shm all-reduce segment (cpu, R > 1), group.c */
-    uint64_t group_gen;        /* 1 + group restarts so far (sent to drafters in the hello) */
-    char nccl_id[257];         /* cuda drafter groups (R > 1): this generation's NCCL unique id, hex */
-    int group_pending;         /* group restart waiting for every member to be reaped */
-    uint64_t group_delay_ms;   /* the backoff the group restarts with */
+    arena allreduce_seg;     /* the drafter group's shm all-reduce segment (cpu, R > 1), group.c */
+    uint64_t group_gen;      /* 1 + group restarts so far (sent to drafters in the hello) */
+    char nccl_id[257];       /* cuda drafter groups (R > 1): this generation's NCCL unique id, hex */
+    int group_pending;       /* group restart waiting for every member to be reaped */
+    uint64_t group_delay_ms; /* the backoff the group restarts with */
     uint64_t restarts_total;
 
     orch_worker w[TOPOLOGY_MAX_WORKERS];
@@ -145,10 +148,10 @@ typedef struct orch {
     char ctl_path[1100];
 
     /* shutdown */
-    int shutting_down;   /* 0 running, 1 draining, 2 SIGTERM sent, 3 SIGKILL sent */
+    int shutting_down; /* 0 running, 1 draining, 2 SIGTERM sent, 3 SIGKILL sent */
     int finished;
-    int exit_code;       /* what main returns */
-    int forced;          /* something had to be SIGKILLed during shutdown */
+    int exit_code; /* what main returns */
+    int forced;    /* something had to be SIGKILLed during shutdown */
     char shutdown_reason[512];
 
     int events_fd; /* metrics/orchestrator.jsonl, O_APPEND */
@@ -158,7 +161,7 @@ typedef struct orch {
     double eta_done[ORCH_ETA_HIST];
     uint32_t eta_n;
     double samples_total, samples_done, samples_per_s, eta_s; /* eta_s < 0: unknown */
-    int lock_fd;   /* <run_dir>/orchestrator.lock, flock'ed for our whole life */
+    int lock_fd;     /* <run_dir>/orchestrator.lock, flock'ed for our whole life */
     plan_fp data_fp; /* the data the plan is built from (plan_source.c) */
 } orch;
 
@@ -181,9 +184,9 @@ int setup_run_complete(orch *o);
 int setup_write_missing(orch *o, char *done, size_t cap, char *err, size_t errlen);
 
 /* group.c: restart groups (drafter ranks; every worker in deterministic mode) */
-int group_in(const orch *o, const orch_worker *w); /* w restarts with the group */
-int group_setup(orch *o, char *err, size_t errlen);  /* the all-reduce segment, at setup */
-void group_abort_allreduce(orch *o);                 /* a rank died: wake the others */
+int group_in(const orch *o, const orch_worker *w);  /* w restarts with the group */
+int group_setup(orch *o, char *err, size_t errlen); /* the all-reduce segment, at setup */
+void group_abort_allreduce(orch *o);                /* a rank died: wake the others */
 /* Every member reaped: re-format the all-reduce segment; deterministic mode also re-formats
  * every ring and returns in-flight batches to PENDING (*in_flight_returned). 0 or -errno. */
 int group_restart_prepare(orch *o, uint32_t *in_flight_returned);
@@ -195,14 +198,13 @@ void group_teardown(orch *o);
 int helper_call(const orch *o, const char *const *args, char *answer, size_t cap, int *fd_out, char *err,
                 size_t errlen);
 
-
 int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen);
 uint64_t plan_source_digest(const plan_fp *fp); /* over f[0..n) */
 /* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees) */
 int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);
 
 /* supervisor.c */
-int supervisor_start(orch *o);                 /* spawn everyone, start timers and signals */
+int supervisor_start(orch *o); /* spawn everyone, start timers and signals */
 void supervisor_begin_shutdown(orch *o, int exit_code, const char *why);
 int supervisor_cmd_stop(orch *o, orch_worker *w);
 int supervisor_cmd_start(orch *o, orch_worker *w);
@@ -216,8 +218,8 @@ void control_stop(orch *o);
 
 /* report.c */
 void orch_event(orch *o, json_t *ev); /* steals ev; adds "t"; appends to orchestrator.jsonl */
-json_t *report_status_json(orch *o); /* new reference: the dfctl status object */
-void report_tick(orch *o);           /* one metrics interval: summary, prom, progress line */
+json_t *report_status_json(orch *o);  /* new reference: the dfctl status object */
+void report_tick(orch *o);            /* one metrics interval: summary, prom, progress line */
 int report_start(orch *o);
 void report_stop(orch *o);
 void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines);

@@ -21,19 +21,18 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: orchestrator [--resume] <topology.json | run dir>\n"
-            "\n"
-            "Starts a dflash-pipe run: validates the topology, creates the run dir (0700) with\n"
-            "topology.json, logs/, metrics/ and the control socket ctl.sock, creates the shared\n"
-            "segments and arenas, spawns and supervises every worker until the epoch is done.\n"
-            "\n"
-            "  --resume   continue the run in <run dir> (or the run_dir of <topology.json>) from its\n"
-            "             last committed checkpoint (ledger.bin); uncommitted batches are redone\n"
-            "  -h, --help this text\n"
-            "\n"
-            "Control it with dfctl (dfctl --help). SIGINT/SIGTERM: drain and stop (twice: faster).\n"
-            "Exit codes: 0 done or clean shutdown, 1 run failed, 2 bad usage/topology/data.\n");
+    fprintf(f, "usage: orchestrator [--resume] <topology.json | run dir>\n"
+               "\n"
+               "Starts a dflash-pipe run: validates the topology, creates the run dir (0700) with\n"
+               "topology.json, logs/, metrics/ and the control socket ctl.sock, creates the shared\n"
+               "segments and arenas, spawns and supervises every worker until the epoch is done.\n"
+               "\n"
+               "  --resume   continue the run in <run dir> (or the run_dir of <topology.json>) from its\n"
+               "             last committed checkpoint (ledger.bin); uncommitted batches are redone\n"
+               "  -h, --help this text\n"
+               "\n"
+               "Control it with dfctl (dfctl --help). SIGINT/SIGTERM: drain and stop (twice: faster).\n"
+               "Exit codes: 0 done or clean shutdown, 1 run failed, 2 bad usage/topology/data.\n");
 }
 
 int main(int argc, char **argv)
@@ -91,7 +90,8 @@ int main(int argc, char **argv)
         char done[2600];
         if ((rc = setup_write_missing(&o, done, sizeof done, err, sizeof err)) < 0) {
             df_log("run %s is complete but its final audit cannot be written: %s; free space "
-                   "and run `orchestrator --resume %s` again", o.t.name, err, o.run_dir);
+                   "and run `orchestrator --resume %s` again",
+                   o.t.name, err, o.run_dir);
             setup_teardown(&o);
             return DF_EXIT_TEMP;
         }
@@ -99,8 +99,8 @@ int main(int argc, char **argv)
         df_log_stamp(stamp, sizeof stamp);
         if (done[0])
             printf("%s orchestrator: run %s is complete: every batch of epoch %u committed (step %llu); wrote the "
-                   "missing %s\n", stamp, o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led),
-                   done);
+                   "missing %s\n",
+                   stamp, o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), done);
         else
             printf("%s orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), "
                    "release export in %s/drafter; nothing to do\n",
@@ -125,8 +125,8 @@ int main(int argc, char **argv)
     }
     df_log("run %s: %d workers, %d rings, run dir %s%s", o.t.name, o.t.n_workers, o.t.n_rings, o.run_dir,
            resume ? " (resumed)" : "");
-    orch_event(&o, json_pack("{s:s, s:s, s:i, s:i}", "ev", "start", "run_dir", o.run_dir, "resume", resume,
-                             "pid", (int)getpid()));
+    orch_event(&o, json_pack("{s:s, s:s, s:i, s:i}", "ev", "start", "run_dir", o.run_dir, "resume", resume, "pid",
+                             (int)getpid()));
     supervisor_start(&o);
     uv_run(o.loop, UV_RUN_DEFAULT);
     int code = o.exit_code;

@@ -31,8 +31,7 @@
 #define HAVE_SHARD 0
 #endif
 
-static int synthetic_lengths(const topo *t, const char *spec, uint32_t **lens, uint32_t *n,
-                             char *err, size_t errlen)
+static int synthetic_lengths(const topo *t, const char *spec, uint32_t **lens, uint32_t *n, char *err, size_t errlen)
 {
     char *end;
     unsigned long count = strtoul(spec, &end, 10);
@@ -67,8 +66,7 @@ int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, 
         return rc;
     uint64_t count = dataset_n_samples(ds);
     if (count == 0 || count > UINT32_MAX) {
-        snprintf(err, errlen, "%s: %llu samples (expected 1..2^32-1)", t->shards[0],
-                 (unsigned long long)count);
+        snprintf(err, errlen, "%s: %llu samples (expected 1..2^32-1)", t->shards[0], (unsigned long long)count);
         dataset_close(ds);
         return -EINVAL;
     }

@@ -133,29 +133,29 @@ json_t *report_status_json(orch *o)
     for (int r = 0; r < o->t.n_rings; r++) {
         ring_stats st;
         ring_stats_read(&o->rings[r], &st);
-        json_array_append_new(
-            rs, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:f, s:b}", "name", o->t.rings[r].name,
-                          "slots", (int)o->rings[r].nslots, "free", (int)st.free, "writing", (int)st.writing, "ready",
-                          (int)st.ready, "reading", (int)st.reading, "poisoned", (int)st.poisoned, "published",
-                          (json_int_t)st.published, "released", (json_int_t)st.released, "poisoned_total",
-                          (json_int_t)st.poisoned_total, "oldest_lease_ms", (double)st.oldest_lease_ns / 1e6,
-                          "closed", o->ring_closed[r]));
+        json_array_append_new(rs, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:f, s:b}", "name",
+                                            o->t.rings[r].name, "slots", (int)o->rings[r].nslots, "free", (int)st.free,
+                                            "writing", (int)st.writing, "ready", (int)st.ready, "reading",
+                                            (int)st.reading, "poisoned", (int)st.poisoned, "published",
+                                            (json_int_t)st.published, "released", (json_int_t)st.released,
+                                            "poisoned_total", (json_int_t)st.poisoned_total, "oldest_lease_ms",
+                                            (double)st.oldest_lease_ns / 1e6, "closed", o->ring_closed[r]));
     }
     ledger_counts_t c;
     ledger_counts(&o->led, &c);
     json_t *led = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}", "batches", (int)ledger_n_batches(&o->led),
-                            "pending", (int)c.pending, "claimed", (int)c.claimed, "in_ring", (int)c.in_ring,
-                            "trained", (int)c.trained, "committed", (int)c.committed, "poisoned", (int)c.poisoned,
+                            "pending", (int)c.pending, "claimed", (int)c.claimed, "in_ring", (int)c.in_ring, "trained",
+                            (int)c.trained, "committed", (int)c.committed, "poisoned", (int)c.poisoned,
                             "committed_step", (json_int_t)ledger_committed_step(&o->led));
     json_object_set_new(led, "epoch", json_integer(o->epoch));
     json_object_set_new(led, "epochs", json_integer(DF_MAX(o->t.drafter.epochs, 1u)));
     const char *st = o->finished ? "finished" : o->shutting_down ? "shutting_down" : "running";
-    json_t *run = json_pack("{s:s, s:s, s:s, s:f, s:b, s:b, s:I, s:I, s:I}", "name", o->t.name, "run_dir",
-                            o->run_dir, "state", st, "uptime_s", (double)(now - o->start_ns) * 1e-9, "paused",
-                            atomic_load(&o->status->pause) != 0, "stop_claiming",
-                            atomic_load(&o->status->stop_claiming) != 0, "checkpoint_gen",
-                            (json_int_t)atomic_load(&o->status->checkpoint_gen), "restarts_total",
-                            (json_int_t)o->restarts_total, "poisoned_total", (json_int_t)o->poisoned_total);
+    json_t *run =
+        json_pack("{s:s, s:s, s:s, s:f, s:b, s:b, s:I, s:I, s:I}", "name", o->t.name, "run_dir", o->run_dir, "state",
+                  st, "uptime_s", (double)(now - o->start_ns) * 1e-9, "paused", atomic_load(&o->status->pause) != 0,
+                  "stop_claiming", atomic_load(&o->status->stop_claiming) != 0, "checkpoint_gen",
+                  (json_int_t)atomic_load(&o->status->checkpoint_gen), "restarts_total", (json_int_t)o->restarts_total,
+                  "poisoned_total", (json_int_t)o->poisoned_total);
     return json_pack("{s:b, s:o, s:o, s:o, s:o, s:o}", "ok", 1, "run", run, "workers", ws, "rings", rs, "ledger", led,
                      "train", train_json(o));
 }
@@ -177,10 +177,10 @@ void report_train_line(json_t *tr, char *out, size_t cap)
     }
     size_t n = 0;
     out[0] = 0;
-#define ADD(...)                                                                  \
-    do {                                                                          \
-        int k_ = n < cap ? snprintf(out + n, cap - n, __VA_ARGS__) : 0;           \
-        n += k_ > 0 ? (size_t)k_ : 0;                                             \
+#define ADD(...)                                                        \
+    do {                                                                \
+        int k_ = n < cap ? snprintf(out + n, cap - n, __VA_ARGS__) : 0; \
+        n += k_ > 0 ? (size_t)k_ : 0;                                   \
     } while (0)
     if (json_is_integer(st))
         ADD("step %lld/%lld", (long long)json_integer_value(st),
@@ -297,8 +297,7 @@ static json_t *train_json(orch *o)
     return tr;
 }
 
-static void prom_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static void prom_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void prom_add(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
 {
     for (;;) {
@@ -331,9 +330,11 @@ static void write_prom(orch *o, json_t *s)
     size_t i;
     json_t *w;
     prom_add(&b, &len, &cap, "# dflash-pipe pipeline metrics (orchestrator, every metrics_interval_ms)\n");
-    prom_add(&b, &len, &cap, "# TYPE df_worker_up gauge\n# TYPE df_worker_restarts_total counter\n"
-                             "# TYPE df_worker_items_per_second gauge\n# TYPE df_worker_heartbeat_age_seconds gauge\n");
-    json_array_foreach(json_object_get(s, "workers"), i, w) {
+    prom_add(&b, &len, &cap,
+             "# TYPE df_worker_up gauge\n# TYPE df_worker_restarts_total counter\n"
+             "# TYPE df_worker_items_per_second gauge\n# TYPE df_worker_heartbeat_age_seconds gauge\n");
+    json_array_foreach(json_object_get(s, "workers"), i, w)
+    {
         const char *n = json_string_value(json_object_get(w, "name"));
         prom_add(&b, &len, &cap, "df_worker_up{worker=\"%s\",state=\"%s\"} %d\n", n,
                  json_string_value(json_object_get(w, "state")), json_integer_value(json_object_get(w, "pid")) > 0);
@@ -353,7 +354,8 @@ static void write_prom(orch *o, json_t *s)
                      json_real_value(json_object_get(w, "heartbeat_age_ms")) / 1000.0);
     }
     prom_add(&b, &len, &cap, "# TYPE df_ring_slots gauge\n# TYPE df_ring_published_total counter\n");
-    json_array_foreach(json_object_get(s, "rings"), i, w) {
+    json_array_foreach(json_object_get(s, "rings"), i, w)
+    {
         const char *n = json_string_value(json_object_get(w, "name"));
         static const char *const states[] = {"free", "writing", "ready", "reading", "poisoned"};
         for (size_t k = 0; k < DF_ARRAY_LEN(states); k++)
@@ -370,7 +372,8 @@ static void write_prom(orch *o, json_t *s)
     const char *key;
     json_t *v;
     prom_add(&b, &len, &cap, "# TYPE df_ledger_batches gauge\n");
-    json_object_foreach(l, key, v) {
+    json_object_foreach(l, key, v)
+    {
         if (!strcmp(key, "batches"))
             prom_add(&b, &len, &cap, "df_ledger_batches_total %lld\n", (long long)json_integer_value(v));
         else if (!strcmp(key, "committed_step"))
@@ -379,13 +382,18 @@ static void write_prom(orch *o, json_t *s)
             prom_add(&b, &len, &cap, "df_ledger_batches{state=\"%s\"} %lld\n", key, (long long)json_integer_value(v));
     }
     json_t *tr = json_object_get(s, "train");
-    static const char *const tkeys[][2] = {
-        {"loss", "df_train_loss"},          {"lr", "df_train_lr"},
-        {"step", "df_train_step"},          {"total_steps", "df_train_total_steps"},
-        {"tokens_per_s", "df_train_tokens_per_second"}, {"samples_per_s", "df_train_samples_per_second"},
-        {"samples_total", "df_train_samples_total"},    {"samples_done", "df_train_samples_done"},
-        {"eta_s", "df_train_eta_seconds"},  {"val_step", "df_validation_step"},
-        {"val_loss", "df_validation_loss"}, {"val_exp_tau", "df_validation_expected_tau"}};
+    static const char *const tkeys[][2] = {{"loss", "df_train_loss"},
+                                           {"lr", "df_train_lr"},
+                                           {"step", "df_train_step"},
+                                           {"total_steps", "df_train_total_steps"},
+                                           {"tokens_per_s", "df_train_tokens_per_second"},
+                                           {"samples_per_s", "df_train_samples_per_second"},
+                                           {"samples_total", "df_train_samples_total"},
+                                           {"samples_done", "df_train_samples_done"},
+                                           {"eta_s", "df_train_eta_seconds"},
+                                           {"val_step", "df_validation_step"},
+                                           {"val_loss", "df_validation_loss"},
+                                           {"val_exp_tau", "df_validation_expected_tau"}};
     prom_add(&b, &len, &cap, "# TYPE df_train_loss gauge\n# TYPE df_train_eta_seconds gauge\n");
     for (size_t k = 0; k < DF_ARRAY_LEN(tkeys); k++) { /* unknown values are left out */
         json_t *tv = json_object_get(tr, tkeys[k][0]);
@@ -459,14 +467,14 @@ void report_tick(orch *o)
     char line[2048];
     size_t len = df_log_stamp(line, sizeof line);
     json_t *l = json_object_get(s, "ledger");
-    len += (size_t)snprintf(line + len, sizeof line - len, " [%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
-                            (double)(now - o->start_ns) * 1e-9,
-                            (long long)json_integer_value(json_object_get(l, "committed")),
-                            (long long)json_integer_value(json_object_get(l, "batches")),
-                            (long long)json_integer_value(json_object_get(l, "committed_step")),
-                            (long long)(json_integer_value(json_object_get(l, "claimed")) +
-                                        json_integer_value(json_object_get(l, "in_ring")) +
-                                        json_integer_value(json_object_get(l, "trained"))));
+    len += (size_t)snprintf(
+        line + len, sizeof line - len, " [%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
+        (double)(now - o->start_ns) * 1e-9, (long long)json_integer_value(json_object_get(l, "committed")),
+        (long long)json_integer_value(json_object_get(l, "batches")),
+        (long long)json_integer_value(json_object_get(l, "committed_step")),
+        (long long)(json_integer_value(json_object_get(l, "claimed")) +
+                    json_integer_value(json_object_get(l, "in_ring")) +
+                    json_integer_value(json_object_get(l, "trained"))));
     for (int i = 0; i < o->n && len < sizeof line - 100; i++)
         len += (size_t)snprintf(line + len, sizeof line - len, " | %s %s %.1f/s", o->w[i].tw->name,
                                 status_state_name(o->w[i].state), o->w[i].items_per_s);

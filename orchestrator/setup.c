@@ -83,10 +83,14 @@ static int absolutise(char **p)
 static int absolutise_paths(topo *t)
 {
     int rc = 0;
-    if (!rc) rc = absolutise(&t->run_dir);
-    if (!rc) rc = absolutise(&t->target_model_dir);
-    if (!rc) rc = absolutise(&t->drafter.init_dir);
-    if (!rc) rc = absolutise(&t->bin_dir);
+    if (!rc)
+        rc = absolutise(&t->run_dir);
+    if (!rc)
+        rc = absolutise(&t->target_model_dir);
+    if (!rc)
+        rc = absolutise(&t->drafter.init_dir);
+    if (!rc)
+        rc = absolutise(&t->bin_dir);
     for (int i = 0; !rc && i < t->n_shards; i++)
         rc = absolutise(&t->shards[i]);
     return rc;
@@ -107,9 +111,10 @@ static int check_run_dir_owner(const char *dir, char *err, size_t errlen)
         return -ENOTDIR;
     }
     if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-        snprintf(err, errlen, "--resume: run dir %s is owned by uid %u with mode %03o: it must be ours (uid %u) "
-                 "and not writable by group or others (chmod 700)", dir, (unsigned)st.st_uid,
-                 (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
+        snprintf(err, errlen,
+                 "--resume: run dir %s is owned by uid %u with mode %03o: it must be ours (uid %u) "
+                 "and not writable by group or others (chmod 700)",
+                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
         return -EPERM;
     }
     return 0;
@@ -139,8 +144,10 @@ static int lock_run_dir(orch *o, char *err, size_t errlen)
             if (pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH)
                 pid = 0; /* the file still names the last holder: the new one is starting */
             if (pid > 0)
-                snprintf(err, errlen, "run dir %s is in use by orchestrator pid %ld (it holds %s): stop that one first "
-                         "(dfctl --run-dir %s shutdown) or wait for it to end", o->run_dir, pid, path, o->run_dir);
+                snprintf(err, errlen,
+                         "run dir %s is in use by orchestrator pid %ld (it holds %s): stop that one first "
+                         "(dfctl --run-dir %s shutdown) or wait for it to end",
+                         o->run_dir, pid, path, o->run_dir);
             else
                 snprintf(err, errlen, "run dir %s is in use by another orchestrator that is starting (it holds %s)",
                          o->run_dir, path);
@@ -174,9 +181,10 @@ static int lock_write_pid(orch *o, char *err, size_t errlen)
 static void worker_binary(const orch *o, const topology_worker *tw, char *out, size_t cap)
 {
     const char *dir = o->t.bin_dir ? o->t.bin_dir : o->self_dir;
-    int n = tw->role == TOPOLOGY_ROLE_TEST        ? snprintf(out, cap, "%s/fake_worker", dir)
-            : tw->role == TOPOLOGY_ROLE_VALIDATOR ? snprintf(out, cap, "%s/validator", dir)
-                                                  : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
+    int n = tw->role == TOPOLOGY_ROLE_TEST ? snprintf(out, cap, "%s/fake_worker", dir)
+            : tw->role == TOPOLOGY_ROLE_VALIDATOR
+                ? snprintf(out, cap, "%s/validator", dir)
+                : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
     if (n < 0 || (size_t)n >= cap)
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
 }
@@ -206,8 +214,8 @@ static int cuda_arena_from_helper(orch *o, int i, uint64_t bytes, char *err, siz
     a->fd = fd;
     a->device = r->gpu;
     a->size = bytes; /* importers round up exactly as the creator did */
-    df_log("rings[%d] \"%s\": GPU arena of %llu bytes on device %d (%s mapped)", i, r->name,
-           (unsigned long long)bytes, r->gpu, answer);
+    df_log("rings[%d] \"%s\": GPU arena of %llu bytes on device %d (%s mapped)", i, r->name, (unsigned long long)bytes,
+           r->gpu, answer);
     return 0;
 }
 
@@ -222,10 +230,10 @@ static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
     char e2[512];
     int rc = arena_create(&o->ring_arena[i], ARENA_CPU, -1, bytes, name, e2, sizeof e2);
     if (rc < 0) /* name the two fields that size it: they are what the operator can change */
-        snprintf(err, errlen, "rings[%d] \"%s\": arena of %llu bytes (rings[%d].slots %u x rings[%d].slot_bytes %llu): "
+        snprintf(err, errlen,
+                 "rings[%d] \"%s\": arena of %llu bytes (rings[%d].slots %u x rings[%d].slot_bytes %llu): "
                  "%s: lower rings[%d].slots or rings[%d].slot_bytes, or free memory",
-                 i, r->name, (unsigned long long)bytes, i, r->slots, i, (unsigned long long)r->slot_bytes,
-                 e2, i, i);
+                 i, r->name, (unsigned long long)bytes, i, r->slots, i, (unsigned long long)r->slot_bytes, e2, i, i);
     return rc;
 }
 
@@ -281,15 +289,18 @@ static int resume_ledger(orch *o, char *err, size_t errlen)
     if (rc < 0)
         return rc;
     if (ledger_data_digest(&snap) != o->data_fp.digest) {
-        snprintf(err, errlen, "%s: planned over data with digest %016llx, the data now has %016llx (%s/data_files.json "
-                 "and ledger.bin disagree): refusing to resume", path, (unsigned long long)ledger_data_digest(&snap),
-                 (unsigned long long)o->data_fp.digest, o->run_dir);
+        snprintf(err, errlen,
+                 "%s: planned over data with digest %016llx, the data now has %016llx (%s/data_files.json "
+                 "and ledger.bin disagree): refusing to resume",
+                 path, (unsigned long long)ledger_data_digest(&snap), (unsigned long long)o->data_fp.digest,
+                 o->run_dir);
         rc = -EINVAL;
         goto out;
     }
     if (ledger_epoch(&snap) != ledger_epoch(&o->led) || ledger_plan_hash(&snap) != ledger_plan_hash(&o->led) ||
         ledger_n_batches(&snap) != ledger_n_batches(&o->led) || ledger_seed(&snap) != ledger_seed(&o->led)) {
-        snprintf(err, errlen, "%s: epoch %u plan hash %016llx (%u batches, seed %llu), but the plan rebuilt from the "
+        snprintf(err, errlen,
+                 "%s: epoch %u plan hash %016llx (%u batches, seed %llu), but the plan rebuilt from the "
                  "topology and the data is epoch %u plan hash %016llx (%u batches, seed %llu): the data or the "
                  "topology changed since the run started; refusing to resume",
                  path, ledger_epoch(&snap), (unsigned long long)ledger_plan_hash(&snap), ledger_n_batches(&snap),
@@ -366,7 +377,8 @@ static int check_data_files(orch *o, char *err, size_t errlen)
         const char *h = json_string_value(json_object_get(f, "hash"));
         json_t *sz = json_object_get(f, "size");
         if (!p || !h || !json_is_integer(sz) || strlen(p) >= sizeof rec->f[i].path) {
-            snprintf(err, errlen, "%s: files[%zu]: expected {\"path\", \"size\", \"hash\"}; refusing to resume", path, i);
+            snprintf(err, errlen, "%s: files[%zu]: expected {\"path\", \"size\", \"hash\"}; refusing to resume", path,
+                     i);
             rc = -EINVAL;
             break;
         }
@@ -376,23 +388,30 @@ static int check_data_files(orch *o, char *err, size_t errlen)
         rec->n = (int)i + 1;
     }
     if (!rc && strtoull(digest, NULL, 16) != plan_source_digest(rec)) {
-        snprintf(err, errlen, "%s: its digest %s does not match its file list (the file was edited); refusing to "
-                 "resume", path, digest);
+        snprintf(err, errlen,
+                 "%s: its digest %s does not match its file list (the file was edited); refusing to "
+                 "resume",
+                 path, digest);
         rc = -EINVAL;
     }
     if (!rc && rec->n != o->data_fp.n) {
-        snprintf(err, errlen, "%s: the run was planned over %d data files, the topology names %d now; refusing to "
-                 "resume", path, rec->n, o->data_fp.n);
+        snprintf(err, errlen,
+                 "%s: the run was planned over %d data files, the topology names %d now; refusing to "
+                 "resume",
+                 path, rec->n, o->data_fp.n);
         rc = -EINVAL;
     }
     for (int i = 0; !rc && i < rec->n; i++) {
         const char *now = o->data_fp.f[i].path;
         if (strcmp(rec->f[i].path, now)) {
-            snprintf(err, errlen, "data.shards[%d]: the run was planned over %s, the topology names %s now; refusing "
-                     "to resume", i, rec->f[i].path, now);
+            snprintf(err, errlen,
+                     "data.shards[%d]: the run was planned over %s, the topology names %s now; refusing "
+                     "to resume",
+                     i, rec->f[i].path, now);
             rc = -EINVAL;
         } else if (rec->f[i].size != o->data_fp.f[i].size || rec->f[i].hash != o->data_fp.f[i].hash) {
-            snprintf(err, errlen, "data.shards[%d] %s changed since the run was planned: %llu bytes with content hash "
+            snprintf(err, errlen,
+                     "data.shards[%d] %s changed since the run was planned: %llu bytes with content hash "
                      "%016llx then, %llu bytes with hash %016llx now (%s); refusing to resume",
                      i, now, (unsigned long long)rec->f[i].size, (unsigned long long)rec->f[i].hash,
                      (unsigned long long)o->data_fp.f[i].size, (unsigned long long)o->data_fp.f[i].hash, path);
@@ -579,8 +598,10 @@ static int make_run_dir(orch *o, const char *want, char *err, size_t errlen)
     if (mkdir(want, 0700) < 0) {
         rc = -errno;
         if (rc == -EEXIST)
-            snprintf(err, errlen, "run dir %s exists: continue it with `orchestrator --resume %s`, or "
-                     "choose another run_dir", want, want);
+            snprintf(err, errlen,
+                     "run dir %s exists: continue it with `orchestrator --resume %s`, or "
+                     "choose another run_dir",
+                     want, want);
         else
             snprintf(err, errlen, "run dir %s: %s", want, strerror(-rc));
         return rc;

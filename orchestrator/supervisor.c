@@ -81,8 +81,7 @@ static int spawn_worker(orch *o, orch_worker *w);
 /* A process of this worker exists (or its handles are still closing). */
 static int running(const orch_worker *w)
 {
-    return w->sv == SV_STARTING || w->sv == SV_UP || w->sv == SV_STOPPING || w->sv == SV_KILLED ||
-           w->sv == SV_EXITED;
+    return w->sv == SV_STARTING || w->sv == SV_UP || w->sv == SV_STOPPING || w->sv == SV_KILLED || w->sv == SV_EXITED;
 }
 
 /* What dfctl and the status segment show. */
@@ -98,10 +97,17 @@ static void publish(orch_worker *w, status_state s)
 
 /* What each state shows (-1: KILLED and EXITED keep showing the state before them). */
 static const int sv_shows[SV_N_STATES] = {
-    [SV_IDLE] = STATUS_IDLE,         [SV_STARTING] = STATUS_STARTING, [SV_UP] = STATUS_UP,
-    [SV_STOPPING] = STATUS_STOPPING, [SV_KILLED] = -1,                [SV_EXITED] = -1,
-    [SV_BACKOFF] = STATUS_BACKOFF,   [SV_GROUPWAIT] = STATUS_GROUPWAIT, [SV_STOPPED] = STATUS_STOPPED,
-    [SV_DONE] = STATUS_DONE,         [SV_FAILED] = STATUS_FAILED,
+    [SV_IDLE] = STATUS_IDLE,
+    [SV_STARTING] = STATUS_STARTING,
+    [SV_UP] = STATUS_UP,
+    [SV_STOPPING] = STATUS_STOPPING,
+    [SV_KILLED] = -1,
+    [SV_EXITED] = -1,
+    [SV_BACKOFF] = STATUS_BACKOFF,
+    [SV_GROUPWAIT] = STATUS_GROUPWAIT,
+    [SV_STOPPED] = STATUS_STOPPED,
+    [SV_DONE] = STATUS_DONE,
+    [SV_FAILED] = STATUS_FAILED,
 };
 
 static void enter(orch_worker *w, supervisor_state s)
@@ -113,8 +119,8 @@ static void enter(orch_worker *w, supervisor_state s)
 
 static void ev_worker(orch *o, orch_worker *w, const char *ev, json_t *extra)
 {
-    json_t *e = json_pack("{s:s, s:s, s:i, s:I}", "ev", ev, "worker", w->tw->name, "inc", (int)w->incarnation,
-                          "pid", (json_int_t)(w->pid > 0 ? w->pid : w->proc.pid));
+    json_t *e = json_pack("{s:s, s:s, s:i, s:I}", "ev", ev, "worker", w->tw->name, "inc", (int)w->incarnation, "pid",
+                          (json_int_t)(w->pid > 0 ? w->pid : w->proc.pid));
     if (extra) {
         json_object_update(e, extra);
         json_decref(extra);
@@ -129,8 +135,7 @@ static void signal_worker(orch_worker *w, int sig, const char *reason)
     if (reason && !w->reason[0])
         snprintf(w->reason, sizeof w->reason, "%s", reason);
     int rc = uv_process_kill(&w->proc, sig);
-    ev_worker(w->o, w, "signal", json_pack("{s:i, s:s, s:i}", "signal", sig, "reason", reason ? reason : "",
-                                           "rc", rc));
+    ev_worker(w->o, w, "signal", json_pack("{s:i, s:s, s:i}", "signal", sig, "reason", reason ? reason : "", "rc", rc));
 }
 
 /* ---- control socket of one worker ------------------------------------------------- */
@@ -224,14 +229,14 @@ static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
 {
     json_t *segs = json_array();
     int k = 0;
-#define SEG(nm, kind_, a, ring_)                                                                      \
-    do {                                                                                          \
-        json_t *s_ = json_pack("{s:s, s:s, s:I, s:i}", "name", nm, "kind", kind_, "size",              \
-                               (json_int_t)(a)->size, "fd", k);                                    \
-        if ((ring_) >= 0)                                                                         \
-            json_object_set_new(s_, "ring", json_integer(ring_));                                 \
-        json_array_append_new(segs, s_);                                                          \
-        fds[k++] = (a)->fd;                                                                       \
+#define SEG(nm, kind_, a, ring_)                                                                                  \
+    do {                                                                                                          \
+        json_t *s_ =                                                                                              \
+            json_pack("{s:s, s:s, s:I, s:i}", "name", nm, "kind", kind_, "size", (json_int_t)(a)->size, "fd", k); \
+        if ((ring_) >= 0)                                                                                         \
+            json_object_set_new(s_, "ring", json_integer(ring_));                                                 \
+        json_array_append_new(segs, s_);                                                                          \
+        fds[k++] = (a)->fd;                                                                                       \
     } while (0)
     SEG("status", "status", &o->status_seg, -1);
     SEG("handoff", "handoff", &o->handoff_seg, -1);
@@ -258,7 +263,9 @@ static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
     if (h && drafter) { /* the group's identity, and for cuda groups this generation's NCCL id */
         json_t *g = json_pack("{s:i, s:I, s:s}", "world", topology_n_drafters(&o->t), "generation",
                               (json_int_t)o->group_gen, "allreduce",
-                              o->allreduce_seg.base ? "shm" : o->nccl_id[0] ? "nccl" : "none");
+                              o->allreduce_seg.base ? "shm"
+                              : o->nccl_id[0]       ? "nccl"
+                                                    : "none");
         if (g && o->nccl_id[0])
             json_object_set_new(g, "nccl_id", json_string(o->nccl_id));
         json_object_set_new(h, "group", g);
@@ -270,8 +277,8 @@ static json_t *hello_json(orch *o, orch_worker *w, int *fds, int *nfds)
 
 static int env_is_ours(const char *kv)
 {
-    static const char *const keys[] = {"DF_CTL_FD=", "DF_WORKER=", "DF_WORKER_ID=", "DF_INCARNATION=",
-                                       "DF_RUN_DIR=", "DF_ORCH_PID="};
+    static const char *const keys[] = {
+        "DF_CTL_FD=", "DF_WORKER=", "DF_WORKER_ID=", "DF_INCARNATION=", "DF_RUN_DIR=", "DF_ORCH_PID="};
     for (size_t i = 0; i < DF_ARRAY_LEN(keys); i++)
         if (!strncmp(kv, keys[i], strlen(keys[i])))
             return 1;
@@ -489,8 +496,8 @@ static uint32_t sweep_poisoned(orch *o, json_t *ids)
                 continue;
             uint64_t b = ring_desc_at(&o->rings[r], s)->batch_id;
             int rc = ledger_mark_poisoned(&o->led, b);
-            df_log("ring %s slot %u: batch %llu poisoned after %u failed attempts (ledger: %s)",
-                   o->t.rings[r].name, s, (unsigned long long)b, si.attempts, rc < 0 ? strerror(-rc) : "ok");
+            df_log("ring %s slot %u: batch %llu poisoned after %u failed attempts (ledger: %s)", o->t.rings[r].name, s,
+                   (unsigned long long)b, si.attempts, rc < 0 ? strerror(-rc) : "ok");
             json_array_append_new(ids, json_integer((json_int_t)b));
             (void)ring_free_poisoned(&o->rings[r], s);
             n++;
@@ -538,9 +545,9 @@ static void reclaim(orch *o, orch_worker *w)
                "batches back to pending",
                w->tw->name, rep.freed, rep.requeued, poisoned, rep.intents, returned);
     ev_worker(o, w, "reclaim",
-              json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "freed", (int)rep.freed, "requeued",
-                        (int)rep.requeued, "poisoned", (int)poisoned, "intents", (int)rep.intents, "handed_on",
-                        (int)rep.handed_on, "ledger_returned", (int)returned, "poisoned_batches", ids));
+              json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:o}", "freed", (int)rep.freed, "requeued", (int)rep.requeued,
+                        "poisoned", (int)poisoned, "intents", (int)rep.intents, "handed_on", (int)rep.handed_on,
+                        "ledger_returned", (int)returned, "poisoned_batches", ids));
 }
 
 /* ---- policy ----------------------------------------------------------------------- */
@@ -588,7 +595,7 @@ static void give_up(orch *o, orch_worker *w, const char *what)
     char tail[2048], msg[3072];
     report_log_tail(o, w->tw->name, tail, sizeof tail, 10);
     int n = snprintf(msg, sizeof msg, "worker %s %s; last lines of %s/logs/%s.log:\n%s", w->tw->name, what, o->run_dir,
-             w->tw->name, tail);
+                     w->tw->name, tail);
     if (n < 0)
         msg[0] = 0;
     enter(w, SV_FAILED);
@@ -635,9 +642,9 @@ static void group_maybe_restart(orch *o)
            "restarting in %llu ms",
            o->t.deterministic ? "deterministic restart of the pipeline" : "drafter group", (unsigned long long)step,
            back, o->t.deterministic ? ", rings reset" : "", (unsigned long long)o->group_delay_ms);
-    orch_event(o, json_pack("{s:s, s:I, s:i, s:i, s:i, s:b, s:I, s:I}", "ev", "group_restart", "step",
-                            (json_int_t)step, "returned", (int)back, "in_flight_returned", (int)in_flight, "rc", rc,
-                            "pipeline", o->t.deterministic, "generation", (json_int_t)o->group_gen, "delay_ms",
+    orch_event(o, json_pack("{s:s, s:I, s:i, s:i, s:i, s:b, s:I, s:I}", "ev", "group_restart", "step", (json_int_t)step,
+                            "returned", (int)back, "in_flight_returned", (int)in_flight, "rc", rc, "pipeline",
+                            o->t.deterministic, "generation", (json_int_t)o->group_gen, "delay_ms",
                             (json_int_t)o->group_delay_ms));
     for (int i = 0; i < o->n; i++) {
         orch_worker *x = &o->w[i];
@@ -715,8 +722,7 @@ static int act_reap(orch *o, orch_worker *w)
             spawn_worker(o, w);
         }
         goto done;
-    case AFTER_POLICY:
-        break;
+    case AFTER_POLICY: break;
     }
     if (ok) {
         enter(w, SV_DONE);
@@ -798,8 +804,9 @@ static void hang_cb(uv_timer_t *t)
         if (age_ms > w->tw->heartbeat_timeout_ms) {
             df_log("%s (pid %d): no heartbeat for %llu ms (timeout %u ms): SIGKILL", w->tw->name, (int)w->pid,
                    (unsigned long long)age_ms, w->tw->heartbeat_timeout_ms);
-            ev_worker(o, w, "hang", json_pack("{s:I, s:i}", "heartbeat_age_ms", (json_int_t)age_ms, "timeout_ms",
-                                              (int)w->tw->heartbeat_timeout_ms));
+            ev_worker(o, w, "hang",
+                      json_pack("{s:I, s:i}", "heartbeat_age_ms", (json_int_t)age_ms, "timeout_ms",
+                                (int)w->tw->heartbeat_timeout_ms));
             (void)apply(w, EV_HANG);
         }
     }
@@ -853,8 +860,10 @@ static void close_cb_noop(uv_handle_t *h)
 /* A write the run's record depends on failed (audit, ledger.bin): the run must not end 0. */
 static void record_failed(orch *o, const char *path, int rc, char *msg, size_t cap)
 {
-    snprintf(msg, cap, "%s could not be written: %s: the run's record is incomplete; free space and run "
-             "`orchestrator --resume %s` to write it", path, strerror(-rc), o->run_dir);
+    snprintf(msg, cap,
+             "%s could not be written: %s: the run's record is incomplete; free space and run "
+             "`orchestrator --resume %s` to write it",
+             path, strerror(-rc), o->run_dir);
     df_log("%s", msg);
 }
 
@@ -961,9 +970,9 @@ static void maybe_finish(orch *o)
     }
     ledger_counts_t c;
     ledger_counts(&o->led, &c);
-    orch_event(o, json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:b}", "ev", "finish", "exit_code", o->exit_code,
-                            "audit", path, "committed", (int)c.committed, "pending", (int)c.pending, "poisoned",
-                            (int)c.poisoned, "exactly_once", ledger_exactly_once(&o->led)));
+    orch_event(o, json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:b}", "ev", "finish", "exit_code", o->exit_code, "audit",
+                            path, "committed", (int)c.committed, "pending", (int)c.pending, "poisoned", (int)c.poisoned,
+                            "exactly_once", ledger_exactly_once(&o->led)));
     report_tick(o);
     if (o->shutdown_reason[0] && o->exit_code != 0)
         df_log("%s", o->shutdown_reason);
@@ -995,9 +1004,10 @@ static const char *const sv_names[SV_N_STATES] = {
     "idle", "starting", "up", "stopping", "killed", "exited", "backoff", "groupwait", "stopped", "done", "failed",
 };
 static const char *const ev_names[EV_N_EVENTS] = {
-    "boot",    "spawned", "spawn_failed", "hello_failed", "ready",         "exit",          "reaped",
-    "hang",    "stop",    "start",        "restart",      "kill",          "peer_died",     "backoff_timer",
-    "escalation_timer",   "shutdown",     "shutdown_term", "shutdown_kill", "group_restart", "epoch",
+    "boot",     "spawned",       "spawn_failed",  "hello_failed",  "ready",
+    "exit",     "reaped",        "hang",          "stop",          "start",
+    "restart",  "kill",          "peer_died",     "backoff_timer", "escalation_timer",
+    "shutdown", "shutdown_term", "shutdown_kill", "group_restart", "epoch",
 };
 
 static int act_none(orch *o, orch_worker *w)
@@ -1166,7 +1176,10 @@ typedef struct sv_rule {
     int (*act)(orch *o, orch_worker *w);
 } sv_rule;
 
-#define ROW(st, ev, nx, act) {SV_##st, EV_##ev, SV_##nx, act_##act}
+#define ROW(st, ev, nx, act)                 \
+    {                                        \
+        SV_##st, EV_##ev, SV_##nx, act_##act \
+    }
 /* state       event             next       action    (docs/supervisor.md, "The table") */
 static const sv_rule sv_table[] = {
     ROW(IDLE, BOOT, POLICY, spawn),

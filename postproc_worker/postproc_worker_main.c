@@ -119,8 +119,7 @@ int main(int argc, char **argv)
             int s0 = src->doc_starts[k], S = src->doc_starts[k + 1] - s0;
             /* one stream per document: batch id and document index name it */
             DF_CHECK_ERR(dflash_sample_anchors(batch_anchors(dst) + (size_t)k * N, batch_keep(dst) + (size_t)k * N, N,
-                                               batch_mask(src) + s0, S, t->seed,
-                                               dst->batch_id * BATCH_MAX_DOCS + k));
+                                               batch_mask(src) + s0, S, t->seed, dst->batch_id * BATCH_MAX_DOCS + k));
         }
         dst->checksum = batch_checksum(dst);
         size_t nfeat = (size_t)src->T * src->n_capture * src->d;

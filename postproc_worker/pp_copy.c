@@ -6,8 +6,7 @@
 #include "io/batch.h"
 #include "util.h"
 
-static int unsupported(const arena *dst, const arena *src, uint32_t dtype, uint64_t batch_id, char *err,
-                       size_t errlen)
+static int unsupported(const arena *dst, const arena *src, uint32_t dtype, uint64_t batch_id, char *err, size_t errlen)
 {
     snprintf(err, errlen, "batch %llu: %s features between %s and %s arenas are not supported",
              (unsigned long long)batch_id, dtype == BATCH_FEAT_BF16 ? "bf16" : "fp32",

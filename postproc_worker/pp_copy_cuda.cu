@@ -85,8 +85,8 @@ static int copy_cuda(pp_copier *cb, const arena *dst, uint64_t dst_off, const ar
     size_t bytes = n * sizeof(__nv_bfloat16);
     if (dst->kind != ARENA_CUDA || src->kind != ARENA_CUDA || src_off > src->size || bytes > src->size - src_off ||
         dst_off > dst->size || bytes > dst->size - dst_off) {
-        snprintf(err, errlen, "batch %llu: %zu feature bytes: bad slots for a device copy", (unsigned long long)batch_id,
-                 bytes);
+        snprintf(err, errlen, "batch %llu: %zu feature bytes: bad slots for a device copy",
+                 (unsigned long long)batch_id, bytes);
         return -EINVAL;
     }
     char *d = (char *)dst->base + dst_off;
@@ -103,8 +103,8 @@ static int copy_cuda(pp_copier *cb, const arena *dst, uint64_t dst_off, const ar
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->s);
     if (e != cudaSuccess) {
-        snprintf(err, errlen, "batch %llu: feature copy device %d -> %d: %s", (unsigned long long)batch_id,
-                 src->device, dst->device, cudaGetErrorString(e));
+        snprintf(err, errlen, "batch %llu: feature copy device %d -> %d: %s", (unsigned long long)batch_id, src->device,
+                 dst->device, cudaGetErrorString(e));
         return -EIO;
     }
     return 0;

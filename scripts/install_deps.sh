@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the CPU build and tests need, if any is missing:
 # libuv1-dev, libjansson-dev (build), spin (ring protocol model check), python3 (scripts),
+# clang-format (tests/test_format.sh: the tree's layout, .clang-format),
 # python3-jinja2 and python3-regex (scripts/hf_tokenizer.py: chat templates and BPE split
 # patterns for scripts/prepare_data.py; tests/test_prepare_chat.sh).
 # Idempotent and quiet when everything is there. Skipped when DEPS_PREFIX is set
@@ -12,6 +13,7 @@ missing=()
 [ -f /usr/include/jansson.h ] || missing+=(libjansson-dev)
 command -v spin >/dev/null    || missing+=(spin)
 command -v gcc >/dev/null     || missing+=(gcc)
+command -v clang-format >/dev/null || missing+=(clang-format)
 command -v python3 >/dev/null || missing+=(python3)
 python3 -c 'import jinja2' 2>/dev/null || missing+=(python3-jinja2)
 python3 -c 'import regex' 2>/dev/null  || missing+=(python3-regex)

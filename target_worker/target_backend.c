@@ -76,12 +76,27 @@ void backend_close(target_backend *b)
         b->ops->close(b);
 }
 
-int backend_hidden(const target_backend *b) { return b->hidden; }
-int backend_n_layers_run(const target_backend *b) { return b->n_layers_run; }
-int backend_n_layers(const target_backend *b) { return b->n_layers; }
-uint32_t backend_feat_dtype(const target_backend *b) { return b->ops->feat_dtype; }
+int backend_hidden(const target_backend *b)
+{
+    return b->hidden;
+}
+int backend_n_layers_run(const target_backend *b)
+{
+    return b->n_layers_run;
+}
+int backend_n_layers(const target_backend *b)
+{
+    return b->n_layers;
+}
+uint32_t backend_feat_dtype(const target_backend *b)
+{
+    return b->ops->feat_dtype;
+}
 
-batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off) { return b->ops->meta(b, A, off); }
+batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off)
+{
+    return b->ops->meta(b, A, off);
+}
 
 int backend_forward(target_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {

@@ -16,7 +16,7 @@ typedef struct backend_cuda {
     struct target_backend base;
     target_model_cuda m;
     cudaStream_t s;
-    void *meta;      /* host buffer for one slot's metadata */
+    void *meta; /* host buffer for one slot's metadata */
     size_t meta_cap;
     int device;
 } backend_cuda;
@@ -35,8 +35,8 @@ static int cuda_forward(target_backend *bb, const arena *A, uint64_t off, batch_
     char *slot = (char *)A->base + off;
     char why[512] = "";
     rc = target_forward_cuda(&b->m, (const int32_t *)(slot + h->off_tokens),
-                     (const int32_t *)(slot + offsetof(batch_header, doc_starts)), (int)h->n_docs, (int)h->T,
-                     (nn_bf16_cuda *)(slot + h->off_feat), b->s, why, sizeof why);
+                             (const int32_t *)(slot + offsetof(batch_header, doc_starts)), (int)h->n_docs, (int)h->T,
+                             (nn_bf16_cuda *)(slot + h->off_feat), b->s, why, sizeof why);
     if (rc < 0) {
         snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, why);
         return rc == -EINVAL ? -EINVAL : -EIO;
@@ -80,14 +80,18 @@ static int cuda_open(target_backend **out, const topo *t, int device, char *err,
     if (!b)
         return -ENOMEM;
     b->device = device;
-    batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
-                          .d = 1, .feat_dtype = BATCH_FEAT_BF16};
+    batch_header probe = {.kind = BATCH_KIND_TP,
+                          .T = (uint32_t)t->token_budget,
+                          .n_capture = (uint32_t)t->n_capture,
+                          .d = 1,
+                          .feat_dtype = BATCH_FEAT_BF16};
     batch_layout(&probe);
     b->meta_cap = probe.off_feat;
     b->meta = calloc(1, b->meta_cap);
     int rc = b->meta ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = target_load_cuda(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, (int)t->token_budget, err, errlen);
+        rc = target_load_cuda(&b->m, t->target_model_dir, t->capture_layers, t->n_capture, (int)t->token_budget, err,
+                              errlen);
     if (rc == 0)
         CUDA_TRY_GOTO(cudaStreamCreateWithFlags(&b->s, cudaStreamNonBlocking), err, errlen, rc, fail);
 fail:

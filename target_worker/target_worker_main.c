@@ -19,11 +19,10 @@
 #include "target/target_model.h"
 #include "util.h"
 
-static const char usage[] =
-    "usage: target_worker   (started by the orchestrator, not by hand)\n"
-    "The frozen target's stage of the DFlash pipeline: ledger batch -> target forward ->\n"
-    "captured layers in a ring slot. Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID,\n"
-    "DF_INCARNATION, DF_RUN_DIR (see common/ipc/ctl.h). Exit 0 done, 100 bad model/data.\n";
+static const char usage[] = "usage: target_worker   (started by the orchestrator, not by hand)\n"
+                            "The frozen target's stage of the DFlash pipeline: ledger batch -> target forward ->\n"
+                            "captured layers in a ring slot. Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID,\n"
+                            "DF_INCARNATION, DF_RUN_DIR (see common/ipc/ctl.h). Exit 0 done, 100 bad model/data.\n";
 
 int main(int argc, char **argv)
 {
@@ -52,12 +51,15 @@ int main(int argc, char **argv)
     handoff_table *H = ctl_handoff(w);
     int d = backend_hidden(m);
 
-    batch_header probe = {.kind = BATCH_KIND_TP, .T = (uint32_t)t->token_budget, .n_capture = (uint32_t)t->n_capture,
-                          .d = (uint32_t)d, .feat_dtype = backend_feat_dtype(m)};
+    batch_header probe = {.kind = BATCH_KIND_TP,
+                          .T = (uint32_t)t->token_budget,
+                          .n_capture = (uint32_t)t->n_capture,
+                          .d = (uint32_t)d,
+                          .feat_dtype = backend_feat_dtype(m)};
     if (batch_layout(&probe) > slot_bytes)
-        df_die(DF_EXIT_PERM, "%s: rings[%d].slot_bytes %llu is too small for a batch of %llu tokens (%llu bytes needed)",
-               t->source_path, w->self->out_ring,
-               (unsigned long long)slot_bytes, (unsigned long long)t->token_budget,
+        df_die(DF_EXIT_PERM,
+               "%s: rings[%d].slot_bytes %llu is too small for a batch of %llu tokens (%llu bytes needed)",
+               t->source_path, w->self->out_ring, (unsigned long long)slot_bytes, (unsigned long long)t->token_budget,
                (unsigned long long)probe.total_bytes);
 
     DF_CHECK_ERR(worker_ready(&wk, NULL, out));

@@ -300,7 +300,9 @@ int main(int argc, char **argv)
         sleep_ms(load);
     ctl_worker *w = &f.k.ctl;
     df_log("incarnation %u: %s (in %s, out %s), committed step %llu", w->incarnation,
-           f.in && f.out ? "middle stage" : f.out ? "producer" : "consumer",
+           f.in && f.out ? "middle stage"
+           : f.out       ? "producer"
+                         : "consumer",
            f.in ? w->topo.rings[w->self->in_ring].name : "-", f.out ? w->topo.rings[w->self->out_ring].name : "-",
            (unsigned long long)w->committed_step);
     DF_CHECK_ERR(worker_ready(&f.k, f.in, f.out));

@@ -40,22 +40,21 @@ typedef struct rank_report {
     uint64_t cks_repeat, cks_bucket;
 } rank_report;
 
-#define CUDA_OK(call)                                                                      \
-    do {                                                                                   \
-        cudaError_t e_ = (call);                                                           \
-        if (e_ != cudaSuccess) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
-                    cudaGetErrorString(e_));                                               \
-            exit(1);                                                                       \
-        }                                                                                  \
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
-#define ALLREDUCE_OK(call)                                                                        \
-    do {                                                                                   \
-        int r_ = (call);                                                                   \
-        if (r_ != 0) {                                                                     \
+#define ALLREDUCE_OK(call)                                                     \
+    do {                                                                       \
+        int r_ = (call);                                                       \
+        if (r_ != 0) {                                                         \
             fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, e2); \
-            exit(1);                                                                       \
-        }                                                                                  \
+            exit(1);                                                           \
+        }                                                                      \
     } while (0)
 
 static void fill_random(float *x, size_t n, int rank)
@@ -72,14 +71,12 @@ static float exact_value(size_t i, int rank)
 }
 
 /* max |got - ref| / (sum over ranks of |x|) must stay under 1e-5 */
-static void check_close(const float *got, const float *ref, const float *mag, size_t n,
-                        const char *what)
+static void check_close(const float *got, const float *ref, const float *mag, size_t n, const char *what)
 {
     for (size_t i = 0; i < n; i++) {
         double tol = 1e-5 * (double)mag[i] + 1e-30;
         if (fabs((double)got[i] - (double)ref[i]) > tol) {
-            fprintf(stderr, "%s: element %zu: %.9g vs reference %.9g (tolerance %.3g)\n", what,
-                    i, got[i], ref[i], tol);
+            fprintf(stderr, "%s: element %zu: %.9g vs reference %.9g (tolerance %.3g)\n", what, i, got[i], ref[i], tol);
             exit(1);
         }
     }
@@ -96,7 +93,8 @@ static int rank_main(int rank, int world, int sock)
     T_ASSERT(fdpass_recv(sock, id, sizeof id, NULL, 0, &nfd) == (int)sizeof id);
     allreduce_comm c;
     allreduce_comm_init(&c);
-    ALLREDUCE_OK(allreduce_open_nccl_ex(&c, id, rank, world, rank, ALLREDUCE_DETERMINISTIC, 60ll * 1000000000ll, e2, sizeof e2));
+    ALLREDUCE_OK(
+        allreduce_open_nccl_ex(&c, id, rank, world, rank, ALLREDUCE_DETERMINISTIC, 60ll * 1000000000ll, e2, sizeof e2));
     c.timeout_ns = 60ll * 1000000000ll;
     const char *algo = getenv("NCCL_ALGO"), *nvls = getenv("NCCL_NVLS_ENABLE");
     T_ASSERT(algo && strcmp(algo, "Ring") == 0 && nvls && strcmp(nvls, "0") == 0);
@@ -110,7 +108,7 @@ static int rank_main(int rank, int world, int sock)
     T_ASSERT(h_out && h_ref && h_mag && h_one && tmp);
 
     /* exact */
-    size_t sizes[2] = { 1, N_BIG };
+    size_t sizes[2] = {1, N_BIG};
     for (int k = 0; k < 2; k++) {
         size_t n = sizes[k];
         for (size_t i = 0; i < n; i++) {
@@ -147,20 +145,19 @@ static int rank_main(int rank, int world, int sock)
     }
     T_ASSERT(memcmp(h_one, h_out, bytes) == 0);
     check_close(h_one, h_ref, h_mag, N_BIG, "repeat");
-    rank_report rep = { .cks_repeat = df_fnv1a64(h_one, bytes, 0) };
+    rank_report rep = {.cks_repeat = df_fnv1a64(h_one, bytes, 0)};
     printf("rank %d: repeat: two reductions bit-identical, within 1e-5 of the reference\n", rank);
 
     /* bucketed, inputs copied in on the caller's stream */
     cudaStream_t us;
     CUDA_OK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
     ALLREDUCE_OK(allreduce_set_stream(&c, us, e2, sizeof e2));
-    static const size_t cuts[] = { 0, 1000, 1001, 300000, 700001, N_BIG }; /* 5 buckets */
+    static const size_t cuts[] = {0, 1000, 1001, 300000, 700001, N_BIG}; /* 5 buckets */
     for (int pass = 0; pass < 2; pass++) {
         CUDA_OK(cudaMemsetAsync(d_buf, 0xff, bytes, us)); /* NaN garbage first */
         for (int b = 4; b >= 0; b--) {
             size_t lo = cuts[b], hi = cuts[b + 1];
-            CUDA_OK(cudaMemcpyAsync(d_buf + lo, h_in + lo, (hi - lo) * sizeof(float),
-                                    cudaMemcpyHostToDevice, us));
+            CUDA_OK(cudaMemcpyAsync(d_buf + lo, h_in + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice, us));
             ALLREDUCE_OK(allreduce_bucket_ready(&c, (uint32_t)(4 - b), d_buf + lo, hi - lo, e2, sizeof e2));
         }
         ALLREDUCE_OK(allreduce_wait_all(&c, e2, sizeof e2));
@@ -175,8 +172,8 @@ static int rank_main(int rank, int world, int sock)
     }
     rep.cks_bucket = df_fnv1a64(h_out, bytes, 0);
     printf("rank %d: bucketed: 5 buckets in reverse order on a caller stream: close to the "
-           "reference, bit-identical when repeated (%s the single reduction)\n", rank,
-           memcmp(h_out, h_one, bytes) == 0 ? "bit-identical to" : "not bit-identical to");
+           "reference, bit-identical when repeated (%s the single reduction)\n",
+           rank, memcmp(h_out, h_one, bytes) == 0 ? "bit-identical to" : "not bit-identical to");
     T_ASSERT(fdpass_send(sock, &rep, sizeof rep, NULL, 0) >= 0);
 
     /* timeout: the parent tells the last rank to die; the others must not hang */
@@ -215,8 +212,7 @@ static int init_timeout_main(void)
 int main(int argc, char **argv)
 {
     if (argc > 1) {
-        printf("usage: %s   NCCL all-reduce across one process per GPU (skips without GPU)\n",
-               argv[0]);
+        printf("usage: %s   NCCL all-reduce across one process per GPU (skips without GPU)\n", argv[0]);
         return strcmp(argv[1], "--help") == 0 ? 0 : 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -283,8 +279,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < world; r++) {
         T_ASSERT(waitpid(pids[r], &st, 0) == pids[r]);
         int want_kill = go == 'x' && r == world - 1;
-        int good = want_kill ? (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)
-                             : (WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        int good = want_kill ? (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) : (WIFEXITED(st) && WEXITSTATUS(st) == 0);
         if (!good) {
             fprintf(stderr, "rank %d: bad end status 0x%x\n", r, st);
             ok = 0;

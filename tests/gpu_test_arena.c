@@ -29,20 +29,20 @@ static char e2[512]; /* the arena_ calls' error message (this test is one thread
 #define MARKER 0x4D41524Bu /* "MARK" */
 
 typedef struct gmsg {
-    uint64_t size;      /* 0: no usable GPU, skip */
-    uint64_t checksum;  /* fnv1a64 of the pattern */
-    char why[200];      /* skip reason */
+    uint64_t size;     /* 0: no usable GPU, skip */
+    uint64_t checksum; /* fnv1a64 of the pattern */
+    char why[200];     /* skip reason */
 } gmsg;
 
-#define CU_OK(call)                                                                        \
-    do {                                                                                   \
-        CUresult r_ = (call);                                                              \
-        if (r_ != CUDA_SUCCESS) {                                                          \
-            const char *s_ = "?";                                                          \
-            cuGetErrorString(r_, &s_);                                                     \
+#define CU_OK(call)                                                                               \
+    do {                                                                                          \
+        CUresult r_ = (call);                                                                     \
+        if (r_ != CUDA_SUCCESS) {                                                                 \
+            const char *s_ = "?";                                                                 \
+            cuGetErrorString(r_, &s_);                                                            \
             fprintf(stderr, "%s:%d: %s failed: %d %s\n", __FILE__, __LINE__, #call, (int)r_, s_); \
-            exit(1);                                                                       \
-        }                                                                                  \
+            exit(1);                                                                              \
+        }                                                                                         \
     } while (0)
 
 static void fill_pattern(uint64_t *w, uint64_t n)
@@ -75,8 +75,7 @@ static void creator(int sock)
     if (r != CUDA_SUCCESS || ndev == 0) {
         const char *s = "no error";
         cuGetErrorString(r, &s);
-        snprintf(m.why, sizeof m.why, "no CUDA device (cuInit/cuDeviceGetCount: %s, %d devices)",
-                 s, ndev);
+        snprintf(m.why, sizeof m.why, "no CUDA device (cuInit/cuDeviceGetCount: %s, %d devices)", s, ndev);
         fdpass_send(sock, &m, sizeof m, NULL, 0);
         _exit(77);
     }
@@ -90,8 +89,8 @@ static void creator(int sock)
 
     T_ASSERT_RC(arena_create(&a, ARENA_CUDA, 0, BYTES, "gpu-arena", e2, sizeof e2));
     T_ASSERT(a.size >= BYTES && a.fd >= 0 && a.base != NULL);
-    printf("creator pid %d: ARENA_CUDA %llu bytes at 0x%llx, fd %d\n", (int)getpid(),
-           (unsigned long long)a.size, (unsigned long long)(uintptr_t)a.base, a.fd);
+    printf("creator pid %d: ARENA_CUDA %llu bytes at 0x%llx, fd %d\n", (int)getpid(), (unsigned long long)a.size,
+           (unsigned long long)(uintptr_t)a.base, a.fd);
     uint64_t *host = malloc(a.size);
     T_ASSERT(host);
     fill_pattern(host, a.size / 8);
@@ -122,7 +121,7 @@ static int verify(int sock, int stage)
         int rc = arena_import(&a, ARENA_CUDA, 0, fds[1], m.size * 2, e2, sizeof e2);
         printf("verify-2: import with the wrong size: %s\n", e2);
         T_ASSERT(rc < 0 && a.base == NULL);
-        T_ASSERT(strstr(e2, "CUDA_ERROR")); /* the driver's text reaches us */
+        T_ASSERT(strstr(e2, "CUDA_ERROR"));   /* the driver's text reaches us */
         T_ASSERT(fcntl(fds[1], F_GETFD) < 0); /* consumed */
     }
     int rc = arena_import(&a, ARENA_CUDA, 0, fds[0], m.size, e2, sizeof e2);
@@ -139,8 +138,8 @@ static int verify(int sock, int stage)
     if (stage == 1) {
         uint64_t sum = df_fnv1a64(host, a.size, 0);
         if (sum != m.checksum) {
-            fprintf(stderr, "verify-1: checksum %016llx != creator's %016llx\n",
-                    (unsigned long long)sum, (unsigned long long)m.checksum);
+            fprintf(stderr, "verify-1: checksum %016llx != creator's %016llx\n", (unsigned long long)sum,
+                    (unsigned long long)m.checksum);
             return 1;
         }
         /* leave a marker for the next importer: last 4 uint32 words */
@@ -154,8 +153,8 @@ static int verify(int sock, int stage)
         fill_pattern(expect, nw);
         for (uint64_t i = 0; i + 2 < nw; i++)
             if (host[i] != expect[i]) {
-                fprintf(stderr, "verify-2: word %llu (byte offset %llu) differs\n",
-                        (unsigned long long)i, (unsigned long long)i * 8);
+                fprintf(stderr, "verify-2: word %llu (byte offset %llu) differs\n", (unsigned long long)i,
+                        (unsigned long long)i * 8);
                 return 1;
             }
         const uint32_t *tail = (const uint32_t *)(host + nw - 2);
@@ -204,8 +203,7 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[1], "--verify") == 0)
         return verify(atoi(argv[3]), atoi(argv[2]));
     if (argc > 1) {
-        printf("usage: %s    (CUDA VMM arena survives its creator's SIGKILL; needs a GPU)\n",
-               argv[0]);
+        printf("usage: %s    (CUDA VMM arena survives its creator's SIGKILL; needs a GPU)\n", argv[0]);
         return strcmp(argv[1], "--help") == 0 ? 0 : 2;
     }
     int sv[2];

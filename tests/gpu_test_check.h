@@ -17,25 +17,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CUDA_CHECK(call)                                                                         \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call,             \
-                    cudaGetErrorString(e_), cudaGetErrorName(e_));                               \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define CUDA_CHECK(call)                                                                                      \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess) {                                                                              \
+            fprintf(stderr, "%s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_), \
+                    cudaGetErrorName(e_));                                                                    \
+            exit(1);                                                                                          \
+        }                                                                                                     \
     } while (0)
 
 /* A 0 / -errno call; on failure print it with extra text (e.g. the err the call filled). */
-#define RC_CHECK(call, extra)                                                                    \
-    do {                                                                                         \
-        long r_ = (long)(call);                                                                  \
-        if (r_ < 0) {                                                                            \
-            fprintf(stderr, "%s:%d: %s returned %ld (%s): %s\n", __FILE__, __LINE__, #call, r_,  \
-                    strerror((int)-r_), (extra));                                                \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define RC_CHECK(call, extra)                                                                                       \
+    do {                                                                                                            \
+        long r_ = (long)(call);                                                                                     \
+        if (r_ < 0) {                                                                                               \
+            fprintf(stderr, "%s:%d: %s returned %ld (%s): %s\n", __FILE__, __LINE__, #call, r_, strerror((int)-r_), \
+                    (extra));                                                                                       \
+            exit(1);                                                                                                \
+        }                                                                                                           \
     } while (0)
 
 static inline void gt_watchdog_fire(int sig)

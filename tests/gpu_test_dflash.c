@@ -33,35 +33,38 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                                     \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                    \
-            printf(__VA_ARGS__);                                                             \
-            printf("\n");                                                                    \
-            failures++;                                                                      \
-        }                                                                                    \
+#define CHECK(cond, ...)                                  \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            printf("  FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+            failures++;                                   \
+        }                                                 \
     } while (0)
-#define CUDA_OK(call)                                                                        \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
             fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                         \
-        }                                                                                    \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 /* a 0 / -errno call that wrote its failure into g_err */
 static char g_err[512];
-#define DFLASH_CUDA_OK(call)                                                                 \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        if (rc_ < 0) {                                                                       \
-            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, g_err);   \
-            exit(1);                                                                         \
-        }                                                                                    \
+#define DFLASH_CUDA_OK(call)                                                                \
+    do {                                                                                    \
+        int rc_ = (call);                                                                   \
+        if (rc_ < 0) {                                                                      \
+            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, g_err); \
+            exit(1);                                                                        \
+        }                                                                                   \
     } while (0)
 
-static float round_bf16(float f) { return safetensors_bf16_to_f32(safetensors_f32_to_bf16(f)); }
+static float round_bf16(float f)
+{
+    return safetensors_bf16_to_f32(safetensors_f32_to_bf16(f));
+}
 
 static void fill_normal(float *p, size_t n, df_rng *r, double std)
 {
@@ -174,8 +177,15 @@ static void run_case(const tcase *tc, uint64_t seed)
     } else {
         H_d = dev_copy(H, sizeof(float) * nH);
     }
-    dflash_batch_cuda db = {S, N, n_real, H_d, tc->H_bf16, dev_copy(x, sizeof(int32_t) * (size_t)S), dev_copy(lm, (size_t)S),
-                    dev_copy(b.anchors, sizeof(int32_t) * (size_t)N), dev_copy(b.keep, (size_t)N)};
+    dflash_batch_cuda db = {S,
+                            N,
+                            n_real,
+                            H_d,
+                            tc->H_bf16,
+                            dev_copy(x, sizeof(int32_t) * (size_t)S),
+                            dev_copy(lm, (size_t)S),
+                            dev_copy(b.anchors, sizeof(int32_t) * (size_t)N),
+                            dev_copy(b.keep, (size_t)N)};
     CUDA_OK(cudaDeviceSynchronize()); /* uploads complete before the context's stream reads them */
     DFLASH_CUDA_OK(dflash_params_from_host_cuda(ctx, p.data, g_err, sizeof g_err));
     DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
@@ -187,18 +197,19 @@ static void run_case(const tcase *tc, uint64_t seed)
 
     /* loss and accuracy */
     double lrel = fabs(st.loss - safetensors_ref.loss) / fabs(safetensors_ref.loss);
-    printf("  loss gpu %.6f cpu %.6f rel %.2e; sum_w gpu %.6f cpu %.6f\n", st.loss, safetensors_ref.loss, lrel, st.sum_w,
-           safetensors_ref.sum_w);
+    printf("  loss gpu %.6f cpu %.6f rel %.2e; sum_w gpu %.6f cpu %.6f\n", st.loss, safetensors_ref.loss, lrel,
+           st.sum_w, safetensors_ref.sum_w);
     CHECK(lrel < 1e-2, "loss rel err %.3e >= 1e-2", lrel);
     CHECK(fabs(st.sum_w - safetensors_ref.sum_w) < 1e-4 * safetensors_ref.sum_w, "sum_w differs");
     for (int k = 0; k < B; k++) {
-        CHECK(st.count[k] == safetensors_ref.count[k], "count[%d] gpu %.0f cpu %.0f", k, st.count[k], safetensors_ref.count[k]);
+        CHECK(st.count[k] == safetensors_ref.count[k], "count[%d] gpu %.0f cpu %.0f", k, st.count[k],
+              safetensors_ref.count[k]);
         double tol = 2 + 0.05 * safetensors_ref.count[k];
-        CHECK(fabs(st.correct[k] - safetensors_ref.correct[k]) <= tol, "correct[%d] gpu %.0f cpu %.0f", k, st.correct[k],
-              safetensors_ref.correct[k]);
+        CHECK(fabs(st.correct[k] - safetensors_ref.correct[k]) <= tol, "correct[%d] gpu %.0f cpu %.0f", k,
+              st.correct[k], safetensors_ref.correct[k]);
     }
-    printf("  acc_1 gpu %.3f cpu %.3f, tau gpu %.3f cpu %.3f\n", dflash_stats_acc(&st, 1), dflash_stats_acc(&safetensors_ref, 1),
-           dflash_stats_tau(&st, B), dflash_stats_tau(&safetensors_ref, B));
+    printf("  acc_1 gpu %.3f cpu %.3f, tau gpu %.3f cpu %.3f\n", dflash_stats_acc(&st, 1),
+           dflash_stats_acc(&safetensors_ref, 1), dflash_stats_tau(&st, B), dflash_stats_tau(&safetensors_ref, B));
 
     /* every gradient tensor */
     int nt = dflash_tensor_count(c);
@@ -215,7 +226,8 @@ static void run_case(const tcase *tc, uint64_t seed)
             ng += (double)g1[t.offset + k] * g1[t.offset + k];
             finite &= isfinite(g1[t.offset + k]) != 0;
         }
-        printf("  %-44s %12.4e %12.4e %10.2e%s\n", t.name, sqrt(nr), sqrt(ng), e, e < 3e-2 && finite ? "" : "  <-- FAIL");
+        printf("  %-44s %12.4e %12.4e %10.2e%s\n", t.name, sqrt(nr), sqrt(ng), e,
+               e < 3e-2 && finite ? "" : "  <-- FAIL");
         if (!(e < 3e-2) || !finite) { /* show where: the largest reference element, then the first few */
             size_t best = 0;
             for (size_t k = 1; k < t.numel; k++)
@@ -254,7 +266,8 @@ static void run_case(const tcase *tc, uint64_t seed)
     /* determinism */
     DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
     dflash_stats st2;
-    DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err)); /* the phase events must not change anything */
+    DFLASH_CUDA_OK(
+        dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err)); /* the phase events must not change anything */
     DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &db, 0, &st2, g_err, sizeof g_err));
     DFLASH_CUDA_OK(dflash_grads_to_host_cuda(ctx, g2, g_err, sizeof g_err));
     dflash_timing_cuda tm;

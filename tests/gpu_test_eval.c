@@ -151,8 +151,8 @@ static int l2_check(const char *what, const l2acc *a)
 /* ---- a. target decode ----------------------------------------------------------------- */
 
 /* One extend of k tokens on both; compares features and the logits of all k rows. */
-static void extend_both(decode_model *cpu, decode_model_cuda *gpu, const int32_t *tok, int k, int n_next, flips *f, l2acc *lf,
-                        l2acc *ll, const char *what)
+static void extend_both(decode_model *cpu, decode_model_cuda *gpu, const int32_t *tok, int k, int n_next, flips *f,
+                        l2acc *lf, l2acc *ll, const char *what)
 {
     int V = cpu->tm.cfg.vocab_size, F = cpu->n_capture * cpu->tm.cfg.hidden_size;
     int32_t *next = xmalloc(sizeof(int32_t) * n_next);
@@ -263,7 +263,8 @@ static void test_drafter(const char *name, const dflash_config *c, const dflash_
     infer_state_cuda gd;
     dflash_frozen fr = {.embed = cpu_t->head.embed, .lm_head = cpu_t->head.lm_head};
     RC_CHECK(infer_init(&cd, c, p, &fr, MAX_CTX), "infer_init");
-    RC_CHECK(infer_init_cuda(&gd, c, p, gpu_t->tm.embed, gpu_t->lm_head, MAX_CTX, gpu_t->stream, g_err, sizeof g_err), g_err);
+    RC_CHECK(infer_init_cuda(&gd, c, p, gpu_t->tm.embed, gpu_t->lm_head, MAX_CTX, gpu_t->stream, g_err, sizeof g_err),
+             g_err);
     int32_t tok[MAX_CTX], *draft = xmalloc(sizeof(int32_t) * B), *next = xmalloc(sizeof(int32_t) * 16);
     float *ft = xmalloc(sizeof(float) * MAX_CTX * F), *lg = xmalloc(sizeof(float) * (size_t)(B - 1) * V);
     flips f = {0};
@@ -360,7 +361,8 @@ static int first_diff(const spec_result *a, const spec_result *b, long *ndiff)
 
 /* The CPU target's logit margin between its token and the GPU's at the first output
  * position where they differ (prompt + common prefix through td): small = a near-tie. */
-static double cpu_margin(decode_model *td, const prompts_entry *pr, const spec_result *gpu, const spec_result *cpu, int fd)
+static double cpu_margin(decode_model *td, const prompts_entry *pr, const spec_result *gpu, const spec_result *cpu,
+                         int fd)
 {
     decode_reset(td);
     RC_CHECK(decode_extend(td, pr->tokens, pr->n, 1), "decode_extend (prompt)");
@@ -403,8 +405,8 @@ static void test_lossless(const char *name, const dflash_config *c, const dflash
         memcpy(seq + pr->n, a.tokens, sizeof(int32_t) * a.n_tokens);
         oracle orc = {.seq = seq, .n_seq = pr->n + a.n_tokens, .B = c->block_size, .V = c->vocab};
         df_rng_seed(&orc.rng, df_rng_next(&g_rng));
-        spec_drafter od = {.ctx = &orc, .block_size = c->block_size, .reset = or_reset, .append = or_append,
-                         .draft = or_draft};
+        spec_drafter od = {
+            .ctx = &orc, .block_size = c->block_size, .reset = or_reset, .append = or_append, .draft = or_draft};
         RC_CHECK(spec_generate(&g.target, &od, pr->tokens, pr->n, &o, &r), "spec_generate (cuda, oracle)");
         fd = first_diff(&a, &r, &nd);
         same_o += fd < 0;
@@ -561,34 +563,34 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
     float *blk = xmalloc(sizeof(float) * (size_t)k * V), *one = xmalloc(sizeof(float) * (size_t)k * V);
     float *ref = xmalloc(sizeof(float) * (size_t)k * V);
     for (int fused = 0; fused <= 1; fused++)
-    for (int graphs = 1; graphs >= 0; graphs--) {
-        gpu->use_graphs = graphs;
-        gpu->fused = fused;
-        decode_drop_graphs_cuda(gpu); /* graphs hold the kernels they were captured with */
-        for (int kk = 16; kk >= 5; kk -= 11) {
-            decode_reset_cuda(gpu);
-            RC_CHECK(decode_extend_cuda(gpu, tok, P, 1, next, g_err, sizeof g_err), g_err);
-            RC_CHECK(decode_extend_cuda(gpu, tok + P, kk, kk, next, g_err, sizeof g_err), g_err);
-            RC_CHECK(decode_logits_to_host_cuda(gpu, blk, g_err, sizeof g_err), g_err);
-            decode_truncate_cuda(gpu, P);
-            for (int i = 0; i < kk; i++) {
-                RC_CHECK(decode_extend_cuda(gpu, tok + P + i, 1, 1, next, g_err, sizeof g_err), g_err);
-                RC_CHECK(decode_logits_to_host_cuda(gpu, one + (size_t)i * V, g_err, sizeof g_err), g_err);
+        for (int graphs = 1; graphs >= 0; graphs--) {
+            gpu->use_graphs = graphs;
+            gpu->fused = fused;
+            decode_drop_graphs_cuda(gpu); /* graphs hold the kernels they were captured with */
+            for (int kk = 16; kk >= 5; kk -= 11) {
+                decode_reset_cuda(gpu);
+                RC_CHECK(decode_extend_cuda(gpu, tok, P, 1, next, g_err, sizeof g_err), g_err);
+                RC_CHECK(decode_extend_cuda(gpu, tok + P, kk, kk, next, g_err, sizeof g_err), g_err);
+                RC_CHECK(decode_logits_to_host_cuda(gpu, blk, g_err, sizeof g_err), g_err);
+                decode_truncate_cuda(gpu, P);
+                for (int i = 0; i < kk; i++) {
+                    RC_CHECK(decode_extend_cuda(gpu, tok + P + i, 1, 1, next, g_err, sizeof g_err), g_err);
+                    RC_CHECK(decode_logits_to_host_cuda(gpu, one + (size_t)i * V, g_err, sizeof g_err), g_err);
+                }
+                int same = memcmp(blk, one, sizeof(float) * (size_t)kk * V) == 0;
+                printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, %s kernels, prompt %d)\n",
+                       same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused ? "fused" : "separate", P);
+                g_fail += !same;
             }
-            int same = memcmp(blk, one, sizeof(float) * (size_t)kk * V) == 0;
-            printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, %s kernels, prompt %d)\n",
-                   same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused ? "fused" : "separate", P);
-            g_fail += !same;
+            if (graphs)
+                memcpy(ref, one, sizeof(float) * 5 * V);
+            else {
+                int same = memcmp(ref, one, sizeof(float) * 5 * V) == 0;
+                printf("%s target: graph replays == eager launches bitwise (5 steps, %s kernels)\n",
+                       same ? "PASS" : "FAIL", fused ? "fused" : "separate");
+                g_fail += !same;
+            }
         }
-        if (graphs)
-            memcpy(ref, one, sizeof(float) * 5 * V);
-        else {
-            int same = memcmp(ref, one, sizeof(float) * 5 * V) == 0;
-            printf("%s target: graph replays == eager launches bitwise (5 steps, %s kernels)\n", same ? "PASS" : "FAIL",
-                   fused ? "fused" : "separate");
-            g_fail += !same;
-        }
-    }
     gpu->use_graphs = 1;
     gpu->fused = 0;
     decode_drop_graphs_cuda(gpu);

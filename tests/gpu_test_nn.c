@@ -22,7 +22,10 @@ static df_rng g_rng;
 static long g_fail;
 static char g_err[512]; /* every nn_*_cuda call's err: RC_CHECK prints it */
 
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)df_rng_uniform(&g_rng); }
+static float urand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)df_rng_uniform(&g_rng);
+}
 
 static void *xmalloc(size_t bytes)
 {
@@ -173,14 +176,15 @@ static void test_gemm_general(int ta, int tb, int M, int N, int K, int d_type, f
     RC_CHECK(nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err), g_err);
     float *got = d_type == NN_GEMM_F32 ? dev_f32(dd, nd) : dev_bf16_to_f32(dd, nd);
     char what[128];
-    snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d %s a=%g b=%g batch=%d", ta ? 'T' : 'N', tb ? 'T' : 'N', M,
-             N, K, d_type == NN_GEMM_F32 ? "f32" : "bf16", alpha, beta, batch);
+    snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d %s a=%g b=%g batch=%d", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             M, N, K, d_type == NN_GEMM_F32 ? "f32" : "bf16", alpha, beta, batch);
     if (d_type == NN_GEMM_F32)
         g_fail += gt_check(what, got, ref, nd, 1e-4, 1e-4);
     else
         g_fail += gt_check(what, got, ref, nd, 2e-3, 1e-2);
     /* again from the same C: the cached plan, the same bits */
-    CUDA_CHECK(cudaMemcpy(dd, d_type == NN_GEMM_F32 ? (void *)cf : (void *)ch, (size_t)es * nd, cudaMemcpyHostToDevice));
+    CUDA_CHECK(
+        cudaMemcpy(dd, d_type == NN_GEMM_F32 ? (void *)cf : (void *)ch, (size_t)es * nd, cudaMemcpyHostToDevice));
     RC_CHECK(nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err), g_err);
     float *again = d_type == NN_GEMM_F32 ? dev_f32(dd, nd) : dev_bf16_to_f32(dd, nd);
     snprintf(what, sizeof what, "gemm op%c op%c M=%d N=%d K=%d cached plan, same bits", ta ? 'T' : 'N', tb ? 'T' : 'N',
@@ -231,7 +235,8 @@ static void test_add_rmsnorm(int T, int d, int with_y)
     rand_bf16(&yh, &yf, n, -1, 1);
     float *dx = dev_upload(x0, sizeof(float) * n), *dw = dev_upload(wv, sizeof(float) * d);
     nn_bf16_cuda *dy = dev_upload(yh, 2 * n), *dout = dev_poisoned(2 * n), *dcap = dev_poisoned(2 * ncap);
-    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0, g_err, sizeof g_err),
+    RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, dw, dout, dcap + (size_t)slot * d, (long)nc * d, T, d, eps, 0,
+                                 g_err, sizeof g_err),
              g_err);
     for (size_t i = 0; i < n; i++) {
         x[i] = x0[i] + (with_y ? yf[i] : 0.0f);
@@ -259,8 +264,7 @@ static void test_add_rmsnorm(int T, int d, int with_y)
                     else if (v != 0xFFFF)
                         stray++;
                 }
-        snprintf(what, sizeof what, "%s T=%d d=%d y=%d: capture", pass ? "add (no norm)" : "add_rmsnorm", T, d,
-                 with_y);
+        snprintf(what, sizeof what, "%s T=%d d=%d y=%d: capture", pass ? "add (no norm)" : "add_rmsnorm", T, d, with_y);
         g_fail += gt_check(what, gc, xr, n, 0, 0);
         if (stray) {
             printf("FAIL %s: %ld elements written outside the capture slot\n", what, stray);
@@ -269,8 +273,8 @@ static void test_add_rmsnorm(int T, int d, int with_y)
         if (pass == 0) { /* the last-layer form: add + capture only */
             CUDA_CHECK(cudaMemset(dcap, 0xFF, 2 * ncap));
             CUDA_CHECK(cudaMemcpy(dx, x0, sizeof(float) * n, cudaMemcpyHostToDevice));
-            RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T, d,
-                                     eps, 0, g_err, sizeof g_err),
+            RC_CHECK(nn_add_rmsnorm_cuda(dx, with_y ? dy : NULL, NULL, NULL, dcap + (size_t)slot * d, (long)nc * d, T,
+                                         d, eps, 0, g_err, sizeof g_err),
                      g_err);
         }
     }
@@ -309,7 +313,8 @@ static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int l
     float *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
     float *dinv = dev_upload(inv, sizeof(float) * (hd / 2));
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
-    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0, g_err, sizeof g_err),
+    RC_CHECK(nn_qk_norm_rope_cuda(dq, with_norm ? dqn : NULL, with_norm ? dkn : NULL, dinv, dpos, T, H, KV, hd, eps, 0,
+                                  g_err, sizeof g_err),
              g_err);
     float *got = dev_bf16_to_f32(dq, n);
     /* reference: split q / k, norm per head, rope, put back; v unchanged (ref = input) */
@@ -362,13 +367,14 @@ static void test_attention(int T, int H, int KV, int hd, int want_docs, int wind
     nn_bf16_cuda *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
     if (simple)
-        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
+        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err),
+                 g_err);
     else
         RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
     float *got = dev_bf16_to_f32(dout, no);
     char what[128];
-    snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H,
-             KV, hd, n_docs, window);
+    snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H, KV,
+             hd, n_docs, window);
     g_fail += gt_check(what, got, ref, no, 1e-2, 2e-2);
     cudaFree(dx), cudaFree(dout), cudaFree(dpos);
     free(xh), free(xf), free(starts), free(pos), free(rg), free(q), free(k), free(v), free(ref), free(got);

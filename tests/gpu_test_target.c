@@ -292,8 +292,8 @@ static void test_random_model(const rand_model *r, const char *label)
     tok[5] = r->V;
     float *junk = gpu_forward(&m, tok, starts, n_docs, 0);
     RC_CHECK(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
-    printf("%s %s: token-error flag clean=%d, after token id %d: %d (expected 1)\n", clean && bad == 1 ? "PASS" : "FAIL",
-           label, clean, r->V, bad);
+    printf("%s %s: token-error flag clean=%d, after token id %d: %d (expected 1)\n",
+           clean && bad == 1 ? "PASS" : "FAIL", label, clean, r->V, bad);
     g_fail += !(clean && bad == 1);
 
     target_free_cuda(&m);
@@ -311,11 +311,11 @@ int main(void)
     df_rng_seed(&g_rng, gt_seed());
     test_fixture("tiny-qwen3");
     test_fixture("tiny-llama");
-    rand_model q = {.qwen3 = 1, .d = 256, .H = 4, .KV = 2, .hd = 128, .I = 512, .L = 4, .V = 500, .bias = 0,
-                    .window = 48};
+    rand_model q = {
+        .qwen3 = 1, .d = 256, .H = 4, .KV = 2, .hd = 128, .I = 512, .L = 4, .V = 500, .bias = 0, .window = 48};
     test_random_model(&q, "random qwen3 hd128 sliding");
-    rand_model l = {.qwen3 = 0, .d = 192, .H = 3, .KV = 1, .hd = 64, .I = 320, .L = 3, .V = 400, .bias = 1,
-                    .window = 0};
+    rand_model l = {
+        .qwen3 = 0, .d = 192, .H = 3, .KV = 1, .hd = 64, .I = 320, .L = 3, .V = 400, .bias = 1, .window = 0};
     test_random_model(&l, "random llama hd64 bias llama3");
     if (g_fail) {
         printf("gpu_test_target: %ld failed checks\n", g_fail);

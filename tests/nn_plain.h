@@ -20,7 +20,7 @@ static int plain_in_ranges(const nn_key_ranges *r, int k)
 }
 
 static void plain_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
-                  int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
+                            int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
 {
     int group = n_heads / n_kv_heads;
     double *sc = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
@@ -73,8 +73,8 @@ static void plain_attention(float *out, const float *q, const float *k, const fl
 }
 
 static void plain_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                           const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads, int n_kv_heads,
-                           int hd, float scale)
+                                     const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads,
+                                     int n_kv_heads, int hd, float scale)
 {
     int group = n_heads / n_kv_heads;
     double *p = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
@@ -177,8 +177,7 @@ static void plain_matmul(float *out, const float *x, const float *w, const float
 }
 
 static void plain_matmul_backward(float *restrict dx, float *restrict dw, float *dbias, const float *restrict dout,
-                        const float *restrict x, const float *restrict w, int T,
-                        int n_in, int n_out)
+                                  const float *restrict x, const float *restrict w, int T, int n_in, int n_out)
 {
     if (dx) {
         for (int t = 0; t < T; t++) {

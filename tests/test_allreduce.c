@@ -31,11 +31,10 @@
 
 static char e2[512]; /* the allreduce_ calls' error message (one thread per process) */
 
-#define MAXF 1000 /* floats per round in most cases: sizes straddle multiples of it */
+#define MAXF 1000                    /* floats per round in most cases: sizes straddle multiples of it */
 #define TMO_NS (20ll * 1000000000ll) /* generous: a slow CI machine never trips it */
 
-enum { C_OK = 0, C_FAIL = 1, C_TIMEDOUT = 10, C_CANCELED = 11, C_INVAL = 12, C_STALE = 13,
-       C_OTHER = 20 };
+enum { C_OK = 0, C_FAIL = 1, C_TIMEDOUT = 10, C_CANCELED = 11, C_INVAL = 12, C_STALE = 13, C_OTHER = 20 };
 
 static uint64_t g_seed;
 static arena g_seg; /* the segment of the current case; children inherit the mapping */
@@ -83,8 +82,8 @@ static int check_equal(const float *got, const float *ref, size_t n, int rank, c
         return 0;
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &ref[i], sizeof(float)) != 0) {
-            fprintf(stderr, "rank %d: %s: element %zu of %zu is %.9g, reference %.9g\n", rank,
-                    what, i, n, got[i], ref[i]);
+            fprintf(stderr, "rank %d: %s: element %zu of %zu is %.9g, reference %.9g\n", rank, what, i, n, got[i],
+                    ref[i]);
             break;
         }
     return 1;
@@ -150,7 +149,7 @@ static void run_group(int world, rank_fn fn, void *arg, const char *name)
 
 /* --- sizes ---------------------------------------------------------------------------- */
 
-static const size_t k_sizes[] = { 0, 1, 15, 16, 17, 999, 1000, 1001, 2047, 3001, 10007 };
+static const size_t k_sizes[] = {0, 1, 15, 16, 17, 999, 1000, 1001, 2047, 3001, 10007};
 
 static int rank_sizes(int rank, int world, void *arg)
 {
@@ -202,8 +201,7 @@ static int rank_stress(int rank, int world, void *arg)
             usleep((useconds_t)df_rng_below(&jitter, 500));
         int rc = allreduce_sum(&c, buf, n, TMO_NS, e2, sizeof e2);
         if (rc) {
-            fprintf(stderr, "rank %d: iteration %llu: %s\n", rank, (unsigned long long)it,
-                    e2);
+            fprintf(stderr, "rank %d: iteration %llu: %s\n", rank, (unsigned long long)it, e2);
             return code_of(rc);
         }
         reference(ref, n, world, 100 + it, 0);
@@ -219,7 +217,7 @@ static int rank_stress(int rank, int world, void *arg)
 /* --- bucketed ----------------------------------------------------------------------------- */
 
 #define BUCKET_N 7777
-static const size_t k_buckets[] = { 1234, 1, 2500, 0, 1000, 17 }; /* + the rest */
+static const size_t k_buckets[] = {1234, 1, 2500, 0, 1000, 17}; /* + the rest */
 
 static int rank_bucketed(int rank, int world, void *arg)
 {
@@ -248,8 +246,7 @@ static int rank_bucketed(int rank, int world, void *arg)
                 return C_FAIL;
             }
             if (k == 0 && allreduce_sum(&c, ref, 1, TMO_NS, e2, sizeof e2) != -EBUSY) {
-                fprintf(stderr, "rank %d: plain reduction with buckets in flight not -EBUSY\n",
-                        rank);
+                fprintf(stderr, "rank %d: plain reduction with buckets in flight not -EBUSY\n", rank);
                 return C_FAIL;
             }
         }
@@ -282,8 +279,7 @@ static int rank_mismatch(int rank, int world, void *arg)
     fill_input(buf, 64, 900, rank);
     int rc = allreduce_sum(&c, buf, rank == world - 1 ? 50 : 40, TMO_NS, e2, sizeof e2);
     if (rc != -EINVAL) {
-        fprintf(stderr, "rank %d: mismatched n gave %d (%s), want -EINVAL\n", rank, rc,
-                e2);
+        fprintf(stderr, "rank %d: mismatched n gave %d (%s), want -EINVAL\n", rank, rc, e2);
         return C_FAIL;
     }
     /* a disagreement does not break the group: the next matched call works */
@@ -316,8 +312,7 @@ static int rank_loop(int rank, int world, void *arg)
             buf[i] *= 1.0f / (float)world;
         int rc = allreduce_sum(&c, buf, 2500, tmo, e2, sizeof e2);
         if (rc) {
-            printf("  rank %d: iteration %llu: %s\n", rank, (unsigned long long)it,
-                   e2);
+            printf("  rank %d: iteration %llu: %s\n", rank, (unsigned long long)it, e2);
             /* sticky: the group stays broken for later calls too */
             int rc2 = allreduce_sum(&c, buf, 2500, tmo, e2, sizeof e2);
             if (rc2 != rc)
@@ -335,8 +330,7 @@ static int rank_crash(int rank, int world, void *arg)
     return rank_loop(rank, world, arg);
 }
 
-static void expect_failure(int world, rank_fn fn, int64_t tmo, int victim, const char *name,
-                           int kill_after_us)
+static void expect_failure(int world, rank_fn fn, int64_t tmo, int victim, const char *name, int kill_after_us)
 {
     pid_t pids[ALLREDUCE_MAX_WORLD];
     int st[ALLREDUCE_MAX_WORLD];
@@ -397,7 +391,8 @@ static void test_setup(void)
     arena_close(&g_seg);
     T_ASSERT_RC(shm_create(&g_seg, allreduce_shm_bytes(2, 100), "allreduce-setup"));
     T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2) == -EPROTO);
-    T_ASSERT(allreduce_shm_format(g_seg.base, allreduce_shm_bytes(2, 100), 2, 113, e2, sizeof e2) == -EINVAL); /* small */
+    T_ASSERT(allreduce_shm_format(g_seg.base, allreduce_shm_bytes(2, 100), 2, 113, e2, sizeof e2) ==
+             -EINVAL); /* small */
     T_ASSERT(strstr(e2, "needs"));
     T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, 2, 100, e2, sizeof e2));
     T_ASSERT(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 3, e2, sizeof e2) == -EINVAL); /* world */
@@ -405,7 +400,7 @@ static void test_setup(void)
     T_ASSERT_RC(allreduce_open_shm(&c0, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2));
     T_ASSERT(allreduce_open_shm(&c1, g_seg.base, g_seg.size, 0, 2, e2, sizeof e2) == -EBUSY);
     T_ASSERT(strstr(e2, "re-format"));
-    float x[4] = { 1, 2, 3, 4 };
+    float x[4] = {1, 2, 3, 4};
     T_ASSERT(allreduce_bucket_ready(&c0, 1, x, 4, e2, sizeof e2) == -EINVAL); /* must start at 0 */
     T_ASSERT_RC(allreduce_wait_all(&c0, e2, sizeof e2));                      /* empty step */
     /* a re-format under a live handle: the handle is stale, not silently in the new group */
@@ -457,14 +452,14 @@ int main(int argc, char **argv)
 {
     if (argc > 1) {
         printf("usage: %s   (env ALLREDUCE_TEST_SEED=<n> replays a seed)\n"
-               "Tests the shared-memory all-reduce across forked ranks.\n", argv[0]);
+               "Tests the shared-memory all-reduce across forked ranks.\n",
+               argv[0]);
         return strcmp(argv[1], "--help") == 0 ? 0 : 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *s = getenv("ALLREDUCE_TEST_SEED");
     g_seed = s ? strtoull(s, NULL, 0) : (df_hash64((uint64_t)time(NULL)) ^ (uint64_t)getpid());
-    printf("seed %llu (replay: ALLREDUCE_TEST_SEED=%llu)\n", (unsigned long long)g_seed,
-           (unsigned long long)g_seed);
+    printf("seed %llu (replay: ALLREDUCE_TEST_SEED=%llu)\n", (unsigned long long)g_seed, (unsigned long long)g_seed);
     arena_init(&g_seg);
     signal(SIGPIPE, SIG_IGN);
 
@@ -475,13 +470,13 @@ int main(int argc, char **argv)
         run_group(world, rank_sizes, NULL, "sizes");
     }
     printf("sizes: R=2,3,4, %zu sizes 0..10007 (rounds of %d): bit-identical to rank-order "
-           "reference on every rank\n", DF_ARRAY_LEN(k_sizes), MAXF);
+           "reference on every rank\n",
+           DF_ARRAY_LEN(k_sizes), MAXF);
     for (int world = 3; world <= 4; world++) {
         new_segment(world, MAXF);
         run_group(world, rank_stress, NULL, "stress");
     }
-    printf("stress: R=3,4 x %d iterations, random sizes and per-rank sleeps: bit-identical\n",
-           STRESS_ITERS);
+    printf("stress: R=3,4 x %d iterations, random sizes and per-rank sleeps: bit-identical\n", STRESS_ITERS);
     new_segment(3, MAXF);
     run_group(3, rank_bucketed, NULL, "bucketed");
     printf("bucketed: 7 buckets in reverse order x 3 steps == one reduction, bit for bit\n");

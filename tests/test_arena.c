@@ -400,8 +400,7 @@ static void test_fdpass(void)
         } cb;
         memset(&cb, 0, sizeof cb);
         struct iovec iov = {.iov_base = "r", .iov_len = 1};
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
-                             .msg_controllen = sizeof cb.b};
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof cb.b};
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;

@@ -225,11 +225,17 @@ int main(void)
     T_ASSERT(json_integer_value(json_object_get(cj, "sliding_window")) == C.sliding_window);
     T_ASSERT(json_is_true(json_object_get(cj, "use_sliding_window")));
     T_ASSERT(json_is_true(json_object_get(cj, "tie_word_embeddings")));
-    const struct { const char *k; int v; } ints[] = {
-        {"hidden_size", C.hidden},         {"intermediate_size", C.intermediate},
-        {"num_hidden_layers", C.n_layers}, {"num_attention_heads", C.n_heads},
-        {"num_key_value_heads", C.n_kv_heads}, {"head_dim", C.head_dim},
-        {"vocab_size", C.vocab},           {"max_position_embeddings", C.max_position_embeddings}};
+    const struct {
+        const char *k;
+        int v;
+    } ints[] = {{"hidden_size", C.hidden},
+                {"intermediate_size", C.intermediate},
+                {"num_hidden_layers", C.n_layers},
+                {"num_attention_heads", C.n_heads},
+                {"num_key_value_heads", C.n_kv_heads},
+                {"head_dim", C.head_dim},
+                {"vocab_size", C.vocab},
+                {"max_position_embeddings", C.max_position_embeddings}};
     for (size_t i = 0; i < DF_ARRAY_LEN(ints); i++)
         T_ASSERT(json_integer_value(json_object_get(cj, ints[i].k)) == ints[i].v);
     T_ASSERT(json_real_value(json_object_get(cj, "rms_norm_eps")) == 1e-6);

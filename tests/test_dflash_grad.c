@@ -140,8 +140,8 @@ static void test_param_grads(void)
             w[e] = w0;
             double fd = (lp - lm) / (2 * eps);
             if (!fd_ok(fd, gw[e], gmax)) {
-                fprintf(stderr, "%s[%zu]: analytic %.6g vs finite difference %.6g (max |g| %.3g)\n", t.name, e,
-                        gw[e], fd, gmax);
+                fprintf(stderr, "%s[%zu]: analytic %.6g vs finite difference %.6g (max |g| %.3g)\n", t.name, e, gw[e],
+                        fd, gmax);
                 exit(1);
             }
         }

@@ -40,7 +40,8 @@
 static int g_fail; /* failed checks of the current fixture */
 
 /* A tensor that must exist with this dtype and shape (d1 < 0: 1-D); exits naming it. */
-static const safetensors_tensor *need(const safetensors_file *f, const char *name, safetensors_dtype dt, int64_t d0, int64_t d1)
+static const safetensors_tensor *need(const safetensors_file *f, const char *name, safetensors_dtype dt, int64_t d0,
+                                      int64_t d1)
 {
     const safetensors_tensor *t = safetensors_find(f, name);
     if (!t) {
@@ -51,7 +52,8 @@ static const safetensors_tensor *need(const safetensors_file *f, const char *nam
     if (t->dtype != dt || t->ndim != ndim || t->shape[0] != d0 || (ndim == 2 && t->shape[1] != d1)) {
         fprintf(stderr, "%s: tensor \"%s\": expected %s [%lld%s%lld], got %s ndim %d [%lld, %lld]\n", f->path, name,
                 safetensors_dtype_name(dt), (long long)d0, ndim == 2 ? ", " : "", ndim == 2 ? (long long)d1 : 0LL,
-                safetensors_dtype_name(t->dtype), t->ndim, (long long)t->shape[0], t->ndim > 1 ? (long long)t->shape[1] : 0LL);
+                safetensors_dtype_name(t->dtype), t->ndim, (long long)t->shape[0],
+                t->ndim > 1 ? (long long)t->shape[1] : 0LL);
         exit(1);
     }
     return t;

@@ -96,8 +96,8 @@ static void train(run_result *out)
                 out->loss_first = win.loss, out->acc_first = acc;
             else
                 out->loss_last = win.loss, out->acc_last = acc;
-            printf("  steps %3d-%3d: loss %.4f acc_1 %.3f acc_2 %.3f acc_3 %.3f tau %.3f lr %.2e |g| %.3f\n",
-                   step - 19, step, win.loss, acc, dflash_stats_acc(&win, 2), dflash_stats_acc(&win, 3),
+            printf("  steps %3d-%3d: loss %.4f acc_1 %.3f acc_2 %.3f acc_3 %.3f tau %.3f lr %.2e |g| %.3f\n", step - 19,
+                   step, win.loss, acc, dflash_stats_acc(&win, 2), dflash_stats_acc(&win, 3),
                    dflash_stats_tau(&win, c.block_size), info.lr, info.grad_norm);
         }
         if (step == STEPS - 21)

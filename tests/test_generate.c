@@ -111,8 +111,8 @@ static void check_against_spec(df_rng *r)
             df_rng_seed(&b, seed + d);
             int got = sample_token(l, &o, &a, &w), want = spec_sample(l, V, &o, &b);
             if (got != want) {
-                fprintf(stderr, "trial %d: V %d T %g top_p %g top_k %d: sample_token %d, specification %d\n", trial,
-                        V, o.temperature, o.top_p, o.top_k, got, want);
+                fprintf(stderr, "trial %d: V %d T %g top_p %g top_k %d: sample_token %d, specification %d\n", trial, V,
+                        o.temperature, o.top_p, o.top_k, got, want);
                 exit(1);
             }
         }
@@ -168,7 +168,8 @@ static void check_frequencies(df_rng *r)
         T_ASSERT(sample_token(l, &og, r, &w) == best);
     }
     sample_work_free(&w);
-    printf("ok: 20000 draws follow softmax within 5 sigma; top-k 2 and a two-token nucleus stay inside; T=0 is argmax\n");
+    printf(
+        "ok: 20000 draws follow softmax within 5 sigma; top-k 2 and a two-token nucleus stay inside; T=0 is argmax\n");
 }
 
 static void check_generation(df_rng *r)
@@ -224,8 +225,7 @@ static void check_generation(df_rng *r)
     /* a response that cannot fit the cache is refused before anything runs */
     generate_opts big = {{0.0, 1.0, 0}, 512, NULL, 0};
     int n, stop;
-    T_ASSERT(generate_one(&t, pl.p[0].tokens, pl.p[0].n, &big, NULL, &w, out, &n, &stop, err, sizeof err) ==
-             -ENOSPC);
+    T_ASSERT(generate_one(&t, pl.p[0].tokens, pl.p[0].n, &big, NULL, &w, out, &n, &stop, err, sizeof err) == -ENOSPC);
     printf("ok: %d held-out prompts: greedy responses are the target's argmax token by token, eos stops and is kept, "
            "sampling reproducible per (seed, index)\n",
            pl.n);

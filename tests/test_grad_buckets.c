@@ -33,7 +33,7 @@ static char e2[512]; /* the allreduce_ calls' error message (one thread per proc
 enum { S = 36, NA = 5, MAX_FLOATS = 4096 };
 
 static dflash_config C;
-static float *E;  /* [V, d] frozen embedding = lm_head */
+static float *E; /* [V, d] frozen embedding = lm_head */
 static uint64_t g_seed;
 static arena g_seg;
 
@@ -107,13 +107,13 @@ static void test_plan(void)
         for (int k = 0; k < p.n; k++) {
             T_ASSERT(p.lo[k] < p.hi[k]);
             if (k > 0)
-                T_ASSERT(p.hi[k] == p.lo[k - 1]);                         /* tiles the array */
+                T_ASSERT(p.hi[k] == p.lo[k - 1]); /* tiles the array */
             if (k < p.n - 1)
-                T_ASSERT(p.hi[k] - p.lo[k] >= sizes[si]);                 /* big enough */
+                T_ASSERT(p.hi[k] - p.lo[k] >= sizes[si]); /* big enough */
             int on_boundary = 0;
             for (int i = 0; i < nb; i++)
                 on_boundary |= b[i] == p.lo[k];
-            T_ASSERT(on_boundary);                                        /* cut where the backward reports */
+            T_ASSERT(on_boundary); /* cut where the backward reports */
         }
         if (sizes[si] <= 1)
             T_ASSERT(p.n == nb);
@@ -178,9 +178,9 @@ static void test_hook(void)
 
 typedef struct group_arg {
     size_t bucket_floats;
-    int empty_rank;      /* this rank has no batch (an empty step), -1 none */
-    float *out;          /* shared [world][2][n]: bucketed result, one-shot result */
-    int *early;          /* shared [world] */
+    int empty_rank; /* this rank has no batch (an empty step), -1 none */
+    float *out;     /* shared [world][2][n]: bucketed result, one-shot result */
+    int *early;     /* shared [world] */
     size_t n;
 } group_arg;
 
@@ -210,7 +210,8 @@ static int rank_main(int rank, int world, group_arg *ga)
             doc d;
             make_doc(&d, g_seed + 100 + 10 * (uint64_t)rank + (uint64_t)k);
             dflash_stats st;
-            rc = dflash_loss_and_grad_hooked(&C, &p, &fz, &d.b, &a, &g, 0, 16, &st, k == 1 ? buckets_step_hook(&s) : NULL);
+            rc = dflash_loss_and_grad_hooked(&C, &p, &fz, &d.b, &a, &g, 0, 16, &st,
+                                             k == 1 ? buckets_step_hook(&s) : NULL);
             free_doc(&d);
             if (rc < 0)
                 return 4;
@@ -259,7 +260,8 @@ static void run_group(int world, size_t bucket_floats, int empty_rank)
     arena out;
     arena_init(&out);
     T_ASSERT_RC(shm_create(&out, sizeof(float) * (size_t)world * 2 * n + sizeof(int) * ALLREDUCE_MAX_WORLD, "gb-out"));
-    group_arg ga = {bucket_floats, empty_rank, (float *)out.base, (int *)((float *)out.base + (size_t)world * 2 * n), n};
+    group_arg ga = {bucket_floats, empty_rank, (float *)out.base, (int *)((float *)out.base + (size_t)world * 2 * n),
+                    n};
     arena_close(&g_seg);
     T_ASSERT_RC(shm_create(&g_seg, allreduce_shm_bytes(world, MAX_FLOATS), "gb-allreduce"));
     T_ASSERT_RC(allreduce_shm_format(g_seg.base, g_seg.size, world, MAX_FLOATS, e2, sizeof e2));

@@ -57,7 +57,8 @@ static void good(void)
     if (rc < 0)
         fprintf(stderr, "%s\n", err);
     T_ASSERT_RC(rc);
-    T_ASSERT(c.arch == HFCONFIG_ARCH_QWEN3 && !strcmp(c.architecture, "Qwen3ForCausalLM") && !strcmp(c.model_type, "qwen3"));
+    T_ASSERT(c.arch == HFCONFIG_ARCH_QWEN3 && !strcmp(c.architecture, "Qwen3ForCausalLM") &&
+             !strcmp(c.model_type, "qwen3"));
     T_ASSERT(c.hidden_size == 1024 && c.intermediate_size == 3072 && c.num_hidden_layers == 28);
     T_ASSERT(c.num_attention_heads == 16 && c.num_key_value_heads == 8 && c.head_dim == 128);
     T_ASSERT(c.vocab_size == 151936 && c.max_position_embeddings == 40960);
@@ -222,21 +223,26 @@ static void bad(void)
          " \"sliding_window\": 0}",
          "cfg.json: sliding_window: expected a positive integer or null, got 0"},
         /* products of the shape fields: checked, bounded, named */
-        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64, "
+         "\"intermediate_size\": 128, \"num_hidden_layers\": 2,"
          " \"num_attention_heads\": 1073741824, \"head_dim\": 1073741824, \"vocab_size\": 10}",
          "cfg.json: num_attention_heads x head_dim: 1073741824 x 1073741824 = 1152921504606846976, above the "
          "limit of 1048576"},
-        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 64, "
+         "\"intermediate_size\": 128, \"num_hidden_layers\": 2,"
          " \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"head_dim\": 1048576, \"vocab_size\": 10}",
          "cfg.json: num_attention_heads x head_dim: 4 x 1048576 = 4194304, above the limit of 1048576"},
-        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 1073741824, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 1073741824, "
+         "\"intermediate_size\": 128, \"num_hidden_layers\": 2,"
          " \"num_attention_heads\": 4, \"vocab_size\": 10}",
          "cfg.json: hidden_size: 1073741824 is above the limit of 1048576"},
-        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 65536, \"intermediate_size\": 128, \"num_hidden_layers\": 2,"
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 65536, "
+         "\"intermediate_size\": 128, \"num_hidden_layers\": 2,"
          " \"num_attention_heads\": 4, \"vocab_size\": 1073741824}",
          "cfg.json: vocab_size x hidden_size: 70368744177664 elements in one weight, above the limit of "
          "68719476736"},
-        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 8192, \"intermediate_size\": 28672, \"num_hidden_layers\": 1073741824,"
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"hidden_size\": 8192, "
+         "\"intermediate_size\": 28672, \"num_hidden_layers\": 1073741824,"
          " \"num_attention_heads\": 64, \"num_key_value_heads\": 8, \"vocab_size\": 128256}",
          "cfg.json: num_hidden_layers: 1073741824 layers of hidden_size 8192, intermediate_size 28672 and "
          "vocab_size 128256 are more than 4398046511104 parameters"},

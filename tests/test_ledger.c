@@ -142,7 +142,8 @@ static void test_plan(void)
     }
     T_ASSERT(ups > (int)a.n_batches / 10 && downs > (int)a.n_batches / 10);
     printf("ok: plan of %u samples -> %u batches (%u truncated): deterministic, exactly once, "
-           "<= budget, homogeneous\n", n, a.n_batches, a.n_truncated);
+           "<= budget, homogeneous\n",
+           n, a.n_batches, a.n_truncated);
 
     /* bad arguments */
     ledger_plan e = {0};
@@ -208,17 +209,17 @@ static void test_states(void)
     T_ASSERT(n == 1 && idx[0] == p.sample_idx[0]);
 
     /* illegal transitions */
-    T_ASSERT(ledger_set_in_ring(&l, 1) == -EINVAL);       /* PENDING */
-    T_ASSERT(ledger_mark_trained(&l, 1, 1) == -EINVAL);   /* PENDING */
-    T_ASSERT(ledger_claim_batch(&l, 0, 4, 1) == -EBUSY);  /* CLAIMED by 3 */
+    T_ASSERT(ledger_set_in_ring(&l, 1) == -EINVAL);      /* PENDING */
+    T_ASSERT(ledger_mark_trained(&l, 1, 1) == -EINVAL);  /* PENDING */
+    T_ASSERT(ledger_claim_batch(&l, 0, 4, 1) == -EBUSY); /* CLAIMED by 3 */
     T_ASSERT(ledger_claim_batch(&l, 8, 4, 1) == -ERANGE);
-    T_ASSERT(ledger_mark_trained(&l, 0, 0) == -EINVAL);   /* steps start at 1 */
+    T_ASSERT(ledger_mark_trained(&l, 0, 0) == -EINVAL); /* steps start at 1 */
     T_ASSERT(ledger_batch_samples(&l, 99, &idx, &n) == -ERANGE);
 
     T_ASSERT_RC(ledger_set_in_ring(&l, 0));
     T_ASSERT_RC(ledger_batch_status_get(&l, 0, &st));
     T_ASSERT(st.state == LEDGER_IN_RING && st.worker == 3 && st.incarnation == 11);
-    T_ASSERT(ledger_set_in_ring(&l, 0) == -EINVAL);       /* already IN_RING */
+    T_ASSERT(ledger_set_in_ring(&l, 0) == -EINVAL); /* already IN_RING */
     T_ASSERT_RC(ledger_mark_trained(&l, 0, 1));
     T_ASSERT(ledger_mark_trained(&l, 0, 2) == -EALREADY); /* would count it twice */
     T_ASSERT(ledger_set_in_ring(&l, 0) == -EALREADY);     /* consumer was faster: harmless */
@@ -236,8 +237,8 @@ static void test_states(void)
     T_ASSERT(ledger_commit(&l, 0) == -EINVAL);            /* below the committed step */
     T_ASSERT(ledger_rewind(&l, 0) == -EINVAL);            /* cannot undo a checkpoint */
     T_ASSERT(ledger_mark_poisoned(&l, 0) == -EALREADY);
-    T_ASSERT_RC(ledger_mark_poisoned(&l, 7));              /* PENDING -> POISONED */
-    T_ASSERT_RC(ledger_mark_poisoned(&l, 7));              /* idempotent */
+    T_ASSERT_RC(ledger_mark_poisoned(&l, 7)); /* PENDING -> POISONED */
+    T_ASSERT_RC(ledger_mark_poisoned(&l, 7)); /* idempotent */
     T_ASSERT(ledger_claim_batch(&l, 7, 1, 1) == -EINVAL);
 
     /* claim_next skips the batches taken out of order (5, 7) */
@@ -377,7 +378,7 @@ static void test_reclaim(void)
     T_ASSERT_RC(ledger_claim_next(&l, 4, 1, &b));
     T_ASSERT_RC(ledger_claim_next(&l, 3, 2, &c)); /* worker 3, next incarnation */
     T_ASSERT_RC(ledger_claim_next(&l, 3, 2, &d));
-    T_ASSERT_RC(ledger_set_in_ring(&l, d));        /* published: the ring owns it now */
+    T_ASSERT_RC(ledger_set_in_ring(&l, d)); /* published: the ring owns it now */
     uint32_t n = 0;
     T_ASSERT_RC(ledger_reclaim_owner_ex(&l, 3, &n));
     T_ASSERT(n == 2);
@@ -433,8 +434,7 @@ static void test_multiprocess(void)
     ledger l;
     seg_make(&s, &p, &l);
     const uint32_t nb = p.n_batches;
-    _Atomic uint32_t *hits = mmap(NULL, nb * sizeof *hits, PROT_READ | PROT_WRITE,
-                                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    _Atomic uint32_t *hits = mmap(NULL, nb * sizeof *hits, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     T_ASSERT(hits != MAP_FAILED);
 
     /* a claimer that dies holding 10 batches */
@@ -545,7 +545,7 @@ static void test_open_validation(void)
     seg s;
     ledger l;
     seg_make(&s, &p, &l);
-    T_ASSERT(ledger_open(&l, s.mem, s.bytes - 64) == -EPROTO);  /* segment too small */
+    T_ASSERT(ledger_open(&l, s.mem, s.bytes - 64) == -EPROTO); /* segment too small */
     T_ASSERT(ledger_format(s.mem, s.bytes - 64, &p) == -ENOSPC);
     uint32_t *version = (uint32_t *)((char *)s.mem + 8);
     *version = 99;
@@ -577,7 +577,7 @@ static void test_snapshot(void)
         T_ASSERT_RC(ledger_claim_batch(&l, b, 1, 2));
         T_ASSERT_RC(ledger_mark_trained(&l, b, b + 1));
     }
-    T_ASSERT_RC(ledger_commit(&l, 3));  /* 0, 1, 2 committed; 3 trained at step 4 */
+    T_ASSERT_RC(ledger_commit(&l, 3)); /* 0, 1, 2 committed; 3 trained at step 4 */
     T_ASSERT_RC(ledger_mark_poisoned(&l, 5));
     void *buf;
     uint64_t len;

@@ -151,8 +151,8 @@ static void test_concurrent_writers(void)
     T_ASSERT(r.consumed == (uint64_t)st.st_size);
     metrics_reader_close(&r);
     T_ASSERT(unlink(path) == 0);
-    printf("ok: %d writers x %d lines appended concurrently, tailed live (%d empty polls), all whole\n",
-           NWRITERS, NLINES, polls);
+    printf("ok: %d writers x %d lines appended concurrently, tailed live (%d empty polls), all whole\n", NWRITERS,
+           NLINES, polls);
 }
 
 static void test_killed_writer(void)
@@ -321,8 +321,7 @@ static void test_escaping_and_numbers(void)
     T_ASSERT(json_number_value(json_object_get(o, "third")) == 1.0 / 3.0);
     T_ASSERT(json_number_value(json_object_get(o, "denorm")) == 5e-324);
     T_ASSERT(json_number_value(json_object_get(o, "neg")) == -3.5);
-    T_ASSERT(json_is_real(json_object_get(o, "whole")) &&
-             json_real_value(json_object_get(o, "whole")) == 42.0);
+    T_ASSERT(json_is_real(json_object_get(o, "whole")) && json_real_value(json_object_get(o, "whole")) == 42.0);
     T_ASSERT(strstr(raw, "\"tenth\":0.1,")); /* shortest exact form, not 0.10000000000000001 */
     T_ASSERT(jint(o, "imin") == INT64_MIN && jint(o, "imax") == INT64_MAX);
     T_ASSERT(jint(o, "u") == 1234567890123ll);
@@ -331,8 +330,8 @@ static void test_escaping_and_numbers(void)
     T_ASSERT(fabs(t - df_wall_s()) < 3600); /* it is wall time, not monotonic */
     /* the common fields come first, in order */
     T_ASSERT(strncmp(raw, "{\"t\":", 5) == 0);
-    const char *pw = strstr(raw, "\"worker\""), *pi = strstr(raw, "\"inc\""),
-               *pp = strstr(raw, "\"pid\""), *pe = strstr(raw, "\"ev\"");
+    const char *pw = strstr(raw, "\"worker\""), *pi = strstr(raw, "\"inc\""), *pp = strstr(raw, "\"pid\""),
+               *pe = strstr(raw, "\"ev\"");
     T_ASSERT(pw && pi && pp && pe && pw < pi && pi < pp && pp < pe && pe < strstr(raw, "\"s\""));
     json_decref(o);
 
@@ -399,13 +398,13 @@ static void test_truncation_rule(void)
     free(huge);
 
     /* worker names become file names: only safe ones */
-    const char *badnames[] = {"", "../x", ".hidden", "a/b", "sp ace",
-                              "0123456789012345678901234567890123456789012345678901234567890123"};
+    const char *badnames[] = {"",    "../x",   ".hidden",
+                              "a/b", "sp ace", "0123456789012345678901234567890123456789012345678901234567890123"};
     for (size_t i = 0; i < DF_ARRAY_LEN(badnames); i++)
         T_ASSERT(metrics_open(&w, dir, badnames[i], 0) == -EINVAL);
     T_ASSERT(metrics_open(&w, "/proc/no/such/dir", "w", 0) < 0);
-    printf("ok: truncation drops whole fields (%u here), line valid and <= %d bytes; names checked\n",
-           dropped, METRICS_LINE_MAX);
+    printf("ok: truncation drops whole fields (%u here), line valid and <= %d bytes; names checked\n", dropped,
+           METRICS_LINE_MAX);
 }
 
 int main(int argc, char **argv)

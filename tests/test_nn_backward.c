@@ -71,7 +71,10 @@ static void check_grad(const char *what, fwd_fn f, void *ctx, float *out, const 
 }
 
 /* ---- matmul ---- */
-typedef struct { float *x, *w, *b; int T, ni, no; } mm_ctx;
+typedef struct {
+    float *x, *w, *b;
+    int T, ni, no;
+} mm_ctx;
 static void mm_fwd(float *out, void *c_)
 {
     mm_ctx *c = c_;
@@ -93,7 +96,10 @@ static void test_matmul(void)
 }
 
 /* ---- rmsnorm ---- */
-typedef struct { float *x, *w; int T, C; } rn_ctx;
+typedef struct {
+    float *x, *w;
+    int T, C;
+} rn_ctx;
 static void rn_fwd(float *out, void *c_)
 {
     rn_ctx *c = c_;
@@ -110,7 +116,11 @@ static void test_rmsnorm(void)
 }
 
 /* ---- rope ---- */
-typedef struct { float *x; int32_t pos[5]; float inv[4]; } rp_ctx;
+typedef struct {
+    float *x;
+    int32_t pos[5];
+    float inv[4];
+} rp_ctx;
 static void rp_fwd(float *out, void *c_)
 {
     rp_ctx *c = c_;
@@ -132,7 +142,9 @@ static void test_rope(void)
 }
 
 /* ---- swiglu ---- */
-typedef struct { float *g, *u; } sw_ctx;
+typedef struct {
+    float *g, *u;
+} sw_ctx;
 static void sw_fwd(float *out, void *c_)
 {
     sw_ctx *c = c_;
@@ -150,7 +162,10 @@ static void test_swiglu(void)
 
 /* ---- attention (GQA, two ranges per query, one empty query) ---- */
 enum { ATQ = 6, ATK = 9, ATH = 4, ATKV = 2, ATD = 8 };
-typedef struct { float *q, *k, *v; nn_key_ranges r[ATQ]; } at_ctx;
+typedef struct {
+    float *q, *k, *v;
+    nn_key_ranges r[ATQ];
+} at_ctx;
 static void at_fwd(float *out, void *c_)
 {
     at_ctx *c = c_;
@@ -179,8 +194,7 @@ static void test_attention(void)
 int main(void)
 {
     uint64_t seed = getenv("NN_SEED") ? strtoull(getenv("NN_SEED"), NULL, 0) : (uint64_t)time(NULL);
-    printf("test_nn_backward: seed %llu (NN_SEED=%llu replays)\n", (unsigned long long)seed,
-           (unsigned long long)seed);
+    printf("test_nn_backward: seed %llu (NN_SEED=%llu replays)\n", (unsigned long long)seed, (unsigned long long)seed);
     df_rng_seed(&g_rng, seed);
     test_matmul();
     test_rmsnorm();

@@ -53,12 +53,21 @@ static nn_key_ranges rnd_range(int Tk)
 {
     nn_key_ranges r;
     switch (rnd(0, 5)) {
-    case 0: r = (nn_key_ranges){0, rnd(0, Tk), 0, 0}; break;                     /* causal prefix */
-    case 1: { int a = rnd(0, Tk); r = (nn_key_ranges){0, a, a, a + rnd(0, 6)}; } break; /* context + block, touching */
+    case 0: r = (nn_key_ranges){0, rnd(0, Tk), 0, 0}; break; /* causal prefix */
+    case 1: {
+        int a = rnd(0, Tk);
+        r = (nn_key_ranges){0, a, a, a + rnd(0, 6)};
+    } break; /* context + block, touching */
     case 2: r = (nn_key_ranges){rnd(-3, Tk), rnd(-3, Tk + 3), rnd(-3, Tk), rnd(-3, Tk + 3)}; break; /* anything */
-    case 3: { int a = rnd(0, Tk), b = rnd(0, Tk); r = (nn_key_ranges){b, b + rnd(1, 8), 0, a}; } break; /* reversed */
-    case 4: r = (nn_key_ranges){0, 0, 0, 0}; break;                              /* sees nothing */
-    default: { int a = rnd(0, Tk); r = (nn_key_ranges){0, a + 3, a, a + rnd(1, 9)}; } break; /* overlapping */
+    case 3: {
+        int a = rnd(0, Tk), b = rnd(0, Tk);
+        r = (nn_key_ranges){b, b + rnd(1, 8), 0, a};
+    } break;                                        /* reversed */
+    case 4: r = (nn_key_ranges){0, 0, 0, 0}; break; /* sees nothing */
+    default: {
+        int a = rnd(0, Tk);
+        r = (nn_key_ranges){0, a + 3, a, a + rnd(1, 9)};
+    } break; /* overlapping */
     }
     return r;
 }
@@ -112,10 +121,10 @@ static void test_attention(void)
         memcpy(dk2, dk1, sizeof(float) * nk);
         memcpy(dv2, dv1, sizeof(float) * nk);
         int which = rnd(0, 3); /* sometimes leave one gradient out (NULL) */
-        nn_attention_backward(which == 1 ? NULL : dq1, which == 2 ? NULL : dk1, which == 3 ? NULL : dv1, dout, q, k,
-                              v, rg, Tq, Tk, H, KV, hd, scale);
-        plain_attention_backward(which == 1 ? NULL : dq2, which == 2 ? NULL : dk2, which == 3 ? NULL : dv2, dout, q,
-                                 k, v, rg, Tq, Tk, H, KV, hd, scale);
+        nn_attention_backward(which == 1 ? NULL : dq1, which == 2 ? NULL : dk1, which == 3 ? NULL : dv1, dout, q, k, v,
+                              rg, Tq, Tk, H, KV, hd, scale);
+        plain_attention_backward(which == 1 ? NULL : dq2, which == 2 ? NULL : dk2, which == 3 ? NULL : dv2, dout, q, k,
+                                 v, rg, Tq, Tk, H, KV, hd, scale);
         same(dq1, dq2, nq, "nn_attention_backward dq", it);
         same(dk1, dk2, nk, "nn_attention_backward dk", it);
         same(dv1, dv2, nk, "nn_attention_backward dv", it);
@@ -123,8 +132,7 @@ static void test_attention(void)
         free(q), free(k), free(v), free(dout), free(rg), free(o1), free(o2);
         free(dq1), free(dk1), free(dv1), free(dq2), free(dk2), free(dv2);
     }
-    printf("ok: nn_attention and its backward == the plain loops bit for bit (60 random shapes, %ld values)\n",
-           elems);
+    printf("ok: nn_attention and its backward == the plain loops bit for bit (60 random shapes, %ld values)\n", elems);
 }
 
 static void zero_some(float *g, int T, int n)
@@ -160,7 +168,8 @@ static void test_matmul(void)
         if (it % 4 == 0) /* -0.0 starting values: adding a skipped zero term would flip them */
             for (size_t i = 0; i < nw; i++)
                 dw1[i] = -0.0f;
-        float *dx2 = malloc(sizeof(float) * nx), *dw2 = malloc(sizeof(float) * nw), *db2 = malloc(sizeof(float) * n_out);
+        float *dx2 = malloc(sizeof(float) * nx), *dw2 = malloc(sizeof(float) * nw),
+              *db2 = malloc(sizeof(float) * n_out);
         T_ASSERT(dx2 && dw2 && db2);
         memcpy(dx2, dx1, sizeof(float) * nx);
         memcpy(dw2, dw1, sizeof(float) * nw);

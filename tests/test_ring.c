@@ -16,14 +16,14 @@
 #include "test_helpers.h"
 #include "util.h"
 
-#define T_ASSERT_EQ_RC(expr, want)                                                          \
-    do {                                                                                    \
-        int t_got_ = (expr);                                                                \
-        if (t_got_ != (want)) {                                                             \
-            fprintf(stderr, "%s:%d: %s returned %d (%s), want %d (%s)\n", __FILE__, __LINE__, \
-                    #expr, t_got_, ring_strerror(t_got_), (want), ring_strerror(want));     \
-            exit(1);                                                                        \
-        }                                                                                   \
+#define T_ASSERT_EQ_RC(expr, want)                                                                           \
+    do {                                                                                                     \
+        int t_got_ = (expr);                                                                                 \
+        if (t_got_ != (want)) {                                                                              \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), want %d (%s)\n", __FILE__, __LINE__, #expr, t_got_, \
+                    ring_strerror(t_got_), (want), ring_strerror(want));                                     \
+            exit(1);                                                                                         \
+        }                                                                                                    \
     } while (0)
 
 static ring_state state_of(ring *r, uint32_t slot)
@@ -134,8 +134,7 @@ static void test_poison(void *mem, uint64_t bytes)
             T_ASSERT(rep.requeued == 1 && rep.poisoned == 0 && si.state == RING_READY);
         } else {
             T_ASSERT(rep.requeued == 0 && rep.poisoned == 1 && si.state == RING_POISONED);
-            T_ASSERT(rep.poisoned_batch_ids[0] == 77 && rep.poisoned_slots[0] == s &&
-                     rep.poisoned_rings[0] == 4);
+            T_ASSERT(rep.poisoned_batch_ids[0] == 77 && rep.poisoned_slots[0] == s && rep.poisoned_rings[0] == 4);
         }
     }
     T_ASSERT(state_of(&r, other) == RING_WRITING);
@@ -217,8 +216,7 @@ static void test_open_validation(void *mem, uint64_t bytes)
 {
     ring r;
     uint64_t need = ring_shm_bytes(4);
-    T_ASSERT(need > 0 && need % 64 == 0 && ring_shm_bytes(0) == 0 &&
-             ring_shm_bytes(RING_MAX_SLOTS + 1) == 0);
+    T_ASSERT(need > 0 && need % 64 == 0 && ring_shm_bytes(0) == 0 && ring_shm_bytes(RING_MAX_SLOTS + 1) == 0);
     T_ASSERT_EQ_RC(ring_format(mem, need - 1, 4, 3, 1), -EMSGSIZE);
     T_ASSERT_EQ_RC(ring_format(mem, bytes, 4, 0, 1), -EINVAL);
     T_ASSERT_EQ_RC(ring_format((char *)mem + 8, bytes - 64, 4, 3, 1), -EINVAL);
@@ -295,7 +293,7 @@ static char middle_dies_at(void *mem, uint64_t bytes, int die_at)
     ring_stats_read(&a, &sa);
     ring_stats_read(&b, &sb);
     T_ASSERT(sa.writing + sa.reading + sb.writing + sb.reading == 0); /* no lease survives */
-    T_ASSERT(sa.ready + sb.ready == 1);                              /* exactly one copy */
+    T_ASSERT(sa.ready + sb.ready == 1);                               /* exactly one copy */
     uint32_t c;
     if (sa.ready) {
         T_ASSERT_RC(ring_acquire_ready(&a, MID, MID_INC + 1, 0, &c));

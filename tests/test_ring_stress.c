@@ -43,8 +43,8 @@ enum { ROLE_PROD, ROLE_MID, ROLE_CONS };
 #define OWN_IS_CLAIMED_BY(v, w) (((v) >> 63) && (((v) >> 32) & 0x7fffffffu) == (uint64_t)(w))
 #define WAIT_NS (50LL * 1000 * 1000)
 
-struct ctl { /* the test's own shared state, after the rings in the segment */
-    _Alignas(64) _Atomic uint64_t cursor;        /* claim hint: ids below are (mostly) taken */
+struct ctl {                                       /* the test's own shared state, after the rings in the segment */
+    _Alignas(64) _Atomic uint64_t cursor;          /* claim hint: ids below are (mostly) taken */
     _Alignas(64) _Atomic uint64_t committed_total; /* progress for the kill points; may lag by
                                                      * the commits of killed consumers */
     _Alignas(64) _Atomic uint64_t bad_checksum;
@@ -54,7 +54,7 @@ struct ctl { /* the test's own shared state, after the rings in the segment */
 
 static struct {
     uint64_t nbatches;
-    arena seg, pay;         /* parent's mappings; children remap from dup'd fds */
+    arena seg, pay; /* parent's mappings; children remap from dup'd fds */
     uint64_t off_a, off_b, off_h, off_ctl, off_owner, off_count, seg_bytes;
 } g;
 
@@ -291,9 +291,8 @@ int main(int argc, char **argv)
 {
     uint64_t nbatches = 100000, seed = 1;
     int kills_planned = 150;
-    static const struct option opts[] = {{"batches", 1, 0, 'n'}, {"kills", 1, 0, 'k'},
-                                         {"seed", 1, 0, 's'},    {"help", 0, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"batches", 1, 0, 'n'}, {"kills", 1, 0, 'k'}, {"seed", 1, 0, 's'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:k:s:h", opts, NULL)) != -1) {
         switch (o) {
@@ -415,10 +414,11 @@ int main(int argc, char **argv)
             ring_stats sa, sb;
             ring_stats_read(&pv.a, &sa);
             ring_stats_read(&pv.b, &sb);
-            fprintf(stderr, "TIMEOUT: %llu/%llu committed; A free %u wr %u ready %u rd %u; "
-                            "B free %u wr %u ready %u rd %u\n",
-                    (unsigned long long)done, (unsigned long long)nbatches, sa.free, sa.writing,
-                    sa.ready, sa.reading, sb.free, sb.writing, sb.ready, sb.reading);
+            fprintf(stderr,
+                    "TIMEOUT: %llu/%llu committed; A free %u wr %u ready %u rd %u; "
+                    "B free %u wr %u ready %u rd %u\n",
+                    (unsigned long long)done, (unsigned long long)nbatches, sa.free, sa.writing, sa.ready, sa.reading,
+                    sb.free, sb.writing, sb.ready, sb.reading);
             for (uint64_t b = 0, shown = 0; b < nbatches && shown < 10; b++)
                 if (atomic_load(&pv.count[b]) != 1) {
                     fprintf(stderr, "  batch %llu: count %u owner 0x%llx\n", (unsigned long long)b,
@@ -439,16 +439,14 @@ int main(int argc, char **argv)
     for (uint64_t b = 0; b < nbatches; b++)
         if (atomic_load(&pv.count[b]) != 1) {
             if (not_once < 10)
-                fprintf(stderr, "batch %llu committed %u times\n", (unsigned long long)b,
-                        atomic_load(&pv.count[b]));
+                fprintf(stderr, "batch %llu committed %u times\n", (unsigned long long)b, atomic_load(&pv.count[b]));
             not_once++;
         }
     ring_stats sa, sb;
     ring_stats_read(&pv.a, &sa);
     ring_stats_read(&pv.b, &sb);
     printf("ring stress: %llu batches, %d kills, %d restarts, %.2f s (%.0f batches/s), seed %llu\n",
-           (unsigned long long)nbatches, kills, restarts, secs, (double)nbatches / secs,
-           (unsigned long long)seed);
+           (unsigned long long)nbatches, kills, restarts, secs, (double)nbatches / secs, (unsigned long long)seed);
     printf("  recovery: %u intents resolved, %u inputs handed on, %u slots freed, %u requeued, "
            "%u poisoned; %llu redeliveries seen by consumers\n",
            total.intents, total.handed_on, total.freed, total.requeued, total.poisoned,

@@ -50,12 +50,12 @@ static void conversions(void)
     T_ASSERT(safetensors_f32_to_f16(65504.0f) == 0x7bff);
     T_ASSERT(safetensors_f32_to_f16(65519.0f) == 0x7bff);
     T_ASSERT(safetensors_f32_to_f16(65520.0f) == 0x7c00);
-    T_ASSERT(safetensors_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);              /* tie -> even */
-    T_ASSERT(safetensors_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);              /* tie -> even (up) */
-    T_ASSERT(safetensors_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001);              /* smallest subnormal */
-    T_ASSERT(safetensors_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);              /* tie -> even (0) */
-    T_ASSERT(safetensors_f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);              /* tie -> even (2) */
-    T_ASSERT(safetensors_f32_to_f16(ldexpf(1023.5f, -24)) == 0x0400);            /* rounds up into the normals */
+    T_ASSERT(safetensors_f32_to_f16(1.0f + 1.0f / 2048) == 0x3c00);   /* tie -> even */
+    T_ASSERT(safetensors_f32_to_f16(1.0f + 3.0f / 2048) == 0x3c02);   /* tie -> even (up) */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(1.0f, -24)) == 0x0001);    /* smallest subnormal */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);    /* tie -> even (0) */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(3.0f, -25)) == 0x0002);    /* tie -> even (2) */
+    T_ASSERT(safetensors_f32_to_f16(ldexpf(1023.5f, -24)) == 0x0400); /* rounds up into the normals */
     T_ASSERT(safetensors_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
     T_ASSERT(isnan(safetensors_f16_to_f32(safetensors_f32_to_f16(NAN))));
     printf("conversions: all 65536 f16 and bf16 patterns round-trip, RNE ties ok\n");
@@ -68,7 +68,9 @@ static void round_trip(void)
     safetensors_writer *w = safetensors_writer_new();
     T_ASSERT(w);
     /* one tensor per dtype, odd sizes so alignment matters */
-    static const safetensors_dtype all[] = {SAFETENSORS_F32, SAFETENSORS_F16, SAFETENSORS_BF16, SAFETENSORS_F64, SAFETENSORS_I64, SAFETENSORS_I32, SAFETENSORS_I16, SAFETENSORS_I8, SAFETENSORS_U8, SAFETENSORS_BOOL};
+    static const safetensors_dtype all[] = {SAFETENSORS_F32, SAFETENSORS_F16, SAFETENSORS_BF16, SAFETENSORS_F64,
+                                            SAFETENSORS_I64, SAFETENSORS_I32, SAFETENSORS_I16,  SAFETENSORS_I8,
+                                            SAFETENSORS_U8,  SAFETENSORS_BOOL};
     unsigned char *bufs[DF_ARRAY_LEN(all)];
     int64_t shape[2] = {3, 5};
     df_rng r;

@@ -64,7 +64,8 @@ static double rel_err(const float *a, const float *b, size_t n)
 /* ---- 1. target decode vs target_forward_cpu --------------------------------------------- */
 
 /* Reference for a sequence: features [S, 2, d] of layers {3, 1} and logits [S, V]. */
-static void reference(target_model *ref, const target_embeddings *e, const int32_t *tok, int S, float *feat, float *logits)
+static void reference(target_model *ref, const target_embeddings *e, const int32_t *tok, int S, float *feat,
+                      float *logits)
 {
     int d = ref->cfg.hidden_size, V = ref->cfg.vocab_size;
     int32_t starts[2] = {0, S};
@@ -121,8 +122,7 @@ static void test_target_decode(void)
     double wf = 0, wl = 0;
     decode_reset(&m);
     decode_and_compare(&m, tok, 0, S, feat, lg, &wf, &wl);
-    printf("target decode: %d random tokens in random chunks: features rel err %.2e, logits rel err %.2e\n", S, wf,
-           wl);
+    printf("target decode: %d random tokens in random chunks: features rel err %.2e, logits rel err %.2e\n", S, wf, wl);
     T_ASSERT(wf < 1e-5 && wl < 1e-5);
 
     /* truncate to r, continue with other tokens: equals a fresh forward of the new sequence */
@@ -232,11 +232,11 @@ static void test_drafter_infer(decode_model *t)
 
 typedef struct oracle {
     int B, n_prompt, n_ctx, feat_dim;
-    const int32_t *ref;    /* the plain greedy continuation, long enough */
+    const int32_t *ref; /* the plain greedy continuation, long enough */
     int n_ref;
-    double corrupt;        /* probability that a drafted token is wrong */
+    double corrupt; /* probability that a drafted token is wrong */
     df_rng r;
-    float *feats;          /* [cap, feat_dim] every row appended, in order */
+    float *feats; /* [cap, feat_dim] every row appended, in order */
     int cap;
 } oracle;
 
@@ -280,8 +280,13 @@ static void test_oracle_loop(decode_model *t, target_model *ref_model, const int
     spec_result plain_long, plain, spec;
     T_ASSERT_RC(spec_generate_plain(&st, prompt, n_prompt, &long_o, &plain_long));
     T_ASSERT_RC(spec_generate_plain(&st, prompt, n_prompt, &o, &plain));
-    oracle orc = {.B = B, .n_prompt = n_prompt, .feat_dim = st.feat_dim, .ref = plain_long.tokens,
-                  .n_ref = plain_long.n_tokens, .corrupt = corrupt, .cap = t->max_ctx};
+    oracle orc = {.B = B,
+                  .n_prompt = n_prompt,
+                  .feat_dim = st.feat_dim,
+                  .ref = plain_long.tokens,
+                  .n_ref = plain_long.n_tokens,
+                  .corrupt = corrupt,
+                  .cap = t->max_ctx};
     df_rng_seed(&orc.r, df_rng_next(&rng));
     orc.feats = malloc(sizeof(float) * (size_t)orc.cap * orc.feat_dim);
     T_ASSERT(orc.feats);
@@ -313,8 +318,8 @@ static void test_oracle_loop(decode_model *t, target_model *ref_model, const int
         memcpy(want + ((size_t)i * 2 + 1) * d, allf + ((size_t)i * 4 + 3) * d, sizeof(float) * d);
     }
     double fe = rel_err(orc.feats, want, (size_t)nrows * 2 * d);
-    printf("oracle drafter (corrupt %.2f, B=%d, %d new): lossless, tau %.2f over %d steps, hist", corrupt, B,
-           max_new, spec_result_tau(&spec), spec.n_steps);
+    printf("oracle drafter (corrupt %.2f, B=%d, %d new): lossless, tau %.2f over %d steps, hist", corrupt, B, max_new,
+           spec_result_tau(&spec), spec.n_steps);
     for (int a = 1; a <= B; a++)
         printf(" %ld", spec.hist[a]);
     printf("; drafter context %d rows, features rel err %.2e\n", nrows, fe);
@@ -374,7 +379,8 @@ static void release_reference(decode_model *t)
     dflash_params p;
     T_ASSERT_RC(dflash_load_release(RELEASE_FIXTURE, &c, &p, err, sizeof err));
     T_ASSERT_RC(safetensors_open(&f, RELEASE_FIXTURE "/reference.safetensors", err, sizeof err));
-    const safetensors_tensor *tH = safetensors_find(&f, "H"), *tt = safetensors_find(&f, "tokens"), *tl = safetensors_find(&f, "logits");
+    const safetensors_tensor *tH = safetensors_find(&f, "H"), *tt = safetensors_find(&f, "tokens"),
+                             *tl = safetensors_find(&f, "logits");
     T_ASSERT(tH && tt && tl && tH->ndim == 2 && tH->shape[1] == (int64_t)c.n_capture * c.hidden);
     int S = (int)tH->shape[0] - 1, B = c.block_size, V = c.vocab;
     T_ASSERT(tl->ndim == 2 && tl->shape[0] == B - 1 && tl->shape[1] == V && safetensors_numel(tt) == S + 1);

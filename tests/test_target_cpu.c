@@ -34,8 +34,8 @@ typedef struct spec {
     int llama, L, d, I, H, KV, hd, V, tied, bias, sharded;
     safetensors_dtype dt;
     int sliding_window, max_window_layers; /* Qwen3 use_sliding_window when > 0 */
-    const char *skip;                       /* tensor left out, or NULL */
-    const char *reshape;                    /* tensor written with a wrong shape, or NULL */
+    const char *skip;                      /* tensor left out, or NULL */
+    const char *reshape;                   /* tensor written with a wrong shape, or NULL */
 } spec;
 
 typedef struct wbuf {
@@ -62,8 +62,9 @@ static void add(wbuf *b, const char *name, int64_t d0, int64_t d1, float scale, 
     T_ASSERT_RC(safetensors_writer_add_f32_as(b->w[shard], name, b->s->dt, d1 ? 2 : 1, shape, v));
     free(v);
     if (b->s->sharded)
-        b->io += (size_t)snprintf(b->index + b->io, sizeof b->index - b->io, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
-                                  b->io > 20 ? ", " : "", name, shard + 1);
+        b->io +=
+            (size_t)snprintf(b->index + b->io, sizeof b->index - b->io, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
+                             b->io > 20 ? ", " : "", name, shard + 1);
 }
 
 static void write_text(const char *dir, const char *name, const char *text)
@@ -84,18 +85,19 @@ static void write_config(const char *dir, const spec *s)
                  "\"rope_theta\": 500000.0, \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0,"
                  " \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 16}");
     else
-        snprintf(rope, sizeof rope, "\"rope_theta\": 1000000, \"use_sliding_window\": %s, \"sliding_window\": %d,"
-                 " \"max_window_layers\": %d", s->sliding_window ? "true" : "false",
-                 s->sliding_window ? s->sliding_window : 4096, s->max_window_layers);
+        snprintf(rope, sizeof rope,
+                 "\"rope_theta\": 1000000, \"use_sliding_window\": %s, \"sliding_window\": %d,"
+                 " \"max_window_layers\": %d",
+                 s->sliding_window ? "true" : "false", s->sliding_window ? s->sliding_window : 4096,
+                 s->max_window_layers);
     snprintf(cfg, sizeof cfg,
              "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, \"intermediate_size\": %d,"
              " \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,"
              " %s\"vocab_size\": %d, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": %s, \"attention_bias\": %s,"
              " \"mlp_bias\": %s, \"torch_dtype\": \"%s\", %s}",
              s->llama ? "LlamaForCausalLM" : "Qwen3ForCausalLM", s->llama ? "llama" : "qwen3", s->d, s->I, s->L, s->H,
-             s->KV, hd, s->V,
-             s->tied ? "true" : "false", s->bias ? "true" : "false", s->bias && s->llama ? "true" : "false",
-             s->dt == SAFETENSORS_BF16 ? "bfloat16" : "float32", rope);
+             s->KV, hd, s->V, s->tied ? "true" : "false", s->bias ? "true" : "false",
+             s->bias && s->llama ? "true" : "false", s->dt == SAFETENSORS_BF16 ? "bfloat16" : "float32", rope);
     write_text(dir, "config.json", cfg);
 }
 
@@ -158,10 +160,20 @@ static void make_model(char *dir, size_t dlen, const char *name, const spec *s, 
     safetensors_writer_free(b.w[1]);
 }
 
-static const spec QWEN = {.llama = 0, .L = 3, .d = 32, .I = 48, .H = 4, .KV = 2, .hd = 12, .V = 50, .tied = 1,
-                          .dt = SAFETENSORS_BF16};
-static const spec LLAMA = {.llama = 1, .L = 3, .d = 32, .I = 40, .H = 4, .KV = 1, .hd = 8, .V = 40, .tied = 0,
-                           .bias = 1, .sharded = 1, .dt = SAFETENSORS_F32};
+static const spec QWEN = {
+    .llama = 0, .L = 3, .d = 32, .I = 48, .H = 4, .KV = 2, .hd = 12, .V = 50, .tied = 1, .dt = SAFETENSORS_BF16};
+static const spec LLAMA = {.llama = 1,
+                           .L = 3,
+                           .d = 32,
+                           .I = 40,
+                           .H = 4,
+                           .KV = 1,
+                           .hd = 8,
+                           .V = 40,
+                           .tied = 0,
+                           .bias = 1,
+                           .sharded = 1,
+                           .dt = SAFETENSORS_F32};
 
 static double max_abs_diff(const float *a, const float *b, size_t n)
 {
@@ -305,7 +317,8 @@ static void load_errors(void)
     spec s = QWEN;
     s.skip = "model.layers.1.self_attn.k_norm.weight";
     make_model(dir, sizeof dir, "missing", &s, 3);
-    snprintf(want, sizeof want, "%s: tensor \"model.layers.1.self_attn.k_norm.weight\" missing (looked in model.safetensors)", dir);
+    snprintf(want, sizeof want,
+             "%s: tensor \"model.layers.1.self_attn.k_norm.weight\" missing (looked in model.safetensors)", dir);
     expect_load_error(dir, cap2, 1, -ENOENT, want);
     /* a tensor past the last captured layer is not needed */
     target_model m;
@@ -318,7 +331,8 @@ static void load_errors(void)
     make_model(dir, sizeof dir, "reshaped", &s, 3);
     snprintf(want, sizeof want,
              "%s/model-00002-of-00002.safetensors: tensor \"model.layers.1.mlp.down_proj.weight\": shape [33, 40], "
-             "expected [32, 40]", dir);
+             "expected [32, 40]",
+             dir);
     expect_load_error(dir, cap1, 1, -EINVAL, want);
 
     s = LLAMA;
@@ -397,8 +411,10 @@ static int compare_fixture(const char *name)
     if (rc < 0)
         fprintf(stderr, "%s\n", err);
     T_ASSERT_RC(rc);
-    const safetensors_tensor *ids = safetensors_find(&rf, "input_ids"), *ds = safetensors_find(&rf, "doc_starts"), *emb = safetensors_find(&rf, "embed");
-    T_ASSERT(ids && ds && emb && ids->dtype == SAFETENSORS_I32 && ds->dtype == SAFETENSORS_I32 && ids->ndim == 1 && ds->ndim == 1);
+    const safetensors_tensor *ids = safetensors_find(&rf, "input_ids"), *ds = safetensors_find(&rf, "doc_starts"),
+                             *emb = safetensors_find(&rf, "embed");
+    T_ASSERT(ids && ds && emb && ids->dtype == SAFETENSORS_I32 && ds->dtype == SAFETENSORS_I32 && ids->ndim == 1 &&
+             ds->ndim == 1);
     int T = (int)ids->shape[0], n_docs = (int)ds->shape[0] - 1;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)T), *starts = malloc(sizeof(int32_t) * (size_t)(n_docs + 1));
     memcpy(tok, ids->data, sizeof(int32_t) * (size_t)T);

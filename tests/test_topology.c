@@ -30,7 +30,9 @@ static char *q(const char *s) /* 'x' -> "x" */
 }
 
 /* Building blocks of the inline cases: a valid head, two rings, three workers. */
-#define HEAD "'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['s']}"
+#define HEAD                                                                                                           \
+    "'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['s']" \
+    "}"
 #define RINGS "'rings':[{'name':'tp'},{'name':'pd'}]"
 #define W_T "{'name':'t0','role':'target','out':'tp'}"
 #define W_P "{'name':'p0','role':'postproc','in':'tp','out':'pd'}"
@@ -41,7 +43,9 @@ static char *q(const char *s) /* 'x' -> "x" */
 #define VAL(x) "'validation':{'shards':['h']," x "}"
 #define DOC(...) "{" __VA_ARGS__ "}"
 #define VALID DOC(HEAD "," RINGS "," WORKERS)
-#define HEAD_CUDA "'version':1,'run_dir':'r','backend':'cuda','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['s']}"
+#define HEAD_CUDA                                                                                                      \
+    "'version':1,'run_dir':'r','backend':'cuda','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['s'" \
+    "]}"
 
 typedef struct bad_case {
     const char *doc;
@@ -63,14 +67,19 @@ static const bad_case bad_cases[] = {
     {DOC("'version':1,'run_dir':'r','backend':'gpu'"), "t: backend: expected \"cpu\" or \"cuda\", got \"gpu\""},
     {DOC("'version':1,'run_dir':'r','backend':'cpu','seed':-1"), "t: seed: expected an integer >= 0, got -1"},
     {DOC("'version':1,'run_dir':'r','backend':'cpu','seed':1.5"), "t: seed: expected an integer >= 0, got 1.5"},
-    {DOC("'version':1,'run_dir':'r','backend':'cpu','deterministic':1"), "t: deterministic: expected true or false, got 1"},
-    {DOC("'version':1,'name':'my run','run_dir':'r'"), "t: name: expected 1..63 characters [A-Za-z0-9_.-], got \"my run\""},
+    {DOC("'version':1,'run_dir':'r','backend':'cpu','deterministic':1"),
+     "t: deterministic: expected true or false, got 1"},
+    {DOC("'version':1,'name':'my run','run_dir':'r'"),
+     "t: name: expected 1..63 characters [A-Za-z0-9_.-], got \"my run\""},
     /* target */
     {DOC("'version':1,'run_dir':'r','backend':'cpu'"), "t: target: required key missing"},
     {DOC("'version':1,'run_dir':'r','backend':'cpu','target':[]"), "t: target: expected an object, got an array"},
-    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','layers':[1]}"), "t: target.layers: unknown key"},
-    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'capture_layers':[1]}"), "t: target.model_dir: required key missing"},
-    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m'}"), "t: target.capture_layers: required key missing"},
+    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','layers':[1]}"),
+     "t: target.layers: unknown key"},
+    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'capture_layers':[1]}"),
+     "t: target.model_dir: required key missing"},
+    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m'}"),
+     "t: target.capture_layers: required key missing"},
     {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[]}"),
      "t: target.capture_layers: expected a non-empty array (at most 256) of layer indices, got an array that is empty"},
     {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1,'a']}"),
@@ -82,23 +91,34 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD ",'drafter':{'warmup_frac':1.5}"), "t: drafter.warmup_frac: expected a number 0..1, got 1.5"},
     {DOC(HEAD ",'drafter':{'gamma':'7'}"), "t: drafter.gamma: expected a number > 0, got \"7\""},
     {DOC(HEAD ",'drafter':{'block_size':1}"), "t: drafter.block_size: expected an integer 2..1024, got 1"},
-    {DOC(HEAD ",'drafter':{'mask_token_id':-2}"), "t: drafter.mask_token_id: expected an integer 0..2147483647 or null, got -2"},
+    {DOC(HEAD ",'drafter':{'mask_token_id':-2}"),
+     "t: drafter.mask_token_id: expected an integer 0..2147483647 or null, got -2"},
     {DOC(HEAD ",'drafter':{'init_dir':5}"), "t: drafter.init_dir: expected a non-empty string or null, got 5"},
     {DOC(HEAD ",'drafter':{'epoch':2}"), "t: drafter.epoch: unknown key"},
-    {DOC(HEAD ",'drafter':{'keep_checkpoints':-1}"), "t: drafter.keep_checkpoints: expected an integer 0..1000000, got -1"},
-    {DOC(HEAD ",'drafter':{'keep_checkpoints':'3'}"), "t: drafter.keep_checkpoints: expected an integer 0..1000000, got \"3\""},
-    {DOC(HEAD ",'drafter':{'max_checkpoint_failures':0}"), "t: drafter.max_checkpoint_failures: expected an integer 1..1000000, got 0"},
-    {DOC(HEAD ",'drafter':{'max_checkpoint_failures':2.5}"), "t: drafter.max_checkpoint_failures: expected an integer 1..1000000, got 2.5"},
-    {DOC(HEAD ",'drafter':{'max_nonfinite_steps':0}"), "t: drafter.max_nonfinite_steps: expected an integer 1..1000000, got 0"},
-    {DOC(HEAD ",'drafter':{'max_nonfinite_steps':'3'}"), "t: drafter.max_nonfinite_steps: expected an integer 1..1000000, got \"3\""},
-    {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':4194305}"), "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got 4194305"},
-    {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':-1}"), "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got -1"},
+    {DOC(HEAD ",'drafter':{'keep_checkpoints':-1}"),
+     "t: drafter.keep_checkpoints: expected an integer 0..1000000, got -1"},
+    {DOC(HEAD ",'drafter':{'keep_checkpoints':'3'}"),
+     "t: drafter.keep_checkpoints: expected an integer 0..1000000, got \"3\""},
+    {DOC(HEAD ",'drafter':{'max_checkpoint_failures':0}"),
+     "t: drafter.max_checkpoint_failures: expected an integer 1..1000000, got 0"},
+    {DOC(HEAD ",'drafter':{'max_checkpoint_failures':2.5}"),
+     "t: drafter.max_checkpoint_failures: expected an integer 1..1000000, got 2.5"},
+    {DOC(HEAD ",'drafter':{'max_nonfinite_steps':0}"),
+     "t: drafter.max_nonfinite_steps: expected an integer 1..1000000, got 0"},
+    {DOC(HEAD ",'drafter':{'max_nonfinite_steps':'3'}"),
+     "t: drafter.max_nonfinite_steps: expected an integer 1..1000000, got \"3\""},
+    {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':4194305}"),
+     "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got 4194305"},
+    {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':-1}"),
+     "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got -1"},
     /* data */
     {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{}"),
      "t: data.shards: required key missing"},
-    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['a',7]}"),
+    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['"
+         "a',7]}"),
      "t: data.shards[1]: expected a non-empty string, got 7"},
-    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['a'],'token_budget':256}"),
+    {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['"
+         "a'],'token_budget':256}"),
      "t: data.token_budget: expected at least data.max_seq_len (512), got 256"},
     /* supervision */
     {DOC(HEAD ",'supervision':{'backoff_initial_ms':500,'backoff_max_ms':100}"),
@@ -108,16 +128,20 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD ",'rings':[]," WORKERS), "t: rings: expected an array of 1..16 rings, got 0"},
     {DOC(HEAD ",'rings':{}," WORKERS), "t: rings: expected an array of 1..16 rings, got an object"},
     {DOC(HEAD ",'rings':[{'name':'tp','slots':0}]"), "t: rings[0].slots: expected an integer 1..4096, got 0"},
-    {DOC(HEAD ",'rings':[{'name':'tp','slot_bytes':100}]"), "t: rings[0].slot_bytes: expected an integer 4096..1099511627776, got 100"},
-    {DOC(HEAD ",'rings':[{'name':'tp','max_attempts':101}]"), "t: rings[0].max_attempts: expected an integer 1..100, got 101"},
+    {DOC(HEAD ",'rings':[{'name':'tp','slot_bytes':100}]"),
+     "t: rings[0].slot_bytes: expected an integer 4096..1099511627776, got 100"},
+    {DOC(HEAD ",'rings':[{'name':'tp','max_attempts':101}]"),
+     "t: rings[0].max_attempts: expected an integer 1..100, got 101"},
     {DOC(HEAD ",'rings':[{'name':'TP'}]"), "t: rings[0].name: expected 1..31 characters [a-z0-9_-], got \"TP\""},
-    {DOC(HEAD ",'rings':[{'name':'tp'},{'name':'tp'}]"), "t: rings[1].name: duplicate ring name \"tp\" (also rings[0])"},
+    {DOC(HEAD ",'rings':[{'name':'tp'},{'name':'tp'}]"),
+     "t: rings[1].name: duplicate ring name \"tp\" (also rings[0])"},
     {DOC(HEAD ",'rings':[{'name':'tp','gpu':0}]"), "t: rings[0].gpu: expected -1 with backend \"cpu\", got 0"},
     {DOC(HEAD ",'rings':[{'slots':4}]"), "t: rings[0].name: required key missing"},
     /* workers */
     {DOC(HEAD "," RINGS ",'workers':[]"), "t: workers: expected an array of 1..64 workers, got 0"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T ",3]"), "t: workers[1]: expected an object, got 3"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'p0','role':'postproc','gpuu':0}]"), "t: workers[1].gpuu: unknown key"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'p0','role':'postproc','gpuu':0}]"),
+     "t: workers[1].gpuu: unknown key"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','gpu':'a'}]"),
      "t: workers[2].gpu: expected an integer -1..7, got \"a\""},
     {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'p0','role':'postproc','in':'tq','out':'pd'}]"),
@@ -132,9 +156,12 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "," W_V2 "]," VAL("'every_steps':100")),
      "t: workers[4].role: a second validator (workers[3] is one): at most one worker has role \"validator\""},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'every_steps':75")),
-     "t: validation.every_steps: expected a multiple of drafter.checkpoint_every (50): validation scores checkpoints, got 75"},
-    {DOC(HEAD ",'drafter':{'checkpoint_every':20}," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'every_steps':50")),
-     "t: validation.every_steps: expected a multiple of drafter.checkpoint_every (20): validation scores checkpoints, got 50"},
+     "t: validation.every_steps: expected a multiple of drafter.checkpoint_every (50): validation scores checkpoints, "
+     "got 75"},
+    {DOC(HEAD ",'drafter':{'checkpoint_every':20}," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V
+              "]," VAL("'every_steps':50")),
+     "t: validation.every_steps: expected a multiple of drafter.checkpoint_every (20): validation scores checkpoints, "
+     "got 50"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "],'validation':{'shards':[]}"),
      "t: validation.shards: expected a non-empty array of file names, got an array that is empty"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "],'validation':{'max_samples':4}"),
@@ -143,11 +170,14 @@ static const bad_case bad_cases[] = {
      "t: validation.max_samples: expected an integer 1..1000000, got 0"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D "," W_V "]," VAL("'every':5")),
      "t: validation.every: unknown key"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D ",{'name':'v','role':'validator','in':'pd'}]," VAL("'every_steps':0")),
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D
+              ",{'name':'v','role':'validator','in':'pd'}]," VAL("'every_steps':0")),
      "t: workers[3].in: a validator worker reads and writes no ring (it reads checkpoints; remove \"in\")"},
-    {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':0},{'name':'pd','gpu':0}],'workers':[{'name':'t0','role':'target','out':'tp','gpu':0},"
-         "{'name':'p0','role':'postproc','in':'tp','out':'pd','gpu':0},{'name':'d0','role':'drafter','in':'pd','gpu':0},"
-         "{'name':'v','role':'validator','gpu':0}]," VAL("'every_steps':0")),
+    {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':0},{'name':'pd','gpu':0}],'workers':[{'name':'t0','role':'target','"
+                   "out':'tp','gpu':0},"
+                   "{'name':'p0','role':'postproc','in':'tp','out':'pd','gpu':0},{'name':'d0','role':'drafter','in':'"
+                   "pd','gpu':0},"
+                   "{'name':'v','role':'validator','gpu':0}]," VAL("'every_steps':0")),
      "t: workers[3].gpu: expected -1: the validator runs on the CPU, got 0"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0'}]"), "t: workers[0].role: required key missing"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0','role':'target','in':'pd','out':'tp'}]"),
@@ -156,37 +186,46 @@ static const bad_case bad_cases[] = {
      "t: workers[0].out: a drafter worker writes no ring (remove \"out\")"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'p0','role':'postproc','in':'tp'}]"),
      "t: workers[1].out: required for role \"postproc\""},
-    {DOC(HEAD "," RINGS ",'workers':[{'name':'d0','role':'drafter'}]"), "t: workers[0].in: required for role \"drafter\""},
+    {DOC(HEAD "," RINGS ",'workers':[{'name':'d0','role':'drafter'}]"),
+     "t: workers[0].in: required for role \"drafter\""},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'x','role':'test','in':'tp','out':'tp'}]"),
      "t: workers[0].out: same ring as \"in\" (\"tp\")"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'t0','role':'drafter','in':'pd'}]"),
      "t: workers[2].name: duplicate worker name \"t0\" (also workers[0])"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0','role':'target','out':'tp','rank':0}]"),
      "t: workers[0].rank: only drafter workers have a rank"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','rank':2},{'name':'d1','role':'drafter','in':'pd'}]"),
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P
+              ",{'name':'d0','role':'drafter','in':'pd','rank':2},{'name':'d1','role':'drafter','in':'pd'}]"),
      "t: workers[2].rank: expected an integer 0..1, got 2"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','rank':1},{'name':'d1','role':'drafter','in':'pd'}]"),
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P
+              ",{'name':'d0','role':'drafter','in':'pd','rank':1},{'name':'d1','role':'drafter','in':'pd'}]"),
      "t: workers[3].rank: rank 1 is already taken by workers[2] (drafter ranks must be 0..1, each once)"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "]"), "t: rings[1]: ring \"pd\" has no consumer (no worker has \"in\": \"pd\")"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T ",{'name':'d0','role':'drafter','in':'tp'},{'name':'d1','role':'drafter','in':'pd'}]"),
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "]"),
+     "t: rings[1]: ring \"pd\" has no consumer (no worker has \"in\": \"pd\")"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T
+              ",{'name':'d0','role':'drafter','in':'tp'},{'name':'d1','role':'drafter','in':'pd'}]"),
      "t: rings[1]: ring \"pd\" has no producer (no worker has \"out\": \"pd\")"},
     /* the ring graph: stage order target -> postproc -> drafter, no cycle */
-    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'tp'},{'name':'d1','role':'drafter','in':'pd'}]"),
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P
+              ",{'name':'d0','role':'drafter','in':'tp'},{'name':'d1','role':'drafter','in':'pd'}]"),
      "t: workers[2].in: ring \"tp\" is written by workers[0] \"t0\" (role target), but a drafter reads only what a "
      "postproc writes (stage order target -> postproc -> drafter)"},
-    {DOC(HEAD ",'rings':[{'name':'tp'},{'name':'pp'},{'name':'pd'}],'workers':[" W_T ",{'name':'p0','role':'postproc','in':'tp','out':'pp'},"
-         "{'name':'p1','role':'postproc','in':'pp','out':'pd'}," W_D "]"),
+    {DOC(HEAD ",'rings':[{'name':'tp'},{'name':'pp'},{'name':'pd'}],'workers':[" W_T
+              ",{'name':'p0','role':'postproc','in':'tp','out':'pp'},"
+              "{'name':'p1','role':'postproc','in':'pp','out':'pd'}," W_D "]"),
      "t: workers[2].in: ring \"pp\" is written by workers[1] \"p0\" (role postproc), but a postproc reads only what a "
      "target writes (stage order target -> postproc -> drafter)"},
-    {DOC(HEAD "," RINGS ",'workers':[{'name':'a','role':'test','in':'tp','out':'pd'},{'name':'b','role':'test','in':'pd','out':'tp'}]"),
+    {DOC(HEAD "," RINGS ",'workers':[{'name':'a','role':'test','in':'tp','out':'pd'},{'name':'b','role':'test','in':'"
+              "pd','out':'tp'}]"),
      "t: rings[0]: ring \"tp\" is part of a cycle: tp -> workers[0] \"a\" -> pd -> workers[1] \"b\" -> tp (batches "
      "would flow back into it)"},
     {DOC(HEAD ",'rings':[{'name':'src'},{'name':'tp'},{'name':'pd'}],'workers':[{'name':'s','role':'test','out':'src'},"
-         "{'name':'m','role':'test','in':'src','out':'tp'},{'name':'p0','role':'postproc','in':'tp','out':'pd'},"
-         "{'name':'x','role':'test','in':'pd','out':'tp'},{'name':'c','role':'test','in':'pd'}]"),
+              "{'name':'m','role':'test','in':'src','out':'tp'},{'name':'p0','role':'postproc','in':'tp','out':'pd'},"
+              "{'name':'x','role':'test','in':'pd','out':'tp'},{'name':'c','role':'test','in':'pd'}]"),
      "t: rings[1]: ring \"tp\" is part of a cycle: tp -> workers[2] \"p0\" -> pd -> workers[3] \"x\" -> tp (batches "
      "would flow back into it)"},
-    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','heartbeat_timeout_ms':0}]"),
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P
+              ",{'name':'d0','role':'drafter','in':'pd','heartbeat_timeout_ms':0}]"),
      "t: workers[2].heartbeat_timeout_ms: expected an integer 100..86400000, got 0"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','env':{'1X':'a'}}]"),
      "t: workers[2].env.1X: expected a variable name [A-Za-z_][A-Za-z0-9_]*"},
@@ -204,12 +243,14 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':8}]"), "t: rings[0].gpu: expected an integer -1..7, got 8"},
     /* description */
     {DOC(HEAD "," RINGS "," WORKERS ",'description':3"), "t: description: expected a non-empty string or null, got 3"},
-    {DOC(HEAD "," RINGS "," WORKERS ",'description':''"), "t: description: expected a non-empty string or null, got \"\""},
+    {DOC(HEAD "," RINGS "," WORKERS ",'description':''"),
+     "t: description: expected a non-empty string or null, got \"\""},
     {DOC(HEAD "," RINGS "," WORKERS ",'description':['a']"),
      "t: description: expected a non-empty string or null, got an array"},
     {DOC(HEAD "," RINGS "," WORKERS ",'descripton':'a'"), "t: descripton: unknown key"},
     /* binaries */
-    {DOC(HEAD "," RINGS "," WORKERS ",'binaries':{'dir':3}"), "t: binaries.dir: expected a non-empty string or null, got 3"},
+    {DOC(HEAD "," RINGS "," WORKERS ",'binaries':{'dir':3}"),
+     "t: binaries.dir: expected a non-empty string or null, got 3"},
     {DOC(HEAD "," RINGS "," WORKERS ",'binaries':{'path':'x'}"), "t: binaries.path: unknown key"},
 };
 
@@ -241,8 +282,8 @@ static void test_bad_cases(void)
         char err[512];
         int rc = topology_parse(&t, doc, "t", err, sizeof err);
         if (rc != -EINVAL || strcmp(err, bad_cases[i].msg) != 0) { /* report all, then fail */
-            fprintf(stderr, "case %zu: %s\n  rc=%d\n  expected: %s\n  got:      %s\n", i, doc, rc,
-                    bad_cases[i].msg, err);
+            fprintf(stderr, "case %zu: %s\n  rc=%d\n  expected: %s\n  got:      %s\n", i, doc, rc, bad_cases[i].msg,
+                    err);
             failed++;
         }
         T_ASSERT(is_zeroed(&t)); /* a failed parse frees what it filled */
@@ -254,8 +295,8 @@ static void test_bad_cases(void)
         char err[512];
         int rc = topology_load(&t, bad_files[i].doc, err, sizeof err);
         if (rc != -EINVAL || strcmp(err, bad_files[i].msg) != 0) {
-            fprintf(stderr, "file %s: rc=%d\n  expected: %s\n  got:      %s\n", bad_files[i].doc, rc,
-                    bad_files[i].msg, err);
+            fprintf(stderr, "file %s: rc=%d\n  expected: %s\n  got:      %s\n", bad_files[i].doc, rc, bad_files[i].msg,
+                    err);
             failed++;
         }
         T_ASSERT(is_zeroed(&t));
@@ -272,7 +313,8 @@ static void test_missing_file(void)
     char err[512];
     int rc = topology_load(&t, "tests/topologies/does-not-exist.json", err, sizeof err);
     T_ASSERT(rc == -ENOENT);
-    T_ASSERT_STREQ(err, "tests/topologies/does-not-exist.json: cannot read the topology file: No such file or directory");
+    T_ASSERT_STREQ(err,
+                   "tests/topologies/does-not-exist.json: cannot read the topology file: No such file or directory");
     T_ASSERT(is_zeroed(&t));
     rc = topology_load(&t, "tests/topologies", err, sizeof err); /* a directory */
     T_ASSERT(rc < 0);
@@ -523,7 +565,8 @@ static void test_tiny_config(void)
     T_ASSERT(t.n_shards == 1);
     T_ASSERT_STREQ(t.shards[0], "data/tiny/train-000.dfs");
     T_ASSERT(t.n_rings == 2 && t.n_workers == 4 && topology_n_drafters(&t) == 1);
-    T_ASSERT(topology_find_validator(&t) == 3 && t.workers[3].role == TOPOLOGY_ROLE_VALIDATOR && t.workers[3].gpu == -1);
+    T_ASSERT(topology_find_validator(&t) == 3 && t.workers[3].role == TOPOLOGY_ROLE_VALIDATOR &&
+             t.workers[3].gpu == -1);
     T_ASSERT(t.val.enabled && t.val.n_shards == 1 && t.val.max_samples == 32 && t.val.every_steps == 100);
     T_ASSERT_STREQ(t.val.shards[0], "data/tiny/heldout-000.dfs");
     T_ASSERT(topology_find_worker(&t, "postproc0") == 1);

@@ -34,13 +34,13 @@
 
 static char e2[512]; /* the allreduce_ calls' error message (one thread per process) */
 
-#define CHECK(x)                                                                                                   \
-    do {                                                                                                       \
-        long rc_ = (long)(x);                                                                                  \
-        if (rc_ < 0) {                                                                                         \
-            fprintf(stderr, "bench_grad_buckets: %s:%d: %s: %s\n", __FILE__, __LINE__, #x, strerror((int)-rc_));  \
-            exit(1);                                                                                           \
-        }                                                                                                      \
+#define CHECK(x)                                                                                                 \
+    do {                                                                                                         \
+        long rc_ = (long)(x);                                                                                    \
+        if (rc_ < 0) {                                                                                           \
+            fprintf(stderr, "bench_grad_buckets: %s:%d: %s: %s\n", __FILE__, __LINE__, #x, strerror((int)-rc_)); \
+            exit(1);                                                                                             \
+        }                                                                                                        \
     } while (0)
 
 enum { MODE_COMPUTE, MODE_ONE, MODE_LAYER, MODE_REDUCE, N_MODES, MAX_STEPS = 1000 };
@@ -130,12 +130,17 @@ static int rank_main(int rank, const opts *o, shared_out *so)
 
 int main(int argc, char **argv)
 {
-    opts o = {.ranks = 2, .layers = 4, .hidden = 256, .seq = 256, .anchors = 16, .steps = 15, .warmup = 3,
+    opts o = {.ranks = 2,
+              .layers = 4,
+              .hidden = 256,
+              .seq = 256,
+              .anchors = 16,
+              .steps = 15,
+              .warmup = 3,
               .out = "bench/results/grad_buckets.json"};
-    static const struct option lo[] = {{"ranks", 1, 0, 'r'},   {"layers", 1, 0, 'l'}, {"hidden", 1, 0, 'd'},
-                                       {"seq", 1, 0, 's'},     {"anchors", 1, 0, 'a'}, {"steps", 1, 0, 'k'},
-                                       {"warmup", 1, 0, 'w'},  {"out", 1, 0, 'o'},    {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"ranks", 1, 0, 'r'}, {"layers", 1, 0, 'l'}, {"hidden", 1, 0, 'd'}, {"seq", 1, 0, 's'},  {"anchors", 1, 0, 'a'},
+        {"steps", 1, 0, 'k'}, {"warmup", 1, 0, 'w'}, {"out", 1, 0, 'o'},    {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
@@ -158,8 +163,9 @@ int main(int argc, char **argv)
     }
     if (o.ranks < 2 || o.ranks > ALLREDUCE_MAX_WORLD || o.layers < 1 || o.layers > DFLASH_MAX_LAYERS || o.hidden < 64 ||
         o.hidden % 64 || o.seq < 16 || o.anchors < 1 || o.steps < 1 || o.steps > MAX_STEPS || o.warmup < 0) {
-        fprintf(stderr, "bench_grad_buckets: bad option value (--ranks 2..%d, --layers 1..%d, --hidden a multiple of "
-                        "64, --seq >= 16, --steps 1..%d)\n",
+        fprintf(stderr,
+                "bench_grad_buckets: bad option value (--ranks 2..%d, --layers 1..%d, --hidden a multiple of "
+                "64, --seq >= 16, --steps 1..%d)\n",
                 ALLREDUCE_MAX_WORLD, DFLASH_MAX_LAYERS, MAX_STEPS);
         return 2;
     }
@@ -191,8 +197,8 @@ int main(int argc, char **argv)
     bench_env_read(&env);
     printf("bench_grad_buckets  (%s, %ld cpus, commit %s): %d ranks, drafter %d layers d=%d (%zu params, %.1f MB "
            "of fp32 gradients), S=%d, %d anchors x block %d; %d buckets per layer mode\n",
-           env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, (double)n * 4e-6, o.seq, o.anchors, C.block_size,
-           layer.n);
+           env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, (double)n * 4e-6, o.seq, o.anchors,
+           C.block_size, layer.n);
     fflush(stdout);
     pid_t pids[ALLREDUCE_MAX_WORLD];
     for (int r = 0; r < o.ranks; r++) {
@@ -229,22 +235,24 @@ int main(int argc, char **argv)
            "(medians of %d steps, rank 0)\n",
            step[MODE_ONE] / step[MODE_LAYER], 100.0 * hidden_frac, o.steps);
     char json[4096];
-    int k = snprintf(json, sizeof json,
-                     "{\n  \"bench\": \"grad_buckets\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n  \"cpus\": %ld,\n"
-                     "  \"commit\": \"%s\",\n  \"ranks\": %d,\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"params\": %zu,\n"
-                     "  \"seq\": %d,\n  \"anchors\": %d,\n  \"block_size\": %d,\n  \"steps\": %d,\n  \"warmup\": %d,\n"
-                     "  \"buckets_per_layer_mode\": %d,\n",
-                     env.date, env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, o.seq, o.anchors, C.block_size, o.steps,
-                     o.warmup, layer.n);
+    int k =
+        snprintf(json, sizeof json,
+                 "{\n  \"bench\": \"grad_buckets\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n  \"cpus\": %ld,\n"
+                 "  \"commit\": \"%s\",\n  \"ranks\": %d,\n  \"layers\": %d,\n  \"hidden\": %d,\n  \"params\": %zu,\n"
+                 "  \"seq\": %d,\n  \"anchors\": %d,\n  \"block_size\": %d,\n  \"steps\": %d,\n  \"warmup\": %d,\n"
+                 "  \"buckets_per_layer_mode\": %d,\n",
+                 env.date, env.host, env.cpus, env.commit, o.ranks, o.layers, o.hidden, n, o.seq, o.anchors,
+                 C.block_size, o.steps, o.warmup, layer.n);
     for (int m = 0; m < N_MODES && k > 0 && (size_t)k < sizeof json; m++)
         k += snprintf(json + k, sizeof json - (size_t)k, "  \"%s_step_ms\": %.3f,\n  \"%s_wait_ms\": %.3f,\n",
                       mode_key[m], step[m], mode_key[m], wait[m]);
     if (k > 0 && (size_t)k < sizeof json)
-        k += snprintf(json + k, sizeof json - (size_t)k,
-                      "  \"speedup_per_layer_vs_one_bucket\": %.4f,\n  \"reduction_cost_hidden_frac\": %.4f,\n"
-                      "  \"note\": \"medians over the timed steps of rank 0; step = forward + backward + the reduction "
-                      "(every rank starts a step together); exposed wait = time in allreduce_wait_all after the backward\"\n}\n",
-                      step[MODE_ONE] / step[MODE_LAYER], hidden_frac);
+        k += snprintf(
+            json + k, sizeof json - (size_t)k,
+            "  \"speedup_per_layer_vs_one_bucket\": %.4f,\n  \"reduction_cost_hidden_frac\": %.4f,\n"
+            "  \"note\": \"medians over the timed steps of rank 0; step = forward + backward + the reduction "
+            "(every rank starts a step together); exposed wait = time in allreduce_wait_all after the backward\"\n}\n",
+            step[MODE_ONE] / step[MODE_LAYER], hidden_frac);
     if (k <= 0 || (size_t)k >= sizeof json) {
         fprintf(stderr, "bench_grad_buckets: JSON too long\n");
         return 1;

@@ -49,24 +49,23 @@ static void usage(void)
            "  with the same arguments must write the same bytes\n");
 }
 
-#define CUDA_OK(call)                                                                        \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "bench_drafter: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,      \
-                    cudaGetErrorString(e_));                                                 \
-            exit(1);                                                                         \
-        }                                                                                    \
+#define CUDA_OK(call)                                                                                             \
+    do {                                                                                                          \
+        cudaError_t e_ = (call);                                                                                  \
+        if (e_ != cudaSuccess) {                                                                                  \
+            fprintf(stderr, "bench_drafter: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                                              \
+        }                                                                                                         \
     } while (0)
 /* a 0 / -errno call that wrote its failure into g_err */
 static char g_err[512];
-#define DFLASH_CUDA_OK(call)                                                                 \
-    do {                                                                                     \
-        int rc_ = (call);                                                                    \
-        if (rc_ < 0) {                                                                       \
-            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, g_err);       \
-            exit(1);                                                                         \
-        }                                                                                    \
+#define DFLASH_CUDA_OK(call)                                                           \
+    do {                                                                               \
+        int rc_ = (call);                                                              \
+        if (rc_ < 0) {                                                                 \
+            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, g_err); \
+            exit(1);                                                                   \
+        }                                                                              \
     } while (0)
 
 static void qwen3_8b_b16(dflash_config *c)
@@ -227,7 +226,9 @@ int main(int argc, char **argv)
     cudaStream_t s0;
     CUDA_OK(cudaStreamCreate(&s0));
     printf("bench_drafter: %s, %s shape, measuring the bf16 8192^3 GEMM ceiling ...\n", prop.name,
-           tiny ? "tiny" : small ? "Qwen3-1.7B-DFlash-b16" : "Qwen3-8B-DFlash-b16");
+           tiny    ? "tiny"
+           : small ? "Qwen3-1.7B-DFlash-b16"
+                   : "Qwen3-8B-DFlash-b16");
     fflush(stdout);
     double ceiling = gemm_ceiling(s0);
     printf("bench_drafter: GEMM ceiling %.1f TFLOP/s\n", ceiling);
@@ -239,8 +240,8 @@ int main(int argc, char **argv)
     /* std 0.02, 0.02 and 1 */
     DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0, g_err, sizeof g_err));
     DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0, g_err, sizeof g_err));
-    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0, g_err,
-                                                 sizeof g_err));
+    DFLASH_CUDA_OK(
+        dflash_fill_uniform_bf16_cuda(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0, g_err, sizeof g_err));
     CUDA_OK(cudaStreamSynchronize(s0));
     adamw_config oc;
     adamw_config_default(&oc, 1000);
@@ -256,7 +257,8 @@ int main(int argc, char **argv)
     DFLASH_CUDA_OK(dflash_params_init_device_cuda(ctx, 42, 0.02f, g_err, sizeof g_err));
     cudaStream_t s = dflash_stream_cuda(ctx);
 
-    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxS), *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxS),
+            *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
     uint8_t *lm = (uint8_t *)malloc((size_t)maxS), *keep = (uint8_t *)malloc((size_t)maxN);
     int32_t *x_d, *anc_d;
     uint8_t *lm_d, *keep_d;
@@ -371,20 +373,23 @@ int main(int argc, char **argv)
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
     off += (size_t)snprintf(buf + off, sizeof buf - off, "[\n");
     for (int i = 0; i < ncfg; i++) {
-        off += (size_t)snprintf(buf + off, sizeof buf - off,
-                                " {\"bench\": \"drafter_step_cuda\", \"shape\": \"%s\", \"seq\": %d, \"anchors\": %d, "
-                                "\"real_anchors\": %d, \"block_size\": %d, \"ms_per_step\": %.3f, \"ms_per_sample\": %.3f, "
-                                "\"samples_per_s\": %.3f, \"tflop_per_step\": %.3f, \"tflops\": %.1f, \"mfu\": %.4f, "
-                                "\"gemm_ceiling_tflops\": %.1f, \"loss\": %.4f, \"chunk_rows\": %d, \"warmup\": %d, "
-                                "\"iters\": %d, \"attention_pairs\": %.0f, \"device\": \"%s\", \"date\": \"%s\", "
-                                "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
-                                "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
-                                "\"step_ms_all\": [",
-                                tiny ? "tiny" : small ? "qwen3-1.7b-b16" : "qwen3-8b-b16", res[i].S, res[i].anchors, res[i].real, B, res[i].ms,
-                                res[i].ms, 1000.0 / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling,
-                                res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms,
-                                res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms,
-                                res[i].ph.opt_ms);
+        off += (size_t)snprintf(
+            buf + off, sizeof buf - off,
+            " {\"bench\": \"drafter_step_cuda\", \"shape\": \"%s\", \"seq\": %d, \"anchors\": %d, "
+            "\"real_anchors\": %d, \"block_size\": %d, \"ms_per_step\": %.3f, \"ms_per_sample\": %.3f, "
+            "\"samples_per_s\": %.3f, \"tflop_per_step\": %.3f, \"tflops\": %.1f, \"mfu\": %.4f, "
+            "\"gemm_ceiling_tflops\": %.1f, \"loss\": %.4f, \"chunk_rows\": %d, \"warmup\": %d, "
+            "\"iters\": %d, \"attention_pairs\": %.0f, \"device\": \"%s\", \"date\": \"%s\", "
+            "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
+            "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
+            "\"step_ms_all\": [",
+            tiny    ? "tiny"
+            : small ? "qwen3-1.7b-b16"
+                    : "qwen3-8b-b16",
+            res[i].S, res[i].anchors, res[i].real, B, res[i].ms, res[i].ms, 1000.0 / res[i].ms, res[i].tflop,
+            res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date,
+            res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms,
+            res[i].ph.opt_ms);
         for (int k = 0; k < res[i].n_ms; k++)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
         off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < ncfg ? "," : "");

@@ -45,21 +45,21 @@ int main(void)
 
 static char g_err[1024];
 
-#define CK(call)                                                                                              \
-    do {                                                                                                      \
-        cudaError_t e_ = (call);                                                                              \
-        if (e_ != cudaSuccess) {                                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));            \
-            exit(1);                                                                                          \
-        }                                                                                                     \
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
-#define RC(call)                                                                                              \
-    do {                                                                                                      \
-        int r_ = (call);                                                                                      \
-        if (r_ < 0) {                                                                                         \
-            fprintf(stderr, "%s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #call, r_, g_err);            \
-            exit(1);                                                                                          \
-        }                                                                                                     \
+#define RC(call)                                                                                  \
+    do {                                                                                          \
+        int r_ = (call);                                                                          \
+        if (r_ < 0) {                                                                             \
+            fprintf(stderr, "%s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #call, r_, g_err); \
+            exit(1);                                                                              \
+        }                                                                                         \
     } while (0)
 
 typedef struct shape {
@@ -96,7 +96,7 @@ typedef struct oracle {
     const int32_t *plain; /* the plain output (after the prompt) */
     int n_plain;
     int n_prompt;
-    double corrupt;       /* probability that a drafted token is replaced by a wrong one */
+    double corrupt; /* probability that a drafted token is replaced by a wrong one */
     df_rng rng;
     int V;
 } oracle;
@@ -401,8 +401,8 @@ int main(int argc, char **argv)
             sp_draft[qi] = r.draft_s * 1e3 / r.n_steps;
             sp_verify[qi] = r.verify_s * 1e3 / r.n_steps;
             sp_accept[qi] = r.accept_s * 1e3 / r.n_steps;
-            sp_lossless[qi] = r.n_tokens == pr.n_tokens &&
-                              memcmp(r.tokens, pr.tokens, sizeof(int32_t) * (size_t)r.n_tokens) == 0;
+            sp_lossless[qi] =
+                r.n_tokens == pr.n_tokens && memcmp(r.tokens, pr.tokens, sizeof(int32_t) * (size_t)r.n_tokens) == 0;
             spec_result_free(&r);
         }
         spec_result_free(&pr);
@@ -428,8 +428,8 @@ int main(int argc, char **argv)
                                100 * plain_floor / plain_ms[1], v16_ms, v16_ms / plain_ms[1], draft_ms,
                                100 * draft_floor / draft_ms, append_ms);
         for (int qi = 0; qi < 3; qi++)
-            tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi],
-                                   sp_tpot[qi], plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
+            tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi], sp_tpot[qi],
+                                   plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
         tl += (size_t)snprintf(table + tl, sizeof table - tl, "\n");
 
         fprintf(jf,
@@ -439,9 +439,9 @@ int main(int argc, char **argv)
                 "%.4f, \"draft_bytes\": %.6g, \"draft_pct_ceiling\": %.2f, \"accept4_ms\": %.4f, "
                 "\"plain_tpot_ms\": %.4f, \"fused_default\": %d, \"other_kernels\": {\"plain_step_ms\": %.4f, "
                 "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"spec\": [",
-                first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes,
-                plain_floor, 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms,
-                draft_bytes, 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
+                first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes, plain_floor,
+                100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms, draft_bytes,
+                100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
         for (int qi = 0; qi < 3; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"tpot_ms\": %.4f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "
@@ -458,7 +458,8 @@ int main(int argc, char **argv)
     fprintf(jf, "\n]}\n");
     fclose(jf);
     printf("\n| shape | plain ms/step | %% of ceiling | verify-16 ms | / plain | draft ms | %% of ceiling | accept "
-           "ms | tau: spec ms/token, speedup (p = 1) | (p = 0.12) | (p = 0) |\n|---|---|---|---|---|---|---|---|---|---|---|\n%s",
+           "ms | tau: spec ms/token, speedup (p = 1) | (p = 0.12) | (p = 0) "
+           "|\n|---|---|---|---|---|---|---|---|---|---|---|\n%s",
            table);
     printf("JSON: %s\n", json);
     return 0;

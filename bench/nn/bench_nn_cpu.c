@@ -44,11 +44,11 @@ static double now_ms(void)
 }
 
 typedef struct inputs {
-    float *x, *w, *out, *g, *dx, *dw;              /* linear: x [T_TGT, D], w [I, D] */
-    float *q, *k, *v, *att, *datt, *dq, *dk, *dv;  /* attention */
-    nn_key_ranges *causal;                         /* [T_TGT]: 4 packed documents of 256 */
-    nn_key_ranges *dflash;                         /* [R_BLK]: context before the anchor + own block */
-    float *qb, *kb, *vb, *attb;                    /* drafter attention: R_BLK queries over T_KEYS keys */
+    float *x, *w, *out, *g, *dx, *dw;             /* linear: x [T_TGT, D], w [I, D] */
+    float *q, *k, *v, *att, *datt, *dq, *dk, *dv; /* attention */
+    nn_key_ranges *causal;                        /* [T_TGT]: 4 packed documents of 256 */
+    nn_key_ranges *dflash;                        /* [R_BLK]: context before the anchor + own block */
+    float *qb, *kb, *vb, *attb;                   /* drafter attention: R_BLK queries over T_KEYS keys */
 } inputs;
 
 typedef struct row {
@@ -142,7 +142,8 @@ int main(int argc, char **argv)
     inputs in;
     in.x = buf((size_t)T_TGT * D, 1), in.w = buf((size_t)I * D, 0.1), in.out = buf((size_t)T_TGT * I, 0);
     in.g = buf((size_t)T_TGT * I, 1), in.dx = buf((size_t)T_TGT * D, 0), in.dw = buf((size_t)I * D, 0);
-    in.q = buf((size_t)T_TGT * H * HD, 1), in.k = buf((size_t)T_TGT * KV * HD, 1), in.v = buf((size_t)T_TGT * KV * HD, 1);
+    in.q = buf((size_t)T_TGT * H * HD, 1), in.k = buf((size_t)T_TGT * KV * HD, 1),
+    in.v = buf((size_t)T_TGT * KV * HD, 1);
     in.att = buf((size_t)T_TGT * H * HD, 0);
     in.qb = buf((size_t)R_BLK * H * HD, 1), in.kb = buf((size_t)T_KEYS * KV * HD, 1),
     in.vb = buf((size_t)T_KEYS * KV * HD, 1), in.attb = buf((size_t)R_BLK * H * HD, 0);
@@ -203,19 +204,21 @@ int main(int argc, char **argv)
         fflush(stdout);
     }
     char json[4096];
-    int k = snprintf(json, sizeof json,
-                     "{\n  \"bench\": \"nn_cpu\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n  \"cpus\": %ld,\n"
-                     "  \"commit\": \"%s\",\n  \"iters\": %d,\n  \"shape\": {\"d\": %d, \"intermediate\": %d, \"heads\": %d, "
-                     "\"kv_heads\": %d, \"head_dim\": %d, \"target_tokens\": %d, \"drafter_context\": %d, "
-                     "\"drafter_block_rows\": %d},\n  \"peer\": \"the plain loops of tests/nn_plain.h\",\n  \"layers\": [\n",
-                     env.date, env.host, env.cpus, env.commit, iters, D, I, H, KV, HD, T_TGT, S_CTX, R_BLK);
+    int k = snprintf(
+        json, sizeof json,
+        "{\n  \"bench\": \"nn_cpu\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n  \"cpus\": %ld,\n"
+        "  \"commit\": \"%s\",\n  \"iters\": %d,\n  \"shape\": {\"d\": %d, \"intermediate\": %d, \"heads\": %d, "
+        "\"kv_heads\": %d, \"head_dim\": %d, \"target_tokens\": %d, \"drafter_context\": %d, "
+        "\"drafter_block_rows\": %d},\n  \"peer\": \"the plain loops of tests/nn_plain.h\",\n  \"layers\": [\n",
+        env.date, env.host, env.cpus, env.commit, iters, D, I, H, KV, HD, T_TGT, S_CTX, R_BLK);
     for (int r = 0; r < 5 && k > 0 && (size_t)k < sizeof json; r++)
-        k += snprintf(json + k, sizeof json - (size_t)k,
-                      "    {\"layer\": \"%s\", \"flops\": %.0f, \"ours_ms\": %.4f, \"plain_ms\": %.4f, \"ours_gflops\": "
-                      "%.3f, \"plain_gflops\": %.3f, \"speedup\": %.3f, \"same_bits\": %s}%s\n",
-                      rows[r].key, rows[r].flops, rows[r].ms_ours, rows[r].ms_plain,
-                      rows[r].flops / rows[r].ms_ours * 1e-6, rows[r].flops / rows[r].ms_plain * 1e-6,
-                      rows[r].ms_plain / rows[r].ms_ours, rows[r].same ? "true" : "false", r < 4 ? "," : "");
+        k +=
+            snprintf(json + k, sizeof json - (size_t)k,
+                     "    {\"layer\": \"%s\", \"flops\": %.0f, \"ours_ms\": %.4f, \"plain_ms\": %.4f, \"ours_gflops\": "
+                     "%.3f, \"plain_gflops\": %.3f, \"speedup\": %.3f, \"same_bits\": %s}%s\n",
+                     rows[r].key, rows[r].flops, rows[r].ms_ours, rows[r].ms_plain,
+                     rows[r].flops / rows[r].ms_ours * 1e-6, rows[r].flops / rows[r].ms_plain * 1e-6,
+                     rows[r].ms_plain / rows[r].ms_ours, rows[r].same ? "true" : "false", r < 4 ? "," : "");
     if (k > 0 && (size_t)k < sizeof json)
         k += snprintf(json + k, sizeof json - (size_t)k, "  ]\n}\n");
     if (k <= 0 || (size_t)k >= sizeof json) {

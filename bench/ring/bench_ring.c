@@ -27,9 +27,9 @@
 #include "util.h"
 #include "bench/bench_env.h"
 
-#define CHECK(expr)                                                                    \
-    do {                                                                               \
-        if (!(expr))                                                                   \
+#define CHECK(expr)                                                                        \
+    do {                                                                                   \
+        if (!(expr))                                                                       \
             df_die(1, "%s:%d: %s failed: %s", __FILE__, __LINE__, #expr, strerror(errno)); \
     } while (0)
 
@@ -41,7 +41,9 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-typedef struct lat { double p50_us, p99_us, mean_us; } lat;
+typedef struct lat {
+    double p50_us, p99_us, mean_us;
+} lat;
 
 static lat summarize(uint64_t *rtt_ns, int n)
 {
@@ -228,8 +230,8 @@ int main(int argc, char **argv)
     uint64_t handoffs = 1000000;
     int iters = 20000, repeat = 3;
     const char *out = "bench/results/ring.json";
-    static const struct option opts[] = {{"handoffs", 1, 0, 'n'}, {"iters", 1, 0, 'i'},
-                                         {"repeat", 1, 0, 'r'}, {"out", 1, 0, 'o'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"handoffs", 1, 0, 'n'}, {"iters", 1, 0, 'i'}, {"repeat", 1, 0, 'r'},
+                                         {"out", 1, 0, 'o'},      {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "n:i:r:o:h", opts, NULL)) != -1) {
         switch (o) {
@@ -279,14 +281,17 @@ int main(int argc, char **argv)
     printf("    eventfd                            %8.2f %8.2f %8.2f\n", le.p50_us, le.p99_us, le.mean_us);
 
     char json[2048];
-    int n = snprintf(json, sizeof json,
+    int n = snprintf(
+        json, sizeof json,
         "{\n  \"bench\": \"ring\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n  \"cpus\": %ld,\n"
-        "  \"loadavg_1min\": %.2f,\n  \"commit\": \"%s\",\n  \"handoffs\": %llu,\n  \"pingpong_iters\": %d,\n  \"repeat\": %d,\n"
+        "  \"loadavg_1min\": %.2f,\n  \"commit\": \"%s\",\n  \"handoffs\": %llu,\n  \"pingpong_iters\": %d,\n  "
+        "\"repeat\": %d,\n"
         "  \"ring_handoffs_per_s\": %.0f,\n"
         "  \"ring_wake_p50_us\": %.3f,\n  \"ring_wake_p99_us\": %.3f,\n  \"ring_wake_mean_us\": %.3f,\n"
         "  \"pipe_wake_p50_us\": %.3f,\n  \"pipe_wake_p99_us\": %.3f,\n  \"pipe_wake_mean_us\": %.3f,\n"
         "  \"eventfd_wake_p50_us\": %.3f,\n  \"eventfd_wake_p99_us\": %.3f,\n  \"eventfd_wake_mean_us\": %.3f,\n"
-        "  \"note\": \"median of repeat rounds; one-way latency = ping-pong round trip / 2; both sides block (futex wait / read) between messages\"\n}\n",
+        "  \"note\": \"median of repeat rounds; one-way latency = ping-pong round trip / 2; both sides block (futex "
+        "wait / read) between messages\"\n}\n",
         date, host, ncpu, load[0], commit, (unsigned long long)handoffs, iters, repeat, hps, lr.p50_us, lr.p99_us,
         lr.mean_us, lp.p50_us, lp.p99_us, lp.mean_us, le.p50_us, le.p99_us, le.mean_us);
     CHECK(n > 0 && (size_t)n < sizeof json);

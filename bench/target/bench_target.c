@@ -34,21 +34,21 @@ int main(void)
 #include <string.h>
 #include <unistd.h>
 
-#define CK(call)                                                                                  \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
+#define CK(call)                                                                                          \
+    do {                                                                                                  \
+        cudaError_t e_ = (call);                                                                          \
+        if (e_ != cudaSuccess) {                                                                          \
             fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                              \
-        }                                                                                         \
+            exit(1);                                                                                      \
+        }                                                                                                 \
     } while (0)
-#define RC(call, extra)                                                                           \
-    do {                                                                                          \
-        long r_ = (long)(call);                                                                   \
-        if (r_ < 0) {                                                                             \
+#define RC(call, extra)                                                                              \
+    do {                                                                                             \
+        long r_ = (long)(call);                                                                      \
+        if (r_ < 0) {                                                                                \
             fprintf(stderr, "%s:%d: %s returned %ld: %s\n", __FILE__, __LINE__, #call, r_, (extra)); \
-            exit(1);                                                                              \
-        }                                                                                         \
+            exit(1);                                                                                 \
+        }                                                                                            \
     } while (0)
 
 static char g_err[512]; /* the failure text of the last 0 / -errno call */
@@ -333,9 +333,9 @@ int main(int argc, char **argv)
                 "    {\"model\": \"%s\", \"T\": %d, \"B\": %d, \"layout\": \"%s\", \"tokens\": %d, \"layers_run\": %d, "
                 "\"capture\": [%d, %d, %d, %d, %d], \"eager_ms\": %.3f, \"graph_ms\": %.3f, \"tok_s\": %.1f, "
                 "\"gflop_per_token\": %.4f, \"tflops\": %.2f, \"mfu\": %.4f}%s\n",
-                o->model, o->T, o->B, o->layout, o->tokens, o->layers_run, o->capture[0], o->capture[1],
-                o->capture[2], o->capture[3], o->capture[4], o->eager_ms, o->graph_ms, o->tok_s, o->gflop_per_token,
-                o->tflops, o->mfu, i + 1 < nres ? "," : "");
+                o->model, o->T, o->B, o->layout, o->tokens, o->layers_run, o->capture[0], o->capture[1], o->capture[2],
+                o->capture[3], o->capture[4], o->eager_ms, o->graph_ms, o->tok_s, o->gflop_per_token, o->tflops, o->mfu,
+                i + 1 < nres ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0) {

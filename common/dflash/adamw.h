@@ -12,8 +12,8 @@
 #include <stddef.h>
 
 typedef struct adamw_config {
-    double lr;           /* peak learning rate */
-    double min_lr;       /* floor of the cosine (0 = decay to 0) */
+    double lr;     /* peak learning rate */
+    double min_lr; /* floor of the cosine (0 = decay to 0) */
     double beta1, beta2, eps;
     double weight_decay; /* decoupled: p -= lr * wd * p, on decay segments only */
     double warmup_frac;  /* warmup steps = ceil(warmup_frac * total_steps) */
@@ -34,10 +34,10 @@ typedef struct adamw {
 } adamw;
 
 typedef struct adamw_info {
-    double lr;        /* learning rate used by this update */
-    double grad_norm; /* global L2 norm BEFORE clipping */
-    double clip_scale;/* factor applied to the gradients (1 = not clipped) */
-    int skipped;      /* 1: non-finite gradient norm, nothing updated (step not counted) */
+    double lr;         /* learning rate used by this update */
+    double grad_norm;  /* global L2 norm BEFORE clipping */
+    double clip_scale; /* factor applied to the gradients (1 = not clipped) */
+    int skipped;       /* 1: non-finite gradient norm, nothing updated (step not counted) */
 } adamw_info;
 
 /* Paper defaults: lr 6e-4, betas (0.9, 0.95), eps 1e-8, wd 0, warmup 4%, clip 1.0. */

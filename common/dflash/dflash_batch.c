@@ -50,8 +50,8 @@ int dflash_sample_anchors(int32_t *anchors, uint8_t *keep, int num_anchors, cons
     return n;
 }
 
-double dflash_labels_weights(int32_t *labels, float *weights, const int32_t *anchors, const uint8_t *keep, int N,
-                             int B, const int32_t *x, const uint8_t *loss_mask, int S, double gamma)
+double dflash_labels_weights(int32_t *labels, float *weights, const int32_t *anchors, const uint8_t *keep, int N, int B,
+                             const int32_t *x, const uint8_t *loss_mask, int S, double gamma)
 {
     double sum = 0;
     for (int j = 0; j < N; j++) {
@@ -119,8 +119,8 @@ static int batch_alloc(dflash_batch *b, int N, int B)
     return 0;
 }
 
-int dflash_batch_init(dflash_batch *b, const dflash_config *c, int S, int num_anchors, const float *H,
-                      const int32_t *x, const uint8_t *loss_mask, uint64_t seed, uint64_t batch_id)
+int dflash_batch_init(dflash_batch *b, const dflash_config *c, int S, int num_anchors, const float *H, const int32_t *x,
+                      const uint8_t *loss_mask, uint64_t seed, uint64_t batch_id)
 {
     memset(b, 0, sizeof(*b));
     if (S <= 0 || num_anchors <= 0)
@@ -138,8 +138,8 @@ int dflash_batch_init(dflash_batch *b, const dflash_config *c, int S, int num_an
         return rc;
     }
     b->n_real = rc;
-    b->sum_w = dflash_labels_weights(b->labels, b->weights, b->anchors, b->keep, b->N, c->block_size, x, loss_mask,
-                                     S, c->gamma);
+    b->sum_w = dflash_labels_weights(b->labels, b->weights, b->anchors, b->keep, b->N, c->block_size, x, loss_mask, S,
+                                     c->gamma);
     return 0;
 }
 
@@ -162,24 +162,22 @@ int dflash_batch_set_anchors(dflash_batch *b, const dflash_config *c, const int3
         nb.n_real += (nb.keep[j] = keep[j] ? 1 : 0);
     dflash_batch_free(b);
     *b = nb;
-    b->sum_w = dflash_labels_weights(b->labels, b->weights, b->anchors, b->keep, N, c->block_size, b->x,
-                                     b->loss_mask, b->S, c->gamma);
+    b->sum_w = dflash_labels_weights(b->labels, b->weights, b->anchors, b->keep, N, c->block_size, b->x, b->loss_mask,
+                                     b->S, c->gamma);
     return 0;
 }
 
 double dflash_noise_std(const dflash_noise *n, long step)
 {
     switch (n->kind) {
-    case DFLASH_NOISE_CONST:
-        return n->std0;
+    case DFLASH_NOISE_CONST: return n->std0;
     case DFLASH_NOISE_LINEAR: {
         if (n->decay_steps <= 0 || step >= n->decay_steps)
             return n->std1;
         double f = (double)(step > 0 ? step : 0) / (double)n->decay_steps;
         return n->std0 + (n->std1 - n->std0) * f;
     }
-    default:
-        return 0.0;
+    default: return 0.0;
     }
 }
 

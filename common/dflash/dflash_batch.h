@@ -31,8 +31,8 @@ int dflash_sample_anchors(int32_t *anchors, uint8_t *keep, int num_anchors, cons
 /* labels[j*B+k] = x[a_j+k] (no shift) or -1 where there is none (k = 0, past S, padding);
  * weights[j*B+k] = keep_j * [a_j+k < S] * loss_mask[a_j+k] * exp(-(k-1)/gamma), 0 for k = 0.
  * Returns sum of the weights. */
-double dflash_labels_weights(int32_t *labels, float *weights, const int32_t *anchors, const uint8_t *keep, int N,
-                             int B, const int32_t *x, const uint8_t *loss_mask, int S, double gamma);
+double dflash_labels_weights(int32_t *labels, float *weights, const int32_t *anchors, const uint8_t *keep, int N, int B,
+                             const int32_t *x, const uint8_t *loss_mask, int S, double gamma);
 
 /* The training mask for the N*B block queries over keys [context 0..S-1 ; block rows
  * S + j*B + k]. Full attention (window <= 0): block j sees context [0, a_j) (STRICTLY
@@ -60,8 +60,8 @@ typedef struct dflash_batch {
 
 /* Allocates N = num_anchors slots, samples anchors with (seed, batch_id), fills labels
  * and weights. 0 or -errno (-EINVAL on bad sizes, -ENOMEM). On failure b is freed. */
-int dflash_batch_init(dflash_batch *b, const dflash_config *c, int S, int num_anchors, const float *H,
-                      const int32_t *x, const uint8_t *loss_mask, uint64_t seed, uint64_t batch_id);
+int dflash_batch_init(dflash_batch *b, const dflash_config *c, int S, int num_anchors, const float *H, const int32_t *x,
+                      const uint8_t *loss_mask, uint64_t seed, uint64_t batch_id);
 /* Replace the anchors by given ones (N of them, sorted, keep flags; tests and replays)
  * and recompute labels and weights. The slot count changes to N. 0 or -errno. */
 int dflash_batch_set_anchors(dflash_batch *b, const dflash_config *c, const int32_t *anchors, const uint8_t *keep,

@@ -16,11 +16,11 @@
 #include "io/safetensors.h"
 #include "sha256.h"
 
-#define CK_ERR(rc_, ...)                          \
-    do {                                          \
-        snprintf(err, errlen, __VA_ARGS__);       \
-        rc = (rc_);                               \
-        goto out;                                 \
+#define CK_ERR(rc_, ...)                    \
+    do {                                    \
+        snprintf(err, errlen, __VA_ARGS__); \
+        rc = (rc_);                         \
+        goto out;                           \
     } while (0)
 
 /* Remove a flat directory (our checkpoint dirs hold only files). Best effort. */
@@ -54,7 +54,7 @@ static int write_params(const char *path, const dflash_config *c, const float *d
         char name[160];
         snprintf(name, sizeof(name), "%s%s", prefix, t.name);
         rc = dt == SAFETENSORS_F32 ? safetensors_writer_add(w, name, SAFETENSORS_F32, t.ndim, t.shape, data + t.offset)
-                          : safetensors_writer_add_f32_as(w, name, dt, t.ndim, t.shape, data + t.offset);
+                                   : safetensors_writer_add_f32_as(w, name, dt, t.ndim, t.shape, data + t.offset);
     }
     if (rc == 0)
         rc = safetensors_writer_set_metadata(w, "format", "pt");
@@ -124,10 +124,9 @@ static json_t *state_to_json(const dflash_config *c, const adamw *opt, const dfl
         const adamw_config *a = &opt->cfg;
         json_object_set_new(o, "optimizer",
                             json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I}", "lr", a->lr, "min_lr",
-                                      a->min_lr, "beta1", a->beta1, "beta2", a->beta2, "eps", a->eps,
-                                      "weight_decay", a->weight_decay, "warmup_frac", a->warmup_frac, "clip_norm",
-                                      a->clip_norm, "total_steps", (json_int_t)a->total_steps, "step",
-                                      (json_int_t)opt->step));
+                                      a->min_lr, "beta1", a->beta1, "beta2", a->beta2, "eps", a->eps, "weight_decay",
+                                      a->weight_decay, "warmup_frac", a->warmup_frac, "clip_norm", a->clip_norm,
+                                      "total_steps", (json_int_t)a->total_steps, "step", (json_int_t)opt->step));
     }
     json_object_set_new(o, "config", cfg);
     return o;
@@ -182,9 +181,11 @@ int dflash_ckpt_verify(const char *dir, long *step_out, char *err, size_t errlen
     if (access(path, F_OK) != 0) {
         if (errno != ENOENT)
             CK_ERR(-errno, "%s: %s", path, strerror(errno));
-        CK_ERR(-EINVAL, "%s: missing: the checkpoint has no checksums (written before they were recorded, or the "
+        CK_ERR(-EINVAL,
+               "%s: missing: the checkpoint has no checksums (written before they were recorded, or the "
                "manifest was lost), so it cannot be verified and is not loaded; continue from the release export "
-               "instead (drafter.init_dir)", path);
+               "instead (drafter.init_dir)",
+               path);
     }
     json_error_t je;
     m = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
@@ -201,7 +202,8 @@ int dflash_ckpt_verify(const char *dir, long *step_out, char *err, size_t errlen
     long step = (long)json_integer_value(js);
     const char *key;
     json_t *v;
-    json_object_foreach(files, key, v) {
+    json_object_foreach(files, key, v)
+    {
         int known = 0;
         for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++)
             known |= !strcmp(key, ck_files[i]);
@@ -433,8 +435,8 @@ static int parse_hex(const json_t *v, uint64_t *out)
     return (errno || *end || end == s) ? -EINVAL : 0;
 }
 
-int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p, adamw *opt,
-                     dflash_train_state *ts, char *err, size_t errlen)
+int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p, adamw *opt, dflash_train_state *ts,
+                     char *err, size_t errlen)
 {
     int rc;
     char dir[4096], path[4200];
@@ -445,8 +447,7 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     if (opt)
         memset(opt, 0, sizeof(*opt));
     if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0)
-        CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir,
-               strerror(-rc));
+        CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir, strerror(-rc));
     long mstep;
     if ((rc = dflash_ckpt_verify(dir, &mstep, err, errlen)) < 0)
         goto out;
@@ -521,8 +522,7 @@ out:
     return rc;
 }
 
-int dflash_export_release(const char *dir, const dflash_config *c, const dflash_params *p, char *err,
-                          size_t errlen)
+int dflash_export_release(const char *dir, const dflash_config *c, const dflash_params *p, char *err, size_t errlen)
 {
     int rc;
     char path[4200];

@@ -26,7 +26,7 @@
 #include "util.h"
 
 typedef struct dflash_train_state {
-    long step;                  /* optimizer steps done */
+    long step; /* optimizer steps done */
     long epoch;
     long ledger_committed_step; /* the ledger position this checkpoint commits */
     uint64_t seed;              /* run seed (anchors, noise) */
@@ -61,8 +61,8 @@ int dflash_ckpt_verify(const char *dir, long *step, char *err, size_t errlen);
  * if opt != NULL initialises it from the saved settings with m, v, step restored (opt
  * stays zeroed when the checkpoint has no optimizer file: -ENOENT). ts may be NULL.
  * 0 or -errno with err naming the file and tensor/field. */
-int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p, adamw *opt,
-                     dflash_train_state *ts, char *err, size_t errlen);
+int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p, adamw *opt, dflash_train_state *ts,
+                     char *err, size_t errlen);
 
 /* The release's modeling file: common/dflash/dflash.py's bytes, compiled in by the build
  * (scripts/embed_file.sh), NUL-terminated; dflash_modeling_py_len excludes the NUL. */
@@ -73,8 +73,7 @@ extern const size_t dflash_modeling_py_len;
  * model.safetensors and dflash.py (dflash_modeling_py), the class config.json's auto_map
  * names, so transformers' AutoModel.from_pretrained(dir, trust_remote_code=True) loads it
  * (docs/export.md). 0 or -errno. */
-int dflash_export_release(const char *dir, const dflash_config *c, const dflash_params *p, char *err,
-                          size_t errlen);
+int dflash_export_release(const char *dir, const dflash_config *c, const dflash_params *p, char *err, size_t errlen);
 
 /* Load a release dir (config.json + model.safetensors, any float dtype): fills c and
  * allocates p. To continue training from it start a fresh optimizer. 0 or -errno. */

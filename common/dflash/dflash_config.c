@@ -59,10 +59,10 @@ void dflash_config_tiny(dflash_config *c)
     c->gamma = dflash_default_gamma(c->block_size);
 }
 
-#define CFG_ERR(...)                                \
-    do {                                            \
-        snprintf(err, errlen, __VA_ARGS__);         \
-        return -EINVAL;                             \
+#define CFG_ERR(...)                        \
+    do {                                    \
+        snprintf(err, errlen, __VA_ARGS__); \
+        return -EINVAL;                     \
     } while (0)
 
 int dflash_config_validate(const dflash_config *c, char *err, size_t errlen)
@@ -109,8 +109,8 @@ size_t dflash_config_param_count(const dflash_config *c)
 
 json_t *dflash_config_to_json(const dflash_config *c)
 {
-    json_t *o = json_object(), *ids = json_array(), *types = json_array(), *am = json_object(),
-           *dc = json_object(), *arch = json_array(), *rp = json_object();
+    json_t *o = json_object(), *ids = json_array(), *types = json_array(), *am = json_object(), *dc = json_object(),
+           *arch = json_array(), *rp = json_object();
     if (!o || !ids || !types || !am || !dc || !arch || !rp)
         goto fail;
     int any_sliding = 0;
@@ -155,7 +155,7 @@ json_t *dflash_config_to_json(const dflash_config *c)
     json_object_set_new(o, "max_position_embeddings", json_integer(c->max_position_embeddings));
     json_object_set_new(o, "dtype", json_string("bfloat16"));       /* transformers >= 4.56 */
     json_object_set_new(o, "torch_dtype", json_string("bfloat16")); /* older transformers */
-    json_object_set_new(o, "dflash_gamma", json_real(c->gamma)); /* ours; ignored by HF */
+    json_object_set_new(o, "dflash_gamma", json_real(c->gamma));    /* ours; ignored by HF */
     return o;
 fail:
     json_decref(o);
@@ -168,8 +168,7 @@ fail:
     return NULL;
 }
 
-static int get_int(const json_t *o, const char *key, int *out, int required, const char *what, char *err,
-                   size_t errlen)
+static int get_int(const json_t *o, const char *key, int *out, int required, const char *what, char *err, size_t errlen)
 {
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
@@ -211,8 +210,8 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
     c->max_position_embeddings = 40960;
     c->tie_word_embeddings = 0;
     double eps = 1e-6, theta = 1e6, gamma = 0;
-#define GI(k, f, req)                                                      \
-    if ((rc = get_int(o, k, &c->f, req, what, err, errlen)) < 0)          \
+#define GI(k, f, req)                                            \
+    if ((rc = get_int(o, k, &c->f, req, what, err, errlen)) < 0) \
         return rc;
     GI("hidden_size", hidden, 1)
     GI("intermediate_size", intermediate, 1)
@@ -245,8 +244,7 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
         CFG_ERR("%s: missing object \"dflash_config\"", what);
     json_t *ids = json_object_get(dc, "target_layer_ids");
     if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > DFLASH_MAX_CAPTURE)
-        CFG_ERR("%s: \"dflash_config.target_layer_ids\" must be an array of 1..%d integers", what,
-                DFLASH_MAX_CAPTURE);
+        CFG_ERR("%s: \"dflash_config.target_layer_ids\" must be an array of 1..%d integers", what, DFLASH_MAX_CAPTURE);
     c->n_capture = (int)json_array_size(ids);
     for (int i = 0; i < c->n_capture; i++) {
         json_t *v = json_array_get(ids, (size_t)i);

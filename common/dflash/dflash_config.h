@@ -11,23 +11,23 @@
 #define DFLASH_MAX_CAPTURE 32
 
 typedef struct dflash_config {
-    int hidden;                     /* d */
-    int intermediate;               /* I (SwiGLU width) */
-    int n_layers;                   /* drafter decoder layers */
+    int hidden;       /* d */
+    int intermediate; /* I (SwiGLU width) */
+    int n_layers;     /* drafter decoder layers */
     int n_heads, n_kv_heads, head_dim;
-    int vocab;                      /* V: rows of the target's embedding / lm_head */
-    int block_size;                 /* B */
-    int n_capture;                  /* n: number of captured target layers */
+    int vocab;      /* V: rows of the target's embedding / lm_head */
+    int block_size; /* B */
+    int n_capture;  /* n: number of captured target layers */
     int target_layer_ids[DFLASH_MAX_CAPTURE];
-    int num_target_layers;          /* L of the target */
-    int mask_token_id;              /* a row of the target's embedding table */
-    int sliding_window;             /* W, used by layers with layer_sliding[l] = 1 */
+    int num_target_layers;                    /* L of the target */
+    int mask_token_id;                        /* a row of the target's embedding table */
+    int sliding_window;                       /* W, used by layers with layer_sliding[l] = 1 */
     uint8_t layer_sliding[DFLASH_MAX_LAYERS]; /* 1 = "sliding_attention", 0 = "full_attention" */
-    int tie_word_embeddings;        /* the target's: lm_head IS the embedding matrix */
+    int tie_word_embeddings;                  /* the target's: lm_head IS the embedding matrix */
     int max_position_embeddings;
-    double rms_norm_eps;            /* used as float in the math */
+    double rms_norm_eps; /* used as float in the math */
     double rope_theta;
-    double gamma;                   /* loss decay exp(-(k-1)/gamma); not in the release config */
+    double gamma; /* loss decay exp(-(k-1)/gamma); not in the release config */
 } dflash_config;
 
 /* Loss decay constant of the paper: 7 for B=16, 5 for B=10, 4 for B=8, else B/2.3 rounded

@@ -43,8 +43,8 @@ extern "C" {
 
 enum { T_IN = 0, T_POST, T_Q, T_K, T_V, T_O, T_QN, T_KN, T_GATE, T_UP, T_DOWN, PER_LAYER };
 enum { ERR_ANCHOR = 1, ERR_TOKEN = 2, ERR_ROWS = 4 };
-#define NPART 1024      /* partial sums of the global norm */
-#define COL_CHUNK 256   /* rows per partial of a column sum */
+#define NPART 1024    /* partial sums of the global norm */
+#define COL_CHUNK 256 /* rows per partial of a column sum */
 
 typedef struct dev_stats {
     double wce, sum_w, norm;
@@ -115,13 +115,22 @@ struct dflash_ctx_cuda {
     int last_S, last_N;
     /* phase timing (dflash_timing_enable_cuda) */
     int timing;
-    cudaEvent_t ev_ph[6];                        /* start, z, loss, bwd end, opt start, opt end */
-    cudaEvent_t ev_at[4 * DFLASH_MAX_LAYERS];    /* per layer: fwd start/end, bwd start/end */
+    cudaEvent_t ev_ph[6];                     /* start, z, loss, bwd end, opt start, opt end */
+    cudaEvent_t ev_at[4 * DFLASH_MAX_LAYERS]; /* per layer: fwd start/end, bwd start/end */
 };
 
-cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *x) { return x->st; }
-size_t dflash_param_count_cuda(const dflash_ctx_cuda *x) { return x->np; }
-size_t dflash_device_bytes_cuda(const dflash_ctx_cuda *x) { return x->arena_bytes + (64u << 20); }
+cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *x)
+{
+    return x->st;
+}
+size_t dflash_param_count_cuda(const dflash_ctx_cuda *x)
+{
+    return x->np;
+}
+size_t dflash_device_bytes_cuda(const dflash_ctx_cuda *x)
+{
+    return x->arena_bytes + (64u << 20);
+}
 
 /* ---- device helpers ------------------------------------------------------------------- */
 
@@ -130,7 +139,10 @@ __device__ __forceinline__ float rms_r(float ss, int C, float eps)
     return (float)(1.0 / sqrt((double)ss / C + (double)eps));
 }
 
-static inline int cdiv(long a, long b) { return (int)((a + b - 1) / b); }
+static inline int cdiv(long a, long b)
+{
+    return (int)((a + b - 1) / b);
+}
 
 /* ---- elementwise ---------------------------------------------------------------------- */
 
@@ -173,10 +185,10 @@ __global__ void k_params_init(float *P, bf16 *Wb, const tensor_ent *tens, uint64
 
 /* ---- batch preparation: labels, weights, positions, compaction (one block) ------------ */
 
-__global__ void __launch_bounds__(1024) k_batch_prep(int32_t *labels, float *wts, int32_t *pos, int32_t *idx,
-                                                     dev_stats *ds, const int32_t *x, const uint8_t *lmask,
-                                                     const int32_t *anchors, const uint8_t *keep, int S, int N,
-                                                     int B, int V, double gamma, double norm_arg, int rows_max)
+__global__ void __launch_bounds__(1024)
+    k_batch_prep(int32_t *labels, float *wts, int32_t *pos, int32_t *idx, dev_stats *ds, const int32_t *x,
+                 const uint8_t *lmask, const int32_t *anchors, const uint8_t *keep, int S, int N, int B, int V,
+                 double gamma, double norm_arg, int rows_max)
 {
     __shared__ int scan[1024];
     __shared__ double shd[32];
@@ -551,12 +563,12 @@ __global__ void k_attn_fwd_softmax(bf16 *Pc, float *Pb, float *lse, const float 
 }
 
 /* att[r][h*hd + i] = Oc[rho][i] + sum_kk Pb[rho][kk] V[block kk][i] */
-__global__ void k_attn_combine(bf16 *att, const float *Oc, const float *Pb, const bf16 *Vh, attn_args A, int H,
-                               long n)
+__global__ void k_attn_combine(bf16 *att, const float *Oc, const float *Pb, const bf16 *Vh, attn_args A, int H, long n)
 {
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
         long rho = e / A.hd;
-        int i = (int)(e % A.hd), hh = (int)(rho % A.G), r = (int)((rho / A.G) % A.R), g = (int)(rho / ((long)A.G * A.R));
+        int i = (int)(e % A.hd), hh = (int)(rho % A.G), r = (int)((rho / A.G) % A.R),
+            g = (int)(rho / ((long)A.G * A.R));
         int j = r / A.B;
         const bf16 *vb = Vh + ((long)g * A.T + A.S + (long)j * A.B) * A.hd + i;
         const float *pb = Pb + rho * A.B;
@@ -568,8 +580,7 @@ __global__ void k_attn_combine(bf16 *att, const float *Oc, const float *Pb, cons
 }
 
 /* dOh[rho] = datt[r][h]; Drow[rho] = dO . O */
-__global__ void k_attn_prep_bwd(bf16 *dOh, float *Drow, const bf16 *datt, const bf16 *att, attn_args A, int H,
-                                long HR)
+__global__ void k_attn_prep_bwd(bf16 *dOh, float *Drow, const bf16 *datt, const bf16 *att, attn_args A, int H, long HR)
 {
     long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -590,8 +601,8 @@ __global__ void k_attn_prep_bwd(bf16 *dOh, float *Drow, const bf16 *datt, const 
 
 /* P recomputed from Sc and the saved LSE; dS = P (dP - D). */
 __global__ void k_attn_bwd_softmax(bf16 *dSc, bf16 *Pc, float *dSb, float *Pb, const float *Sc, const float *dPc,
-                                   const float *lse, const float *Drow, const bf16 *Qh, const bf16 *Kh,
-                                   const bf16 *Vh, const bf16 *dOh, attn_args A, long HR)
+                                   const float *lse, const float *Drow, const bf16 *Qh, const bf16 *Kh, const bf16 *Vh,
+                                   const bf16 *dOh, attn_args A, long HR)
 {
     long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
@@ -637,8 +648,8 @@ __global__ void k_attn_bwd_softmax(bf16 *dSc, bf16 *Pc, float *dSb, float *Pb, c
 
 /* One CTA per (block j, kv head g): dK, dV of the block's own keys (sum over its B*G query
  * rows in a fixed order) and the block-key term of dQ. */
-__global__ void k_attn_block_bwd(float *dQh, float *dKh, float *dVh, const float *dSb, const float *Pb,
-                                 const bf16 *Qh, const bf16 *Kh, const bf16 *dOh, attn_args A)
+__global__ void k_attn_block_bwd(float *dQh, float *dKh, float *dVh, const float *dSb, const float *Pb, const bf16 *Qh,
+                                 const bf16 *Kh, const bf16 *dOh, attn_args A)
 {
     int j = blockIdx.x, g = blockIdx.y, BG = A.B * A.G;
     long row0 = ((long)g * A.R + (long)j * A.B) * A.G; /* first rho of the block: rows are contiguous */
@@ -698,9 +709,9 @@ __global__ void k_gather_z(bf16 *zc, const bf16 *z, const int32_t *idx, const de
 }
 
 /* One block per row of the chunk: softmax, CE, argmax, dlogits = (p - onehot) w / norm. */
-__global__ void __launch_bounds__(1024) k_ce(bf16 *dlog, double *row_wce, uint8_t *row_ok, const float *logits,
-                                             const int32_t *idx, const int32_t *labels, const float *wts,
-                                             const dev_stats *ds, int c0, int V, int Vp)
+__global__ void __launch_bounds__(1024)
+    k_ce(bf16 *dlog, double *row_wce, uint8_t *row_ok, const float *logits, const int32_t *idx, const int32_t *labels,
+         const float *wts, const dev_stats *ds, int c0, int V, int Vp)
 {
     __shared__ float shv[32];
     __shared__ int shi[32];
@@ -739,8 +750,7 @@ __global__ void __launch_bounds__(1024) k_ce(bf16 *dlog, double *row_wce, uint8_
     }
 }
 
-__global__ void k_scatter_dz(float *dz, const float *dzc, const int32_t *idx, const dev_stats *ds, int c0, int m,
-                             int d)
+__global__ void k_scatter_dz(float *dz, const float *dzc, const int32_t *idx, const dev_stats *ds, int c0, int m, int d)
 {
     long n = (long)m * d;
     int kept = ds->n_kept;
@@ -751,8 +761,8 @@ __global__ void k_scatter_dz(float *dz, const float *dzc, const int32_t *idx, co
     }
 }
 
-__global__ void __launch_bounds__(1024) k_stats(dev_stats *ds, const double *row_wce, const uint8_t *row_ok,
-                                                const int32_t *idx, int B)
+__global__ void __launch_bounds__(1024)
+    k_stats(dev_stats *ds, const double *row_wce, const uint8_t *row_ok, const int32_t *idx, int B)
 {
     __shared__ int cnt[DFLASH_MAX_BLOCK], ok[DFLASH_MAX_BLOCK];
     __shared__ double shd[32];
@@ -790,9 +800,9 @@ __global__ void k_sqnorm_partial(double *part, const float *g, long n)
         part[blockIdx.x] = s;
 }
 
-__global__ void __launch_bounds__(NPART) k_opt_plan(opt_state *os, const double *part, double lr_peak, double min_lr,
-                                                    long long warm, long long total, double clip, double b1,
-                                                    double b2, double wd)
+__global__ void __launch_bounds__(NPART)
+    k_opt_plan(opt_state *os, const double *part, double lr_peak, double min_lr, long long warm, long long total,
+               double clip, double b1, double b2, double wd)
 {
     __shared__ double shd[32];
     double s = block_sum<double>(part[threadIdx.x], shd);
@@ -865,11 +875,11 @@ __global__ void k_adamw(float *P, bf16 *Wb, float *M, float *Vv, const float *Gr
 static size_t carve(dflash_ctx_cuda *x, char *base)
 {
     size_t off = 0;
-#define TAKE(ptr, type, count)                                                 \
-    do {                                                                       \
-        if (base)                                                              \
-            (ptr) = (type *)(base + off);                                      \
-        off += ((size_t)(count) * sizeof(type) + 255) & ~(size_t)255;          \
+#define TAKE(ptr, type, count)                                        \
+    do {                                                              \
+        if (base)                                                     \
+            (ptr) = (type *)(base + off);                             \
+        off += ((size_t)(count) * sizeof(type) + 255) & ~(size_t)255; \
     } while (0)
     long d = x->d, R = x->max_R, S = x->max_S, T = x->max_T, I = x->I, CH = x->CH;
     long Sp = (S + 7) / 8 * 8, HR = (long)x->H * R;
@@ -888,11 +898,11 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
     TAKE(x->ds, dev_stats, 1);
     TAKE(x->Hb, bf16, S * x->nc * d);
     TAKE(x->ctxb, bf16, S * d);
-    TAKE(x->fc_out, float, S * d);
+    TAKE(x->fc_out, float, S *d);
     for (int l = 0; l < x->L; l++) {
         layer_buf *b = &x->lb[l];
-        TAKE(b->h_in, float, R * d);
-        TAKE(b->h_mid, float, R * d);
+        TAKE(b->h_in, float, R *d);
+        TAKE(b->h_mid, float, R *d);
         TAKE(b->lse, float, HR);
         TAKE(b->a, bf16, R * d);
         TAKE(b->qkv, bf16, R * x->qkvd);
@@ -905,10 +915,10 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
         TAKE(b->gu, bf16, R * 2 * I);
         TAKE(b->act, bf16, R * I);
     }
-    TAKE(x->h_out, float, R * d);
+    TAKE(x->h_out, float, R *d);
     TAKE(x->z, bf16, R * d);
-    TAKE(x->Sc, float, HR * Sp);
-    TAKE(x->dPc, float, HR * Sp);
+    TAKE(x->Sc, float, HR *Sp);
+    TAKE(x->dPc, float, HR *Sp);
     TAKE(x->Pc, bf16, HR * Sp);
     TAKE(x->dSc, bf16, HR * Sp);
     TAKE(x->Pb, float, HR * x->B);
@@ -922,16 +932,16 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
     TAKE(x->zc, bf16, (rows_cap > 0 ? rows_cap : 1) * d);
     TAKE(x->logits, float, CH * x->Vp);
     TAKE(x->dlog, bf16, CH * x->Vp);
-    TAKE(x->dzc, float, CH * d);
-    TAKE(x->dz, float, R * d);
+    TAKE(x->dzc, float, CH *d);
+    TAKE(x->dz, float, R *d);
     TAKE(x->row_wce, double, R);
     TAKE(x->row_ok, uint8_t, R);
-    TAKE(x->dh, float, R * d);
-    TAKE(x->dh2, float, R * d);
-    TAKE(x->dn, float, R * d);
-    TAKE(x->da, float, R * d);
-    TAKE(x->dctx, float, S * d);
-    TAKE(x->dfc, float, S * d);
+    TAKE(x->dh, float, R *d);
+    TAKE(x->dh2, float, R *d);
+    TAKE(x->dn, float, R *d);
+    TAKE(x->da, float, R *d);
+    TAKE(x->dctx, float, S *d);
+    TAKE(x->dfc, float, S *d);
     long contrib = DF_MAX(R * d, S * d);
     contrib = DF_MAX(contrib, R * x->qd + T * x->kvd);
     TAKE(x->contrib, float, contrib);
@@ -975,8 +985,9 @@ void dflash_free_cuda(dflash_ctx_cuda *x)
     free(x);
 }
 
-int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt, const dflash_bf16_cuda *embed,
-             const dflash_bf16_cuda *lm_head, int max_S, int max_N, int chunk_rows, char *err, size_t errlen)
+int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt,
+                     const dflash_bf16_cuda *embed, const dflash_bf16_cuda *lm_head, int max_S, int max_N,
+                     int chunk_rows, char *err, size_t errlen)
 {
     *out = NULL;
     char verr[256];
@@ -997,7 +1008,8 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     x->opt = *opt;
     x->warm = (long)ceil(opt->warmup_frac * (double)opt->total_steps);
     x->d = c->hidden, x->H = c->n_heads, x->KV = c->n_kv_heads, x->hd = c->head_dim, x->G = x->H / x->KV;
-    x->I = c->intermediate, x->V = c->vocab, x->Vp = (c->vocab + 7) / 8 * 8, x->B = c->block_size, x->nc = c->n_capture, x->L = c->n_layers;
+    x->I = c->intermediate, x->V = c->vocab, x->Vp = (c->vocab + 7) / 8 * 8, x->B = c->block_size, x->nc = c->n_capture,
+    x->L = c->n_layers;
     x->qd = x->H * x->hd, x->kvd = x->KV * x->hd, x->qkvd = x->qd + 2 * x->kvd;
     x->eps = (float)c->rms_norm_eps;
     x->scale = 1.0f / sqrtf((float)x->hd);
@@ -1078,7 +1090,8 @@ static int refresh_mirror(dflash_ctx_cuda *x, char *err, size_t errlen)
     return 0;
 }
 
-static int copy_sync(dflash_ctx_cuda *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, char *err, size_t errlen)
+static int copy_sync(dflash_ctx_cuda *x, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, char *err,
+                     size_t errlen)
 {
     CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, x->st), err, errlen);
     CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
@@ -1092,13 +1105,22 @@ int dflash_params_from_host_cuda(dflash_ctx_cuda *x, const float *p, char *err, 
     CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
     return 0;
 }
-int dflash_params_to_host_cuda(dflash_ctx_cuda *x, float *p, char *err, size_t errlen) { return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen); }
-int dflash_grads_to_host_cuda(dflash_ctx_cuda *x, float *g, char *err, size_t errlen) { return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen); }
+int dflash_params_to_host_cuda(dflash_ctx_cuda *x, float *p, char *err, size_t errlen)
+{
+    return copy_sync(x, p, x->P, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen);
+}
+int dflash_grads_to_host_cuda(dflash_ctx_cuda *x, float *g, char *err, size_t errlen)
+{
+    return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen);
+}
 int dflash_grads_from_host_cuda(dflash_ctx_cuda *x, const float *g, char *err, size_t errlen)
 {
     return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice, err, errlen);
 }
-float *dflash_grads_device_cuda(dflash_ctx_cuda *x) { return x->Gr; }
+float *dflash_grads_device_cuda(dflash_ctx_cuda *x)
+{
+    return x->Gr;
+}
 
 int dflash_zero_grads_cuda(dflash_ctx_cuda *x, char *err, size_t errlen)
 {
@@ -1249,22 +1271,28 @@ static int mm_batched(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, c
 }
 
 /* Y[M, N] (+= C) = X[M, K] W[N, K]^T */
-static int lin_fwd(dflash_ctx_cuda *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N, const float *C, char *err, size_t errlen)
+static int lin_fwd(dflash_ctx_cuda *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N,
+                   const float *C, char *err, size_t errlen)
 {
     return mm(x, 0, 1, M, N, K, X, K, W, K, Y, N, dt, 1.0f, C ? 1.0f : 0.0f, C, err, errlen);
 }
 /* dX[M, K] (= or +=) dY[M, N] W[N, K] */
-static int lin_dx(dflash_ctx_cuda *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta, char *err, size_t errlen)
+static int lin_dx(dflash_ctx_cuda *x, void *dX, int dt, const bf16 *dY, const bf16 *W, int M, int K, int N, float beta,
+                  char *err, size_t errlen)
 {
     return mm(x, 0, 0, M, K, N, dY, N, W, K, dX, K, dt, 1.0f, beta, NULL, err, errlen);
 }
 /* dW[N, K] += dY[M, N]^T X[M, K] (fp32) */
-static int lin_dw(dflash_ctx_cuda *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N, char *err, size_t errlen)
+static int lin_dw(dflash_ctx_cuda *x, float *dW, const bf16 *dY, const bf16 *X, int M, int K, int N, char *err,
+                  size_t errlen)
 {
     return mm(x, 1, 0, N, K, M, dY, N, X, K, dW, K, NN_GEMM_F32, 1.0f, 1.0f, NULL, err, errlen);
 }
 
-static int grid_for(long n) { return (int)DF_MIN((n + 255) / 256, 4096L); }
+static int grid_for(long n)
+{
+    return (int)DF_MIN((n + 255) / 256, 4096L);
+}
 
 static int colsum(dflash_ctx_cuda *x, float *out, const float *X, long rows, int C, char *err, size_t errlen)
 {
@@ -1288,12 +1316,12 @@ static int rms_bwd(dflash_ctx_cuda *x, float *dx, bf16 *dxb, float *dw_grad, con
 static int attention_fwd(dflash_ctx_cuda *x, layer_buf *lb, int l, const attn_args *A, char *err, size_t errlen)
 {
     long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
-    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd,
+                           (long long)A->T * x->hd, x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     k_attn_fwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->Pc, x->Pb, lb->lse, x->Sc, lb->Qh, lb->Kh, *A, HR);
     CUDA_LAUNCHED("k_attn_fwd_softmax", err, errlen);
-    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd, (long long)A->T * x->hd,
-                  x->Oc, x->hd, Rg * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd,
+                           (long long)A->T * x->hd, x->Oc, x->hd, Rg * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     k_attn_combine<<<grid_for(HR * x->hd), 256, 0, x->st>>>(lb->att, x->Oc, x->Pb, lb->Vh, *A, x->H, HR * x->hd);
     CUDA_LAUNCHED("k_attn_combine", err, errlen);
     (void)l;
@@ -1305,32 +1333,35 @@ static int attention_bwd(dflash_ctx_cuda *x, layer_buf *lb, const attn_args *A, 
     long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
     k_attn_prep_bwd<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dOh, x->Drow, x->datt, lb->att, *A, x->H, HR);
     CUDA_LAUNCHED("k_attn_prep_bwd", err, errlen);
-    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
-    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd, (long long)A->T * x->hd,
-                  x->dPc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd,
+                           (long long)A->T * x->hd, x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd,
+                           (long long)A->T * x->hd, x->dPc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     k_attn_bwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dSc, x->Pc, x->dSb, x->Pb, x->Sc, x->dPc, lb->lse, x->Drow,
-                                                        lb->Qh, lb->Kh, lb->Vh, x->dOh, *A, HR);
+                                                       lb->Qh, lb->Kh, lb->Vh, x->dOh, *A, HR);
     CUDA_LAUNCHED("k_attn_bwd_softmax", err, errlen);
     /* dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO (context keys) */
-    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd, (long long)A->T * x->hd,
-                  x->dQh, x->hd, Rg * x->hd, NN_GEMM_F32, A->scale, x->KV, err, errlen));
-    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh, x->hd,
-                  (long long)A->T * x->hd, NN_GEMM_F32, A->scale, x->KV, err, errlen));
-    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh, x->hd,
-                  (long long)A->T * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd,
+                           (long long)A->T * x->hd, x->dQh, x->hd, Rg * x->hd, NN_GEMM_F32, A->scale, x->KV, err,
+                           errlen));
+    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh,
+                           x->hd, (long long)A->T * x->hd, NN_GEMM_F32, A->scale, x->KV, err, errlen));
+    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh,
+                           x->hd, (long long)A->T * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
     dim3 g(A->R / A->B, x->KV);
     k_attn_block_bwd<<<g, 256, 0, x->st>>>(x->dQh, x->dKh, x->dVh, x->dSb, x->Pb, lb->Qh, lb->Kh, x->dOh, *A);
     CUDA_LAUNCHED("k_attn_block_bwd", err, errlen);
     return 0;
 }
 
-int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st, char *err, size_t errlen)
+int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st,
+                                char *err, size_t errlen)
 {
     int S = b->S, N = b->N, B = x->B, R = N * B, T = S + R, d = x->d, I = x->I;
     if (S < 1 || S > x->max_S || N < 1 || N > x->max_N || !b->H || !b->x || !b->loss_mask || !b->anchors || !b->keep)
-        return df_cuda_errf(err, errlen, -EINVAL, "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S,
-                       x->max_S, N, x->max_N);
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S, x->max_S,
+                            N, x->max_N);
     int n_real = b->n_real >= 0 ? DF_MIN(b->n_real, N) : N;
     int rows_max = n_real * (B - 1);
     cudaStream_t s = x->st;
@@ -1355,7 +1386,7 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     k_rmsnorm_fwd<<<S, 256, 0, s>>>(x->ctxb, x->fc_out, x->P + x->off_hn, d, x->eps);
     CUDA_LAUNCHED("k_rmsnorm_fwd(hidden)", err, errlen);
     k_embed_h0<<<grid_for((long)R * d), 256, 0, s>>>(x->lb[0].h_in, x->embed, b->x, b->anchors, R, B, d, S, x->V,
-                                                      x->c.mask_token_id);
+                                                     x->c.mask_token_id);
     CUDA_LAUNCHED("k_embed_h0", err, errlen);
 
     for (int l = 0; l < x->L; l++) {
@@ -1394,11 +1425,13 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     }
     for (int c0 = 0; c0 < rows_max; c0 += x->CH) {
         int m = DF_MIN(x->CH, rows_max - c0);
-        CUDA_TRY_RC(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
+        CUDA_TRY_RC(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, NN_GEMM_F32, 1.0f,
+                       0.0f, NULL, err, errlen));
         k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V,
                                 x->Vp);
         CUDA_LAUNCHED("k_ce", err, errlen);
-        CUDA_TRY_RC(mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
+        CUDA_TRY_RC(
+            mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
         k_scatter_dz<<<grid_for((long)m * d), 256, 0, s>>>(x->dz, x->dzc, x->idx, x->ds, c0, m, d);
         CUDA_LAUNCHED("k_scatter_dz", err, errlen);
     }
@@ -1407,7 +1440,8 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     CUDA_TRY_RC(mark(x, x->ev_ph[2], err, errlen));
 
     /* backward */
-    CUDA_TRY_RC(rms_bwd(x, x->dh, x->dhb, x->Gr + x->off_fn, NULL, x->dz, x->h_out, x->P + x->off_fn, R, d, err, errlen));
+    CUDA_TRY_RC(
+        rms_bwd(x, x->dh, x->dhb, x->Gr + x->off_fn, NULL, x->dz, x->h_out, x->P + x->off_fn, R, d, err, errlen));
     for (int l = x->L - 1; l >= 0; l--) {
         layer_buf *lb = &x->lb[l];
         const size_t *o = x->off[l];
@@ -1420,7 +1454,8 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         CUDA_LAUNCHED("k_swiglu_bwd", err, errlen);
         CUDA_TRY_RC(lin_dx(x, x->dn, NN_GEMM_F32, x->dgu, x->Wb + o[T_GATE], R, d, 2 * I, 0.0f, err, errlen));
         CUDA_TRY_RC(lin_dw(x, G + o[T_GATE], x->dgu, lb->n, R, d, 2 * I, err, errlen));
-        CUDA_TRY_RC(rms_bwd(x, x->dh2, x->dh2b, G + o[T_POST], x->dh, x->dn, lb->h_mid, x->P + o[T_POST], R, d, err, errlen));
+        CUDA_TRY_RC(
+            rms_bwd(x, x->dh2, x->dh2b, G + o[T_POST], x->dh, x->dn, lb->h_mid, x->P + o[T_POST], R, d, err, errlen));
         /* attention */
         CUDA_TRY_RC(lin_dx(x, x->datt, NN_GEMM_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f, err, errlen));
         CUDA_TRY_RC(lin_dw(x, G + o[T_O], x->dh2b, lb->att, R, x->qd, d, err, errlen));
@@ -1437,11 +1472,13 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         CUDA_TRY_RC(colsum(x, G + o[T_KN], ck, (long)T * x->KV, x->hd, err, errlen));
         CUDA_TRY_RC(lin_dx(x, x->da, NN_GEMM_F32, x->dqkv, x->Wb + o[T_Q], R, d, x->qkvd, 0.0f, err, errlen));
         CUDA_TRY_RC(lin_dw(x, G + o[T_Q], x->dqkv, lb->a, R, d, x->qkvd, err, errlen));
-        CUDA_TRY_RC(lin_dx(x, x->dctx, NN_GEMM_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd, l == x->L - 1 ? 0.0f : 1.0f, err, errlen));
+        CUDA_TRY_RC(lin_dx(x, x->dctx, NN_GEMM_F32, x->dkvc, x->Wb + o[T_K], S, d, 2 * x->kvd,
+                           l == x->L - 1 ? 0.0f : 1.0f, err, errlen));
         CUDA_TRY_RC(lin_dw(x, G + o[T_K], x->dkvc, x->ctxb, S, d, 2 * x->kvd, err, errlen));
         CUDA_TRY_RC(rms_bwd(x, x->dh, x->dhb, G + o[T_IN], x->dh2, x->da, lb->h_in, x->P + o[T_IN], R, d, err, errlen));
     }
-    CUDA_TRY_RC(rms_bwd(x, x->dfc, x->dfcb, x->Gr + x->off_hn, NULL, x->dctx, x->fc_out, x->P + x->off_hn, S, d, err, errlen));
+    CUDA_TRY_RC(
+        rms_bwd(x, x->dfc, x->dfcb, x->Gr + x->off_hn, NULL, x->dctx, x->fc_out, x->P + x->off_hn, S, d, err, errlen));
     CUDA_TRY_RC(lin_dw(x, x->Gr + x->off_fc, x->dfcb, Hb, S, x->nc * d, d, err, errlen));
     CUDA_TRY_RC(mark(x, x->ev_ph[3], err, errlen));
     if (st)
@@ -1462,9 +1499,10 @@ int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st, char *err, size
         st->correct[k] = ds.correct[k];
     }
     if (ds.err)
-        return df_cuda_errf(err, errlen, -EINVAL, "bad batch:%s%s%s", ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
-                       ds.err & ERR_TOKEN ? " token/label outside [0, vocab)" : "",
-                       ds.err & ERR_ROWS ? " more weighted rows than n_real*(B-1) (n_real wrong?)" : "");
+        return df_cuda_errf(err, errlen, -EINVAL, "bad batch:%s%s%s",
+                            ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
+                            ds.err & ERR_TOKEN ? " token/label outside [0, vocab)" : "",
+                            ds.err & ERR_ROWS ? " more weighted rows than n_real*(B-1) (n_real wrong?)" : "");
     return 0;
 }
 
@@ -1478,8 +1516,8 @@ int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info, char *err, 
                                        c->beta1, c->beta2, c->weight_decay);
     CUDA_LAUNCHED("k_opt_plan", err, errlen);
     dim3 grid(256, (unsigned)x->ntensor);
-    k_adamw<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->Mm, x->Vm, x->Gr, x->tens, x->os, (float)c->beta1,
-                                     (float)c->beta2, (float)c->eps, c->weight_decay > 0);
+    k_adamw<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->Mm, x->Vm, x->Gr, x->tens, x->os, (float)c->beta1, (float)c->beta2,
+                                     (float)c->eps, c->weight_decay > 0);
     CUDA_LAUNCHED("k_adamw", err, errlen);
     CUDA_TRY_RC(mark(x, x->ev_ph[5], err, errlen));
     if (info) {

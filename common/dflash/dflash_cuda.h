@@ -60,8 +60,9 @@ typedef struct dflash_batch_cuda {
  * (chunk_rows x vocab logits; <= 0: 1024). embed / lm_head are device bf16 [V, d], borrowed
  * (lm_head may equal embed: tied). opt gives the AdamW settings (total_steps for the
  * schedule). 0 or -EINVAL (unsupported shape: message in err), -ENOMEM, -EIO. */
-int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt, const dflash_bf16_cuda *embed,
-             const dflash_bf16_cuda *lm_head, int max_S, int max_N, int chunk_rows, char *err, size_t errlen);
+int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt,
+                     const dflash_bf16_cuda *embed, const dflash_bf16_cuda *lm_head, int max_S, int max_N,
+                     int chunk_rows, char *err, size_t errlen);
 void dflash_free_cuda(dflash_ctx_cuda *ctx); /* NULL is fine */
 cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *ctx);
 size_t dflash_param_count_cuda(const dflash_ctx_cuda *ctx);

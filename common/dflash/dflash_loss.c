@@ -32,8 +32,8 @@ int dflash_loss_chunked(float *dz, const float *z, const float *W, const int32_t
         norm = sum_w;
     if (dz)
         memset(dz, 0, sizeof(float) * (size_t)rows * (size_t)d);
-    float *zc = malloc(sizeof(float) * (size_t)chunk_rows * d);      /* gathered kept rows */
-    float *lg = malloc(sizeof(float) * (size_t)chunk_rows * V);      /* their logits */
+    float *zc = malloc(sizeof(float) * (size_t)chunk_rows * d); /* gathered kept rows */
+    float *lg = malloc(sizeof(float) * (size_t)chunk_rows * V); /* their logits */
     float *dzc = malloc(sizeof(float) * (size_t)chunk_rows * d);
     int *idx = malloc(sizeof(int) * (size_t)chunk_rows);
     if (!zc || !lg || !dzc || !idx) {

@@ -42,12 +42,14 @@ void dflash_tensor_info(const dflash_config *c, int i, dflash_tensor *t)
             cur.ndim = 1, cur.shape[0] = d, cur.is_norm = 1;
         } else if (nl < PER_LAYER * c->n_layers) {
             int l = nl / PER_LAYER, which = nl % PER_LAYER;
-            static const char *names[PER_LAYER] = {
-                "input_layernorm", "post_attention_layernorm", "self_attn.q_proj", "self_attn.k_proj",
-                "self_attn.v_proj", "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm",
-                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-            const int64_t shapes[PER_LAYER][2] = {{d, 0}, {d, 0}, {qd, d}, {kvd, d}, {kvd, d}, {d, qd},
-                                                  {hd, 0}, {hd, 0}, {I, d}, {I, d}, {d, I}};
+            static const char *names[PER_LAYER] = {"input_layernorm",  "post_attention_layernorm",
+                                                   "self_attn.q_proj", "self_attn.k_proj",
+                                                   "self_attn.v_proj", "self_attn.o_proj",
+                                                   "self_attn.q_norm", "self_attn.k_norm",
+                                                   "mlp.gate_proj",    "mlp.up_proj",
+                                                   "mlp.down_proj"};
+            const int64_t shapes[PER_LAYER][2] = {{d, 0},  {d, 0},  {qd, d}, {kvd, d}, {kvd, d}, {d, qd},
+                                                  {hd, 0}, {hd, 0}, {I, d},  {I, d},   {d, I}};
             snprintf(cur.name, sizeof(cur.name), "layers.%d.%s.weight", l, names[which]);
             cur.shape[0] = shapes[which][0];
             cur.shape[1] = shapes[which][1];
@@ -146,50 +148,50 @@ static size_t carve(dflash_acts *a, const dflash_config *c, int S, int R, char *
     size_t off = 0;
     long d = c->hidden, qd = (long)c->n_heads * c->head_dim, kvd = (long)c->n_kv_heads * c->head_dim;
     long I = c->intermediate, T = (long)S + R;
-#define TAKE(ptr, type, count)                                          \
-    do {                                                                \
-        if (base)                                                       \
-            (ptr) = (type *)(base + off);                               \
-        off += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63;     \
+#define TAKE(ptr, type, count)                                      \
+    do {                                                            \
+        if (base)                                                   \
+            (ptr) = (type *)(base + off);                           \
+        off += ((size_t)(count) * sizeof(type) + 63) & ~(size_t)63; \
     } while (0)
     TAKE(a->inv_freq, float, c->head_dim / 2);
     TAKE(a->pos, int32_t, T);
     TAKE(a->rng_full, nn_key_ranges, R);
     TAKE(a->rng_slide, nn_key_ranges, R);
-    TAKE(a->fc_out, float, S * d);
-    TAKE(a->ctx, float, S * d);
-    TAKE(a->h_out, float, R * d);
-    TAKE(a->z, float, R * d);
-    TAKE(a->dz, float, R * d);
-    TAKE(a->X, float, T * d);
-    TAKE(a->dX, float, T * d);
-    TAKE(a->dh, float, R * d);
-    TAKE(a->dh2, float, R * d);
-    TAKE(a->da, float, R * d);
-    TAKE(a->dq, float, R * qd);
-    TAKE(a->datt, float, R * qd);
-    TAKE(a->dk, float, T * kvd);
-    TAKE(a->dv, float, T * kvd);
-    TAKE(a->dgate, float, R * I);
-    TAKE(a->dup, float, R * I);
-    TAKE(a->dact, float, R * I);
-    TAKE(a->dctx, float, S * d);
-    TAKE(a->dfc, float, S * d);
+    TAKE(a->fc_out, float, S *d);
+    TAKE(a->ctx, float, S *d);
+    TAKE(a->h_out, float, R *d);
+    TAKE(a->z, float, R *d);
+    TAKE(a->dz, float, R *d);
+    TAKE(a->X, float, T *d);
+    TAKE(a->dX, float, T *d);
+    TAKE(a->dh, float, R *d);
+    TAKE(a->dh2, float, R *d);
+    TAKE(a->da, float, R *d);
+    TAKE(a->dq, float, R *qd);
+    TAKE(a->datt, float, R *qd);
+    TAKE(a->dk, float, T *kvd);
+    TAKE(a->dv, float, T *kvd);
+    TAKE(a->dgate, float, R *I);
+    TAKE(a->dup, float, R *I);
+    TAKE(a->dact, float, R *I);
+    TAKE(a->dctx, float, S *d);
+    TAKE(a->dfc, float, S *d);
     for (int l = 0; l < c->n_layers; l++) {
         dflash_layer_acts *L = &a->layer[l];
-        TAKE(L->h_in, float, R * d);
-        TAKE(L->a, float, R * d);
-        TAKE(L->q_pre, float, R * qd);
-        TAKE(L->q, float, R * qd);
-        TAKE(L->k_pre, float, T * kvd);
-        TAKE(L->k, float, T * kvd);
-        TAKE(L->v, float, T * kvd);
-        TAKE(L->att, float, R * qd);
-        TAKE(L->h_mid, float, R * d);
-        TAKE(L->n, float, R * d);
-        TAKE(L->gate, float, R * I);
-        TAKE(L->up, float, R * I);
-        TAKE(L->act, float, R * I);
+        TAKE(L->h_in, float, R *d);
+        TAKE(L->a, float, R *d);
+        TAKE(L->q_pre, float, R *qd);
+        TAKE(L->q, float, R *qd);
+        TAKE(L->k_pre, float, T *kvd);
+        TAKE(L->k, float, T *kvd);
+        TAKE(L->v, float, T *kvd);
+        TAKE(L->att, float, R *qd);
+        TAKE(L->h_mid, float, R *d);
+        TAKE(L->n, float, R *d);
+        TAKE(L->gate, float, R *I);
+        TAKE(L->up, float, R *I);
+        TAKE(L->act, float, R *I);
     }
 #undef TAKE
     return off;
@@ -311,10 +313,10 @@ int dflash_grad_boundaries(const dflash_config *c, size_t *lo, int max)
 }
 
 /* the hook's view: where stage lo starts in g, as an offset */
-#define GRAD_READY(ptr)                                                                                            \
-    do {                                                                                                       \
-        if (hook && hook->ready)                                                                               \
-            hook->ready(hook->arg, (size_t)((ptr) - g->data));                                                  \
+#define GRAD_READY(ptr)                                      \
+    do {                                                     \
+        if (hook && hook->ready)                             \
+            hook->ready(hook->arg, (size_t)((ptr)-g->data)); \
     } while (0)
 
 int dflash_backward(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, const dflash_batch *b,
@@ -397,16 +399,15 @@ int dflash_backward_hooked(const dflash_config *c, const dflash_params *p, const
 }
 #undef GRAD_READY
 
-int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
-                         const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm, int chunk_rows,
-                         dflash_stats *st)
+int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, const dflash_batch *b,
+                         dflash_acts *a, dflash_params *g, double norm, int chunk_rows, dflash_stats *st)
 {
     return dflash_loss_and_grad_hooked(c, p, f, b, a, g, norm, chunk_rows, st, NULL);
 }
 
 int dflash_loss_and_grad_hooked(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
-                                const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm,
-                                int chunk_rows, dflash_stats *st, const dflash_grad_hook *hook)
+                                const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm, int chunk_rows,
+                                dflash_stats *st, const dflash_grad_hook *hook)
 {
     int rc = dflash_forward(c, p, f, b, a);
     if (rc < 0)

@@ -20,27 +20,27 @@
 #include "nn/nn.h"
 
 typedef struct dflash_layer_params {
-    float *input_norm;  /* [d] */
-    float *post_norm;   /* [d] */
-    float *wq;          /* [H*hd, d] */
-    float *wk, *wv;     /* [KV*hd, d] */
-    float *wo;          /* [d, H*hd] */
-    float *q_norm;      /* [hd] */
-    float *k_norm;      /* [hd] */
-    float *w_gate;      /* [I, d] */
-    float *w_up;        /* [I, d] */
-    float *w_down;      /* [d, I] */
+    float *input_norm; /* [d] */
+    float *post_norm;  /* [d] */
+    float *wq;         /* [H*hd, d] */
+    float *wk, *wv;    /* [KV*hd, d] */
+    float *wo;         /* [d, H*hd] */
+    float *q_norm;     /* [hd] */
+    float *k_norm;     /* [hd] */
+    float *w_gate;     /* [I, d] */
+    float *w_up;       /* [I, d] */
+    float *w_down;     /* [d, I] */
 } dflash_layer_params;
 
 /* Views into data[n]; the same struct holds gradients. */
 typedef struct dflash_params {
-    float *data;        /* [n] all trainable parameters, in dflash_tensor_info order */
+    float *data; /* [n] all trainable parameters, in dflash_tensor_info order */
     size_t n;
     int owns;           /* data allocated by dflash_params_alloc */
     float *fc;          /* [d, n_capture*d] */
     float *hidden_norm; /* [d] */
     dflash_layer_params layer[DFLASH_MAX_LAYERS];
-    float *final_norm;  /* [d] "norm.weight" */
+    float *final_norm; /* [d] "norm.weight" */
 } dflash_params;
 
 /* One named tensor of the checkpoint (release names, no "model." prefix). */
@@ -77,19 +77,19 @@ typedef struct dflash_frozen {
 
 /* Saved activations of one layer (R = N*B block rows, T = S + R keys). */
 typedef struct dflash_layer_acts {
-    float *h_in;    /* [R, d] residual entering the layer */
-    float *a;       /* [R, d] input_layernorm(h_in) */
-    float *q_pre;   /* [R, H*hd] a Wq (before q_norm) */
-    float *q;       /* [R, H*hd] after q_norm and RoPE */
-    float *k_pre;   /* [T, KV*hd] [C;a] Wk */
-    float *k;       /* [T, KV*hd] after k_norm and RoPE */
-    float *v;       /* [T, KV*hd] */
-    float *att;     /* [R, H*hd] attention output */
-    float *h_mid;   /* [R, d] after the attention residual */
-    float *n;       /* [R, d] post_attention_layernorm(h_mid) */
-    float *gate;    /* [R, I] */
-    float *up;      /* [R, I] */
-    float *act;     /* [R, I] silu(gate) * up */
+    float *h_in;  /* [R, d] residual entering the layer */
+    float *a;     /* [R, d] input_layernorm(h_in) */
+    float *q_pre; /* [R, H*hd] a Wq (before q_norm) */
+    float *q;     /* [R, H*hd] after q_norm and RoPE */
+    float *k_pre; /* [T, KV*hd] [C;a] Wk */
+    float *k;     /* [T, KV*hd] after k_norm and RoPE */
+    float *v;     /* [T, KV*hd] */
+    float *att;   /* [R, H*hd] attention output */
+    float *h_mid; /* [R, d] after the attention residual */
+    float *n;     /* [R, d] post_attention_layernorm(h_mid) */
+    float *gate;  /* [R, I] */
+    float *up;    /* [R, I] */
+    float *act;   /* [R, I] silu(gate) * up */
 } dflash_layer_acts;
 
 /* Activations and scratch for one sequence; grown by dflash_acts_ensure, reused across
@@ -97,21 +97,21 @@ typedef struct dflash_layer_acts {
 typedef struct dflash_acts {
     int S_cap, R_cap, S, R;
     void *mem;
-    float *inv_freq;        /* [hd/2] */
-    int32_t *pos;           /* [S + R] RoPE positions: context 0..S-1, block a_j + k */
+    float *inv_freq;                     /* [hd/2] */
+    int32_t *pos;                        /* [S + R] RoPE positions: context 0..S-1, block a_j + k */
     nn_key_ranges *rng_full, *rng_slide; /* [R] */
-    float *fc_out;          /* [S, d] H fc^T */
-    float *ctx;             /* [S, d] C */
-    float *h_out;           /* [R, d] residual after the last layer */
-    float *z;               /* [R, d] final norm output */
-    float *dz;              /* [R, d] loss gradient */
-    float *X;               /* [T, d] scratch [C ; a] */
-    float *dX;              /* [T, d] */
-    float *dh, *dh2, *da;   /* [R, d] */
-    float *dq, *datt;       /* [R, H*hd] */
-    float *dk, *dv;         /* [T, KV*hd] */
-    float *dgate, *dup, *dact; /* [R, I] */
-    float *dctx, *dfc;      /* [S, d] */
+    float *fc_out;                       /* [S, d] H fc^T */
+    float *ctx;                          /* [S, d] C */
+    float *h_out;                        /* [R, d] residual after the last layer */
+    float *z;                            /* [R, d] final norm output */
+    float *dz;                           /* [R, d] loss gradient */
+    float *X;                            /* [T, d] scratch [C ; a] */
+    float *dX;                           /* [T, d] */
+    float *dh, *dh2, *da;                /* [R, d] */
+    float *dq, *datt;                    /* [R, H*hd] */
+    float *dk, *dv;                      /* [T, KV*hd] */
+    float *dgate, *dup, *dact;           /* [R, I] */
+    float *dctx, *dfc;                   /* [S, d] */
     dflash_layer_acts layer[DFLASH_MAX_LAYERS];
 } dflash_acts;
 
@@ -148,11 +148,10 @@ int dflash_backward_hooked(const dflash_config *c, const dflash_params *p, const
 
 /* forward + chunked loss (norm as in dflash_loss_chunked) + backward into g (added; g
  * may be NULL for evaluation only). st gets loss and accuracies. 0 or -errno. */
-int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
-                         const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm, int chunk_rows,
-                         dflash_stats *st);
+int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, const dflash_batch *b,
+                         dflash_acts *a, dflash_params *g, double norm, int chunk_rows, dflash_stats *st);
 int dflash_loss_and_grad_hooked(const dflash_config *c, const dflash_params *p, const dflash_frozen *f,
-                                const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm,
-                                int chunk_rows, dflash_stats *st, const dflash_grad_hook *hook);
+                                const dflash_batch *b, dflash_acts *a, dflash_params *g, double norm, int chunk_rows,
+                                dflash_stats *st, const dflash_grad_hook *hook);
 
 #endif

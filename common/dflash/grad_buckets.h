@@ -33,9 +33,9 @@
 #define BUCKETS_MAX (DFLASH_MAX_LAYERS + 2)
 
 typedef struct buckets_plan {
-    int n;                      /* buckets */
-    size_t lo[BUCKETS_MAX];  /* bucket k = floats [lo[k], hi[k]) of the flat array; */
-    size_t hi[BUCKETS_MAX];  /* k = 0 is the highest range (the first the backward finishes) */
+    int n;                  /* buckets */
+    size_t lo[BUCKETS_MAX]; /* bucket k = floats [lo[k], hi[k]) of the flat array; */
+    size_t hi[BUCKETS_MAX]; /* k = 0 is the highest range (the first the backward finishes) */
 } buckets_plan;
 
 /* The plan for drafter c with buckets of at least bucket_floats. 0 or -EINVAL. */
@@ -44,11 +44,11 @@ int buckets_plan_make(buckets_plan *p, const dflash_config *c, size_t bucket_flo
 typedef struct buckets_step {
     const buckets_plan *plan;
     allreduce_comm *ar;
-    float *g;         /* the flat gradient array (borrowed) */
-    int next;         /* the next bucket to hand over */
-    int early;        /* buckets handed over from inside the backward (for the metrics) */
-    int rc;           /* the first error of allreduce_bucket_ready (inside the backward) */
-    char err[320];    /* and its message, for buckets_step_finish to report */
+    float *g;      /* the flat gradient array (borrowed) */
+    int next;      /* the next bucket to hand over */
+    int early;     /* buckets handed over from inside the backward (for the metrics) */
+    int rc;        /* the first error of allreduce_bucket_ready (inside the backward) */
+    char err[320]; /* and its message, for buckets_step_finish to report */
     dflash_grad_hook hook;
 } buckets_step;
 

@@ -6,7 +6,10 @@
 
 #include <stdio.h>
 
-static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+    return (x + a - 1) / a * a;
+}
 
 uint64_t batch_layout(batch_header *h)
 {
@@ -44,8 +47,7 @@ int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kin
         return -EINVAL;
     }
     if (h->kind != want_kind) {
-        snprintf(err, errlen, "batch %llu: kind %u, expected %u", (unsigned long long)h->batch_id, h->kind,
-                 want_kind);
+        snprintf(err, errlen, "batch %llu: kind %u, expected %u", (unsigned long long)h->batch_id, h->kind, want_kind);
         return -EINVAL;
     }
     if (h->n_docs == 0 || h->n_docs > BATCH_MAX_DOCS || h->doc_starts[0] != 0 ||
@@ -63,8 +65,7 @@ int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kin
     batch_header copy = *h;
     if (batch_layout(&copy) != h->total_bytes || copy.off_feat != h->off_feat || h->total_bytes > slot_bytes) {
         snprintf(err, errlen, "batch %llu: layout does not match its header or exceeds the slot (%llu > %llu bytes)",
-                 (unsigned long long)h->batch_id, (unsigned long long)h->total_bytes,
-                 (unsigned long long)slot_bytes);
+                 (unsigned long long)h->batch_id, (unsigned long long)h->total_bytes, (unsigned long long)slot_bytes);
         return -EINVAL;
     }
     if (batch_checksum(h) != h->checksum) {

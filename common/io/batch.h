@@ -30,28 +30,43 @@ enum { BATCH_KIND_TP = 1, BATCH_KIND_PD = 2 };
 
 typedef struct batch_header {
     uint32_t magic, version;
-    uint32_t kind;        /* BATCH_KIND_* */
-    uint32_t feat_dtype;  /* BATCH_FEAT_* */
-    uint64_t batch_id;    /* ledger batch id */
-    uint32_t n_docs, T;   /* documents, total tokens */
+    uint32_t kind;       /* BATCH_KIND_* */
+    uint32_t feat_dtype; /* BATCH_FEAT_* */
+    uint64_t batch_id;   /* ledger batch id */
+    uint32_t n_docs, T;  /* documents, total tokens */
     uint32_t n_capture, d;
-    uint32_t num_anchors, block_size; /* PD only (0 in TP) */
+    uint32_t num_anchors, block_size;                               /* PD only (0 in TP) */
     uint64_t off_tokens, off_mask, off_anchors, off_keep, off_feat; /* bytes from the header */
     uint64_t total_bytes;
     uint64_t sample_idx[BATCH_MAX_DOCS];    /* dataset sample of each document */
     int32_t doc_starts[BATCH_MAX_DOCS + 1]; /* doc k = tokens [doc_starts[k], doc_starts[k+1]) */
-    uint64_t checksum;    /* FNV-1a of tokens and mask (not features): catches a torn or stale slot */
+    uint64_t checksum;                      /* FNV-1a of tokens and mask (not features): catches a torn or stale slot */
 } batch_header;
 
 /* Fill the offsets and total_bytes of h from its kind, n_docs, T, n_capture, d,
  * num_anchors and feat_dtype. Returns total_bytes. */
 uint64_t batch_layout(batch_header *h);
 
-static inline int32_t *batch_tokens(batch_header *h) { return (int32_t *)((char *)h + h->off_tokens); }
-static inline uint8_t *batch_mask(batch_header *h) { return (uint8_t *)((char *)h + h->off_mask); }
-static inline int32_t *batch_anchors(batch_header *h) { return (int32_t *)((char *)h + h->off_anchors); }
-static inline uint8_t *batch_keep(batch_header *h) { return (uint8_t *)((char *)h + h->off_keep); }
-static inline void *batch_feat(batch_header *h) { return (char *)h + h->off_feat; }
+static inline int32_t *batch_tokens(batch_header *h)
+{
+    return (int32_t *)((char *)h + h->off_tokens);
+}
+static inline uint8_t *batch_mask(batch_header *h)
+{
+    return (uint8_t *)((char *)h + h->off_mask);
+}
+static inline int32_t *batch_anchors(batch_header *h)
+{
+    return (int32_t *)((char *)h + h->off_anchors);
+}
+static inline uint8_t *batch_keep(batch_header *h)
+{
+    return (uint8_t *)((char *)h + h->off_keep);
+}
+static inline void *batch_feat(batch_header *h)
+{
+    return (char *)h + h->off_feat;
+}
 
 /* Checksum over tokens and mask (what batch_header.checksum holds). */
 uint64_t batch_checksum(const batch_header *h);

@@ -17,8 +17,8 @@ static int grow(batch_view *v, size_t n)
     return 0;
 }
 
-int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_bytes, uint32_t kind,
-                    batch_header **out, char *err, size_t errlen)
+int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_bytes, uint32_t kind, batch_header **out,
+                    char *err, size_t errlen)
 {
     *out = NULL;
     if (off > A->size || slot_bytes > A->size - off || slot_bytes < sizeof(batch_header)) {

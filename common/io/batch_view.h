@@ -15,15 +15,15 @@
 #include <stddef.h>
 
 typedef struct batch_view {
-    void *buf;  /* host copy (CUDA arenas), grown as needed, owned */
+    void *buf; /* host copy (CUDA arenas), grown as needed, owned */
     size_t cap;
 } batch_view;
 
 /* The header of the slot at arena offset off (slot_bytes long), validated for kind.
  * CPU arena: a pointer into the slot. CUDA arena: a pointer into v->buf holding the first
  * off_feat bytes. 0 or -errno (-EINVAL bad batch, message in err). */
-int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_bytes, uint32_t kind,
-                    batch_header **out, char *err, size_t errlen);
+int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_bytes, uint32_t kind, batch_header **out,
+                    char *err, size_t errlen);
 /* Copy the metadata part [0, h->off_feat) of host-built h into the slot at off (a no-op
  * when h already is the slot, i.e. CPU arenas written in place). 0 or -errno. */
 int batch_view_write(const arena *A, uint64_t off, const batch_header *h, char *err, size_t errlen);

@@ -304,15 +304,16 @@ static int check_sizes(parser *p, const hfconfig *c)
 {
     uint64_t H = (uint64_t)c->hidden_size, hd = (uint64_t)c->head_dim, qd, kvd;
     if (ckmath_mul((uint64_t)c->num_attention_heads, hd, &qd) || qd > HFCONFIG_MAX_WIDTH)
-        return perr(p, "num_attention_heads x head_dim: %d x %d = %llu, above the limit of %llu", c->num_attention_heads,
-                    c->head_dim, (unsigned long long)((uint64_t)c->num_attention_heads * hd),
+        return perr(p, "num_attention_heads x head_dim: %d x %d = %llu, above the limit of %llu",
+                    c->num_attention_heads, c->head_dim, (unsigned long long)((uint64_t)c->num_attention_heads * hd),
                     (unsigned long long)HFCONFIG_MAX_WIDTH);
     if (ckmath_mul((uint64_t)c->num_key_value_heads, hd, &kvd) || kvd > HFCONFIG_MAX_WIDTH)
         return perr(p, "num_key_value_heads x head_dim: %d x %d = %llu, above the limit of %llu",
                     c->num_key_value_heads, c->head_dim, (unsigned long long)((uint64_t)c->num_key_value_heads * hd),
                     (unsigned long long)HFCONFIG_MAX_WIDTH);
     if (H > HFCONFIG_MAX_WIDTH)
-        return perr(p, "hidden_size: %d is above the limit of %llu", c->hidden_size, (unsigned long long)HFCONFIG_MAX_WIDTH);
+        return perr(p, "hidden_size: %d is above the limit of %llu", c->hidden_size,
+                    (unsigned long long)HFCONFIG_MAX_WIDTH);
     /* the largest matrices: embed_tokens / lm_head, gate/up/down, q/o */
     static const char *const names[] = {"vocab_size x hidden_size", "intermediate_size x hidden_size",
                                         "hidden_size x num_attention_heads x head_dim"};
@@ -332,8 +333,9 @@ static int check_sizes(parser *p, const hfconfig *c)
         ckmath_mul(layer, (uint64_t)c->num_hidden_layers, &total) ||
         ckmath_mul(el[0], c->tie_word_embeddings ? 1 : 2, &embeds) || ckmath_add(total, embeds, &total) ||
         total > HFCONFIG_MAX_PARAMS)
-        return perr(p, "num_hidden_layers: %d layers of hidden_size %d, intermediate_size %d and vocab_size %d "
-                       "are more than %llu parameters",
+        return perr(p,
+                    "num_hidden_layers: %d layers of hidden_size %d, intermediate_size %d and vocab_size %d "
+                    "are more than %llu parameters",
                     c->num_hidden_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
                     (unsigned long long)HFCONFIG_MAX_PARAMS);
     return 0;
@@ -359,8 +361,10 @@ static int parse_root(parser *p, json_t *root, hfconfig *c)
         c->arch = HFCONFIG_ARCH_LLAMA;
         want_type = "llama";
     } else {
-        return perr(p, "architectures: unsupported architecture %.60s (supported: Qwen3ForCausalLM, "
-                       "LlamaForCausalLM)", a);
+        return perr(p,
+                    "architectures: unsupported architecture %.60s (supported: Qwen3ForCausalLM, "
+                    "LlamaForCausalLM)",
+                    a);
     }
     snprintf(c->architecture, sizeof c->architecture, "%s", a);
     if ((rc = get_str(p, root, "", "model_type", 1, c->model_type, sizeof c->model_type)) < 0)

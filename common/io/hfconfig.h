@@ -43,23 +43,23 @@ typedef struct hfconfig {
     char model_type[32];   /* "qwen3" / "llama" (required, must match the architecture) */
     int hidden_size, intermediate_size, num_hidden_layers;
     int num_attention_heads;
-    int num_key_value_heads;    /* default: num_attention_heads */
-    int head_dim;               /* given; else Qwen3: 128 (its class default), Llama: hidden / heads */
+    int num_key_value_heads; /* default: num_attention_heads */
+    int head_dim;            /* given; else Qwen3: 128 (its class default), Llama: hidden / heads */
     int vocab_size;
-    int max_position_embeddings; /* 0 when absent */
-    double rms_norm_eps;         /* default 1e-6 */
-    double rope_theta;           /* top-level, or rope_parameters / rope_scaling; default 10000 */
-    char rope_type[16];          /* "default" or "llama3" */
-    nn_rope_scaling rope_scaling; /* factor 0 unless rope_type is llama3 */
-    int tie_word_embeddings;     /* default 0 (both classes) */
-    char dtype[16];              /* torch_dtype or dtype: "bfloat16", "float16", "float32"; "" if absent */
-    int attention_bias;          /* q/k/v/o projections carry a bias; default 0 */
-    int mlp_bias;                /* Llama gate/up/down bias; default 0 (Qwen3 has none) */
-    int qk_norm;                 /* per-head q_norm / k_norm: 1 for Qwen3, 0 for Llama */
-    int64_t bos_token_id, pad_token_id; /* -1 when absent or null */
+    int max_position_embeddings;             /* 0 when absent */
+    double rms_norm_eps;                     /* default 1e-6 */
+    double rope_theta;                       /* top-level, or rope_parameters / rope_scaling; default 10000 */
+    char rope_type[16];                      /* "default" or "llama3" */
+    nn_rope_scaling rope_scaling;            /* factor 0 unless rope_type is llama3 */
+    int tie_word_embeddings;                 /* default 0 (both classes) */
+    char dtype[16];                          /* torch_dtype or dtype: "bfloat16", "float16", "float32"; "" if absent */
+    int attention_bias;                      /* q/k/v/o projections carry a bias; default 0 */
+    int mlp_bias;                            /* Llama gate/up/down bias; default 0 (Qwen3 has none) */
+    int qk_norm;                             /* per-head q_norm / k_norm: 1 for Qwen3, 0 for Llama */
+    int64_t bos_token_id, pad_token_id;      /* -1 when absent or null */
     int64_t eos_token_ids[HFCONFIG_MAX_EOS]; /* eos_token_id: an integer or a list */
     int n_eos;
-    int sliding_window;          /* 0 when absent / null */
+    int sliding_window;               /* 0 when absent / null */
     hfconfig_layer_type *layer_types; /* [num_hidden_layers], malloc'd; all full unless
                                   * layer_types says so or (Qwen3) use_sliding_window
                                   * with layers >= max_window_layers */

@@ -53,10 +53,10 @@ long metrics_escape(char *out, size_t cap, const char *str)
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)str;
     size_t n = strlen(str), o = 0;
-#define EMIT(ch)              \
-    do {                      \
-        if (o >= cap)         \
-            return -1;        \
+#define EMIT(ch)               \
+    do {                       \
+        if (o >= cap)          \
+            return -1;         \
         out[o++] = (char)(ch); \
     } while (0)
     EMIT('"');
@@ -68,13 +68,19 @@ long metrics_escape(char *out, size_t cap, const char *str)
                 EMIT('\\');
                 EMIT(c);
             } else if (c < 0x20) {
-                const char *short_esc = c == '\n' ? "n" : c == '\t' ? "t" : c == '\r' ? "r"
-                                      : c == '\b' ? "b" : c == '\f' ? "f" : NULL;
+                const char *short_esc = c == '\n'   ? "n"
+                                        : c == '\t' ? "t"
+                                        : c == '\r' ? "r"
+                                        : c == '\b' ? "b"
+                                        : c == '\f' ? "f"
+                                                    : NULL;
                 EMIT('\\');
                 if (short_esc)
                     EMIT(short_esc[0]);
                 else {
-                    EMIT('u'); EMIT('0'); EMIT('0');
+                    EMIT('u');
+                    EMIT('0');
+                    EMIT('0');
                     EMIT(hex[c >> 4]);
                     EMIT(hex[c & 15]);
                 }
@@ -108,8 +114,8 @@ static int valid_worker_name(const char *s)
         return 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+              c == '.'))
             return 0;
     }
     return 1;
@@ -238,8 +244,8 @@ int metrics_end(metrics_line *l)
     metrics_writer *w = l->w;
     char tail[40];
     /* TAIL_RESERVE guarantees room: write straight into buf past FIELD_LIMIT. */
-    int n = l->dropped ? snprintf(tail, sizeof tail, ",\"dropped\":%u}\n", l->dropped)
-                       : snprintf(tail, sizeof tail, "}\n");
+    int n =
+        l->dropped ? snprintf(tail, sizeof tail, ",\"dropped\":%u}\n", l->dropped) : snprintf(tail, sizeof tail, "}\n");
     memcpy(l->buf + l->len, tail, (size_t)n);
     l->len += (size_t)n;
     if (w->fd < 0)

@@ -40,16 +40,16 @@
 #define METRICS_NAME_MAX 64
 
 typedef struct metrics_writer {
-    int fd;                           /* O_APPEND, close-on-exec; -1 when closed */
+    int fd; /* O_APPEND, close-on-exec; -1 when closed */
     uint32_t incarnation;
-    char worker[METRICS_NAME_MAX];    /* validated: [A-Za-z0-9_.-], not starting with '.' */
+    char worker[METRICS_NAME_MAX]; /* validated: [A-Za-z0-9_.-], not starting with '.' */
     uint64_t lines_written, write_errors;
 } metrics_writer;
 
 typedef struct metrics_line {
     metrics_writer *w;
-    size_t len;                       /* bytes used in buf */
-    uint32_t dropped;                 /* fields dropped by the truncation rule */
+    size_t len;       /* bytes used in buf */
+    uint32_t dropped; /* fields dropped by the truncation rule */
     char buf[METRICS_LINE_MAX];
 } metrics_line;
 
@@ -61,7 +61,7 @@ void metrics_close(metrics_writer *w);
 
 /* Start a line for event `ev` with the common fields (t, worker, inc, pid, ev). */
 void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev);
-void metrics_num(metrics_line *l, const char *key, double v);   /* NaN/inf -> null */
+void metrics_num(metrics_line *l, const char *key, double v); /* NaN/inf -> null */
 void metrics_int(metrics_line *l, const char *key, int64_t v);
 void metrics_u64(metrics_line *l, const char *key, uint64_t v);
 void metrics_bool(metrics_line *l, const char *key, int v);
@@ -78,9 +78,9 @@ long metrics_escape(char *out, size_t cap, const char *s);
 /* Reader: tails a JSONL file, returning complete lines only. */
 typedef struct metrics_reader {
     int fd;
-    uint64_t offset;      /* file offset of the first byte not yet read into buf */
-    uint64_t consumed;    /* file offset just past the last complete line returned/skipped */
-    char *buf;            /* [cap]; bytes [start, len) read but not yet returned */
+    uint64_t offset;   /* file offset of the first byte not yet read into buf */
+    uint64_t consumed; /* file offset just past the last complete line returned/skipped */
+    char *buf;         /* [cap]; bytes [start, len) read but not yet returned */
     size_t start, len, cap;
     int skipping;         /* inside an over-long line: drop bytes until its '\n' */
     uint64_t lines;       /* objects returned */

@@ -28,9 +28,10 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_info[] = {
-    [SAFETENSORS_F32] = {"F32", 4}, [SAFETENSORS_F16] = {"F16", 2}, [SAFETENSORS_BF16] = {"BF16", 2}, [SAFETENSORS_F64] = {"F64", 8},
-    [SAFETENSORS_I64] = {"I64", 8}, [SAFETENSORS_I32] = {"I32", 4}, [SAFETENSORS_I16] = {"I16", 2},  [SAFETENSORS_I8] = {"I8", 1},
-    [SAFETENSORS_U8] = {"U8", 1},   [SAFETENSORS_BOOL] = {"BOOL", 1},
+    [SAFETENSORS_F32] = {"F32", 4},   [SAFETENSORS_F16] = {"F16", 2}, [SAFETENSORS_BF16] = {"BF16", 2},
+    [SAFETENSORS_F64] = {"F64", 8},   [SAFETENSORS_I64] = {"I64", 8}, [SAFETENSORS_I32] = {"I32", 4},
+    [SAFETENSORS_I16] = {"I16", 2},   [SAFETENSORS_I8] = {"I8", 1},   [SAFETENSORS_U8] = {"U8", 1},
+    [SAFETENSORS_BOOL] = {"BOOL", 1},
 };
 
 size_t safetensors_dtype_size(safetensors_dtype d)
@@ -94,9 +95,9 @@ uint16_t safetensors_f32_to_f16(float x)
         return sign | 0x7e00;
     if (ax >= 0x477ff000u) /* >= 65520: rounds to inf (65504 is odd, the tie goes up) */
         return sign | 0x7c00;
-    if (ax < 0x38800000u) { /* below 2^-14: subnormal; scaling by 2^24 is exact */
+    if (ax < 0x38800000u) {                               /* below 2^-14: subnormal; scaling by 2^24 is exact */
         float m = nearbyintf(bits_f32(ax) * 16777216.0f); /* default mode: ties to even */
-        return sign | (uint16_t)m;                       /* 1024 is the smallest normal: right */
+        return sign | (uint16_t)m;                        /* 1024 is the smallest normal: right */
     }
     uint32_t e = (ax >> 23) - 127 + 15, m = ax & 0x7fffffu;
     uint32_t h = (e << 10) | (m >> 13), rem = m & 0x1fffu;
@@ -136,12 +137,42 @@ int safetensors_tensor_to_f32(const safetensors_tensor *t, float *dst)
     for (uint64_t i = 0; i < n; i++, p += es) {
         switch (t->dtype) {
         case SAFETENSORS_F32: memcpy(&dst[i], p, 4); break;
-        case SAFETENSORS_F16: { uint16_t v; memcpy(&v, p, 2); dst[i] = safetensors_f16_to_f32(v); break; }
-        case SAFETENSORS_BF16: { uint16_t v; memcpy(&v, p, 2); dst[i] = safetensors_bf16_to_f32(v); break; }
-        case SAFETENSORS_F64: { double v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
-        case SAFETENSORS_I64: { int64_t v; memcpy(&v, p, 8); dst[i] = (float)v; break; }
-        case SAFETENSORS_I32: { int32_t v; memcpy(&v, p, 4); dst[i] = (float)v; break; }
-        case SAFETENSORS_I16: { int16_t v; memcpy(&v, p, 2); dst[i] = (float)v; break; }
+        case SAFETENSORS_F16: {
+            uint16_t v;
+            memcpy(&v, p, 2);
+            dst[i] = safetensors_f16_to_f32(v);
+            break;
+        }
+        case SAFETENSORS_BF16: {
+            uint16_t v;
+            memcpy(&v, p, 2);
+            dst[i] = safetensors_bf16_to_f32(v);
+            break;
+        }
+        case SAFETENSORS_F64: {
+            double v;
+            memcpy(&v, p, 8);
+            dst[i] = (float)v;
+            break;
+        }
+        case SAFETENSORS_I64: {
+            int64_t v;
+            memcpy(&v, p, 8);
+            dst[i] = (float)v;
+            break;
+        }
+        case SAFETENSORS_I32: {
+            int32_t v;
+            memcpy(&v, p, 4);
+            dst[i] = (float)v;
+            break;
+        }
+        case SAFETENSORS_I16: {
+            int16_t v;
+            memcpy(&v, p, 2);
+            dst[i] = (float)v;
+            break;
+        }
         case SAFETENSORS_I8: dst[i] = (float)(int8_t)p[0]; break;
         case SAFETENSORS_U8: dst[i] = (float)p[0]; break;
         case SAFETENSORS_BOOL: dst[i] = p[0] ? 1.0f : 0.0f; break;
@@ -205,11 +236,13 @@ static int cmp_offset(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safetensors_tensor *t, char *err, size_t errlen)
+static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safetensors_tensor *t, char *err,
+                        size_t errlen)
 {
     size_t klen = strlen(key);
     if (klen >= SAFETENSORS_MAX_NAME)
-        return fail(err, errlen, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen, SAFETENSORS_MAX_NAME - 1);
+        return fail(err, errlen, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen,
+                    SAFETENSORS_MAX_NAME - 1);
     memset(t, 0, sizeof *t);
     memcpy(t->name, key, klen + 1);
     if (!json_is_object(val))
@@ -266,12 +299,12 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safeten
         return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld]: begin > end", key, (long long)b,
                     (long long)e);
     if ((uint64_t)e > data_len)
-        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld] exceed the data section (%llu bytes)",
-                    key, (long long)b, (long long)e, (unsigned long long)data_len);
+        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld] exceed the data section (%llu bytes)", key,
+                    (long long)b, (long long)e, (unsigned long long)data_len);
     if ((uint64_t)(e - b) != t->nbytes)
         return fail(err, errlen, "tensor \"%s\": shape %s of %s is %llu bytes but data_offsets [%lld, %lld] span %llu",
-                    key, sbuf, safetensors_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b, (long long)e,
-                    (unsigned long long)(e - b));
+                    key, sbuf, safetensors_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b,
+                    (long long)e, (unsigned long long)(e - b));
     t->data_offset = (uint64_t)b;
     return 0;
 }
@@ -282,15 +315,16 @@ static int check_metadata(json_t *md, char *err, size_t errlen)
         return fail(err, errlen, "__metadata__: expected an object of strings, got %s", jtype(md));
     const char *k;
     json_t *v;
-    json_object_foreach(md, k, v) {
+    json_object_foreach(md, k, v)
+    {
         if (!json_is_string(v))
             return fail(err, errlen, "__metadata__[\"%.64s\"]: expected a string, got %s", k, jtype(v));
     }
     return 0;
 }
 
-int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, safetensors_tensor **out, int *n, char *err,
-                    size_t errlen)
+int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, safetensors_tensor **out, int *n,
+                             char *err, size_t errlen)
 {
     *out = NULL;
     *n = 0;
@@ -320,7 +354,8 @@ int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_le
     }
     const char *key;
     json_t *val;
-    json_object_foreach(root, key, val) {
+    json_object_foreach(root, key, val)
+    {
         if (strcmp(key, "__metadata__") == 0) {
             if ((rc = check_metadata(val, err, errlen)) < 0)
                 goto done;
@@ -342,8 +377,7 @@ int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_le
         if (prev && prev->data_offset + prev->nbytes > c->data_offset) {
             rc = fail(err, errlen, "tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap", prev->name,
                       (unsigned long long)prev->data_offset, (unsigned long long)(prev->data_offset + prev->nbytes),
-                      c->name, (unsigned long long)c->data_offset,
-                      (unsigned long long)(c->data_offset + c->nbytes));
+                      c->name, (unsigned long long)c->data_offset, (unsigned long long)(c->data_offset + c->nbytes));
             goto done;
         }
         prev = c;
@@ -501,7 +535,8 @@ static int model_open_index(safetensors_model *m, const char *ipath, char *err, 
     }
     const char *tname;
     json_t *jv;
-    json_object_foreach(wm, tname, jv) {
+    json_object_foreach(wm, tname, jv)
+    {
         if (!json_is_string(jv)) {
             snprintf(err, errlen, "%s: weight_map[\"%s\"]: expected a file name, got %s", ipath, tname, jtype(jv));
             rc = -EINVAL;
@@ -662,7 +697,8 @@ static int writer_entry(safetensors_writer *w, const char *name, safetensors_dty
     return 0;
 }
 
-int safetensors_writer_add(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape, const void *data)
+int safetensors_writer_add(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim,
+                           const int64_t *shape, const void *data)
 {
     safetensors_wentry *e;
     int rc = writer_entry(w, name, dt, ndim, shape, &e);
@@ -675,8 +711,8 @@ int safetensors_writer_add(safetensors_writer *w, const char *name, safetensors_
     return 0;
 }
 
-int safetensors_writer_add_f32_as(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape,
-                         const float *src)
+int safetensors_writer_add_f32_as(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim,
+                                  const int64_t *shape, const float *src)
 {
     if (dt != SAFETENSORS_F32 && dt != SAFETENSORS_F16 && dt != SAFETENSORS_BF16 && dt != SAFETENSORS_F64)
         return -EINVAL;

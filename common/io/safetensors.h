@@ -30,7 +30,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { SAFETENSORS_F32, SAFETENSORS_F16, SAFETENSORS_BF16, SAFETENSORS_F64, SAFETENSORS_I64, SAFETENSORS_I32, SAFETENSORS_I16, SAFETENSORS_I8, SAFETENSORS_U8, SAFETENSORS_BOOL } safetensors_dtype;
+typedef enum {
+    SAFETENSORS_F32,
+    SAFETENSORS_F16,
+    SAFETENSORS_BF16,
+    SAFETENSORS_F64,
+    SAFETENSORS_I64,
+    SAFETENSORS_I32,
+    SAFETENSORS_I16,
+    SAFETENSORS_I8,
+    SAFETENSORS_U8,
+    SAFETENSORS_BOOL
+} safetensors_dtype;
 
 #define SAFETENSORS_MAX_DIMS 8
 #define SAFETENSORS_MAX_NAME 256                             /* names are at most 255 bytes */
@@ -59,8 +70,8 @@ typedef struct safetensors_file {
  * of data_len bytes. On success *out is a malloc'd array of *n tensors sorted by name
  * (caller frees; NULL when n == 0) with data == NULL. On failure *out = NULL, *n = 0,
  * err holds the reason, returns -EINVAL (or -ENOMEM). */
-int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, safetensors_tensor **out, int *n, char *err,
-                    size_t errlen);
+int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_len, safetensors_tensor **out, int *n,
+                             char *err, size_t errlen);
 
 /* Open and map path read-only, parse its header. On failure f is left closed (safe to
  * safetensors_close) and err names the file. */
@@ -75,8 +86,8 @@ const safetensors_tensor *safetensors_find(const safetensors_file *f, const char
 int safetensors_tensor_to_f32(const safetensors_tensor *t, float *dst);
 int64_t safetensors_numel(const safetensors_tensor *t);
 size_t safetensors_dtype_size(safetensors_dtype d);
-const char *safetensors_dtype_name(safetensors_dtype d);                 /* "F32", "BF16", ... */
-int safetensors_dtype_from_name(const char *s, safetensors_dtype *out);  /* 0 or -EINVAL */
+const char *safetensors_dtype_name(safetensors_dtype d);                /* "F32", "BF16", ... */
+int safetensors_dtype_from_name(const char *s, safetensors_dtype *out); /* 0 or -EINVAL */
 
 /* A HF model directory. files[] owns the shards; dir is a copy of the path. */
 typedef struct safetensors_model {
@@ -97,10 +108,12 @@ const safetensors_tensor *safetensors_model_find(const safetensors_model *m, con
  * owned copy. Names must be unique and at most 255 bytes; -EINVAL / -EEXIST otherwise. */
 typedef struct safetensors_writer safetensors_writer;
 safetensors_writer *safetensors_writer_new(void); /* NULL on ENOMEM */
-int safetensors_writer_add(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape, const void *data);
-int safetensors_writer_add_f32_as(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim, const int64_t *shape,
-                         const float *src);
-int safetensors_writer_set_metadata(safetensors_writer *w, const char *key, const char *value); /* copies; last set wins */
+int safetensors_writer_add(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim,
+                           const int64_t *shape, const void *data);
+int safetensors_writer_add_f32_as(safetensors_writer *w, const char *name, safetensors_dtype dt, int ndim,
+                                  const int64_t *shape, const float *src);
+int safetensors_writer_set_metadata(safetensors_writer *w, const char *key,
+                                    const char *value); /* copies; last set wins */
 /* Write path.tmp.<pid>, fsync, rename, fsync the directory. 0 or -errno; on failure
  * (ENOSPC, ...) the previous file at path is untouched and the temp file removed. */
 int safetensors_writer_write(safetensors_writer *w, const char *path);

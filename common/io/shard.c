@@ -28,7 +28,10 @@ struct dataset {
     uint32_t vocab;
 };
 
-static uint64_t align8(uint64_t x) { return (x + 7) & ~7ull; }
+static uint64_t align8(uint64_t x)
+{
+    return (x + 7) & ~7ull;
+}
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
@@ -50,8 +53,8 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
     s->size = (uint64_t)st.st_size;
     if (s->size < SHARD_HEADER_BYTES) {
         close(fd);
-        return fail(err, errlen, -EINVAL, "%s: offset 0: file is %llu bytes, shorter than the %u-byte header",
-                    path, (unsigned long long)s->size, SHARD_HEADER_BYTES);
+        return fail(err, errlen, -EINVAL, "%s: offset 0: file is %llu bytes, shorter than the %u-byte header", path,
+                    (unsigned long long)s->size, SHARD_HEADER_BYTES);
     }
     s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
@@ -78,8 +81,8 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
     if (vs == 0)
         return fail(err, errlen, -EINVAL, "%s: offset 12: vocab_size is 0", path);
     if (*vocab && vs != *vocab)
-        return fail(err, errlen, -EINVAL, "%s: offset 12: vocab_size %u differs from the other shards' %u",
-                    path, vs, *vocab);
+        return fail(err, errlen, -EINVAL, "%s: offset 12: vocab_size %u differs from the other shards' %u", path, vs,
+                    *vocab);
     *vocab = vs;
     /* the 16 reserved bytes are not covered by header_fnv: zero is the only valid value,
      * so that a later version can give them a meaning */
@@ -117,13 +120,13 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
     for (uint64_t i = 0; i < s->n_samples; i++)
         if (s->offsets[i + 1] < s->offsets[i] || s->offsets[i + 1] > s->n_tokens ||
             s->offsets[i + 1] - s->offsets[i] > UINT32_MAX)
-            return fail(err, errlen, -EINVAL, "%s: offset %llu: offsets[%llu] = %llu is out of order or range",
-                        path, (unsigned long long)(off_off + 8 * (i + 1)), (unsigned long long)(i + 1),
+            return fail(err, errlen, -EINVAL, "%s: offset %llu: offsets[%llu] = %llu is out of order or range", path,
+                        (unsigned long long)(off_off + 8 * (i + 1)), (unsigned long long)(i + 1),
                         (unsigned long long)s->offsets[i + 1]);
     if (s->offsets[s->n_samples] != s->n_tokens)
         return fail(err, errlen, -EINVAL, "%s: offset %llu: last offset %llu != n_tokens %llu", path,
-                    (unsigned long long)(off_off + 8 * s->n_samples),
-                    (unsigned long long)s->offsets[s->n_samples], (unsigned long long)s->n_tokens);
+                    (unsigned long long)(off_off + 8 * s->n_samples), (unsigned long long)s->offsets[s->n_samples],
+                    (unsigned long long)s->n_tokens);
     for (uint64_t i = 0; i < s->n_tokens; i++) {
         if (s->tokens[i] >= vs)
             return fail(err, errlen, -EINVAL, "%s: offset %llu: token %u >= vocab_size %u", path,
@@ -178,9 +181,18 @@ int dataset_open(dataset **out, char *const *paths, int n, char *err, size_t err
     return 0;
 }
 
-uint64_t dataset_n_samples(const dataset *ds) { return ds->n_samples; }
-uint64_t dataset_n_tokens(const dataset *ds) { return ds->n_tokens; }
-uint32_t dataset_vocab_size(const dataset *ds) { return ds->vocab; }
+uint64_t dataset_n_samples(const dataset *ds)
+{
+    return ds->n_samples;
+}
+uint64_t dataset_n_tokens(const dataset *ds)
+{
+    return ds->n_tokens;
+}
+uint32_t dataset_vocab_size(const dataset *ds)
+{
+    return ds->vocab;
+}
 
 static const shard *find(const dataset *ds, uint64_t idx, uint64_t *local)
 {
@@ -205,8 +217,7 @@ uint32_t dataset_sample_len(const dataset *ds, uint64_t idx)
     return (uint32_t)(s->offsets[i + 1] - s->offsets[i]);
 }
 
-int dataset_sample(const dataset *ds, uint64_t idx, const uint32_t **tokens, const uint8_t **loss_mask,
-                   uint32_t *len)
+int dataset_sample(const dataset *ds, uint64_t idx, const uint32_t **tokens, const uint8_t **loss_mask, uint32_t *len)
 {
     if (idx >= ds->n_samples)
         return -ERANGE;

@@ -20,8 +20,14 @@ static uint64_t lap(stage_stats *s)
     return d;
 }
 
-void stage_busy(stage_stats *s) { s->busy_ns += lap(s); }
-void stage_wait(stage_stats *s) { s->wait_ns += lap(s); }
+void stage_busy(stage_stats *s)
+{
+    s->busy_ns += lap(s);
+}
+void stage_wait(stage_stats *s)
+{
+    s->wait_ns += lap(s);
+}
 
 void stage_count(stage_stats *s, uint64_t items, uint64_t tokens)
 {

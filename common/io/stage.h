@@ -12,11 +12,11 @@
 
 typedef struct stage_stats {
     metrics_writer *mw;
-    ring *in, *out;       /* borrowed; either may be NULL */
+    ring *in, *out; /* borrowed; either may be NULL */
     uint64_t interval_ns;
     uint64_t t0_ns, last_ns, mark_ns;
-    uint64_t busy_ns, wait_ns;         /* since the last line */
-    uint64_t items, tokens;            /* since the last line */
+    uint64_t busy_ns, wait_ns; /* since the last line */
+    uint64_t items, tokens;    /* since the last line */
     uint64_t items_total, tokens_total;
     double busy_total_s, wait_total_s;
 } stage_stats;

@@ -35,8 +35,7 @@ typedef struct pctx {
     int n_drafters, drafter_idx; /* while parsing workers: R and the drafters seen so far */
 } pctx;
 
-static int fail(pctx *c, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static int fail(pctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(pctx *c, const char *path, const char *fmt, ...)
 {
     if (c->err && c->errlen > 0) {
@@ -92,8 +91,8 @@ static void join(char *out, size_t n, const char *path, const char *key)
 
 enum { OPTIONAL = 0, REQUIRED = 1 };
 
-static int get_int(pctx *c, const json_t *obj, const char *path, const char *key, int req,
-                   int64_t lo, int64_t hi, int64_t def, int64_t *out)
+static int get_int(pctx *c, const json_t *obj, const char *path, const char *key, int req, int64_t lo, int64_t hi,
+                   int64_t def, int64_t *out)
 {
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, key);
@@ -114,8 +113,8 @@ static int get_int(pctx *c, const json_t *obj, const char *path, const char *key
     return 0;
 }
 
-static int get_u32(pctx *c, const json_t *obj, const char *path, const char *key, int64_t lo,
-                   int64_t hi, int64_t def, uint32_t *out)
+static int get_u32(pctx *c, const json_t *obj, const char *path, const char *key, int64_t lo, int64_t hi, int64_t def,
+                   uint32_t *out)
 {
     int64_t x;
     int rc = get_int(c, obj, path, key, OPTIONAL, lo, hi, def, &x);
@@ -125,8 +124,8 @@ static int get_u32(pctx *c, const json_t *obj, const char *path, const char *key
 }
 
 /* A number (integer or real) in [lo, hi] (lo excluded when lo_open); what = "a number > 0". */
-static int get_num(pctx *c, const json_t *obj, const char *path, const char *key, double lo,
-                   int lo_open, double hi, const char *what, double def, double *out)
+static int get_num(pctx *c, const json_t *obj, const char *path, const char *key, double lo, int lo_open, double hi,
+                   const char *what, double def, double *out)
 {
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, key);
@@ -144,8 +143,7 @@ static int get_num(pctx *c, const json_t *obj, const char *path, const char *key
     return 0;
 }
 
-static int get_bool(pctx *c, const json_t *obj, const char *path, const char *key, int def,
-                    int *out)
+static int get_bool(pctx *c, const json_t *obj, const char *path, const char *key, int def, int *out)
 {
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, key);
@@ -163,8 +161,7 @@ static int get_bool(pctx *c, const json_t *obj, const char *path, const char *ke
 }
 
 /* A non-empty string (strdup'ed into *out), or NULL for a missing/null optional one. */
-static int get_str(pctx *c, const json_t *obj, const char *path, const char *key, int req,
-                   int nullable, char **out)
+static int get_str(pctx *c, const json_t *obj, const char *path, const char *key, int req, int nullable, char **out)
 {
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, key);
@@ -238,8 +235,7 @@ static int get_gpu(pctx *c, const json_t *obj, const char *path, int *out)
 }
 
 /* An object member that must be an object when present; *out NULL when absent. */
-static int get_obj(pctx *c, const json_t *obj, const char *path, const char *key, int req,
-                   json_t **out)
+static int get_obj(pctx *c, const json_t *obj, const char *path, const char *key, int req, json_t **out)
 {
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, key);
@@ -273,7 +269,9 @@ static void free_strv(char **v)
 /* the stage that must write the ring a worker of role r reads; -1: any (or none) */
 static int wanted_producer(topology_role r)
 {
-    return r == TOPOLOGY_ROLE_POSTPROC ? (int)TOPOLOGY_ROLE_TARGET : r == TOPOLOGY_ROLE_DRAFTER ? (int)TOPOLOGY_ROLE_POSTPROC : -1;
+    return r == TOPOLOGY_ROLE_POSTPROC  ? (int)TOPOLOGY_ROLE_TARGET
+           : r == TOPOLOGY_ROLE_DRAFTER ? (int)TOPOLOGY_ROLE_POSTPROC
+                                        : -1;
 }
 
 static int check_stage_order(pctx *c, const topo *t)
@@ -292,8 +290,8 @@ static int check_stage_order(pctx *c, const topo *t)
             return fail(c, p,
                         "ring \"%s\" is written by workers[%d] \"%s\" (role %s), but a %s reads only what a %s "
                         "writes (stage order target -> postproc -> drafter)",
-                        t->rings[w->in_ring].name, j, pw->name, topology_role_name(pw->role), topology_role_name(w->role),
-                        topology_role_name((topology_role)want));
+                        t->rings[w->in_ring].name, j, pw->name, topology_role_name(pw->role),
+                        topology_role_name(w->role), topology_role_name((topology_role)want));
         }
     }
     return 0;
@@ -343,8 +341,8 @@ static int check_no_cycle(pctx *c, const topo *t)
                                   t->rings[w->out_ring].name);
         }
         snprintf(p, sizeof p, "rings[%d]", start);
-        return fail(c, p, "ring \"%s\" is part of a cycle: %s (batches would flow back into it)",
-                    t->rings[start].name, desc);
+        return fail(c, p, "ring \"%s\" is part of a cycle: %s (batches would flow back into it)", t->rings[start].name,
+                    desc);
     }
     return 0;
 }
@@ -390,11 +388,11 @@ static int cross_check(pctx *c, topo *t)
         }
         snprintf(p, sizeof p, "rings[%d]", r);
         if (!prod)
-            return fail(c, p, "ring \"%s\" has no producer (no worker has \"out\": \"%s\")",
-                        t->rings[r].name, t->rings[r].name);
+            return fail(c, p, "ring \"%s\" has no producer (no worker has \"out\": \"%s\")", t->rings[r].name,
+                        t->rings[r].name);
         if (!cons)
-            return fail(c, p, "ring \"%s\" has no consumer (no worker has \"in\": \"%s\")",
-                        t->rings[r].name, t->rings[r].name);
+            return fail(c, p, "ring \"%s\" has no consumer (no worker has \"in\": \"%s\")", t->rings[r].name,
+                        t->rings[r].name);
     }
     int rc = check_stage_order(c, t);
     if (!rc)
@@ -466,18 +464,31 @@ struct field {
 };
 
 #define NF(tab) ((int)(sizeof(tab) / sizeof((tab)[0])))
-#define F_U32(k, st, m, lo_, hi_, def_) \
-    {.key = k, .type = FT_U32, .off = offsetof(st, m), .lo = lo_, .hi = hi_, .def = def_}
-#define F_U64(k, st, m, req_, lo_, hi_, def_) \
-    {.key = k, .type = FT_U64, .off = offsetof(st, m), .req = req_, .lo = lo_, .hi = hi_, .def = def_}
-#define F_NUM(k, st, m, lo_, open_, hi_, what_, def_)                                         \
-    {.key = k, .type = FT_NUM, .off = offsetof(st, m), .dlo = lo_, .lo_open = open_, .dhi = hi_, \
-     .what = what_, .ddef = def_}
-#define F_STR(k, st, m, req_, null_) \
-    {.key = k, .type = FT_STR, .off = offsetof(st, m), .req = req_, .nullable = null_}
-#define F_OBJ(k, off_, req_, tab, check_) \
-    {.key = k, .type = FT_OBJ, .off = off_, .req = req_, .sub = tab, .n_sub = NF(tab), .check = check_}
-#define F_CUSTOM(k, parse_, write_) {.key = k, .type = FT_CUSTOM, .parse = parse_, .write = write_}
+#define F_U32(k, st, m, lo_, hi_, def_)                                                     \
+    {                                                                                       \
+        .key = k, .type = FT_U32, .off = offsetof(st, m), .lo = lo_, .hi = hi_, .def = def_ \
+    }
+#define F_U64(k, st, m, req_, lo_, hi_, def_)                                                            \
+    {                                                                                                    \
+        .key = k, .type = FT_U64, .off = offsetof(st, m), .req = req_, .lo = lo_, .hi = hi_, .def = def_ \
+    }
+#define F_NUM(k, st, m, lo_, open_, hi_, what_, def_)                                                              \
+    {                                                                                                              \
+        .key = k, .type = FT_NUM, .off = offsetof(st, m), .dlo = lo_, .lo_open = open_, .dhi = hi_, .what = what_, \
+        .ddef = def_                                                                                               \
+    }
+#define F_STR(k, st, m, req_, null_)                                                     \
+    {                                                                                    \
+        .key = k, .type = FT_STR, .off = offsetof(st, m), .req = req_, .nullable = null_ \
+    }
+#define F_OBJ(k, off_, req_, tab, check_)                                                                 \
+    {                                                                                                     \
+        .key = k, .type = FT_OBJ, .off = off_, .req = req_, .sub = tab, .n_sub = NF(tab), .check = check_ \
+    }
+#define F_CUSTOM(k, parse_, write_)                                   \
+    {                                                                 \
+        .key = k, .type = FT_CUSTOM, .parse = parse_, .write = write_ \
+    }
 
 #define AT(s, off, type) ((type *)(void *)((char *)(s) + (off)))
 #define CAT(s, off, type) ((const type *)(const void *)((const char *)(s) + (off)))
@@ -487,7 +498,8 @@ static int check_keys(pctx *c, const json_t *obj, const char *path, const field 
 {
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         int ok = 0;
         for (int i = 0; i < n && !ok; i++)
             ok = strcmp(tab[i].key, key) == 0;
@@ -500,8 +512,7 @@ static int check_keys(pctx *c, const json_t *obj, const char *path, const field 
     return 0;
 }
 
-static int parse_fields(pctx *c, topo *t, const field *tab, int n, void *s, const json_t *o,
-                        const char *path);
+static int parse_fields(pctx *c, topo *t, const field *tab, int n, void *s, const json_t *o, const char *path);
 
 /* One row: its value (or default) into s, or one error. */
 static int parse_field(pctx *c, topo *t, const field *f, void *s, const json_t *o, const char *path)
@@ -512,30 +523,19 @@ static int parse_field(pctx *c, topo *t, const field *f, void *s, const json_t *
         rc = f->parse(c, t, s, o, path);
     } else {
         switch (f->type) {
-        case FT_U32:
-            rc = get_u32(c, o, path, f->key, f->lo, f->hi, f->def, AT(s, f->off, uint32_t));
-            break;
+        case FT_U32: rc = get_u32(c, o, path, f->key, f->lo, f->hi, f->def, AT(s, f->off, uint32_t)); break;
         case FT_U64:
             rc = get_int(c, o, path, f->key, f->req, f->lo, f->hi, f->def, &x);
             if (rc == 0)
                 *AT(s, f->off, uint64_t) = (uint64_t)x;
             break;
         case FT_NUM:
-            rc = get_num(c, o, path, f->key, f->dlo, f->lo_open, f->dhi, f->what, f->ddef,
-                         AT(s, f->off, double));
+            rc = get_num(c, o, path, f->key, f->dlo, f->lo_open, f->dhi, f->what, f->ddef, AT(s, f->off, double));
             break;
-        case FT_BOOL:
-            rc = get_bool(c, o, path, f->key, (int)f->def, AT(s, f->off, int));
-            break;
-        case FT_STR:
-            rc = get_str(c, o, path, f->key, f->req, f->nullable, AT(s, f->off, char *));
-            break;
-        case FT_NAME:
-            rc = get_name(c, o, path, f->key, AT(s, f->off, char));
-            break;
-        case FT_GPU:
-            rc = get_gpu(c, o, path, AT(s, f->off, int));
-            break;
+        case FT_BOOL: rc = get_bool(c, o, path, f->key, (int)f->def, AT(s, f->off, int)); break;
+        case FT_STR: rc = get_str(c, o, path, f->key, f->req, f->nullable, AT(s, f->off, char *)); break;
+        case FT_NAME: rc = get_name(c, o, path, f->key, AT(s, f->off, char)); break;
+        case FT_GPU: rc = get_gpu(c, o, path, AT(s, f->off, int)); break;
         case FT_OBJ: {
             /* an absent optional object parses as {}: every field takes its default */
             json_t *v, *empty = NULL;
@@ -563,8 +563,7 @@ static int parse_field(pctx *c, topo *t, const field *f, void *s, const json_t *
 }
 
 /* The unknown-key check, then every row in order. */
-static int parse_fields(pctx *c, topo *t, const field *tab, int n, void *s, const json_t *o,
-                        const char *path)
+static int parse_fields(pctx *c, topo *t, const field *tab, int n, void *s, const json_t *o, const char *path)
 {
     int rc = check_keys(c, o, path, tab, n);
     for (int i = 0; i < n && rc == 0; i++)
@@ -634,9 +633,8 @@ static int parse_capture_layers(pctx *c, topo *t, void *s, const json_t *o, cons
         return fail(c, "target.capture_layers", "required key missing");
     if (!json_is_array(cl) || json_array_size(cl) == 0 || json_array_size(cl) > 256) {
         describe(cl, got, sizeof got);
-        return fail(c, "target.capture_layers",
-                    "expected a non-empty array (at most 256) of layer indices, got %s%s", got,
-                    json_is_array(cl) ? (json_array_size(cl) ? " of more than 256" : " that is empty") : "");
+        return fail(c, "target.capture_layers", "expected a non-empty array (at most 256) of layer indices, got %s%s",
+                    got, json_is_array(cl) ? (json_array_size(cl) ? " of more than 256" : " that is empty") : "");
     }
     t->n_capture = (int)json_array_size(cl);
     t->capture_layers = calloc((size_t)t->n_capture, sizeof(int));
@@ -651,8 +649,7 @@ static int parse_capture_layers(pctx *c, topo *t, void *s, const json_t *o, cons
             return fail(c, p, "expected an integer 0..1023, got %s", got);
         int x = (int)json_integer_value(v);
         if (i > 0 && x <= t->capture_layers[i - 1])
-            return fail(c, p, "expected an integer > %d (strictly increasing), got %s",
-                        t->capture_layers[i - 1], got);
+            return fail(c, p, "expected an integer > %d (strictly increasing), got %s", t->capture_layers[i - 1], got);
         t->capture_layers[i] = x;
     }
     return 0;
@@ -678,8 +675,7 @@ static int parse_mask_token_id(pctx *c, topo *t, void *s, const json_t *o, const
         char got[GOT_LEN];
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
             describe(v, got, sizeof got);
-            return fail(c, "drafter.mask_token_id", "expected an integer 0..%d or null, got %s",
-                        INT32_MAX, got);
+            return fail(c, "drafter.mask_token_id", "expected an integer 0..%d or null, got %s", INT32_MAX, got);
         }
         d->mask_token_id = json_integer_value(v);
     }
@@ -713,8 +709,7 @@ static int parse_shard_list(pctx *c, const json_t *o, const char *path, char ***
         json_t *v = json_array_get(sh, (size_t)i);
         char p[80];
         snprintf(p, sizeof p, "%s.shards[%d]", path, i);
-        if (!json_is_string(v) || json_string_length(v) == 0 ||
-            strlen(json_string_value(v)) != json_string_length(v)) {
+        if (!json_is_string(v) || json_string_length(v) == 0 || strlen(json_string_value(v)) != json_string_length(v)) {
             describe(v, got, sizeof got);
             return fail(c, p, "expected a non-empty string, got %s", got);
         }
@@ -759,8 +754,8 @@ static json_t *write_val_shards(const topo *t, const void *s, int *omit)
 static int check_data(pctx *c, topo *t, void *s, const char *path)
 {
     if (t->token_budget < t->max_seq_len)
-        return fail(c, "data.token_budget", "expected at least data.max_seq_len (%u), got %" PRIu64,
-                    t->max_seq_len, t->token_budget);
+        return fail(c, "data.token_budget", "expected at least data.max_seq_len (%u), got %" PRIu64, t->max_seq_len,
+                    t->token_budget);
     return 0;
 }
 
@@ -769,15 +764,13 @@ static int check_supervision(pctx *c, topo *t, void *s, const char *path)
 {
     const topology_supervision *su = &t->sup;
     if (su->backoff_max_ms < su->backoff_initial_ms)
-        return fail(c, "supervision.backoff_max_ms",
-                    "expected at least supervision.backoff_initial_ms (%u), got %u",
+        return fail(c, "supervision.backoff_max_ms", "expected at least supervision.backoff_initial_ms (%u), got %u",
                     su->backoff_initial_ms, su->backoff_max_ms);
     return 0;
 }
 
 /* rings[i].in / .out: the name of a ring listed before */
-static int parse_ring_ref(pctx *c, topo *t, const json_t *o, const char *path, const char *key,
-                          int *out)
+static int parse_ring_ref(pctx *c, topo *t, const json_t *o, const char *path, const char *key, int *out)
 {
     char p[256], got[GOT_LEN];
     join(p, sizeof p, path, key);
@@ -973,7 +966,8 @@ static int parse_env(pctx *c, topo *t, void *s, const json_t *o, const char *pat
     const char *key;
     json_t *v;
     size_t i = 0;
-    json_object_foreach(e, key, v) {
+    json_object_foreach(e, key, v)
+    {
         char q[300];
         snprintf(q, sizeof q, "%s.%s", p, key);
         int ok = key[0] && !(key[0] >= '0' && key[0] <= '9');
@@ -1104,12 +1098,17 @@ static const field ring_fields[] = {
 static const field worker_fields[] = {
     {.key = "name", .type = FT_NAME, .off = offsetof(topology_worker, name), .check = check_worker_name},
     F_CUSTOM("role", parse_role, write_role),
-    {.key = "gpu", .type = FT_GPU, .off = offsetof(topology_worker, gpu), .parse = parse_worker_gpu,
+    {.key = "gpu",
+     .type = FT_GPU,
+     .off = offsetof(topology_worker, gpu),
+     .parse = parse_worker_gpu,
      .write = write_worker_gpu},
     F_CUSTOM("in", parse_in, write_in),
     {.key = "out", .type = FT_CUSTOM, .parse = parse_out, .write = write_out, .check = check_worker_rings},
     F_CUSTOM("rank", parse_rank, write_rank),
-    {.key = "heartbeat_timeout_ms", .type = FT_U32, .off = offsetof(topology_worker, heartbeat_timeout_ms),
+    {.key = "heartbeat_timeout_ms",
+     .type = FT_U32,
+     .off = offsetof(topology_worker, heartbeat_timeout_ms),
      .parse = parse_worker_heartbeat},
     F_CUSTOM("env", parse_env, write_env),
     F_CUSTOM("args", parse_args, write_args),
@@ -1272,8 +1271,8 @@ static int parse_topo_name(pctx *c, topo *t, void *s, const json_t *root, const 
         const char *n = json_is_string(v) ? json_string_value(v) : "";
         int ok = json_is_string(v) && n[0] && strlen(n) <= 63 && strlen(n) == json_string_length(v);
         for (; ok && *n; n++)
-            if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') ||
-                  *n == '_' || *n == '-' || *n == '.'))
+            if (!((*n >= 'a' && *n <= 'z') || (*n >= 'A' && *n <= 'Z') || (*n >= '0' && *n <= '9') || *n == '_' ||
+                  *n == '-' || *n == '.'))
                 ok = 0;
         if (!ok) {
             describe(v, got, sizeof got);
@@ -1345,7 +1344,11 @@ static json_t *write_validation(const topo *t, const void *s, int *omit)
 static const field top_fields[] = {
     F_CUSTOM("version", parse_version, write_version),
     {.key = "name", .type = FT_NAME, .off = offsetof(topo, name), .parse = parse_topo_name},
-    {.key = "description", .type = FT_STR, .off = offsetof(topo, description), .req = OPTIONAL, .nullable = 1,
+    {.key = "description",
+     .type = FT_STR,
+     .off = offsetof(topo, description),
+     .req = OPTIONAL,
+     .nullable = 1,
      .check = check_description},
     F_STR("run_dir", topo, run_dir, REQUIRED, 0),
     F_CUSTOM("backend", parse_backend, write_backend),

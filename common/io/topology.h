@@ -60,8 +60,8 @@ typedef struct topology_drafter {
     uint32_t max_checkpoint_failures; /* consecutive failed checkpoints -> exit 100 (default 3) */
     uint32_t max_nonfinite_steps;     /* consecutive NaN/Inf loss or gradient steps -> exit 100 (default 3) */
     uint32_t allreduce_bucket_kb;     /* gradient all-reduce buckets, KiB (0 = per layer; default 16384) */
-    char *init_dir;        /* NULL = fresh init */
-    int64_t mask_token_id; /* -1 = default */
+    char *init_dir;                   /* NULL = fresh init */
+    int64_t mask_token_id;            /* -1 = default */
 } topology_drafter;
 
 /* The optional top-level "validation" section: the held-out set the validator worker
@@ -75,8 +75,8 @@ typedef struct topology_validation {
 } topology_validation;
 
 typedef struct topology_supervision {
-    uint32_t backoff_initial_ms, backoff_max_ms, stable_ms, max_restarts, restart_window_s,
-        heartbeat_timeout_ms, shutdown_timeout_ms, metrics_interval_ms;
+    uint32_t backoff_initial_ms, backoff_max_ms, stable_ms, max_restarts, restart_window_s, heartbeat_timeout_ms,
+        shutdown_timeout_ms, metrics_interval_ms;
 } topology_supervision;
 
 typedef struct topo {
@@ -115,8 +115,8 @@ int topology_parse(topo *t, const char *json_text, const char *source_name, char
 void topology_free(topo *t);
 int topology_find_worker(const topo *t, const char *name); /* index or -1 */
 int topology_find_ring(const topo *t, const char *name);   /* index or -1 */
-const char *topology_role_name(topology_role r);               /* "target", ... */
-const char *topology_backend_name(topology_backend b);         /* "cpu" | "cuda" */
+const char *topology_role_name(topology_role r);           /* "target", ... */
+const char *topology_backend_name(topology_backend b);     /* "cpu" | "cuda" */
 /* Index of the validator worker, or -1 (there is at most one). */
 int topology_find_validator(const topo *t);
 /* Number of drafter workers (= world size R of the drafter group). */

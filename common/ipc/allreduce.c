@@ -79,11 +79,10 @@ int allreduce_open_nccl_ex(allreduce_comm *c, const void *id128, int rank, int w
     return allreduce_nccl_open_impl(c, id128, rank, world, device, flags, init_timeout_ns, err, errlen);
 }
 
-int allreduce_open_nccl(allreduce_comm *c, const void *id128, int rank, int world, int device, char *err,
-                        size_t errlen)
+int allreduce_open_nccl(allreduce_comm *c, const void *id128, int rank, int world, int device, char *err, size_t errlen)
 {
-    return allreduce_open_nccl_ex(c, id128, rank, world, device, ALLREDUCE_DETERMINISTIC,
-                                  ALLREDUCE_DEFAULT_TIMEOUT_NS, err, errlen);
+    return allreduce_open_nccl_ex(c, id128, rank, world, device, ALLREDUCE_DETERMINISTIC, ALLREDUCE_DEFAULT_TIMEOUT_NS,
+                                  err, errlen);
 }
 
 int allreduce_set_stream(allreduce_comm *c, void *cuda_stream, char *err, size_t errlen)

@@ -44,11 +44,11 @@ typedef enum { ALLREDUCE_NONE = 0, ALLREDUCE_SHM = 1, ALLREDUCE_NCCL = 2 } allre
 struct allreduce_ops; /* allreduce_internal.h */
 
 typedef struct allreduce_comm {
-    allreduce_backend backend;  /* ALLREDUCE_NONE after allreduce_comm_init / allreduce_close */
+    allreduce_backend backend;       /* ALLREDUCE_NONE after allreduce_comm_init / allreduce_close */
     const struct allreduce_ops *ops; /* the backend's table, set by the open; NULL when not open */
     int rank, world;
-    int64_t timeout_ns;  /* bucketed calls: max wait for a peer (< 0: forever); set by open */
-    void *impl;          /* backend state (heap), owned by the comm, freed by allreduce_close */
+    int64_t timeout_ns; /* bucketed calls: max wait for a peer (< 0: forever); set by open */
+    void *impl;         /* backend state (heap), owned by the comm, freed by allreduce_close */
 } allreduce_comm;
 
 void allreduce_comm_init(allreduce_comm *c);

@@ -45,9 +45,9 @@ typedef struct allreduce_nccl_state {
     cudaStream_t user;   /* the caller's gradient stream (0: legacy default) */
     cudaEvent_t ev_ready, ev_done;
     int device;
-    int broken;          /* 0, or the error every later call returns */
+    int broken; /* 0, or the error every later call returns */
     uint32_t next_bucket;
-    float *stage;        /* device staging for host buffers (small agreements), grown as needed */
+    float *stage; /* device staging for host buffers (small agreements), grown as needed */
     size_t stage_n;
     char broken_detail[200];
 } allreduce_nccl_state;
@@ -68,7 +68,7 @@ static void nap(unsigned *spins)
         sched_yield();
         return;
     }
-    struct timespec ts = { 0, 20000 }; /* 20 us */
+    struct timespec ts = {0, 20000}; /* 20 us */
     nanosleep(&ts, NULL);
 }
 
@@ -78,7 +78,8 @@ static uint64_t deadline_of(int64_t timeout_ns)
 }
 
 /* Abort the comm and make the group broken with rc; returns rc with the detail recorded. */
-static int fail_broken(allreduce_comm *c, allreduce_nccl_state *s, int rc, const char *what, const char *why, char *err, size_t errlen)
+static int fail_broken(allreduce_comm *c, allreduce_nccl_state *s, int rc, const char *what, const char *why, char *err,
+                       size_t errlen)
 {
     if (s->comm) {
         ncclCommAbort(s->comm);
@@ -98,7 +99,8 @@ static int broken_rc(allreduce_comm *c, allreduce_nccl_state *s, char *err, size
 
 /* A non-blocking comm: after a call that returned ncclInProgress, wait until the comm
  * settles (ncclSuccess) or fails, or the deadline passes. */
-static int settle(allreduce_comm *c, allreduce_nccl_state *s, ncclResult_t r, const char *what, uint64_t dl, char *err, size_t errlen)
+static int settle(allreduce_comm *c, allreduce_nccl_state *s, ncclResult_t r, const char *what, uint64_t dl, char *err,
+                  size_t errlen)
 {
     unsigned spins = 0;
     while (r == ncclInProgress) {
@@ -119,7 +121,8 @@ static int settle(allreduce_comm *c, allreduce_nccl_state *s, ncclResult_t r, co
 }
 
 /* Host-wait for ev_done on the comm stream, watching NCCL's async error and the deadline. */
-static int wait_done(allreduce_comm *c, allreduce_nccl_state *s, const char *what, uint64_t dl, char *err, size_t errlen)
+static int wait_done(allreduce_comm *c, allreduce_nccl_state *s, const char *what, uint64_t dl, char *err,
+                     size_t errlen)
 {
     cudaError_t ce = cudaEventRecord(s->ev_done, s->stream);
     if (ce != cudaSuccess)
@@ -132,12 +135,11 @@ static int wait_done(allreduce_comm *c, allreduce_nccl_state *s, const char *wha
         if (ce != cudaErrorNotReady)
             return fail_broken(c, s, -EIO, what, cudaGetErrorString(ce), err, errlen);
         ncclResult_t ar = ncclSuccess;
-        if (ncclCommGetAsyncError(s->comm, &ar) != ncclSuccess ||
-            (ar != ncclSuccess && ar != ncclInProgress))
+        if (ncclCommGetAsyncError(s->comm, &ar) != ncclSuccess || (ar != ncclSuccess && ar != ncclInProgress))
             return fail_broken(c, s, -EIO, what, ncclGetErrorString(ar), err, errlen);
         if (df_now_ns() >= dl)
-            return fail_broken(c, s, -ETIMEDOUT, what,
-                               "the reduction did not finish in time: a peer is dead or hung", err, errlen);
+            return fail_broken(c, s, -ETIMEDOUT, what, "the reduction did not finish in time: a peer is dead or hung",
+                               err, errlen);
         nap(&spins);
     }
     /* the caller's later work on its stream sees the result without a host sync of its own */
@@ -148,8 +150,8 @@ static int wait_done(allreduce_comm *c, allreduce_nccl_state *s, const char *wha
 }
 
 /* Enqueue one reduction after the caller's stream reached this point. */
-static int enqueue(allreduce_comm *c, allreduce_nccl_state *s, float *buf, size_t n, const char *what,
-                   uint64_t dl, char *err, size_t errlen)
+static int enqueue(allreduce_comm *c, allreduce_nccl_state *s, float *buf, size_t n, const char *what, uint64_t dl,
+                   char *err, size_t errlen)
 {
     cudaError_t ce = cudaEventRecord(s->ev_ready, s->user);
     if (ce == cudaSuccess)
@@ -171,8 +173,8 @@ int allreduce_nccl_unique_id_impl(void *out128, char *err, size_t errlen)
     return 0;
 }
 
-int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device,
-                      unsigned flags, int64_t init_timeout_ns, char *err, size_t errlen)
+int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device, unsigned flags,
+                             int64_t init_timeout_ns, char *err, size_t errlen)
 {
     allreduce_nccl_state *s = calloc(1, sizeof *s);
     if (!s)
@@ -184,13 +186,14 @@ int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int
     cudaError_t ce = cudaSetDevice(device);
     if (ce != cudaSuccess) {
         rc = allreduce_fail(err, errlen, -ENODEV, "allreduce_open_nccl: cudaSetDevice(%d): %s", device,
-                     cudaGetErrorString(ce));
+                            cudaGetErrorString(ce));
         goto fail;
     }
     if ((ce = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (ce = cudaEventCreateWithFlags(&s->ev_ready, cudaEventDisableTiming)) != cudaSuccess ||
         (ce = cudaEventCreateWithFlags(&s->ev_done, cudaEventDisableTiming)) != cudaSuccess) {
-        rc = allreduce_fail(err, errlen, -EIO, "allreduce_open_nccl: stream/event creation: %s", cudaGetErrorString(ce));
+        rc =
+            allreduce_fail(err, errlen, -EIO, "allreduce_open_nccl: stream/event creation: %s", cudaGetErrorString(ce));
         goto fail;
     }
     set_env(flags);
@@ -200,8 +203,9 @@ int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int
     cfg.blocking = 0; /* every wait is ours to bound: see the file comment */
     ncclResult_t r = ncclCommInitRankConfig(&s->comm, world, id, rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress) {
-        rc = allreduce_fail(err, errlen, -EIO, "allreduce_open_nccl: ncclCommInitRankConfig(rank %d of %d, device %d): %s",
-                     rank, world, device, ncclGetErrorString(r));
+        rc = allreduce_fail(err, errlen, -EIO,
+                            "allreduce_open_nccl: ncclCommInitRankConfig(rank %d of %d, device %d): %s", rank, world,
+                            device, ncclGetErrorString(r));
         s->comm = NULL; /* nothing to abort when init itself refused */
         goto fail;
     }
@@ -262,7 +266,8 @@ static int allreduce_nccl_sum(allreduce_comm *c, float *buf, size_t n, int64_t t
             s->stage = NULL, s->stage_n = 0;
             if (cudaMalloc((void **)&s->stage, n * sizeof(float)) != cudaSuccess) {
                 cudaGetLastError();
-                return allreduce_fail(err, errlen, -ENOMEM, "allreduce_sum: staging %zu floats on device %d", n, s->device);
+                return allreduce_fail(err, errlen, -ENOMEM, "allreduce_sum: staging %zu floats on device %d", n,
+                                      s->device);
             }
             s->stage_n = n;
         }
@@ -282,14 +287,17 @@ static int allreduce_nccl_sum(allreduce_comm *c, float *buf, size_t n, int64_t t
     return rc;
 }
 
-static int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err, size_t errlen)
+static int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err,
+                                       size_t errlen)
 {
     allreduce_nccl_state *s = c->impl;
     if (s->broken)
         return broken_rc(c, s, err, errlen);
     if (bucket_index != s->next_bucket)
-        return allreduce_fail(err, errlen, -EINVAL, "allreduce_bucket_ready: bucket %u handed over, expected bucket %u "
-                       "(indices run 0, 1, 2, ... within a step)", bucket_index, s->next_bucket);
+        return allreduce_fail(err, errlen, -EINVAL,
+                              "allreduce_bucket_ready: bucket %u handed over, expected bucket %u "
+                              "(indices run 0, 1, 2, ... within a step)",
+                              bucket_index, s->next_bucket);
     char what[64];
     snprintf(what, sizeof what, "ncclAllReduce of bucket %u", bucket_index);
     int rc = enqueue(c, s, ptr, n, what, deadline_of(c->timeout_ns), err, errlen);
@@ -321,7 +329,7 @@ static void allreduce_nccl_close(allreduce_comm *c)
         ncclResult_t r = ncclCommFinalize(s->comm);
         if (r == ncclSuccess || r == ncclInProgress)
             r = settle(c, s, r, "ncclCommFinalize", deadline_of(c->timeout_ns), NULL, 0) ? ncclInternalError
-                                                                               : ncclSuccess;
+                                                                                         : ncclSuccess;
         if (s->comm) {
             if (r == ncclSuccess)
                 ncclCommDestroy(s->comm);

@@ -14,8 +14,8 @@ int allreduce_nccl_unique_id_impl(void *out128, char *err, size_t errlen)
     return NOT_BUILT("allreduce_nccl_get_unique_id");
 }
 
-int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device,
-                      unsigned flags, int64_t init_timeout_ns, char *err, size_t errlen)
+int allreduce_nccl_open_impl(allreduce_comm *c, const void *id128, int rank, int world, int device, unsigned flags,
+                             int64_t init_timeout_ns, char *err, size_t errlen)
 {
     return NOT_BUILT("allreduce_open_nccl");
 }
@@ -30,7 +30,8 @@ static int allreduce_nccl_sum(allreduce_comm *c, float *buf, size_t n, int64_t t
     return NOT_BUILT("allreduce_sum");
 }
 
-static int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err, size_t errlen)
+static int allreduce_nccl_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err,
+                                       size_t errlen)
 {
     return NOT_BUILT("allreduce_bucket_ready");
 }

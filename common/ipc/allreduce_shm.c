@@ -82,10 +82,10 @@ struct allreduce_shm {
     _Alignas(DF_CACHELINE) _Atomic uint64_t magic;
     uint32_t version;
     uint32_t world;
-    uint64_t max_floats;  /* floats per round */
-    uint64_t bytes;       /* segment bytes the format needs */
-    uint64_t stride;      /* floats between slots, a multiple of 16 */
-    uint64_t data_offset; /* bytes from the segment start to slot 0, 64-aligned */
+    uint64_t max_floats;    /* floats per round */
+    uint64_t bytes;         /* segment bytes the format needs */
+    uint64_t stride;        /* floats between slots, a multiple of 16 */
+    uint64_t data_offset;   /* bytes from the segment start to slot 0, 64-aligned */
     _Atomic uint32_t epoch; /* bumped by every re-format, never 0 when formatted */
     uint32_t reserved0;
     /* Barrier: arrivals (RMW only) and the phase futex word, each on its own line. */
@@ -151,14 +151,17 @@ int allreduce_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floa
 {
     uint64_t need = allreduce_shm_bytes(world, max_floats);
     if (!mem || need == 0)
-        return allreduce_fail(err, errlen, -EINVAL, "allreduce_shm_format: world %d (1..%d) / max_floats %llu out of range",
-                       world, ALLREDUCE_MAX_WORLD, (unsigned long long)max_floats);
+        return allreduce_fail(err, errlen, -EINVAL,
+                              "allreduce_shm_format: world %d (1..%d) / max_floats %llu out of range", world,
+                              ALLREDUCE_MAX_WORLD, (unsigned long long)max_floats);
     if ((uintptr_t)mem % DF_CACHELINE)
         return allreduce_fail(err, errlen, -EINVAL, "allreduce_shm_format: segment not 64-byte aligned");
     if (bytes < need)
-        return allreduce_fail(err, errlen, -EINVAL, "allreduce_shm_format: segment has %llu bytes, world %d x %llu floats "
-                       "needs %llu", (unsigned long long)bytes, world,
-                       (unsigned long long)max_floats, (unsigned long long)need);
+        return allreduce_fail(err, errlen, -EINVAL,
+                              "allreduce_shm_format: segment has %llu bytes, world %d x %llu floats "
+                              "needs %llu",
+                              (unsigned long long)bytes, world, (unsigned long long)max_floats,
+                              (unsigned long long)need);
     struct allreduce_shm *h = mem;
     uint32_t old_epoch = 0;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) == ALLREDUCE_SHM_MAGIC &&
@@ -186,8 +189,7 @@ int allreduce_shm_format(void *mem, uint64_t bytes, int world, uint64_t max_floa
 static void break_group(struct allreduce_shm *h, uint32_t why, uint32_t rank)
 {
     uint32_t none = ALLREDUCE_BROKEN_NONE;
-    if (atomic_compare_exchange_strong_explicit(&h->broken, &none, why, memory_order_acq_rel,
-                                                memory_order_acquire))
+    if (atomic_compare_exchange_strong_explicit(&h->broken, &none, why, memory_order_acq_rel, memory_order_acquire))
         atomic_store_explicit(&h->broken_rank, rank, memory_order_relaxed);
     /* release: pairs with the waiters' acquire load of phase; they then read broken */
     atomic_fetch_add_explicit(&h->phase, 1, memory_order_release);
@@ -197,8 +199,7 @@ static void break_group(struct allreduce_shm *h, uint32_t why, uint32_t rank)
 int allreduce_shm_abort(void *mem, uint64_t bytes, char *err, size_t errlen)
 {
     struct allreduce_shm *h = mem;
-    if (!mem || bytes < sizeof *h ||
-        atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
+    if (!mem || bytes < sizeof *h || atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
         return allreduce_fail(err, errlen, -EPROTO, "allreduce_shm_abort: not a formatted all-reduce segment");
     break_group(h, ALLREDUCE_BROKEN_ABORT, UINT32_MAX);
     return 0;
@@ -210,15 +211,16 @@ static int group_state(allreduce_shm_state *s, char *err, size_t errlen)
     struct allreduce_shm *h = s->h;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC ||
         atomic_load_explicit(&h->epoch, memory_order_relaxed) != s->epoch)
-        return allreduce_fail(err, errlen, -ESTALE, "rank %d: segment re-formatted since it joined (epoch %u)",
-                       s->rank, s->epoch);
+        return allreduce_fail(err, errlen, -ESTALE, "rank %d: segment re-formatted since it joined (epoch %u)", s->rank,
+                              s->epoch);
     uint32_t b = atomic_load_explicit(&h->broken, memory_order_acquire);
     if (b == ALLREDUCE_BROKEN_NONE)
         return 0;
     if (b == ALLREDUCE_BROKEN_ABORT)
-        return allreduce_fail(err, errlen, -ECANCELED, "rank %d: allreduce_shm_abort was called on the segment", s->rank);
+        return allreduce_fail(err, errlen, -ECANCELED, "rank %d: allreduce_shm_abort was called on the segment",
+                              s->rank);
     return allreduce_fail(err, errlen, -ETIMEDOUT, "rank %d: group broken: rank %u timed out waiting for a peer",
-                   s->rank, atomic_load_explicit(&h->broken_rank, memory_order_relaxed));
+                          s->rank, atomic_load_explicit(&h->broken_rank, memory_order_relaxed));
 }
 
 static int barrier(allreduce_shm_state *s, int64_t timeout_ns, char *err, size_t errlen)
@@ -256,10 +258,11 @@ static int barrier(allreduce_shm_state *s, int64_t timeout_ns, char *err, size_t
             if (atomic_load_explicit(&h->phase, memory_order_acquire) != ph)
                 return group_state(s, err, errlen);
             break_group(h, ALLREDUCE_BROKEN_TIMEOUT, (uint32_t)s->rank);
-            return allreduce_fail(err, errlen, -ETIMEDOUT, "rank %d: waited %.3f s at a barrier, %u of %d ranks "
-                           "arrived: a peer is dead or hung", s->rank,
-                           (double)(df_now_ns() - t0) * 1e-9,
-                           atomic_load_explicit(&h->arrived, memory_order_relaxed), s->world);
+            return allreduce_fail(err, errlen, -ETIMEDOUT,
+                                  "rank %d: waited %.3f s at a barrier, %u of %d ranks "
+                                  "arrived: a peer is dead or hung",
+                                  s->rank, (double)(df_now_ns() - t0) * 1e-9,
+                                  atomic_load_explicit(&h->arrived, memory_order_relaxed), s->world);
         }
         if (rc < 0 && rc != -EAGAIN && rc != -EINTR)
             return allreduce_fail(err, errlen, rc, "rank %d: futex wait on the barrier: %s", s->rank, strerror(-rc));
@@ -312,10 +315,11 @@ static int shm_reduce(allreduce_shm_state *s, float *buf, size_t n, int64_t time
                     rc = barrier(s, timeout_ns, err, errlen);
                     if (rc)
                         return rc;
-                    return allreduce_fail(err, errlen, -EINVAL, "rank %d: call %llu with n=%zu, but rank %d is at "
-                                   "call %llu with n=%llu: ranks out of step", s->rank,
-                                   (unsigned long long)seq, n, k, (unsigned long long)ks,
-                                   (unsigned long long)kn);
+                    return allreduce_fail(err, errlen, -EINVAL,
+                                          "rank %d: call %llu with n=%zu, but rank %d is at "
+                                          "call %llu with n=%llu: ranks out of step",
+                                          s->rank, (unsigned long long)seq, n, k, (unsigned long long)ks,
+                                          (unsigned long long)kn);
                 }
             }
         }
@@ -336,23 +340,26 @@ int allreduce_shm_open_impl(allreduce_comm *c, void *mem, uint64_t bytes, int ra
 {
     struct allreduce_shm *h = mem;
     if (bytes < sizeof *h || atomic_load_explicit(&h->magic, memory_order_acquire) != ALLREDUCE_SHM_MAGIC)
-        return allreduce_fail(err, errlen, -EPROTO, "allreduce_open_shm: segment (%llu bytes) is not formatted (bad magic)",
-                       (unsigned long long)bytes);
+        return allreduce_fail(err, errlen, -EPROTO,
+                              "allreduce_open_shm: segment (%llu bytes) is not formatted (bad magic)",
+                              (unsigned long long)bytes);
     if (h->version != ALLREDUCE_SHM_VERSION)
         return allreduce_fail(err, errlen, -EPROTO, "allreduce_open_shm: segment version %u, this build knows %u",
-                       h->version, ALLREDUCE_SHM_VERSION);
+                              h->version, ALLREDUCE_SHM_VERSION);
     if (h->bytes > bytes)
-        return allreduce_fail(err, errlen, -EINVAL, "allreduce_open_shm: segment formatted for %llu bytes, mapping has %llu",
-                       (unsigned long long)h->bytes, (unsigned long long)bytes);
+        return allreduce_fail(err, errlen, -EINVAL,
+                              "allreduce_open_shm: segment formatted for %llu bytes, mapping has %llu",
+                              (unsigned long long)h->bytes, (unsigned long long)bytes);
     if (h->world != (uint32_t)world)
-        return allreduce_fail(err, errlen, -EINVAL, "allreduce_open_shm: segment formatted for world %u, caller says %d",
-                       h->world, world);
+        return allreduce_fail(err, errlen, -EINVAL,
+                              "allreduce_open_shm: segment formatted for world %u, caller says %d", h->world, world);
     uint32_t zero = 0;
-    if (!atomic_compare_exchange_strong_explicit(&h->ranks[rank].joined, &zero, 1,
-                                                 memory_order_acq_rel, memory_order_acquire))
-        return allreduce_fail(err, errlen, -EBUSY, "allreduce_open_shm: rank %d already joined (pid %u) since the last "
-                       "format; the orchestrator re-formats before a group restart",
-                       rank, h->ranks[rank].pid);
+    if (!atomic_compare_exchange_strong_explicit(&h->ranks[rank].joined, &zero, 1, memory_order_acq_rel,
+                                                 memory_order_acquire))
+        return allreduce_fail(err, errlen, -EBUSY,
+                              "allreduce_open_shm: rank %d already joined (pid %u) since the last "
+                              "format; the orchestrator re-formats before a group restart",
+                              rank, h->ranks[rank].pid);
     allreduce_shm_state *s = calloc(1, sizeof *s);
     if (!s) {
         atomic_store_explicit(&h->ranks[rank].joined, 0, memory_order_release);
@@ -435,14 +442,17 @@ static void *bucket_thread(void *arg)
     return NULL;
 }
 
-static int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err, size_t errlen)
+static int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, float *ptr, size_t n, char *err,
+                                      size_t errlen)
 {
     allreduce_shm_state *s = c->impl;
     int rc = 0;
     pthread_mutex_lock(&s->mu);
     if (bucket_index != s->submitted) {
-        rc = allreduce_fail(err, errlen, -EINVAL, "allreduce_bucket_ready: bucket %u handed over, expected bucket %zu "
-                     "(indices run 0, 1, 2, ... within a step)", bucket_index, s->submitted);
+        rc = allreduce_fail(err, errlen, -EINVAL,
+                            "allreduce_bucket_ready: bucket %u handed over, expected bucket %zu "
+                            "(indices run 0, 1, 2, ... within a step)",
+                            bucket_index, s->submitted);
         goto out;
     }
     if (s->submitted == s->qcap) {
@@ -463,7 +473,7 @@ static int allreduce_shm_bucket_ready(allreduce_comm *c, uint32_t bucket_index, 
         }
         s->thread_started = 1;
     }
-    s->q[s->submitted++] = (allreduce_bucket){ .ptr = ptr, .n = n, .timeout_ns = c->timeout_ns };
+    s->q[s->submitted++] = (allreduce_bucket){.ptr = ptr, .n = n, .timeout_ns = c->timeout_ns};
     pthread_cond_signal(&s->cv_work);
 out:
     pthread_mutex_unlock(&s->mu);

@@ -50,8 +50,7 @@ static int cpu_map(arena *a, int fd, uint64_t size, char *err, size_t errlen)
     void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         int e = -errno;
-        return arena_fail(err, errlen, e, "mmap of fd %d, %llu bytes: %s", fd, (unsigned long long)size,
-                          strerror(-e));
+        return arena_fail(err, errlen, e, "mmap of fd %d, %llu bytes: %s", fd, (unsigned long long)size, strerror(-e));
     }
     a->kind = ARENA_CPU;
     a->fd = fd;
@@ -73,8 +72,7 @@ static int cpu_create(arena *a, int device, uint64_t size, const char *name, cha
     int rc;
     if (ftruncate(fd, (off_t)size) < 0) {
         rc = -errno;
-        arena_fail(err, errlen, rc, "ftruncate of memfd to %llu bytes: %s", (unsigned long long)size,
-                   strerror(-rc));
+        arena_fail(err, errlen, rc, "ftruncate of memfd to %llu bytes: %s", (unsigned long long)size, strerror(-rc));
         goto fail;
     }
     /* Fix the size for everyone: a shrink by any holder would SIGBUS every mapping. */
@@ -143,10 +141,8 @@ static const arena_ops cpu_ops = {
 static const arena_ops *ops_of(arena_kind kind)
 {
     switch (kind) {
-    case ARENA_CPU:
-        return &cpu_ops;
-    case ARENA_CUDA:
-        return &arena_ops_cuda;
+    case ARENA_CPU: return &cpu_ops;
+    case ARENA_CUDA: return &arena_ops_cuda;
     }
     return NULL;
 }

@@ -40,13 +40,13 @@ static int open_device(int device, CUdevice *dev_out, CUcontext *ctx_out, char *
     CUcontext ctx = NULL;
     CU_TRY_GOTO(cuInit(0), err, errlen, rc, fail);
     CU_TRY_GOTO(cuDeviceGet(&dev, device), err, errlen, rc, fail);
-    CU_TRY_GOTO(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev), err, errlen, rc, fail);
-    CU_TRY_GOTO(cuDeviceGetAttribute(&posix,
-                                CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev), err, errlen,
+                rc, fail);
+    CU_TRY_GOTO(cuDeviceGetAttribute(&posix, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev), err,
+                errlen, rc, fail);
     if (!vmm || !posix)
         return arena_fail(err, errlen, -ENOTSUP, "CUDA device %d lacks %s", device,
-                          !vmm ? "virtual memory management (cuMemCreate)"
-                               : "POSIX file descriptor memory handles");
+                          !vmm ? "virtual memory management (cuMemCreate)" : "POSIX file descriptor memory handles");
     CU_TRY_GOTO(cuDevicePrimaryCtxRetain(&ctx, dev), err, errlen, rc, fail);
     {
         CUresult r = cuCtxPushCurrent(ctx);
@@ -81,8 +81,8 @@ static void alloc_prop(CUmemAllocationProp *prop, int device)
 }
 
 /* Round size up to the allocation granularity (the same rule in creator and importer). */
-static int rounded_size(const CUmemAllocationProp *prop, int device, uint64_t size,
-                        uint64_t *out, size_t *gran_out, char *err, size_t errlen)
+static int rounded_size(const CUmemAllocationProp *prop, int device, uint64_t size, uint64_t *out, size_t *gran_out,
+                        char *err, size_t errlen)
 {
     int rc = 0;
     size_t gran = 0;
@@ -101,8 +101,8 @@ fail:
 
 /* Reserve a VA range, map handle h at offset 0 over all of it, grant `device` RW.
  * On failure everything done here is undone (the handle itself is not released). */
-static int map_handle(CUmemGenericAllocationHandle h, int device, uint64_t size, size_t gran,
-                      CUdeviceptr *ptr_out, char *err, size_t errlen)
+static int map_handle(CUmemGenericAllocationHandle h, int device, uint64_t size, size_t gran, CUdeviceptr *ptr_out,
+                      char *err, size_t errlen)
 {
     int rc = 0;
     CUdeviceptr ptr = 0;
@@ -146,7 +146,8 @@ static int cuda_create(arena *a, int device, uint64_t size, const char *name, ch
         goto fail;
     CU_TRY_GOTO(cuMemCreate(&h, (size_t)bytes, &prop, 0), err, errlen, rc, fail);
     have_h = 1;
-    CU_TRY_GOTO(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), err, errlen, rc,
+                fail);
     if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
         rc = -errno;
         arena_fail(err, errlen, rc, "fcntl(FD_CLOEXEC) on exported CUDA fd %d: %s", fd, strerror(-rc));
@@ -191,15 +192,17 @@ static int cuda_import(arena *a, int device, int fd, uint64_t size, char *err, s
         goto fail;
     /* The driver does not take over fd (it keeps its own reference); we keep it for
      * arena_dup_fd and close it in arena_close. */
-    CU_TRY_GOTO(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd,
-                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuMemImportFromShareableHandle(&h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                err, errlen, rc, fail);
     have_h = 1;
     rc = map_handle(h, device, bytes, gran, &ptr, err, errlen);
     if (rc < 0) {
         char why[384]; /* copy: arena_fail writes err again */
         snprintf(why, sizeof why, "%s", err && errlen ? err : "");
-        arena_fail(err, errlen, rc, "%s; importing fd %d as %llu bytes (requested %llu): was the size the "
-                   "creator's?", why, fd, (unsigned long long)bytes, (unsigned long long)size);
+        arena_fail(err, errlen, rc,
+                   "%s; importing fd %d as %llu bytes (requested %llu): was the size the "
+                   "creator's?",
+                   why, fd, (unsigned long long)bytes, (unsigned long long)size);
         goto fail;
     }
     close_device(dev, 0);
@@ -232,8 +235,8 @@ static int cuda_grant_access(const arena *a, int peer_device, char *err, size_t 
     acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     acc[1] = acc[0];
     acc[1].location.id = peer_device;
-    CU_TRY_GOTO(cuMemSetAccess((CUdeviceptr)(uintptr_t)a->base, (size_t)a->size, acc,
-                          peer_device == a->device ? 1 : 2), err, errlen, rc, fail);
+    CU_TRY_GOTO(cuMemSetAccess((CUdeviceptr)(uintptr_t)a->base, (size_t)a->size, acc, peer_device == a->device ? 1 : 2),
+                err, errlen, rc, fail);
     close_device(dev, 1);
     return 0;
 fail:
@@ -266,8 +269,7 @@ static void cuda_close(arena *a)
     CUcontext ctx;
     /* Retain once more to get the context handle; released twice below (this retain and
      * the one taken at create/import). Teardown errors cannot be acted on: ignored. */
-    if (cuDeviceGet(&dev, a->device) != CUDA_SUCCESS ||
-        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+    if (cuDeviceGet(&dev, a->device) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
         return;
     if (cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
         CUdeviceptr ptr = (CUdeviceptr)(uintptr_t)a->base;

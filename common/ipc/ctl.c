@@ -30,14 +30,13 @@ static long env_long(const char *key, long lo, long hi)
 {
     const char *v = getenv(key);
     if (!v || !*v)
-        df_die(DF_EXIT_USAGE, "ctl: environment variable %s is not set (workers are started by the orchestrator)",
-               key);
+        df_die(DF_EXIT_USAGE, "ctl: environment variable %s is not set (workers are started by the orchestrator)", key);
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *end || x < lo || x > hi)
-        df_die(DF_EXIT_USAGE, "ctl: %s=%s: expected an integer %ld..%ld (workers are started by the orchestrator)",
-               key, v, lo, hi);
+        df_die(DF_EXIT_USAGE, "ctl: %s=%s: expected an integer %ld..%ld (workers are started by the orchestrator)", key,
+               v, lo, hi);
     return x;
 }
 
@@ -164,7 +163,8 @@ static int receive_hello(ctl_worker *w)
     }
     json_t *segs = json_object_get(root, "segments"), *seg;
     size_t i;
-    json_array_foreach(segs, i, seg) {
+    json_array_foreach(segs, i, seg)
+    {
         json_int_t fi = json_integer_value(json_object_get(seg, "fd"));
         if (fi < 0 || fi >= nfds || fds[fi] < 0) {
             df_log("ctl: hello segment %zu names fd %lld, but %d fds came", i, (long long)fi, nfds);
@@ -176,8 +176,8 @@ static int receive_hello(ctl_worker *w)
         char e2[512] = "";
         rc = map_segment(w, seg, fd, e2, sizeof e2);
         if (rc < 0) {
-            df_log("ctl: mapping segment %s failed: %s",
-                   json_string_value(json_object_get(seg, "name")) ?: "?", e2[0] ? e2 : strerror(-rc));
+            df_log("ctl: mapping segment %s failed: %s", json_string_value(json_object_get(seg, "name")) ?: "?",
+                   e2[0] ? e2 : strerror(-rc));
             goto out;
         }
     }

@@ -67,8 +67,8 @@ typedef struct ctl_worker {
     uint64_t total_steps;    /* the hello's: optimizer steps over all epochs (0: not sent) */
     uint64_t acked_step;     /* highest {"ev":"committed"} from the orchestrator (ctl_committed_ack) */
 
-    topo topo;                /* the run's topology (loaded from topology_path) */
-    const topology_worker *self;  /* &topo.workers[id] */
+    topo topo;                   /* the run's topology (loaded from topology_path) */
+    const topology_worker *self; /* &topo.workers[id] */
 
     arena status_seg;
     status_shm *status;
@@ -87,9 +87,9 @@ typedef struct ctl_worker {
     ring rings[TOPOLOGY_MAX_RINGS];
     arena ring_arena[TOPOLOGY_MAX_RINGS]; /* payload arena of ring i: slot s at s * slot_bytes */
 
-    arena allreduce_seg;          /* the drafter group's shm all-reduce segment (base NULL if none) */
-    int group_world;       /* drafters: R from the hello's "group" (0 for other roles) */
-    uint64_t group_gen;    /* drafters: the group's restart generation */
+    arena allreduce_seg;        /* the drafter group's shm all-reduce segment (base NULL if none) */
+    int group_world;            /* drafters: R from the hello's "group" (0 for other roles) */
+    uint64_t group_gen;         /* drafters: the group's restart generation */
     unsigned char nccl_id[128]; /* cuda drafter groups: this generation's NCCL unique id */
     int has_nccl_id;
 } ctl_worker;

@@ -57,8 +57,7 @@ int fdpass_recv(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds
 {
     if (nfds)
         *nfds = 0;
-    if (cap == 0 || buf == NULL || maxfds < 0 || maxfds > FDPASS_MAX_FDS ||
-        (maxfds > 0 && !fds) || !nfds)
+    if (cap == 0 || buf == NULL || maxfds < 0 || maxfds > FDPASS_MAX_FDS || (maxfds > 0 && !fds) || !nfds)
         return -EINVAL;
     fdpass_cbuf cb;
     struct iovec iov = {.iov_base = buf, .iov_len = cap};

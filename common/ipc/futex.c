@@ -17,8 +17,7 @@ int futex_wait_until(_Atomic uint32_t *word, uint32_t expected, uint64_t deadlin
     }
     /* FUTEX_WAIT_BITSET takes an absolute timeout on CLOCK_MONOTONIC (no
      * FUTEX_CLOCK_REALTIME); no FUTEX_PRIVATE_FLAG: the word is in shared memory. */
-    long rc = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET, expected, tsp, NULL,
-                      FUTEX_BITSET_MATCH_ANY);
+    long rc = syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET, expected, tsp, NULL, FUTEX_BITSET_MATCH_ANY);
     if (rc == 0)
         return 0;
     if (errno == EWOULDBLOCK)

@@ -8,7 +8,7 @@
 
 #include "util.h"
 
-struct handoff_rec { /* one per worker id, on its own cache line */
+struct handoff_rec {                               /* one per worker id, on its own cache line */
     _Alignas(DF_CACHELINE) _Atomic uint32_t phase; /* HANDOFF_NONE/INTENT/PUBLISHED, stored last */
     _Atomic uint32_t incarnation;
     _Atomic uint32_t in_ring, in_slot, in_gen;
@@ -19,7 +19,7 @@ struct handoff_rec { /* one per worker id, on its own cache line */
 struct handoff_shm {
     _Alignas(DF_CACHELINE) uint64_t magic;
     uint32_t version;
-    uint32_t nworkers;   /* HANDOFF_MAX_WORKERS */
+    uint32_t nworkers; /* HANDOFF_MAX_WORKERS */
     uint64_t total_bytes;
     uint32_t rec_bytes;
     uint32_t reserved0;
@@ -28,7 +28,10 @@ struct handoff_shm {
 };
 _Static_assert(sizeof(struct handoff_rec) == DF_CACHELINE, "one intent per cache line");
 
-uint64_t handoff_shm_bytes(void) { return sizeof(struct handoff_shm); }
+uint64_t handoff_shm_bytes(void)
+{
+    return sizeof(struct handoff_shm);
+}
 
 int handoff_format(void *mem, uint64_t bytes)
 {
@@ -77,8 +80,7 @@ static struct handoff_rec *rec_of(handoff_table *t, uint16_t worker)
 }
 
 /* The generation of a slot held by (worker, inc) in state st, or -EPERM. */
-static int held_gen(ring *r, uint32_t slot, uint16_t worker, uint32_t inc, ring_state st,
-                    uint32_t *gen)
+static int held_gen(ring *r, uint32_t slot, uint16_t worker, uint32_t inc, ring_state st, uint32_t *gen)
 {
     ring_slot_info si;
     int rc = ring_slot_read(r, slot, &si);
@@ -90,8 +92,7 @@ static int held_gen(ring *r, uint32_t slot, uint16_t worker, uint32_t inc, ring_
     return 0;
 }
 
-int handoff_begin(handoff_table *t, uint16_t worker, uint32_t inc, const handoff_end *in,
-                  const handoff_end *out)
+int handoff_begin(handoff_table *t, uint16_t worker, uint32_t inc, const handoff_end *in, const handoff_end *out)
 {
     struct handoff_rec *h = rec_of(t, worker);
     if (!h || !in || !out || (!in->r && !out->r))
@@ -183,8 +184,8 @@ static ring *find_ring(ring **rings, int nrings, uint32_t id)
     return NULL;
 }
 
-int handoff_recover_ex(handoff_table *t, uint16_t worker, ring **rings, int nrings,
-                       const handoff_hooks *hooks, ring_reclaim_report *rep)
+int handoff_recover_ex(handoff_table *t, uint16_t worker, ring **rings, int nrings, const handoff_hooks *hooks,
+                       ring_reclaim_report *rep)
 {
     if (!rec_of(t, worker) || !rep || nrings < 0 || (nrings > 0 && !rings))
         return -EINVAL;
@@ -234,8 +235,7 @@ int handoff_recover_ex(handoff_table *t, uint16_t worker, ring **rings, int nrin
     return 0;
 }
 
-int handoff_recover(handoff_table *t, uint16_t worker, ring **rings, int nrings,
-                    ring_reclaim_report *rep)
+int handoff_recover(handoff_table *t, uint16_t worker, ring **rings, int nrings, ring_reclaim_report *rep)
 {
     return handoff_recover_ex(t, worker, rings, nrings, NULL, rep);
 }

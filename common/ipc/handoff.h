@@ -71,8 +71,7 @@ int handoff_open(handoff_table *t, void *mem, uint64_t bytes);
 /* Record the intent. in/out that are ring slots must be held by (worker, inc) in READING
  * (in) / WRITING (out): -EPERM otherwise. At most one end may be external... both may be
  * rings; at least one must be a ring (-EINVAL). */
-int handoff_begin(handoff_table *t, uint16_t worker, uint32_t inc, const handoff_end *in,
-                  const handoff_end *out);
+int handoff_begin(handoff_table *t, uint16_t worker, uint32_t inc, const handoff_end *in, const handoff_end *out);
 /* The output is out: ring_publish(out) when it is a ring slot (skip that when it was an
  * external commit the caller already made), then phase PUBLISHED. */
 int handoff_publish(handoff_table *t, uint16_t worker, uint32_t inc, ring *out, uint32_t out_slot);
@@ -99,9 +98,8 @@ typedef struct handoff_hooks {
  * WRITING -> FREE and input READING -> READY attempts+1, by the reclaim below), clear
  * it, then ring_reclaim_owner on every ring in rings[0..nrings). Counts are ADDED to rep.
  * -ENOENT if the intent names a ring that is not in rings (nothing is changed then). */
-int handoff_recover_ex(handoff_table *t, uint16_t worker, ring **rings, int nrings,
-                       const handoff_hooks *hooks, ring_reclaim_report *rep);
-int handoff_recover(handoff_table *t, uint16_t worker, ring **rings, int nrings,
-                    ring_reclaim_report *rep);
+int handoff_recover_ex(handoff_table *t, uint16_t worker, ring **rings, int nrings, const handoff_hooks *hooks,
+                       ring_reclaim_report *rep);
+int handoff_recover(handoff_table *t, uint16_t worker, ring **rings, int nrings, ring_reclaim_report *rep);
 
 #endif

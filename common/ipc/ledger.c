@@ -41,7 +41,7 @@
 #include "util.h"
 
 #define LEDGER_MAGIC 0x315247444c454644ull /* "DFLEDGR1" little-endian */
-#define LEDGER_VERSION 2u /* 2: data_digest, checksum, per-batch replays, stats.replayed */
+#define LEDGER_VERSION 2u                  /* 2: data_digest, checksum, per-batch replays, stats.replayed */
 #define STEP_MAX ((1ull << 56) - 1)
 #define N_BUCKETS 64
 
@@ -89,15 +89,30 @@ _Static_assert(offsetof(struct ledger_shm, checksum) == LEDGER_CHECKSUM_OFFSET, 
 
 /* --- state words ----------------------------------------------------------------------- */
 
-static inline unsigned w_state(uint64_t w) { return (unsigned)(w & 0xff); }
-static inline uint16_t w_worker(uint64_t w) { return (uint16_t)(w >> 8); }
-static inline uint32_t w_inc(uint64_t w) { return (uint32_t)(w >> 24); }
-static inline uint64_t w_step(uint64_t w) { return w >> 8; }
+static inline unsigned w_state(uint64_t w)
+{
+    return (unsigned)(w & 0xff);
+}
+static inline uint16_t w_worker(uint64_t w)
+{
+    return (uint16_t)(w >> 8);
+}
+static inline uint32_t w_inc(uint64_t w)
+{
+    return (uint32_t)(w >> 24);
+}
+static inline uint64_t w_step(uint64_t w)
+{
+    return w >> 8;
+}
 static inline uint64_t w_owned(unsigned st, uint16_t worker, uint32_t inc)
 {
     return (uint64_t)st | (uint64_t)worker << 8 | (uint64_t)inc << 24;
 }
-static inline uint64_t w_stepped(unsigned st, uint64_t step) { return (uint64_t)st | step << 8; }
+static inline uint64_t w_stepped(unsigned st, uint64_t step)
+{
+    return (uint64_t)st | step << 8;
+}
 
 static inline uint64_t load_word(const ledger *l, uint64_t id)
 {
@@ -105,8 +120,8 @@ static inline uint64_t load_word(const ledger *l, uint64_t id)
 }
 static inline int cas_word(ledger *l, uint64_t id, uint64_t *expect, uint64_t desired)
 {
-    return atomic_compare_exchange_strong_explicit(&l->slots[id].word, expect, desired,
-                                                   memory_order_acq_rel, memory_order_acquire);
+    return atomic_compare_exchange_strong_explicit(&l->slots[id].word, expect, desired, memory_order_acq_rel,
+                                                   memory_order_acquire);
 }
 
 const char *ledger_state_name(ledger_state s)
@@ -142,8 +157,8 @@ void ledger_plan_free(ledger_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-int ledger_plan_build(ledger_plan *p, const uint32_t *lens, uint32_t n, uint64_t seed,
-                      uint32_t epoch, uint64_t token_budget, uint32_t max_seq_len)
+int ledger_plan_build(ledger_plan *p, const uint32_t *lens, uint32_t n, uint64_t seed, uint32_t epoch,
+                      uint64_t token_budget, uint32_t max_seq_len)
 {
     memset(p, 0, sizeof *p);
     if (!lens || n == 0 || n == UINT32_MAX || max_seq_len == 0 || token_budget < max_seq_len)
@@ -254,7 +269,10 @@ typedef struct layout {
     uint64_t off_batches, off_sample_idx, off_sample_len, off_slots, total;
 } layout;
 
-static uint64_t round64(uint64_t x) { return (x + 63) & ~63ull; }
+static uint64_t round64(uint64_t x)
+{
+    return (x + 63) & ~63ull;
+}
 
 static layout make_layout(uint32_t n_batches, uint32_t n_samples)
 {
@@ -272,8 +290,7 @@ uint64_t ledger_shm_bytes(const ledger_plan *p)
     return make_layout(p->n_batches, p->n_samples).total;
 }
 
-static uint64_t plan_hash(const ledger_batch *b, uint32_t nb, const uint32_t *idx,
-                          const uint32_t *len, uint32_t ns)
+static uint64_t plan_hash(const ledger_batch *b, uint32_t nb, const uint32_t *idx, const uint32_t *len, uint32_t ns)
 {
     uint64_t h = df_fnv1a64(b, (size_t)nb * sizeof *b, 0);
     h = df_fnv1a64(idx, (size_t)ns * 4, h);
@@ -321,13 +338,12 @@ int ledger_open(ledger *l, void *mem, uint64_t bytes)
     if (!mem || ((uintptr_t)mem & 63) || bytes < sizeof(struct ledger_shm))
         return -EPROTO;
     struct ledger_shm *h = mem;
-    if (atomic_load_explicit(&h->magic, memory_order_acquire) != LEDGER_MAGIC ||
-        h->version != LEDGER_VERSION || h->header_bytes != sizeof *h || h->n_batches == 0)
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != LEDGER_MAGIC || h->version != LEDGER_VERSION ||
+        h->header_bytes != sizeof *h || h->n_batches == 0)
         return -EPROTO;
     layout L = make_layout(h->n_batches, h->n_samples);
     if (h->total_bytes != L.total || L.total > bytes || h->off_batches != L.off_batches ||
-        h->off_sample_idx != L.off_sample_idx || h->off_sample_len != L.off_sample_len ||
-        h->off_slots != L.off_slots)
+        h->off_sample_idx != L.off_sample_idx || h->off_sample_len != L.off_sample_len || h->off_slots != L.off_slots)
         return -EPROTO;
     char *base = mem;
     l->shm = h;
@@ -341,9 +357,18 @@ int ledger_open(ledger *l, void *mem, uint64_t bytes)
     return 0;
 }
 
-uint64_t ledger_seed(const ledger *l) { return l->shm->seed; }
-uint32_t ledger_epoch(const ledger *l) { return l->shm->epoch; }
-uint32_t ledger_n_batches(const ledger *l) { return l->n_batches; }
+uint64_t ledger_seed(const ledger *l)
+{
+    return l->shm->seed;
+}
+uint32_t ledger_epoch(const ledger *l)
+{
+    return l->shm->epoch;
+}
+uint32_t ledger_n_batches(const ledger *l)
+{
+    return l->n_batches;
+}
 uint64_t ledger_committed_step(const ledger *l)
 {
     return atomic_load_explicit(&l->shm->committed_step, memory_order_acquire);
@@ -449,12 +474,11 @@ int ledger_claim_window(ledger *l, uint16_t worker, uint32_t inc, uint32_t windo
 
 int ledger_claim(ledger *l, uint16_t worker, uint32_t inc, uint32_t window, uint64_t *batch_id)
 {
-    return window ? ledger_claim_window(l, worker, inc, window, batch_id)
-                  : ledger_claim_next(l, worker, inc, batch_id);
+    return window ? ledger_claim_window(l, worker, inc, window, batch_id) : ledger_claim_next(l, worker, inc, batch_id);
 }
 
-int ledger_batch_info(ledger *l, uint64_t batch_id, const uint32_t **idx, const uint32_t **len,
-                      uint32_t *n, uint64_t *tokens)
+int ledger_batch_info(ledger *l, uint64_t batch_id, const uint32_t **idx, const uint32_t **len, uint32_t *n,
+                      uint64_t *tokens)
 {
     if (batch_id >= l->n_batches)
         return -ERANGE;
@@ -534,8 +558,7 @@ int ledger_commit(ledger *l, uint64_t step)
 }
 
 /* Move every batch that `match` selects back to PENDING; n = how many. */
-static void return_to_pending(ledger *l, int (*match)(uint64_t w, uint64_t arg), uint64_t arg,
-                              uint32_t *n)
+static void return_to_pending(ledger *l, int (*match)(uint64_t w, uint64_t arg), uint64_t arg, uint32_t *n)
 {
     uint32_t k = 0;
     for (uint64_t id = 0; id < l->n_batches; id++) {
@@ -730,21 +753,23 @@ int ledger_audit_write(ledger *l, const char *path)
     if (!f)
         return -errno;
     /* Hand-written so that each batch is one line: greppable, diffable. */
-    fprintf(f, "{\n  \"seed\": %" PRIu64 ",\n  \"epoch\": %u,\n  \"n_batches\": %u,\n  \"n_samples\": %u,\n",
-            h->seed, h->epoch, h->n_batches, h->n_samples);
-    fprintf(f, "  \"token_budget\": %" PRIu64 ",\n  \"max_seq_len\": %u,\n  \"n_truncated\": %u,\n",
-            h->token_budget, h->max_seq_len, h->n_truncated);
+    fprintf(f, "{\n  \"seed\": %" PRIu64 ",\n  \"epoch\": %u,\n  \"n_batches\": %u,\n  \"n_samples\": %u,\n", h->seed,
+            h->epoch, h->n_batches, h->n_samples);
+    fprintf(f, "  \"token_budget\": %" PRIu64 ",\n  \"max_seq_len\": %u,\n  \"n_truncated\": %u,\n", h->token_budget,
+            h->max_seq_len, h->n_truncated);
     fprintf(f, "  \"plan_hash\": \"%016" PRIx64 "\",\n  \"committed_step\": %" PRIu64 ",\n", h->plan_hash,
             ledger_committed_step(l));
-    fprintf(f, "  \"counts\": {\"pending\": %u, \"claimed\": %u, \"in_ring\": %u, \"trained\": %u, "
-               "\"committed\": %u, \"poisoned\": %u},\n",
+    fprintf(f,
+            "  \"counts\": {\"pending\": %u, \"claimed\": %u, \"in_ring\": %u, \"trained\": %u, "
+            "\"committed\": %u, \"poisoned\": %u},\n",
             c.pending, c.claimed, c.in_ring, c.trained, c.committed, c.poisoned);
-    fprintf(f, "  \"stats\": {\"claims\": %" PRIu64 ", \"trained\": %" PRIu64 ", \"rewound\": %" PRIu64
-               ", \"reclaimed\": %" PRIu64 ", \"poisoned\": %" PRIu64 ", \"double_train_rejected\": %" PRIu64
-               ", \"replayed\": %" PRIu64 "},\n",
+    fprintf(f,
+            "  \"stats\": {\"claims\": %" PRIu64 ", \"trained\": %" PRIu64 ", \"rewound\": %" PRIu64
+            ", \"reclaimed\": %" PRIu64 ", \"poisoned\": %" PRIu64 ", \"double_train_rejected\": %" PRIu64
+            ", \"replayed\": %" PRIu64 "},\n",
             atomic_load(&h->stats.claims), atomic_load(&h->stats.trained), atomic_load(&h->stats.rewound),
-            atomic_load(&h->stats.reclaimed), atomic_load(&h->stats.poisoned),
-            atomic_load(&h->stats.double_train), atomic_load(&h->stats.replayed));
+            atomic_load(&h->stats.reclaimed), atomic_load(&h->stats.poisoned), atomic_load(&h->stats.double_train),
+            atomic_load(&h->stats.replayed));
     fprintf(f, "  \"plan_covers_every_sample_once\": %s,\n  \"epoch_done\": %s,\n  \"exactly_once\": %s,\n",
             cover ? "true" : "false", done ? "true" : "false", cover && done ? "true" : "false");
     fprintf(f, "  \"poisoned\": [");
@@ -755,10 +780,11 @@ int ledger_audit_write(ledger *l, const char *path)
     for (uint64_t id = 0; id < l->n_batches; id++) {
         ledger_batch_status s;
         ledger_batch_status_get(l, id, &s);
-        fprintf(f, "    {\"id\": %" PRIu64 ", \"state\": \"%s\", \"step\": %" PRIu64 ", \"samples\": %u, "
-                   "\"tokens\": %" PRIu64 ", \"claims\": %u, \"trainings\": %u, \"replays\": %u}%s\n",
-                id, ledger_state_name(s.state), s.step, l->batches[id].count, l->batches[id].tokens,
-                s.claims, s.trainings, s.replays, id + 1 < l->n_batches ? "," : "");
+        fprintf(f,
+                "    {\"id\": %" PRIu64 ", \"state\": \"%s\", \"step\": %" PRIu64 ", \"samples\": %u, "
+                "\"tokens\": %" PRIu64 ", \"claims\": %u, \"trainings\": %u, \"replays\": %u}%s\n",
+                id, ledger_state_name(s.state), s.step, l->batches[id].count, l->batches[id].tokens, s.claims,
+                s.trainings, s.replays, id + 1 < l->n_batches ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     if (fclose(f) != 0) {
@@ -772,8 +798,14 @@ int ledger_audit_write(ledger *l, const char *path)
 
 /* --- snapshots (ledger.bin) -------------------------------------------------------------------- */
 
-uint64_t ledger_plan_hash(const ledger *l) { return l->shm->plan_hash; }
-uint64_t ledger_data_digest(const ledger *l) { return l->shm->data_digest; }
+uint64_t ledger_plan_hash(const ledger *l)
+{
+    return l->shm->plan_hash;
+}
+uint64_t ledger_data_digest(const ledger *l)
+{
+    return l->shm->data_digest;
+}
 
 /* FNV-1a over the snapshot with its checksum field read as zero. */
 static uint64_t snapshot_sum(const void *mem, uint64_t bytes)
@@ -864,24 +896,28 @@ static int check_states(ledger *l, char *err, size_t errlen)
             return -EBADMSG;
         }
         if (w_step(w) > committed) {
-            snprintf(err, errlen, "batch %" PRIu64 " is committed at step %" PRIu64 ", past the committed step %" PRIu64,
-                     id, w_step(w), committed);
+            snprintf(err, errlen,
+                     "batch %" PRIu64 " is committed at step %" PRIu64 ", past the committed step %" PRIu64, id,
+                     w_step(w), committed);
             return -EBADMSG;
         }
         if (trainings == 0 || trainings > claims) {
-            snprintf(err, errlen, "batch %" PRIu64 " is committed with %u trainings and %u claims (a committed batch "
-                     "was trained at least once, and each training needs a claim)", id, trainings, claims);
+            snprintf(err, errlen,
+                     "batch %" PRIu64 " is committed with %u trainings and %u claims (a committed batch "
+                     "was trained at least once, and each training needs a claim)",
+                     id, trainings, claims);
             return -EBADMSG;
         }
     }
     /* a slot counter moves before its stat: a stat above the sum of its slots cannot be */
     if (atomic_load(&h->stats.trained) > sum_trainings || atomic_load(&h->stats.claims) > sum_claims ||
         atomic_load(&h->stats.replayed) > sum_replays || atomic_load(&h->stats.poisoned) < n_poisoned) {
-        snprintf(err, errlen, "counts do not add up: stats claims %" PRIu64 " / trained %" PRIu64 " / replayed %" PRIu64
+        snprintf(err, errlen,
+                 "counts do not add up: stats claims %" PRIu64 " / trained %" PRIu64 " / replayed %" PRIu64
                  " / poisoned %" PRIu64 ", batches' claims %" PRIu64 " / trainings %" PRIu64 " / replays %" PRIu64
-                 " / poisoned %u", atomic_load(&h->stats.claims), atomic_load(&h->stats.trained),
-                 atomic_load(&h->stats.replayed), atomic_load(&h->stats.poisoned), sum_claims, sum_trainings,
-                 sum_replays, n_poisoned);
+                 " / poisoned %u",
+                 atomic_load(&h->stats.claims), atomic_load(&h->stats.trained), atomic_load(&h->stats.replayed),
+                 atomic_load(&h->stats.poisoned), sum_claims, sum_trainings, sum_replays, n_poisoned);
         return -EBADMSG;
     }
     return 0;
@@ -896,9 +932,10 @@ int ledger_snapshot_open(ledger *l, void *mem, uint64_t bytes, char *err, size_t
         return -EPROTO;
     }
     if (h->version != LEDGER_VERSION) {
-        snprintf(err, errlen, "ledger format version %u; this orchestrator reads version %u only (the run was "
-                 "started by an older build: finish it with that build, or start a new run)", h->version,
-                 LEDGER_VERSION);
+        snprintf(err, errlen,
+                 "ledger format version %u; this orchestrator reads version %u only (the run was "
+                 "started by an older build: finish it with that build, or start a new run)",
+                 h->version, LEDGER_VERSION);
         return -EPROTONOSUPPORT;
     }
     if (bytes < sizeof *h || h->total_bytes != bytes) {
@@ -908,8 +945,10 @@ int ledger_snapshot_open(ledger *l, void *mem, uint64_t bytes, char *err, size_t
     }
     uint64_t sum = snapshot_sum(mem, bytes);
     if (sum != h->checksum) {
-        snprintf(err, errlen, "checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 "): the file was "
-                 "changed or damaged after it was written", h->checksum, sum);
+        snprintf(err, errlen,
+                 "checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 "): the file was "
+                 "changed or damaged after it was written",
+                 h->checksum, sum);
         return -EBADMSG;
     }
     int rc = ledger_open(l, mem, bytes);
@@ -928,8 +967,7 @@ int ledger_snapshot_open(ledger *l, void *mem, uint64_t bytes, char *err, size_t
 int ledger_restore(ledger *l, ledger *snap, ledger_restore_counts *out)
 {
     memset(out, 0, sizeof *out);
-    if (snap->n_batches != l->n_batches || snap->n_samples != l->n_samples ||
-        snap->shm->plan_hash != l->shm->plan_hash)
+    if (snap->n_batches != l->n_batches || snap->n_samples != l->n_samples || snap->shm->plan_hash != l->shm->plan_hash)
         return -EINVAL;
     for (uint64_t id = 0; id < l->n_batches; id++)
         if (load_word(l, id) != 0 || atomic_load(&l->slots[id].claims) || atomic_load(&l->slots[id].trainings))

@@ -58,11 +58,11 @@ typedef struct ledger_plan {
     uint64_t token_budget;
     uint32_t n_samples;
     uint32_t n_batches;
-    uint32_t n_truncated;    /* samples whose length was cut to max_seq_len */
-    uint32_t *sample_idx;    /* [n_samples]: sample indices, batch after batch */
-    uint32_t *sample_len;    /* [n_samples]: effective length (min(len, max_seq_len)) of each */
-    ledger_batch *batches;   /* [n_batches] */
-    uint64_t data_digest;    /* the caller's fingerprint of the data files (0 if none); ledger_format
+    uint32_t n_truncated;  /* samples whose length was cut to max_seq_len */
+    uint32_t *sample_idx;  /* [n_samples]: sample indices, batch after batch */
+    uint32_t *sample_len;  /* [n_samples]: effective length (min(len, max_seq_len)) of each */
+    ledger_batch *batches; /* [n_batches] */
+    uint64_t data_digest;  /* the caller's fingerprint of the data files (0 if none); ledger_format
                               * stores it, snapshots carry it (ledger_plan_build leaves it 0) */
 } ledger_plan;
 
@@ -71,10 +71,10 @@ typedef struct ledger {
     struct ledger_shm *shm;
     uint64_t bytes;
     uint32_t n_batches, n_samples;
-    const ledger_batch *batches;     /* [n_batches], in the segment */
-    const uint32_t *sample_idx;      /* [n_samples], in the segment */
-    const uint32_t *sample_len;      /* [n_samples], in the segment */
-    struct ledger_slot *slots;       /* [n_batches], the state words */
+    const ledger_batch *batches; /* [n_batches], in the segment */
+    const uint32_t *sample_idx;  /* [n_samples], in the segment */
+    const uint32_t *sample_len;  /* [n_samples], in the segment */
+    struct ledger_slot *slots;   /* [n_batches], the state words */
 } ledger;
 
 typedef struct ledger_counts_t {
@@ -106,8 +106,8 @@ typedef struct ledger_restore_counts {
  * Requires n >= 1, every lens[i] >= 1, 1 <= max_seq_len <= token_budget. Lengths above
  * max_seq_len are truncated (p->sample_len holds the effective length; p->n_truncated counts
  * them). p must be zeroed or freed; on error p stays zeroed. */
-int ledger_plan_build(ledger_plan *p, const uint32_t *lens, uint32_t n, uint64_t seed,
-                      uint32_t epoch, uint64_t token_budget, uint32_t max_seq_len);
+int ledger_plan_build(ledger_plan *p, const uint32_t *lens, uint32_t n, uint64_t seed, uint32_t epoch,
+                      uint64_t token_budget, uint32_t max_seq_len);
 void ledger_plan_free(ledger_plan *p); /* safe on a zeroed plan; zeroes it */
 
 /* --- segment ------------------------------------------------------------------------------ */
@@ -170,8 +170,8 @@ int ledger_claim(ledger *l, uint16_t worker, uint32_t inc, uint32_t window, uint
 /* The plan's sample list of a batch: idx points into the segment (valid while mapped). */
 int ledger_batch_samples(ledger *l, uint64_t batch_id, const uint32_t **idx, uint32_t *n);
 /* Same plus the effective length of each sample ([n], min(len, max_seq_len)) and the token sum. */
-int ledger_batch_info(ledger *l, uint64_t batch_id, const uint32_t **idx, const uint32_t **len,
-                      uint32_t *n, uint64_t *tokens);
+int ledger_batch_info(ledger *l, uint64_t batch_id, const uint32_t **idx, const uint32_t **len, uint32_t *n,
+                      uint64_t *tokens);
 /* CLAIMED -> IN_RING (keeps the owner). Call right after ring_publish. -EALREADY if the
  * consumer already marked it trained (harmless), -EINVAL from any other state. */
 int ledger_set_in_ring(ledger *l, uint64_t batch_id);

@@ -36,15 +36,14 @@
 #include "util.h"
 
 /* --- control word -------------------------------------------------------------- */
-#define CTL_STATE(c) ((ring_state)((c) & 0xFu))
+#define CTL_STATE(c) ((ring_state)((c)&0xFu))
 #define CTL_WORKER(c) ((uint16_t)(((c) >> 4) & 0xFFFFu))
 #define CTL_INC(c) ((uint32_t)(((c) >> 20) & RING_INC_MASK))
 #define CTL_GEN(c) ((uint32_t)((c) >> 32))
 
 static inline uint64_t ctl_make(ring_state st, uint16_t worker, uint32_t inc, uint32_t gen)
 {
-    return ((uint64_t)gen << 32) | ((uint64_t)(inc & RING_INC_MASK) << 20) |
-           ((uint64_t)worker << 4) | (uint64_t)st;
+    return ((uint64_t)gen << 32) | ((uint64_t)(inc & RING_INC_MASK) << 20) | ((uint64_t)worker << 4) | (uint64_t)st;
 }
 /* The word after a transition from old to state st with owner (worker, inc). */
 static inline uint64_t ctl_next(uint64_t old, ring_state st, uint16_t worker, uint32_t inc)
@@ -53,11 +52,11 @@ static inline uint64_t ctl_next(uint64_t old, ring_state st, uint16_t worker, ui
 }
 
 /* --- shared layout --------------------------------------------------------------- */
-struct ring_hdr { /* read-only after ring_format */
-    uint64_t magic;        /* RING_MAGIC */
-    uint32_t version;      /* RING_VERSION */
-    uint32_t hdr_bytes;    /* sizeof(struct ring_shm) */
-    uint64_t total_bytes;  /* ring_shm_bytes(nslots) */
+struct ring_hdr {         /* read-only after ring_format */
+    uint64_t magic;       /* RING_MAGIC */
+    uint32_t version;     /* RING_VERSION */
+    uint32_t hdr_bytes;   /* sizeof(struct ring_shm) */
+    uint64_t total_bytes; /* ring_shm_bytes(nslots) */
     uint32_t nslots;
     uint32_t record_bytes; /* sizeof(struct ring_slot): one control record per slot */
     uint32_t desc_bytes;   /* sizeof(ring_desc) */
@@ -78,9 +77,9 @@ struct ring_counter {
 
 struct ring_slot {
     _Alignas(DF_CACHELINE) _Atomic uint64_t ctl; /* state|worker|inc|gen, see ring.h */
-    _Atomic uint64_t pub_seq;   /* publish ticket of the last publish: consumers take the lowest */
-    _Atomic uint64_t lease_ns;  /* CLOCK_MONOTONIC of the last acquire (stats only) */
-    _Atomic uint32_t attempts;  /* consumer deaths with this batch; reset by the producer */
+    _Atomic uint64_t pub_seq;                    /* publish ticket of the last publish: consumers take the lowest */
+    _Atomic uint64_t lease_ns;                   /* CLOCK_MONOTONIC of the last acquire (stats only) */
+    _Atomic uint32_t attempts;                   /* consumer deaths with this batch; reset by the producer */
     uint32_t reserved0;
     uint64_t reserved[4];
     _Alignas(DF_CACHELINE) ring_desc desc; /* written by the WRITING owner only */
@@ -89,9 +88,9 @@ struct ring_slot {
 struct ring_shm {
     _Alignas(DF_CACHELINE) struct ring_hdr hdr;
     _Alignas(DF_CACHELINE) _Atomic uint32_t closed;
-    struct ring_seq ready;          /* bumped by publish, requeue, close */
-    struct ring_seq free;           /* bumped by release, reclaim-free, free_poisoned, close */
-    struct ring_counter published;  /* also the source of pub_seq tickets */
+    struct ring_seq ready;         /* bumped by publish, requeue, close */
+    struct ring_seq free;          /* bumped by release, reclaim-free, free_poisoned, close */
+    struct ring_counter published; /* also the source of pub_seq tickets */
     struct ring_counter released;
     struct ring_counter poisoned_total;
     struct ring_slot slots[];
@@ -105,7 +104,10 @@ _Static_assert(sizeof(struct ring_shm) % DF_CACHELINE == 0, "slot array starts o
 _Static_assert(offsetof(struct ring_shm, hdr) == 0, "magic at byte 0");
 
 /* --- helpers --------------------------------------------------------------------- */
-static inline struct ring_slot *slot_at(ring *r, uint32_t i) { return &r->shm->slots[i]; }
+static inline struct ring_slot *slot_at(ring *r, uint32_t i)
+{
+    return &r->shm->slots[i];
+}
 
 static uint64_t deadline_of(int64_t timeout_ns)
 {
@@ -143,8 +145,8 @@ static int seq_wait(ring *r, struct ring_seq *s, uint32_t seen, uint64_t deadlin
 
 static inline int cas_ctl(struct ring_slot *s, uint64_t *expected, uint64_t desired)
 {
-    return atomic_compare_exchange_strong_explicit(&s->ctl, expected, desired,
-                                                   memory_order_acq_rel, memory_order_acquire);
+    return atomic_compare_exchange_strong_explicit(&s->ctl, expected, desired, memory_order_acq_rel,
+                                                   memory_order_acquire);
 }
 
 /* --- setup ----------------------------------------------------------------------- */
@@ -194,8 +196,7 @@ int ring_open(ring *r, void *mem, uint64_t bytes)
     atomic_thread_fence(memory_order_acquire);
     if (shm->hdr.version != RING_VERSION)
         return -EPROTO;
-    if (shm->hdr.hdr_bytes != sizeof(struct ring_shm) ||
-        shm->hdr.record_bytes != sizeof(struct ring_slot) ||
+    if (shm->hdr.hdr_bytes != sizeof(struct ring_shm) || shm->hdr.record_bytes != sizeof(struct ring_slot) ||
         shm->hdr.desc_bytes != sizeof(ring_desc) || shm->hdr.max_attempts == 0)
         return -EBADMSG;
     uint64_t need = ring_shm_bytes(shm->hdr.nslots);
@@ -208,8 +209,14 @@ int ring_open(ring *r, void *mem, uint64_t bytes)
     return 0;
 }
 
-uint32_t ring_id(const ring *r) { return r->shm->hdr.ring_id; }
-uint32_t ring_max_attempts(const ring *r) { return r->shm->hdr.max_attempts; }
+uint32_t ring_id(const ring *r)
+{
+    return r->shm->hdr.ring_id;
+}
+uint32_t ring_max_attempts(const ring *r)
+{
+    return r->shm->hdr.max_attempts;
+}
 
 /* --- producer -------------------------------------------------------------------- */
 int ring_acquire_free(ring *r, uint16_t worker, uint32_t inc, int64_t timeout_ns, uint32_t *slot)
@@ -253,8 +260,7 @@ ring_desc *ring_desc_at(ring *r, uint32_t slot)
 }
 
 /* One owner-checked transition: from (state from, owner worker/inc) to state to. */
-static int owner_transition(ring *r, uint32_t slot, uint16_t worker, uint32_t inc,
-                            ring_state from, ring_state to)
+static int owner_transition(ring *r, uint32_t slot, uint16_t worker, uint32_t inc, ring_state from, ring_state to)
 {
     if (!r || !r->shm || slot >= r->nslots)
         return -EINVAL;
@@ -275,8 +281,7 @@ int ring_publish(ring *r, uint32_t slot, uint16_t worker, uint32_t inc)
         return -EINVAL;
     struct ring_slot *s = slot_at(r, slot);
     uint64_t c = atomic_load_explicit(&s->ctl, memory_order_acquire);
-    if (CTL_STATE(c) != RING_WRITING || CTL_WORKER(c) != worker ||
-        CTL_INC(c) != (inc & RING_INC_MASK))
+    if (CTL_STATE(c) != RING_WRITING || CTL_WORKER(c) != worker || CTL_INC(c) != (inc & RING_INC_MASK))
         return -EPERM;
     /* The ticket is taken before the CAS; a publisher that dies in between wastes a
      * number (harmless: only the order of tickets matters). */

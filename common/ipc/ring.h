@@ -52,7 +52,7 @@ typedef enum ring_state {
 /* A slot descriptor: plain data, copied by value; names a payload in an arena. */
 typedef struct ring_desc {
     uint64_t batch_id;
-    uint64_t offset;   /* bytes into arena arena_id */
+    uint64_t offset; /* bytes into arena arena_id */
     uint64_t bytes;
     uint32_t arena_id;
     uint32_t flags;
@@ -90,8 +90,7 @@ uint32_t ring_max_attempts(const ring *r);
  * -ETIMEDOUT when no FREE slot came; -EPIPE when the ring is closed (even if slots are
  * free: a closed ring takes no new batches). On success *slot is owned by
  * (worker, incarnation) and its attempts counter is reset to 0. */
-int ring_acquire_free(ring *r, uint16_t worker, uint32_t incarnation, int64_t timeout_ns,
-                      uint32_t *slot);
+int ring_acquire_free(ring *r, uint16_t worker, uint32_t incarnation, int64_t timeout_ns, uint32_t *slot);
 /* The slot's descriptor, for its owner to fill (WRITING) or read (READING). Pointer into
  * shared memory, valid while r's mapping is; NULL for a bad slot index. */
 ring_desc *ring_desc_at(ring *r, uint32_t slot);
@@ -104,15 +103,14 @@ int ring_publish(ring *r, uint32_t slot, uint16_t worker, uint32_t incarnation);
  * Takes the READY slot with the lowest publish sequence (FIFO-ish; a requeued batch keeps
  * its old sequence and so goes first). A closed ring still hands out READY slots (drain);
  * it returns -EPIPE instead of waiting once none is left. */
-int ring_acquire_ready(ring *r, uint16_t worker, uint32_t incarnation, int64_t timeout_ns,
-                       uint32_t *slot);
+int ring_acquire_ready(ring *r, uint16_t worker, uint32_t incarnation, int64_t timeout_ns, uint32_t *slot);
 /* The same transition for the READY slot whose descriptor names batch_id (the deterministic
  * drafter consumes batches in plan order, whatever order they arrive in). Only WHICH slot
  * is tried differs from ring_acquire_ready: the CAS and the wait are the same (the model in
  * tests/ring_model.pml already lets a consumer take any READY slot). Waits while that batch
  * is not READY; -EPIPE when the ring is closed and it is not there. */
-int ring_acquire_ready_batch(ring *r, uint16_t worker, uint32_t incarnation, uint64_t batch_id,
-                             int64_t timeout_ns, uint32_t *slot);
+int ring_acquire_ready_batch(ring *r, uint16_t worker, uint32_t incarnation, uint64_t batch_id, int64_t timeout_ns,
+                             uint32_t *slot);
 /* READING(worker, incarnation) -> FREE; bumps free_seq and wakes waiters. */
 int ring_release(ring *r, uint32_t slot, uint16_t worker, uint32_t incarnation);
 
@@ -128,8 +126,8 @@ typedef struct ring_reclaim_report {
     /* added beyond the contract: */
     uint32_t poisoned_slots[RING_REPORT_IDS]; /* slot of each listed poisoned batch */
     uint32_t poisoned_rings[RING_REPORT_IDS]; /* ring_id of each listed poisoned batch */
-    uint32_t handed_on;  /* inputs freed by handoff_recover because their output was published */
-    uint32_t intents;    /* intents handoff_recover found and resolved */
+    uint32_t handed_on;                       /* inputs freed by handoff_recover because their output was published */
+    uint32_t intents;                         /* intents handoff_recover found and resolved */
 } ring_reclaim_report;
 int ring_reclaim_owner(ring *r, uint16_t worker, ring_reclaim_report *rep);
 /* READING(worker, generation gen) -> FREE, as if the dead owner had released it: the

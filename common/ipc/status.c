@@ -47,8 +47,8 @@ int status_open(status_shm **out, void *mem, uint64_t bytes)
     if (!mem || bytes < sizeof(status_shm))
         return -EINVAL;
     status_shm *s = mem;
-    if (s->magic != STATUS_MAGIC || s->version != STATUS_VERSION ||
-        s->record_bytes != sizeof(status_slot) || s->bytes > bytes || s->n_workers > STATUS_MAX_WORKERS)
+    if (s->magic != STATUS_MAGIC || s->version != STATUS_VERSION || s->record_bytes != sizeof(status_slot) ||
+        s->bytes > bytes || s->n_workers > STATUS_MAX_WORKERS)
         return -EPROTO;
     atomic_thread_fence(memory_order_acquire);
     *out = s;

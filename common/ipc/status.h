@@ -67,15 +67,15 @@ typedef struct status_shm {
     uint64_t magic;
     uint32_t version;
     uint32_t n_workers;
-    uint64_t bytes;      /* total size of the segment */
+    uint64_t bytes;        /* total size of the segment */
     uint64_t record_bytes; /* sizeof(status_slot), checked on open */
     uint64_t reserved[4];
     /* run-wide flags (orchestrator-written) */
-    _Alignas(64) _Atomic uint32_t pause;         /* 1: workers hold before starting new work */
-    _Atomic uint32_t stop_claiming;              /* 1: drain; producers claim nothing new */
-    _Atomic uint32_t stop;                       /* 1: leave now (ctl_should_stop) */
+    _Alignas(64) _Atomic uint32_t pause; /* 1: workers hold before starting new work */
+    _Atomic uint32_t stop_claiming;      /* 1: drain; producers claim nothing new */
+    _Atomic uint32_t stop;               /* 1: leave now (ctl_should_stop) */
     _Atomic uint32_t pad0;
-    _Atomic uint64_t checkpoint_gen;             /* bumped by `dfctl checkpoint` */
+    _Atomic uint64_t checkpoint_gen; /* bumped by `dfctl checkpoint` */
     uint64_t reserved2[5];
     status_slot slots[STATUS_MAX_WORKERS];
 } status_shm;

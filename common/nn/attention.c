@@ -63,8 +63,8 @@ void nn_scores(double *sc, const float *qh, const float *k, int lo, int hi, int 
     }
 }
 
-void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
-                  int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
+void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges, int Tq,
+                  int Tk, int n_heads, int n_kv_heads, int hd, float scale)
 {
     int group = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
     double *sc = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));

@@ -28,8 +28,14 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     int n = valid ? 16 : 0; /* 0: zero-fill, nothing read */
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p)
 {
@@ -71,18 +77,21 @@ __device__ __forceinline__ int key_lo(const int32_t *pos, int t, int window)
 #define FA_BN 64
 #define FA_THREADS 128
 
-template <int HD> constexpr int fa_smem_bytes() { return (FA_BM + 4 * FA_BN) * (HD + 8) * 2; }
+template <int HD> constexpr int fa_smem_bytes()
+{
+    return (FA_BM + 4 * FA_BN) * (HD + 8) * 2;
+}
 
 template <int HD>
-__global__ void __launch_bounds__(FA_THREADS) flash_fwd_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ qkv,
-                                                                const int32_t *__restrict__ pos, int T, int H, int KV,
-                                                                int window, float scale_log2)
+__global__ void __launch_bounds__(FA_THREADS)
+    flash_fwd_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ qkv, const int32_t *__restrict__ pos, int T,
+                     int H, int KV, int window, float scale_log2)
 {
-    constexpr int LD = HD + 8;       /* padded smem row (elements) */
-    constexpr int KSTEPS = HD / 16;  /* k-steps of S = Q K^T */
-    constexpr int NT_S = FA_BN / 8;  /* n-tiles of S per warp */
-    constexpr int NT_O = HD / 8;     /* n-tiles of O per warp */
-    constexpr int CHUNKS = HD / 8;   /* 16-byte chunks per row */
+    constexpr int LD = HD + 8;      /* padded smem row (elements) */
+    constexpr int KSTEPS = HD / 16; /* k-steps of S = Q K^T */
+    constexpr int NT_S = FA_BN / 8; /* n-tiles of S per warp */
+    constexpr int NT_O = HD / 8;    /* n-tiles of O per warp */
+    constexpr int CHUNKS = HD / 8;  /* 16-byte chunks per row */
     extern __shared__ __align__(16) unsigned char fa_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(fa_smem); /* [BM][LD] */
     bf16 *sK = sQ + FA_BM * LD;                   /* [2][BN][LD] */
@@ -325,8 +334,8 @@ int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, 
         return 0;
     long items = (long)T * H;
     int warps = 8;
-    simple_attn_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(as_bf(out), as_bf(qkv), pos,
-                                                                                     T, H, KV, hd, window, scale);
+    simple_attn_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(as_bf(out), as_bf(qkv), pos, T, H,
+                                                                                      KV, hd, window, scale);
     CUDA_LAUNCHED("simple_attn_kernel", err, errlen);
     return 0;
 }

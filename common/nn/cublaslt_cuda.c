@@ -128,8 +128,7 @@ static int alignment_of(const nn_gemm_args_cuda *p)
     bits |= (unsigned long long)(uintptr_t)p->A | (unsigned long long)(uintptr_t)p->B |
             (unsigned long long)(uintptr_t)p->D | (unsigned long long)(uintptr_t)(p->C ? p->C : p->D);
     if (p->batch > 1)
-        bits |= (unsigned long long)(p->sA * 2) | (unsigned long long)(p->sB * 2) |
-                (unsigned long long)(p->sD * es_d);
+        bits |= (unsigned long long)(p->sA * 2) | (unsigned long long)(p->sB * 2) | (unsigned long long)(p->sD * es_d);
     return (int)(bits & (~bits + 1));
 }
 
@@ -157,10 +156,10 @@ static int plan_build(nn_gemm_cuda *g, plan *q, const nn_gemm_args_cuda *p, int 
     /* column-major call: cm_A = B (op tb), cm_B = A (op ta), m = N, n = M */
     cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_TRY_GOTO(cublasLtMatmulDescCreate(&q->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), err, errlen, rc, fail);
-    CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), err,
-                    errlen, rc, fail);
-    CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), err,
-                    errlen, rc, fail);
+    CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa), err, errlen,
+                    rc, fail);
+    CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb), err, errlen,
+                    rc, fail);
     if (p->bias) {
         cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = CUDA_R_16BF;
@@ -187,8 +186,7 @@ static int plan_build(nn_gemm_cuda *g, plan *q, const nn_gemm_args_cuda *p, int 
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 4; i++)
-            CUBLAS_TRY_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &a32, sizeof a32), err, errlen, rc,
-                            fail);
+            CUBLAS_TRY_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &a32, sizeof a32), err, errlen, rc, fail);
     }
     cublasLtMatmulHeuristicResult_t res;
     int n_res = 0;
@@ -228,8 +226,8 @@ int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s
         plan *c = &g->plans[i];
         if (c->used && c->ta == p->ta && c->tb == p->tb && c->M == p->M && c->N == p->N && c->K == p->K &&
             c->d_type == p->d_type && c->has_beta == has_beta && c->has_bias == has_bias && c->batch == batch &&
-            c->align_hint == hint && c->align == align && c->lda == p->lda && c->ldb == p->ldb &&
-            c->ldd == p->ldd && (batch == 1 || (c->sA == p->sA && c->sB == p->sB && c->sD == p->sD))) {
+            c->align_hint == hint && c->align == align && c->lda == p->lda && c->ldb == p->ldb && c->ldd == p->ldd &&
+            (batch == 1 || (c->sA == p->sA && c->sB == p->sB && c->sD == p->sD))) {
             q = c;
             break;
         }
@@ -250,9 +248,9 @@ int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s
             g->n_plans++;
     }
     if (p->bias)
-        CUBLAS_TRY_GOTO(cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
-                                                       sizeof p->bias),
-                        err, errlen, rc, fail);
+        CUBLAS_TRY_GOTO(
+            cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias, sizeof p->bias), err,
+            errlen, rc, fail);
     const void *C = p->C ? p->C : p->D;
     float alpha = p->alpha, beta = p->beta;
     CUBLAS_TRY_GOTO(cublasLtMatmul(g->lt, q->desc, &alpha, p->B, q->la, p->A, q->lb, &beta, C, q->lc, p->D, q->lc,

@@ -28,8 +28,7 @@ static void axpy1(float *restrict dst, float g, const float *restrict s, int n)
 }
 
 void nn_matmul_backward(float *restrict dx, float *restrict dw, float *dbias, const float *restrict dout,
-                        const float *restrict x, const float *restrict w, int T,
-                        int n_in, int n_out)
+                        const float *restrict x, const float *restrict w, int T, int n_in, int n_out)
 {
     if (dx) {
         for (int t = 0; t < T; t++) {

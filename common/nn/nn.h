@@ -47,8 +47,8 @@ typedef struct nn_key_ranges {
 
 /* out[Tq, n_heads, hd] = softmax(q k^T * scale over the allowed keys) v.
  * ranges[Tq] gives each query's allowed keys. Softmax in double for the reference. */
-void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
-                  int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale);
+void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges, int Tq,
+                  int Tk, int n_heads, int n_kv_heads, int hd, float scale);
 
 /* The keys of r inside [0, Tk) as at most two disjoint spans [lo, hi), ascending: every k
  * with lo0 <= k < hi0 or lo1 <= k < hi1, in the order a loop over all keys meets them.

@@ -117,14 +117,14 @@ typedef struct nn_gemm_args_cuda {
     long ldb;
     void *D;
     long ldd;
-    const void *C;              /* NULL: D */
-    int d_type;                 /* NN_GEMM_BF16 or NN_GEMM_F32 */
+    const void *C; /* NULL: D */
+    int d_type;    /* NN_GEMM_BF16 or NN_GEMM_F32 */
     float alpha, beta;
-    int batch;                  /* <= 1: one */
-    long long sA, sB, sD;       /* batch strides in elements */
-    const nn_bf16_cuda *bias;   /* [N] bf16 added per output column before the rounding to
+    int batch;                /* <= 1: one */
+    long long sA, sB, sD;     /* batch strides in elements */
+    const nn_bf16_cuda *bias; /* [N] bf16 added per output column before the rounding to
                                  * D (the BIAS epilogue; bf16 D only), or NULL */
-    int align_hint;             /* 0: ask cuBLASLt's heuristic with its default alignment
+    int align_hint;           /* 0: ask cuBLASLt's heuristic with its default alignment
                                  * preferences (the linear layers of the target forward and
                                  * of inference); 1: tell it the largest power of two <= 256
                                  * dividing every pointer and batch stride (the drafter step).

@@ -33,13 +33,25 @@ typedef __nv_bfloat16 bf16;
 
 /* ---- casts -------------------------------------------------------------------------- */
 
-static inline const bf16 *as_bf(const nn_bf16_cuda *p) { return reinterpret_cast<const bf16 *>(p); }
-static inline bf16 *as_bf(nn_bf16_cuda *p) { return reinterpret_cast<bf16 *>(p); }
+static inline const bf16 *as_bf(const nn_bf16_cuda *p)
+{
+    return reinterpret_cast<const bf16 *>(p);
+}
+static inline bf16 *as_bf(nn_bf16_cuda *p)
+{
+    return reinterpret_cast<bf16 *>(p);
+}
 
 /* exact (bf16 is the top half of an fp32) */
-__device__ __forceinline__ float bf2f(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float bf2f(bf16 v)
+{
+    return __bfloat162float(v);
+}
 /* round to nearest even (__float2bfloat16 and __float2bfloat16_rn are the same rounding) */
-__device__ __forceinline__ bf16 f2bf(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ bf16 f2bf(float v)
+{
+    return __float2bfloat16_rn(v);
+}
 
 /* 8 consecutive bf16 at p (16-byte aligned) as fp32, one 16-byte load. */
 __device__ __forceinline__ void load_bf16x8(float f[8], const bf16 *p)

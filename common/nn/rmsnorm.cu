@@ -8,8 +8,7 @@
  * this block just wrote, from L1/L2): the normalised bf16 output. VEC = 4 when d % 4 == 0. */
 template <int VEC>
 __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict__ y, const float *__restrict__ w,
-                                   bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d,
-                                   float eps)
+                                   bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d, float eps)
 {
     __shared__ float sh[32];
     int t = blockIdx.x;
@@ -57,9 +56,8 @@ int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16
                         long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d))
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "nn_add_rmsnorm_cuda: T %d, d %d, w and out %s, capture stride %ld", T, d,
-                            (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
+        return df_cuda_errf(err, errlen, -EINVAL, "nn_add_rmsnorm_cuda: T %d, d %d, w and out %s, capture stride %ld",
+                            T, d, (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
     if (T == 0)
         return 0;
     int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);

@@ -60,8 +60,8 @@ int nn_qk_norm_rope_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 256 || (!q_norm) != (!k_norm))
         return df_cuda_errf(err, errlen, -EINVAL,
-                            "nn_qk_norm_rope_cuda: T %d, H %d, KV %d, hd %d (even, <= 256), q_norm/k_norm %s", T, H,
-                            KV, hd, (!q_norm) != (!k_norm) ? "not both given or both NULL" : "ok");
+                            "nn_qk_norm_rope_cuda: T %d, H %d, KV %d, hd %d (even, <= 256), q_norm/k_norm %s", T, H, KV,
+                            hd, (!q_norm) != (!k_norm) ? "not both given or both NULL" : "ok");
     if (T == 0)
         return 0;
     long items = (long)T * (H + KV);

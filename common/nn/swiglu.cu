@@ -3,7 +3,10 @@
  * fp32 math, one rounding (nn_swiglu on the same inputs). */
 #include "nn/nn_cuda_device.cuh"
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
+__device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + __expf(-g)) * u;
+}
 
 /* 8 outputs per thread with 16-byte loads/stores (I % 8 == 0). */
 __global__ void swiglu8_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gu, int T, int I)

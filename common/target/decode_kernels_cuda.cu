@@ -15,15 +15,21 @@
 typedef __nv_bfloat16 bf16;
 
 /* -EINVAL with a message naming the function and the shape. */
-#define BAD_SHAPE(...)                                                                                       \
-    do {                                                                                                     \
-        if (err && errlen)                                                                                   \
-            snprintf(err, errlen, __VA_ARGS__);                                                              \
-        return -EINVAL;                                                                                      \
+#define BAD_SHAPE(...)                          \
+    do {                                        \
+        if (err && errlen)                      \
+            snprintf(err, errlen, __VA_ARGS__); \
+        return -EINVAL;                         \
     } while (0)
 
-static inline const bf16 *bfp(const nn_bf16_cuda *p) { return reinterpret_cast<const bf16 *>(p); }
-static inline bf16 *bfp(nn_bf16_cuda *p) { return reinterpret_cast<bf16 *>(p); }
+static inline const bf16 *bfp(const nn_bf16_cuda *p)
+{
+    return reinterpret_cast<const bf16 *>(p);
+}
+static inline bf16 *bfp(nn_bf16_cuda *p)
+{
+    return reinterpret_cast<bf16 *>(p);
+}
 
 __device__ __forceinline__ float warp_sum32(float v)
 {
@@ -98,7 +104,7 @@ int decode_counter_add_cuda(int32_t *counter, int add, cudaStream_t s, char *err
 
 /* One thread per 8 bf16 (16 bytes) when kvd % 8 == 0, else per element. */
 __global__ void decode_kv_append_kernel(bf16 *kc, bf16 *vc, const bf16 *qkv, int T, int H, int KV, int hd,
-                                 const int32_t *base, int row0, int vec)
+                                        const int32_t *base, int row0, int vec)
 {
     long kvd = (long)KV * hd, row = (long)(H + 2 * KV) * hd;
     long r0 = base_of(base, row0);
@@ -156,9 +162,9 @@ __device__ __forceinline__ void key_ranges(const nn_key_ranges *ranges, const in
 template <int DPL>
 __global__ void __launch_bounds__(ATTW_WARPS * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
-                           const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
-                           const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
-                           int window, int H, int KV, float scale)
+                                  const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
+                                  const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
+                                  int window, int H, int KV, float scale)
 {
     constexpr int hd = 32 * DPL;
     __shared__ float sm_m[ATTW_WARPS], sm_l[ATTW_WARPS];
@@ -251,9 +257,10 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
  * chunk's max rescales the running sum and accumulators, and every thread adds p * v for
  * its dims over the chunk's keys in key order. */
 __global__ void __launch_bounds__(ATT_THREADS)
-    decode_attention_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride, const bf16 *__restrict__ kc,
-                     const bf16 *__restrict__ vc, const nn_key_ranges *__restrict__ ranges,
-                     const int32_t *__restrict__ base, int p0, int window, int H, int KV, int hd, float scale)
+    decode_attention_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
+                            const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
+                            const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
+                            int window, int H, int KV, int hd, float scale)
 {
     __shared__ float qs[256];
     __shared__ float sc[ATT_CHUNK];
@@ -322,8 +329,8 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
                           const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
                           int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen)
 {
-    if (Tq < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 2 * ATT_THREADS || p0 < 0 ||
-        window < 0 || q_stride < (long)H * hd)
+    if (Tq < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 2 * ATT_THREADS || p0 < 0 || window < 0 ||
+        q_stride < (long)H * hd)
         BAD_SHAPE("decode_attention_cuda: %d queries, heads %d/%d, head_dim %d, p0 %d, window %d", Tq, H, KV, hd, p0,
                   window);
     if (Tq == 0)
@@ -333,24 +340,24 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     bf16 *oo = bfp(out);
     switch (hd) {
     case 32:
-        decode_attention_warps_kernel<1><<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0,
-                                                                    window, H, KV, scale);
+        decode_attention_warps_kernel<1>
+            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
         break;
     case 64:
-        decode_attention_warps_kernel<2><<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0,
-                                                                    window, H, KV, scale);
+        decode_attention_warps_kernel<2>
+            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
         break;
     case 128:
-        decode_attention_warps_kernel<4><<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0,
-                                                                    window, H, KV, scale);
+        decode_attention_warps_kernel<4>
+            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
         break;
     case 256:
-        decode_attention_warps_kernel<8><<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0,
-                                                                    window, H, KV, scale);
+        decode_attention_warps_kernel<8>
+            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
         break;
     default:
-        decode_attention_kernel<<<grid, ATT_THREADS, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, hd,
-                                                      scale);
+        decode_attention_kernel<<<grid, ATT_THREADS, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV,
+                                                             hd, scale);
     }
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
@@ -407,8 +414,7 @@ __device__ __forceinline__ unsigned swiglu2(unsigned g, unsigned u)
 
 /* The x operand's 8 values at k: plain rows, or (SWIGLU) bf16(silu(gate) * up) from a
  * fused gate/up row [gate(K), up(K)]: nn_swiglu_cuda's output without its pass. */
-template <bool SWIGLU>
-__device__ __forceinline__ uint4 load_x8(const bf16 *row, int K, int k, int vec, int left)
+template <bool SWIGLU> __device__ __forceinline__ uint4 load_x8(const bf16 *row, int K, int k, int vec, int left)
 {
     if (!SWIGLU)
         return load8(row + k, vec, left);
@@ -427,8 +433,7 @@ __device__ __forceinline__ uint4 load_x8(const bf16 *row, int K, int k, int vec,
 #ifndef LIN_MIN_BLOCKS
 #define LIN_MIN_BLOCKS(NT) 1
 #endif
-template <int NT, bool SWIGLU>
-struct lin_unroll {
+template <int NT, bool SWIGLU> struct lin_unroll {
     static constexpr int value = LIN_UNROLL_FOR(NT, SWIGLU);
 };
 
@@ -551,8 +556,7 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
                                    const nn_bf16_cuda *bias, int T, int I, int n_out, cudaStream_t s, char *err,
                                    size_t errlen)
 {
-    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || I <= 0 || n_out <= 0 || !out || !gu || !w || out_f32 < 0 ||
-        out_f32 > 2)
+    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || I <= 0 || n_out <= 0 || !out || !gu || !w || out_f32 < 0 || out_f32 > 2)
         BAD_SHAPE("decode_linear_swiglu_rows_cuda: %d rows (at most %d), %d -> %d", T, DECODE_LINEAR_MAX_ROWS, I,
                   n_out);
     if (T == 0)
@@ -628,10 +632,9 @@ __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const 
     }
 }
 
-int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm,
-                                    const float *inv_freq, nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV,
-                                    int hd, float eps, const int32_t *base, int p0, cudaStream_t s, char *err,
-                                    size_t errlen)
+int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+                                    nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV, int hd, float eps,
+                                    const int32_t *base, int p0, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || p0 < 0 ||
         (!q_norm) != (!k_norm))

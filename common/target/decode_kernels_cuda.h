@@ -89,10 +89,9 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
  * the k heads (normed, rotated) to cache row r of kc and the v heads to row r of vc:
  * decode_positions_cuda + nn_qk_norm_rope_cuda + decode_kv_append_cuda in one launch.
  * q_norm / k_norm both NULL: no norm (Llama). hd even, <= 256. */
-int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm,
-                                    const float *inv_freq, nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV,
-                                    int hd, float eps, const int32_t *base, int p0, cudaStream_t s, char *err,
-                                    size_t errlen);
+int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+                                    nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV, int hd, float eps,
+                                    const int32_t *base, int p0, cudaStream_t s, char *err, size_t errlen);
 
 /* idx[r] = argmax of logits[r, 0..V) (fp32), the first index on ties, for r < rows. */
 int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,

@@ -22,12 +22,12 @@ void decode_free(decode_model *m)
     memset(m, 0, sizeof *m);
 }
 
-int decode_load(decode_model *m, const char *dir, const int *capture, int n_capture, int max_ctx, char *err, size_t errlen)
+int decode_load(decode_model *m, const char *dir, const int *capture, int n_capture, int max_ctx, char *err,
+                size_t errlen)
 {
     memset(m, 0, sizeof *m);
     if (n_capture < 1 || n_capture >= 64 || max_ctx < 1) {
-        snprintf(err, errlen, "%s: bad decode setup: %d captured layers, cache of %d tokens", dir, n_capture,
-                 max_ctx);
+        snprintf(err, errlen, "%s: bad decode setup: %d captured layers, cache of %d tokens", dir, n_capture, max_ctx);
         return -EINVAL;
     }
     hfconfig c;

@@ -24,22 +24,23 @@
 #include "target/target_model.h"
 
 typedef struct decode_model {
-    target_model tm;          /* every layer (capture list extended by the last layer) */
-    target_embeddings head;   /* embed [V, d] fp32, lm_head [V, d] (== embed when tied), final_norm [d] */
-    int n_capture;        /* the caller's captured layers (slots 0..n_capture-1 of tm) */
-    int max_ctx;          /* cache rows */
-    int len;              /* valid cache rows = tokens decoded so far */
-    float *kc, *vc;       /* [n_layers, max_ctx, KV*hd] */
-    float *feat;          /* [max_step, n_capture * d] features of the last extend */
-    float *z;             /* [max_step, d] final-normed hidden of the last extend */
-    float *logits;        /* [max_step, V] logits of the last extend (rows asked for) */
-    int max_step;         /* rows of feat / z / logits */
+    target_model tm;        /* every layer (capture list extended by the last layer) */
+    target_embeddings head; /* embed [V, d] fp32, lm_head [V, d] (== embed when tied), final_norm [d] */
+    int n_capture;          /* the caller's captured layers (slots 0..n_capture-1 of tm) */
+    int max_ctx;            /* cache rows */
+    int len;                /* valid cache rows = tokens decoded so far */
+    float *kc, *vc;         /* [n_layers, max_ctx, KV*hd] */
+    float *feat;            /* [max_step, n_capture * d] features of the last extend */
+    float *z;               /* [max_step, d] final-normed hidden of the last extend */
+    float *logits;          /* [max_step, V] logits of the last extend (rows asked for) */
+    int max_step;           /* rows of feat / z / logits */
 } decode_model;
 
 /* Load dir (HF Qwen3/Llama) with the given captured layers (the drafter's target_layer_ids,
  * any order, distinct) and a cache for max_ctx tokens. 0 or -errno with err naming the
  * file and tensor/field (target_exit_code maps it to an exit code). */
-int decode_load(decode_model *m, const char *dir, const int *capture, int n_capture, int max_ctx, char *err, size_t errlen);
+int decode_load(decode_model *m, const char *dir, const int *capture, int n_capture, int max_ctx, char *err,
+                size_t errlen);
 void decode_free(decode_model *m);
 
 /* Forget every cached token (len = 0). */

@@ -112,8 +112,7 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
     if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->kc, cache, "K cache", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->vc, cache, "V cache", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->feat, sizeof(nn_bf16_cuda) * max_ctx * n_capture * d, "features", what, err, errlen)) <
-            0 ||
+        (rc = dev_alloc(&m->feat, sizeof(nn_bf16_cuda) * max_ctx * n_capture * d, "features", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->z, sizeof(nn_bf16_cuda) * max_next * d, "z", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->logits, sizeof(float) * max_next * V, "logits", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->tokens, sizeof(int32_t) * max_ctx, "tokens", what, err, errlen)) < 0 ||
@@ -257,15 +256,14 @@ static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x
 }
 
 /* Run a step; on failure name it, the layer and the cause (the callee's kerr) in err. */
-#define STEP(call, what)                                                                                     \
-    do {                                                                                                     \
-        kerr[0] = 0;                                                                                         \
-        int r_ = (call);                                                                                     \
-        if (r_ < 0) {                                                                                        \
-            snprintf(err, errlen, "decode_extend_cuda: layer %d: %s failed (%d): %s", l, what, r_,           \
-                     kerr);                                                 \
-            return r_ == -EINVAL ? -EINVAL : -EIO;                                                           \
-        }                                                                                                    \
+#define STEP(call, what)                                                                                  \
+    do {                                                                                                  \
+        kerr[0] = 0;                                                                                      \
+        int r_ = (call);                                                                                  \
+        if (r_ < 0) {                                                                                     \
+            snprintf(err, errlen, "decode_extend_cuda: layer %d: %s failed (%d): %s", l, what, r_, kerr); \
+            return r_ == -EINVAL ? -EINVAL : -EIO;                                                        \
+        }                                                                                                 \
     } while (0)
 
 /* Enqueue one extend of k tokens whose ids are in m->tok_h: the rows start at p0 + *base
@@ -287,12 +285,10 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
      * separate kernels (prefills: cuBLASLt) */
     const int fused = m->fused && k <= m->small_rows;
     const nn_bf16_cuda *yadd = fused ? NULL : t->y;
-    STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
-                                                                                                         : -EIO,
+    STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     if (base)
-        STEP(cudaMemcpyAsync(m->len_d, m->len_h, sizeof(int32_t), cudaMemcpyHostToDevice, s) == cudaSuccess ? 0
-                                                                                                        : -EIO,
+        STEP(cudaMemcpyAsync(m->len_d, m->len_h, sizeof(int32_t), cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
              "length upload");
     if (!fused)
         STEP(decode_positions_cuda(t->pos, base, p0, k, s, kerr, sizeof kerr), "positions");
@@ -312,7 +308,8 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
                                                  t->eps, base, p0, s, kerr, sizeof kerr),
                  "qk_norm_rope + kv append");
         } else {
-            STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s, kerr, sizeof kerr),
+            STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, t->pos, k, H, KV, hd, t->eps, s,
+                                      kerr, sizeof kerr),
                  "qk_norm_rope");
             STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, base, p0, s, kerr, sizeof kerr), "kv append");
         }
@@ -324,7 +321,8 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
                  "linear o_proj + residual");
         else
             STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr), "add_rmsnorm (post)");
+        STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
+             "add_rmsnorm (post)");
         STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
         if (fused) /* SwiGLU inside the down projection's loads, its output added to x */
             STEP(decode_linear_swiglu_rows_cuda(t->x, 2, t->gu, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
@@ -341,12 +339,12 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
          "add (last layer)");
     if (n_next > 0) {
         float *xl = t->x + (size_t)(k - n_next) * d;
-        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr), "final norm");
+        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr),
+             "final norm");
         STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
              "lm_head");
         STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
-        STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * n_next, cudaMemcpyDeviceToHost, s) ==
-                     cudaSuccess
+        STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * n_next, cudaMemcpyDeviceToHost, s) == cudaSuccess
                  ? 0
                  : -EIO,
              "greedy tokens download");

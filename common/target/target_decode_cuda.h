@@ -60,31 +60,31 @@ typedef struct decode_graph_cuda {
 } decode_graph_cuda;
 
 typedef struct decode_model_cuda {
-    target_model_cuda tm;     /* every layer; its x/a/y/qkv/att/gu/h/pos workspace holds max_ctx rows */
-    int n_capture;            /* the caller's captured layers (slots 0..n_capture-1) */
-    int max_ctx;              /* cache rows */
-    int max_next;             /* greedy tokens one extend may ask for (<= DECODE_LINEAR_MAX_ROWS) */
-    int small_rows;           /* calls of at most this many rows use the row-exact linear kernel */
-    int len;                  /* valid cache rows */
-    int use_graphs;           /* 1 (default): small extends replay CUDA graphs */
-    int fused;                /* small extends: 1 = q/k norm + RoPE + cache append in one kernel, SwiGLU
+    target_model_cuda tm;  /* every layer; its x/a/y/qkv/att/gu/h/pos workspace holds max_ctx rows */
+    int n_capture;         /* the caller's captured layers (slots 0..n_capture-1) */
+    int max_ctx;           /* cache rows */
+    int max_next;          /* greedy tokens one extend may ask for (<= DECODE_LINEAR_MAX_ROWS) */
+    int small_rows;        /* calls of at most this many rows use the row-exact linear kernel */
+    int len;               /* valid cache rows */
+    int use_graphs;        /* 1 (default): small extends replay CUDA graphs */
+    int fused;             /* small extends: 1 = q/k norm + RoPE + cache append in one kernel, SwiGLU
                                * inside the down projection, o_proj / down added to the fp32 residual
                                * inside the linear kernel; 0 = separate kernels, bf16 sub-block outputs.
                                * Both are row-independent; set before the first extend (graphs). */
-    float *final_norm;        /* device [d] */
-    nn_bf16_cuda *lm_head;    /* device [V, d]; tm.embed when tied */
+    float *final_norm;     /* device [d] */
+    nn_bf16_cuda *lm_head; /* device [V, d]; tm.embed when tied */
     int lm_head_owned;
-    nn_bf16_cuda *kc, *vc;    /* device [n_layers, max_ctx, KV*hd] */
-    nn_bf16_cuda *feat;       /* device [max_ctx, n_capture, d] features of the last extend */
-    nn_bf16_cuda *z;          /* device [max_next, d] final-normed rows */
-    float *logits;            /* device [max_next, V] logits of the last extend's last n_next rows */
-    int32_t *tokens;          /* device [max_ctx] */
-    int32_t *len_d;           /* device [1]: the cache length the graphs read */
-    int32_t *next_d;          /* device [max_next] */
-    int32_t *next_h;          /* pinned host [max_next] */
-    int32_t *tok_h;           /* pinned host [max_ctx] */
-    int32_t *len_h;           /* pinned host [1] */
-    int last_n_next;          /* rows of logits valid */
+    nn_bf16_cuda *kc, *vc; /* device [n_layers, max_ctx, KV*hd] */
+    nn_bf16_cuda *feat;    /* device [max_ctx, n_capture, d] features of the last extend */
+    nn_bf16_cuda *z;       /* device [max_next, d] final-normed rows */
+    float *logits;         /* device [max_next, V] logits of the last extend's last n_next rows */
+    int32_t *tokens;       /* device [max_ctx] */
+    int32_t *len_d;        /* device [1]: the cache length the graphs read */
+    int32_t *next_d;       /* device [max_next] */
+    int32_t *next_h;       /* pinned host [max_next] */
+    int32_t *tok_h;        /* pinned host [max_ctx] */
+    int32_t *len_h;        /* pinned host [1] */
+    int last_n_next;       /* rows of logits valid */
     decode_graph_cuda graphs[DECODE_CUDA_GRAPHS];
     int n_graphs;
     cudaStream_t stream;

@@ -68,18 +68,20 @@ int target_check_finite(const safetensors_tensor *t, const char *fpath, char *er
     one.data = (const char *)t->data + bad * one.nbytes;
     safetensors_tensor_to_f32(&one, &v);
     return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": element %llu is %s: a model with NaN/Inf weights is refused",
-                fpath, t->name, (unsigned long long)bad, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+                fpath, t->name, (unsigned long long)bad,
+                isnan(v) ? "NaN"
+                : v > 0  ? "+Inf"
+                         : "-Inf");
 }
 
 /* Find name with the given shape and a float dtype. */
-static int find_checked(const safetensors_model *st, const char *name, int ndim, const int64_t *shape, const safetensors_tensor **out,
-                        char *err, size_t errlen)
+static int find_checked(const safetensors_model *st, const char *name, int ndim, const int64_t *shape,
+                        const safetensors_tensor **out, char *err, size_t errlen)
 {
     const char *fpath = NULL;
     const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
     if (!t)
-        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s)", st->dir, name,
-                    model_source(st));
+        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s)", st->dir, name, model_source(st));
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
         return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
                     safetensors_dtype_name(t->dtype));
@@ -125,11 +127,11 @@ static int load_layer(target_model *m, int l, char *err, size_t errlen)
     int64_t qd = (int64_t)c->num_attention_heads * hd, kvd = (int64_t)c->num_key_value_heads * hd;
     char n[SAFETENSORS_MAX_NAME];
     int rc = 0;
-#define LOAD(field, suffix, d0, d1)                                              \
-    do {                                                                         \
-        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);                  \
-        if ((rc = load_f32(st, n, d0, d1, &L->field, err, errlen)) < 0)          \
-            return rc;                                                           \
+#define LOAD(field, suffix, d0, d1)                                     \
+    do {                                                                \
+        snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix);         \
+        if ((rc = load_f32(st, n, d0, d1, &L->field, err, errlen)) < 0) \
+            return rc;                                                  \
     } while (0)
     LOAD(in_norm, "input_layernorm.weight", d, 0);
     LOAD(wq, "self_attn.q_proj.weight", qd, d);
@@ -187,8 +189,7 @@ int target_reserve(target_model *m, int max_T)
     w->full = malloc(sizeof(nn_key_ranges) * T);
     w->sliding = malloc(sizeof(nn_key_ranges) * T);
     w->pos = malloc(sizeof(int32_t) * T);
-    if (!w->x || !w->a || !w->q || !w->att || !w->k || !w->v || !w->g || !w->u || !w->full || !w->sliding ||
-        !w->pos) {
+    if (!w->x || !w->a || !w->q || !w->att || !w->k || !w->v || !w->g || !w->u || !w->full || !w->sliding || !w->pos) {
         ws_free(w);
         return -ENOMEM;
     }
@@ -202,9 +203,9 @@ void target_free(target_model *m)
         return;
     for (int l = 0; m->layers && l < m->n_layers; l++) {
         target_layer *L = &m->layers[l];
-        float *all[] = {L->in_norm, L->wq,     L->wk,     L->wv,   L->wo,     L->bq,   L->bk,
-                        L->bv,      L->bo,     L->q_norm, L->k_norm, L->post_norm, L->w_gate, L->w_up,
-                        L->w_down,  L->b_gate, L->b_up,   L->b_down};
+        float *all[] = {L->in_norm, L->wq,   L->wk,     L->wv,     L->wo,     L->bq,
+                        L->bk,      L->bv,   L->bo,     L->q_norm, L->k_norm, L->post_norm,
+                        L->w_gate,  L->w_up, L->w_down, L->b_gate, L->b_up,   L->b_down};
         for (unsigned i = 0; i < DF_ARRAY_LEN(all); i++)
             free(all[i]);
     }
@@ -298,7 +299,8 @@ int target_embed(const target_model *m, const int32_t *tokens, int T, float *out
     return 0;
 }
 
-int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, float *out_capture)
+int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs,
+                       float *out_capture)
 {
     if (n_docs < 1 || doc_starts[0] != 0)
         return -EINVAL;

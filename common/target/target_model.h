@@ -36,11 +36,11 @@
 #include <stdint.h>
 
 typedef struct target_layer {
-    float *in_norm;               /* [d] input_layernorm */
-    float *wq, *wk, *wv, *wo;     /* [H*hd, d], [KV*hd, d], [KV*hd, d], [d, H*hd] */
-    float *bq, *bk, *bv, *bo;     /* biases or NULL (attention_bias) */
-    float *q_norm, *k_norm;       /* [hd] or NULL (Qwen3 only) */
-    float *post_norm;             /* [d] post_attention_layernorm */
+    float *in_norm;                /* [d] input_layernorm */
+    float *wq, *wk, *wv, *wo;      /* [H*hd, d], [KV*hd, d], [KV*hd, d], [d, H*hd] */
+    float *bq, *bk, *bv, *bo;      /* biases or NULL (attention_bias) */
+    float *q_norm, *k_norm;        /* [hd] or NULL (Qwen3 only) */
+    float *post_norm;              /* [d] post_attention_layernorm */
     float *w_gate, *w_up, *w_down; /* [I, d], [I, d], [d, I] */
     float *b_gate, *b_up, *b_down; /* biases or NULL (Llama mlp_bias) */
 } target_layer;
@@ -49,25 +49,25 @@ typedef struct target_layer {
  * unless a call exceeds max_T. */
 typedef struct target_workspace {
     int max_T;
-    float *x;                  /* [T, d] residual stream */
-    float *a;                  /* [T, d] normed input / block output */
-    float *q, *att;            /* [T, H*hd] */
-    float *k, *v;              /* [T, KV*hd] */
-    float *g, *u;              /* [T, I] */
+    float *x;                      /* [T, d] residual stream */
+    float *a;                      /* [T, d] normed input / block output */
+    float *q, *att;                /* [T, H*hd] */
+    float *k, *v;                  /* [T, KV*hd] */
+    float *g, *u;                  /* [T, I] */
     nn_key_ranges *full, *sliding; /* [T] attention ranges per query */
-    int32_t *pos;              /* [T] position inside the document */
+    int32_t *pos;                  /* [T] position inside the document */
 } target_workspace;
 
 typedef struct target_model {
     hfconfig cfg;
-    safetensors_model st;              /* kept open: the embedding table is read from the mapping */
-    const safetensors_tensor *embed;   /* model.embed_tokens.weight [V, d] (borrowed from st) */
-    int n_layers;             /* layers run = max(capture) + 1 */
+    safetensors_model st;            /* kept open: the embedding table is read from the mapping */
+    const safetensors_tensor *embed; /* model.embed_tokens.weight [V, d] (borrowed from st) */
+    int n_layers;                    /* layers run = max(capture) + 1 */
     int n_capture;
-    int *capture;             /* [n_capture] layer ids in the caller's order */
-    int *capture_slot;        /* [n_layers] slot in the output or -1 */
-    target_layer *layers;         /* [n_layers] */
-    float *inv_freq;          /* [hd/2] */
+    int *capture;         /* [n_capture] layer ids in the caller's order */
+    int *capture_slot;    /* [n_layers] slot in the output or -1 */
+    target_layer *layers; /* [n_layers] */
+    float *inv_freq;      /* [hd/2] */
     target_workspace ws;
 } target_model;
 
@@ -93,7 +93,8 @@ int target_embed(const target_model *m, const int32_t *tokens, int T, float *out
 
 /* The CPU forward described above. out_capture: [T, n_capture, d] fp32, T =
  * doc_starts[n_docs]. 0, -EINVAL (bad doc_starts), -ERANGE (bad token id), -ENOMEM. */
-int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs, float *out_capture);
+int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs,
+                       float *out_capture);
 
 /* What the drafter takes from the target, as fp32: embed [V, d]; lm_head [V, d], the
  * same pointer as embed when the target ties them; final_norm [d] when asked (else NULL).

@@ -24,7 +24,10 @@ extern "C" {
 
 #include "cuda_check.h"
 
-static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+static size_t align256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
 
 /* Bump allocator over one device block: pass 1 (base NULL) only counts bytes. */
 typedef struct bump {
@@ -88,7 +91,7 @@ void target_free_cuda(target_model_cuda *m)
 }
 
 int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture, int n_capture, int max_T, char *err,
-             size_t errlen)
+                     size_t errlen)
 {
     memset(m, 0, sizeof *m);
     int rc = 0, last = -1;
@@ -98,15 +101,16 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
     if (max_T < 1)
         return df_cuda_errf(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 256)
-        return df_cuda_errf(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256", c->head_dim);
+        return df_cuda_errf(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256",
+                            c->head_dim);
     if (c->num_key_value_heads <= 0 || c->num_attention_heads % c->num_key_value_heads)
         return df_cuda_errf(err, errlen, -EINVAL, "num_key_value_heads %d does not divide num_attention_heads %d",
-                    c->num_key_value_heads, c->num_attention_heads);
+                            c->num_key_value_heads, c->num_attention_heads);
     for (int i = 0; i < n_capture; i++) {
         int l = capture[i];
         if (l < 0 || l >= c->num_hidden_layers)
-            return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)", l,
-                        c->num_hidden_layers, c->num_hidden_layers - 1);
+            return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)",
+                                l, c->num_hidden_layers, c->num_hidden_layers - 1);
         for (int j = 0; j < i; j++)
             if (capture[j] == l)
                 return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d listed twice", l);
@@ -132,9 +136,9 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
         m->capture_slot[capture[i]] = i;
     }
     for (int l = 0; l < m->n_layers; l++)
-        m->layers[l].window =
-            c->layer_types && c->layer_types[l] == HFCONFIG_SLIDING_ATTENTION && c->sliding_window > 0 ? c->sliding_window
-                                                                                                  : 0;
+        m->layers[l].window = c->layer_types && c->layer_types[l] == HFCONFIG_SLIDING_ATTENTION && c->sliding_window > 0
+                                  ? c->sliding_window
+                                  : 0;
     {
         bump b = {NULL, 0};
         carve_weights(m, &b);
@@ -197,8 +201,8 @@ static int stage_reserve(stage *s, size_t n)
 
 /* Find name ([d0] when d1 == 0, else [d0, d1], a float dtype), convert and copy it to
  * dst on the device: bf16 (as_f32 == 0; bf16 files copy as is) or fp32. */
-static int upload(const safetensors_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst, int as_f32,
-                  char *err, size_t errlen)
+static int upload(const safetensors_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst,
+                  int as_f32, char *err, size_t errlen)
 {
     const char *fpath = NULL;
     const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
@@ -208,7 +212,7 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
         return df_cuda_errf(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
         return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
-                    safetensors_dtype_name(t->dtype));
+                            safetensors_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == want[i];
@@ -253,10 +257,10 @@ int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, 
     int rc = 0;
     int64_t d = m->d, I = m->I, hd = m->hd, qd = (int64_t)m->H * hd, kvd = (int64_t)m->KV * hd;
     char n[SAFETENSORS_MAX_NAME];
-#define UP(suffix, d0, d1, dst, f32)                                                                                    \
-    CUDA_TRY_RC_GOTO(upload(st, &sg, (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n), d0, d1, dst, f32, err, \
-                            errlen),                                                                                    \
-                     rc, out)
+#define UP(suffix, d0, d1, dst, f32)                                                                                 \
+    CUDA_TRY_RC_GOTO(                                                                                                \
+        upload(st, &sg, (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n), d0, d1, dst, f32, err, errlen), \
+        rc, out)
     CUDA_TRY_RC_GOTO(upload(st, &sg, "model.embed_tokens.weight", m->V, d, m->embed, 0, err, errlen), rc, out);
     for (int l = 0; l < m->n_layers; l++) {
         target_layer_cuda *L = &m->layers[l];
@@ -293,7 +297,7 @@ out:
 }
 
 int target_load_cuda(target_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
-             size_t errlen)
+                     size_t errlen)
 {
     hfconfig cfg;
     safetensors_model st;

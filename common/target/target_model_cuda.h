@@ -43,35 +43,35 @@ typedef struct target_layer_cuda {
     nn_bf16_cuda *w_o, *b_o;       /* [d, H*hd]; [d] or NULL */
     nn_bf16_cuda *w_gu, *b_gu;     /* [2I, d]: gate rows then up rows; [2I] or NULL */
     nn_bf16_cuda *w_down, *b_down; /* [d, I]; [d] or NULL */
-    float *in_norm, *post_norm; /* [d] */
-    float *q_norm, *k_norm;     /* [hd] (Qwen3) or NULL */
-    int window;                 /* sliding window in tokens, 0 = full attention */
+    float *in_norm, *post_norm;    /* [d] */
+    float *q_norm, *k_norm;        /* [hd] (Qwen3) or NULL */
+    int window;                    /* sliding window in tokens, 0 = full attention */
 } target_layer_cuda;
 
 typedef struct target_model_cuda {
     int d, I, H, KV, hd, V;
-    int n_layers;       /* layers run = max(capture) + 1 */
+    int n_layers; /* layers run = max(capture) + 1 */
     int n_capture;
-    int *capture;       /* [n_capture] layer ids in the caller's order (host) */
-    int *capture_slot;  /* [n_layers] slot in the output or -1 (host) */
+    int *capture;      /* [n_capture] layer ids in the caller's order (host) */
+    int *capture_slot; /* [n_layers] slot in the output or -1 (host) */
     int qk_norm, attention_bias, mlp_bias;
     float eps;
     int max_T;
-    void *weights;      /* one device allocation for every weight */
+    void *weights; /* one device allocation for every weight */
     size_t weight_bytes;
-    nn_bf16_cuda *embed;    /* [V, d] */
-    float *inv_freq;    /* [hd/2] */
-    target_layer_cuda *layers;  /* [n_layers] (host array of device pointers) */
-    void *acts;         /* one device allocation for the workspace */
+    nn_bf16_cuda *embed;       /* [V, d] */
+    float *inv_freq;           /* [hd/2] */
+    target_layer_cuda *layers; /* [n_layers] (host array of device pointers) */
+    void *acts;                /* one device allocation for the workspace */
     size_t act_bytes;
-    float *x;           /* [max_T, d] fp32 residual stream */
-    nn_bf16_cuda *a, *y;    /* [max_T, d] normed input / sub-block output */
-    nn_bf16_cuda *qkv;      /* [max_T, (H+2KV)*hd] */
-    nn_bf16_cuda *att;      /* [max_T, H*hd] */
-    nn_bf16_cuda *gu;       /* [max_T, 2I] */
-    nn_bf16_cuda *h;        /* [max_T, I] SwiGLU output */
-    int32_t *pos;       /* [max_T] position in the document */
-    int *bad_token;     /* device flag: a token id was outside [0, V) */
+    float *x;            /* [max_T, d] fp32 residual stream */
+    nn_bf16_cuda *a, *y; /* [max_T, d] normed input / sub-block output */
+    nn_bf16_cuda *qkv;   /* [max_T, (H+2KV)*hd] */
+    nn_bf16_cuda *att;   /* [max_T, H*hd] */
+    nn_bf16_cuda *gu;    /* [max_T, 2I] */
+    nn_bf16_cuda *h;     /* [max_T, I] SwiGLU output */
+    int32_t *pos;        /* [max_T] position in the document */
+    int *bad_token;      /* device flag: a token id was outside [0, V) */
     nn_gemm_cuda *gemm;
 } target_model_cuda;
 
@@ -79,14 +79,14 @@ typedef struct target_model_cuda {
  * allocate weights (uninitialised) and the workspace for max_T tokens on the current
  * device. The caller then fills the weights (target_load_weights_cuda or target_randomize_cuda). */
 int target_init_cuda(target_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture, int max_T, char *err,
-             size_t errlen);
+                     size_t errlen);
 /* Upload the weights of layers 0..n_layers-1 and the embedding from an open HF model
  * (bf16 as is; f32/f16 rounded to bf16 on the host; norms kept fp32). Checks every
  * tensor's presence, dtype and shape; err names the file and the tensor. Synchronous. */
 int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, char *err, size_t errlen);
 /* hfconfig_load + safetensors_model_open + target_init_cuda + target_load_weights_cuda + safetensors_model_close. */
 int target_load_cuda(target_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
-             size_t errlen);
+                     size_t errlen);
 /* Random weights generated on the device (benchmarks): linear weights uniform with the
  * std of HF's init (0.02), norms 1 +- 0.1, embeddings uniform in [-1, 1]. Synchronous. */
 int target_randomize_cuda(target_model_cuda *m, uint64_t seed, char *err, size_t errlen);

@@ -11,8 +11,7 @@
 #include <stdio.h>
 
 #include "cuda_check.h"
-
-typedef __nv_bfloat16 bf16;
+#include "nn/nn_cuda_device.cuh" /* bf16, as_bf, warp_sum / warp_max, block_*_serial */
 
 /* -EINVAL with a message naming the function and the shape. */
 #define BAD_SHAPE(...)                          \
@@ -21,47 +20,6 @@ typedef __nv_bfloat16 bf16;
             snprintf(err, errlen, __VA_ARGS__); \
         return -EINVAL;                         \
     } while (0)
-
-static inline const bf16 *bfp(const nn_bf16_cuda *p)
-{
-    return reinterpret_cast<const bf16 *>(p);
-}
-static inline bf16 *bfp(nn_bf16_cuda *p)
-{
-    return reinterpret_cast<bf16 *>(p);
-}
-
-__device__ __forceinline__ float warp_sum32(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max32(float v)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* Max (is_max) or sum over the block; every thread gets the result. part: shared,
- * blockDim.x / 32 floats. The leading sync lets a previous call's readers finish. */
-__device__ float block_reduce(float v, int is_max, float *part)
-{
-    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = is_max ? warp_max32(v) : warp_sum32(v);
-    __syncthreads();
-    if (lane == 0)
-        part[wid] = v;
-    __syncthreads();
-    float t = part[0];
-    for (int i = 1; i < nw; i++)
-        t = is_max ? fmaxf(t, part[i]) : t + part[i];
-    return t;
-}
 
 /* ---- positions, counters, cache append ---------------------------------------------- */
 
@@ -132,7 +90,7 @@ int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda
               (uintptr_t)qkv % 16 == 0;
     long n = (long)T * 2 * KV * hd / (vec ? 8 : 1);
     int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-    decode_kv_append_kernel<<<blocks, 256, 0, s>>>(bfp(kc), bfp(vc), bfp(qkv), T, H, KV, hd, base, row0, vec);
+    decode_kv_append_kernel<<<blocks, 256, 0, s>>>(as_bf(kc), as_bf(vc), as_bf(qkv), T, H, KV, hd, base, row0, vec);
     CUDA_LAUNCHED("decode_kv_append_kernel", err, errlen);
     return 0;
 }
@@ -285,7 +243,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             float dot = 0.0f;
             for (int i = lane; i < hd; i += 32)
                 dot += qs[i] * __bfloat162float(kr[i]);
-            dot = warp_sum32(dot);
+            dot = warp_sum(dot);
             if (lane == 0)
                 sc[j] = dot * scale;
         }
@@ -293,7 +251,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         float mx = -INFINITY;
         for (int j = tid; j < cn; j += blockDim.x)
             mx = fmaxf(mx, sc[j]);
-        mx = block_reduce(mx, 1, part);
+        mx = block_max_serial(mx, part);
         float m_new = fmaxf(m_run, mx);
         float corr = expf(m_run - m_new);
         float ps = 0.0f;
@@ -302,7 +260,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             sc[j] = p;
             ps += p;
         }
-        ps = block_reduce(ps, 0, part); /* its syncs also publish sc[] */
+        ps = block_sum_serial(ps, part); /* its syncs also publish sc[] */
         l_run = l_run * corr + ps;
         acc0 *= corr, acc1 *= corr;
         for (int j = 0; j < cn; j++) {
@@ -336,8 +294,8 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     if (Tq == 0)
         return 0;
     unsigned grid = (unsigned)((long)Tq * H);
-    const bf16 *qq = bfp(q), *kk = bfp(kc), *vv = bfp(vc);
-    bf16 *oo = bfp(out);
+    const bf16 *qq = as_bf(q), *kk = as_bf(kc), *vv = as_bf(vc);
+    bf16 *oo = as_bf(out);
     switch (hd) {
     case 32:
         decode_attention_warps_kernel<1>
@@ -547,7 +505,7 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
     /* 16-byte loads need every row start 16-byte aligned; the choice depends on the
      * shapes and base pointers only, never on T, and both paths load the same values */
     int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
-    launch_linear<false>(out, out_f32, bfp(x), bfp(w), bfp(bias), T, n_in, n_out, vec, s);
+    launch_linear<false>(out, out_f32, as_bf(x), as_bf(w), as_bf(bias), T, n_in, n_out, vec, s);
     CUDA_LAUNCHED("decode_linear_mma_kernel", err, errlen);
     return 0;
 }
@@ -562,7 +520,7 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
     if (T == 0)
         return 0;
     int vec = I % 8 == 0 && ((uintptr_t)gu % 16) == 0 && ((uintptr_t)w % 16) == 0;
-    launch_linear<true>(out, out_f32, bfp(gu), bfp(w), bfp(bias), T, I, n_out, vec, s);
+    launch_linear<true>(out, out_f32, as_bf(gu), as_bf(w), as_bf(bias), T, I, n_out, vec, s);
     CUDA_LAUNCHED("decode_linear_mma_kernel (swiglu)", err, errlen);
     return 0;
 }
@@ -610,7 +568,7 @@ __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const 
     }
     float rr = 1.0f;
     if (nw)
-        rr = rsqrtf(warp_sum32(ss) / (float)hd + eps);
+        rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
     float p = (float)r;
     bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
 #pragma unroll
@@ -644,7 +602,7 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
     long items = (long)T * (H + 2 * KV);
     int warps = 8;
     decode_qk_norm_rope_append_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(
-        bfp(qkv), q_norm, k_norm, inv_freq, bfp(kc), bfp(vc), T, H, KV, hd, eps, base, p0);
+        as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc), as_bf(vc), T, H, KV, hd, eps, base, p0);
     CUDA_LAUNCHED("decode_qk_norm_rope_append_kernel", err, errlen);
     return 0;
 }

@@ -37,10 +37,13 @@ static void cpu_close(void *impl)
     free(impl);
 }
 
-static const generate_ops cpu_ops = {"cpu", cpu_extend, cpu_reset, cpu_close};
+static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx, char *err, size_t errlen);
+static const generate_ops cpu_ops = {
+    .name = "cpu", .open = cpu_open, .extend = cpu_extend, .reset = cpu_reset, .close = cpu_close};
 
-static int open_cpu(generate_target *t, const char *dir, int max_ctx, char *err, size_t errlen)
+static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx, char *err, size_t errlen)
 {
+    (void)device;
     decode_model *m = calloc(1, sizeof *m);
     if (!m) {
         snprintf(err, errlen, "out of memory");
@@ -70,14 +73,14 @@ int generate_open(generate_target *t, const char *backend, const char *model_dir
 {
     memset(t, 0, sizeof *t);
     if (strcmp(backend, "cpu") == 0)
-        return open_cpu(t, model_dir, max_ctx, err, errlen);
+        return cpu_ops.open(t, 0, model_dir, max_ctx, err, errlen);
     if (strcmp(backend, "cuda") == 0)
-        return generate_open_cuda(t, 0, model_dir, max_ctx, err, errlen);
+        return generate_ops_cuda.open(t, 0, model_dir, max_ctx, err, errlen);
     if (strncmp(backend, "cuda:", 5) == 0) {
         char *end;
         long dev = strtol(backend + 5, &end, 10);
         if (end != backend + 5 && !*end && dev >= 0 && dev < 1024)
-            return generate_open_cuda(t, (int)dev, model_dir, max_ctx, err, errlen);
+            return generate_ops_cuda.open(t, (int)dev, model_dir, max_ctx, err, errlen);
     }
     snprintf(err, errlen, "--backend %s: expected cpu, cuda or cuda:N", backend);
     return -EINVAL;

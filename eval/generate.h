@@ -2,9 +2,10 @@
  * DFlash drafter is trained on are the target's, so training data is regenerated with
  * the target before training (target_generate, docs/walkthrough.md).
  *
- * Backend seam (the tree's one shape): a generate_target holds an ops table chosen at
- * generate_open: "cpu" (target_decode.h, here) or "cuda[:N]" (target_decode_cuda.h,
- * generate_cuda.c; generate_nocuda.c answers -ENOTSUP in a build without CUDA=1).
+ * Backend seam (the tree's one shape, docs/backends.md): a generate_target holds an ops
+ * table chosen at generate_open: "cpu" (target_decode.h, generate.c) or "cuda[:N]"
+ * (target_decode_cuda.h, generate_ops_cuda in generate_cuda.c; generate_nocuda.c's table
+ * answers -ENOTSUP in a build without CUDA=1).
  *
  * Determinism: greedy decoding needs no RNG; sampled decoding draws from one RNG per
  * prompt, seeded from (seed, prompt index), so a prompt's response does not depend on
@@ -18,8 +19,12 @@
 
 #include "eval/sample.h"
 
+typedef struct generate_target generate_target;
 typedef struct generate_ops {
     const char *name;
+    /* Load model_dir on this backend (device: the CUDA device; the CPU ignores it) with a
+     * cache of max_ctx tokens and fill t. 0 or -errno with err set. */
+    int (*open)(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen);
     /* Run k tokens after the cached ones (the cache is reset by reset()). Afterwards
      * *greedy = the argmax after the last of them and, when want_logits, *logits = host
      * fp32 [vocab] logits after the last of them (valid until the next call). 0 or -errno
@@ -30,12 +35,12 @@ typedef struct generate_ops {
     void (*close)(void *impl);
 } generate_ops;
 
-typedef struct generate_target {
+struct generate_target {
     const generate_ops *ops;
     void *impl;
     int vocab;   /* logits per row */
     int max_ctx; /* prompt + response tokens the cache holds */
-} generate_target;
+};
 
 typedef struct generate_opts {
     sample_opts sample;
@@ -47,7 +52,8 @@ typedef struct generate_opts {
 /* backend "cpu", "cuda" or "cuda:N". 0 or -errno with err naming the file / field / device. */
 int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, char *err,
                   size_t errlen);
-int generate_open_cuda(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen);
+/* The CUDA table (generate_cuda.c; in a build without CUDA=1, generate_nocuda.c's stubs). */
+extern const generate_ops generate_ops_cuda;
 void generate_close(generate_target *t);
 
 /* One response to prompt[n_prompt] into out[o->max_new]; *n_out tokens (the eos that

@@ -43,9 +43,11 @@ static void cuda_close(void *impl)
     free(g);
 }
 
-static const generate_ops cuda_ops = {"cuda", cuda_extend, cuda_reset, cuda_close};
+static int cuda_open(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen);
+const generate_ops generate_ops_cuda = {
+    .name = "cuda", .open = cuda_open, .extend = cuda_extend, .reset = cuda_reset, .close = cuda_close};
 
-int generate_open_cuda(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
+static int cuda_open(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
 {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device >= n_dev) {
@@ -73,7 +75,7 @@ int generate_open_cuda(generate_target *t, int device, const char *model_dir, in
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    t->ops = &cuda_ops;
+    t->ops = &generate_ops_cuda;
     t->impl = g;
     t->vocab = g->m.tm.V;
     t->max_ctx = max_ctx;

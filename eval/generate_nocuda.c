@@ -1,12 +1,16 @@
-/* generate_nocuda.c: the CUDA side of generate.h in a build without CUDA=1. */
+/* generate_nocuda.c: the CUDA table of generate.h in a build without CUDA=1: opening it
+ * says so (docs/backends.md, "The stubs"). */
 #include "eval/generate.h"
 
 #include <errno.h>
 #include <stdio.h>
 
-int generate_open_cuda(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
+static int open_nocuda(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
 {
-    (void)t, (void)device, (void)model_dir, (void)max_ctx;
-    snprintf(err, errlen, "--backend cuda: this build has no CUDA (make CUDA=1)");
+    (void)t, (void)max_ctx;
+    snprintf(err, errlen, "--backend cuda:%d (%s): this build has no CUDA (rebuild with make CUDA=1)", device,
+             model_dir);
     return -ENOTSUP;
 }
+
+const generate_ops generate_ops_cuda = {.name = "cuda", .open = open_nocuda};

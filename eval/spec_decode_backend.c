@@ -23,6 +23,10 @@ static void cpu_close(void *impl)
     free(ci);
 }
 
+static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+                    int max_ctx, int device, char *err, size_t errlen);
+static const spec_backend_ops cpu_ops = {.name = "cpu", .open = cpu_open, .close = cpu_close};
+
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
                       const dflash_params *p, int max_ctx, char *err, size_t errlen)
 {
@@ -34,12 +38,21 @@ int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir,
             snprintf(err, errlen, "backend '%s': the device after 'cuda:' is not a number", kind);
             return -EINVAL;
         }
-        return spec_backend_open_cuda(b, target_dir, c, p, max_ctx, (int)dev, err, errlen);
+        b->ops = &spec_backend_ops_cuda;
+        return b->ops->open(b, target_dir, c, p, max_ctx, (int)dev, err, errlen);
     }
     if (strcmp(kind, "cpu")) {
         snprintf(err, errlen, "unknown backend '%s' (cpu, cuda or cuda:N)", kind);
         return -EINVAL;
     }
+    b->ops = &cpu_ops;
+    return b->ops->open(b, target_dir, c, p, max_ctx, 0, err, errlen);
+}
+
+static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+                    int max_ctx, int device, char *err, size_t errlen)
+{
+    (void)device;
     cpu_impl *ci = calloc(1, sizeof *ci);
     if (!ci) {
         snprintf(err, errlen, "out of memory");
@@ -60,14 +73,13 @@ int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir,
     spec_target_cpu(&b->target, &ci->target);
     spec_drafter_cpu(&b->drafter, &ci->drafter);
     b->impl = ci;
-    b->close = cpu_close;
     return 0;
 }
 
 void spec_backend_close(spec_backend *b)
 {
-    if (b && b->impl && b->close)
-        b->close(b->impl);
+    if (b && b->impl && b->ops)
+        b->ops->close(b->impl);
     if (b)
         memset(b, 0, sizeof *b);
 }

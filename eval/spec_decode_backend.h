@@ -17,22 +17,31 @@
 #include "dflash/dflash_model.h"
 #include "eval/spec_decode.h"
 
-typedef struct spec_backend {
+typedef struct spec_backend spec_backend;
+
+/* The backend seam (docs/backends.md): the CPU table is spec_decode_backend.c's, the CUDA
+ * one spec_backend_ops_cuda (spec_decode_cuda.c, or spec_decode_nocuda.c's stub). */
+typedef struct spec_backend_ops {
+    const char *name;
+    /* Load the target and set up the drafter (device: the CUDA device; the CPU ignores it);
+     * fills b->target, b->drafter, b->impl. 0 or -errno with err set. */
+    int (*open)(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p, int max_ctx,
+                int device, char *err, size_t errlen);
+    void (*close)(void *impl);
+} spec_backend_ops;
+extern const spec_backend_ops spec_backend_ops_cuda;
+
+struct spec_backend {
     spec_target target;
     spec_drafter drafter;
-    void *impl; /* backend state */
-    void (*close)(void *impl);
-} spec_backend;
+    const spec_backend_ops *ops; /* chosen at spec_backend_open */
+    void *impl;                  /* backend state */
+};
 
 /* Load the target from target_dir (capturing the drafter's target_layer_ids) with room
  * for max_ctx tokens, and set up the drafter. 0 or -errno, err names the file/field. */
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
                       const dflash_params *p, int max_ctx, char *err, size_t errlen);
 void spec_backend_close(spec_backend *b);
-
-/* The CUDA side (spec_decode_cuda.c, or the stub in spec_decode_nocuda.c), on CUDA device
- * `device`: -ENODEV without a GPU, -EINVAL for a device that does not exist. */
-int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                           int max_ctx, int device, char *err, size_t errlen);
 
 #endif

@@ -88,8 +88,12 @@ static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
     return report(infer_draft_cuda(s, anchor, draft, ci->err, sizeof ci->err), "draft", ci->err);
 }
 
-int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                           int max_ctx, int device, char *err, size_t errlen)
+static int cuda_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+                     int max_ctx, int device, char *err, size_t errlen);
+const spec_backend_ops spec_backend_ops_cuda = {.name = "cuda", .open = cuda_open, .close = cuda_close};
+
+static int cuda_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
+                     int max_ctx, int device, char *err, size_t errlen)
 {
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -139,6 +143,5 @@ int spec_backend_open_cuda(spec_backend *b, const char *target_dir, const dflash
     b->drafter = (spec_drafter){
         .ctx = &ci->drafter, .block_size = c->block_size, .reset = d_reset, .append = d_append, .draft = d_draft};
     b->impl = ci;
-    b->close = cuda_close;
     return 0;
 }

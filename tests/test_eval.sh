@@ -91,7 +91,7 @@ sed -e 's/"hidden_size": 128/"hidden_size": 64/; s/"intermediate_size": 384/"int
 expect 100 "tiny-qwen3/byte_tokenizer.json" -- \
   "$EVAL" --target tests/fixtures/tiny-qwen3 --drafter "$tmp/ck64" --prompts data/tiny/chat-heldout.jsonl
 if [[ $BUILD != *cuda* ]]; then # a CPU-only build refuses the cuda backend
-  expect 2 "needs a CUDA build" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
+  expect 2 "this build has no CUDA" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
     --prompts data/tiny/heldout-000.dfs --backend cuda
 fi
 echo "test_eval: ok"

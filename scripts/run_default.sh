@@ -45,7 +45,7 @@ print(f"  loss at start {f(s['loss_start'])} -> at end {f(s['loss_end'])}")
 print("  per-position accuracy on training batches (last steps): " + " ".join(f"{x:.2f}" for x in s["acc"]))
 print(f"  expected acceptance length from those: tau ~ {f(s['expected_tau'])}")
 print(f"  ledger audit: exactly once = {a.get('exactly_once')}")
-print(f"  release-format drafter: {run}/drafter/ (config.json + model.safetensors)")
+print(f"  release-format drafter: {run}/drafter/ (config.json + dflash.py + model.safetensors)")
 PY
 
 # The figure that matters: tau of real speculative decoding (docs/eval.md). The untrained

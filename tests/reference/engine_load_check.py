@@ -257,9 +257,17 @@ def check_loaded(name, model, info, records, export):
     return ok
 
 
+def load_as(load, dtype, dev):
+    """load(dtype) -> model, moved to dev the way users do (from_pretrained(dtype=...).to(dev)).
+    Never model.to(dtype): that casts floating BUFFERS too, and a class that keeps its RoPE
+    frequencies in an fp32 buffer (transformers' rotary embeddings, z-lab's class) would then
+    rotate with bf16-rounded frequencies: a different function, not the one users run."""
+    return load(dtype).to(dev).eval()
+
+
 def hf_logits(model, H, toks, anchors, E, W, B, mask_id, dtype, dev):
-    """[N, B-1, V] logits of a transformers-style DFlash model (ours or z-lab's)."""
-    model = model.to(device=dev, dtype=dtype).eval()
+    """[N, B-1, V] logits of a transformers-style DFlash model (ours or z-lab's) whose weights
+    are already dtype and on dev (load_as)."""
     Ed, Wd = E.to(dev, dtype), W.to(dev, dtype)
     out = []
     with torch.no_grad():
@@ -276,7 +284,6 @@ def cache_check(name, model, H, toks, anchors, E, B, mask_id, dev):
     """Two drafts through one DynamicCache (context appended, block rows cropped off, as the
     public generation loop does) against the second draft computed in one call, fp32."""
     from transformers import DynamicCache
-    model = model.to(device=dev, dtype=torch.float32).eval()
     Ed = E.to(dev)
     p1, p2 = anchors[0], anchors[-1]
 
@@ -422,12 +429,15 @@ def main():
     ok = check_loaded("ours", model, info, recs, args.export)
     table.append(dict(part="ours: AutoModel.from_pretrained, no missing/unexpected keys, no warnings",
                       dtype="bf16", ok=ok))
+    model = model.to(dev).eval()
+    model32 = load_as(lambda dt: AutoModel.from_pretrained(args.export, trust_remote_code=True, dtype=dt),
+                      torch.float32, dev)
     compare("ours: dflash.py via AutoModel", "bf16", hf_logits(model, H, toks, anchors, E, W, B, mask_id,
                                                              torch.bfloat16, dev), C, TOL_BF16, TOL_BF16_BLOCK)
-    compare("ours: dflash.py via AutoModel", "fp32", hf_logits(model, H, toks, anchors, E, W, B, mask_id,
+    compare("ours: dflash.py via AutoModel", "fp32", hf_logits(model32, H, toks, anchors, E, W, B, mask_id,
                                                              torch.float32, dev), C, TOL_EXACT)
-    cache_check("ours", model, H, toks, anchors, E, B, mask_id, dev)
-    del model
+    cache_check("ours", model32, H, toks, anchors, E, B, mask_id, dev)
+    del model, model32
 
     if not args.zlab or not os.path.isfile(os.path.join(args.zlab, "dflash", "model.py")):
         skip_row("z-lab DFlashDraftModel", f"no z-lab repository at {args.zlab!r} (--zlab)")
@@ -447,10 +457,16 @@ def main():
         ok = check_loaded("z-lab", zm, zinfo, recs, args.export)
         table.append(dict(part="z-lab: from_pretrained, no missing/unexpected keys, no warnings", dtype="bf16",
                           ok=ok))
+        zm = zm.to(dev).eval()
+        rot = getattr(zm, "rotary_emb", None)
+        if rot is not None and hasattr(rot, "inv_freq"):
+            log(f"z-lab: RoPE frequencies kept as {rot.inv_freq.dtype} (a buffer: model.to(bfloat16) would round them)")
+        zm32 = load_as(lambda dt: ZDFlash.from_pretrained(args.export, dtype=dt), torch.float32, dev)
         compare("z-lab: DFlashDraftModel", "bf16", hf_logits(zm, H, toks, anchors, E, W, B, mask_id,
                                                              torch.bfloat16, dev), C, TOL_BF16, TOL_BF16_BLOCK)
-        compare("z-lab: DFlashDraftModel", "fp32", hf_logits(zm, H, toks, anchors, E, W, B, mask_id,
+        compare("z-lab: DFlashDraftModel", "fp32", hf_logits(zm32, H, toks, anchors, E, W, B, mask_id,
                                                              torch.float32, dev), C, TOL_EXACT)
+        cache_check("z-lab", zm32, H, toks, anchors, E, B, mask_id, dev)
     return report(args)
 
 

@@ -19,7 +19,9 @@ environment with trim_blocks + lstrip_blocks and the loopcontrols extension, the
 and globals tojson, raise_exception and strftime_now, the variables messages, tools,
 documents, add_generation_prompt, the special tokens (bos_token, eos_token, ...) and any
 extra keyword (enable_thinking, date_string, ...). `{% generation %}` blocks render their
-body. Encoding never adds a BOS/EOS (transformers' add_special_tokens=False, which is what
+body. Beyond the sandbox, `str * n` / `list * n` past 1M items and integer powers past 4096
+bits raise SecurityError (they allocate without bound in one step; prepare_data.py adds a
+time limit per rendering). Encoding never adds a BOS/EOS (transformers' add_special_tokens=False, which is what
 apply_chat_template uses: the template writes its own).
 
 Anything outside that family is refused with TokenizerError naming the file and the JSON
@@ -341,6 +343,10 @@ class HFDirTokenizer:
 
 
 _ENV = None
+# The largest repetition (`str * n`, `list * n`) and power a template may compute: a chat
+# template needs neither beyond a few hundred characters (indentation, separators).
+TEMPLATE_MAX_REPEAT = 1_000_000
+TEMPLATE_MAX_POW_BITS = 4096
 
 
 def _jinja_env():
@@ -369,8 +375,28 @@ def _jinja_env():
         def raise_exception(message):
             raise jinja2.exceptions.TemplateError(message)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[Generation, jinja2.ext.loopcontrols])
+        class LimitedEnvironment(ImmutableSandboxedEnvironment):
+            """The sandbox plus size checks on the two operators that allocate without bound
+            in one step: `'a' * 10**10` (a 10 GB string) and `10 ** 10**9` (a big integer that
+            takes hours). Loops that grow slowly are the caller's time limit's job."""
+            intercepted_binops = frozenset(["*", "**"])
+
+            def call_binop(self, context, operator, left, right):
+                if operator == "*":
+                    for seq, n in ((left, right), (right, left)):
+                        if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and \
+                                len(seq) * max(n, 0) > TEMPLATE_MAX_REPEAT:
+                            raise jinja2.exceptions.SecurityError(
+                                f"template: a repetition of {len(seq)} x {n} items (limit {TEMPLATE_MAX_REPEAT})")
+                elif operator == "**":
+                    if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and \
+                            right * abs(left).bit_length() > TEMPLATE_MAX_POW_BITS:
+                        raise jinja2.exceptions.SecurityError(
+                            f"template: {left} ** {right} has more than {TEMPLATE_MAX_POW_BITS} bits")
+                return super().call_binop(context, operator, left, right)
+
+        env = LimitedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                 extensions=[Generation, jinja2.ext.loopcontrols])
         env.filters["tojson"] = tojson
         env.globals["raise_exception"] = raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

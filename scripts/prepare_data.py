@@ -36,7 +36,8 @@ sample verbatim (a template that does not rewrite history, e.g. Llama-3) joins i
 such a conversation costs one sample. --turns last: only the last assistant turn.
 
 A conversation that cannot be used (not JSON, not UTF-8, unknown role, malformed message,
-template error, prefix mismatch, boundary merge, nothing left to learn after --max-len)
+template error, a template rendering for longer than --template-timeout seconds, prefix
+mismatch, boundary merge, nothing left to learn after --max-len)
 is skipped, reported on stderr as FILE:LINE: skipped (reason): detail, and counted; the
 last line printed sums the skips per reason. Exit codes: 0 done; 2 bad command line;
 100 an input file or the tokenizer directory cannot be read, or no sample was written.
@@ -52,9 +53,11 @@ format is documented in common/io/shard.h.
 """
 import argparse
 import collections
+import contextlib
 import json
 import os
 import re
+import signal
 import struct
 import sys
 
@@ -256,11 +259,37 @@ class BuiltinBackend:
         return self.tok.encode(text)
 
 
+class TemplateTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TemplateTimeout in the main thread after `seconds` of wall time (SIGALRM; 0 or
+    less: no limit). A chat template is code from the tokenizer directory: a loop that never
+    ends, or grows its output for minutes, costs one skipped conversation, not the run."""
+    if not seconds or seconds <= 0:
+        yield
+        return
+
+    def fire(signum, frame):
+        raise TemplateTimeout()
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 class ChatTemplateTokenizer:
     """An HF tokenizer directory with a chat template; see the module doc for the masking."""
 
-    def __init__(self, backend, template_kwargs, turns):
+    def __init__(self, backend, template_kwargs, turns, timeout=10.0):
         self.b = backend
+        self.timeout = timeout
         self.vocab_size = backend.vocab_size
         self.kw = template_kwargs
         self.turns = turns
@@ -268,7 +297,10 @@ class ChatTemplateTokenizer:
 
     def render(self, msgs, tools, gen):
         try:
-            return self.b.render([dict(m) for m in msgs], tools, gen, self.kw)
+            with time_limit(self.timeout):
+                return self.b.render([dict(m) for m in msgs], tools, gen, self.kw)
+        except TemplateTimeout:
+            raise Skip("template-timeout", f"rendering took longer than {self.timeout:g} s (--template-timeout)")
         except Exception as e:  # a template may raise anything (raise_exception, undefined, type errors)
             raise Skip("template-error", f"{type(e).__name__}: {e}")
 
@@ -381,7 +413,7 @@ def load_tokenizer(args):
         kw["enable_thinking"] = args.thinking
     if args.prompts and backend.eos_id is None:
         die(100, f"{args.tokenizer}: no eos_token: --prompts ends each prompt with it")
-    return ChatTemplateTokenizer(backend, kw, args.turns)
+    return ChatTemplateTokenizer(backend, kw, args.turns, args.template_timeout)
 
 
 def main():
@@ -405,6 +437,9 @@ def main():
                     help="pass enable_thinking=false to the chat template (Qwen3: empty think block)")
     ap.add_argument("--chat-template-kwargs", dest="chat_kwargs", default=None, metavar="JSON",
                     help='extra template variables, a JSON object, e.g. \'{"date_string": "01 Jan 2026"}\'')
+    ap.add_argument("--template-timeout", type=float, default=10.0, metavar="SECONDS",
+                    help="skip a conversation whose chat template renders for longer (template-timeout; "
+                         "0 = no limit; default 10)")
     ap.add_argument("--prompts", action="store_true",
                     help="write evaluation prompts (ending with the assistant header) instead of training samples")
     args = ap.parse_args()

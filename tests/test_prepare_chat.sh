@@ -162,6 +162,25 @@ set +e; prep --tokenizer "$tmp/evil" --out "$tmp/x" "$tmp/multi.jsonl" >/dev/nul
 [ $rc7 -eq 100 ] && grep -q "skipped (template-error): SecurityError" "$tmp/x7.err" ||
   { cat "$tmp/x7.err"; echo "FAIL: a template reaching for Python internals: rc $rc7, expected a SecurityError skip"; exit 1; }
 echo "ok: a template reaching for Python internals is stopped by the sandbox (template-error)"
+# ... and it is code that may never end or allocate without bound: a 10 GB string in one
+# step is refused, a loop of 10^10 iterations is cut by the time limit (each conversation
+# skipped, counted; nothing is written, so exit 100); ulimit -v: a missing check fails
+# here with a MemoryError instead of taking the machine's memory
+echo "{{ 'x' * 10000000000 }}{{ messages[0].content }}" >"$tmp/evil/chat_template.jinja"
+set +e; (ulimit -v 4000000; prep --tokenizer "$tmp/evil" --out "$tmp/x" "$tmp/multi.jsonl" >/dev/null 2>"$tmp/x8.err"); rc8=$?; set -e
+[ $rc8 -eq 100 ] && grep -q "skipped (template-error): SecurityError: template: a repetition of 1 x 10000000000" "$tmp/x8.err" ||
+  { cat "$tmp/x8.err"; echo "FAIL: a template building a 10 GB string: rc $rc8, expected a SecurityError skip"; exit 1; }
+echo "{{ 7 ** 100000000 }}" >"$tmp/evil/chat_template.jinja"
+set +e; prep --tokenizer "$tmp/evil" --out "$tmp/x" "$tmp/multi.jsonl" >/dev/null 2>"$tmp/x9.err"; rc9=$?; set -e
+[ $rc9 -eq 100 ] && grep -q "skipped (template-error): SecurityError: template: 7 \*\* 100000000 has more than" "$tmp/x9.err" ||
+  { cat "$tmp/x9.err"; echo "FAIL: a template computing 7 ** 10^8: rc $rc9, expected a SecurityError skip"; exit 1; }
+printf '%s' "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" >"$tmp/evil/chat_template.jinja"
+n_conv=$(grep -c . "$tmp/multi.jsonl")
+set +e; prep --tokenizer "$tmp/evil" --template-timeout 0.5 --out "$tmp/x" "$tmp/multi.jsonl" >"$tmp/x10.err" 2>&1; rc10=$?; set -e
+[ $rc10 -eq 100 ] && grep -q "skipped (template-timeout): rendering took longer than 0.5 s" "$tmp/x10.err" &&
+  grep -q "template-timeout $n_conv" "$tmp/x10.err" ||
+  { cat "$tmp/x10.err"; echo "FAIL: a template looping 10^10 times: rc $rc10, expected every conversation skipped as template-timeout"; exit 1; }
+echo "ok: a template that allocates without bound is refused (SecurityError), one that loops is cut by --template-timeout"
 if ! "$PY" -c 'import transformers' 2>/dev/null; then
   set +e; "$PY" scripts/prepare_data.py --tokenizer-impl transformers --tokenizer $Q --out "$tmp/x" "$tmp/multi.jsonl" 2>"$tmp/x5.err"; rc5=$?; set -e
   [ $rc5 -eq 2 ] && grep -q "pip install transformers" "$tmp/x5.err" || { echo "FAIL: --tokenizer-impl transformers without it: rc $rc5"; exit 1; }

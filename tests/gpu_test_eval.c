@@ -19,7 +19,8 @@
  *      corrupted (real multi-token acceptances: truncation and multi-row appends);
  *   d. CUDA plain greedy vs CPU plain greedy on the same prompts: differing tokens and the
  *      first difference are reported (bf16 vs fp32 arithmetic; not a failure).
- *   e. decode_linear_rows_cuda vs a float64 reference (rel L2 < 1e-4), and bitwise row
+ *   e. (under every variant of decode_linear_variant_cuda, as f)
+ *      decode_linear_rows_cuda vs a float64 reference (rel L2 < 1e-4), and bitwise row
  *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's;
  *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise.
  *   f. the whole target: a k-row extend == k one-row extends bitwise (k = 16, 5), with
@@ -610,9 +611,20 @@ int main(void)
     decode_model_cuda gpu;
     RC_CHECK(decode_load(&cpu, TARGET, capture, 2, MAX_CTX, g_err, sizeof g_err), g_err);
     RC_CHECK(decode_load_cuda(&gpu, TARGET, capture, 2, MAX_CTX, 16, g_err, sizeof g_err), g_err);
-    test_linear_rows();
+    /* (e) and (f) under every kernel variant of the small-row linear layer (each must keep
+     * a row's bits independent of the row count), then the rest under the default */
+    int dflt_variant = decode_linear_variant_cuda(-1);
+    for (int v = 0; v < DECODE_LINEAR_VARIANTS; v++) {
+        decode_linear_variant_cuda(v);
+        printf("-- linear kernel variant %d (%s)%s\n", v, decode_linear_variant_name_cuda(v),
+               v == dflt_variant ? ", the default" : "");
+        test_linear_rows();
+        decode_drop_graphs_cuda(&gpu);
+        test_rows_and_graphs(&gpu);
+    }
+    decode_linear_variant_cuda(dflt_variant);
+    decode_drop_graphs_cuda(&gpu);
     test_target(&cpu, &gpu);
-    test_rows_and_graphs(&gpu);
     time_extends(&gpu);
 
     dflash_config rc_, rl;

@@ -78,6 +78,17 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
                             const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
                             size_t errlen);
 
+/* Kernel variants of decode_linear_rows_cuda / decode_linear_swiglu_rows_cuda (block
+ * size, weight prefetch, programmatic dependent launch; bench_decode --linear-sweep
+ * compares them). Every variant keeps a row's bits independent of the row count, but
+ * two variants may round differently: set one before any decoding and keep it (a
+ * process-wide setting; captured CUDA graphs keep the variant they were captured with).
+ * decode_linear_variant_cuda(v) selects v (0 .. DECODE_LINEAR_VARIANTS-1; anything else
+ * only queries) and returns the previous one. */
+#define DECODE_LINEAR_VARIANTS 6
+int decode_linear_variant_cuda(int v);
+const char *decode_linear_variant_name_cuda(int v);
+
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
  * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed
  * while loading (no pass of its own). n_in = I. */

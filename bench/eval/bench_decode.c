@@ -220,6 +220,110 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
     return median(t, 5);
 }
 
+/* us per call of the step's other kernels, a graph of L calls (one per layer: each
+ * attention reads its own layer's cache of P keys), at T rows */
+static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
+{
+    int d = sh->d, H = sh->H, KV = sh->KV, hd = sh->hd, I = sh->I, V = sh->V, L = sh->L;
+    int qn = (H + 2 * KV) * hd, ctx = P + 32;
+    size_t kvl = (size_t)ctx * KV * hd;
+    float *x, *w, *fl, *logits;
+    nn_bf16_cuda *y, *a, *qkv, *kc, *vc, *att, *gu, *h;
+    int32_t *pos, *idx;
+    CK(cudaMalloc((void **)&x, sizeof(float) * 16 * d));
+    CK(cudaMalloc((void **)&w, sizeof(float) * d));
+    CK(cudaMalloc((void **)&fl, sizeof(float) * 3 * hd));
+    CK(cudaMalloc((void **)&logits, sizeof(float) * 16 * (size_t)V));
+    CK(cudaMalloc((void **)&y, 2 * 16 * (size_t)d));
+    CK(cudaMalloc((void **)&a, 2 * 16 * (size_t)d));
+    CK(cudaMalloc((void **)&qkv, 2 * 16 * (size_t)qn));
+    CK(cudaMalloc((void **)&kc, 2 * kvl * L));
+    CK(cudaMalloc((void **)&vc, 2 * kvl * L));
+    CK(cudaMalloc((void **)&att, 2 * 16 * (size_t)H * hd));
+    CK(cudaMalloc((void **)&gu, 2 * 16 * 2 * (size_t)I));
+    CK(cudaMalloc((void **)&h, 2 * 16 * (size_t)I));
+    CK(cudaMalloc((void **)&pos, sizeof(int32_t) * 16));
+    CK(cudaMalloc((void **)&idx, sizeof(int32_t) * 16));
+    RC(nn_fill_uniform_f32_cuda(x, 16 * (size_t)d, 1, 0.0f, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(w, d, 2, 1.0f, 0.1f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(fl, 3 * (size_t)hd, 3, 0.5f, 0.1f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(logits, 16 * (size_t)V, 4, 0.0f, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(y, 16 * (size_t)d, 5, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(qkv, 16 * (size_t)qn, 6, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(kc, kvl * L, 7, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(vc, kvl * L, 8, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(gu, 16 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err));
+    RC(decode_positions_cuda(pos, NULL, P, 16, s, g_err, sizeof g_err));
+    static const char *names[] = {"add_rmsnorm", "qk_norm_rope", "kv_append", "qk_rope_append", "attention k4",
+                                  "attention k8", "attention k16", "swiglu", "argmax"};
+    printf("%d rows, us per call:", T);
+    fprintf(jf, "%s{\"rows\": %d", T == 1 ? "" : ", ", T);
+    for (int kind = 0; kind < 9; kind++) {
+        if (kind >= 4 && kind <= 6)
+            decode_attention_keys_cuda(kind == 4 ? 4 : kind == 5 ? 8 : 16);
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L; l++) {
+            nn_bf16_cuda *kl = kc + l * kvl, *vl = vc + l * kvl;
+            switch (kind) {
+            case 0:
+                RC(nn_add_rmsnorm_cuda(x, y, w, a, NULL, 0, T, d, 1e-6f, s, g_err, sizeof g_err));
+                break;
+            case 1:
+                RC(nn_qk_norm_rope_cuda(qkv, fl, fl + hd, fl + 2 * hd, pos, T, H, KV, hd, 1e-6f, s, g_err,
+                                        sizeof g_err));
+                break;
+            case 2:
+                RC(decode_kv_append_cuda(kl, vl, qkv, T, H, KV, hd, NULL, P, s, g_err, sizeof g_err));
+                break;
+            case 3:
+                RC(decode_qk_norm_rope_append_cuda(qkv, fl, fl + hd, fl + 2 * hd, kl, vl, T, H, KV, hd, 1e-6f, NULL, P,
+                                                   s, g_err, sizeof g_err));
+                break;
+            case 4:
+            case 5:
+            case 6:
+                RC(decode_attention_cuda(att, qkv, qn, kl, vl, NULL, NULL, P, 0, T, H, KV, hd, 0.088f, s, g_err,
+                                         sizeof g_err));
+                break;
+            case 7:
+                RC(nn_swiglu_cuda(h, gu, T, I, s, g_err, sizeof g_err));
+                break;
+            default:
+                RC(decode_argmax_rows_cuda(idx, logits, T, V, s, g_err, sizeof g_err));
+            }
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        cudaGraphDestroy(g);
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        double t[5];
+        for (int r = 0; r < 6; r++) {
+            CK(cudaEventRecord(e0, s));
+            CK(cudaGraphLaunch(ge, s));
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0)
+                t[r - 1] = ms * 1e3 / L;
+        }
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        cudaGraphExecDestroy(ge);
+        double us = median(t, 5);
+        printf(" %s %.2f", names[kind], us);
+        fprintf(jf, ", \"%s_us\": %.3f", names[kind], us);
+    }
+    decode_attention_keys_cuda(4);
+    printf("\n");
+    fprintf(jf, "}");
+    cudaFree(x), cudaFree(w), cudaFree(fl), cudaFree(logits), cudaFree(y), cudaFree(a), cudaFree(qkv);
+    cudaFree(kc), cudaFree(vc), cudaFree(att), cudaFree(gu), cudaFree(h), cudaFree(pos), cudaFree(idx);
+}
+
 /* Per shape: the steps (plain, verify 16, draft) under each variant, then every linear
  * shape of a step at 1 and 16 rows: GB/s of weights read and % of the copy ceiling. */
 static void linear_sweep(const char *models, const int *vars, int nv, double bw, FILE *jf, int P)
@@ -263,13 +367,19 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         double pb = decode_step_bytes_cuda(&m, P + 8, 1, 1), pf = pb / bw * 1e3;
         double db = infer_draft_bytes_cuda(&dr, P), dfl = db / bw * 1e3;
         printf("== %s: steps per variant (plain floor %.3f ms, draft floor %.3f ms)\n", sh->name, pf, dfl);
-        printf("%-12s %10s %6s %10s %7s %10s %6s %s\n", "variant", "plain ms", "%", "verify ms", "/plain", "draft ms",
+        printf("%-12s %4s %5s %10s %6s %10s %7s %10s %6s %s\n", "variant", "keys", "seq", "plain ms", "%", "verify ms", "/plain", "draft ms",
                "%", "greedy tokens");
         fprintf(jf, "%s\n {\"shape\": \"%s\", \"plain_floor_ms\": %.4f, \"draft_floor_ms\": %.4f, \"steps\": [",
                 first ? "" : ",", sh->name, pf, dfl);
         double t_ms[32];
-        for (int vi = 0; vi < nv; vi++) {
+        int cfg = 0;
+        static const int keys_of[3] = {4, 8, 16};
+        for (int fz = 0; fz <= 1; fz++)
+            for (int ki = 0; ki < 3; ki++)
+                for (int vi = 0; vi < nv; vi++, cfg++) {
             decode_linear_variant_cuda(vars[vi]);
+            decode_attention_keys_cuda(keys_of[ki]);
+            m.fused = dr.fused = fz;
             decode_drop_graphs_cuda(&m);
             m.use_graphs = 1;
             decode_reset_cuda(&m);
@@ -284,7 +394,7 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             }
             double plain = median(t_ms, 32);
             int same = 1;
-            if (vi == 0)
+            if (cfg == 0)
                 memcpy(ref, got, sizeof(int32_t) * 35);
             else
                 same = !memcmp(ref, got, sizeof(int32_t) * 35);
@@ -311,15 +421,19 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
                     t_ms[i - 3] = now_ms() - a;
             }
             double dm = median(t_ms, 32);
-            printf("%-12s %10.3f %5.0f%% %10.3f %6.2fx %10.3f %5.0f%% %s\n", decode_linear_variant_name_cuda(vars[vi]),
-                   plain, 100 * pf / plain, v16, v16 / plain, dm, 100 * dfl / dm,
-                   vi == 0 ? "reference" : same ? "same as the first" : "differ (another rounding)");
+            printf("%-12s %4d %5s %10.3f %5.0f%% %10.3f %6.2fx %10.3f %5.0f%% %s\n",
+                   decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz ? "fused" : "sep", plain, 100 * pf / plain,
+                   v16, v16 / plain, dm, 100 * dfl / dm,
+                   cfg == 0 ? "reference" : same ? "same as the first" : "differ (another rounding)");
             fprintf(jf,
-                    "%s{\"variant\": \"%s\", \"plain_ms\": %.4f, \"plain_pct\": %.2f, \"verify16_ms\": %.4f, "
+                    "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"plain_ms\": %.4f, \"plain_pct\": %.2f, \"verify16_ms\": %.4f, "
                     "\"verify16_over_plain\": %.3f, \"draft_ms\": %.4f, \"draft_pct\": %.2f}",
-                    vi ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), plain, 100 * pf / plain, v16,
+                    cfg ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz, plain, 100 * pf / plain, v16,
                     v16 / plain, dm, 100 * dfl / dm);
         }
+        m.fused = dr.fused = 0;
+        decode_attention_keys_cuda(4);
+        decode_drop_graphs_cuda(&m);
         fprintf(jf, "], \"linears\": [");
         /* the linear shapes of a step (separate kernels: bf16 outputs; lm_head fp32) */
         int qn = (sh->H + 2 * sh->KV) * sh->hd;
@@ -378,6 +492,10 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             free(w);
             cudaFree(x), cudaFree(out);
         }
+        fprintf(jf, "], \"other_kernels\": [");
+        printf("other kernels of a step, context %d:\n", P);
+        time_others(sh, P, 1, jf, s);
+        time_others(sh, P, 16, jf, s);
         fprintf(jf, "]}");
         fflush(jf);
         first = 0;

@@ -111,13 +111,24 @@ __device__ __forceinline__ void key_ranges(const nn_key_ranges *ranges, const in
 }
 
 #define ATTW_WARPS 8 /* warps per (query, head) block of the warp-split kernel */
-#define ATTW_KEYS 4  /* keys a warp scores together (independent loads and shuffles in flight) */
+
+/* Keys a warp scores together (decode_attention_keys_cuda): their K and V rows are all
+ * loaded before the scores' shuffles, so that many loads are in flight per lane. */
+static int g_att_keys = 4;
+
+int decode_attention_keys_cuda(int keys)
+{
+    int old = g_att_keys;
+    if (keys == 4 || keys == 8 || keys == 16)
+        g_att_keys = keys;
+    return old;
+}
 
 /* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w takes the key groups
- * g = w, w + 8, ... (ATTW_KEYS consecutive allowed keys each), keeping its own running
- * max m, sum l and accumulators; then the warps merge in order 0..7. The split depends on
- * the number of allowed keys only. */
-template <int DPL>
+ * g = w, w + 8, ... (KEYS consecutive allowed keys each), keeping its own running max m,
+ * sum l and accumulators; then the warps merge in order 0..7. The split depends on the
+ * number of allowed keys only. */
+template <int DPL, int KEYS>
 __global__ void __launch_bounds__(ATTW_WARPS * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                                   const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
@@ -141,30 +152,31 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
     for (int i = 0; i < DPL; i++)
         qf[i] = __bfloat162float(qr[i]) * scale, acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
-    for (int g0 = warp * ATTW_KEYS; g0 < n; g0 += ATTW_WARPS * ATTW_KEYS) {
-        float sc[ATTW_KEYS];
-        int key[ATTW_KEYS];
+    for (int g0 = warp * KEYS; g0 < n; g0 += ATTW_WARPS * KEYS) {
+        float sc[KEYS];
+        int key[KEYS];
+        bf16 vv[KEYS][DPL];
 #pragma unroll
-        for (int j = 0; j < ATTW_KEYS; j++) {
+        for (int j = 0; j < KEYS; j++) {
             int jj = g0 + j;
             key[j] = jj < n ? (jj < n0 ? lo0 + jj : lo1 + (jj - n0)) : -1;
             float dot = 0.0f;
             if (key[j] >= 0) {
-                const bf16 *kr = kb + key[j] * kvd;
+                const bf16 *kr = kb + key[j] * kvd, *vr = vb + key[j] * kvd;
 #pragma unroll
                 for (int i = 0; i < DPL; i++)
-                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot);
+                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot), vv[j][i] = vr[i];
             }
             sc[j] = dot;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-            for (int j = 0; j < ATTW_KEYS; j++)
+            for (int j = 0; j < KEYS; j++)
                 sc[j] += __shfl_xor_sync(0xffffffffu, sc[j], o);
         float mx = m_run;
 #pragma unroll
-        for (int j = 0; j < ATTW_KEYS; j++)
+        for (int j = 0; j < KEYS; j++)
             if (key[j] >= 0)
                 mx = fmaxf(mx, sc[j]);
         float corr = expf(m_run - mx); /* 0 on the first group (m_run = -inf) */
@@ -173,15 +185,14 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
         for (int i = 0; i < DPL; i++)
             acc[i] *= corr;
 #pragma unroll
-        for (int j = 0; j < ATTW_KEYS; j++) {
+        for (int j = 0; j < KEYS; j++) {
             if (key[j] < 0)
                 continue;
             float p = expf(sc[j] - mx);
             l_run += p;
-            const bf16 *vr = vb + key[j] * kvd;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                acc[i] = fmaf(p, __bfloat162float(vr[i]), acc[i]);
+                acc[i] = fmaf(p, __bfloat162float(vv[j][i]), acc[i]);
         }
         m_run = mx;
     }
@@ -298,27 +309,38 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     unsigned grid = (unsigned)((long)Tq * H);
     const bf16 *qq = as_bf(q), *kk = as_bf(kc), *vv = as_bf(vc);
     bf16 *oo = as_bf(out);
+#define ATT_KEYS_LAUNCH(DPL, KEYS)                                                                        \
+    decode_attention_warps_kernel<DPL, KEYS>                                                              \
+        <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale)
+    /* KEYS * DPL <= 64: the K and V values of a group stay in registers */
+#define ATT_KEYS_CASE(DPL)                                                                                \
+    do {                                                                                                  \
+        if (g_att_keys >= 16 && (DPL) <= 4)                                                               \
+            ATT_KEYS_LAUNCH(DPL, (DPL) <= 4 ? 16 : 8);                                                    \
+        else if (g_att_keys >= 8)                                                                         \
+            ATT_KEYS_LAUNCH(DPL, 8);                                                                      \
+        else                                                                                              \
+            ATT_KEYS_LAUNCH(DPL, 4);                                                                      \
+    } while (0)
     switch (hd) {
     case 32:
-        decode_attention_warps_kernel<1>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
+        ATT_KEYS_CASE(1);
         break;
     case 64:
-        decode_attention_warps_kernel<2>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
+        ATT_KEYS_CASE(2);
         break;
     case 128:
-        decode_attention_warps_kernel<4>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
+        ATT_KEYS_CASE(4);
         break;
     case 256:
-        decode_attention_warps_kernel<8>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
+        ATT_KEYS_CASE(8);
         break;
     default:
         decode_attention_kernel<<<grid, ATT_THREADS, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV,
                                                              hd, scale);
     }
+#undef ATT_KEYS_CASE
+#undef ATT_KEYS_LAUNCH
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
 }
@@ -345,7 +367,17 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
     {"8w+pf+pdl", 8, 1, 1},   /* early launch */
     {"16w+pf+pdl", 16, 1, 1}, /* both */
     {"16w+pdl", 16, 0, 1},
+    {"auto", 0, 0, 0}, /* per shape: LIN_AUTO_NARROW below LIN_AUTO_BLOCKS blocks, else LIN_AUTO_WIDE */
 };
+#ifndef LIN_AUTO_BLOCKS
+#define LIN_AUTO_BLOCKS 512
+#endif
+#ifndef LIN_AUTO_NARROW
+#define LIN_AUTO_NARROW 4
+#endif
+#ifndef LIN_AUTO_WIDE
+#define LIN_AUTO_WIDE 3
+#endif
 #ifndef DECODE_LINEAR_DEFAULT_VARIANT
 #define DECODE_LINEAR_DEFAULT_VARIANT 0
 #endif
@@ -597,6 +629,8 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
                                  int N, int vec, cudaStream_t s)
 {
     const lin_variant *v = &LIN_VARIANTS[g_lin_variant];
+    if (!v->warps) /* auto: by the number of column blocks, a function of n_out alone */
+        v = &LIN_VARIANTS[(N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS ? LIN_AUTO_NARROW : LIN_AUTO_WIDE];
     int pdl = v->pdl && lin_pdl_ok();
 #define LIN_CASE(W, PF, PDL) \
     if (v->warps == W && v->pf == PF && pdl == PDL) \

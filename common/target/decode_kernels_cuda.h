@@ -59,6 +59,13 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
                           const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
                           int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen);
 
+/* Keys a warp of decode_attention_cuda scores per round (4, 8 or 16; 8 at most for
+ * hd = 256): more loads in flight for a few queries over a short cache, another split of
+ * the keys (so other roundings; a query's bits still depend on that query alone). A
+ * process-wide setting like decode_linear_variant_cuda; returns the previous value,
+ * anything else only queries. */
+int decode_attention_keys_cuda(int keys);
+
 /* Rows one decode_linear_rows_cuda call takes. */
 #define DECODE_LINEAR_MAX_ROWS 64
 
@@ -85,7 +92,7 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
  * process-wide setting; captured CUDA graphs keep the variant they were captured with).
  * decode_linear_variant_cuda(v) selects v (0 .. DECODE_LINEAR_VARIANTS-1; anything else
  * only queries) and returns the previous one. */
-#define DECODE_LINEAR_VARIANTS 6
+#define DECODE_LINEAR_VARIANTS 7
 int decode_linear_variant_cuda(int v);
 const char *decode_linear_variant_name_cuda(int v);
 

@@ -192,14 +192,15 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < calls; i++) {
-        if (swiglu)
-            RC(decode_linear_swiglu_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err));
-        else
-            RC(decode_linear_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err));
+    int rc = 0;
+    for (int i = 0; i < calls && rc == 0; i++)
+        rc = swiglu ? decode_linear_swiglu_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err)
+                    : decode_linear_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err);
+    cudaError_t ce = cudaStreamEndCapture(s, &g);
+    if (rc < 0 || ce != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+        printf("[failed: %s %s]", g_err, cudaGetErrorString(cudaGetLastError()));
+        return -1;
     }
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&ge, g, 0));
     cudaGraphDestroy(g);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -219,6 +220,18 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
     cudaGraphExecDestroy(ge);
     return median(t, 5);
 }
+
+/* A failed step of one configuration of the sweep: say so and go on with the next. */
+#define SOFT(call)                                                                                  \
+    do {                                                                                            \
+        int r_ = (call);                                                                            \
+        if (r_ < 0) {                                                                               \
+            printf("%s keys %d %s: %s failed (%d): %s\n", decode_linear_variant_name_cuda(vars[vi]), \
+                   keys_of[ki], fz ? "fused" : "sep", #call, r_, g_err);                            \
+            cudaGetLastError();                                                                     \
+            goto next_cfg;                                                                          \
+        }                                                                                           \
+    } while (0)
 
 /* us per call of the step's other kernels, a graph of L calls (one per layer: each
  * attention reads its own layer's cache of P keys), at T rows */
@@ -383,10 +396,10 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             decode_drop_graphs_cuda(&m);
             m.use_graphs = 1;
             decode_reset_cuda(&m);
-            RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+            SOFT(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
             for (int i = 0; i < 32 + 3; i++) {
                 double a = now_ms();
-                RC(decode_extend_cuda(&m, next, 1, 1, next, g_err, sizeof g_err));
+                SOFT(decode_extend_cuda(&m, next, 1, 1, next, g_err, sizeof g_err));
                 if (i >= 3)
                     t_ms[i - 3] = now_ms() - a;
                 if (i < 64)
@@ -401,22 +414,22 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             int len = m.len;
             for (int i = 0; i < 32 + 3; i++) {
                 double a = now_ms();
-                RC(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
+                SOFT(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
                 if (i >= 3)
                     t_ms[i - 3] = now_ms() - a;
-                RC(decode_truncate_cuda(&m, len));
+                SOFT(decode_truncate_cuda(&m, len));
             }
             double v16 = median(t_ms, 32);
             if (dr.draft_graph)
                 cudaGraphExecDestroy(dr.draft_graph);
             dr.draft_graph = NULL;
             decode_reset_cuda(&m);
-            RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+            SOFT(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
             infer_reset_cuda(&dr);
-            RC(infer_append_cuda(&dr, m.feat, P, g_err, sizeof g_err));
+            SOFT(infer_append_cuda(&dr, m.feat, P, g_err, sizeof g_err));
             for (int i = 0; i < 32 + 3; i++) {
                 double a = now_ms();
-                RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+                SOFT(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
                 if (i >= 3)
                     t_ms[i - 3] = now_ms() - a;
             }
@@ -430,6 +443,10 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
                     "\"verify16_over_plain\": %.3f, \"draft_ms\": %.4f, \"draft_pct\": %.2f}",
                     cfg ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz, plain, 100 * pf / plain, v16,
                     v16 / plain, dm, 100 * dfl / dm);
+            continue;
+        next_cfg:
+            fprintf(jf, "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"failed\": true}", cfg ? ", " : "",
+                    decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz);
         }
         m.fused = dr.fused = 0;
         decode_attention_keys_cuda(4);

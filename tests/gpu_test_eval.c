@@ -24,7 +24,8 @@
  *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's;
  *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise.
  *   f. the whole target: a k-row extend == k one-row extends bitwise (k = 16, 5), with
- *      and without CUDA graphs, fused and separate kernels, and graph replays == eager
+ *      and without CUDA graphs, separate kernels and several fused sequences (fused 1,
+ *      the residual bit, q/k append + residual), and graph replays == eager
  *      launches bitwise.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
 #include "gpu_test_check.h"
@@ -563,8 +564,10 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
         tok[i] = rnd(0, V - 1);
     float *blk = xmalloc(sizeof(float) * (size_t)k * V), *one = xmalloc(sizeof(float) * (size_t)k * V);
     float *ref = xmalloc(sizeof(float) * (size_t)k * V);
-    for (int fused = 0; fused <= 1; fused++)
+    static const int seqs[] = {0, 1, DECODE_FUSE_RESIDUAL, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL};
+    for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
         for (int graphs = 1; graphs >= 0; graphs--) {
+            int fused = seqs[si];
             gpu->use_graphs = graphs;
             gpu->fused = fused;
             decode_drop_graphs_cuda(gpu); /* graphs hold the kernels they were captured with */
@@ -579,16 +582,17 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
                     RC_CHECK(decode_logits_to_host_cuda(gpu, one + (size_t)i * V, g_err, sizeof g_err), g_err);
                 }
                 int same = memcmp(blk, one, sizeof(float) * (size_t)kk * V) == 0;
-                printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, %s kernels, prompt %d)\n",
-                       same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused ? "fused" : "separate", P);
+                printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, kernels fused %d, prompt "
+                       "%d)\n",
+                       same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused, P);
                 g_fail += !same;
             }
             if (graphs)
                 memcpy(ref, one, sizeof(float) * 5 * V);
             else {
                 int same = memcmp(ref, one, sizeof(float) * 5 * V) == 0;
-                printf("%s target: graph replays == eager launches bitwise (5 steps, %s kernels)\n",
-                       same ? "PASS" : "FAIL", fused ? "fused" : "separate");
+                printf("%s target: graph replays == eager launches bitwise (5 steps, kernels fused %d)\n",
+                       same ? "PASS" : "FAIL", fused);
                 g_fail += !same;
             }
         }

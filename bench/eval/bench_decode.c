@@ -221,13 +221,32 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
     return median(t, 5);
 }
 
+/* The kernel sequence of fused bits, short. */
+static const char *fz_name(int fz)
+{
+    switch (fz) {
+    case 0:
+        return "sep";
+    case 1:
+        return "all";
+    case DECODE_FUSE_QK_APPEND:
+        return "qk";
+    case DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL:
+        return "qk+res";
+    case DECODE_FUSE_RESIDUAL:
+        return "res";
+    default:
+        return "other";
+    }
+}
+
 /* A failed step of one configuration of the sweep: say so and go on with the next. */
 #define SOFT(call)                                                                                  \
     do {                                                                                            \
         int r_ = (call);                                                                            \
         if (r_ < 0) {                                                                               \
             printf("%s keys %d %s: %s failed (%d): %s\n", decode_linear_variant_name_cuda(vars[vi]), \
-                   keys_of[ki], fz ? "fused" : "sep", #call, r_, g_err);                            \
+                   keys_of[ki], fz_name(fz), #call, r_, g_err);                                    \
             cudaGetLastError();                                                                     \
             goto next_cfg;                                                                          \
         }                                                                                           \
@@ -385,11 +404,21 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         fprintf(jf, "%s\n {\"shape\": \"%s\", \"plain_floor_ms\": %.4f, \"draft_floor_ms\": %.4f, \"steps\": [",
                 first ? "" : ",", sh->name, pf, dfl);
         double t_ms[32];
-        int cfg = 0;
+        /* the configurations: every given variant alone (attention 4 keys, separate
+         * kernels), then, for the variants with PDL (and the first one), attention key
+         * rounds and kernel sequences (fused bits) */
         static const int keys_of[3] = {4, 8, 16};
-        for (int fz = 0; fz <= 1; fz++)
-            for (int ki = 0; ki < 3; ki++)
-                for (int vi = 0; vi < nv; vi++, cfg++) {
+        int cv[128], ck[128], cf[128], ncfg = 0;
+        for (int vi = 0; vi < nv; vi++)
+            cv[ncfg] = vi, ck[ncfg] = 0, cf[ncfg++] = 0;
+        static const int more[][2] = {{1, 0}, {2, 0}, {0, 1}, {2, 1}, {2, DECODE_FUSE_RESIDUAL}, {2, DECODE_FUSE_QK_APPEND},
+                                      {2, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL}};
+        for (int vi = 0; vi < nv; vi++)
+            for (size_t j = 0; j < DF_ARRAY_LEN(more); j++)
+                if (vi == 0 ? j == 2 : vars[vi] >= 3 && vars[vi] != 5)
+                    cv[ncfg] = vi, ck[ncfg] = more[j][0], cf[ncfg++] = more[j][1];
+        for (int cfg = 0; cfg < ncfg; cfg++) {
+            int vi = cv[cfg], ki = ck[cfg], fz = cf[cfg];
             decode_linear_variant_cuda(vars[vi]);
             decode_attention_keys_cuda(keys_of[ki]);
             m.fused = dr.fused = fz;
@@ -435,7 +464,7 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             }
             double dm = median(t_ms, 32);
             printf("%-12s %4d %5s %10.3f %5.0f%% %10.3f %6.2fx %10.3f %5.0f%% %s\n",
-                   decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz ? "fused" : "sep", plain, 100 * pf / plain,
+                   decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz_name(fz), plain, 100 * pf / plain,
                    v16, v16 / plain, dm, 100 * dfl / dm,
                    cfg == 0 ? "reference" : same ? "same as the first" : "differ (another rounding)");
             fprintf(jf,

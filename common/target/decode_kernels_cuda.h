@@ -66,6 +66,13 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
  * anything else only queries. */
 int decode_attention_keys_cuda(int keys);
 
+/* Kernel sequences of a decode step: bits of decode_model_cuda.fused and
+ * infer_state_cuda.fused (0: separate kernels; 1 means all three). */
+#define DECODE_FUSE_QK_APPEND 2 /* q/k norm + RoPE + K/V cache append: one kernel */
+#define DECODE_FUSE_RESIDUAL 4  /* o_proj and down add to the fp32 residual themselves (no bf16 y) */
+#define DECODE_FUSE_SWIGLU 8    /* SwiGLU computed in the down projection's loads */
+#define DECODE_FUSE_BITS(f) ((f) == 1 ? (DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU) : (f))
+
 /* Rows one decode_linear_rows_cuda call takes. */
 #define DECODE_LINEAR_MAX_ROWS 64
 

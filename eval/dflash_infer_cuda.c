@@ -386,8 +386,8 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
                                    B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
         /* f_res: o_proj and down add into the fp32 residual h inside the linear kernel */
-        STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B, H * hd, d, st,
-                                     kerr, sizeof kerr),
+        STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B,
+                                     H * hd, d, st, kerr, sizeof kerr),
              "linear o_proj");
         STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
              "post norm");

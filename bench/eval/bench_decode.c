@@ -186,8 +186,8 @@ static void drafter_params(dflash_params *p, const dflash_config *c, uint64_t se
 /* ms per call of decode_linear_rows_cuda (or the SwiGLU one) at T rows, replayed in a
  * graph of `calls` launches cycling through `nw` weight copies (>= 256 MB in all, so
  * the weights come from HBM, not L2) */
-static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn_bf16_cuda *x, nn_bf16_cuda **w,
-                          int nw, void *out, int calls, cudaStream_t s)
+static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn_bf16_cuda *x, nn_bf16_cuda **w, int nw,
+                          void *out, int calls, cudaStream_t s)
 {
     cudaGraph_t g;
     cudaGraphExec_t ge;
@@ -225,31 +225,25 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
 static const char *fz_name(int fz)
 {
     switch (fz) {
-    case 0:
-        return "sep";
-    case 1:
-        return "all";
-    case DECODE_FUSE_QK_APPEND:
-        return "qk";
-    case DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL:
-        return "qk+res";
-    case DECODE_FUSE_RESIDUAL:
-        return "res";
-    default:
-        return "other";
+    case 0: return "sep";
+    case 1: return "all";
+    case DECODE_FUSE_QK_APPEND: return "qk";
+    case DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL: return "qk+res";
+    case DECODE_FUSE_RESIDUAL: return "res";
+    default: return "other";
     }
 }
 
 /* A failed step of one configuration of the sweep: say so and go on with the next. */
-#define SOFT(call)                                                                                  \
-    do {                                                                                            \
-        int r_ = (call);                                                                            \
-        if (r_ < 0) {                                                                               \
-            printf("%s keys %d %s: %s failed (%d): %s\n", decode_linear_variant_name_cuda(vars[vi]), \
-                   keys_of[ki], fz_name(fz), #call, r_, g_err);                                    \
-            cudaGetLastError();                                                                     \
-            goto next_cfg;                                                                          \
-        }                                                                                           \
+#define SOFT(call)                                                                                                \
+    do {                                                                                                          \
+        int r_ = (call);                                                                                          \
+        if (r_ < 0) {                                                                                             \
+            printf("%s keys %d %s: %s failed (%d): %s\n", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], \
+                   fz_name(fz), #call, r_, g_err);                                                                \
+            cudaGetLastError();                                                                                   \
+            goto next_cfg;                                                                                        \
+        }                                                                                                         \
     } while (0)
 
 /* us per call of the step's other kernels, a graph of L calls (one per layer: each
@@ -286,8 +280,8 @@ static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
     RC(nn_fill_uniform_bf16_cuda(vc, kvl * L, 8, 1.0f, s, g_err, sizeof g_err));
     RC(nn_fill_uniform_bf16_cuda(gu, 16 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err));
     RC(decode_positions_cuda(pos, NULL, P, 16, s, g_err, sizeof g_err));
-    static const char *names[] = {"add_rmsnorm", "qk_norm_rope", "kv_append", "qk_rope_append", "attention k4",
-                                  "attention k8", "attention k16", "swiglu", "argmax"};
+    static const char *names[] = {"add_rmsnorm",  "qk_norm_rope",  "kv_append", "qk_rope_append", "attention k4",
+                                  "attention k8", "attention k16", "swiglu",    "argmax"};
     printf("%d rows, us per call:", T);
     fprintf(jf, "%s{\"rows\": %d", T == 1 ? "" : ", ", T);
     for (int kind = 0; kind < 9; kind++) {
@@ -299,16 +293,12 @@ static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
         for (int l = 0; l < L; l++) {
             nn_bf16_cuda *kl = kc + l * kvl, *vl = vc + l * kvl;
             switch (kind) {
-            case 0:
-                RC(nn_add_rmsnorm_cuda(x, y, w, a, NULL, 0, T, d, 1e-6f, s, g_err, sizeof g_err));
-                break;
+            case 0: RC(nn_add_rmsnorm_cuda(x, y, w, a, NULL, 0, T, d, 1e-6f, s, g_err, sizeof g_err)); break;
             case 1:
                 RC(nn_qk_norm_rope_cuda(qkv, fl, fl + hd, fl + 2 * hd, pos, T, H, KV, hd, 1e-6f, s, g_err,
                                         sizeof g_err));
                 break;
-            case 2:
-                RC(decode_kv_append_cuda(kl, vl, qkv, T, H, KV, hd, NULL, P, s, g_err, sizeof g_err));
-                break;
+            case 2: RC(decode_kv_append_cuda(kl, vl, qkv, T, H, KV, hd, NULL, P, s, g_err, sizeof g_err)); break;
             case 3:
                 RC(decode_qk_norm_rope_append_cuda(qkv, fl, fl + hd, fl + 2 * hd, kl, vl, T, H, KV, hd, 1e-6f, NULL, P,
                                                    s, g_err, sizeof g_err));
@@ -319,11 +309,8 @@ static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
                 RC(decode_attention_cuda(att, qkv, qn, kl, vl, NULL, NULL, P, 0, T, H, KV, hd, 0.088f, s, g_err,
                                          sizeof g_err));
                 break;
-            case 7:
-                RC(nn_swiglu_cuda(h, gu, T, I, s, g_err, sizeof g_err));
-                break;
-            default:
-                RC(decode_argmax_rows_cuda(idx, logits, T, V, s, g_err, sizeof g_err));
+            case 7: RC(nn_swiglu_cuda(h, gu, T, I, s, g_err, sizeof g_err)); break;
+            default: RC(decode_argmax_rows_cuda(idx, logits, T, V, s, g_err, sizeof g_err));
             }
         }
         CK(cudaStreamEndCapture(s, &g));
@@ -399,8 +386,8 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         double pb = decode_step_bytes_cuda(&m, P + 8, 1, 1), pf = pb / bw * 1e3;
         double db = infer_draft_bytes_cuda(&dr, P), dfl = db / bw * 1e3;
         printf("== %s: steps per variant (plain floor %.3f ms, draft floor %.3f ms)\n", sh->name, pf, dfl);
-        printf("%-12s %4s %5s %10s %6s %10s %7s %10s %6s %s\n", "variant", "keys", "seq", "plain ms", "%", "verify ms", "/plain", "draft ms",
-               "%", "greedy tokens");
+        printf("%-12s %4s %5s %10s %6s %10s %7s %10s %6s %s\n", "variant", "keys", "seq", "plain ms", "%", "verify ms",
+               "/plain", "draft ms", "%", "greedy tokens");
         fprintf(jf, "%s\n {\"shape\": \"%s\", \"plain_floor_ms\": %.4f, \"draft_floor_ms\": %.4f, \"steps\": [",
                 first ? "" : ",", sh->name, pf, dfl);
         double t_ms[32];
@@ -411,7 +398,12 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         int cv[128], ck[128], cf[128], ncfg = 0;
         for (int vi = 0; vi < nv; vi++)
             cv[ncfg] = vi, ck[ncfg] = 0, cf[ncfg++] = 0;
-        static const int more[][2] = {{1, 0}, {2, 0}, {0, 1}, {2, 1}, {2, DECODE_FUSE_RESIDUAL}, {2, DECODE_FUSE_QK_APPEND},
+        static const int more[][2] = {{1, 0},
+                                      {2, 0},
+                                      {0, 1},
+                                      {2, 1},
+                                      {2, DECODE_FUSE_RESIDUAL},
+                                      {2, DECODE_FUSE_QK_APPEND},
                                       {2, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL}};
         for (int vi = 0; vi < nv; vi++)
             for (size_t j = 0; j < DF_ARRAY_LEN(more); j++)
@@ -464,14 +456,17 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             }
             double dm = median(t_ms, 32);
             printf("%-12s %4d %5s %10.3f %5.0f%% %10.3f %6.2fx %10.3f %5.0f%% %s\n",
-                   decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz_name(fz), plain, 100 * pf / plain,
-                   v16, v16 / plain, dm, 100 * dfl / dm,
-                   cfg == 0 ? "reference" : same ? "same as the first" : "differ (another rounding)");
+                   decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz_name(fz), plain, 100 * pf / plain, v16,
+                   v16 / plain, dm, 100 * dfl / dm,
+                   cfg == 0 ? "reference"
+                   : same   ? "same as the first"
+                            : "differ (another rounding)");
             fprintf(jf,
-                    "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"plain_ms\": %.4f, \"plain_pct\": %.2f, \"verify16_ms\": %.4f, "
+                    "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"plain_ms\": %.4f, \"plain_pct\": %.2f, "
+                    "\"verify16_ms\": %.4f, "
                     "\"verify16_over_plain\": %.3f, \"draft_ms\": %.4f, \"draft_pct\": %.2f}",
-                    cfg ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz, plain, 100 * pf / plain, v16,
-                    v16 / plain, dm, 100 * dfl / dm);
+                    cfg ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz, plain,
+                    100 * pf / plain, v16, v16 / plain, dm, 100 * dfl / dm);
             continue;
         next_cfg:
             fprintf(jf, "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"failed\": true}", cfg ? ", " : "",
@@ -486,12 +481,9 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         struct {
             const char *name;
             int K, N, swiglu, out_f32;
-        } L[] = {{"qkv", sh->d, qn, 0, 0},
-                 {"o_proj", sh->H * sh->hd, sh->d, 0, 0},
-                 {"gate_up", sh->d, 2 * sh->I, 0, 0},
-                 {"down", sh->I, sh->d, 0, 0},
-                 {"swiglu+down+res", sh->I, sh->d, 1, 2},
-                 {"lm_head", sh->d, sh->V, 0, 1}};
+        } L[] = {
+            {"qkv", sh->d, qn, 0, 0},     {"o_proj", sh->H * sh->hd, sh->d, 0, 0}, {"gate_up", sh->d, 2 * sh->I, 0, 0},
+            {"down", sh->I, sh->d, 0, 0}, {"swiglu+down+res", sh->I, sh->d, 1, 2}, {"lm_head", sh->d, sh->V, 0, 1}};
         printf("%-16s %5s %5s %6s %4s", "linear", "n_in", "n_out", "MB", "rows");
         for (int vi = 0; vi < nv; vi++)
             printf(" %17s", decode_linear_variant_name_cuda(vars[vi]));
@@ -522,8 +514,8 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
                 firstl = 0;
                 for (int vi = 0; vi < nv; vi++) {
                     decode_linear_variant_cuda(vars[vi]);
-                    double ms = time_linear(rows[ri], L[li].K, L[li].N, L[li].swiglu, L[li].out_f32, x, w, nw, out,
-                                            calls, s);
+                    double ms =
+                        time_linear(rows[ri], L[li].K, L[li].N, L[li].swiglu, L[li].out_f32, x, w, nw, out, calls, s);
                     double gbs = wbytes / (ms * 1e-3) / 1e9;
                     printf(" %5.1f %5.0f %4.0f%%", ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
                     fprintf(jf, "%s{\"variant\": \"%s\", \"us\": %.3f, \"GBps\": %.1f, \"pct_copy\": %.2f}",
@@ -587,11 +579,12 @@ int main(int argc, char **argv)
             }
             vars[nv++] = v;
         } else {
-            fprintf(stderr, "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
-                            "[--timeout S] [--variant V]... [--linear-sweep]\n"
-                            "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
-                            "  decoding bench, the sweep compares all given, default all)\n"
-                            "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n",
+            fprintf(stderr,
+                    "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
+                    "[--timeout S] [--variant V]... [--linear-sweep]\n"
+                    "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
+                    "  decoding bench, the sweep compares all given, default all)\n"
+                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n",
                     DECODE_LINEAR_VARIANTS - 1);
             return 2;
         }
@@ -695,9 +688,10 @@ int main(int argc, char **argv)
         /* plain steps, graphs and eager, at len P .. P + reps; the other kernel sequence
          * (fused / separate) once more with graphs */
         double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64], alt_plain = 0, alt_v16 = 0;
-        int dflt = m.fused;
+        /* the other sequence: separate when fused, else all fused */
+        int dflt = m.fused, dflt_dr = dr.fused;
         for (int graphs = 2; graphs >= 0; graphs--) {
-            m.fused = graphs == 2 ? !dflt : dflt;
+            m.fused = graphs == 2 ? (dflt ? 0 : 1) : dflt;
             decode_drop_graphs_cuda(&m);
             m.use_graphs = graphs > 0;
             decode_reset_cuda(&m);
@@ -749,7 +743,7 @@ int main(int argc, char **argv)
         if (dr.draft_graph)
             cudaGraphExecDestroy(dr.draft_graph);
         dr.draft_graph = NULL;
-        dr.fused = !dr.fused;
+        dr.fused = dflt_dr ? 0 : 1;
         for (int i = 0; i < reps + 3; i++) {
             double a = now_ms();
             RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
@@ -759,7 +753,7 @@ int main(int argc, char **argv)
         double alt_draft = median(t_ms, reps);
         cudaGraphExecDestroy(dr.draft_graph);
         dr.draft_graph = NULL;
-        dr.fused = !dr.fused;
+        dr.fused = dflt_dr;
         double draft_bytes = infer_draft_bytes_cuda(&dr, P);
         double draft_floor = draft_bytes / bw * 1e3;
         /* accept: truncate + append of 4 rows (tau ~ 4), graph replays, synchronised */

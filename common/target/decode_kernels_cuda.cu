@@ -309,32 +309,24 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     unsigned grid = (unsigned)((long)Tq * H);
     const bf16 *qq = as_bf(q), *kk = as_bf(kc), *vv = as_bf(vc);
     bf16 *oo = as_bf(out);
-#define ATT_KEYS_LAUNCH(DPL, KEYS)                                                                        \
-    decode_attention_warps_kernel<DPL, KEYS>                                                              \
+#define ATT_KEYS_LAUNCH(DPL, KEYS)           \
+    decode_attention_warps_kernel<DPL, KEYS> \
         <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale)
     /* KEYS * DPL <= 64: the K and V values of a group stay in registers */
-#define ATT_KEYS_CASE(DPL)                                                                                \
-    do {                                                                                                  \
-        if (g_att_keys >= 16 && (DPL) <= 4)                                                               \
-            ATT_KEYS_LAUNCH(DPL, (DPL) <= 4 ? 16 : 8);                                                    \
-        else if (g_att_keys >= 8)                                                                         \
-            ATT_KEYS_LAUNCH(DPL, 8);                                                                      \
-        else                                                                                              \
-            ATT_KEYS_LAUNCH(DPL, 4);                                                                      \
+#define ATT_KEYS_CASE(DPL)                             \
+    do {                                               \
+        if (g_att_keys >= 16 && (DPL) <= 4)            \
+            ATT_KEYS_LAUNCH(DPL, (DPL) <= 4 ? 16 : 8); \
+        else if (g_att_keys >= 8)                      \
+            ATT_KEYS_LAUNCH(DPL, 8);                   \
+        else                                           \
+            ATT_KEYS_LAUNCH(DPL, 4);                   \
     } while (0)
     switch (hd) {
-    case 32:
-        ATT_KEYS_CASE(1);
-        break;
-    case 64:
-        ATT_KEYS_CASE(2);
-        break;
-    case 128:
-        ATT_KEYS_CASE(4);
-        break;
-    case 256:
-        ATT_KEYS_CASE(8);
-        break;
+    case 32: ATT_KEYS_CASE(1); break;
+    case 64: ATT_KEYS_CASE(2); break;
+    case 128: ATT_KEYS_CASE(4); break;
+    case 256: ATT_KEYS_CASE(8); break;
     default:
         decode_attention_kernel<<<grid, ATT_THREADS, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV,
                                                              hd, scale);
@@ -456,8 +448,14 @@ template <bool SWIGLU> __device__ __forceinline__ uint4 load_x8(const bf16 *row,
  * and the register budget (512-thread blocks have 128 registers a thread). */
 __host__ __device__ constexpr int lin_unroll(int NT, int WARPS, bool PF)
 {
-    return WARPS == 8 ? (PF ? (NT <= 2 ? 4 : NT == 4 ? 2 : 1) : (NT == 8 ? 2 : 4))
-                      : (PF ? (NT == 1 ? 4 : NT == 2 ? 2 : 1) : (NT <= 2 ? 4 : 2));
+    return WARPS == 8 ? (PF ? (NT <= 2   ? 4
+                               : NT == 4 ? 2
+                                         : 1)
+                            : (NT == 8 ? 2 : 4))
+                      : (PF ? (NT == 1   ? 4
+                               : NT == 2 ? 2
+                                         : 1)
+                            : (NT <= 2 ? 4 : 2));
 }
 
 /* The weight operands of round c0 (chunks c0 + u * WARPS): rows n0+g and n0+g+8, 16
@@ -632,7 +630,7 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
     if (!v->warps) /* auto: by the number of column blocks, a function of n_out alone */
         v = &LIN_VARIANTS[(N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS ? LIN_AUTO_NARROW : LIN_AUTO_WIDE];
     int pdl = v->pdl && lin_pdl_ok();
-#define LIN_CASE(W, PF, PDL) \
+#define LIN_CASE(W, PF, PDL)                        \
     if (v->warps == W && v->pf == PF && pdl == PDL) \
         return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
     LIN_CASE(8, 0, 0)
@@ -663,7 +661,7 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
         cudaGetLastError();
         if (err && errlen)
             snprintf(err, errlen, "decode_linear_rows_cuda: launch (%s): %s", LIN_VARIANTS[g_lin_variant].name,
-                 cudaGetErrorString(e));
+                     cudaGetErrorString(e));
         return -EIO;
     }
     CUDA_LAUNCHED("decode_linear_mma_kernel", err, errlen);
@@ -685,7 +683,7 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
         cudaGetLastError();
         if (err && errlen)
             snprintf(err, errlen, "decode_linear_swiglu_rows_cuda: launch (%s): %s", LIN_VARIANTS[g_lin_variant].name,
-                 cudaGetErrorString(e));
+                     cudaGetErrorString(e));
         return -EIO;
     }
     CUDA_LAUNCHED("decode_linear_mma_kernel (swiglu)", err, errlen);

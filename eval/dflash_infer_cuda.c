@@ -196,7 +196,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
         return rc;
     }
     s->use_graphs = 1;
-    s->fused = 0; /* as decode_model_cuda.fused's default */
+    s->fused = DECODE_FUSED_DEFAULT; /* as decode_model_cuda.fused's */
     return 0;
 }
 

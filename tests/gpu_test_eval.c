@@ -597,7 +597,7 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
             }
         }
     gpu->use_graphs = 1;
-    gpu->fused = 0;
+    gpu->fused = DECODE_FUSED_DEFAULT;
     decode_drop_graphs_cuda(gpu);
     free(tok), free(blk), free(one), free(ref);
 }

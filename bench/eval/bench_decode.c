@@ -398,16 +398,15 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         int cv[128], ck[128], cf[128], ncfg = 0;
         for (int vi = 0; vi < nv; vi++)
             cv[ncfg] = vi, ck[ncfg] = 0, cf[ncfg++] = 0;
-        static const int more[][2] = {{1, 0},
+        static const int more[][2] = {{0, 1},
+                                      {1, 0},
                                       {2, 0},
-                                      {0, 1},
-                                      {2, 1},
-                                      {2, DECODE_FUSE_RESIDUAL},
-                                      {2, DECODE_FUSE_QK_APPEND},
-                                      {2, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL}};
+                                      {0, DECODE_FUSE_QK_APPEND},
+                                      {1, DECODE_FUSE_QK_APPEND},
+                                      {0, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL}};
         for (int vi = 0; vi < nv; vi++)
             for (size_t j = 0; j < DF_ARRAY_LEN(more); j++)
-                if (vi == 0 ? j == 2 : vars[vi] >= 3 && vars[vi] != 5)
+                if (vi == 0 ? j == 0 : vars[vi] >= 8 && j > 0)
                     cv[ncfg] = vi, ck[ncfg] = more[j][0], cf[ncfg++] = more[j][1];
         for (int cfg = 0; cfg < ncfg; cfg++) {
             int vi = cv[cfg], ki = ck[cfg], fz = cf[cfg];

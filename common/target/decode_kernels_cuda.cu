@@ -124,11 +124,29 @@ int decode_attention_keys_cuda(int keys)
     return old;
 }
 
+/* DPL consecutive bf16, one load of 2 * DPL bytes when VEC (p aligned to that), else
+ * element loads (the same values). */
+template <int DPL> struct alignas(2 * DPL) bf16_dpl {
+    bf16 v[DPL];
+};
+template <int DPL, bool VEC> __device__ __forceinline__ bf16_dpl<DPL> load_dpl(const bf16 *p)
+{
+    bf16_dpl<DPL> r;
+    if constexpr (VEC) {
+        r = *reinterpret_cast<const bf16_dpl<DPL> *>(p);
+    } else {
+#pragma unroll
+        for (int i = 0; i < DPL; i++)
+            r.v[i] = p[i];
+    }
+    return r;
+}
+
 /* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w takes the key groups
  * g = w, w + 8, ... (KEYS consecutive allowed keys each), keeping its own running max m,
  * sum l and accumulators; then the warps merge in order 0..7. The split depends on the
  * number of allowed keys only. */
-template <int DPL, int KEYS>
+template <int DPL, int KEYS, bool VEC>
 __global__ void __launch_bounds__(ATTW_WARPS * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                                   const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
@@ -155,17 +173,21 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
     for (int g0 = warp * KEYS; g0 < n; g0 += ATTW_WARPS * KEYS) {
         float sc[KEYS];
         int key[KEYS];
-        bf16 vv[KEYS][DPL];
+        bf16_dpl<DPL> kk[KEYS], vv[KEYS];
 #pragma unroll
         for (int j = 0; j < KEYS; j++) {
             int jj = g0 + j;
             key[j] = jj < n ? (jj < n0 ? lo0 + jj : lo1 + (jj - n0)) : -1;
+            if (key[j] >= 0)
+                kk[j] = load_dpl<DPL, VEC>(kb + key[j] * kvd), vv[j] = load_dpl<DPL, VEC>(vb + key[j] * kvd);
+        }
+#pragma unroll
+        for (int j = 0; j < KEYS; j++) {
             float dot = 0.0f;
             if (key[j] >= 0) {
-                const bf16 *kr = kb + key[j] * kvd, *vr = vb + key[j] * kvd;
 #pragma unroll
                 for (int i = 0; i < DPL; i++)
-                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot), vv[j][i] = vr[i];
+                    dot = fmaf(qf[i], __bfloat162float(kk[j].v[i]), dot);
             }
             sc[j] = dot;
         }
@@ -192,7 +214,7 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
             l_run += p;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                acc[i] = fmaf(p, __bfloat162float(vv[j][i]), acc[i]);
+                acc[i] = fmaf(p, __bfloat162float(vv[j].v[i]), acc[i]);
         }
         m_run = mx;
     }
@@ -309,9 +331,17 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     unsigned grid = (unsigned)((long)Tq * H);
     const bf16 *qq = as_bf(q), *kk = as_bf(kc), *vv = as_bf(vc);
     bf16 *oo = as_bf(out);
-#define ATT_KEYS_LAUNCH(DPL, KEYS)           \
-    decode_attention_warps_kernel<DPL, KEYS> \
-        <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale)
+    /* one load per key and lane when the rows are aligned to it (the same values either way) */
+    int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
+#define ATT_KEYS_LAUNCH(DPL, KEYS)                                                                                   \
+    do {                                                                                                             \
+        if (avec)                                                                                                    \
+            decode_attention_warps_kernel<DPL, KEYS, true>                                                           \
+                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+        else                                                                                                         \
+            decode_attention_warps_kernel<DPL, KEYS, false>                                                          \
+                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+    } while (0)
     /* KEYS * DPL <= 64: the K and V values of a group stay in registers */
 #define ATT_KEYS_CASE(DPL)                             \
     do {                                               \
@@ -360,6 +390,12 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
     {"16w+pf+pdl", 16, 1, 1}, /* both */
     {"16w+pdl", 16, 0, 1},
     {"auto", 0, 0, 0}, /* per shape: LIN_AUTO_NARROW below LIN_AUTO_BLOCKS blocks, else LIN_AUTO_WIDE */
+    {"8w+pdl", 8, 0, 1},
+    /* 8 warps everywhere (the bits of variant 0): PDL, and the prefetch above 8 rows only
+     * (the prefetch and unroll never change the order of the additions) */
+    {"8w+pdl/pf", 8, -1, 1},
+    /* per shape as auto: 16 warps + PDL below LIN_AUTO_BLOCKS column blocks; else as 8w+pdl/pf */
+    {"tuned", -1, -1, 1},
 };
 #ifndef LIN_AUTO_BLOCKS
 #define LIN_AUTO_BLOCKS 512
@@ -371,7 +407,7 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #define LIN_AUTO_WIDE 3
 #endif
 #ifndef DECODE_LINEAR_DEFAULT_VARIANT
-#define DECODE_LINEAR_DEFAULT_VARIANT 0
+#define DECODE_LINEAR_DEFAULT_VARIANT 9
 #endif
 static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
 
@@ -627,8 +663,17 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
                                  int N, int vec, cudaStream_t s)
 {
     const lin_variant *v = &LIN_VARIANTS[g_lin_variant];
-    if (!v->warps) /* auto: by the number of column blocks, a function of n_out alone */
-        v = &LIN_VARIANTS[(N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS ? LIN_AUTO_NARROW : LIN_AUTO_WIDE];
+    int narrow = (N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS; /* a function of n_out alone */
+    if (!v->warps)                                                /* auto */
+        v = &LIN_VARIANTS[narrow ? LIN_AUTO_NARROW : LIN_AUTO_WIDE];
+    lin_variant tv;
+    if (v->warps < 0 || v->pf < 0) { /* warps by shape (tuned), the prefetch by rows */
+        tv = *v;
+        if (tv.warps < 0)
+            tv.warps = narrow ? 16 : 8;
+        tv.pf = tv.warps == 8 && T > 8;
+        v = &tv;
+    }
     int pdl = v->pdl && lin_pdl_ok();
 #define LIN_CASE(W, PF, PDL)                        \
     if (v->warps == W && v->pf == PF && pdl == PDL) \
@@ -640,6 +685,7 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
     LIN_CASE(16, 1, 1)
     LIN_CASE(16, 0, 1)
     LIN_CASE(16, 0, 0)
+    LIN_CASE(8, 0, 1)
 #undef LIN_CASE
     return cudaErrorInvalidConfiguration; /* a variant without a case: a bug here */
 }
@@ -787,13 +833,25 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) decode_argmax_kernel(int32_t *
     int at = V; /* V: nothing seen (all -inf or NaN) */
     if (V % 4 == 0 && ((uintptr_t)row % 16) == 0) {
         const float4 *r4 = reinterpret_cast<const float4 *>(row);
-        for (int v4 = threadIdx.x; v4 < V / 4; v4 += blockDim.x) {
-            float4 x = r4[v4];
-            float e[4] = {x.x, x.y, x.z, x.w};
+        int n4 = V / 4;
+        for (int b4 = threadIdx.x; b4 < n4; b4 += 4 * blockDim.x) { /* 4 loads in flight, visited in order */
+            float4 x[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (e[j] > best || (at == V && e[j] == best))
-                    best = e[j], at = 4 * v4 + j;
+            for (int u = 0; u < 4; u++) {
+                int v4 = b4 + u * blockDim.x;
+                x[u] = v4 < n4 ? r4[v4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int v4 = b4 + u * blockDim.x;
+                if (v4 >= n4)
+                    break;
+                float e[4] = {x[u].x, x[u].y, x[u].z, x[u].w};
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (e[j] > best || (at == V && e[j] == best))
+                        best = e[j], at = 4 * v4 + j;
+            }
         }
     } else {
         for (int v = threadIdx.x; v < V; v += blockDim.x) {

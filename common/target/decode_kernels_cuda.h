@@ -72,6 +72,12 @@ int decode_attention_keys_cuda(int keys);
 #define DECODE_FUSE_RESIDUAL 4  /* o_proj and down add to the fp32 residual themselves (no bf16 y) */
 #define DECODE_FUSE_SWIGLU 8    /* SwiGLU computed in the down projection's loads */
 #define DECODE_FUSE_BITS(f) ((f) == 1 ? (DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU) : (f))
+/* The default of both (decode_init/load_cuda, infer_init_cuda): the q/k kernel only; the
+ * SwiGLU inside down's loads measured slower and the residual bit changed nothing
+ * (docs/eval.md). */
+#ifndef DECODE_FUSED_DEFAULT
+#define DECODE_FUSED_DEFAULT DECODE_FUSE_QK_APPEND
+#endif
 
 /* Rows one decode_linear_rows_cuda call takes. */
 #define DECODE_LINEAR_MAX_ROWS 64
@@ -99,7 +105,7 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
  * process-wide setting; captured CUDA graphs keep the variant they were captured with).
  * decode_linear_variant_cuda(v) selects v (0 .. DECODE_LINEAR_VARIANTS-1; anything else
  * only queries) and returns the previous one. */
-#define DECODE_LINEAR_VARIANTS 7
+#define DECODE_LINEAR_VARIANTS 10
 int decode_linear_variant_cuda(int v);
 const char *decode_linear_variant_name_cuda(int v);
 

@@ -17,12 +17,6 @@
 
 #include "cuda_check.h"
 
-/* The fused decode step (decode_model_cuda.fused) by default? 0: the unfused kernels,
- * the faster of the two in the H200 runs so far (docs/eval.md). */
-#ifndef DECODE_CUDA_FUSED_DEFAULT
-#define DECODE_CUDA_FUSED_DEFAULT 0
-#endif
-
 void decode_free_cuda(decode_model_cuda *m)
 {
     if (!m)
@@ -106,7 +100,7 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
     m->max_next = max_next;
     m->small_rows = DECODE_LINEAR_MAX_ROWS;
     m->use_graphs = 1;
-    m->fused = DECODE_CUDA_FUSED_DEFAULT;
+    m->fused = DECODE_FUSED_DEFAULT;
     size_t cache = L * max_ctx * kvd * sizeof(nn_bf16_cuda);
     int rc;
     if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", what, err, errlen)) < 0 ||

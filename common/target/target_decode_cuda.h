@@ -25,8 +25,8 @@
  * cache length go through pinned host buffers copied inside the graph, and every kernel
  * that places rows reads the length from device memory, so a plain step or a verify is
  * one graph launch and one synchronisation. use_graphs = 0 runs the same kernels
- * eagerly (the benchmark compares both), fused picks between two kernel sequences of a
- * small extend (below).
+ * eagerly (the benchmark compares both), fused picks the kernel sequence of a small
+ * extend (below).
  *
  * Cache: per layer K and V [max_ctx, KV*hd] bf16 (K after q/k norm and RoPE).
  * Features of the last extend: feat [k, n_capture, d] bf16 on the device (the layout

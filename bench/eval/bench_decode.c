@@ -16,6 +16,13 @@
  * the time per token at the tau a trained drafter would reach. Lossless: its output
  * equals plain greedy decoding token for token.
  *
+ * --linear-sweep instead: per shape the plain step, verify and draft under each small-row
+ * linear kernel variant (decode_linear_variant_cuda; --variant V picks them, default all)
+ * and under attention key rounds and fused sequences, then every linear shape of a step at
+ * 1 and 16 rows (GB/s of weights and % of the copy ceiling, weights cycled through >= 256
+ * MB so they come from HBM) and the step's other kernels (JSON default
+ * bench/results/eval/linear_sweep.json). Without it, --variant V runs the bench under V.
+ *
  * Prints a table; writes JSON (--json, default bench/results/eval/decode.json). Exit 77
  * without a GPU; a CPU build says it needs CUDA=1 and exits 0 (so `make bench` stays green). */
 #ifndef DF_WITH_CUDA

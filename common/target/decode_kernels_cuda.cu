@@ -406,6 +406,8 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #ifndef LIN_AUTO_WIDE
 #define LIN_AUTO_WIDE 3
 #endif
+/* The default: tuned, the fastest plain step at the 1.7B shape on an H200 (docs/eval.md,
+ * bench_decode --linear-sweep); 8w+pdl/pf was 2% faster at 8B. */
 #ifndef DECODE_LINEAR_DEFAULT_VARIANT
 #define DECODE_LINEAR_DEFAULT_VARIANT 9
 #endif

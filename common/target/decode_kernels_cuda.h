@@ -85,11 +85,12 @@ int decode_attention_keys_cuda(int keys);
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 x / w / bias, fp32
  * accumulation, out bf16 (out_f32 = 0), fp32 (out_f32 = 1), or added to an fp32 out
  * (out_f32 = 2: the residual stream, out += result, no bf16 rounding); 1 <= T <= 64.
- * One thread block per 16 output columns; its 8 warps split n_in in chunks of 32
- * (warp w takes chunks w, w+8, ...), each chunk is two m16n8k16 tensor-core products
- * with the weights as the 16-row operand and up to 8 x rows per 8-column operand, so
- * every weight is read once for all rows; the 8 warps' partial sums are then added in
- * warp order. Which chunk goes where and in what order depends on n_in and n_out only,
+ * One thread block per 16 output columns; its W warps (8 or 16: the variant and n_out
+ * decide, below) split n_in in chunks of 32 (warp w takes chunks w, w+W, ...), each
+ * chunk is two m16n8k16 tensor-core products with the weights as the 16-row operand and
+ * up to 8 x rows per 8-column operand, so every weight is read once for all rows; the
+ * warps' partial sums are then added in warp order. Which chunk goes where and in what
+ * order depends on n_in and n_out only,
  * and a tensor-core product's column depends on that column of its operand alone, so
  * element (t, n) is a function of row t of x and column n of w: a row's bits are the
  * same in a 1-row call and a 64-row one. x, w 16-byte aligned with n_in % 8 == 0 take

@@ -196,7 +196,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
         return rc;
     }
     s->use_graphs = 1;
-    s->fused = 0; /* as decode_model_cuda.fused's default */
+    s->fused = DECODE_FUSED_DEFAULT; /* as decode_model_cuda.fused's */
     return 0;
 }
 
@@ -253,13 +253,14 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
                  "fc");
     STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr),
          "hidden_norm");
-    if (!s->fused)
+    const int f_qk = DECODE_FUSE_BITS(s->fused) & DECODE_FUSE_QK_APPEND;
+    if (!f_qk)
         STEP(decode_positions_cuda(s->pos, base, p0, m, s->stream, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
         STEP(linear(s, s->qkv, s->ctx, L->w_qkv, m, d, qkv_n, kerr, sizeof kerr), "linear qkv (context)");
-        if (s->fused) {
+        if (f_qk) {
             STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, m, H, KV, hd, eps,
                                                  base, p0, s->stream, kerr, sizeof kerr),
                  "qk_norm_rope + kv append (context)");
@@ -356,10 +357,11 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
              ? 0
              : -EIO,
          "ranges upload");
-    const int f = s->fused;
-    const nn_bf16_cuda *yadd = f ? NULL : s->y; /* fused: o_proj / down add into h themselves */
+    const int fz = DECODE_FUSE_BITS(s->fused), f_qk = fz & DECODE_FUSE_QK_APPEND;
+    const int f_res = fz & DECODE_FUSE_RESIDUAL, f_glu = fz & DECODE_FUSE_SWIGLU;
+    const nn_bf16_cuda *yadd = f_res ? NULL : s->y; /* o_proj / down add into h themselves */
     STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
-    if (!f)
+    if (!f_qk)
         STEP(decode_positions_cuda(s->pos, base, p0, B, st, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
@@ -369,7 +371,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
             "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
-        if (f) {
+        if (f_qk) {
             STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
                                                  base, p0, st, kerr, sizeof kerr),
                  "qk_norm_rope + kv append (block)");
@@ -383,19 +385,24 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0, 0,
                                    B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
-        /* fused: o_proj and down add into the fp32 residual h inside the linear kernel */
-        STEP(decode_linear_rows_cuda(f ? (void *)s->h : (void *)s->y, f ? 2 : 0, s->att, L->w_o, NULL, B, H * hd, d, st,
-                                     kerr, sizeof kerr),
+        /* f_res: o_proj and down add into the fp32 residual h inside the linear kernel */
+        STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B,
+                                     H * hd, d, st, kerr, sizeof kerr),
              "linear o_proj");
         STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
              "post norm");
         STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        if (f) {
-            STEP(decode_linear_swiglu_rows_cuda(s->h, 2, s->gu, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
-                 "swiglu + linear down + residual");
+        if (f_glu) {
+            STEP(decode_linear_swiglu_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->gu, L->w_down,
+                                                NULL, B, I, d, st, kerr, sizeof kerr),
+                 "swiglu + linear down");
         } else {
             STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, kerr, sizeof kerr), "swiglu");
-            STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
+            if (f_res)
+                STEP(decode_linear_rows_cuda(s->h, 2, s->act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+                     "linear down + residual");
+            else
+                STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
         }
     }
     l = -1;

@@ -78,7 +78,7 @@ typedef struct infer_state_cuda {
     nn_gemm_cuda *gemm;
     int32_t *n_ctx_d;                   /* device [1]: n_ctx in stream order */
     int use_graphs;                     /* 1 (default) */
-    int fused;                          /* as decode_model_cuda.fused (default 0); set before the first call */
+    int fused;                          /* as decode_model_cuda.fused (its default); set before use */
     cudaGraphExec_t draft_graph;        /* captured on the first draft */
     cudaGraphExec_t append_graph[65];   /* [n], n <= min(B, 64) context rows */
     const nn_bf16_cuda *append_src[65]; /* the features buffer append_graph[n] reads */

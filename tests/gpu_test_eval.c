@@ -20,11 +20,13 @@
  *      corrupted (real multi-token acceptances: truncation and multi-row appends);
  *   d. CUDA plain greedy vs CPU plain greedy on the same prompts: differing tokens and the
  *      first difference are reported (bf16 vs fp32 arithmetic; not a failure).
- *   e. decode_linear_rows_cuda vs a float64 reference (rel L2 < 1e-4), and bitwise row
+ *   e. (under every variant of decode_linear_variant_cuda, as f)
+ *      decode_linear_rows_cuda vs a float64 reference (rel L2 < 1e-4), and bitwise row
  *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's;
  *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise.
  *   f. the whole target: a k-row extend == k one-row extends bitwise (k = 16, 5), with
- *      and without CUDA graphs, fused and separate kernels, and graph replays == eager
+ *      and without CUDA graphs, separate kernels and several fused sequences (fused 1,
+ *      the residual bit, q/k append + residual), and graph replays == eager
  *      launches bitwise.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
 #include "gpu_test_check.h"
@@ -569,8 +571,10 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
         tok[i] = rnd(0, V - 1);
     float *blk = xmalloc(sizeof(float) * (size_t)k * V), *one = xmalloc(sizeof(float) * (size_t)k * V);
     float *ref = xmalloc(sizeof(float) * (size_t)k * V);
-    for (int fused = 0; fused <= 1; fused++)
+    static const int seqs[] = {0, 1, DECODE_FUSE_RESIDUAL, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL};
+    for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
         for (int graphs = 1; graphs >= 0; graphs--) {
+            int fused = seqs[si];
             gpu->use_graphs = graphs;
             gpu->fused = fused;
             decode_drop_graphs_cuda(gpu); /* graphs hold the kernels they were captured with */
@@ -585,21 +589,22 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
                     RC_CHECK(decode_logits_to_host_cuda(gpu, one + (size_t)i * V, g_err, sizeof g_err), g_err);
                 }
                 int same = memcmp(blk, one, sizeof(float) * (size_t)kk * V) == 0;
-                printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, %s kernels, prompt %d)\n",
-                       same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused ? "fused" : "separate", P);
+                printf("%s target: a %d-row extend == %d one-row extends bitwise (graphs %s, kernels fused %d, prompt "
+                       "%d)\n",
+                       same ? "PASS" : "FAIL", kk, kk, graphs ? "on" : "off", fused, P);
                 g_fail += !same;
             }
             if (graphs)
                 memcpy(ref, one, sizeof(float) * 5 * V);
             else {
                 int same = memcmp(ref, one, sizeof(float) * 5 * V) == 0;
-                printf("%s target: graph replays == eager launches bitwise (5 steps, %s kernels)\n",
-                       same ? "PASS" : "FAIL", fused ? "fused" : "separate");
+                printf("%s target: graph replays == eager launches bitwise (5 steps, kernels fused %d)\n",
+                       same ? "PASS" : "FAIL", fused);
                 g_fail += !same;
             }
         }
     gpu->use_graphs = 1;
-    gpu->fused = 0;
+    gpu->fused = DECODE_FUSED_DEFAULT;
     decode_drop_graphs_cuda(gpu);
     free(tok), free(blk), free(one), free(ref);
 }
@@ -617,9 +622,20 @@ int main(void)
     decode_model_cuda gpu;
     RC_CHECK(decode_load(&cpu, TARGET, capture, 2, MAX_CTX, g_err, sizeof g_err), g_err);
     RC_CHECK(decode_load_cuda(&gpu, TARGET, capture, 2, MAX_CTX, 16, g_err, sizeof g_err), g_err);
-    test_linear_rows();
+    /* (e) and (f) under every kernel variant of the small-row linear layer (each must keep
+     * a row's bits independent of the row count), then the rest under the default */
+    int dflt_variant = decode_linear_variant_cuda(-1);
+    for (int v = 0; v < DECODE_LINEAR_VARIANTS; v++) {
+        decode_linear_variant_cuda(v);
+        printf("-- linear kernel variant %d (%s)%s\n", v, decode_linear_variant_name_cuda(v),
+               v == dflt_variant ? ", the default" : "");
+        test_linear_rows();
+        decode_drop_graphs_cuda(&gpu);
+        test_rows_and_graphs(&gpu);
+    }
+    decode_linear_variant_cuda(dflt_variant);
+    decode_drop_graphs_cuda(&gpu);
     test_target(&cpu, &gpu);
-    test_rows_and_graphs(&gpu);
     time_extends(&gpu);
 
     dflash_config rc_, rl;

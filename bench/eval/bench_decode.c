@@ -16,6 +16,13 @@
  * the time per token at the tau a trained drafter would reach. Lossless: its output
  * equals plain greedy decoding token for token.
  *
+ * --linear-sweep instead: per shape the plain step, verify and draft under each small-row
+ * linear kernel variant (decode_linear_variant_cuda; --variant V picks them, default all)
+ * and under attention key rounds and fused sequences, then every linear shape of a step at
+ * 1 and 16 rows (GB/s of weights and % of the copy ceiling, weights cycled through >= 256
+ * MB so they come from HBM) and the step's other kernels (JSON default
+ * bench/results/eval/linear_sweep.json). Without it, --variant V runs the bench under V.
+ *
  * Prints a table; writes JSON (--json, default bench/results/eval/decode.json). Exit 77
  * without a GPU; a CPU build says it needs CUDA=1 and exits 0 (so `make bench` stays green). */
 #ifndef DF_WITH_CUDA
@@ -40,6 +47,7 @@ int main(void)
 #include "eval/dflash_infer_cuda.h"
 #include "eval/spec_decode.h"
 #include "io/hfconfig.h"
+#include "target/decode_kernels_cuda.h"
 #include "target/target_decode_cuda.h"
 #include "util.h"
 
@@ -180,6 +188,369 @@ static void drafter_params(dflash_params *p, const dflash_config *c, uint64_t se
     }
 }
 
+/* ---- --linear-sweep: each linear shape of a step, every kernel variant ------------------ */
+
+/* ms per call of decode_linear_rows_cuda (or the SwiGLU one) at T rows, replayed in a
+ * graph of `calls` launches cycling through `nw` weight copies (>= 256 MB in all, so
+ * the weights come from HBM, not L2) */
+static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn_bf16_cuda *x, nn_bf16_cuda **w, int nw,
+                          void *out, int calls, cudaStream_t s)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    int rc = 0;
+    for (int i = 0; i < calls && rc == 0; i++)
+        rc = swiglu ? decode_linear_swiglu_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err)
+                    : decode_linear_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err);
+    cudaError_t ce = cudaStreamEndCapture(s, &g);
+    if (rc < 0 || ce != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+        printf("[failed: %s %s]", g_err, cudaGetErrorString(cudaGetLastError()));
+        return -1;
+    }
+    cudaGraphDestroy(g);
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double t[5];
+    for (int r = 0; r < 6; r++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r > 0)
+            t[r - 1] = ms / calls;
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaGraphExecDestroy(ge);
+    return median(t, 5);
+}
+
+/* The kernel sequence of fused bits, short. */
+static const char *fz_name(int fz)
+{
+    switch (fz) {
+    case 0: return "sep";
+    case 1: return "all";
+    case DECODE_FUSE_QK_APPEND: return "qk";
+    case DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL: return "qk+res";
+    case DECODE_FUSE_RESIDUAL: return "res";
+    default: return "other";
+    }
+}
+
+/* A failed step of one configuration of the sweep: say so and go on with the next. */
+#define SOFT(call)                                                                                                \
+    do {                                                                                                          \
+        int r_ = (call);                                                                                          \
+        if (r_ < 0) {                                                                                             \
+            printf("%s keys %d %s: %s failed (%d): %s\n", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], \
+                   fz_name(fz), #call, r_, g_err);                                                                \
+            cudaGetLastError();                                                                                   \
+            goto next_cfg;                                                                                        \
+        }                                                                                                         \
+    } while (0)
+
+/* us per call of the step's other kernels, a graph of L calls (one per layer: each
+ * attention reads its own layer's cache of P keys), at T rows */
+static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
+{
+    int d = sh->d, H = sh->H, KV = sh->KV, hd = sh->hd, I = sh->I, V = sh->V, L = sh->L;
+    int qn = (H + 2 * KV) * hd, ctx = P + 32;
+    size_t kvl = (size_t)ctx * KV * hd;
+    float *x, *w, *fl, *logits;
+    nn_bf16_cuda *y, *a, *qkv, *kc, *vc, *att, *gu, *h;
+    int32_t *pos, *idx;
+    CK(cudaMalloc((void **)&x, sizeof(float) * 16 * d));
+    CK(cudaMalloc((void **)&w, sizeof(float) * d));
+    CK(cudaMalloc((void **)&fl, sizeof(float) * 3 * hd));
+    CK(cudaMalloc((void **)&logits, sizeof(float) * 16 * (size_t)V));
+    CK(cudaMalloc((void **)&y, 2 * 16 * (size_t)d));
+    CK(cudaMalloc((void **)&a, 2 * 16 * (size_t)d));
+    CK(cudaMalloc((void **)&qkv, 2 * 16 * (size_t)qn));
+    CK(cudaMalloc((void **)&kc, 2 * kvl * L));
+    CK(cudaMalloc((void **)&vc, 2 * kvl * L));
+    CK(cudaMalloc((void **)&att, 2 * 16 * (size_t)H * hd));
+    CK(cudaMalloc((void **)&gu, 2 * 16 * 2 * (size_t)I));
+    CK(cudaMalloc((void **)&h, 2 * 16 * (size_t)I));
+    CK(cudaMalloc((void **)&pos, sizeof(int32_t) * 16));
+    CK(cudaMalloc((void **)&idx, sizeof(int32_t) * 16));
+    RC(nn_fill_uniform_f32_cuda(x, 16 * (size_t)d, 1, 0.0f, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(w, d, 2, 1.0f, 0.1f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(fl, 3 * (size_t)hd, 3, 0.5f, 0.1f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(logits, 16 * (size_t)V, 4, 0.0f, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(y, 16 * (size_t)d, 5, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(qkv, 16 * (size_t)qn, 6, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(kc, kvl * L, 7, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(vc, kvl * L, 8, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(gu, 16 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err));
+    RC(decode_positions_cuda(pos, NULL, P, 16, s, g_err, sizeof g_err));
+    static const char *names[] = {"add_rmsnorm",  "qk_norm_rope",  "kv_append", "qk_rope_append", "attention k4",
+                                  "attention k8", "attention k16", "swiglu",    "argmax"};
+    printf("%d rows, us per call:", T);
+    fprintf(jf, "%s{\"rows\": %d", T == 1 ? "" : ", ", T);
+    for (int kind = 0; kind < 9; kind++) {
+        if (kind >= 4 && kind <= 6)
+            decode_attention_keys_cuda(kind == 4 ? 4 : kind == 5 ? 8 : 16);
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        for (int l = 0; l < L; l++) {
+            nn_bf16_cuda *kl = kc + l * kvl, *vl = vc + l * kvl;
+            switch (kind) {
+            case 0: RC(nn_add_rmsnorm_cuda(x, y, w, a, NULL, 0, T, d, 1e-6f, s, g_err, sizeof g_err)); break;
+            case 1:
+                RC(nn_qk_norm_rope_cuda(qkv, fl, fl + hd, fl + 2 * hd, pos, T, H, KV, hd, 1e-6f, s, g_err,
+                                        sizeof g_err));
+                break;
+            case 2: RC(decode_kv_append_cuda(kl, vl, qkv, T, H, KV, hd, NULL, P, s, g_err, sizeof g_err)); break;
+            case 3:
+                RC(decode_qk_norm_rope_append_cuda(qkv, fl, fl + hd, fl + 2 * hd, kl, vl, T, H, KV, hd, 1e-6f, NULL, P,
+                                                   s, g_err, sizeof g_err));
+                break;
+            case 4:
+            case 5:
+            case 6:
+                RC(decode_attention_cuda(att, qkv, qn, kl, vl, NULL, NULL, P, 0, T, H, KV, hd, 0.088f, s, g_err,
+                                         sizeof g_err));
+                break;
+            case 7: RC(nn_swiglu_cuda(h, gu, T, I, s, g_err, sizeof g_err)); break;
+            default: RC(decode_argmax_rows_cuda(idx, logits, T, V, s, g_err, sizeof g_err));
+            }
+        }
+        CK(cudaStreamEndCapture(s, &g));
+        CK(cudaGraphInstantiate(&ge, g, 0));
+        cudaGraphDestroy(g);
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        double t[5];
+        for (int r = 0; r < 6; r++) {
+            CK(cudaEventRecord(e0, s));
+            CK(cudaGraphLaunch(ge, s));
+            CK(cudaEventRecord(e1, s));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0)
+                t[r - 1] = ms * 1e3 / L;
+        }
+        cudaEventDestroy(e0), cudaEventDestroy(e1);
+        cudaGraphExecDestroy(ge);
+        double us = median(t, 5);
+        printf(" %s %.2f", names[kind], us);
+        fprintf(jf, ", \"%s_us\": %.3f", names[kind], us);
+    }
+    decode_attention_keys_cuda(4);
+    printf("\n");
+    fprintf(jf, "}");
+    cudaFree(x), cudaFree(w), cudaFree(fl), cudaFree(logits), cudaFree(y), cudaFree(a), cudaFree(qkv);
+    cudaFree(kc), cudaFree(vc), cudaFree(att), cudaFree(gu), cudaFree(h), cudaFree(pos), cudaFree(idx);
+}
+
+/* Per shape: the steps (plain, verify 16, draft) under each variant, then every linear
+ * shape of a step at 1 and 16 rows: GB/s of weights read and % of the copy ceiling. */
+static void linear_sweep(const char *models, const int *vars, int nv, double bw, FILE *jf, int P)
+{
+    int first = 1;
+    fprintf(jf, "{\"copy_bw_Bps\": %.4g, \"variants\": [", bw);
+    for (int i = 0; i < nv; i++)
+        fprintf(jf, "%s\"%s\"", i ? ", " : "", decode_linear_variant_name_cuda(vars[i]));
+    fprintf(jf, "], \"default\": \"%s\", \"shapes\": [",
+            decode_linear_variant_name_cuda(decode_linear_variant_cuda(-1)));
+    int dflt = decode_linear_variant_cuda(-1);
+    for (size_t si = 0; si < DF_ARRAY_LEN(SHAPES); si++) {
+        const shape *sh = &SHAPES[si];
+        if (!strstr(models, sh->key))
+            continue;
+        hfconfig c;
+        memset(&c, 0, sizeof c);
+        c.arch = HFCONFIG_ARCH_QWEN3;
+        c.hidden_size = sh->d, c.intermediate_size = sh->I, c.num_hidden_layers = sh->L;
+        c.num_attention_heads = sh->H, c.num_key_value_heads = sh->KV, c.head_dim = sh->hd;
+        c.vocab_size = sh->V, c.rms_norm_eps = 1e-6, c.rope_theta = 1e6, c.qk_norm = 1;
+        c.tie_word_embeddings = sh->tied;
+        snprintf(c.rope_type, sizeof c.rope_type, "default");
+        dflash_config dc;
+        drafter_config(&dc, sh);
+        int max_ctx = P + 128;
+        decode_model_cuda m;
+        RC(decode_init_random_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, 1234 + si, g_err, sizeof g_err));
+        dflash_params dp;
+        drafter_params(&dp, &dc, 99 + si);
+        infer_state_cuda dr;
+        RC(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err));
+        dflash_params_free(&dp);
+        df_rng rng;
+        df_rng_seed(&rng, 7 + si);
+        int32_t *prompt = malloc(sizeof(int32_t) * (size_t)P), next[16], draft[16], blk[16], ref[64], got[64];
+        for (int i = 0; i < P; i++)
+            prompt[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+        for (int i = 0; i < 16; i++)
+            blk[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+        double pb = decode_step_bytes_cuda(&m, P + 8, 1, 1), pf = pb / bw * 1e3;
+        double db = infer_draft_bytes_cuda(&dr, P), dfl = db / bw * 1e3;
+        printf("== %s: steps per variant (plain floor %.3f ms, draft floor %.3f ms)\n", sh->name, pf, dfl);
+        printf("%-12s %4s %5s %10s %6s %10s %7s %10s %6s %s\n", "variant", "keys", "seq", "plain ms", "%", "verify ms",
+               "/plain", "draft ms", "%", "greedy tokens");
+        fprintf(jf, "%s\n {\"shape\": \"%s\", \"plain_floor_ms\": %.4f, \"draft_floor_ms\": %.4f, \"steps\": [",
+                first ? "" : ",", sh->name, pf, dfl);
+        double t_ms[32];
+        /* the configurations: every given variant alone (attention 4 keys, separate
+         * kernels), then, for the variants with PDL (and the first one), attention key
+         * rounds and kernel sequences (fused bits) */
+        static const int keys_of[3] = {4, 8, 16};
+        int cv[128], ck[128], cf[128], ncfg = 0;
+        for (int vi = 0; vi < nv; vi++)
+            cv[ncfg] = vi, ck[ncfg] = 0, cf[ncfg++] = 0;
+        static const int more[][2] = {{0, 1},
+                                      {1, 0},
+                                      {2, 0},
+                                      {0, DECODE_FUSE_QK_APPEND},
+                                      {1, DECODE_FUSE_QK_APPEND},
+                                      {0, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL}};
+        for (int vi = 0; vi < nv; vi++)
+            for (size_t j = 0; j < DF_ARRAY_LEN(more); j++)
+                if (vi == 0 ? j == 0 : vars[vi] >= 8 && j > 0)
+                    cv[ncfg] = vi, ck[ncfg] = more[j][0], cf[ncfg++] = more[j][1];
+        for (int cfg = 0; cfg < ncfg; cfg++) {
+            int vi = cv[cfg], ki = ck[cfg], fz = cf[cfg];
+            decode_linear_variant_cuda(vars[vi]);
+            decode_attention_keys_cuda(keys_of[ki]);
+            m.fused = dr.fused = fz;
+            decode_drop_graphs_cuda(&m);
+            m.use_graphs = 1;
+            decode_reset_cuda(&m);
+            SOFT(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+            for (int i = 0; i < 32 + 3; i++) {
+                double a = now_ms();
+                SOFT(decode_extend_cuda(&m, next, 1, 1, next, g_err, sizeof g_err));
+                if (i >= 3)
+                    t_ms[i - 3] = now_ms() - a;
+                if (i < 64)
+                    got[i] = next[0];
+            }
+            double plain = median(t_ms, 32);
+            int same = 1;
+            if (cfg == 0)
+                memcpy(ref, got, sizeof(int32_t) * 35);
+            else
+                same = !memcmp(ref, got, sizeof(int32_t) * 35);
+            int len = m.len;
+            for (int i = 0; i < 32 + 3; i++) {
+                double a = now_ms();
+                SOFT(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
+                if (i >= 3)
+                    t_ms[i - 3] = now_ms() - a;
+                SOFT(decode_truncate_cuda(&m, len));
+            }
+            double v16 = median(t_ms, 32);
+            if (dr.draft_graph)
+                cudaGraphExecDestroy(dr.draft_graph);
+            dr.draft_graph = NULL;
+            decode_reset_cuda(&m);
+            SOFT(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+            infer_reset_cuda(&dr);
+            SOFT(infer_append_cuda(&dr, m.feat, P, g_err, sizeof g_err));
+            for (int i = 0; i < 32 + 3; i++) {
+                double a = now_ms();
+                SOFT(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+                if (i >= 3)
+                    t_ms[i - 3] = now_ms() - a;
+            }
+            double dm = median(t_ms, 32);
+            printf("%-12s %4d %5s %10.3f %5.0f%% %10.3f %6.2fx %10.3f %5.0f%% %s\n",
+                   decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz_name(fz), plain, 100 * pf / plain, v16,
+                   v16 / plain, dm, 100 * dfl / dm,
+                   cfg == 0 ? "reference"
+                   : same   ? "same as the first"
+                            : "differ (another rounding)");
+            fprintf(jf,
+                    "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"plain_ms\": %.4f, \"plain_pct\": %.2f, "
+                    "\"verify16_ms\": %.4f, "
+                    "\"verify16_over_plain\": %.3f, \"draft_ms\": %.4f, \"draft_pct\": %.2f}",
+                    cfg ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz, plain,
+                    100 * pf / plain, v16, v16 / plain, dm, 100 * dfl / dm);
+            continue;
+        next_cfg:
+            fprintf(jf, "%s{\"variant\": \"%s\", \"att_keys\": %d, \"fused\": %d, \"failed\": true}", cfg ? ", " : "",
+                    decode_linear_variant_name_cuda(vars[vi]), keys_of[ki], fz);
+        }
+        m.fused = dr.fused = 0;
+        decode_attention_keys_cuda(4);
+        decode_drop_graphs_cuda(&m);
+        fprintf(jf, "], \"linears\": [");
+        /* the linear shapes of a step (separate kernels: bf16 outputs; lm_head fp32) */
+        int qn = (sh->H + 2 * sh->KV) * sh->hd;
+        struct {
+            const char *name;
+            int K, N, swiglu, out_f32;
+        } L[] = {
+            {"qkv", sh->d, qn, 0, 0},     {"o_proj", sh->H * sh->hd, sh->d, 0, 0}, {"gate_up", sh->d, 2 * sh->I, 0, 0},
+            {"down", sh->I, sh->d, 0, 0}, {"swiglu+down+res", sh->I, sh->d, 1, 2}, {"lm_head", sh->d, sh->V, 0, 1}};
+        printf("%-16s %5s %5s %6s %4s", "linear", "n_in", "n_out", "MB", "rows");
+        for (int vi = 0; vi < nv; vi++)
+            printf(" %17s", decode_linear_variant_name_cuda(vars[vi]));
+        printf("   (us per call, GB/s, %% of copy)\n");
+        cudaStream_t s = m.stream;
+        int firstl = 1;
+        for (size_t li = 0; li < DF_ARRAY_LEN(L); li++) {
+            size_t wn = (size_t)L[li].K * L[li].N, wbytes = 2 * wn;
+            int nw = (int)((((size_t)256 << 20) + wbytes - 1) / wbytes);
+            nn_bf16_cuda **w = malloc(sizeof *w * (size_t)nw);
+            for (int i = 0; i < nw; i++) {
+                CK(cudaMalloc((void **)&w[i], wbytes));
+                RC(nn_fill_uniform_bf16_cuda(w[i], wn, 77 + i, 0.02f, s, g_err, sizeof g_err));
+            }
+            size_t xn = (size_t)16 * L[li].K * (L[li].swiglu ? 2 : 1);
+            nn_bf16_cuda *x;
+            void *out;
+            CK(cudaMalloc((void **)&x, 2 * xn));
+            CK(cudaMalloc(&out, sizeof(float) * 16 * (size_t)L[li].N));
+            CK(cudaMemset(out, 0, sizeof(float) * 16 * (size_t)L[li].N));
+            RC(nn_fill_uniform_bf16_cuda(x, xn, 5, 1.0f, s, g_err, sizeof g_err));
+            int calls = nw < 48 ? 48 - 48 % nw : nw;
+            static const int rows[2] = {1, 16};
+            for (int ri = 0; ri < 2; ri++) {
+                printf("%-16s %5d %5d %6.1f %4d", L[li].name, L[li].K, L[li].N, wbytes / 1e6, rows[ri]);
+                fprintf(jf, "%s\n  {\"linear\": \"%s\", \"n_in\": %d, \"n_out\": %d, \"rows\": %d, \"by_variant\": [",
+                        firstl ? "" : ",", L[li].name, L[li].K, L[li].N, rows[ri]);
+                firstl = 0;
+                for (int vi = 0; vi < nv; vi++) {
+                    decode_linear_variant_cuda(vars[vi]);
+                    double ms =
+                        time_linear(rows[ri], L[li].K, L[li].N, L[li].swiglu, L[li].out_f32, x, w, nw, out, calls, s);
+                    double gbs = wbytes / (ms * 1e-3) / 1e9;
+                    printf(" %5.1f %5.0f %4.0f%%", ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
+                    fprintf(jf, "%s{\"variant\": \"%s\", \"us\": %.3f, \"GBps\": %.1f, \"pct_copy\": %.2f}",
+                            vi ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), ms * 1e3, gbs,
+                            100 * gbs * 1e9 / bw);
+                }
+                fprintf(jf, "]}");
+                printf("\n");
+            }
+            for (int i = 0; i < nw; i++)
+                cudaFree(w[i]);
+            free(w);
+            cudaFree(x), cudaFree(out);
+        }
+        fprintf(jf, "], \"other_kernels\": [");
+        printf("other kernels of a step, context %d:\n", P);
+        time_others(sh, P, 1, jf, s);
+        time_others(sh, P, 16, jf, s);
+        fprintf(jf, "]}");
+        fflush(jf);
+        first = 0;
+        free(prompt);
+        infer_free_cuda(&dr);
+        decode_free_cuda(&m);
+        decode_linear_variant_cuda(dflt);
+    }
+    fprintf(jf, "\n]}\n");
+}
+
 static void on_alarm(int sig)
 {
     (void)sig;
@@ -192,7 +563,7 @@ static void on_alarm(int sig)
 int main(int argc, char **argv)
 {
     const char *json = "bench/results/eval/decode.json", *models = "1.7b,8b";
-    int P = 128, NEW = 128, reps = 32, timeout_s = 420;
+    int P = 128, NEW = 128, reps = 32, timeout_s = 420, sweep = 0, vars[DECODE_LINEAR_VARIANTS], nv = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
@@ -204,9 +575,23 @@ int main(int argc, char **argv)
             NEW = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atoi(argv[++i]);
-        else {
-            fprintf(stderr, "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
-                            "[--timeout S]\n");
+        else if (!strcmp(argv[i], "--linear-sweep"))
+            sweep = 1;
+        else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
+            int v = atoi(argv[++i]);
+            if (v < 0 || v >= DECODE_LINEAR_VARIANTS) {
+                fprintf(stderr, "bench_decode: --variant %d: 0 .. %d\n", v, DECODE_LINEAR_VARIANTS - 1);
+                return 2;
+            }
+            vars[nv++] = v;
+        } else {
+            fprintf(stderr,
+                    "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
+                    "[--timeout S] [--variant V]... [--linear-sweep]\n"
+                    "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
+                    "  decoding bench, the sweep compares all given, default all)\n"
+                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n",
+                    DECODE_LINEAR_VARIANTS - 1);
             return 2;
         }
     }
@@ -249,13 +634,29 @@ int main(int argc, char **argv)
     printf("%s: device-to-device copy %.2f TB/s (read + write); prompt %d tokens, %d new\n", prop.name, bw / 1e12, P,
            NEW);
 
+    if (sweep && !strcmp(json, "bench/results/eval/decode.json"))
+        json = "bench/results/eval/linear_sweep.json";
     FILE *jf = fopen(json, "w");
     if (!jf) {
         fprintf(stderr, "bench_decode: cannot write %s\n", json);
         return 1;
     }
-    fprintf(jf, "{\"device\": \"%s\", \"copy_bw_Bps\": %.4g, \"prompt\": %d, \"new\": %d, \"shapes\": [", prop.name, bw,
-            P, NEW);
+    if (sweep) {
+        if (nv == 0)
+            for (nv = 0; nv < DECODE_LINEAR_VARIANTS; nv++)
+                vars[nv] = nv;
+        linear_sweep(models, vars, nv, bw, jf, P);
+        fclose(jf);
+        printf("JSON: %s\n", json);
+        return 0;
+    }
+    if (nv > 0)
+        decode_linear_variant_cuda(vars[0]);
+    printf("linear kernel variant: %s\n", decode_linear_variant_name_cuda(decode_linear_variant_cuda(-1)));
+    fprintf(jf,
+            "{\"device\": \"%s\", \"copy_bw_Bps\": %.4g, \"prompt\": %d, \"new\": %d, \"linear_variant\": \"%s\", "
+            "\"shapes\": [",
+            prop.name, bw, P, NEW, decode_linear_variant_name_cuda(decode_linear_variant_cuda(-1)));
     int first_shape = 1;
     char table[8192];
     size_t tl = 0;
@@ -293,9 +694,10 @@ int main(int argc, char **argv)
         /* plain steps, graphs and eager, at len P .. P + reps; the other kernel sequence
          * (fused / separate) once more with graphs */
         double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64], alt_plain = 0, alt_v16 = 0;
-        int dflt = m.fused;
+        /* the other sequence: separate when fused, else all fused */
+        int dflt = m.fused, dflt_dr = dr.fused;
         for (int graphs = 2; graphs >= 0; graphs--) {
-            m.fused = graphs == 2 ? !dflt : dflt;
+            m.fused = graphs == 2 ? (dflt ? 0 : 1) : dflt;
             decode_drop_graphs_cuda(&m);
             m.use_graphs = graphs > 0;
             decode_reset_cuda(&m);
@@ -347,7 +749,7 @@ int main(int argc, char **argv)
         if (dr.draft_graph)
             cudaGraphExecDestroy(dr.draft_graph);
         dr.draft_graph = NULL;
-        dr.fused = !dr.fused;
+        dr.fused = dflt_dr ? 0 : 1;
         for (int i = 0; i < reps + 3; i++) {
             double a = now_ms();
             RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
@@ -357,7 +759,7 @@ int main(int argc, char **argv)
         double alt_draft = median(t_ms, reps);
         cudaGraphExecDestroy(dr.draft_graph);
         dr.draft_graph = NULL;
-        dr.fused = !dr.fused;
+        dr.fused = dflt_dr;
         double draft_bytes = infer_draft_bytes_cuda(&dr, P);
         double draft_floor = draft_bytes / bw * 1e3;
         /* accept: truncate + append of 4 rows (tau ~ 4), graph replays, synchronised */

@@ -31,6 +31,24 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* ---- programmatic dependent launch (sm_90+; no-ops on older GPUs) --------------------
+ * A kernel launched with the programmatic-serialisation attribute may start before the
+ * kernel ahead of it in the stream has finished: it must call pdl_wait() before it reads
+ * anything that kernel writes (or writes anything it may still read). pdl_launch_dependents()
+ * lets such a follower start early; it is harmless where the follower is a plain launch. */
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 /* ---- casts -------------------------------------------------------------------------- */
 
 static inline const bf16 *as_bf(const nn_bf16_cuda *p)

@@ -11,6 +11,7 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
                                    bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d, float eps)
 {
     __shared__ float sh[32];
+    pdl_launch_dependents(); /* a linear layer after us may fetch its weights now */
     int t = blockIdx.x;
     float *xr = x + (size_t)t * d;
     const bf16 *yr = y ? y + (size_t)t * d : nullptr;

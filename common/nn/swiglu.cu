@@ -11,6 +11,7 @@ __device__ __forceinline__ float silu_mul(float g, float u)
 /* 8 outputs per thread with 16-byte loads/stores (I % 8 == 0). */
 __global__ void swiglu8_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gu, int T, int I)
 {
+    pdl_launch_dependents(); /* the down projection after us may fetch its weights now */
     size_t n8 = (size_t)T * (I / 8);
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n8; j += (size_t)gridDim.x * blockDim.x) {
         size_t t = j / (I / 8);
@@ -28,6 +29,7 @@ __global__ void swiglu8_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ 
 
 __global__ void swiglu1_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ gu, int T, int I)
 {
+    pdl_launch_dependents();
     size_t n = (size_t)T * I;
     for (size_t j = blockIdx.x * (size_t)blockDim.x + threadIdx.x; j < n; j += (size_t)gridDim.x * blockDim.x) {
         size_t t = j / I;

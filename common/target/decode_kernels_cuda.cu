@@ -111,13 +111,42 @@ __device__ __forceinline__ void key_ranges(const nn_key_ranges *ranges, const in
 }
 
 #define ATTW_WARPS 8 /* warps per (query, head) block of the warp-split kernel */
-#define ATTW_KEYS 4  /* keys a warp scores together (independent loads and shuffles in flight) */
+
+/* Keys a warp scores together (decode_attention_keys_cuda): their K and V rows are all
+ * loaded before the scores' shuffles, so that many loads are in flight per lane. */
+static int g_att_keys = 4;
+
+int decode_attention_keys_cuda(int keys)
+{
+    int old = g_att_keys;
+    if (keys == 4 || keys == 8 || keys == 16)
+        g_att_keys = keys;
+    return old;
+}
+
+/* DPL consecutive bf16, one load of 2 * DPL bytes when VEC (p aligned to that), else
+ * element loads (the same values). */
+template <int DPL> struct alignas(2 * DPL) bf16_dpl {
+    bf16 v[DPL];
+};
+template <int DPL, bool VEC> __device__ __forceinline__ bf16_dpl<DPL> load_dpl(const bf16 *p)
+{
+    bf16_dpl<DPL> r;
+    if constexpr (VEC) {
+        r = *reinterpret_cast<const bf16_dpl<DPL> *>(p);
+    } else {
+#pragma unroll
+        for (int i = 0; i < DPL; i++)
+            r.v[i] = p[i];
+    }
+    return r;
+}
 
 /* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w takes the key groups
- * g = w, w + 8, ... (ATTW_KEYS consecutive allowed keys each), keeping its own running
- * max m, sum l and accumulators; then the warps merge in order 0..7. The split depends on
- * the number of allowed keys only. */
-template <int DPL>
+ * g = w, w + 8, ... (KEYS consecutive allowed keys each), keeping its own running max m,
+ * sum l and accumulators; then the warps merge in order 0..7. The split depends on the
+ * number of allowed keys only. */
+template <int DPL, int KEYS, bool VEC>
 __global__ void __launch_bounds__(ATTW_WARPS * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                                   const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
@@ -127,6 +156,7 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
     constexpr int hd = 32 * DPL;
     __shared__ float sm_m[ATTW_WARPS], sm_l[ATTW_WARPS];
     __shared__ float sm_acc[ATTW_WARPS][hd];
+    pdl_launch_dependents(); /* o_proj after us may fetch its weights now */
     int qi = blockIdx.x / H, h = blockIdx.x - qi * H, kvh = h / (H / KV);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int lo0, hi0, lo1, hi1;
@@ -140,30 +170,35 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
     for (int i = 0; i < DPL; i++)
         qf[i] = __bfloat162float(qr[i]) * scale, acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
-    for (int g0 = warp * ATTW_KEYS; g0 < n; g0 += ATTW_WARPS * ATTW_KEYS) {
-        float sc[ATTW_KEYS];
-        int key[ATTW_KEYS];
+    for (int g0 = warp * KEYS; g0 < n; g0 += ATTW_WARPS * KEYS) {
+        float sc[KEYS];
+        int key[KEYS];
+        bf16_dpl<DPL> kk[KEYS], vv[KEYS];
 #pragma unroll
-        for (int j = 0; j < ATTW_KEYS; j++) {
+        for (int j = 0; j < KEYS; j++) {
             int jj = g0 + j;
             key[j] = jj < n ? (jj < n0 ? lo0 + jj : lo1 + (jj - n0)) : -1;
+            if (key[j] >= 0)
+                kk[j] = load_dpl<DPL, VEC>(kb + key[j] * kvd), vv[j] = load_dpl<DPL, VEC>(vb + key[j] * kvd);
+        }
+#pragma unroll
+        for (int j = 0; j < KEYS; j++) {
             float dot = 0.0f;
             if (key[j] >= 0) {
-                const bf16 *kr = kb + key[j] * kvd;
 #pragma unroll
                 for (int i = 0; i < DPL; i++)
-                    dot = fmaf(qf[i], __bfloat162float(kr[i]), dot);
+                    dot = fmaf(qf[i], __bfloat162float(kk[j].v[i]), dot);
             }
             sc[j] = dot;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1)
 #pragma unroll
-            for (int j = 0; j < ATTW_KEYS; j++)
+            for (int j = 0; j < KEYS; j++)
                 sc[j] += __shfl_xor_sync(0xffffffffu, sc[j], o);
         float mx = m_run;
 #pragma unroll
-        for (int j = 0; j < ATTW_KEYS; j++)
+        for (int j = 0; j < KEYS; j++)
             if (key[j] >= 0)
                 mx = fmaxf(mx, sc[j]);
         float corr = expf(m_run - mx); /* 0 on the first group (m_run = -inf) */
@@ -172,15 +207,14 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
         for (int i = 0; i < DPL; i++)
             acc[i] *= corr;
 #pragma unroll
-        for (int j = 0; j < ATTW_KEYS; j++) {
+        for (int j = 0; j < KEYS; j++) {
             if (key[j] < 0)
                 continue;
             float p = expf(sc[j] - mx);
             l_run += p;
-            const bf16 *vr = vb + key[j] * kvd;
 #pragma unroll
             for (int i = 0; i < DPL; i++)
-                acc[i] = fmaf(p, __bfloat162float(vr[i]), acc[i]);
+                acc[i] = fmaf(p, __bfloat162float(vv[j].v[i]), acc[i]);
         }
         m_run = mx;
     }
@@ -223,6 +257,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     __shared__ float qs[256];
     __shared__ float sc[ATT_CHUNK];
     __shared__ float part[ATT_THREADS / 32];
+    pdl_launch_dependents();
     int qi = blockIdx.x / H, h = blockIdx.x - qi * H, kvh = h / (H / KV);
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
     int lo0, hi0, lo1, hi1;
@@ -296,36 +331,100 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     unsigned grid = (unsigned)((long)Tq * H);
     const bf16 *qq = as_bf(q), *kk = as_bf(kc), *vv = as_bf(vc);
     bf16 *oo = as_bf(out);
+    /* one load per key and lane when the rows are aligned to it (the same values either way) */
+    int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
+#define ATT_KEYS_LAUNCH(DPL, KEYS)                                                                                   \
+    do {                                                                                                             \
+        if (avec)                                                                                                    \
+            decode_attention_warps_kernel<DPL, KEYS, true>                                                           \
+                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+        else                                                                                                         \
+            decode_attention_warps_kernel<DPL, KEYS, false>                                                          \
+                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+    } while (0)
+    /* KEYS * DPL <= 64: the K and V values of a group stay in registers */
+#define ATT_KEYS_CASE(DPL)                             \
+    do {                                               \
+        if (g_att_keys >= 16 && (DPL) <= 4)            \
+            ATT_KEYS_LAUNCH(DPL, (DPL) <= 4 ? 16 : 8); \
+        else if (g_att_keys >= 8)                      \
+            ATT_KEYS_LAUNCH(DPL, 8);                   \
+        else                                           \
+            ATT_KEYS_LAUNCH(DPL, 4);                   \
+    } while (0)
     switch (hd) {
-    case 32:
-        decode_attention_warps_kernel<1>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
-        break;
-    case 64:
-        decode_attention_warps_kernel<2>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
-        break;
-    case 128:
-        decode_attention_warps_kernel<4>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
-        break;
-    case 256:
-        decode_attention_warps_kernel<8>
-            <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);
-        break;
+    case 32: ATT_KEYS_CASE(1); break;
+    case 64: ATT_KEYS_CASE(2); break;
+    case 128: ATT_KEYS_CASE(4); break;
+    case 256: ATT_KEYS_CASE(8); break;
     default:
         decode_attention_kernel<<<grid, ATT_THREADS, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV,
                                                              hd, scale);
     }
+#undef ATT_KEYS_CASE
+#undef ATT_KEYS_LAUNCH
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
 }
 
 /* ---- small-row linear layer on the tensor cores ---------------------------------------- */
 
-#define LIN_WARPS 8  /* warps per block: they split n_in */
 #define LIN_COLS 16  /* output columns per block (the m16 of the product) */
 #define LIN_CHUNK 32 /* n_in elements per chunk: 8 per lane of a quad, two k16 products */
+
+/* The variants (decode_linear_variant_cuda). warps: warps per block, splitting n_in (warp
+ * w takes chunks w, w + warps, ... and the warps' sums are added in warp order); pf: the
+ * next round of weight chunks is loaded before this round's products (two rounds in
+ * flight); pdl: launched as a programmatic dependent of the kernel ahead of it (sm_90+),
+ * so its first weights are loaded while that kernel finishes (pdl_wait before reading x).
+ * A variant's split and order depend on (n_in, n_out) only, whatever the row count. */
+typedef struct lin_variant {
+    const char *name;
+    int warps, pf, pdl;
+} lin_variant;
+static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
+    {"8w", 8, 0, 0},          /* the kernel measured in docs/eval.md before the variants */
+    {"8w+pf", 8, 1, 0},       /* prefetch */
+    {"16w+pf", 16, 1, 0},     /* more warps per block: more bytes in flight per SM */
+    {"8w+pf+pdl", 8, 1, 1},   /* early launch */
+    {"16w+pf+pdl", 16, 1, 1}, /* both */
+    {"16w+pdl", 16, 0, 1},
+    {"auto", 0, 0, 0}, /* per shape: LIN_AUTO_NARROW below LIN_AUTO_BLOCKS blocks, else LIN_AUTO_WIDE */
+    {"8w+pdl", 8, 0, 1},
+    /* 8 warps everywhere (the bits of variant 0): PDL, and the prefetch above 8 rows only
+     * (the prefetch and unroll never change the order of the additions) */
+    {"8w+pdl/pf", 8, -1, 1},
+    /* per shape as auto: 16 warps + PDL below LIN_AUTO_BLOCKS column blocks; else as 8w+pdl/pf */
+    {"tuned", -1, -1, 1},
+};
+#ifndef LIN_AUTO_BLOCKS
+#define LIN_AUTO_BLOCKS 512
+#endif
+#ifndef LIN_AUTO_NARROW
+#define LIN_AUTO_NARROW 4
+#endif
+#ifndef LIN_AUTO_WIDE
+#define LIN_AUTO_WIDE 3
+#endif
+/* The default: tuned, the fastest plain step at the 1.7B shape on an H200 (docs/eval.md,
+ * bench_decode --linear-sweep); 8w+pdl/pf was 2% faster at 8B. */
+#ifndef DECODE_LINEAR_DEFAULT_VARIANT
+#define DECODE_LINEAR_DEFAULT_VARIANT 9
+#endif
+static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
+
+int decode_linear_variant_cuda(int v)
+{
+    int old = g_lin_variant;
+    if (v >= 0 && v < DECODE_LINEAR_VARIANTS)
+        g_lin_variant = v;
+    return old;
+}
+
+const char *decode_linear_variant_name_cuda(int v)
+{
+    return v >= 0 && v < DECODE_LINEAR_VARIANTS ? LIN_VARIANTS[v].name : "?";
+}
 
 /* 8 consecutive bf16 at p (16 bytes) as a uint4: vec: p is 16-byte aligned and all 8 are
  * in range; else element-wise with zeros past `left` (the same values either way). */
@@ -382,31 +481,52 @@ template <bool SWIGLU> __device__ __forceinline__ uint4 load_x8(const bf16 *row,
     return make_uint4(swiglu2(g.x, u.x), swiglu2(g.y, u.y), swiglu2(g.z, u.z), swiglu2(g.w, u.w));
 }
 
-/* Chunks a warp loads before multiplying (bytes in flight); the order in which a warp
- * adds its chunks is w, w+8, ... whatever the unroll, so it may follow NT. Measured on an
- * H200 (docs/eval.md): 4 for every NT; the build may pick others (-DLIN_UNROLL_FOR). */
-#ifndef LIN_UNROLL_FOR
-#define LIN_UNROLL_FOR(NT, SWIGLU) ((NT) == 8 ? 2 : 4)
-#endif
-#ifndef LIN_MIN_BLOCKS
-#define LIN_MIN_BLOCKS(NT) 1
-#endif
-template <int NT, bool SWIGLU> struct lin_unroll {
-    static constexpr int value = LIN_UNROLL_FOR(NT, SWIGLU);
-};
+/* Chunks a warp loads per round (bytes in flight); the order in which a warp adds its
+ * chunks is w, w + warps, ... whatever the unroll, so it may follow the row groups (NT)
+ * and the register budget (512-thread blocks have 128 registers a thread). */
+__host__ __device__ constexpr int lin_unroll(int NT, int WARPS, bool PF)
+{
+    return WARPS == 8 ? (PF ? (NT <= 2   ? 4
+                               : NT == 4 ? 2
+                                         : 1)
+                            : (NT == 8 ? 2 : 4))
+                      : (PF ? (NT == 1   ? 4
+                               : NT == 2 ? 2
+                                         : 1)
+                            : (NT <= 2 ? 4 : 2));
+}
+
+/* The weight operands of round c0 (chunks c0 + u * WARPS): rows n0+g and n0+g+8, 16
+ * bytes each at k = c * 32 + 8t; chunks past the end load nothing (zeros). */
+template <int U, int WARPS>
+__device__ __forceinline__ void lin_load_w(uint4 *lo, uint4 *hi, const bf16 *wlo, const bf16 *whi, int wlo_ok,
+                                           int whi_ok, int c0, int nchunks, int K, int t, int vec)
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        int c = c0 + u * WARPS;
+        int k = c * LIN_CHUNK + 8 * t, left = c < nchunks ? K - k : 0;
+        lo[u] = load8(wlo + k, vec, wlo_ok ? left : 0);
+        hi[u] = load8(whi + k, vec, whi_ok ? left : 0);
+    }
+}
 
 /* NT: 8-row groups of x handled per pass (1, 2, 4 or 8: T <= 8 * NT). Lane (g = lane/4,
  * t = lane%4) loads, per chunk at k, 16 bytes of w rows n0+g and n0+g+8 and of x row
  * 8j+g (group j) at k + 8t: the same k offsets in both operands, so product 1 takes their
  * words 0-1 and product 2 words 2-3 (a fixed permutation of k inside the chunk, the same
- * for w and x: the products summed are w[n,k] x[t,k] over every k once). */
-template <int NT, bool SWIGLU>
-__global__ void __launch_bounds__(LIN_WARPS * 32, LIN_MIN_BLOCKS(NT))
+ * for w and x: the products summed are w[n,k] x[t,k] over every k once). The weights of
+ * the first round are loaded before pdl_wait (they are constant during a step); x and out
+ * are touched only after it. */
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
+__global__ void __launch_bounds__(WARPS * 32)
     decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
                              const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec)
 {
-    constexpr int U = lin_unroll<NT, SWIGLU>::value;
-    __shared__ float red[LIN_WARPS][LIN_COLS][8 * NT];
+    constexpr int U = lin_unroll(NT, WARPS, PF), STEP = WARPS * U;
+    __shared__ float red[WARPS][LIN_COLS][8 * NT];
+    if (PDL)
+        pdl_launch_dependents();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int n0 = blockIdx.x * LIN_COLS;
     int nlo = n0 + g, nhi = n0 + g + 8;
@@ -426,27 +546,38 @@ __global__ void __launch_bounds__(LIN_WARPS * 32, LIN_MIN_BLOCKS(NT))
     for (int j = 0; j < NT; j++)
         acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
     int nchunks = (K + LIN_CHUNK - 1) / LIN_CHUNK;
-    for (int c0 = warp; c0 < nchunks; c0 += LIN_WARPS * U) {
-        uint4 a_lo[U], a_hi[U], b[U][NT];
+    uint4 a_lo[U], a_hi[U];
+    lin_load_w<U, WARPS>(a_lo, a_hi, wlo, whi, wlo_ok, whi_ok, warp, nchunks, K, t, vec);
+    if (PDL)
+        pdl_wait();
+    for (int c0 = warp; c0 < nchunks; c0 += STEP) {
+        uint4 b[U][NT], n_lo[U], n_hi[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            int c = c0 + u * LIN_WARPS;
+            int c = c0 + u * WARPS;
             int k = c * LIN_CHUNK + 8 * t, left = c < nchunks ? K - k : 0;
-            a_lo[u] = load8(wlo + k, vec, wlo_ok ? left : 0);
-            a_hi[u] = load8(whi + k, vec, whi_ok ? left : 0);
 #pragma unroll
             for (int j = 0; j < NT; j++)
                 b[u][j] = load_x8<SWIGLU>(xr[j], K, k, vec, x_ok[j] ? left : 0);
         }
+        if (PF)
+            lin_load_w<U, WARPS>(n_lo, n_hi, wlo, whi, wlo_ok, whi_ok, c0 + STEP, nchunks, K, t, vec);
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            if (c0 + u * LIN_WARPS >= nchunks)
+            if (c0 + u * WARPS >= nchunks)
                 break; /* the same for every lane and every T */
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 mma_bf16(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[u][j].x, b[u][j].y);
                 mma_bf16(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[u][j].z, b[u][j].w);
             }
+        }
+        if (PF) {
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                a_lo[u] = n_lo[u], a_hi[u] = n_hi[u];
+        } else if (c0 + STEP < nchunks) {
+            lin_load_w<U, WARPS>(a_lo, a_hi, wlo, whi, wlo_ok, whi_ok, c0 + STEP, nchunks, K, t, vec);
         }
     }
     /* acc[j]: [0], [1] = (column n0+g, rows 8j+2t, 8j+2t+1); [2], [3] = column n0+g+8 */
@@ -464,7 +595,7 @@ __global__ void __launch_bounds__(LIN_WARPS * 32, LIN_MIN_BLOCKS(NT))
             continue;
         float v = red[0][col][row];
 #pragma unroll
-        for (int ww = 1; ww < LIN_WARPS; ww++)
+        for (int ww = 1; ww < WARPS; ww++)
             v += red[ww][col][row];
         if (bias)
             v += __bfloat162float(bias[n]);
@@ -478,19 +609,87 @@ __global__ void __launch_bounds__(LIN_WARPS * 32, LIN_MIN_BLOCKS(NT))
     }
 }
 
-template <bool SWIGLU>
-static void launch_linear(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K, int N,
-                          int vec, cudaStream_t s)
+/* One launch of NT row groups (T <= 8 * NT), with the PDL attribute when asked. */
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
+static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
+                                 int N, int vec, cudaStream_t s)
 {
-    unsigned grid = (unsigned)((N + LIN_COLS - 1) / LIN_COLS);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)((N + LIN_COLS - 1) / LIN_COLS));
+    cfg.blockDim = dim3(WARPS * 32);
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    if (PDL) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at, cfg.numAttrs = 1;
+    }
+    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL>, out, out_f32, x, w, b, T, K,
+                              N, vec);
+}
+
+/* The launches of one variant: 16-warp blocks take at most 32 rows (their shared sums of
+ * 64 rows would not fit), so 33..64 rows are two calls of rows 0..31 and 32..T-1 (a row's
+ * result is its own either way). */
+template <bool SWIGLU, int WARPS, bool PF, bool PDL>
+static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
+                                   int N, int vec, cudaStream_t s)
+{
     if (T <= 8)
-        decode_linear_mma_kernel<1, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
-    else if (T <= 16)
-        decode_linear_mma_kernel<2, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
-    else if (T <= 32)
-        decode_linear_mma_kernel<4, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
-    else
-        decode_linear_mma_kernel<8, SWIGLU><<<grid, LIN_WARPS * 32, 0, s>>>(out, out_f32, x, w, b, T, K, N, vec);
+        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+    if (T <= 16)
+        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+    if (T <= 32)
+        return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+    if (WARPS == 8)
+        return lin_launch_nt<(WARPS == 8 ? 8 : 4), SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+    cudaError_t e = lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, 32, K, N, vec, s);
+    if (e != cudaSuccess)
+        return e;
+    size_t ob = out_f32 ? sizeof(float) : sizeof(bf16);
+    return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>((char *)out + 32 * (size_t)N * ob, out_f32,
+                                                    x + 32 * (size_t)K * (SWIGLU ? 2 : 1), w, b, T - 32, K, N, vec, s);
+}
+
+/* PDL needs compute capability 9.0 (else the variant runs as a plain launch). */
+static int lin_pdl_ok(void)
+{
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev))
+        return cudaGetLastError(), 0;
+    return major >= 9;
+}
+
+template <bool SWIGLU>
+static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
+                                 int N, int vec, cudaStream_t s)
+{
+    const lin_variant *v = &LIN_VARIANTS[g_lin_variant];
+    int narrow = (N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS; /* a function of n_out alone */
+    if (!v->warps)                                                /* auto */
+        v = &LIN_VARIANTS[narrow ? LIN_AUTO_NARROW : LIN_AUTO_WIDE];
+    lin_variant tv;
+    if (v->warps < 0 || v->pf < 0) { /* warps by shape (tuned), the prefetch by rows */
+        tv = *v;
+        if (tv.warps < 0)
+            tv.warps = narrow ? 16 : 8;
+        tv.pf = tv.warps == 8 && T > 8;
+        v = &tv;
+    }
+    int pdl = v->pdl && lin_pdl_ok();
+#define LIN_CASE(W, PF, PDL)                        \
+    if (v->warps == W && v->pf == PF && pdl == PDL) \
+        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+    LIN_CASE(8, 0, 0)
+    LIN_CASE(8, 1, 0)
+    LIN_CASE(16, 1, 0)
+    LIN_CASE(8, 1, 1)
+    LIN_CASE(16, 1, 1)
+    LIN_CASE(16, 0, 1)
+    LIN_CASE(16, 0, 0)
+    LIN_CASE(8, 0, 1)
+#undef LIN_CASE
+    return cudaErrorInvalidConfiguration; /* a variant without a case: a bug here */
 }
 
 int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
@@ -505,7 +704,14 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
     /* 16-byte loads need every row start 16-byte aligned; the choice depends on the
      * shapes and base pointers only, never on T, and both paths load the same values */
     int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
-    launch_linear<false>(out, out_f32, as_bf(x), as_bf(w), as_bf(bias), T, n_in, n_out, vec, s);
+    cudaError_t e = launch_linear<false>(out, out_f32, as_bf(x), as_bf(w), as_bf(bias), T, n_in, n_out, vec, s);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (err && errlen)
+            snprintf(err, errlen, "decode_linear_rows_cuda: launch (%s): %s", LIN_VARIANTS[g_lin_variant].name,
+                     cudaGetErrorString(e));
+        return -EIO;
+    }
     CUDA_LAUNCHED("decode_linear_mma_kernel", err, errlen);
     return 0;
 }
@@ -520,7 +726,14 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
     if (T == 0)
         return 0;
     int vec = I % 8 == 0 && ((uintptr_t)gu % 16) == 0 && ((uintptr_t)w % 16) == 0;
-    launch_linear<true>(out, out_f32, as_bf(gu), as_bf(w), as_bf(bias), T, I, n_out, vec, s);
+    cudaError_t e = launch_linear<true>(out, out_f32, as_bf(gu), as_bf(w), as_bf(bias), T, I, n_out, vec, s);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (err && errlen)
+            snprintf(err, errlen, "decode_linear_swiglu_rows_cuda: launch (%s): %s", LIN_VARIANTS[g_lin_variant].name,
+                     cudaGetErrorString(e));
+        return -EIO;
+    }
     CUDA_LAUNCHED("decode_linear_mma_kernel (swiglu)", err, errlen);
     return 0;
 }
@@ -622,13 +835,25 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) decode_argmax_kernel(int32_t *
     int at = V; /* V: nothing seen (all -inf or NaN) */
     if (V % 4 == 0 && ((uintptr_t)row % 16) == 0) {
         const float4 *r4 = reinterpret_cast<const float4 *>(row);
-        for (int v4 = threadIdx.x; v4 < V / 4; v4 += blockDim.x) {
-            float4 x = r4[v4];
-            float e[4] = {x.x, x.y, x.z, x.w};
+        int n4 = V / 4;
+        for (int b4 = threadIdx.x; b4 < n4; b4 += 4 * blockDim.x) { /* 4 loads in flight, visited in order */
+            float4 x[4];
 #pragma unroll
-            for (int j = 0; j < 4; j++)
-                if (e[j] > best || (at == V && e[j] == best))
-                    best = e[j], at = 4 * v4 + j;
+            for (int u = 0; u < 4; u++) {
+                int v4 = b4 + u * blockDim.x;
+                x[u] = v4 < n4 ? r4[v4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int v4 = b4 + u * blockDim.x;
+                if (v4 >= n4)
+                    break;
+                float e[4] = {x[u].x, x[u].y, x[u].z, x[u].w};
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (e[j] > best || (at == V && e[j] == best))
+                        best = e[j], at = 4 * v4 + j;
+            }
         }
     } else {
         for (int v = threadIdx.x; v < V; v += blockDim.x) {

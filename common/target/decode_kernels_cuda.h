@@ -59,17 +59,38 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
                           const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
                           int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen);
 
+/* Keys a warp of decode_attention_cuda scores per round (4, 8 or 16; 8 at most for
+ * hd = 256): more loads in flight for a few queries over a short cache, another split of
+ * the keys (so other roundings; a query's bits still depend on that query alone). A
+ * process-wide setting like decode_linear_variant_cuda; returns the previous value,
+ * anything else only queries. */
+int decode_attention_keys_cuda(int keys);
+
+/* Kernel sequences of a decode step: bits of decode_model_cuda.fused and
+ * infer_state_cuda.fused (0: separate kernels; 1 means all three). */
+#define DECODE_FUSE_QK_APPEND 2 /* q/k norm + RoPE + K/V cache append: one kernel */
+#define DECODE_FUSE_RESIDUAL 4  /* o_proj and down add to the fp32 residual themselves (no bf16 y) */
+#define DECODE_FUSE_SWIGLU 8    /* SwiGLU computed in the down projection's loads */
+#define DECODE_FUSE_BITS(f) ((f) == 1 ? (DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU) : (f))
+/* The default of both (decode_init/load_cuda, infer_init_cuda): the q/k kernel only; the
+ * SwiGLU inside down's loads measured slower and the residual bit changed nothing
+ * (docs/eval.md). */
+#ifndef DECODE_FUSED_DEFAULT
+#define DECODE_FUSED_DEFAULT DECODE_FUSE_QK_APPEND
+#endif
+
 /* Rows one decode_linear_rows_cuda call takes. */
 #define DECODE_LINEAR_MAX_ROWS 64
 
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 x / w / bias, fp32
  * accumulation, out bf16 (out_f32 = 0), fp32 (out_f32 = 1), or added to an fp32 out
  * (out_f32 = 2: the residual stream, out += result, no bf16 rounding); 1 <= T <= 64.
- * One thread block per 16 output columns; its 8 warps split n_in in chunks of 32
- * (warp w takes chunks w, w+8, ...), each chunk is two m16n8k16 tensor-core products
- * with the weights as the 16-row operand and up to 8 x rows per 8-column operand, so
- * every weight is read once for all rows; the 8 warps' partial sums are then added in
- * warp order. Which chunk goes where and in what order depends on n_in and n_out only,
+ * One thread block per 16 output columns; its W warps (8 or 16: the variant and n_out
+ * decide, below) split n_in in chunks of 32 (warp w takes chunks w, w+W, ...), each
+ * chunk is two m16n8k16 tensor-core products with the weights as the 16-row operand and
+ * up to 8 x rows per 8-column operand, so every weight is read once for all rows; the
+ * warps' partial sums are then added in warp order. Which chunk goes where and in what
+ * order depends on n_in and n_out only,
  * and a tensor-core product's column depends on that column of its operand alone, so
  * element (t, n) is a function of row t of x and column n of w: a row's bits are the
  * same in a 1-row call and a 64-row one. x, w 16-byte aligned with n_in % 8 == 0 take
@@ -77,6 +98,17 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
 int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
                             const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
                             size_t errlen);
+
+/* Kernel variants of decode_linear_rows_cuda / decode_linear_swiglu_rows_cuda (block
+ * size, weight prefetch, programmatic dependent launch; bench_decode --linear-sweep
+ * compares them). Every variant keeps a row's bits independent of the row count, but
+ * two variants may round differently: set one before any decoding and keep it (a
+ * process-wide setting; captured CUDA graphs keep the variant they were captured with).
+ * decode_linear_variant_cuda(v) selects v (0 .. DECODE_LINEAR_VARIANTS-1; anything else
+ * only queries) and returns the previous one. */
+#define DECODE_LINEAR_VARIANTS 10
+int decode_linear_variant_cuda(int v);
+const char *decode_linear_variant_name_cuda(int v);
 
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
  * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed

@@ -17,12 +17,6 @@
 
 #include "cuda_check.h"
 
-/* The fused decode step (decode_model_cuda.fused) by default? 0: the unfused kernels,
- * the faster of the two in the H200 runs so far (docs/eval.md). */
-#ifndef DECODE_CUDA_FUSED_DEFAULT
-#define DECODE_CUDA_FUSED_DEFAULT 0
-#endif
-
 void decode_free_cuda(decode_model_cuda *m)
 {
     if (!m)
@@ -106,7 +100,7 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
     m->max_next = max_next;
     m->small_rows = DECODE_LINEAR_MAX_ROWS;
     m->use_graphs = 1;
-    m->fused = DECODE_CUDA_FUSED_DEFAULT;
+    m->fused = DECODE_FUSED_DEFAULT;
     size_t cache = L * max_ctx * kvd * sizeof(nn_bf16_cuda);
     int rc;
     if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", what, err, errlen)) < 0 ||
@@ -280,17 +274,19 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
     cudaStream_t s = m->stream;
     char kerr[256];
     int l = -1;
-    /* the fused sequence (decode-sized calls with m->fused): o_proj and down add their
-     * outputs to the fp32 residual inside the linear kernel (no bf16 y); otherwise y and
+    /* the fused sequence (decode-sized calls with m->fused, DECODE_FUSE_* bits): o_proj and
+     * down add their outputs to the fp32 residual inside the linear kernel (no bf16 y), q/k
+     * norm + RoPE + cache append in one kernel, SwiGLU inside down's loads; otherwise y and
      * separate kernels (prefills: cuBLASLt) */
-    const int fused = m->fused && k <= m->small_rows;
-    const nn_bf16_cuda *yadd = fused ? NULL : t->y;
+    const int fz = k <= m->small_rows ? DECODE_FUSE_BITS(m->fused) : 0;
+    const int f_qk = fz & DECODE_FUSE_QK_APPEND, f_res = fz & DECODE_FUSE_RESIDUAL, f_glu = fz & DECODE_FUSE_SWIGLU;
+    const nn_bf16_cuda *yadd = f_res ? NULL : t->y;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     if (base)
         STEP(cudaMemcpyAsync(m->len_d, m->len_h, sizeof(int32_t), cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
              "length upload");
-    if (!fused)
+    if (!f_qk)
         STEP(decode_positions_cuda(t->pos, base, p0, k, s, kerr, sizeof kerr), "positions");
     STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s, kerr, sizeof kerr), "embed");
     for (l = 0; l < t->n_layers; l++) {
@@ -303,7 +299,7 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
                                  s, kerr, sizeof kerr),
              "add_rmsnorm (input)");
         STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
-        if (fused) {
+        if (f_qk) {
             STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd,
                                                  t->eps, base, p0, s, kerr, sizeof kerr),
                  "qk_norm_rope + kv append");
@@ -316,7 +312,7 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
                                    kerr, sizeof kerr),
              "attention");
-        if (fused)
+        if (f_res)
             STEP(decode_linear_rows_cuda(t->x, 2, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, s, kerr, sizeof kerr),
                  "linear o_proj + residual");
         else
@@ -324,12 +320,17 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
         STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
              "add_rmsnorm (post)");
         STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        if (fused) /* SwiGLU inside the down projection's loads, its output added to x */
-            STEP(decode_linear_swiglu_rows_cuda(t->x, 2, t->gu, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
-                 "swiglu + linear down + residual");
+        if (f_glu) /* SwiGLU inside the down projection's loads */
+            STEP(decode_linear_swiglu_rows_cuda(f_res ? (void *)t->x : (void *)t->y, f_res ? 2 : 0, t->gu, Lw->w_down,
+                                                Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                 "swiglu + linear down");
         else {
             STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s, kerr, sizeof kerr), "swiglu");
-            STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
+            if (f_res)
+                STEP(decode_linear_rows_cuda(t->x, 2, t->h, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                     "linear down + residual");
+            else
+                STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
         }
     }
     l = t->n_layers - 1;

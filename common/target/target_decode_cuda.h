@@ -25,8 +25,8 @@
  * cache length go through pinned host buffers copied inside the graph, and every kernel
  * that places rows reads the length from device memory, so a plain step or a verify is
  * one graph launch and one synchronisation. use_graphs = 0 runs the same kernels
- * eagerly (the benchmark compares both), fused picks between two kernel sequences of a
- * small extend (below).
+ * eagerly (the benchmark compares both), fused picks the kernel sequence of a small
+ * extend (below).
  *
  * Cache: per layer K and V [max_ctx, KV*hd] bf16 (K after q/k norm and RoPE).
  * Features of the last extend: feat [k, n_capture, d] bf16 on the device (the layout
@@ -67,10 +67,11 @@ typedef struct decode_model_cuda {
     int small_rows;        /* calls of at most this many rows use the row-exact linear kernel */
     int len;               /* valid cache rows */
     int use_graphs;        /* 1 (default): small extends replay CUDA graphs */
-    int fused;             /* small extends: 1 = q/k norm + RoPE + cache append in one kernel, SwiGLU
-                               * inside the down projection, o_proj / down added to the fp32 residual
-                               * inside the linear kernel; 0 = separate kernels, bf16 sub-block outputs.
-                               * Both are row-independent; set before the first extend (graphs). */
+    int fused;             /* small extends: 0 = separate kernels, bf16 sub-block outputs; else the
+                               * DECODE_FUSE_* bits (1 = all of them): q/k norm + RoPE + cache append in
+                               * one kernel; o_proj / down added to the fp32 residual inside the linear
+                               * kernel; SwiGLU inside the down projection's loads. Every choice is
+                               * row-independent; set before the first extend (graphs). */
     float *final_norm;     /* device [d] */
     nn_bf16_cuda *lm_head; /* device [V, d]; tm.embed when tied */
     int lm_head_owned;

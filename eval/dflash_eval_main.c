@@ -60,7 +60,7 @@ typedef struct prompt_eval {
     spec_result plain, spec;
     spec_result plain_batch; /* --batch > 1: the prompt's plain greedy inside a batch */
     int first_diff;          /* -1: identical outputs (speculative, and the plain batch, vs plain alone) */
-    long *acc_hit, *acc_n; /* [B] teacher-forced per-position accuracy (spec_score_drafts) */
+    long *acc_hit, *acc_n;   /* [B] teacher-forced per-position accuracy (spec_score_drafts) */
 } prompt_eval;
 
 typedef struct eval_opts {
@@ -95,16 +95,23 @@ static int parse_args(int argc, char **argv, eval_opts *o)
                      .backend = "cpu",
                      .batch = 1,
                      .device = -1};
-    static const struct option opts[] = {
-        {"target", required_argument, 0, 't'},  {"drafter", required_argument, 0, 'd'},
-        {"prompts", required_argument, 0, 'p'}, {"max-prompts", required_argument, 0, 'n'},
-        {"max-new", required_argument, 0, 'm'}, {"max-prompt-len", required_argument, 0, 'L'},
-        {"eos", required_argument, 0, 'e'},     {"random-drafter", required_argument, 0, 'r'},
-        {"no-plain", no_argument, 0, 'P'},      {"backend", required_argument, 0, 'b'},
-        {"label", required_argument, 0, 'l'},   {"json", required_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
-        {"device", required_argument, 0, 'D'},  {"batch", required_argument, 0, 'B'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"target", required_argument, 0, 't'},
+                                         {"drafter", required_argument, 0, 'd'},
+                                         {"prompts", required_argument, 0, 'p'},
+                                         {"max-prompts", required_argument, 0, 'n'},
+                                         {"max-new", required_argument, 0, 'm'},
+                                         {"max-prompt-len", required_argument, 0, 'L'},
+                                         {"eos", required_argument, 0, 'e'},
+                                         {"random-drafter", required_argument, 0, 'r'},
+                                         {"no-plain", no_argument, 0, 'P'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"label", required_argument, 0, 'l'},
+                                         {"json", required_argument, 0, 'j'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"device", required_argument, 0, 'D'},
+                                         {"batch", required_argument, 0, 'B'},
+                                         {0, 0, 0, 0}};
     int c;
     long long v;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {

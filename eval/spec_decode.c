@@ -240,7 +240,8 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
                 if ((rc = drs[i].draft(drs[i].ctx, blk[0], blk + 1)) < 0)
                     goto out;
                 sq[i].anchor_at[r[i].n_steps] = r[i].n_tokens - 1;
-                memcpy(sq[i].drafts + (size_t)r[i].n_steps * (size_t)(B - 1), blk + 1, sizeof(int32_t) * (size_t)(B - 1));
+                memcpy(sq[i].drafts + (size_t)r[i].n_steps * (size_t)(B - 1), blk + 1,
+                       sizeof(int32_t) * (size_t)(B - 1));
             }
             ks[i] = B;
             R += B;
@@ -288,8 +289,8 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
         for (int s = 0; drs && s < r[i].n_steps; s++)
             for (int k = 1; k < B && sq[i].anchor_at[s] + k < r[i].n_tokens; k++) {
                 r[i].pos_n[k]++;
-                r[i].pos_hit[k] += sq[i].drafts[(size_t)s * (size_t)(B - 1) + (size_t)(k - 1)] ==
-                                   r[i].tokens[sq[i].anchor_at[s] + k];
+                r[i].pos_hit[k] +=
+                    sq[i].drafts[(size_t)s * (size_t)(B - 1) + (size_t)(k - 1)] == r[i].tokens[sq[i].anchor_at[s] + k];
             }
     }
     if (wall_s)

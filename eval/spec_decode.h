@@ -45,8 +45,7 @@ typedef struct spec_target {
     int n_seq;
     int (*reset_seq)(void *ctx, int seq);
     /* extend on sequence seq alone (the prefill of a batch member), same contract */
-    int (*extend_seq)(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
-                      const float **feats);
+    int (*extend_seq)(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats);
     int (*truncate_seq)(void *ctx, int seq, int len);
     /* One call for every sequence: tokens = ks[0] tokens of sequence 0, then ks[1] of
      * sequence 1, ... (ks[s] = 0: s sits out); next[i] = the greedy token after new row i

@@ -13,7 +13,7 @@
 typedef struct cpu_impl {
     decode_model target;
     int n_seq;
-    infer_state *drafter;  /* [n_seq] */
+    infer_state *drafter;   /* [n_seq] */
     spec_drafter *drafters; /* [n_seq] */
 } cpu_impl;
 
@@ -72,8 +72,7 @@ static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int rc = decode_load_batch(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, n_seq, err,
-                               errlen);
+    int rc = decode_load_batch(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, n_seq, err, errlen);
     if (rc < 0) {
         free(ci);
         return rc;

@@ -33,9 +33,9 @@ extern const spec_backend_ops spec_backend_ops_cuda;
 
 struct spec_backend {
     spec_target target;
-    spec_drafter drafter;   /* == drafters[0] */
-    int n_seq;              /* sequences target decodes together (spec_generate_batch) */
-    spec_drafter *drafters; /* [n_seq]: one drafter context per sequence (shared weights) */
+    spec_drafter drafter;        /* == drafters[0] */
+    int n_seq;                   /* sequences target decodes together (spec_generate_batch) */
+    spec_drafter *drafters;      /* [n_seq]: one drafter context per sequence (shared weights) */
     const spec_backend_ops *ops; /* chosen at spec_backend_open */
     void *impl;                  /* backend state */
 };

@@ -30,10 +30,10 @@ typedef struct cuda_impl {
     decode_model_cuda target;
     infer_state_cuda drafter; /* sequence 0's drafter context: it owns the drafter weights */
     int n_seq;
-    infer_state_cuda *more;   /* [n_seq - 1] the other sequences' contexts (shared weights) */
-    spec_drafter *drafters;   /* [n_seq] */
-    d_ctx *dctx;              /* [n_seq] */
-    char err[512];            /* the last failure's text, printed once */
+    infer_state_cuda *more; /* [n_seq - 1] the other sequences' contexts (shared weights) */
+    spec_drafter *drafters; /* [n_seq] */
+    d_ctx *dctx;            /* [n_seq] */
+    char err[512];          /* the last failure's text, printed once */
 } cuda_impl;
 
 static void cuda_close(void *impl)
@@ -127,8 +127,8 @@ static int d_append(void *ctx, const float *feats, int n)
 {
     d_ctx *dc = ctx;
     cuda_impl *ci = dc->ci;
-    return report(infer_append_cuda(dc->s, (const nn_bf16_cuda *)feats, n, ci->err, sizeof ci->err),
-                  "drafter append", ci->err);
+    return report(infer_append_cuda(dc->s, (const nn_bf16_cuda *)feats, n, ci->err, sizeof ci->err), "drafter append",
+                  ci->err);
 }
 
 static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
@@ -165,8 +165,8 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int rc = decode_load_batch_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx,
-                                    c->block_size, n_seq, err, errlen);
+    int rc = decode_load_batch_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size,
+                                    n_seq, err, errlen);
     if (rc < 0) {
         free(ci);
         return rc;

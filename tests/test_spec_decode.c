@@ -415,7 +415,6 @@ static void release_reference(decode_model *t)
     free(H), free(tok), free(want);
 }
 
-
 /* ---- 6. batches ------------------------------------------------------------------------ */
 
 /* decode_extend_batch against decode_extend of each sequence alone: bit-identical rows. */
@@ -521,8 +520,10 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
     T_ASSERT_RC(spec_generate_batch(&many.target, NULL, n, pr, np, &o, bp, &wall_p));
     T_ASSERT_RC(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, bs, &wall_s));
     for (int i = 0; i < n; i++) {
-        T_ASSERT(bp[i].n_tokens == ref[i].n_tokens && !memcmp(bp[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
-        T_ASSERT(bs[i].n_tokens == ref[i].n_tokens && !memcmp(bs[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(bp[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(bp[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(bs[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(bs[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
         T_ASSERT(bp[i].n_steps == ref[i].n_tokens - 1 && bp[i].block_size == 1);
         long steps = 0, sum = 0;
         for (int a = 1; a <= c.block_size; a++)
@@ -555,16 +556,20 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
         T_ASSERT_RC(spec_generate_plain(&one.target, pr[i], np[i], &lo, &lp));
         for (int twin = 0; twin < 2; twin++) {
             oracle *q = twin ? &lone_orc[i] : &orc[i];
-            *q = (oracle){.B = c.block_size, .n_prompt = np[i], .feat_dim = one.target.feat_dim, .n_ref = lp.n_tokens,
-                          .corrupt = 0.1 + 0.2 * i, .cap = max_ctx};
+            *q = (oracle){.B = c.block_size,
+                          .n_prompt = np[i],
+                          .feat_dim = one.target.feat_dim,
+                          .n_ref = lp.n_tokens,
+                          .corrupt = 0.1 + 0.2 * i,
+                          .cap = max_ctx};
             q->ref = malloc(sizeof(int32_t) * (size_t)lp.n_tokens);
             q->feats = malloc(sizeof(float) * (size_t)max_ctx * q->feat_dim);
             T_ASSERT(q->ref && q->feats);
             memcpy((int32_t *)q->ref, lp.tokens, sizeof(int32_t) * (size_t)lp.n_tokens);
             df_rng_seed(&q->r, oseed + (uint64_t)i);
         }
-        odr[i] = (spec_drafter){.ctx = &orc[i], .block_size = c.block_size, .reset = or_reset, .append = or_append,
-                                .draft = or_draft};
+        odr[i] = (spec_drafter){
+            .ctx = &orc[i], .block_size = c.block_size, .reset = or_reset, .append = or_append, .draft = or_draft};
         spec_drafter ld = odr[i];
         ld.ctx = &lone_orc[i];
         T_ASSERT_RC(spec_generate(&one.target, &ld, pr[i], np[i], &o, &lr[i]));
@@ -573,7 +578,8 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
     T_ASSERT_RC(spec_generate_batch(&many.target, odr, n, pr, np, &o, br, NULL));
     double otau = 0;
     for (int i = 0; i < n; i++) {
-        T_ASSERT(br[i].n_tokens == ref[i].n_tokens && !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(br[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
         T_ASSERT(lr[i].n_steps == br[i].n_steps && lr[i].accept_sum == br[i].accept_sum);
         for (int a = 0; a <= c.block_size; a++)
             T_ASSERT(lr[i].hist[a] == br[i].hist[a]);
@@ -587,9 +593,10 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
             free((int32_t *)q->ref), free(q->feats);
         }
     }
-    printf("batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5): tokens, acceptance histograms and drafter context rows "
-           "== each alone, mean tau %.2f\n",
-           otau);
+    printf(
+        "batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5): tokens, acceptance histograms and drafter context rows "
+        "== each alone, mean tau %.2f\n",
+        otau);
     printf("batch of %d prompts (%d, %d, %d tokens; eos %d: %d, %d, %d new tokens): plain and "
            "speculative == each alone, tau %.2f / %.2f / %.2f\n",
            n, np[0], np[1], np[2], o.eos, ref[0].n_tokens, ref[1].n_tokens, ref[2].n_tokens, spec_result_tau(&bs[0]),

@@ -530,9 +530,11 @@ int main(int argc, char **argv)
             tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi], sp_tpot[qi],
                                    plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
         tl += (size_t)snprintf(table + tl, sizeof table - tl, "\n");
-        btl += (size_t)snprintf(btable + btl, sizeof btable - btl, "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
-                                "%.0f (%.2f) |\n", sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0],
-                                1e3 / sp_tpot[1], sp_tau[1], 1e3 / sp_tpot[2], sp_tau[2]);
+        btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
+                                "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
+                                "%.0f (%.2f) |\n",
+                                sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1], sp_tau[1],
+                                1e3 / sp_tpot[2], sp_tau[2]);
         if (NB > 1) {
             printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
                    P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
@@ -563,8 +565,9 @@ int main(int argc, char **argv)
                     "\"accept_ms\": %.4f, \"speedup\": %.3f, \"lossless\": %s}",
                     qi ? ", " : "", qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
                     plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "true" : "false");
-        fprintf(jf, "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
-                    "\"plain_lossless\": %s, \"spec\": [",
+        fprintf(jf,
+                "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
+                "\"plain_lossless\": %s, \"spec\": [",
                 NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
         for (int qi = 0; qi < 3; qi++)
             fprintf(jf,

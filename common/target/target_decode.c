@@ -34,8 +34,8 @@ int decode_load_batch(decode_model *m, const char *dir, const int *capture, int 
 {
     memset(m, 0, sizeof *m);
     if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || n_seq < 1 || n_seq > DECODE_MAX_SEQ) {
-        snprintf(err, errlen, "%s: bad decode setup: %d captured layers, cache of %d tokens, %d sequences (1..%d)",
-                 dir, n_capture, max_ctx, n_seq, DECODE_MAX_SEQ);
+        snprintf(err, errlen, "%s: bad decode setup: %d captured layers, cache of %d tokens, %d sequences (1..%d)", dir,
+                 n_capture, max_ctx, n_seq, DECODE_MAX_SEQ);
         return -EINVAL;
     }
     hfconfig c;

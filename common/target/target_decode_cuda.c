@@ -72,8 +72,7 @@ static int upload_bf16(nn_bf16_cuda *dst, const float *src, size_t n)
     return e == cudaSuccess ? 0 : -EIO;
 }
 
-static int check_setup(const char *what, int n_capture, int max_ctx, int max_next, int n_seq, char *err,
-                       size_t errlen)
+static int check_setup(const char *what, int n_capture, int max_ctx, int max_next, int n_seq, char *err, size_t errlen)
 {
     if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || max_next < 1 || max_next > max_ctx ||
         max_next > DECODE_LINEAR_MAX_ROWS || n_seq < 1 || n_seq > DECODE_CUDA_MAX_SEQ) {
@@ -147,8 +146,7 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
         (rc = dev_alloc(&m->tokens, sizeof(int32_t) * feat_rows, "tokens", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->len_d, sizeof(int32_t), "length", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->next_d, sizeof(int32_t) * rows_out, "next", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) <
-            0)
+        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) < 0)
         return rc;
     CUDA_TRY(cudaMallocHost((void **)&m->next_h, sizeof(int32_t) * rows_out), err, errlen);
     CUDA_TRY(cudaMallocHost((void **)&m->tok_h, sizeof(int32_t) * feat_rows), err, errlen);
@@ -490,7 +488,8 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
          "final norm");
     STEP(linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr), "lm_head");
     STEP(decode_argmax_rows_cuda(m->next_d, m->logits, R, t->V, s, kerr, sizeof kerr), "argmax");
-    STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * R, cudaMemcpyDeviceToHost, s) == cudaSuccess ? 0 : -EIO,
+    STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * R, cudaMemcpyDeviceToHost, s) == cudaSuccess ? 0
+                                                                                                              : -EIO,
          "greedy tokens download");
     return 0;
 }

@@ -651,9 +651,14 @@ static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
                 RC_CHECK(decode_extend_cuda(lone, tok + row, k, k, nl, g_err, sizeof g_err), g_err);
                 RC_CHECK(decode_logits_to_host_cuda(lone, l1, g_err, sizeof g_err), g_err);
                 RC_CHECK(decode_feats_to_host_cuda(lone, k, f1, g_err, sizeof g_err), g_err);
-                bad += memcmp(l1, lg + (size_t)row * V, sizeof(float) * (size_t)k * V) != 0;
-                bad += memcmp(f1, ft + (size_t)row * fd, sizeof(float) * (size_t)k * fd) != 0;
-                bad += memcmp(nl, next + row, sizeof(int32_t) * (size_t)k) != 0;
+                int bl = memcmp(l1, lg + (size_t)row * V, sizeof(float) * (size_t)k * V) != 0;
+                int bf = memcmp(f1, ft + (size_t)row * fd, sizeof(float) * (size_t)k * fd) != 0;
+                int bn = memcmp(nl, next + row, sizeof(int32_t) * (size_t)k) != 0;
+                if ((bl || bf || bn) && bad < 4)
+                    printf("    (g) graphs %d, step %d, sequence %d (%d rows at row %d of %d): differs in%s%s%s\n",
+                           graphs, st, q, k, row, R, bl ? " logits" : "", bf ? " features" : "",
+                           bn ? " greedy tokens" : "");
+                bad += bl + bf + bn;
                 rows += k;
             }
             for (int q = 0; q < NS; q++) /* back to the prompt: the lone replay stays one prefill */

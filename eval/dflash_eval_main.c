@@ -45,6 +45,8 @@ static void usage(FILE *f)
                "  --random-drafter SEED  replace the drafter's weights by a random init (std 0.02, as a fresh\n"
                "                       training run starts) of the same shape: the untrained baseline\n"
                "  --no-plain           skip plain decoding (no speedup, no lossless check)\n"
+               "  --batch N            decode N prompts together (default 1, at most 64): plain and speculative\n"
+               "                       batches; each prompt is still checked against plain greedy decoding alone\n"
                "  --backend cpu|cuda   where to run (default cpu; cuda needs a CUDA build)\n"
                "  --device N           the CUDA device of --backend cuda (default 0)\n"
                "  --label TEXT         name of this drafter in the table and the JSON\n"
@@ -56,14 +58,16 @@ static void usage(FILE *f)
 
 typedef struct prompt_eval {
     spec_result plain, spec;
-    int first_diff;        /* -1: identical outputs */
-    long *acc_hit, *acc_n; /* [B] teacher-forced per-position accuracy (spec_score_drafts) */
+    spec_result plain_batch; /* --batch > 1: the prompt's plain greedy inside a batch */
+    int first_diff;          /* -1: identical outputs (speculative, and the plain batch, vs plain alone) */
+    long *acc_hit, *acc_n;   /* [B] teacher-forced per-position accuracy (spec_score_drafts) */
 } prompt_eval;
 
 typedef struct eval_opts {
     const char *target, *drafter, *json, *label, *backend;
     const char *prompts[MAX_PROMPT_FILES];
     int n_prompts_files, max_prompts, max_new, max_prompt_len, eos, eos_given, no_plain, quiet;
+    int batch;             /* prompts decoded together */
     int device;            /* CUDA device of --backend cuda; -1: not given */
     long long random_seed; /* -1: keep the trained weights */
 } eval_opts;
@@ -89,16 +93,25 @@ static int parse_args(int argc, char **argv, eval_opts *o)
                      .eos = -1,
                      .random_seed = -1,
                      .backend = "cpu",
+                     .batch = 1,
                      .device = -1};
-    static const struct option opts[] = {
-        {"target", required_argument, 0, 't'},  {"drafter", required_argument, 0, 'd'},
-        {"prompts", required_argument, 0, 'p'}, {"max-prompts", required_argument, 0, 'n'},
-        {"max-new", required_argument, 0, 'm'}, {"max-prompt-len", required_argument, 0, 'L'},
-        {"eos", required_argument, 0, 'e'},     {"random-drafter", required_argument, 0, 'r'},
-        {"no-plain", no_argument, 0, 'P'},      {"backend", required_argument, 0, 'b'},
-        {"label", required_argument, 0, 'l'},   {"json", required_argument, 0, 'j'},
-        {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
-        {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
+    static const struct option opts[] = {{"target", required_argument, 0, 't'},
+                                         {"drafter", required_argument, 0, 'd'},
+                                         {"prompts", required_argument, 0, 'p'},
+                                         {"max-prompts", required_argument, 0, 'n'},
+                                         {"max-new", required_argument, 0, 'm'},
+                                         {"max-prompt-len", required_argument, 0, 'L'},
+                                         {"eos", required_argument, 0, 'e'},
+                                         {"random-drafter", required_argument, 0, 'r'},
+                                         {"no-plain", no_argument, 0, 'P'},
+                                         {"backend", required_argument, 0, 'b'},
+                                         {"label", required_argument, 0, 'l'},
+                                         {"json", required_argument, 0, 'j'},
+                                         {"quiet", no_argument, 0, 'q'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"device", required_argument, 0, 'D'},
+                                         {"batch", required_argument, 0, 'B'},
+                                         {0, 0, 0, 0}};
     int c;
     long long v;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -138,6 +151,16 @@ static int parse_args(int argc, char **argv, eval_opts *o)
             o->random_seed = v;
             break;
         case 'P': o->no_plain = 1; break;
+        case 'B':
+            if (parse_int(optarg, "--batch", 1, &v))
+                return -1;
+            if (v > SPEC_MAX_BATCH) {
+                fprintf(stderr, "dflash_eval: --batch: %lld prompts, at most %d are decoded together\n", v,
+                        SPEC_MAX_BATCH);
+                return -1;
+            }
+            o->batch = (int)v;
+            break;
         case 'b': o->backend = optarg; break;
         case 'D':
             if (parse_int(optarg, "--device", 0, &v))
@@ -284,8 +307,8 @@ int main(int argc, char **argv)
     spec_backend be;
     char kind[32];
     snprintf(kind, sizeof kind, "%s:%d", o.backend, o.device < 0 ? 0 : o.device);
-    if ((rc = spec_backend_open(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx, err,
-                                sizeof err)) < 0)
+    if ((rc = spec_backend_open_batch(&be, strcmp(o.backend, "cuda") ? o.backend : kind, o.target, &dc, &dp, max_ctx,
+                                      o.batch, err, sizeof err)) < 0)
         df_die(rc == -ENOTSUP ? DF_EXIT_USAGE : target_exit_code(rc), "%s", err);
 
     spec_opts so = {.max_new = o.max_new, .eos = o.eos};
@@ -295,12 +318,41 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "dflash_eval: %d prompts, up to %d new tokens each, block size %d, eos %d, backend %s, drafter %s%s\n",
             pl.n, o.max_new, B, o.eos, o.backend, o.drafter, o.random_seed >= 0 ? " (random init)" : "");
+    /* wall time of the batched loops (--batch > 1): the sum over batches */
+    double batch_spec_s = 0, batch_plain_s = 0;
+    const int32_t **bprompts = calloc((size_t)o.batch, sizeof *bprompts);
+    int *blens = calloc((size_t)o.batch, sizeof *blens);
+    spec_result *bres = calloc((size_t)o.batch, sizeof *bres);
+    if (!bprompts || !blens || !bres)
+        df_die(DF_EXIT_TEMP, "out of memory");
+    for (int i0 = 0; i0 < pl.n && o.batch > 1; i0 += o.batch) {
+        /* a batch: plain alone per prompt (the reference), then the batched loops */
+        int g = DF_MIN(o.batch, pl.n - i0);
+        for (int b = 0; b < g; b++) {
+            const prompts_entry *p = &pl.p[i0 + b];
+            bprompts[b] = p->tokens, blens[b] = p->n;
+            if (!o.no_plain && (rc = spec_generate_plain(&be.target, p->tokens, p->n, &so, &pe[i0 + b].plain)) < 0)
+                df_die(DF_EXIT_TEMP, "%s: plain decoding failed: %s", p->source, strerror(-rc));
+        }
+        if ((rc = spec_generate_batch(&be.target, be.drafters, g, bprompts, blens, &so, bres, NULL)) < 0)
+            df_die(DF_EXIT_TEMP, "%s: batched speculative decoding failed: %s", pl.p[i0].source, strerror(-rc));
+        batch_spec_s += bres[0].decode_s;
+        for (int b = 0; b < g; b++)
+            pe[i0 + b].spec = bres[b];
+        if (!o.no_plain) {
+            if ((rc = spec_generate_batch(&be.target, NULL, g, bprompts, blens, &so, bres, NULL)) < 0)
+                df_die(DF_EXIT_TEMP, "%s: batched plain decoding failed: %s", pl.p[i0].source, strerror(-rc));
+            batch_plain_s += bres[0].decode_s;
+            for (int b = 0; b < g; b++)
+                pe[i0 + b].plain_batch = bres[b];
+        }
+    }
     for (int i = 0; i < pl.n; i++) {
         prompt_eval *e = &pe[i];
         const prompts_entry *p = &pl.p[i];
-        if (!o.no_plain && (rc = spec_generate_plain(&be.target, p->tokens, p->n, &so, &e->plain)) < 0)
+        if (o.batch == 1 && !o.no_plain && (rc = spec_generate_plain(&be.target, p->tokens, p->n, &so, &e->plain)) < 0)
             df_die(DF_EXIT_TEMP, "%s: plain decoding failed: %s", p->source, strerror(-rc));
-        if ((rc = spec_generate(&be.target, &be.drafter, p->tokens, p->n, &so, &e->spec)) < 0)
+        if (o.batch == 1 && (rc = spec_generate(&be.target, &be.drafter, p->tokens, p->n, &so, &e->spec)) < 0)
             df_die(DF_EXIT_TEMP, "%s: speculative decoding failed: %s", p->source, strerror(-rc));
         e->first_diff = -1;
         e->acc_hit = calloc((size_t)B, sizeof(long));
@@ -317,6 +369,14 @@ int main(int argc, char **argv)
                     e->first_diff = k;
             if (e->first_diff < 0 && e->plain.n_tokens != e->spec.n_tokens)
                 e->first_diff = n;
+            if (o.batch > 1 && e->first_diff < 0) { /* the plain batch must match too */
+                n = DF_MIN(e->plain.n_tokens, e->plain_batch.n_tokens);
+                for (int k = 0; k < n && e->first_diff < 0; k++)
+                    if (e->plain.tokens[k] != e->plain_batch.tokens[k])
+                        e->first_diff = k;
+                if (e->first_diff < 0 && e->plain.n_tokens != e->plain_batch.n_tokens)
+                    e->first_diff = n;
+            }
         }
         if (!o.quiet) {
             fprintf(stderr, "[%d/%d] %s: prompt %d tokens, %d new, tau %.2f", i + 1, pl.n, p->source, p->n,
@@ -349,9 +409,18 @@ int main(int argc, char **argv)
     }
     double tau = tau_sum / pl.n;
     double part_d = 0, part_v = 0, part_a = 0;
-    for (int i = 0; i < pl.n; i++)
+    long batch_steps = 0; /* --batch > 1: batched steps (a batch's steps = its longest member's) */
+    for (int i = 0; i < pl.n; i++) {
+        if (o.batch > 1 && i % o.batch) /* a batch's parts are in each member: count them once */
+            continue;
         part_d += pe[i].spec.draft_s, part_v += pe[i].spec.verify_s, part_a += pe[i].spec.accept_s;
-    double per_step = steps ? 1e3 / (double)steps : 0; /* seconds -> ms per verify step */
+        long most = 0;
+        for (int b = i; o.batch > 1 && b < DF_MIN(pl.n, i + o.batch); b++)
+            most = DF_MAX(most, pe[b].spec.n_steps);
+        batch_steps += most;
+    }
+    long step_count = o.batch > 1 ? batch_steps : steps;
+    double per_step = step_count ? 1e3 / (double)step_count : 0; /* seconds -> ms per verify step */
     double plain_step_ms = 0;
     long plain_steps = 0;
     for (int i = 0; i < pl.n && !o.no_plain; i++)
@@ -370,7 +439,12 @@ int main(int argc, char **argv)
             pos_hit[k] += pe[i].acc_hit[k], pos_n[k] += pe[i].acc_n[k];
             dec_hit[k] += pe[i].spec.pos_hit[k], dec_n[k] += pe[i].spec.pos_n[k];
         }
+    /* batches: every member's decode_s is its batch's, so time per token = the batches'
+     * wall time over all their new tokens (throughput); plain alone stays per prompt */
+    if (o.batch > 1)
+        sd = batch_spec_s;
     double tpot_p = pn ? 1e3 * pd / pn : 0, tpot_s = sn ? 1e3 * sd / sn : 0;
+    double tpot_pb = o.batch > 1 && pn ? 1e3 * batch_plain_s / pn : 0;
     double speedup = tpot_s > 0 && tpot_p > 0 ? tpot_p / tpot_s : 0;
 
     /* terminal table */
@@ -396,8 +470,8 @@ int main(int argc, char **argv)
     for (int k = 1; k < B; k++)
         printf(" %.2f", pos_n[k] ? (double)pos_hit[k] / pos_n[k] : 0.0);
     printf("\n");
-    printf("speculative step, per verify step: draft %.3f ms, verify (%d rows) %.3f ms, accept + append %.3f ms",
-           part_d * per_step, B, part_v * per_step, part_a * per_step);
+    printf("speculative step, per %s step: draft %.3f ms, verify (%d rows) %.3f ms, accept + append %.3f ms",
+           o.batch > 1 ? "batched" : "verify", part_d * per_step, B * o.batch, part_v * per_step, part_a * per_step);
     if (!o.no_plain)
         printf("; a plain step %.3f ms (the verify costs %.1f plain steps)", plain_step_ms,
                plain_step_ms > 0 ? part_v * per_step / plain_step_ms : 0.0);
@@ -413,6 +487,13 @@ int main(int argc, char **argv)
                pl.n);
     else
         printf("decode: speculative %.3f ms/token (%.1f tokens/s)\n", tpot_s, tpot_s > 0 ? 1e3 / tpot_s : 0);
+    if (o.batch > 1) {
+        printf("batch of %d: speculative %.1f tokens/s", o.batch, tpot_s > 0 ? 1e3 / tpot_s : 0);
+        if (!o.no_plain)
+            printf(", plain %.1f tokens/s (%.2fx); plain alone %.1f tokens/s (the speedup above is against it)",
+                   tpot_pb > 0 ? 1e3 / tpot_pb : 0, tpot_s > 0 ? tpot_pb / tpot_s : 0, tpot_p > 0 ? 1e3 / tpot_p : 0);
+        printf("\n");
+    }
 
     int exit_code = DF_EXIT_OK;
     if (o.json) {
@@ -423,6 +504,7 @@ int main(int argc, char **argv)
         json_object_set_new(root, "random_init_seed", o.random_seed >= 0 ? json_integer(o.random_seed) : json_null());
         json_object_set_new(root, "backend", json_string(o.backend));
         json_object_set_new(root, "block_size", json_integer(B));
+        json_object_set_new(root, "batch", json_integer(o.batch));
         json_object_set_new(root, "max_new", json_integer(o.max_new));
         json_object_set_new(root, "eos", json_integer(o.eos));
         for (int i = 0; i < pl.n; i++) {
@@ -469,6 +551,11 @@ int main(int argc, char **argv)
             df_json_set_num(ov, "plain_tpot_ms", tpot_p);
             df_json_set_num(ov, "plain_tokens_per_s", tpot_p > 0 ? 1e3 / tpot_p : 0);
             df_json_set_num(ov, "speedup", speedup);
+            if (o.batch > 1) {
+                df_json_set_num(ov, "plain_batch_tpot_ms", tpot_pb);
+                df_json_set_num(ov, "plain_batch_tokens_per_s", tpot_pb > 0 ? 1e3 / tpot_pb : 0);
+                df_json_set_num(ov, "speedup_over_plain_batch", tpot_s > 0 ? tpot_pb / tpot_s : 0);
+            }
             json_object_set_new(ov, "mismatches", json_integer(mismatches));
         }
         json_object_set_new(root, "overall", ov);
@@ -484,10 +571,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < pl.n; i++) {
         spec_result_free(&pe[i].plain);
         spec_result_free(&pe[i].spec);
+        spec_result_free(&pe[i].plain_batch);
         free(pe[i].acc_hit);
         free(pe[i].acc_n);
     }
     free(pe);
+    free(bprompts), free(blens), free(bres);
     free(hist);
     free(pos_hit);
     free(pos_n);

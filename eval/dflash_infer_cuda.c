@@ -108,6 +108,8 @@ static int cuda_fail(infer_state_cuda *s, char *err, size_t errlen, const char *
     return rc;
 }
 
+static int alloc_state(infer_state_cuda *s, char *err, size_t errlen);
+
 int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
                     const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen)
 {
@@ -157,7 +159,34 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     free(hb), free(hf);
     if (!ok)
         return cuda_fail(s, err, errlen, "weight upload", -EIO);
+    return alloc_state(s, err, errlen);
+}
 
+int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, int cap, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof *s);
+    if (cap < 1) {
+        snprintf(err, errlen, "drafter on the GPU: a context cache of %d rows", cap);
+        return -EINVAL;
+    }
+    /* every weight pointer of `from`; wb / wf stay NULL: this state frees none of them */
+    s->c = from->c, s->cap = cap, s->stream = from->stream, s->embed = from->embed, s->lm_head = from->lm_head;
+    s->fc = from->fc, s->hidden_norm = from->hidden_norm, s->final_norm = from->final_norm;
+    s->inv_freq = from->inv_freq;
+    memcpy(s->layer, from->layer, sizeof s->layer);
+    int rc = alloc_state(s, err, errlen);
+    if (rc == 0)
+        s->fused = from->fused;
+    return rc;
+}
+
+/* The caches, scratch, pinned buffers and GEMM handle of s (weights set up). */
+static int alloc_state(infer_state_cuda *s, char *err, size_t errlen)
+{
+    const dflash_config *c = s->c;
+    int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, B = c->block_size, d = c->hidden;
+    int I = c->intermediate, V = c->vocab, cap = s->cap;
+    size_t qd = (size_t)H * hd, kvd = (size_t)KV * hd;
     /* caches and scratch */
     size_t rows = (size_t)cap + B, L = (size_t)c->n_layers, qkv_n = qd + 2 * kvd;
     size_t R = (size_t)DF_MAX(INFER_CUDA_CHUNK, B);

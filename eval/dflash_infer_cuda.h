@@ -25,7 +25,8 @@
  *
  * Errors: 0 or -errno with a line in the caller's err.
  *
- * Ownership: infer_state_cuda owns its device weights, caches and scratch (infer_free_cuda); it
+ * Ownership: infer_state_cuda owns its device weights (not one made by infer_init_shared_cuda:
+ * it borrows them), caches and scratch (infer_free_cuda); it
  * borrows the config (must outlive it), embed, lm_head and the stream. */
 #ifndef DF_DFLASH_INFER_CUDA_H
 #define DF_DFLASH_INFER_CUDA_H
@@ -89,6 +90,10 @@ typedef struct infer_state_cuda {
  * err), -ENOMEM, -EIO. */
 int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
                     const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
+/* Another context over the weights of `from` (which must outlive it, and be freed after
+ * it): its own caches for cap context rows, scratch and graphs, the same stream and
+ * borrowed tensors. One drafter context per sequence of a batch. 0 or -errno. */
+int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, int cap, char *err, size_t errlen);
 void infer_free_cuda(infer_state_cuda *s);
 
 /* Forget the context. */

@@ -161,6 +161,150 @@ int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n
     return rc;
 }
 
+/* Per-sequence state of spec_generate_batch. */
+typedef struct batch_seq {
+    const int32_t *prompt;
+    int n_prompt, done;
+    int32_t *drafts; /* [max_new, B-1] every step's drafts, scored at the end */
+    int *anchor_at;  /* [max_new] */
+} batch_seq;
+
+int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t *const *prompts, const int *n_prompt,
+                        const spec_opts *o, spec_result *r, double *wall_s)
+{
+    int B = drs ? drs[0].block_size : 1, rc = 0;
+    if (n < 1 || n > t->n_seq || !t->extend_batch || !t->extend_seq || !t->reset_seq || !t->truncate_seq)
+        return -EINVAL;
+    for (int i = 0; i < n; i++)
+        if (drs && drs[i].block_size != B)
+            return -EINVAL;
+    uint64_t t_start = df_now_ns();
+    batch_seq *sq = calloc((size_t)n, sizeof *sq);
+    int *ks = calloc((size_t)t->n_seq, sizeof(int));
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * (size_t)B), *next = malloc(sizeof(int32_t) * (size_t)n * B);
+    int n_init = 0;
+    if (!sq || !ks || !tok || !next) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (; n_init < n; n_init++) {
+        if ((rc = result_init(&r[n_init], o, B)) < 0)
+            goto out;
+        batch_seq *q = &sq[n_init];
+        q->prompt = prompts[n_init], q->n_prompt = n_prompt[n_init];
+        q->drafts = malloc(sizeof(int32_t) * (size_t)o->max_new * (size_t)(B > 1 ? B - 1 : 1));
+        q->anchor_at = malloc(sizeof(int) * (size_t)o->max_new);
+        if (!q->drafts || !q->anchor_at) {
+            n_init++;
+            rc = -ENOMEM;
+            goto out;
+        }
+    }
+    /* prefills, one sequence at a time (the same call as a lone generation makes) */
+    for (int i = 0; i < n; i++) {
+        uint64_t t0 = df_now_ns();
+        batch_seq *q = &sq[i];
+        int32_t first;
+        const float *feats = NULL;
+        if (q->n_prompt < 1) {
+            rc = -EINVAL;
+            goto out;
+        }
+        if (q->n_prompt + o->max_new + B > t->max_ctx) {
+            rc = -ENOSPC;
+            goto out;
+        }
+        if ((rc = t->reset_seq(t->ctx, i)) < 0 ||
+            (rc = t->extend_seq(t->ctx, i, q->prompt, q->n_prompt, 1, &first, &feats)) < 0)
+            goto out;
+        if (drs && ((rc = drs[i].reset(drs[i].ctx)) < 0 || (rc = drs[i].append(drs[i].ctx, feats, q->n_prompt)) < 0))
+            goto out;
+        q->done = emit(&r[i], o, first);
+        r[i].prefill_s = (double)(df_now_ns() - t0) * 1e-9;
+    }
+    uint64_t t0 = df_now_ns();
+    double draft_s = 0, verify_s = 0, accept_s = 0;
+    for (;;) {
+        /* the block of every running sequence: [last, drafts] (plain: [last]) */
+        int R = 0, running = 0;
+        uint64_t ta = df_now_ns();
+        for (int i = 0; i < t->n_seq; i++)
+            ks[i] = 0;
+        for (int i = 0; i < n; i++) {
+            if (sq[i].done)
+                continue;
+            running++;
+            int32_t *blk = tok + R;
+            blk[0] = r[i].tokens[r[i].n_tokens - 1];
+            if (drs) {
+                if ((rc = drs[i].draft(drs[i].ctx, blk[0], blk + 1)) < 0)
+                    goto out;
+                sq[i].anchor_at[r[i].n_steps] = r[i].n_tokens - 1;
+                memcpy(sq[i].drafts + (size_t)r[i].n_steps * (size_t)(B - 1), blk + 1,
+                       sizeof(int32_t) * (size_t)(B - 1));
+            }
+            ks[i] = B;
+            R += B;
+        }
+        if (!running)
+            break;
+        uint64_t tb = df_now_ns();
+        const float *feats;
+        if ((rc = t->extend_batch(t->ctx, tok, ks, next, &feats)) < 0)
+            goto out;
+        uint64_t tc = df_now_ns();
+        for (int i = 0, row = 0; i < n; i++) {
+            if (!ks[i])
+                continue;
+            const int32_t *blk = tok + row, *nx = next + row;
+            int cached = sq[i].n_prompt + r[i].n_tokens - 1, m = 0;
+            while (m < B - 1 && blk[m + 1] == nx[m])
+                m++;
+            /* keep the anchor and the m accepted drafts */
+            if (drs) {
+                const float *f = (const float *)(const void *)((const char *)feats + (size_t)row * t->feat_row_bytes);
+                if ((rc = t->truncate_seq(t->ctx, i, cached + m + 1)) < 0 ||
+                    (rc = drs[i].append(drs[i].ctx, f, m + 1)) < 0)
+                    goto out;
+            }
+            r[i].n_steps++;
+            r[i].accept_sum += m + 1;
+            r[i].hist[m + 1]++;
+            for (int k = 1; k <= m && !sq[i].done; k++)
+                sq[i].done = emit(&r[i], o, blk[k]);
+            if (!sq[i].done)
+                sq[i].done = emit(&r[i], o, nx[m]);
+            row += B;
+        }
+        uint64_t td = df_now_ns();
+        draft_s += (double)(tb - ta) * 1e-9;
+        verify_s += (double)(tc - tb) * 1e-9;
+        accept_s += (double)(td - tc) * 1e-9;
+    }
+    double decode_s = (double)(df_now_ns() - t0) * 1e-9;
+    for (int i = 0; i < n; i++) {
+        r[i].decode_s = decode_s;
+        if (drs)
+            r[i].draft_s = draft_s, r[i].verify_s = verify_s, r[i].accept_s = accept_s;
+        for (int s = 0; drs && s < r[i].n_steps; s++)
+            for (int k = 1; k < B && sq[i].anchor_at[s] + k < r[i].n_tokens; k++) {
+                r[i].pos_n[k]++;
+                r[i].pos_hit[k] +=
+                    sq[i].drafts[(size_t)s * (size_t)(B - 1) + (size_t)(k - 1)] == r[i].tokens[sq[i].anchor_at[s] + k];
+            }
+    }
+    if (wall_s)
+        *wall_s = (double)(df_now_ns() - t_start) * 1e-9;
+out:
+    for (int i = 0; sq && i < n_init; i++) {
+        free(sq[i].drafts), free(sq[i].anchor_at);
+        if (rc < 0)
+            spec_result_free(&r[i]);
+    }
+    free(sq), free(ks), free(tok), free(next);
+    return rc;
+}
+
 int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const int32_t *out,
                       int n_out, long *hit, long *n)
 {
@@ -225,6 +369,49 @@ static int cpu_t_truncate(void *ctx, int len)
     return decode_truncate(ctx, len);
 }
 
+static int cpu_t_reset_seq(void *ctx, int seq)
+{
+    decode_model *m = ctx;
+    if (seq < 0 || seq >= m->n_seq)
+        return -EINVAL;
+    decode_reset_seq(m, seq);
+    return 0;
+}
+
+static int cpu_t_extend_seq(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
+                            const float **feats)
+{
+    decode_model *m = ctx;
+    int rc = decode_extend_seq(m, seq, tokens, k, n_next);
+    if (rc < 0)
+        return rc;
+    int V = m->tm.cfg.vocab_size;
+    for (int i = 0; i < n_next; i++)
+        next[i] = decode_argmax(m->logits + (size_t)i * V, V);
+    *feats = m->feat;
+    return 0;
+}
+
+static int cpu_t_truncate_seq(void *ctx, int seq, int len)
+{
+    return decode_truncate_seq(ctx, seq, len);
+}
+
+static int cpu_t_extend_batch(void *ctx, const int32_t *tokens, const int *ks, int32_t *next, const float **feats)
+{
+    decode_model *m = ctx;
+    int rc = decode_extend_batch(m, tokens, ks), R = 0;
+    if (rc < 0)
+        return rc;
+    for (int s = 0; s < m->n_seq; s++)
+        R += ks[s];
+    int V = m->tm.cfg.vocab_size;
+    for (int i = 0; i < R; i++)
+        next[i] = decode_argmax(m->logits + (size_t)i * V, V);
+    *feats = m->feat;
+    return 0;
+}
+
 void spec_target_cpu(spec_target *t, decode_model *m)
 {
     *t = (spec_target){.ctx = m,
@@ -233,7 +420,12 @@ void spec_target_cpu(spec_target *t, decode_model *m)
                        .max_ctx = m->max_ctx,
                        .reset = cpu_t_reset,
                        .extend = cpu_t_extend,
-                       .truncate = cpu_t_truncate};
+                       .truncate = cpu_t_truncate,
+                       .n_seq = m->n_seq,
+                       .reset_seq = cpu_t_reset_seq,
+                       .extend_seq = cpu_t_extend_seq,
+                       .truncate_seq = cpu_t_truncate_seq,
+                       .extend_batch = cpu_t_extend_batch};
 }
 
 static int cpu_d_reset(void *ctx)

@@ -40,6 +40,17 @@ typedef struct spec_target {
      * backend's memory, valid until the next call. 0 or -errno. */
     int (*extend)(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats);
     int (*truncate)(void *ctx, int len);
+    /* Batches (spec_generate_batch): n_seq sequences with a cache of max_ctx tokens each;
+     * the calls above work on sequence 0. n_seq 1 and NULL pointers: no batch calls. */
+    int n_seq;
+    int (*reset_seq)(void *ctx, int seq);
+    /* extend on sequence seq alone (the prefill of a batch member), same contract */
+    int (*extend_seq)(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats);
+    int (*truncate_seq)(void *ctx, int seq, int len);
+    /* One call for every sequence: tokens = ks[0] tokens of sequence 0, then ks[1] of
+     * sequence 1, ... (ks[s] = 0: s sits out); next[i] = the greedy token after new row i
+     * and *feats = the new rows' features, both in that row order. 0 or -errno. */
+    int (*extend_batch)(void *ctx, const int32_t *tokens, const int *ks, int32_t *next, const float **feats);
 } spec_target;
 
 /* The drafter: context from features, one greedy block per call. */
@@ -93,6 +104,21 @@ int spec_generate_plain(spec_target *t, const int32_t *prompt, int n_prompt, con
 int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
                   spec_result *r);
 
+/* Plain (drs NULL) or speculative (drs[i]: sequence i's drafter, each with its own
+ * context) greedy decoding of n prompts together, prompt i as sequence i of t (n <= t->n_seq,
+ * t with batch calls): each prompt is prefilled alone, then every step is one
+ * extend_batch over the sequences still running (1 row each for plain, B for
+ * speculative: draft per sequence, verify all in one call, then each sequence's own
+ * acceptance, truncation and feature append); a sequence that reaches eos or max_new
+ * sits out of the later steps. r[i] is prompt i's result as spec_generate makes it, but
+ * decode_s and draft_s / verify_s / accept_s are the whole batch's times (the steps are
+ * shared); *wall_s (may be NULL) = prefills + steps. Prompt i's tokens are the same as
+ * spec_generate_plain on it alone whenever a row's greedy token does not depend on the
+ * other rows of its call (true on the CPU and for the CUDA backend, docs/eval.md). 0 or
+ * -errno (then no r[i] is left allocated). */
+int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t *const *prompts, const int *n_prompt,
+                        const spec_opts *o, spec_result *r, double *wall_s);
+
 /* Teacher-forced per-position accuracy on a finished output: every output token but the
  * last becomes an anchor in turn, with the target's features of everything before it as
  * the drafter's context (computed once, in one target call), and the draft's position k
@@ -107,7 +133,7 @@ int spec_score_drafts(spec_target *t, spec_drafter *dr, const int32_t *prompt, i
 /* CPU backends over target_decode / dflash_infer (borrowed; must outlive the structs). */
 struct decode_model;
 struct infer_state;
-void spec_target_cpu(spec_target *t, struct decode_model *m);
+void spec_target_cpu(spec_target *t, struct decode_model *m); /* batch calls when m->n_seq > 1 */
 void spec_drafter_cpu(spec_drafter *d, struct infer_state *s);
 
 #endif

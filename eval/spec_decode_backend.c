@@ -12,25 +12,39 @@
 
 typedef struct cpu_impl {
     decode_model target;
-    infer_state drafter;
+    int n_seq;
+    infer_state *drafter;   /* [n_seq] */
+    spec_drafter *drafters; /* [n_seq] */
 } cpu_impl;
 
 static void cpu_close(void *impl)
 {
     cpu_impl *ci = impl;
-    infer_free(&ci->drafter);
+    for (int i = 0; ci->drafter && i < ci->n_seq; i++)
+        infer_free(&ci->drafter[i]);
+    free(ci->drafter), free(ci->drafters);
     decode_free(&ci->target);
     free(ci);
 }
 
 static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                    int max_ctx, int device, char *err, size_t errlen);
+                    int max_ctx, int n_seq, int device, char *err, size_t errlen);
 static const spec_backend_ops cpu_ops = {.name = "cpu", .open = cpu_open, .close = cpu_close};
 
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
                       const dflash_params *p, int max_ctx, char *err, size_t errlen)
 {
+    return spec_backend_open_batch(b, kind, target_dir, c, p, max_ctx, 1, err, errlen);
+}
+
+int spec_backend_open_batch(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
+                            const dflash_params *p, int max_ctx, int n_seq, char *err, size_t errlen)
+{
     memset(b, 0, sizeof *b);
+    if (n_seq < 1 || n_seq > SPEC_MAX_BATCH) {
+        snprintf(err, errlen, "batch of %d sequences: must be 1..%d", n_seq, SPEC_MAX_BATCH);
+        return -EINVAL;
+    }
     if (!strncmp(kind, "cuda", 4) && (kind[4] == 0 || kind[4] == ':')) {
         char *end = NULL;
         long dev = kind[4] ? strtol(kind + 5, &end, 10) : 0;
@@ -39,18 +53,18 @@ int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir,
             return -EINVAL;
         }
         b->ops = &spec_backend_ops_cuda;
-        return b->ops->open(b, target_dir, c, p, max_ctx, (int)dev, err, errlen);
+        return b->ops->open(b, target_dir, c, p, max_ctx, n_seq, (int)dev, err, errlen);
     }
     if (strcmp(kind, "cpu")) {
         snprintf(err, errlen, "unknown backend '%s' (cpu, cuda or cuda:N)", kind);
         return -EINVAL;
     }
     b->ops = &cpu_ops;
-    return b->ops->open(b, target_dir, c, p, max_ctx, 0, err, errlen);
+    return b->ops->open(b, target_dir, c, p, max_ctx, n_seq, 0, err, errlen);
 }
 
 static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                    int max_ctx, int device, char *err, size_t errlen)
+                    int max_ctx, int n_seq, int device, char *err, size_t errlen)
 {
     (void)device;
     cpu_impl *ci = calloc(1, sizeof *ci);
@@ -58,20 +72,34 @@ static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int rc = decode_load(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, err, errlen);
+    int rc = decode_load_batch(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, n_seq, err, errlen);
     if (rc < 0) {
         free(ci);
         return rc;
     }
-    /* the drafter borrows the target's embedding (mask row included) and lm_head */
-    dflash_frozen f = {.embed = ci->target.head.embed, .lm_head = ci->target.head.lm_head};
-    if ((rc = infer_init(&ci->drafter, c, p, &f, max_ctx)) < 0) {
-        snprintf(err, errlen, "out of memory for the drafter's cache of %d tokens", max_ctx);
+    ci->drafter = calloc((size_t)n_seq, sizeof *ci->drafter);
+    ci->drafters = calloc((size_t)n_seq, sizeof *ci->drafters);
+    ci->n_seq = n_seq;
+    if (!ci->drafter || !ci->drafters) {
+        snprintf(err, errlen, "out of memory");
         cpu_close(ci);
-        return rc;
+        return -ENOMEM;
+    }
+    /* the drafters borrow the target's embedding (mask row included), lm_head and the
+     * parameters; each sequence has its own context cache */
+    dflash_frozen f = {.embed = ci->target.head.embed, .lm_head = ci->target.head.lm_head};
+    for (int i = 0; i < n_seq; i++) {
+        if ((rc = infer_init(&ci->drafter[i], c, p, &f, max_ctx)) < 0) {
+            snprintf(err, errlen, "out of memory for the drafter's cache of %d tokens", max_ctx);
+            cpu_close(ci);
+            return rc;
+        }
+        spec_drafter_cpu(&ci->drafters[i], &ci->drafter[i]);
     }
     spec_target_cpu(&b->target, &ci->target);
-    spec_drafter_cpu(&b->drafter, &ci->drafter);
+    b->drafter = ci->drafters[0];
+    b->drafters = ci->drafters;
+    b->n_seq = n_seq;
     b->impl = ci;
     return 0;
 }

@@ -26,14 +26,16 @@ typedef struct spec_backend_ops {
     /* Load the target and set up the drafter (device: the CUDA device; the CPU ignores it);
      * fills b->target, b->drafter, b->impl. 0 or -errno with err set. */
     int (*open)(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p, int max_ctx,
-                int device, char *err, size_t errlen);
+                int n_seq, int device, char *err, size_t errlen);
     void (*close)(void *impl);
 } spec_backend_ops;
 extern const spec_backend_ops spec_backend_ops_cuda;
 
 struct spec_backend {
     spec_target target;
-    spec_drafter drafter;
+    spec_drafter drafter;        /* == drafters[0] */
+    int n_seq;                   /* sequences target decodes together (spec_generate_batch) */
+    spec_drafter *drafters;      /* [n_seq]: one drafter context per sequence (shared weights) */
     const spec_backend_ops *ops; /* chosen at spec_backend_open */
     void *impl;                  /* backend state */
 };
@@ -42,6 +44,11 @@ struct spec_backend {
  * for max_ctx tokens, and set up the drafter. 0 or -errno, err names the file/field. */
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
                       const dflash_params *p, int max_ctx, char *err, size_t errlen);
+/* The same for n_seq (1..SPEC_MAX_BATCH) sequences decoded together: a target cache of
+ * n_seq * max_ctx rows and n_seq drafter contexts. */
+#define SPEC_MAX_BATCH 64
+int spec_backend_open_batch(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
+                            const dflash_params *p, int max_ctx, int n_seq, char *err, size_t errlen);
 void spec_backend_close(spec_backend *b);
 
 #endif

@@ -19,15 +19,29 @@
 #include "eval/dflash_infer_cuda.h"
 #include "target/target_decode_cuda.h"
 
+struct cuda_impl;
+/* What a drafter adapter's ctx points at: one sequence's drafter context and its impl. */
+typedef struct d_ctx {
+    infer_state_cuda *s;
+    struct cuda_impl *ci;
+} d_ctx;
+
 typedef struct cuda_impl {
     decode_model_cuda target;
-    infer_state_cuda drafter;
-    char err[512]; /* the last failure's text, printed once */
+    infer_state_cuda drafter; /* sequence 0's drafter context: it owns the drafter weights */
+    int n_seq;
+    infer_state_cuda *more; /* [n_seq - 1] the other sequences' contexts (shared weights) */
+    spec_drafter *drafters; /* [n_seq] */
+    d_ctx *dctx;            /* [n_seq] */
+    char err[512];          /* the last failure's text, printed once */
 } cuda_impl;
 
 static void cuda_close(void *impl)
 {
     cuda_impl *ci = impl;
+    for (int i = 0; ci->more && i < ci->n_seq - 1; i++)
+        infer_free_cuda(&ci->more[i]); /* before the weights they borrow */
+    free(ci->more), free(ci->drafters), free(ci->dctx);
     infer_free_cuda(&ci->drafter);
     decode_free_cuda(&ci->target);
     free(ci);
@@ -41,9 +55,8 @@ static int report(int rc, const char *what, const char *text)
     return rc;
 }
 
-/* The impl of a model inside it (both adapters' ctx point into a cuda_impl). */
+/* The impl of the target inside it (the target adapter's ctx points into a cuda_impl). */
 #define IMPL_OF_TARGET(m) ((cuda_impl *)((char *)(m)-offsetof(cuda_impl, target)))
-#define IMPL_OF_DRAFTER(s) ((cuda_impl *)((char *)(s)-offsetof(cuda_impl, drafter)))
 
 static int t_reset(void *ctx)
 {
@@ -67,33 +80,70 @@ static int t_truncate(void *ctx, int len)
     return decode_truncate_cuda(ctx, len);
 }
 
+static int t_reset_seq(void *ctx, int seq)
+{
+    decode_model_cuda *m = ctx;
+    if (seq < 0 || seq >= m->n_seq)
+        return -EINVAL;
+    decode_reset_seq_cuda(m, seq);
+    return 0;
+}
+
+static int t_extend_seq(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
+                        const float **feats)
+{
+    decode_model_cuda *m = ctx;
+    cuda_impl *ci = IMPL_OF_TARGET(m);
+    int rc = decode_extend_seq_cuda(m, seq, tokens, k, n_next, next, ci->err, sizeof ci->err);
+    if (rc < 0)
+        return report(rc, "target extend", ci->err);
+    *feats = (const float *)m->feat;
+    return 0;
+}
+
+static int t_truncate_seq(void *ctx, int seq, int len)
+{
+    return decode_truncate_seq_cuda(ctx, seq, len);
+}
+
+static int t_extend_batch(void *ctx, const int32_t *tokens, const int *ks, int32_t *next, const float **feats)
+{
+    decode_model_cuda *m = ctx;
+    cuda_impl *ci = IMPL_OF_TARGET(m);
+    int rc = decode_extend_batch_cuda(m, tokens, ks, next, ci->err, sizeof ci->err);
+    if (rc < 0)
+        return report(rc, "target batch extend", ci->err);
+    *feats = (const float *)m->feat;
+    return 0;
+}
+
 static int d_reset(void *ctx)
 {
-    infer_reset_cuda(ctx);
+    infer_reset_cuda(((d_ctx *)ctx)->s);
     return 0;
 }
 
 static int d_append(void *ctx, const float *feats, int n)
 {
-    infer_state_cuda *s = ctx;
-    cuda_impl *ci = IMPL_OF_DRAFTER(s);
-    return report(infer_append_cuda(s, (const nn_bf16_cuda *)feats, n, ci->err, sizeof ci->err), "drafter append",
+    d_ctx *dc = ctx;
+    cuda_impl *ci = dc->ci;
+    return report(infer_append_cuda(dc->s, (const nn_bf16_cuda *)feats, n, ci->err, sizeof ci->err), "drafter append",
                   ci->err);
 }
 
 static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
 {
-    infer_state_cuda *s = ctx;
-    cuda_impl *ci = IMPL_OF_DRAFTER(s);
-    return report(infer_draft_cuda(s, anchor, draft, ci->err, sizeof ci->err), "draft", ci->err);
+    d_ctx *dc = ctx;
+    cuda_impl *ci = dc->ci;
+    return report(infer_draft_cuda(dc->s, anchor, draft, ci->err, sizeof ci->err), "draft", ci->err);
 }
 
 static int cuda_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                     int max_ctx, int device, char *err, size_t errlen);
+                     int max_ctx, int n_seq, int device, char *err, size_t errlen);
 const spec_backend_ops spec_backend_ops_cuda = {.name = "cuda", .open = cuda_open, .close = cuda_close};
 
 static int cuda_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                     int max_ctx, int device, char *err, size_t errlen)
+                     int max_ctx, int n_seq, int device, char *err, size_t errlen)
 {
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
@@ -115,8 +165,8 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    int rc = decode_load_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size, err,
-                              errlen);
+    int rc = decode_load_batch_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size,
+                                    n_seq, err, errlen);
     if (rc < 0) {
         free(ci);
         return rc;
@@ -133,15 +183,43 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
         cuda_close(ci);
         return rc;
     }
+    /* one drafter context per sequence over the weights of the first (drafted one after
+     * the other: each draft is a graph of its own, see docs/eval.md) */
+    ci->more = calloc((size_t)n_seq, sizeof *ci->more);
+    ci->drafters = calloc((size_t)n_seq, sizeof *ci->drafters);
+    ci->dctx = calloc((size_t)n_seq, sizeof *ci->dctx);
+    if (!ci->more || !ci->drafters || !ci->dctx) {
+        snprintf(err, errlen, "out of memory");
+        cuda_close(ci);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < n_seq; i++) {
+        if (i > 0) {
+            if ((rc = infer_init_shared_cuda(&ci->more[i - 1], &ci->drafter, max_ctx, err, errlen)) < 0) {
+                cuda_close(ci);
+                return rc;
+            }
+            ci->n_seq = i + 1; /* cuda_close frees what exists */
+        }
+        ci->dctx[i] = (d_ctx){i ? &ci->more[i - 1] : &ci->drafter, ci};
+        ci->drafters[i] = (spec_drafter){
+            .ctx = &ci->dctx[i], .block_size = c->block_size, .reset = d_reset, .append = d_append, .draft = d_draft};
+    }
     b->target = (spec_target){.ctx = &ci->target,
                               .feat_dim = c->n_capture * c->hidden,
                               .feat_row_bytes = sizeof(nn_bf16_cuda) * (size_t)c->n_capture * (size_t)c->hidden,
                               .max_ctx = max_ctx,
                               .reset = t_reset,
                               .extend = t_extend,
-                              .truncate = t_truncate};
-    b->drafter = (spec_drafter){
-        .ctx = &ci->drafter, .block_size = c->block_size, .reset = d_reset, .append = d_append, .draft = d_draft};
+                              .truncate = t_truncate,
+                              .n_seq = n_seq,
+                              .reset_seq = t_reset_seq,
+                              .extend_seq = t_extend_seq,
+                              .truncate_seq = t_truncate_seq,
+                              .extend_batch = t_extend_batch};
+    b->drafter = ci->drafters[0];
+    b->drafters = ci->drafters;
+    b->n_seq = n_seq;
     b->impl = ci;
     return 0;
 }

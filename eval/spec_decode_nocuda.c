@@ -6,9 +6,9 @@
 #include <stdio.h>
 
 static int open_nocuda(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
-                       int max_ctx, int device, char *err, size_t errlen)
+                       int max_ctx, int n_seq, int device, char *err, size_t errlen)
 {
-    (void)b, (void)target_dir, (void)c, (void)p, (void)max_ctx;
+    (void)b, (void)target_dir, (void)c, (void)p, (void)max_ctx, (void)n_seq;
     snprintf(err, errlen, "backend cuda:%d: this build has no CUDA (rebuild with make CUDA=1)", device);
     return -ENOTSUP;
 }

@@ -28,6 +28,12 @@
  *      and without CUDA graphs, separate kernels and several fused sequences (fused 1,
  *      the residual bit, q/k append + residual), and graph replays == eager
  *      launches bitwise.
+ *   g. batches: decode_extend_batch_cuda rows (5 sequences of different lengths, one
+ *      sitting out in some steps, up to 80 rows: the 64-row pieces) == each sequence's
+ *      lone extend bitwise (logits and features), graphs on and off; spec_generate_batch,
+ *      plain, speculative (random / release drafter) and with oracle drafters (varied
+ *      acceptance), gives every prompt exactly the tokens of lone plain greedy on the
+ *      GPU, prompts of different lengths, one stopping early at eos.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
 #include "gpu_test_check.h"
 
@@ -609,6 +615,151 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
     free(tok), free(blk), free(one), free(ref);
 }
 
+/* g. batched target rows == lone extends, bitwise. */
+static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
+{
+    const int NS = 5, B = 16;
+    int capture[2] = {1, 3};
+    decode_model_cuda bm;
+    RC_CHECK(decode_load_batch_cuda(&bm, TARGET, capture, 2, MAX_CTX, B, NS, g_err, sizeof g_err), g_err);
+    int V = bm.tm.V, fd = 2 * bm.tm.d;
+    int32_t next[80], nl[16], tok[80];
+    float *lg = xmalloc(sizeof(float) * 80 * (size_t)V), *ft = xmalloc(sizeof(float) * 80 * (size_t)fd);
+    float *l1 = xmalloc(sizeof(float) * 16 * (size_t)V), *f1 = xmalloc(sizeof(float) * 16 * (size_t)fd);
+    static const int KS[4][5] = {{16, 16, 16, 16, 16}, {1, 0, 1, 1, 1}, {16, 3, 0, 16, 7}, {0, 0, 0, 0, 16}};
+    long rows = 0, bad = 0;
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        bm.use_graphs = lone->use_graphs = graphs;
+        int np[5];
+        for (int q = 0; q < NS; q++) {
+            np[q] = pl->p[q % pl->n].n - 9 * q; /* different lengths */
+            decode_reset_seq_cuda(&bm, q);
+            RC_CHECK(decode_extend_seq_cuda(&bm, q, pl->p[q % pl->n].tokens, np[q], 1, next, g_err, sizeof g_err),
+                     g_err);
+        }
+        for (int st = 0; st < 4; st++) {
+            int R = 0, lens[5];
+            for (int q = 0; q < NS; q++)
+                R += KS[st][q], lens[q] = decode_seq_len_cuda(&bm, q);
+            for (int i = 0; i < R; i++)
+                tok[i] = rnd(0, V - 1);
+            RC_CHECK(decode_extend_batch_cuda(&bm, tok, KS[st], next, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_logits_to_host_cuda(&bm, lg, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_feats_to_host_cuda(&bm, R, ft, g_err, sizeof g_err), g_err);
+            for (int q = 0, row = 0; q < NS; row += KS[st][q], q++) {
+                int k = KS[st][q];
+                if (decode_seq_len_cuda(&bm, q) != lens[q] + k)
+                    bad++;
+                if (!k)
+                    continue;
+                /* the same sequence alone: its prompt, then this step's rows (every step
+                 * starts from the prompt: the sequences are truncated back below) */
+                decode_reset_cuda(lone);
+                RC_CHECK(decode_extend_cuda(lone, pl->p[q % pl->n].tokens, np[q], 1, nl, g_err, sizeof g_err), g_err);
+                if (lens[q] != np[q]) {
+                    bad++;
+                    continue;
+                }
+                RC_CHECK(decode_extend_cuda(lone, tok + row, k, k, nl, g_err, sizeof g_err), g_err);
+                RC_CHECK(decode_logits_to_host_cuda(lone, l1, g_err, sizeof g_err), g_err);
+                RC_CHECK(decode_feats_to_host_cuda(lone, k, f1, g_err, sizeof g_err), g_err);
+                int bl = memcmp(l1, lg + (size_t)row * V, sizeof(float) * (size_t)k * V) != 0;
+                int bf = memcmp(f1, ft + (size_t)row * fd, sizeof(float) * (size_t)k * fd) != 0;
+                int bn = memcmp(nl, next + row, sizeof(int32_t) * (size_t)k) != 0;
+                if ((bl || bf || bn) && bad < 4)
+                    printf("    (g) graphs %d, step %d, sequence %d (%d rows at row %d of %d): differs in%s%s%s\n",
+                           graphs, st, q, k, row, R, bl ? " logits" : "", bf ? " features" : "",
+                           bn ? " greedy tokens" : "");
+                bad += bl + bf + bn;
+                rows += k;
+            }
+            for (int q = 0; q < NS; q++) /* back to the prompt: the lone replay stays one prefill */
+                RC_CHECK(decode_truncate_seq_cuda(&bm, q, np[q]), "decode_truncate_seq_cuda");
+        }
+    }
+    int over[5] = {0, 0, 0, 0, MAX_CTX};
+    int ok_err = decode_extend_batch_cuda(&bm, tok, over, next, g_err, sizeof g_err) == -ENOSPC;
+    bm.fused = 1;
+    ok_err &= decode_extend_batch_cuda(&bm, tok, KS[1], next, g_err, sizeof g_err) == -EINVAL;
+    printf("%s (g) batched target: %ld rows of 4 steps x 5 sequences (up to 80 rows a call, graphs on and off) == "
+           "each sequence's lone extend bitwise (logits, features, greedy tokens)%s\n",
+           bad == 0 && ok_err ? "PASS" : "FAIL", rows, ok_err ? "" : "; error codes wrong");
+    g_fail += bad != 0 || !ok_err;
+    lone->use_graphs = 1;
+    decode_free_cuda(&bm);
+    free(lg), free(ft), free(l1), free(f1);
+}
+
+/* g. spec_generate_batch on the GPU == lone plain greedy on the GPU, per prompt, exactly. */
+static void test_batch_lossless(const char *name, const dflash_config *c, const dflash_params *p,
+                                const prompts_list *pl, int max_new)
+{
+    const int n = 4;
+    spec_backend one, many;
+    int max_ctx = 1024 + max_new + c->block_size;
+    RC_CHECK(spec_backend_open(&one, "cuda", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
+    RC_CHECK(spec_backend_open_batch(&many, "cuda", TARGET, c, p, max_ctx, n, g_err, sizeof g_err), g_err);
+    const int32_t *pr[4];
+    int np[4];
+    spec_result ref[4], bp[4], bs[4], bo[4];
+    spec_opts free_run = {.max_new = max_new, .eos = -1};
+    for (int i = 0; i < n; i++) {
+        pr[i] = pl->p[i % pl->n].tokens, np[i] = pl->p[i % pl->n].n - 11 * i;
+        RC_CHECK(spec_generate_plain(&one.target, pr[i], np[i], &free_run, &ref[i]), "spec_generate_plain");
+    }
+    /* eos: a token one prompt's output has (position 4 on) and another's never does */
+    spec_opts o = {.max_new = max_new, .eos = -1};
+    for (int a = 0; a < n && o.eos < 0; a++)
+        for (int b = 0; b < n && o.eos < 0; b++)
+            for (int j = 4; a != b && j < max_new && o.eos < 0; j++) {
+                int seen = 0;
+                for (int k = 0; k < max_new; k++)
+                    seen |= ref[b].tokens[k] == ref[a].tokens[j];
+                if (!seen)
+                    o.eos = ref[a].tokens[j];
+            }
+    /* oracle drafters: each prompt's free-running output, 30% of drafts corrupted */
+    oracle orc[4];
+    spec_drafter od[4];
+    int32_t *seqs[4];
+    for (int i = 0; i < n; i++) {
+        seqs[i] = xmalloc(sizeof(int32_t) * (size_t)(np[i] + max_new));
+        memcpy(seqs[i], pr[i], sizeof(int32_t) * np[i]);
+        memcpy(seqs[i] + np[i], ref[i].tokens, sizeof(int32_t) * max_new);
+        orc[i] = (oracle){.seq = seqs[i], .n_seq = np[i] + max_new, .B = c->block_size, .V = c->vocab};
+        df_rng_seed(&orc[i].rng, df_rng_next(&g_rng));
+        od[i] = (spec_drafter){
+            .ctx = &orc[i], .block_size = c->block_size, .reset = or_reset, .append = or_append, .draft = or_draft};
+        spec_result_free(&ref[i]);
+        RC_CHECK(spec_generate_plain(&one.target, pr[i], np[i], &o, &ref[i]), "spec_generate_plain (eos)");
+    }
+    double wp, ws, wo;
+    RC_CHECK(spec_generate_batch(&many.target, NULL, n, pr, np, &o, bp, &wp), "spec_generate_batch (plain)");
+    RC_CHECK(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, bs, &ws), "spec_generate_batch (spec)");
+    RC_CHECK(spec_generate_batch(&many.target, od, n, pr, np, &o, bo, &wo), "spec_generate_batch (oracle)");
+    long same = 0, early = 0, tokens = 0;
+    double tau_o = 0;
+    for (int i = 0; i < n; i++) {
+        long nd;
+        int ok = first_diff(&ref[i], &bp[i], &nd) < 0 && first_diff(&ref[i], &bs[i], &nd) < 0 &&
+                 first_diff(&ref[i], &bo[i], &nd) < 0;
+        same += ok;
+        early += ref[i].n_tokens < max_new, tokens += ref[i].n_tokens;
+        tau_o += spec_result_tau(&bo[i]) / n;
+        if (!ok)
+            printf("FAIL (g) %s: prompt %d (%d tokens): a batched output differs from lone plain greedy\n", name, i,
+                   np[i]);
+        spec_result_free(&ref[i]), spec_result_free(&bp[i]), spec_result_free(&bs[i]), spec_result_free(&bo[i]);
+        free(seqs[i]);
+    }
+    printf("%s (g) %s: batch of %d prompts (%d..%d tokens, eos %d: %ld stop early), plain / speculative / oracle "
+           "(tau %.2f) batched == lone plain greedy for %ld of %d; %ld tokens in %.3f / %.3f / %.3f s\n",
+           same == n ? "PASS" : "FAIL", name, n, np[n - 1], np[0], o.eos, early, tau_o, same, n, tokens, wp, ws, wo);
+    g_fail += same != n;
+    spec_backend_close(&many);
+    spec_backend_close(&one);
+}
+
 int main(void)
 {
     gt_setup(300);
@@ -637,6 +788,9 @@ int main(void)
     decode_drop_graphs_cuda(&gpu);
     test_target(&cpu, &gpu);
     time_extends(&gpu);
+    prompts_list pl = {0};
+    RC_CHECK(prompts_load(&pl, HELDOUT, TARGET, cpu.tm.cfg.vocab_size, 4, 512, g_err, sizeof g_err), g_err);
+    test_batch_rows(&gpu, &pl);
 
     dflash_config rc_, rl;
     dflash_params rp, lp;
@@ -651,11 +805,12 @@ int main(void)
     }
     decode_free_cuda(&gpu);
 
-    prompts_list pl = {0};
-    RC_CHECK(prompts_load(&pl, HELDOUT, TARGET, cpu.tm.cfg.vocab_size, 4, 512, g_err, sizeof g_err), g_err);
     test_lossless("random drafter B=8", &rc_, &rp, &pl, 96, &cpu);
-    if (have_release)
+    test_batch_lossless("random drafter B=8", &rc_, &rp, &pl, 96);
+    if (have_release) {
         test_lossless("release drafter B=16", &rl, &lp, &pl, 96, NULL);
+        test_batch_lossless("release drafter B=16", &rl, &lp, &pl, 96);
+    }
 
     decode_free(&cpu);
     dflash_params_free(&rp);

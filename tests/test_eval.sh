@@ -3,7 +3,8 @@
 # drafter (exported to the release format with dflash_tool, and as our checkpoint) decodes
 # held-out prompts from chat JSONL and from the shard; the JSON report is consistent
 # (speculative output == plain output, tau in [1, B], histogram sums, same prompts from
-# both sources give the same tokens); errors name the file/field and use the documented
+# both sources give the same tokens); --batch N decodes N prompts together with the same
+# per-prompt tokens and the lossless check per prompt; errors name the file/field and use the documented
 # exit codes (2 usage, 100 bad drafter/target/prompts).
 set -euo pipefail
 BUILD=${BUILD:-build}
@@ -70,6 +71,29 @@ print(f"json ok: tau {a['overall']['tau']:.3f} (random drafter), hist {a['overal
       f"speedup {a['overall']['speedup']:.2f}x on this CPU")
 PY
 
+# batches: 4 prompts decoded 3 at a time (a full batch and a batch of one); same tokens as
+# decoding them one by one, lossless per prompt; an eos that stops some prompts early
+"$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl \
+  --max-prompts 4 --max-new 40 --quiet --eos 101 --json "$tmp/d1.json" >/dev/null 2>&1
+"$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl \
+  --max-prompts 4 --max-new 40 --quiet --eos 101 --batch 3 --json "$tmp/d3.json" >"$tmp/d3.out" 2>&1
+grep -q "batch of 3: speculative" "$tmp/d3.out" || { cat "$tmp/d3.out"; fail "--batch 3: no batch line"; }
+python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+one, three = (json.load(open(f"{t}/{n}.json")) for n in ("d1", "d3"))
+assert one["batch"] == 1 and three["batch"] == 3, (one["batch"], three["batch"])
+assert len(three["prompts"]) == 4
+for a, b in zip(one["prompts"], three["prompts"]):
+    assert a["tokens"] == b["tokens"] and b["lossless"] and b["first_diff"] == -1, (a["source"], b["first_diff"])
+    assert a["hist"] == b["hist"], (a["hist"], b["hist"])
+o = three["overall"]
+assert o["mismatches"] == 0 and o["plain_batch_tokens_per_s"] > 0 and o["spec_tokens_per_s"] > 0
+ends = [len(p["tokens"]) for p in three["prompts"]]
+print(f"--batch 3: 4 prompts ({ends} new tokens) == one at a time, lossless per prompt; "
+      f"{o['spec_tokens_per_s']:.0f} spec / {o['plain_batch_tokens_per_s']:.0f} plain tokens/s batched on this CPU")
+PY
+
 # errors: exit code and a message naming the file / field
 expect() { # expect CODE PATTERN -- command...
   local code=$1 pat=$2; shift 3
@@ -78,6 +102,12 @@ expect() { # expect CODE PATTERN -- command...
   grep -q -- "$pat" "$tmp/e.err" || { cat "$tmp/e.err"; fail "$*: message lacks '$pat'"; }
   echo "error ok ($code): $(tail -n1 "$tmp/e.err")"
 }
+expect 2 "--batch: '0' is not an integer >= 1" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
+  --prompts data/tiny/heldout-000.dfs --batch 0
+expect 2 "--batch: 65 prompts, at most 64" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
+  --prompts data/tiny/heldout-000.dfs --batch 65
+expect 2 "--batch: 'two' is not an integer" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
+  --prompts data/tiny/heldout-000.dfs --batch two
 expect 100 "$tmp/none/config.json" -- "$EVAL" --target models/tiny-target --drafter "$tmp/none" --prompts data/tiny/heldout-000.dfs
 expect 100 "hidden_size = 128 does not match the target tests/fixtures/tiny-qwen3" -- \
   "$EVAL" --target tests/fixtures/tiny-qwen3 --drafter "$tmp/rel" --prompts data/tiny/heldout-000.dfs

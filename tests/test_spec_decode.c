@@ -14,6 +14,10 @@
  *      are exactly the target's features of the accepted sequence, in order.
  *   4. held-out prompts: chat JSONL and the shard give the same prompt tokens; greedy
  *      speculative decoding with a random drafter equals plain decoding; tau in [1, B].
+ *   6. batches: decode_extend_batch rows (several sequences, different lengths, one
+ *      sitting out) have bit-identical features and logits to each sequence decoded
+ *      alone; spec_generate_batch, plain and speculative, gives every prompt (different
+ *      lengths, one stopping early at eos) the tokens of spec_generate_plain on it alone.
  *   5. a public release-format drafter (tests/fixtures/dflash-release-tiny, written by
  *      scripts/make_release_drafter.py with transformers) loads and decodes losslessly;
  *      when the directory is absent that one check is skipped with a line saying so.
@@ -411,6 +415,205 @@ static void release_reference(decode_model *t)
     free(H), free(tok), free(want);
 }
 
+/* ---- 6. batches ------------------------------------------------------------------------ */
+
+/* decode_extend_batch against decode_extend of each sequence alone: bit-identical rows. */
+static void batch_rows_exact(const prompts_list *pl)
+{
+    char err[1024];
+    int cap[2] = {1, 3}, NS = 4;
+    decode_model one, many;
+    T_ASSERT_RC(decode_load(&one, TARGET, cap, 2, 512, err, sizeof err));
+    T_ASSERT_RC(decode_load_batch(&many, TARGET, cap, 2, 512, NS, err, sizeof err));
+    int V = one.tm.cfg.vocab_size, fd = 2 * one.tm.cfg.hidden_size;
+    /* sequence s: prompt s (s < 3), sequence 3 never used (sits out) */
+    for (int s = 0; s < 3; s++)
+        T_ASSERT_RC(decode_extend_seq(&many, s, pl->p[s].tokens, pl->p[s].n, 1));
+    int32_t toks[64];
+    for (int step = 0; step < 3; step++) {
+        int ks[4] = {1 + step, step == 1 ? 0 : 3, 5 - step, 0}, R = 0;
+        for (int i = 0; i < 64; i++)
+            toks[i] = rnd(0, 255);
+        for (int s = 0; s < NS; s++)
+            R += ks[s];
+        int lens[4];
+        for (int s = 0; s < NS; s++)
+            lens[s] = decode_seq_len(&many, s);
+        T_ASSERT_RC(decode_extend_batch(&many, toks, ks));
+        float *lg = malloc(sizeof(float) * (size_t)R * V), *ft = malloc(sizeof(float) * (size_t)R * fd);
+        T_ASSERT(lg && ft);
+        memcpy(lg, many.logits, sizeof(float) * (size_t)R * V);
+        memcpy(ft, many.feat, sizeof(float) * (size_t)R * fd);
+        for (int s = 0, row = 0; s < NS; row += ks[s], s++) {
+            T_ASSERT(decode_seq_len(&many, s) == lens[s] + ks[s]);
+            if (!ks[s])
+                continue;
+            /* the same sequence alone: its prompt, then this block */
+            decode_reset(&one);
+            T_ASSERT_RC(decode_extend(&one, pl->p[s].tokens, pl->p[s].n, 1));
+            T_ASSERT(one.len == lens[s]); /* every step starts from the prompt (truncated below) */
+            T_ASSERT_RC(decode_extend(&one, toks + row, ks[s], ks[s]));
+            T_ASSERT(memcmp(one.logits, lg + (size_t)row * V, sizeof(float) * (size_t)ks[s] * V) == 0);
+            T_ASSERT(memcmp(one.feat, ft + (size_t)row * fd, sizeof(float) * (size_t)ks[s] * fd) == 0);
+        }
+        /* keep the sequences at their prompt so the lone replay stays one prefill */
+        for (int s = 0; s < 3; s++)
+            T_ASSERT_RC(decode_truncate_seq(&many, s, pl->p[s].n));
+        free(lg), free(ft);
+    }
+    int bad[4] = {1, -1, 0, 0};
+    T_ASSERT(decode_extend_batch(&many, toks, bad) == -EINVAL);
+    int none[4] = {0, 0, 0, 0};
+    T_ASSERT(decode_extend_batch(&many, toks, none) == -EINVAL);
+    int over[4] = {0, 0, 0, 513};
+    T_ASSERT(decode_extend_batch(&many, toks, over) == -ENOSPC && decode_seq_len(&many, 3) == 0);
+    printf("batch rows: 3 steps of 4 sequences (one sitting out, rows 1..5 each): features and logits bit-identical to "
+           "each sequence alone\n");
+    decode_free(&one);
+    decode_free(&many);
+    T_ASSERT(decode_load_batch(&one, TARGET, cap, 2, 16, 0, err, sizeof err) == -EINVAL && strstr(err, "sequences"));
+}
+
+/* spec_generate_batch, plain and speculative, against spec_generate_plain per prompt. */
+static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int max_new)
+{
+    char err[1024];
+    dflash_config c;
+    dflash_params p;
+    T_ASSERT_RC(dflash_load_release(drafter_dir, &c, &p, err, sizeof err));
+    int n = 3, NS = 4, max_ctx = 1024 + max_new + c.block_size;
+    spec_backend one, many;
+    T_ASSERT_RC(spec_backend_open(&one, "cpu", TARGET, &c, &p, max_ctx, err, sizeof err));
+    T_ASSERT_RC(spec_backend_open_batch(&many, "cpu", TARGET, &c, &p, max_ctx, NS, err, sizeof err));
+    T_ASSERT(many.n_seq == NS && many.target.n_seq == NS);
+    /* an eos that prompt 1 reaches early: a token of its plain output a third of the way in */
+    spec_opts free_run = {.max_new = max_new, .eos = -1};
+    spec_result ref[3], bp[3], bs[3];
+    const int32_t *pr[3];
+    int np[3], early = 0, full = 0;
+    for (int i = 0; i < n; i++)
+        pr[i] = pl->p[i].tokens, np[i] = pl->p[i].n - 17 * i; /* prefixes of different lengths */
+    /* eos: a token that one prompt's free-running output has (from position 4 on) and
+     * another's never produces, so one prompt stops early and another runs to max_new */
+    for (int i = 0; i < n; i++)
+        T_ASSERT_RC(spec_generate_plain(&one.target, pr[i], np[i], &free_run, &ref[i]));
+    spec_opts o = {.max_new = max_new, .eos = -1};
+    for (int a = 0; a < n && o.eos < 0; a++)
+        for (int b = 0; b < n && o.eos < 0; b++)
+            for (int j = 4; a != b && j < max_new && o.eos < 0; j++) {
+                int seen = 0;
+                for (int k = 0; k < max_new; k++)
+                    seen |= ref[b].tokens[k] == ref[a].tokens[j];
+                if (!seen)
+                    o.eos = ref[a].tokens[j];
+            }
+    T_ASSERT(o.eos >= 0);
+    for (int i = 0; i < n; i++)
+        spec_result_free(&ref[i]);
+    for (int i = 0; i < n; i++) {
+        T_ASSERT_RC(spec_generate_plain(&one.target, pr[i], np[i], &o, &ref[i]));
+        early += ref[i].n_tokens < max_new, full += ref[i].n_tokens == max_new;
+    }
+    T_ASSERT(np[0] != np[1] && np[1] != np[2] && np[0] != np[2]);
+    T_ASSERT(early >= 1 && full >= 1);
+    double wall_p, wall_s;
+    T_ASSERT_RC(spec_generate_batch(&many.target, NULL, n, pr, np, &o, bp, &wall_p));
+    T_ASSERT_RC(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, bs, &wall_s));
+    for (int i = 0; i < n; i++) {
+        T_ASSERT(bp[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(bp[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(bs[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(bs[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(bp[i].n_steps == ref[i].n_tokens - 1 && bp[i].block_size == 1);
+        long steps = 0, sum = 0;
+        for (int a = 1; a <= c.block_size; a++)
+            steps += bs[i].hist[a], sum += a * bs[i].hist[a];
+        T_ASSERT(steps == bs[i].n_steps && sum == bs[i].accept_sum && bs[i].hist[0] == 0);
+    }
+    /* the batched drafters score like the lone one: same tokens, same drafts, same tau */
+    spec_result lone;
+    T_ASSERT_RC(spec_generate(&one.target, &one.drafter, pr[2], np[2], &o, &lone));
+    T_ASSERT(lone.n_steps == bs[2].n_steps && lone.accept_sum == bs[2].accept_sum);
+    for (int k = 0; k < c.block_size; k++)
+        T_ASSERT(lone.pos_hit[k] == bs[2].pos_hit[k] && lone.pos_n[k] == bs[2].pos_n[k]);
+    spec_result_free(&lone);
+    /* a second batch on the same backend (fresh caches per prompt) and a too-large one */
+    spec_result again[2];
+    T_ASSERT_RC(spec_generate_batch(&many.target, many.drafters, 2, pr + 1, np + 1, &o, again, NULL));
+    for (int i = 0; i < 2; i++)
+        T_ASSERT(again[i].n_tokens == ref[i + 1].n_tokens &&
+                 !memcmp(again[i].tokens, ref[i + 1].tokens, sizeof(int32_t) * ref[i + 1].n_tokens));
+    T_ASSERT(spec_generate_batch(&many.target, many.drafters, NS + 1, pr, np, &o, again, NULL) == -EINVAL);
+    /* oracle drafters (seeded corruption: acceptance lengths differ per sequence and step)
+     * against the same oracle alone: same tokens, histogram and drafter context rows */
+    oracle orc[3], lone_orc[3];
+    spec_drafter odr[3];
+    spec_result lr[3], br[3];
+    spec_opts lo = {.max_new = max_new + c.block_size, .eos = -1};
+    uint64_t oseed = df_rng_next(&rng);
+    for (int i = 0; i < n; i++) {
+        spec_result lp;
+        T_ASSERT_RC(spec_generate_plain(&one.target, pr[i], np[i], &lo, &lp));
+        for (int twin = 0; twin < 2; twin++) {
+            oracle *q = twin ? &lone_orc[i] : &orc[i];
+            *q = (oracle){.B = c.block_size,
+                          .n_prompt = np[i],
+                          .feat_dim = one.target.feat_dim,
+                          .n_ref = lp.n_tokens,
+                          .corrupt = 0.1 + 0.2 * i,
+                          .cap = max_ctx};
+            q->ref = malloc(sizeof(int32_t) * (size_t)lp.n_tokens);
+            q->feats = malloc(sizeof(float) * (size_t)max_ctx * q->feat_dim);
+            T_ASSERT(q->ref && q->feats);
+            memcpy((int32_t *)q->ref, lp.tokens, sizeof(int32_t) * (size_t)lp.n_tokens);
+            df_rng_seed(&q->r, oseed + (uint64_t)i);
+        }
+        odr[i] = (spec_drafter){
+            .ctx = &orc[i], .block_size = c.block_size, .reset = or_reset, .append = or_append, .draft = or_draft};
+        spec_drafter ld = odr[i];
+        ld.ctx = &lone_orc[i];
+        T_ASSERT_RC(spec_generate(&one.target, &ld, pr[i], np[i], &o, &lr[i]));
+        spec_result_free(&lp);
+    }
+    T_ASSERT_RC(spec_generate_batch(&many.target, odr, n, pr, np, &o, br, NULL));
+    double otau = 0;
+    for (int i = 0; i < n; i++) {
+        T_ASSERT(br[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(lr[i].n_steps == br[i].n_steps && lr[i].accept_sum == br[i].accept_sum);
+        for (int a = 0; a <= c.block_size; a++)
+            T_ASSERT(lr[i].hist[a] == br[i].hist[a]);
+        T_ASSERT(orc[i].n_ctx == lone_orc[i].n_ctx &&
+                 !memcmp(orc[i].feats, lone_orc[i].feats, sizeof(float) * (size_t)orc[i].n_ctx * orc[i].feat_dim));
+        otau += spec_result_tau(&br[i]) / n;
+        spec_result_free(&lr[i]);
+        spec_result_free(&br[i]);
+        for (int twin = 0; twin < 2; twin++) {
+            oracle *q = twin ? &lone_orc[i] : &orc[i];
+            free((int32_t *)q->ref), free(q->feats);
+        }
+    }
+    printf(
+        "batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5): tokens, acceptance histograms and drafter context rows "
+        "== each alone, mean tau %.2f\n",
+        otau);
+    printf("batch of %d prompts (%d, %d, %d tokens; eos %d: %d, %d, %d new tokens): plain and "
+           "speculative == each alone, tau %.2f / %.2f / %.2f\n",
+           n, np[0], np[1], np[2], o.eos, ref[0].n_tokens, ref[1].n_tokens, ref[2].n_tokens, spec_result_tau(&bs[0]),
+           spec_result_tau(&bs[1]), spec_result_tau(&bs[2]));
+    for (int i = 0; i < n; i++) {
+        spec_result_free(&ref[i]);
+        spec_result_free(&bp[i]);
+        spec_result_free(&bs[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        spec_result_free(&again[i]);
+    spec_backend_close(&one);
+    T_ASSERT(spec_backend_open_batch(&one, "cpu", TARGET, &c, &p, max_ctx, 0, err, sizeof err) == -EINVAL);
+    spec_backend_close(&many);
+    dflash_params_free(&p);
+}
+
 int main(void)
 {
     const char *env = getenv("SPEC_SEED");
@@ -458,6 +661,8 @@ int main(void)
     T_ASSERT_RC(dflash_export_release(dir, &c, &p, err, sizeof err));
     dflash_params_free(&p);
     lossless_on_prompts("random drafter (release format)", dir, -1, &pj, 3, 48);
+    batch_rows_exact(&pj);
+    batch_lossless(dir, &pj, 48);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     T_ASSERT(system(cmd) == 0);

@@ -23,6 +23,13 @@
  * MB so they come from HBM) and the step's other kernels (JSON default
  * bench/results/eval/linear_sweep.json). Without it, --variant V runs the bench under V.
  *
+ * Batches (--batch N, default 4; 1 skips them): N prompts of different lengths (P, P-8,
+ * ...) decoded together by spec_generate_batch over one target with N sequences (one
+ * drafter context per sequence, shared weights), plain and speculative at the same
+ * corruption rates; tokens/s = new tokens of all prompts over the batch's decode time,
+ * beside batch 1 (the loops above); lossless = every prompt's output equals its lone
+ * plain greedy run token for token.
+ *
  * Prints a table; writes JSON (--json, default bench/results/eval/decode.json). Exit 77
  * without a GPU; a CPU build says it needs CUDA=1 and exits 0 (so `make bench` stays green). */
 #ifndef DF_WITH_CUDA
@@ -124,6 +131,30 @@ static int t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t
 static int t_truncate(void *ctx, int len)
 {
     return decode_truncate_cuda(ctx, len);
+}
+static int t_reset_seq(void *ctx, int seq)
+{
+    decode_reset_seq_cuda(ctx, seq);
+    return 0;
+}
+static int t_extend_seq(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
+                        const float **feats)
+{
+    decode_model_cuda *m = ctx;
+    int rc = decode_extend_seq_cuda(m, seq, tokens, k, n_next, next, g_err, sizeof g_err);
+    *feats = (const float *)m->feat;
+    return rc;
+}
+static int t_truncate_seq(void *ctx, int seq, int len)
+{
+    return decode_truncate_seq_cuda(ctx, seq, len);
+}
+static int t_extend_batch(void *ctx, const int32_t *tokens, const int *ks, int32_t *next, const float **feats)
+{
+    decode_model_cuda *m = ctx;
+    int rc = decode_extend_batch_cuda(m, tokens, ks, next, g_err, sizeof g_err);
+    *feats = (const float *)m->feat;
+    return rc;
 }
 static int d_reset(void *ctx)
 {
@@ -563,7 +594,7 @@ static void on_alarm(int sig)
 int main(int argc, char **argv)
 {
     const char *json = "bench/results/eval/decode.json", *models = "1.7b,8b";
-    int P = 128, NEW = 128, reps = 32, timeout_s = 420, sweep = 0, vars[DECODE_LINEAR_VARIANTS], nv = 0;
+    int P = 128, NEW = 128, reps = 32, timeout_s = 420, sweep = 0, vars[DECODE_LINEAR_VARIANTS], nv = 0, NB = 4;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
@@ -575,6 +606,8 @@ int main(int argc, char **argv)
             NEW = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
             timeout_s = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+            NB = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--linear-sweep"))
             sweep = 1;
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
@@ -587,7 +620,8 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
-                    "[--timeout S] [--variant V]... [--linear-sweep]\n"
+                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep]\n"
+                    "  --batch N: prompts decoded together in the batch rows (default 4; 1 skips them)\n"
                     "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
                     "  decoding bench, the sweep compares all given, default all)\n"
                     "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n",
@@ -595,8 +629,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (P < 1 || NEW < 16) {
-        fprintf(stderr, "bench_decode: --prompt >= 1, --new >= 16\n");
+    if (P < 1 || NEW < 16 || NB < 1 || NB > 4 || P - 8 * (NB - 1) < 1) {
+        fprintf(stderr, "bench_decode: --prompt >= 1, --new >= 16, --batch 1..4 (64 rows of block 16), prompts of "
+                        "P - 8 * (N - 1) >= 1 tokens\n");
         return 2;
     }
     signal(SIGALRM, on_alarm);
@@ -658,8 +693,8 @@ int main(int argc, char **argv)
             "\"shapes\": [",
             prop.name, bw, P, NEW, decode_linear_variant_name_cuda(decode_linear_variant_cuda(-1)));
     int first_shape = 1;
-    char table[8192];
-    size_t tl = 0;
+    char table[8192], btable[4096];
+    size_t tl = 0, btl = 0;
     for (size_t si = 0; si < DF_ARRAY_LEN(SHAPES); si++) {
         const shape *sh = &SHAPES[si];
         if (!strstr(models, sh->key))
@@ -677,11 +712,14 @@ int main(int argc, char **argv)
         int max_ctx = P + NEW + 64;
         decode_model_cuda m;
         double t0 = now_ms();
-        RC(decode_init_random_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, 1234 + si, g_err, sizeof g_err));
+        RC(decode_init_random_batch_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, NB, 1234 + si, g_err,
+                                         sizeof g_err));
         dflash_params dp;
         drafter_params(&dp, &dc, 99 + si);
-        infer_state_cuda dr;
+        infer_state_cuda dr, bdr[4]; /* bdr[0] unused: sequence 0 drafts with dr */
         RC(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err));
+        for (int b = 1; b < NB; b++)
+            RC(infer_init_shared_cuda(&bdr[b], &dr, max_ctx, g_err, sizeof g_err));
         dflash_params_free(&dp);
         printf("== %s: target %.2f GB of weights, drafter 5 layers (set up in %.1f s)\n", sh->name,
                m.tm.weight_bytes / 1e9, (now_ms() - t0) / 1e3);
@@ -782,7 +820,12 @@ int main(int argc, char **argv)
                           .max_ctx = max_ctx,
                           .reset = t_reset,
                           .extend = t_extend,
-                          .truncate = t_truncate};
+                          .truncate = t_truncate,
+                          .n_seq = NB,
+                          .reset_seq = t_reset_seq,
+                          .extend_seq = t_extend_seq,
+                          .truncate_seq = t_truncate_seq,
+                          .extend_batch = t_extend_batch};
         oracle orc = {.dr = &dr, .n_prompt = P, .V = sh->V};
         df_rng_seed(&orc.rng, 11 + si);
         spec_drafter sd = {.ctx = &orc, .block_size = 16, .reset = d_reset, .append = d_append, .draft = d_draft};
@@ -809,6 +852,63 @@ int main(int argc, char **argv)
         }
         spec_result_free(&pr);
 
+        /* batches: NB prompts of P, P-8, ... tokens; their lone plain runs are the reference */
+        double b_plain_tps = 0, b_spec_tps[3] = {0, 0, 0}, b_tau[3] = {0, 0, 0};
+        int b_plain_ok = 1, b_spec_ok[3] = {1, 1, 1};
+        if (NB > 1) {
+            int32_t *bp[4];
+            int bn[4];
+            spec_result lone[4], br[4];
+            for (int b = 0; b < NB; b++) {
+                bn[b] = P - 8 * b;
+                bp[b] = malloc(sizeof(int32_t) * (size_t)bn[b]);
+                for (int i = 0; i < bn[b]; i++)
+                    bp[b][i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+                RC(spec_generate_plain(&st, bp[b], bn[b], &so, &lone[b]));
+            }
+            RC(spec_generate_batch(&st, NULL, NB, (const int32_t *const *)bp, bn, &so, br, NULL));
+            long toks = 0;
+            for (int b = 0; b < NB; b++) {
+                toks += br[b].n_tokens - 1;
+                b_plain_ok &= br[b].n_tokens == lone[b].n_tokens &&
+                              !memcmp(br[b].tokens, lone[b].tokens, sizeof(int32_t) * (size_t)br[b].n_tokens);
+            }
+            b_plain_tps = toks / br[0].decode_s;
+            for (int b = 0; b < NB; b++)
+                spec_result_free(&br[b]);
+            oracle bo[4];
+            spec_drafter bsd[4];
+            for (int qi = 0; qi < 3; qi++) {
+                for (int b = 0; b < NB; b++) {
+                    bo[b] = (oracle){.dr = b ? &bdr[b] : &dr,
+                                     .plain = lone[b].tokens,
+                                     .n_plain = lone[b].n_tokens,
+                                     .n_prompt = bn[b],
+                                     .corrupt = qs[qi],
+                                     .V = sh->V};
+                    df_rng_seed(&bo[b].rng, 100 * (si + 1) + 10 * qi + b);
+                    bsd[b] = (spec_drafter){
+                        .ctx = &bo[b], .block_size = 16, .reset = d_reset, .append = d_append, .draft = d_draft};
+                }
+                RC(spec_generate_batch(&st, bsd, NB, (const int32_t *const *)bp, bn, &so, br, NULL));
+                long steps = 0, acc = 0;
+                double wall = br[0].decode_s; /* the batch's (every r[i] has it) */
+                toks = 0;
+                for (int b = 0; b < NB; b++) {
+                    toks += br[b].n_tokens - 1, steps += br[b].n_steps, acc += br[b].accept_sum;
+                    b_spec_ok[qi] &= br[b].n_tokens == lone[b].n_tokens &&
+                                     !memcmp(br[b].tokens, lone[b].tokens, sizeof(int32_t) * (size_t)br[b].n_tokens);
+                    spec_result_free(&br[b]);
+                }
+                b_spec_tps[qi] = toks / wall;
+                b_tau[qi] = steps ? (double)acc / steps : 0;
+            }
+            for (int b = 0; b < NB; b++) {
+                spec_result_free(&lone[b]);
+                free(bp[b]);
+            }
+        }
+
         printf("plain step: %.3f ms (graphs), %.3f ms (eager); reads %.3f GB: floor %.3f ms -> %.0f%% of the "
                "copy ceiling\n",
                plain_ms[1], plain_ms[0], plain_bytes / 1e9, plain_floor, 100 * plain_floor / plain_ms[1]);
@@ -833,6 +933,24 @@ int main(int argc, char **argv)
             tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi], sp_tpot[qi],
                                    plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
         tl += (size_t)snprintf(table + tl, sizeof table - tl, "\n");
+        btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
+                                "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
+                                "%.0f (%.2f) |\n",
+                                sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1], sp_tau[1],
+                                1e3 / sp_tpot[2], sp_tau[2]);
+        if (NB > 1) {
+            printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
+                   P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
+            for (int qi = 0; qi < 3; qi++)
+                printf("batch of %d, speculative p = %.2f: tau %.2f, %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
+                       qs[qi], b_tau[qi], b_spec_tps[qi], 1e3 / sp_tpot[qi], b_spec_ok[qi] ? "yes" : "NO");
+            btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
+                                    "| %s | %d | %.0f%s | %.0f (tau %.2f)%s | %.0f (%.2f)%s | %.0f (%.2f)%s |\n",
+                                    sh->name, NB, b_plain_tps, b_plain_ok ? "" : " NOT LOSSLESS", b_spec_tps[0],
+                                    b_tau[0], b_spec_ok[0] ? "" : " NOT LOSSLESS", b_spec_tps[1], b_tau[1],
+                                    b_spec_ok[1] ? "" : " NOT LOSSLESS", b_spec_tps[2], b_tau[2],
+                                    b_spec_ok[2] ? "" : " NOT LOSSLESS");
+        }
 
         fprintf(jf,
                 "%s\n {\"shape\": \"%s\", \"weight_bytes\": %zu, \"plain_step_ms\": %.4f, \"plain_step_eager_ms\": "
@@ -850,10 +968,22 @@ int main(int argc, char **argv)
                     "\"accept_ms\": %.4f, \"speedup\": %.3f, \"lossless\": %s}",
                     qi ? ", " : "", qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
                     plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "true" : "false");
-        fprintf(jf, "]}");
+        fprintf(jf,
+                "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
+                "\"plain_lossless\": %s, \"spec\": [",
+                NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
+        for (int qi = 0; qi < 3; qi++)
+            fprintf(jf,
+                    "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"b1_tokens_per_s\": %.2f, \"tokens_per_s\": %.2f, "
+                    "\"lossless\": %s}",
+                    qi ? ", " : "", qs[qi], NB > 1 ? b_tau[qi] : sp_tau[qi], 1e3 / sp_tpot[qi],
+                    NB > 1 ? b_spec_tps[qi] : 1e3 / sp_tpot[qi], b_spec_ok[qi] ? "true" : "false");
+        fprintf(jf, "]}}");
         fflush(jf);
         first_shape = 0;
         free(prompt);
+        for (int b = 1; b < NB; b++)
+            infer_free_cuda(&bdr[b]); /* before the weights they borrow */
         infer_free_cuda(&dr);
         decode_free_cuda(&m);
     }
@@ -863,6 +993,9 @@ int main(int argc, char **argv)
            "ms | tau: spec ms/token, speedup (p = 1) | (p = 0.12) | (p = 0) "
            "|\n|---|---|---|---|---|---|---|---|---|---|---|\n%s",
            table);
+    printf("\ntokens/s (new tokens of all prompts / decode time; speculative at p = 1, 0.12, 0):\n| shape | batch | "
+           "plain | spec (p = 1) | (p = 0.12) | (p = 0) |\n|---|---|---|---|---|---|\n%s",
+           btable);
     printf("JSON: %s\n", json);
     return 0;
 }

@@ -2,17 +2,19 @@
 # bench/eval/decode.sh: decoding speed on the GPU in one call (GPU machine, after
 # make CUDA=1): bench_decode (ours: plain decoding against its memory ceiling, the parts of
 # a speculative step, the speculative loop at three acceptance rates with the lossless
-# check) and peer_generate.py (transformers generate) at the Qwen3-1.7B and Qwen3-8B shapes,
-# random weights made on the GPU. Prints both; writes bench/results/eval/decode*.json.
-# Env: BUILD (build-cuda), MODELS (1.7b,8b), PROMPT (128), NEW (128), COMPILE (0; 1 adds
-# the peer's static cache + torch.compile variant, minutes of compilation), RES.
+# check, the same loops for a batch of BATCH prompts decoded together) and
+# peer_generate.py (transformers generate) at the Qwen3-1.7B and Qwen3-8B shapes, random
+# weights made on the GPU. Prints both; writes bench/results/eval/decode*.json.
+# Env: BUILD (build-cuda), MODELS (1.7b,8b), PROMPT (128), NEW (128), BATCH (4; 1: no
+# batch), COMPILE (0; 1 adds the peer's static cache + torch.compile variant, minutes of
+# compilation), RES.
 # The speedup bar with a drafter that works: bench/eval/trained_target.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build-cuda} MODELS=${MODELS:-1.7b,8b} PROMPT=${PROMPT:-128} NEW=${NEW:-128}
+BUILD=${BUILD:-build-cuda} MODELS=${MODELS:-1.7b,8b} PROMPT=${PROMPT:-128} NEW=${NEW:-128} BATCH=${BATCH:-4}
 res=${RES:-bench/results/eval}; mkdir -p "$res"
 [ -x "$BUILD/bench/bench_decode" ] || { echo "decode.sh: missing $BUILD/bench/bench_decode: make CUDA=1 first"; exit 2; }
-"$BUILD/bench/bench_decode" --models "$MODELS" --prompt "$PROMPT" --new "$NEW" --json "$res/decode.json" 2>&1 |
+"$BUILD/bench/bench_decode" --models "$MODELS" --prompt "$PROMPT" --new "$NEW" --batch "$BATCH" --json "$res/decode.json" 2>&1 |
   tee "$res/decode.log"
 extra=(); [ "${COMPILE:-0}" = 1 ] && extra=(--compile)
 PYTHONUNBUFFERED=1 timeout 400 python3 bench/eval/peer_generate.py --models "$MODELS" --prompt "$PROMPT" --new "$NEW" \

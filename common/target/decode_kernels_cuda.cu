@@ -95,6 +95,40 @@ int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda
     return 0;
 }
 
+/* decode_kv_append_kernel with the destination row of new row t read from rows[t]. */
+__global__ void decode_kv_append_rows_kernel(bf16 *kc, bf16 *vc, const bf16 *qkv, int T, int H, int KV, int hd,
+                                             const int32_t *rows, int vec)
+{
+    long kvd = (long)KV * hd, row = (long)(H + 2 * KV) * hd;
+    int w = vec ? 8 : 1;
+    long per = 2 * kvd / w, n = (long)T * per;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        long t = i / per, j = (i - t * per) * w, r = rows[t];
+        const bf16 *src = qkv + t * row + (long)H * hd + j;
+        bf16 *dst = j < kvd ? kc + r * kvd + j : vc + r * kvd + (j - kvd);
+        if (vec)
+            *reinterpret_cast<uint4 *>(dst) = *reinterpret_cast<const uint4 *>(src);
+        else
+            *dst = *src;
+    }
+}
+
+int decode_kv_append_rows_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda *qkv, int T, int H, int KV,
+                               int hd, const int32_t *rows, cudaStream_t s, char *err, size_t errlen)
+{
+    if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || !rows)
+        BAD_SHAPE("decode_kv_append_rows_cuda: T %d, heads %d/%d, head_dim %d", T, H, KV, hd);
+    if (T == 0)
+        return 0;
+    int vec = (KV * hd) % 8 == 0 && hd % 8 == 0 && (uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0 &&
+              (uintptr_t)qkv % 16 == 0;
+    long n = (long)T * 2 * KV * hd / (vec ? 8 : 1);
+    int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    decode_kv_append_rows_kernel<<<blocks, 256, 0, s>>>(as_bf(kc), as_bf(vc), as_bf(qkv), T, H, KV, hd, rows, vec);
+    CUDA_LAUNCHED("decode_kv_append_rows_kernel", err, errlen);
+    return 0;
+}
+
 /* ---- cached attention --------------------------------------------------------------- */
 
 /* The allowed keys of query qi: [lo0,hi0) then [lo1,hi1). */

@@ -48,6 +48,11 @@ int decode_counter_add_cuda(int32_t *counter, int add, cudaStream_t s, char *err
 int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda *qkv, int T, int H, int KV, int hd,
                           const int32_t *base, int row0, cudaStream_t s, char *err, size_t errlen);
 
+/* The same with a cache row per new row: row t goes to rows[t] (DEVICE int32 [T]), the
+ * rows of a batch of sequences sharing one cache (target_decode_cuda.h, batches). */
+int decode_kv_append_rows_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda *qkv, int T, int H, int KV,
+                               int hd, const int32_t *rows, cudaStream_t s, char *err, size_t errlen);
+
 /* out[Tq, H*hd] = softmax(q k^T * scale) v over each query's allowed cached keys.
  * q: query i's H heads at q + i * q_stride (the q part of a fused qkv row: q_stride =
  * (H+2KV)*hd). kc, vc: [*, KV*hd]; query head h reads kv head h / (H/KV).

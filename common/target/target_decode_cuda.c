@@ -25,7 +25,10 @@ void decode_free_cuda(decode_model_cuda *m)
     if (m->lm_head_owned)
         cudaFree(m->lm_head);
     cudaFree(m->final_norm), cudaFree(m->kc), cudaFree(m->vc), cudaFree(m->feat), cudaFree(m->z);
-    cudaFree(m->logits), cudaFree(m->tokens), cudaFree(m->next_d), cudaFree(m->len_d);
+    cudaFree(m->logits), cudaFree(m->tokens), cudaFree(m->next_d), cudaFree(m->len_d), cudaFree(m->meta_d);
+    free(m->seq_len);
+    if (m->meta_h)
+        cudaFreeHost(m->meta_h);
     if (m->next_h)
         cudaFreeHost(m->next_h);
     if (m->tok_h)
@@ -63,16 +66,23 @@ static int upload_bf16(nn_bf16_cuda *dst, const float *src, size_t n)
     return e == cudaSuccess ? 0 : -EIO;
 }
 
-static int check_setup(const char *what, int n_capture, int max_ctx, int max_next, char *err, size_t errlen)
+static int check_setup(const char *what, int n_capture, int max_ctx, int max_next, int n_seq, char *err, size_t errlen)
 {
     if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || max_next < 1 || max_next > max_ctx ||
-        max_next > DECODE_LINEAR_MAX_ROWS) {
+        max_next > DECODE_LINEAR_MAX_ROWS || n_seq < 1 || n_seq > DECODE_CUDA_MAX_SEQ) {
         snprintf(err, errlen,
-                 "%s: bad decode setup: %d captured layers, cache of %d tokens, %d tokens per step (at most %d)", what,
-                 n_capture, max_ctx, max_next, DECODE_LINEAR_MAX_ROWS);
+                 "%s: bad decode setup: %d captured layers, cache of %d tokens, %d tokens per step (at most %d), %d "
+                 "sequences (1..%d)",
+                 what, n_capture, max_ctx, max_next, DECODE_LINEAR_MAX_ROWS, n_seq, DECODE_CUDA_MAX_SEQ);
         return -EINVAL;
     }
     return 0;
+}
+
+/* Rows of the per-step buffers: a prefill (max_ctx) or a batched step (max_rows). */
+static int work_rows(int max_ctx, int max_next, int n_seq)
+{
+    return DF_MAX(max_ctx, n_seq * max_next);
 }
 
 /* Capture ids for target_init / load: the caller's plus the last layer (so every layer
@@ -90,31 +100,51 @@ static int capture_ids(int *ids, const int *capture, int n_capture, int L)
 }
 
 /* Everything but the weights, once m->tm is set up. */
-static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int max_next, const char *what, char *err,
-                         size_t errlen)
+static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int max_next, int n_seq, const char *what,
+                         char *err, size_t errlen)
 {
     const target_model_cuda *t = &m->tm;
     size_t d = (size_t)t->d, kvd = (size_t)t->KV * t->hd, V = (size_t)t->V, L = (size_t)t->n_layers;
     m->n_capture = n_capture;
     m->max_ctx = max_ctx;
     m->max_next = max_next;
+    m->n_seq = n_seq;
+    m->max_rows = n_seq * max_next;
+    for (int l = 0; l < t->n_layers; l++)
+        if (t->layers[l].window > 0) {
+            if (m->window > 0 && m->window != t->layers[l].window) {
+                snprintf(err, errlen, "%s: sliding layers with different windows (%d, %d)", what, m->window,
+                         t->layers[l].window);
+                return -EINVAL;
+            }
+            m->window = t->layers[l].window;
+        }
+    size_t rows_out = (size_t)DF_MAX(max_next, m->max_rows), feat_rows = (size_t)work_rows(max_ctx, max_next, n_seq);
+    m->seq_len = calloc((size_t)n_seq, sizeof(int));
+    if (!m->seq_len) {
+        snprintf(err, errlen, "%s: out of memory", what);
+        return -ENOMEM;
+    }
     m->small_rows = DECODE_LINEAR_MAX_ROWS;
     m->use_graphs = 1;
     m->fused = DECODE_FUSED_DEFAULT;
-    size_t cache = L * max_ctx * kvd * sizeof(nn_bf16_cuda);
+    size_t cache = L * (size_t)n_seq * max_ctx * kvd * sizeof(nn_bf16_cuda);
     int rc;
     if ((rc = dev_alloc(&m->final_norm, sizeof(float) * d, "final_norm", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->kc, cache, "K cache", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->vc, cache, "V cache", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->feat, sizeof(nn_bf16_cuda) * max_ctx * n_capture * d, "features", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->z, sizeof(nn_bf16_cuda) * max_next * d, "z", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->logits, sizeof(float) * max_next * V, "logits", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->tokens, sizeof(int32_t) * max_ctx, "tokens", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->feat, sizeof(nn_bf16_cuda) * feat_rows * n_capture * d, "features", what, err, errlen)) <
+            0 ||
+        (rc = dev_alloc(&m->z, sizeof(nn_bf16_cuda) * rows_out * d, "z", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->logits, sizeof(float) * rows_out * V, "logits", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->tokens, sizeof(int32_t) * feat_rows, "tokens", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->len_d, sizeof(int32_t), "length", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->next_d, sizeof(int32_t) * max_next, "next", what, err, errlen)) < 0)
+        (rc = dev_alloc(&m->next_d, sizeof(int32_t) * rows_out, "next", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) < 0)
         return rc;
-    CUDA_TRY(cudaMallocHost((void **)&m->next_h, sizeof(int32_t) * max_next), err, errlen);
-    CUDA_TRY(cudaMallocHost((void **)&m->tok_h, sizeof(int32_t) * max_ctx), err, errlen);
+    CUDA_TRY(cudaMallocHost((void **)&m->next_h, sizeof(int32_t) * rows_out), err, errlen);
+    CUDA_TRY(cudaMallocHost((void **)&m->tok_h, sizeof(int32_t) * feat_rows), err, errlen);
+    CUDA_TRY(cudaMallocHost((void **)&m->meta_h, sizeof(int32_t) * 10 * (size_t)m->max_rows), err, errlen);
     CUDA_TRY(cudaMallocHost((void **)&m->len_h, sizeof(int32_t)), err, errlen);
     CUDA_TRY(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), err, errlen);
     return 0;
@@ -123,8 +153,14 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
 int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx,
                      int max_next, char *err, size_t errlen)
 {
+    return decode_load_batch_cuda(m, dir, capture, n_capture, max_ctx, max_next, 1, err, errlen);
+}
+
+int decode_load_batch_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx,
+                           int max_next, int n_seq, char *err, size_t errlen)
+{
     memset(m, 0, sizeof *m);
-    int rc = check_setup(dir, n_capture, max_ctx, max_next, err, errlen);
+    int rc = check_setup(dir, n_capture, max_ctx, max_next, n_seq, err, errlen);
     if (rc < 0)
         return rc;
     hfconfig c;
@@ -133,13 +169,13 @@ int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, 
     int L = c.num_hidden_layers;
     hfconfig_free(&c);
     int ids[65], n = capture_ids(ids, capture, n_capture, L);
-    if ((rc = target_load_cuda(&m->tm, dir, ids, n, max_ctx, err, errlen)) < 0)
+    if ((rc = target_load_cuda(&m->tm, dir, ids, n, work_rows(max_ctx, max_next, n_seq), err, errlen)) < 0)
         return rc;
     target_embeddings e;
     if ((rc = target_load_embeddings(&e, dir, 1, err, errlen)) < 0)
         goto fail;
     size_t d = (size_t)m->tm.d, V = (size_t)m->tm.V;
-    if ((rc = alloc_buffers(m, n_capture, max_ctx, max_next, dir, err, errlen)) < 0) {
+    if ((rc = alloc_buffers(m, n_capture, max_ctx, max_next, n_seq, dir, err, errlen)) < 0) {
         target_embeddings_free(&e);
         goto fail;
     }
@@ -173,16 +209,22 @@ fail:
 int decode_init_random_cuda(decode_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture, int max_ctx,
                             int max_next, uint64_t seed, char *err, size_t errlen)
 {
+    return decode_init_random_batch_cuda(m, cfg, capture, n_capture, max_ctx, max_next, 1, seed, err, errlen);
+}
+
+int decode_init_random_batch_cuda(decode_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture,
+                                  int max_ctx, int max_next, int n_seq, uint64_t seed, char *err, size_t errlen)
+{
     memset(m, 0, sizeof *m);
-    int rc = check_setup("random target", n_capture, max_ctx, max_next, err, errlen);
+    int rc = check_setup("random target", n_capture, max_ctx, max_next, n_seq, err, errlen);
     if (rc < 0)
         return rc;
     int ids[65], n = capture_ids(ids, capture, n_capture, cfg->num_hidden_layers);
-    if ((rc = target_init_cuda(&m->tm, cfg, ids, n, max_ctx, err, errlen)) < 0)
+    if ((rc = target_init_cuda(&m->tm, cfg, ids, n, work_rows(max_ctx, max_next, n_seq), err, errlen)) < 0)
         return rc;
     if ((rc = target_randomize_cuda(&m->tm, seed, err, errlen)) < 0)
         goto fail;
-    if ((rc = alloc_buffers(m, n_capture, max_ctx, max_next, "random target", err, errlen)) < 0)
+    if ((rc = alloc_buffers(m, n_capture, max_ctx, max_next, n_seq, "random target", err, errlen)) < 0)
         goto fail;
     size_t d = (size_t)m->tm.d, V = (size_t)m->tm.V;
     if (cfg->tie_word_embeddings) {
@@ -216,11 +258,33 @@ void decode_drop_graphs_cuda(decode_model_cuda *m)
     m->n_graphs = 0;
 }
 
+/* Where sequence s's length lives (sequence 0: m->len). */
+static int *len_of(decode_model_cuda *m, int s)
+{
+    return s ? &m->seq_len[s] : &m->len;
+}
+
+int decode_seq_len_cuda(const decode_model_cuda *m, int s)
+{
+    return s < 0 || s >= m->n_seq ? -EINVAL : s ? m->seq_len[s] : m->len;
+}
+
+void decode_reset_seq_cuda(decode_model_cuda *m, int s)
+{
+    if (s >= 0 && s < m->n_seq)
+        *len_of(m, s) = 0;
+}
+
 int decode_truncate_cuda(decode_model_cuda *m, int len)
 {
-    if (len < 0 || len > m->len)
+    return decode_truncate_seq_cuda(m, 0, len);
+}
+
+int decode_truncate_seq_cuda(decode_model_cuda *m, int s, int len)
+{
+    if (s < 0 || s >= m->n_seq || len < 0 || len > *len_of(m, s))
         return -EINVAL;
-    m->len = len; /* rows >= len are overwritten by the next extend */
+    *len_of(m, s) = len; /* rows >= len are overwritten by the next extend */
     return 0;
 }
 
@@ -260,16 +324,16 @@ static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x
         }                                                                                                 \
     } while (0)
 
-/* Enqueue one extend of k tokens whose ids are in m->tok_h: the rows start at p0 + *base
- * (base = m->len_d inside a graph, NULL eagerly). */
-static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t *base, int p0, char *err,
+/* Enqueue one extend of k tokens of sequence seq whose ids are in m->tok_h: the rows start
+ * at p0 + *base of that sequence (base = m->len_d inside a graph, NULL eagerly). */
+static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, const int32_t *base, int p0, char *err,
                           size_t errlen)
 {
     target_model_cuda *t = &m->tm;
     const int d = t->d, I = t->I, H = t->H, KV = t->KV, hd = t->hd, nc = m->n_capture;
     const int qkv_n = (H + 2 * KV) * hd;
     const long cap_stride = (long)nc * d;
-    const size_t lstride = (size_t)m->max_ctx * KV * hd;
+    const size_t lstride = (size_t)m->n_seq * m->max_ctx * KV * hd, soff = (size_t)seq * m->max_ctx * KV * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     cudaStream_t s = m->stream;
     char kerr[256];
@@ -291,7 +355,7 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
     STEP(nn_embed_cuda(t->x, t->embed, m->tokens, k, d, t->V, t->bad_token, s, kerr, sizeof kerr), "embed");
     for (l = 0; l < t->n_layers; l++) {
         const target_layer_cuda *Lw = &t->layers[l];
-        nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
+        nn_bf16_cuda *kl = m->kc + l * lstride + soff, *vl = m->vc + l * lstride + soff;
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
         STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
@@ -353,6 +417,84 @@ static int enqueue_extend(decode_model_cuda *m, int k, int n_next, const int32_t
     return 0;
 }
 
+/* A linear layer of T rows with the row-exact kernel, in pieces of DECODE_LINEAR_MAX_ROWS
+ * rows (a row's bits do not depend on the piece it is in). out_f32 as decode_linear_rows_cuda. */
+static int linear_exact(decode_model_cuda *m, void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                        const nn_bf16_cuda *b, int T, int n_in, int n_out, char *kerr, size_t kerrlen)
+{
+    size_t osz = out_f32 ? sizeof(float) : sizeof(nn_bf16_cuda);
+    for (int r0 = 0; r0 < T; r0 += DECODE_LINEAR_MAX_ROWS) {
+        int rc = decode_linear_rows_cuda((char *)out + (size_t)r0 * n_out * osz, out_f32, x + (size_t)r0 * n_in, w, b,
+                                         DF_MIN(DECODE_LINEAR_MAX_ROWS, T - r0), n_in, n_out, m->stream, kerr, kerrlen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Enqueue a batched step of R rows: tokens in m->tok_h, row metadata in m->meta_h
+ * (positions [R], cache rows [R], full-layer key ranges [R], sliding-layer ones [R]),
+ * both copied inside the step. The kernels are enqueue_extend's unfused sequence for a
+ * small extend, with per-row positions, cache rows and key ranges. */
+static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
+{
+    target_model_cuda *t = &m->tm;
+    const int d = t->d, I = t->I, H = t->H, KV = t->KV, hd = t->hd, nc = m->n_capture;
+    const int qkv_n = (H + 2 * KV) * hd;
+    const long cap_stride = (long)nc * d;
+    const size_t lstride = (size_t)m->n_seq * m->max_ctx * KV * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    cudaStream_t s = m->stream;
+    char kerr[256];
+    int l = -1;
+    int32_t *pos = m->meta_d, *crow = m->meta_d + R;
+    const nn_key_ranges *full = (const nn_key_ranges *)(m->meta_d + 2 * R), *slide = full + R;
+    STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * R, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
+         "token upload");
+    STEP(cudaMemcpyAsync(m->meta_d, m->meta_h, sizeof(int32_t) * 10 * (size_t)R, cudaMemcpyHostToDevice, s) ==
+                 cudaSuccess
+             ? 0
+             : -EIO,
+         "row metadata upload");
+    STEP(nn_embed_cuda(t->x, t->embed, m->tokens, R, d, t->V, t->bad_token, s, kerr, sizeof kerr), "embed");
+    for (l = 0; l < t->n_layers; l++) {
+        const target_layer_cuda *Lw = &t->layers[l];
+        nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
+        int prev = l > 0 ? t->capture_slot[l - 1] : -1;
+        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
+                                 prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps,
+                                 s, kerr, sizeof kerr),
+             "add_rmsnorm (input)");
+        STEP(linear_exact(m, t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, pos, R, H, KV, hd, t->eps, s, kerr,
+                                  sizeof kerr),
+             "qk_norm_rope");
+        STEP(decode_kv_append_rows_cuda(kl, vl, t->qkv, R, H, KV, hd, crow, s, kerr, sizeof kerr), "kv append");
+        STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, Lw->window > 0 ? slide : full, NULL, 0, 0, R, H, KV,
+                                   hd, scale, s, kerr, sizeof kerr),
+             "attention");
+        STEP(linear_exact(m, t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, kerr, sizeof kerr), "linear o_proj");
+        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
+             "add_rmsnorm (post)");
+        STEP(linear_exact(m, t->gu, 0, t->a, Lw->w_gu, Lw->b_gu, R, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+        STEP(nn_swiglu_cuda(t->h, t->gu, R, I, s, kerr, sizeof kerr), "swiglu");
+        STEP(linear_exact(m, t->y, 0, t->h, Lw->w_down, Lw->b_down, R, I, d, kerr, sizeof kerr), "linear down");
+    }
+    l = t->n_layers - 1;
+    int last = t->capture_slot[l];
+    STEP(nn_add_rmsnorm_cuda(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
+                             cap_stride, R, d, t->eps, s, kerr, sizeof kerr),
+         "add (last layer)");
+    STEP(nn_add_rmsnorm_cuda(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
+         "final norm");
+    STEP(linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr), "lm_head");
+    STEP(decode_argmax_rows_cuda(m->next_d, m->logits, R, t->V, s, kerr, sizeof kerr), "argmax");
+    STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * R, cudaMemcpyDeviceToHost, s) == cudaSuccess ? 0
+                                                                                                              : -EIO,
+         "greedy tokens download");
+    return 0;
+}
+
 /* The graph of (k, n_next) in *exec, captured on first use; NULL when the table is full
  * (the caller then runs eagerly). 0 or -errno (capture failed: err says why). */
 static int graph_for(decode_model_cuda *m, int k, int n_next, cudaGraphExec_t *exec, char *err, size_t errlen)
@@ -366,7 +508,7 @@ static int graph_for(decode_model_cuda *m, int k, int n_next, cudaGraphExec_t *e
     if (m->n_graphs == DECODE_CUDA_GRAPHS)
         return 0;
     CUDA_TRY(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal), err, errlen);
-    int rc = enqueue_extend(m, k, n_next, m->len_d, 0, err, errlen);
+    int rc = n_next < 0 ? enqueue_batch(m, k, err, errlen) : enqueue_extend(m, 0, k, n_next, m->len_d, 0, err, errlen);
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(m->stream, &g);
     if (rc < 0) {
@@ -391,39 +533,112 @@ static int graph_for(decode_model_cuda *m, int k, int n_next, cudaGraphExec_t *e
     return 0;
 }
 
-int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next, char *err,
-                       size_t errlen)
+static int check_tokens(const decode_model_cuda *m, const int32_t *tokens, int k, char *err, size_t errlen)
 {
-    target_model_cuda *t = &m->tm;
-    if (k < 1 || n_next < 0 || n_next > k || n_next > m->max_next) {
-        snprintf(err, errlen, "decode_extend_cuda: %d tokens, %d greedy rows (at most %d)", k, n_next, m->max_next);
-        return -EINVAL;
-    }
-    if (m->len + k > m->max_ctx) {
-        snprintf(err, errlen, "decode_extend_cuda: %d + %d tokens overflow the cache of %d", m->len, k, m->max_ctx);
-        return -ENOSPC;
-    }
     for (int i = 0; i < k; i++)
-        if (tokens[i] < 0 || tokens[i] >= t->V) {
+        if (tokens[i] < 0 || tokens[i] >= m->tm.V) {
             snprintf(err, errlen, "decode_extend_cuda: token %d = %d is outside the vocabulary [0, %d)", i, tokens[i],
-                     t->V);
+                     m->tm.V);
             return -ERANGE;
         }
+    return 0;
+}
+
+int decode_extend_seq_cuda(decode_model_cuda *m, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
+                           char *err, size_t errlen)
+{
+    if (seq < 0 || seq >= m->n_seq || k < 1 || n_next < 0 || n_next > k || n_next > m->max_next) {
+        snprintf(err, errlen, "decode_extend_cuda: sequence %d of %d, %d tokens, %d greedy rows (at most %d)", seq,
+                 m->n_seq, k, n_next, m->max_next);
+        return -EINVAL;
+    }
+    int *len = len_of(m, seq);
+    if (*len + k > m->max_ctx) {
+        snprintf(err, errlen, "decode_extend_cuda: %d + %d tokens overflow the cache of %d", *len, k, m->max_ctx);
+        return -ENOSPC;
+    }
+    int rc = check_tokens(m, tokens, k, err, errlen);
+    if (rc < 0)
+        return rc;
     /* the previous extend synchronised: the pinned buffers are free to overwrite */
     memcpy(m->tok_h, tokens, sizeof(int32_t) * k);
-    *m->len_h = m->len;
+    *m->len_h = *len;
     cudaGraphExec_t exec = NULL;
-    int rc;
-    if (m->use_graphs && k <= m->small_rows && (rc = graph_for(m, k, n_next, &exec, err, errlen)) < 0)
+    /* graphs address sequence 0's cache rows: other sequences (batch prefills) run eagerly */
+    if (seq == 0 && m->use_graphs && k <= m->small_rows && (rc = graph_for(m, k, n_next, &exec, err, errlen)) < 0)
         return rc;
     if (exec)
         CUDA_TRY(cudaGraphLaunch(exec, m->stream), err, errlen);
-    else if ((rc = enqueue_extend(m, k, n_next, NULL, m->len, err, errlen)) < 0)
+    else if ((rc = enqueue_extend(m, seq, k, n_next, NULL, *len, err, errlen)) < 0)
         return rc;
     CUDA_TRY(cudaStreamSynchronize(m->stream), err, errlen);
     memcpy(next, m->next_h, sizeof(int32_t) * n_next);
     m->last_n_next = n_next;
-    m->len += k;
+    *len += k;
+    return 0;
+}
+
+int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next, char *err,
+                       size_t errlen)
+{
+    return decode_extend_seq_cuda(m, 0, tokens, k, n_next, next, err, errlen);
+}
+
+int decode_extend_batch_cuda(decode_model_cuda *m, const int32_t *tokens, const int *ks, int32_t *next, char *err,
+                             size_t errlen)
+{
+    int R = 0, rc;
+    for (int s = 0; s < m->n_seq; s++) {
+        if (ks[s] < 0) {
+            snprintf(err, errlen, "decode_extend_batch_cuda: sequence %d: %d tokens", s, ks[s]);
+            return -EINVAL;
+        }
+        if (*len_of(m, s) + ks[s] > m->max_ctx) {
+            snprintf(err, errlen, "decode_extend_batch_cuda: sequence %d: %d + %d tokens overflow the cache of %d", s,
+                     *len_of(m, s), ks[s], m->max_ctx);
+            return -ENOSPC;
+        }
+        R += ks[s];
+    }
+    /* a batch runs the separate kernels: the same bits as a lone extend under the q/k +
+     * append kernel (DECODE_FUSE_QK_APPEND, the same math), not under the residual or
+     * SwiGLU fusions, which round differently */
+    int other_fusions = DECODE_FUSE_BITS(m->fused) & (DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU);
+    if (R < 1 || R > m->max_rows || other_fusions) {
+        snprintf(err, errlen, "decode_extend_batch_cuda: %d rows (1..%d)%s", R, m->max_rows,
+                 other_fusions ? ", and batches run the separate kernels (fused 0 or DECODE_FUSE_QK_APPEND)" : "");
+        return -EINVAL;
+    }
+    if ((rc = check_tokens(m, tokens, R, err, errlen)) < 0)
+        return rc;
+    /* row metadata: position inside the sequence, cache row, and the keys it sees (the
+     * causal ranges of a lone extend, shifted into the sequence's rows) */
+    int32_t *pos = m->meta_h, *crow = m->meta_h + R;
+    nn_key_ranges *full = (nn_key_ranges *)(m->meta_h + 2 * R), *slide = full + R;
+    for (int s = 0, i = 0; s < m->n_seq; s++) {
+        int base = s * m->max_ctx, p0 = *len_of(m, s);
+        for (int j = 0; j < ks[s]; j++, i++) {
+            int p = p0 + j;
+            pos[i] = p, crow[i] = base + p;
+            full[i] = (nn_key_ranges){base, base + p + 1, 0, 0};
+            slide[i] = full[i];
+            if (m->window > 0)
+                slide[i].lo0 = base + DF_MAX(0, p - m->window + 1);
+        }
+    }
+    memcpy(m->tok_h, tokens, sizeof(int32_t) * R);
+    cudaGraphExec_t exec = NULL;
+    if (m->use_graphs && (rc = graph_for(m, R, -1, &exec, err, errlen)) < 0)
+        return rc;
+    if (exec)
+        CUDA_TRY(cudaGraphLaunch(exec, m->stream), err, errlen);
+    else if ((rc = enqueue_batch(m, R, err, errlen)) < 0)
+        return rc;
+    CUDA_TRY(cudaStreamSynchronize(m->stream), err, errlen);
+    memcpy(next, m->next_h, sizeof(int32_t) * R);
+    m->last_n_next = R;
+    for (int s = 0; s < m->n_seq; s++)
+        *len_of(m, s) += ks[s];
     return 0;
 }
 

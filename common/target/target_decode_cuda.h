@@ -28,7 +28,23 @@
  * eagerly (the benchmark compares both), fused picks the kernel sequence of a small
  * extend (below).
  *
- * Cache: per layer K and V [max_ctx, KV*hd] bf16 (K after q/k norm and RoPE).
+ * Batches (decode_load_batch_cuda, decode_extend_batch_cuda): n_seq sequences share one
+ * cache, per layer [n_seq * max_ctx, KV*hd], sequence s at rows s*max_ctx..; the
+ * single-sequence calls work on sequence 0 (m->len) or on sequence s (_seq: prefills). A
+ * batched extend runs k_s new tokens of every sequence (rows one sequence after another,
+ * k_s = 0: it sits out) in one pass of the same kernels as a small single-sequence
+ * extend: the row-exact linear kernel (in 64-row pieces when a batch has more rows), q/k
+ * norm + RoPE at per-row positions, each row's K/V to its own cache row
+ * (decode_kv_append_rows_cuda) and attention with per-query key ranges inside the row's
+ * sequence (full layers: every cached key up to the row; sliding layers: its window),
+ * which counts and sums the same keys in the same order as the causal mode of a lone
+ * extend. So every row's bits equal those of its sequence decoded alone (with fused 0 or
+ * the default DECODE_FUSE_QK_APPEND, whose one kernel computes the same bits; a batch
+ * refuses the residual and SwiGLU fusions). The row metadata (position, cache row, two key ranges) is
+ * written to pinned host memory and copied inside the step, like the tokens: a batched
+ * step of R rows is one CUDA graph, captured once per R and replayed.
+ *
+ * Cache: per layer K and V [n_seq * max_ctx, KV*hd] bf16 (K after q/k norm and RoPE).
  * Features of the last extend: feat [k, n_capture, d] bf16 on the device (the layout
  * the training pipeline hands the drafter).
  *
@@ -55,14 +71,20 @@ extern "C" {
 #define DECODE_CUDA_GRAPHS 16
 
 typedef struct decode_graph_cuda {
-    int k, n_next;
+    int k, n_next; /* n_next -1: a batched step of k rows */
     cudaGraphExec_t exec;
 } decode_graph_cuda;
 
 typedef struct decode_model_cuda {
     target_model_cuda tm;  /* every layer; its x/a/y/qkv/att/gu/h/pos workspace holds max_ctx rows */
     int n_capture;         /* the caller's captured layers (slots 0..n_capture-1) */
-    int max_ctx;           /* cache rows */
+    int max_ctx;           /* cache rows per sequence */
+    int n_seq;             /* sequences (1 after decode_load_cuda) */
+    int max_rows;          /* rows one batched extend may have (n_seq * max_next) */
+    int window;            /* the sliding layers' window (0: none) */
+    int *seq_len;          /* host [n_seq]: valid rows of sequences 1.. (entry 0 unused: len) */
+    int32_t *meta_d;       /* device [max_rows * 10]: a batch's positions, cache rows, key ranges */
+    int32_t *meta_h;       /* pinned host, the same */
     int max_next;          /* greedy tokens one extend may ask for (<= DECODE_LINEAR_MAX_ROWS) */
     int small_rows;        /* calls of at most this many rows use the row-exact linear kernel */
     int len;               /* valid cache rows */
@@ -75,14 +97,14 @@ typedef struct decode_model_cuda {
     float *final_norm;     /* device [d] */
     nn_bf16_cuda *lm_head; /* device [V, d]; tm.embed when tied */
     int lm_head_owned;
-    nn_bf16_cuda *kc, *vc; /* device [n_layers, max_ctx, KV*hd] */
-    nn_bf16_cuda *feat;    /* device [max_ctx, n_capture, d] features of the last extend */
-    nn_bf16_cuda *z;       /* device [max_next, d] final-normed rows */
-    float *logits;         /* device [max_next, V] logits of the last extend's last n_next rows */
+    nn_bf16_cuda *kc, *vc; /* device [n_layers, n_seq * max_ctx, KV*hd] */
+    nn_bf16_cuda *feat;    /* device [max(max_ctx, max_rows), n_capture, d] features of the last extend */
+    nn_bf16_cuda *z;       /* device [max(max_next, max_rows), d] final-normed rows */
+    float *logits;         /* device [max(max_next, max_rows), V] logits of the last extend's last n_next rows */
     int32_t *tokens;       /* device [max_ctx] */
     int32_t *len_d;        /* device [1]: the cache length the graphs read */
-    int32_t *next_d;       /* device [max_next] */
-    int32_t *next_h;       /* pinned host [max_next] */
+    int32_t *next_d;       /* device [max(max_next, max_rows)] */
+    int32_t *next_h;       /* pinned host, the same */
     int32_t *tok_h;        /* pinned host [max_ctx] */
     int32_t *len_h;        /* pinned host [1] */
     int last_n_next;       /* rows of logits valid */
@@ -96,11 +118,17 @@ typedef struct decode_model_cuda {
  * tokens per extend. 0 or -errno with err naming the file / tensor / CUDA call. */
 int decode_load_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx,
                      int max_next, char *err, size_t errlen);
+/* The same with n_seq (1..DECODE_CUDA_MAX_SEQ) sequences of max_ctx tokens each. */
+#define DECODE_CUDA_MAX_SEQ 64
+int decode_load_batch_cuda(decode_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_ctx,
+                           int max_next, int n_seq, char *err, size_t errlen);
 /* The same model shape from cfg with random weights made on the device
  * (target_randomize_cuda; final norm 1 +- 0.1; an untied lm_head uniform +- 0.02): for
  * benchmarks at real shapes without files. */
 int decode_init_random_cuda(decode_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture, int max_ctx,
                             int max_next, uint64_t seed, char *err, size_t errlen);
+int decode_init_random_batch_cuda(decode_model_cuda *m, const hfconfig *cfg, const int *capture, int n_capture,
+                                  int max_ctx, int max_next, int n_seq, uint64_t seed, char *err, size_t errlen);
 void decode_free_cuda(decode_model_cuda *m);
 
 /* Forget every cached token. */
@@ -119,6 +147,22 @@ int decode_truncate_cuda(decode_model_cuda *m, int len);
  * full), -EIO (CUDA; the cache is then undefined: reset). */
 int decode_extend_cuda(decode_model_cuda *m, const int32_t *tokens, int k, int n_next, int32_t *next, char *err,
                        size_t errlen);
+
+/* Sequence s's cached tokens; forget them; keep the first len (0 or -EINVAL). */
+int decode_seq_len_cuda(const decode_model_cuda *m, int s);
+void decode_reset_seq_cuda(decode_model_cuda *m, int s);
+int decode_truncate_seq_cuda(decode_model_cuda *m, int s, int len);
+/* decode_extend_cuda on sequence s (eager when s > 0: graphs are kept for sequence 0). */
+int decode_extend_seq_cuda(decode_model_cuda *m, int s, const int32_t *tokens, int k, int n_next, int32_t *next,
+                           char *err, size_t errlen);
+/* One step for every sequence: tokens = ks[0] tokens of sequence 0, then ks[1] of 1, ...
+ * (ks[s] = 0: s sits out); next[i] (host) = the greedy token after new row i, for all
+ * R = sum ks rows; m->feat rows 0..R-1 and m->logits rows 0..R-1 in the same order.
+ * Synchronous. 0, -EINVAL (a k < 0, R < 1 or R > max_rows, a residual or SwiGLU fusion in
+ * fused), -ERANGE (token),
+ * -ENOSPC (a sequence would pass max_ctx), -EIO (CUDA: reset). */
+int decode_extend_batch_cuda(decode_model_cuda *m, const int32_t *tokens, const int *ks, int32_t *next, char *err,
+                             size_t errlen);
 
 /* Copy the logits of the last extend ([last_n_next, V] fp32) to host out. 0 or -EIO. */
 int decode_logits_to_host_cuda(decode_model_cuda *m, float *out, char *err, size_t errlen);

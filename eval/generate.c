@@ -11,13 +11,19 @@
 
 /* ---- CPU backend over target_decode ---- */
 
-static int cpu_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy, const float **logits,
-                      char *err, size_t errlen)
+typedef struct gen_cpu {
+    decode_model m;
+    int32_t *greedy; /* [n_seq] scratch of a step */
+} gen_cpu;
+
+static int cpu_extend(void *impl, int s, const int32_t *tokens, int k, int want_logits, int32_t *greedy,
+                      const float **logits, char *err, size_t errlen)
 {
-    decode_model *m = impl;
-    int rc = decode_extend(m, tokens, k, 1);
+    decode_model *m = &((gen_cpu *)impl)->m;
+    int rc = decode_extend_seq(m, s, tokens, k, 1);
     if (rc < 0) {
-        snprintf(err, errlen, "target extend by %d tokens at %d: %s", k, m->len, strerror(-rc));
+        snprintf(err, errlen, "target extend of sequence %d by %d tokens at %d: %s", s, k, decode_seq_len(m, s),
+                 strerror(-rc));
         return rc;
     }
     *greedy = decode_argmax(m->logits, m->tm.cfg.vocab_size);
@@ -26,26 +32,44 @@ static int cpu_extend(void *impl, const int32_t *tokens, int k, int want_logits,
     return 0;
 }
 
-static void cpu_reset(void *impl)
+static int cpu_step(void *impl, const int32_t *tokens, const int *on, int want_logits, int32_t *greedy,
+                    const float **logits, char *err, size_t errlen)
 {
-    decode_reset(impl);
+    decode_model *m = &((gen_cpu *)impl)->m;
+    int rc = decode_extend_batch(m, tokens, on), V = m->tm.cfg.vocab_size, R = 0;
+    if (rc < 0) {
+        snprintf(err, errlen, "target step of %d sequences: %s", m->n_seq, strerror(-rc));
+        return rc;
+    }
+    for (int s = 0; s < m->n_seq; s++)
+        R += on[s];
+    for (int i = 0; i < R; i++)
+        greedy[i] = decode_argmax(m->logits + (size_t)i * V, V);
+    if (want_logits)
+        *logits = m->logits;
+    return 0;
+}
+
+static void cpu_reset(void *impl, int s)
+{
+    decode_reset_seq(&((gen_cpu *)impl)->m, s);
 }
 
 static void cpu_close(void *impl)
 {
-    decode_free(impl);
+    decode_free(&((gen_cpu *)impl)->m);
     free(impl);
 }
 
-static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx, char *err, size_t errlen);
+static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx, int n_seq, char *err, size_t errlen);
 static const generate_ops cpu_ops = {
-    .name = "cpu", .open = cpu_open, .extend = cpu_extend, .reset = cpu_reset, .close = cpu_close};
+    .name = "cpu", .open = cpu_open, .extend = cpu_extend, .step = cpu_step, .reset = cpu_reset, .close = cpu_close};
 
-static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx, char *err, size_t errlen)
+static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx, int n_seq, char *err, size_t errlen)
 {
     (void)device;
-    decode_model *m = calloc(1, sizeof *m);
-    if (!m) {
+    gen_cpu *g = calloc(1, sizeof *g);
+    if (!g) {
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
@@ -53,34 +77,40 @@ static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx
     hfconfig c;
     int rc = hfconfig_load(&c, dir, err, errlen);
     if (rc < 0) {
-        free(m);
+        free(g);
         return rc;
     }
     int last = c.num_hidden_layers - 1;
     hfconfig_free(&c);
-    if ((rc = decode_load(m, dir, &last, 1, max_ctx, err, errlen)) < 0) {
-        free(m);
+    if ((rc = decode_load_batch(&g->m, dir, &last, 1, max_ctx, n_seq, err, errlen)) < 0) {
+        free(g);
         return rc;
     }
     t->ops = &cpu_ops;
-    t->impl = m;
-    t->vocab = m->tm.cfg.vocab_size;
+    t->impl = g;
+    t->vocab = g->m.tm.cfg.vocab_size;
     t->max_ctx = max_ctx;
+    t->n_seq = n_seq;
     return 0;
 }
 
-int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, char *err, size_t errlen)
+int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, int n_seq, char *err,
+                  size_t errlen)
 {
     memset(t, 0, sizeof *t);
+    if (n_seq < 1 || n_seq > GENERATE_MAX_BATCH) {
+        snprintf(err, errlen, "--batch %d: expected 1..%d", n_seq, GENERATE_MAX_BATCH);
+        return -EINVAL;
+    }
     if (strcmp(backend, "cpu") == 0)
-        return cpu_ops.open(t, 0, model_dir, max_ctx, err, errlen);
+        return cpu_ops.open(t, 0, model_dir, max_ctx, n_seq, err, errlen);
     if (strcmp(backend, "cuda") == 0)
-        return generate_ops_cuda.open(t, 0, model_dir, max_ctx, err, errlen);
+        return generate_ops_cuda.open(t, 0, model_dir, max_ctx, n_seq, err, errlen);
     if (strncmp(backend, "cuda:", 5) == 0) {
         char *end;
         long dev = strtol(backend + 5, &end, 10);
         if (end != backend + 5 && !*end && dev >= 0 && dev < 1024)
-            return generate_ops_cuda.open(t, (int)dev, model_dir, max_ctx, err, errlen);
+            return generate_ops_cuda.open(t, (int)dev, model_dir, max_ctx, n_seq, err, errlen);
     }
     snprintf(err, errlen, "--backend %s: expected cpu, cuda or cuda:N", backend);
     return -EINVAL;
@@ -121,13 +151,13 @@ int generate_one(generate_target *t, const int32_t *prompt, int n_prompt, const 
         return -ENOSPC;
     }
     int sampled = o->sample.temperature > 0.0;
-    t->ops->reset(t->impl);
+    t->ops->reset(t->impl, 0);
     const int32_t *feed = prompt;
     int k = n_prompt;
     while (*n_out < o->max_new) {
         int32_t greedy;
         const float *logits = NULL;
-        int rc = t->ops->extend(t->impl, feed, k, sampled, &greedy, &logits, err, errlen);
+        int rc = t->ops->extend(t->impl, 0, feed, k, sampled, &greedy, &logits, err, errlen);
         if (rc < 0)
             return rc;
         int32_t tok = sampled ? sample_token(logits, &o->sample, rng, w) : greedy;
@@ -138,6 +168,69 @@ int generate_one(generate_target *t, const int32_t *prompt, int n_prompt, const 
         }
         feed = &out[*n_out - 1];
         k = 1;
+    }
+    return 0;
+}
+
+/* item it takes token tok: appended; ended on an eos or at max_new */
+static int take(generate_item *it, const generate_opts *o, int32_t tok)
+{
+    it->out[it->n_out++] = tok;
+    if (is_eos(o, tok))
+        it->stopped = 1;
+    return it->stopped || it->n_out >= o->max_new;
+}
+
+int generate_batch(generate_target *t, generate_item *items, int n, const generate_opts *o, sample_work *w, char *err,
+                   size_t errlen)
+{
+    if (n < 1 || n > t->n_seq || o->max_new < 1) {
+        snprintf(err, errlen, "generate_batch: %d prompts for %d sequences (max_new %d)", n, t->n_seq, o->max_new);
+        return -EINVAL;
+    }
+    int sampled = o->sample.temperature > 0.0, on[GENERATE_MAX_BATCH] = {0}, live = 0, rc;
+    int32_t feed[GENERATE_MAX_BATCH], greedy[GENERATE_MAX_BATCH];
+    const float *logits = NULL;
+    for (int s = 0; s < n; s++) {
+        generate_item *it = &items[s];
+        it->n_out = it->stopped = 0;
+        if (it->n_prompt < 1) {
+            snprintf(err, errlen, "prompt %d of the batch is empty", s);
+            return -EINVAL;
+        }
+        if ((long)it->n_prompt + o->max_new > t->max_ctx) {
+            snprintf(err, errlen, "prompt %d of the batch: %d tokens + %d new does not fit the cache of %d", s,
+                     it->n_prompt, o->max_new, t->max_ctx);
+            return -ENOSPC;
+        }
+    }
+    for (int s = n; s < t->n_seq; s++)
+        t->ops->reset(t->impl, s); /* unused sequences sit out with nothing cached */
+    for (int s = 0; s < n; s++) {  /* prefills, one sequence at a time */
+        generate_item *it = &items[s];
+        t->ops->reset(t->impl, s);
+        if ((rc = t->ops->extend(t->impl, s, it->prompt, it->n_prompt, sampled, &greedy[0], &logits, err, errlen)) < 0)
+            return rc;
+        int32_t tok = sampled ? sample_token(logits, &o->sample, it->rng, w) : greedy[0];
+        if (!take(it, o, tok))
+            on[s] = 1, live++;
+    }
+    while (live) {
+        int R = 0;
+        for (int s = 0; s < n; s++)
+            if (on[s])
+                feed[R++] = items[s].out[items[s].n_out - 1];
+        if ((rc = t->ops->step(t->impl, feed, on, sampled, greedy, &logits, err, errlen)) < 0)
+            return rc;
+        for (int s = 0, i = 0; s < n; s++) {
+            if (!on[s])
+                continue;
+            generate_item *it = &items[s];
+            int32_t tok = sampled ? sample_token(logits + (size_t)i * t->vocab, &o->sample, it->rng, w) : greedy[i];
+            if (take(it, o, tok))
+                on[s] = 0, live--;
+            i++;
+        }
     }
     return 0;
 }

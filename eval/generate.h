@@ -22,16 +22,22 @@
 typedef struct generate_target generate_target;
 typedef struct generate_ops {
     const char *name;
-    /* Load model_dir on this backend (device: the CUDA device; the CPU ignores it) with a
-     * cache of max_ctx tokens and fill t. 0 or -errno with err set. */
-    int (*open)(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen);
-    /* Run k tokens after the cached ones (the cache is reset by reset()). Afterwards
-     * *greedy = the argmax after the last of them and, when want_logits, *logits = host
-     * fp32 [vocab] logits after the last of them (valid until the next call). 0 or -errno
-     * with err set (-ENOSPC: the cache is full). */
-    int (*extend)(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy, const float **logits,
-                  char *err, size_t errlen);
-    void (*reset)(void *impl);
+    /* Load model_dir on this backend (device: the CUDA device; the CPU ignores it) with
+     * n_seq sequences of max_ctx cached tokens each and fill t. 0 or -errno with err set. */
+    int (*open)(generate_target *t, int device, const char *model_dir, int max_ctx, int n_seq, char *err,
+                size_t errlen);
+    /* Run k tokens after sequence s's cached ones (a prefill). Afterwards *greedy = the
+     * argmax after the last of them and, when want_logits, *logits = host fp32 [vocab]
+     * logits after the last of them (valid until the next call). 0 or -errno with err set
+     * (-ENOSPC: the cache is full). */
+    int (*extend)(void *impl, int s, const int32_t *tokens, int k, int want_logits, int32_t *greedy,
+                  const float **logits, char *err, size_t errlen);
+    /* One token for every sequence s with on[s] = 1, in one pass: tokens[i] is the i-th such
+     * sequence's; greedy[i] its argmax and, when want_logits, (*logits)[i * vocab ..] its
+     * host fp32 logits. Each row is bit-identical to the same sequence extended alone. */
+    int (*step)(void *impl, const int32_t *tokens, const int *on, int want_logits, int32_t *greedy,
+                const float **logits, char *err, size_t errlen);
+    void (*reset)(void *impl, int s); /* forget sequence s's cached tokens */
     void (*close)(void *impl);
 } generate_ops;
 
@@ -39,8 +45,10 @@ struct generate_target {
     const generate_ops *ops;
     void *impl;
     int vocab;   /* logits per row */
-    int max_ctx; /* prompt + response tokens the cache holds */
+    int max_ctx; /* prompt + response tokens one sequence's cache holds */
+    int n_seq;   /* sequences decoded together at most (GENERATE_MAX_BATCH) */
 };
+#define GENERATE_MAX_BATCH 64
 
 typedef struct generate_opts {
     sample_opts sample;
@@ -49,8 +57,9 @@ typedef struct generate_opts {
     int n_eos; /* stop after any of these (kept in the response) */
 } generate_opts;
 
-/* backend "cpu", "cuda" or "cuda:N". 0 or -errno with err naming the file / field / device. */
-int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, char *err,
+/* backend "cpu", "cuda" or "cuda:N"; n_seq 1..GENERATE_MAX_BATCH sequences. 0 or -errno
+ * with err naming the file / field / device. */
+int generate_open(generate_target *t, const char *backend, const char *model_dir, int max_ctx, int n_seq, char *err,
                   size_t errlen);
 /* The CUDA table (generate_cuda.c; in a build without CUDA=1, generate_nocuda.c's stubs). */
 extern const generate_ops generate_ops_cuda;
@@ -61,6 +70,24 @@ void generate_close(generate_target *t);
  * 0 or -errno (-ENOSPC: prompt + max_new does not fit the cache). */
 int generate_one(generate_target *t, const int32_t *prompt, int n_prompt, const generate_opts *o, df_rng *rng,
                  sample_work *w, int32_t *out, int *n_out, int *stopped, char *err, size_t errlen);
+
+/* One prompt of a batch: the caller fills prompt, n_prompt, rng (its own, as in
+ * generate_one) and out[o->max_new]; generate_batch fills n_out and stopped. */
+typedef struct generate_item {
+    const int32_t *prompt;
+    int n_prompt;
+    df_rng *rng;
+    int32_t *out;
+    int n_out, stopped;
+} generate_item;
+
+/* The responses to items[0..n) (n <= t->n_seq) decoded together: each prompt prefilled
+ * on its own sequence, then one step per token for all that have not ended (an ended one
+ * sits out). Each response equals generate_one's for that prompt and rng: greedy rows are
+ * bit-identical whatever else is in the step, and each prompt draws only from its rng.
+ * 0 or -errno (-ENOSPC: a prompt + max_new does not fit; err names its index). */
+int generate_batch(generate_target *t, generate_item *items, int n, const generate_opts *o, sample_work *w, char *err,
+                   size_t errlen);
 
 /* The RNG of prompt number idx under seed (splitmix of both). */
 void generate_rng(df_rng *r, uint64_t seed, uint64_t idx);

@@ -15,24 +15,35 @@
 
 typedef struct gen_cuda {
     decode_model_cuda m;
-    float *logits; /* host [V] */
+    int n_seq;
+    float *logits; /* host [n_seq, V] */
 } gen_cuda;
 
-static int cuda_extend(void *impl, const int32_t *tokens, int k, int want_logits, int32_t *greedy, const float **logits,
-                       char *err, size_t errlen)
+static int cuda_extend(void *impl, int s, const int32_t *tokens, int k, int want_logits, int32_t *greedy,
+                       const float **logits, char *err, size_t errlen)
 {
     gen_cuda *g = impl;
-    int rc = decode_extend_cuda(&g->m, tokens, k, 1, greedy, err, errlen);
+    int rc = decode_extend_seq_cuda(&g->m, s, tokens, k, 1, greedy, err, errlen);
     if (rc == 0 && want_logits && (rc = decode_logits_to_host_cuda(&g->m, g->logits, err, errlen)) == 0)
         *logits = g->logits;
     if (rc == -ENOSPC)
-        snprintf(err, errlen, "target extend by %d tokens: the cache is full", k);
+        snprintf(err, errlen, "target extend of sequence %d by %d tokens: the cache is full", s, k);
     return rc;
 }
 
-static void cuda_reset(void *impl)
+static int cuda_step(void *impl, const int32_t *tokens, const int *on, int want_logits, int32_t *greedy,
+                     const float **logits, char *err, size_t errlen)
 {
-    decode_reset_cuda(&((gen_cuda *)impl)->m);
+    gen_cuda *g = impl;
+    int rc = decode_extend_batch_cuda(&g->m, tokens, on, greedy, err, errlen);
+    if (rc == 0 && want_logits && (rc = decode_logits_to_host_cuda(&g->m, g->logits, err, errlen)) == 0)
+        *logits = g->logits;
+    return rc;
+}
+
+static void cuda_reset(void *impl, int s)
+{
+    decode_reset_seq_cuda(&((gen_cuda *)impl)->m, s);
 }
 
 static void cuda_close(void *impl)
@@ -43,11 +54,17 @@ static void cuda_close(void *impl)
     free(g);
 }
 
-static int cuda_open(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen);
-const generate_ops generate_ops_cuda = {
-    .name = "cuda", .open = cuda_open, .extend = cuda_extend, .reset = cuda_reset, .close = cuda_close};
+static int cuda_open(generate_target *t, int device, const char *model_dir, int max_ctx, int n_seq, char *err,
+                     size_t errlen);
+const generate_ops generate_ops_cuda = {.name = "cuda",
+                                        .open = cuda_open,
+                                        .extend = cuda_extend,
+                                        .step = cuda_step,
+                                        .reset = cuda_reset,
+                                        .close = cuda_close};
 
-static int cuda_open(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
+static int cuda_open(generate_target *t, int device, const char *model_dir, int max_ctx, int n_seq, char *err,
+                     size_t errlen)
 {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device >= n_dev) {
@@ -66,11 +83,12 @@ static int cuda_open(generate_target *t, int device, const char *model_dir, int 
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
     }
-    if ((rc = decode_load_cuda(&g->m, model_dir, &last, 1, max_ctx, 1, err, errlen)) < 0) {
+    if ((rc = decode_load_batch_cuda(&g->m, model_dir, &last, 1, max_ctx, 1, n_seq, err, errlen)) < 0) {
         free(g);
         return rc;
     }
-    if (!(g->logits = malloc(sizeof(float) * (size_t)g->m.tm.V))) {
+    g->n_seq = n_seq;
+    if (!(g->logits = malloc(sizeof(float) * (size_t)n_seq * (size_t)g->m.tm.V))) {
         cuda_close(g);
         snprintf(err, errlen, "out of memory");
         return -ENOMEM;
@@ -79,5 +97,6 @@ static int cuda_open(generate_target *t, int device, const char *model_dir, int 
     t->impl = g;
     t->vocab = g->m.tm.V;
     t->max_ctx = max_ctx;
+    t->n_seq = n_seq;
     return 0;
 }

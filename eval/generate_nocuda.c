@@ -5,9 +5,10 @@
 #include <errno.h>
 #include <stdio.h>
 
-static int open_nocuda(generate_target *t, int device, const char *model_dir, int max_ctx, char *err, size_t errlen)
+static int open_nocuda(generate_target *t, int device, const char *model_dir, int max_ctx, int n_seq, char *err,
+                       size_t errlen)
 {
-    (void)t, (void)max_ctx;
+    (void)t, (void)max_ctx, (void)n_seq;
     snprintf(err, errlen, "--backend cuda:%d (%s): this build has no CUDA (rebuild with make CUDA=1)", device,
              model_dir);
     return -ENOTSUP;

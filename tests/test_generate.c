@@ -12,6 +12,8 @@
  *      the target's logits after the tokens before it (a teacher-forced pass over prompt +
  *      response, one call); it stops on the eos it was given and keeps it; a sampled
  *      response is reproducible from (seed, index) and differs under another seed.
+ *   4. generate_batch (3 sequences decoded together) gives every prompt the response
+ *      generate_one gives it alone, greedy and sampled, with an eos ending some early.
  */
 #include <errno.h>
 #include <math.h>
@@ -176,7 +178,7 @@ static void check_generation(df_rng *r)
 {
     char err[1024];
     generate_target t;
-    T_ASSERT_RC(generate_open(&t, "cpu", TARGET, 512, err, sizeof err));
+    T_ASSERT_RC(generate_open(&t, "cpu", TARGET, 512, 1, err, sizeof err));
     prompts_list pl = {0};
     T_ASSERT_RC(prompts_load(&pl, "data/tiny/heldout-000.dfs", TARGET, t.vocab, 4, 200, err, sizeof err));
     sample_work w;
@@ -234,6 +236,78 @@ static void check_generation(df_rng *r)
     generate_close(&t);
 }
 
+/* generate_batch == generate_one for every prompt: greedy and sampled, with an eos that
+ * ends some responses early (they sit out while the others go on), prompts of different
+ * lengths, a last batch that is not full. */
+static void check_batch(df_rng *r)
+{
+    char err[1024];
+    generate_target t1, tb, tx;
+    int B = 3;
+    T_ASSERT_RC(generate_open(&t1, "cpu", TARGET, 512, 1, err, sizeof err));
+    T_ASSERT_RC(generate_open(&tb, "cpu", TARGET, 512, B, err, sizeof err));
+    T_ASSERT(generate_open(&tx, "cpu", TARGET, 512, GENERATE_MAX_BATCH + 1, err, sizeof err) == -EINVAL &&
+             strstr(err, "--batch"));
+    prompts_list pl = {0};
+    T_ASSERT_RC(prompts_load(&pl, "data/tiny/heldout-000.dfs", TARGET, t1.vocab, 7, 200, err, sizeof err));
+    T_ASSERT(pl.n >= 5);
+    sample_work w;
+    T_ASSERT_RC(sample_work_init(&w, t1.vocab, err, sizeof err));
+    enum { MAXN = 48 };
+    int32_t ref[8][MAXN], got[8][MAXN];
+    int nref[8], sref[8], early = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        generate_opts g = {{mode ? 0.9 : 0.0, mode ? 0.9 : 1.0, 0}, 20 + (int)df_rng_below(r, MAXN - 20), NULL, 0};
+        int64_t eos = -1;
+        for (int i = 0; i < pl.n; i++) { /* one at a time */
+            df_rng a;
+            generate_rng(&a, 11, (uint64_t)i);
+            T_ASSERT_RC(
+                generate_one(&t1, pl.p[i].tokens, pl.p[i].n, &g, &a, &w, ref[i], &nref[i], &sref[i], err, sizeof err));
+            if (i == 1 && eos < 0) { /* prompt 1 ends early on a token of its own response */
+                eos = ref[1][2 + (int)df_rng_below(r, (uint64_t)nref[1] - 3)];
+                g.eos = &eos, g.n_eos = 1;
+                i = -1; /* again, all of them, with the eos */
+            }
+        }
+        for (int i0 = 0; i0 < pl.n; i0 += B) { /* B at a time */
+            generate_item it[3];
+            df_rng rr[3];
+            int nb = pl.n - i0 < B ? pl.n - i0 : B;
+            for (int j = 0; j < nb; j++) {
+                generate_rng(&rr[j], 11, (uint64_t)(i0 + j));
+                it[j] = (generate_item){
+                    .prompt = pl.p[i0 + j].tokens, .n_prompt = pl.p[i0 + j].n, .rng = &rr[j], .out = got[i0 + j]};
+            }
+            T_ASSERT_RC(generate_batch(&tb, it, nb, &g, &w, err, sizeof err));
+            for (int j = 0; j < nb; j++) {
+                int i = i0 + j;
+                if (it[j].n_out != nref[i] || it[j].stopped != sref[i] ||
+                    memcmp(got[i], ref[i], sizeof(int32_t) * (size_t)nref[i]) != 0) {
+                    fprintf(stderr,
+                            "%s prompt %d: batched response (%d tokens, stopped %d) differs from alone "
+                            "(%d tokens, stopped %d)\n",
+                            mode ? "sampled" : "greedy", i, it[j].n_out, it[j].stopped, nref[i], sref[i]);
+                    exit(1);
+                }
+                early += sref[i] && nref[i] < g.max_new;
+            }
+        }
+        T_ASSERT(sref[1] || mode); /* greedy: prompt 1 met its eos for sure */
+    }
+    T_ASSERT(early >= 1);
+    generate_item big = {.prompt = pl.p[0].tokens, .n_prompt = pl.p[0].n, .rng = NULL, .out = got[0]};
+    generate_opts huge = {{0.0, 1.0, 0}, 512, NULL, 0};
+    T_ASSERT(generate_batch(&tb, &big, 1, &huge, &w, err, sizeof err) == -ENOSPC && strstr(err, "prompt 0"));
+    printf("ok: %d prompts decoded %d at a time == one at a time, greedy and sampled (%d responses ended early on "
+           "an eos while the others went on)\n",
+           pl.n, B, early);
+    sample_work_free(&w);
+    prompts_free(&pl);
+    generate_close(&t1);
+    generate_close(&tb);
+}
+
 int main(void)
 {
     uint64_t seed = getenv("GEN_SEED") ? strtoull(getenv("GEN_SEED"), NULL, 0) : (uint64_t)time(NULL);
@@ -243,5 +317,6 @@ int main(void)
     check_against_spec(&r);
     check_frequencies(&r);
     check_generation(&r);
+    check_batch(&r);
     return 0;
 }

@@ -3,7 +3,8 @@
 # prompts and writes training shards (prompt mask 0, response mask 1, eos kept); defaults
 # come from generation_config.json (eos ids, do_sample and its settings); a rerun writes
 # byte-identical shards, a prompt's sampled response does not depend on the other prompts
-# of the run, another seed changes them; the shards train (dflash_eval reads them as
+# of the run nor on how many are decoded together (--batch), another seed changes them;
+# the shards train (dflash_eval reads them as
 # prompts again, the orchestrator's dataset check accepts them); bad input gets the
 # documented exit code and a message naming the file / field / option, before any
 # generation when it can.
@@ -42,6 +43,9 @@ expect 2 "required" "$GEN"
 expect 2 "--top-p" "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --out "$tmp/o" --top-p 0
 expect 2 "cannot go with" "$GEN" --target models/tiny-target --prompts p --out "$tmp/o" --greedy --temperature 1
 expect 2 "--backend gpu" "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --out "$tmp/o" --backend gpu
+expect 2 "--batch" "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --out "$tmp/o" --batch 0
+expect 2 "--batch" "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --out "$tmp/o" --batch 65
+expect 2 "--batch" "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --out "$tmp/o" --batch 2.5
 expect 100 "nope.dfs" "$GEN" --target models/tiny-target --prompts "$tmp/nope.dfs" --out "$tmp/o"
 expect 100 "config.json" "$GEN" --target "$tmp" --prompts data/tiny/heldout-000.dfs --out "$tmp/o"
 # a bad generation_config.json is named with its field, before anything runs
@@ -72,6 +76,13 @@ cmp -s "$tmp/p_in.txt" "$tmp/p_out.txt" || fail "the written prompts differ from
 "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --max-prompts 6 --max-new 48 \
   --shard-samples 4 --out "$tmp/g/b" --quiet >/dev/null
 cmp "$tmp/g/a-000.dfs" "$tmp/g/b-000.dfs" && cmp "$tmp/g/a-001.dfs" "$tmp/g/b-001.dfs" || fail "greedy rerun differs"
+# one prompt at a time (--batch 1) and 4 together (a full batch, then 2): the same shards
+for b in 1 4; do
+  "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --max-prompts 6 --max-new 48 \
+    --shard-samples 4 --batch $b --out "$tmp/g/b$b" --quiet >/dev/null
+  cmp "$tmp/g/a-000.dfs" "$tmp/g/b$b-000.dfs" && cmp "$tmp/g/a-001.dfs" "$tmp/g/b$b-001.dfs" ||
+    fail "greedy --batch $b differs from the default batch"
+done
 
 # eos from generation_config.json: token 32 (a space) ends every response early and is kept
 echo '{"eos_token_id": [32], "do_sample": false}' >"$tmp/m/generation_config.json"
@@ -90,6 +101,8 @@ echo '{"eos_token_id": 257, "do_sample": true, "temperature": 0.9, "top_p": 0.9,
 python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert not j['greedy'] and j['top_k']==20 and abs(j['top_p']-0.9)<1e-9, j" "$tmp/s/all.json"
 "$GEN" --target "$tmp/m" --prompts data/tiny/heldout-000.dfs --max-prompts 1 --max-new 40 --seed 3 --out "$tmp/s/one" --quiet >/dev/null
 shard "$tmp/s/all-000.dfs" >"$tmp/all.txt"; [ "$(shard "$tmp/s/one-000.dfs")" = "$(head -1 "$tmp/all.txt")" ] || fail "prompt 0's sampled response depends on the other prompts"
+"$GEN" --target "$tmp/m" --prompts data/tiny/heldout-000.dfs --max-prompts 5 --max-new 40 --seed 3 --batch 1 --out "$tmp/s/b1" --quiet >/dev/null
+cmp "$tmp/s/all-000.dfs" "$tmp/s/b1-000.dfs" || fail "sampled --batch 1 differs from the default batch"
 "$GEN" --target "$tmp/m" --prompts data/tiny/heldout-000.dfs --max-prompts 5 --max-new 40 --seed 4 --out "$tmp/s/other" --quiet >/dev/null
 ! cmp -s "$tmp/s/all-000.dfs" "$tmp/s/other-000.dfs" || fail "another seed gave the same responses"
 ! cmp -s "$tmp/s/all-000.dfs" "$tmp/g/a-000.dfs" || fail "sampling gave the greedy responses"

@@ -4,7 +4,8 @@
 # same call (the peer). GPU machine only; make CUDA=1 first (BUILD=build-cuda).
 #   bench/eval/generate.sh          env: PROMPTS (16), MAX_NEW (256), RES (bench/results/eval)
 # Prints one table and writes $RES/generate_1.7b.json. Both sides decode one prompt at a
-# time (batch 1) for exactly MAX_NEW tokens (no eos: the random-weight target has no
+# time (batch 1; ours also at --batch 16, with the check that it writes the same shards) for
+# exactly MAX_NEW tokens (no eos: the random-weight target has no
 # meaningful one), greedy and sampled (temperature 0.7, top-p 0.9, top-k 20).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,9 +30,16 @@ ours() { # ours LABEL OPTIONS...
     || { cat "$out/$label.log"; exit 1; }
   cp "$out/$label.json" "$res/generate_1.7b_ours_$label.json"
 }
-ours greedy --greedy
-ours sampled --temperature 0.7 --top-p 0.9 --top-k 20
-tail -n 1 "$out/greedy.log" "$out/sampled.log"
+ours greedy --greedy --batch 1
+ours sampled --temperature 0.7 --top-p 0.9 --top-k 20 --batch 1
+# ours batched (the peer stays at batch 1): the same responses, one pass over the weights per step
+ours greedy_b16 --greedy --batch 16
+ours sampled_b16 --temperature 0.7 --top-p 0.9 --top-k 20 --batch 16
+tail -n 1 "$out/greedy.log" "$out/sampled.log" "$out/greedy_b16.log" "$out/sampled_b16.log"
+for k in greedy sampled; do
+  cmp -s "$out/$k-000.dfs" "$out/${k}_b16-000.dfs" && echo "$k: --batch 16 wrote the same shard as --batch 1" ||
+    echo "$k: --batch 16 DIFFERS from --batch 1"
+done
 python3 bench/eval/peer_regenerate.py --model "$model" --prompts "$data-heldout-000.dfs" --n "$PROMPTS" \
   --max-new "$MAX_NEW" --ours-greedy "$out/greedy" --ours-json "$res/generate_1.7b_ours_greedy.json" \
   --ours-sampled-json "$res/generate_1.7b_ours_sampled.json" --json "$res/generate_1.7b.json"

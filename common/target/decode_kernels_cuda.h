@@ -65,7 +65,7 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
                           int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen);
 
 /* Keys a warp of decode_attention_cuda scores per round (4, 8 or 16; 8 at most for
- * hd = 256): more loads in flight for a few queries over a short cache, another split of
+ * hd = 256; default 8): more loads in flight for a few queries over a short cache, another split of
  * the keys (so other roundings; a query's bits still depend on that query alone). A
  * process-wide setting like decode_linear_variant_cuda; returns the previous value,
  * anything else only queries. */

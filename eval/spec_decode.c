@@ -351,17 +351,12 @@ static int cpu_t_reset(void *ctx)
     return 0;
 }
 
+static int cpu_t_extend_seq(void *ctx, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
+                            const float **feats);
+
 static int cpu_t_extend(void *ctx, const int32_t *tokens, int k, int n_next, int32_t *next, const float **feats)
 {
-    decode_model *m = ctx;
-    int rc = decode_extend(m, tokens, k, n_next);
-    if (rc < 0)
-        return rc;
-    int V = m->tm.cfg.vocab_size;
-    for (int i = 0; i < n_next; i++)
-        next[i] = decode_argmax(m->logits + (size_t)i * V, V);
-    *feats = m->feat;
-    return 0;
+    return cpu_t_extend_seq(ctx, 0, tokens, k, n_next, next, feats);
 }
 
 static int cpu_t_truncate(void *ctx, int len)

@@ -183,6 +183,18 @@ static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
     return 0;
 }
 
+/* The target's config.json fields of a bench shape (random weights: no file). */
+static void shape_config(hfconfig *c, const shape *sh)
+{
+    memset(c, 0, sizeof *c);
+    c->arch = HFCONFIG_ARCH_QWEN3;
+    c->hidden_size = sh->d, c->intermediate_size = sh->I, c->num_hidden_layers = sh->L;
+    c->num_attention_heads = sh->H, c->num_key_value_heads = sh->KV, c->head_dim = sh->hd;
+    c->vocab_size = sh->V, c->rms_norm_eps = 1e-6, c->rope_theta = 1e6, c->qk_norm = 1;
+    c->tie_word_embeddings = sh->tied;
+    snprintf(c->rope_type, sizeof c->rope_type, "default");
+}
+
 static void drafter_config(dflash_config *c, const shape *sh)
 {
     dflash_config_tiny(c);
@@ -397,13 +409,7 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         if (!strstr(models, sh->key))
             continue;
         hfconfig c;
-        memset(&c, 0, sizeof c);
-        c.arch = HFCONFIG_ARCH_QWEN3;
-        c.hidden_size = sh->d, c.intermediate_size = sh->I, c.num_hidden_layers = sh->L;
-        c.num_attention_heads = sh->H, c.num_key_value_heads = sh->KV, c.head_dim = sh->hd;
-        c.vocab_size = sh->V, c.rms_norm_eps = 1e-6, c.rope_theta = 1e6, c.qk_norm = 1;
-        c.tie_word_embeddings = sh->tied;
-        snprintf(c.rope_type, sizeof c.rope_type, "default");
+        shape_config(&c, sh);
         dflash_config dc;
         drafter_config(&dc, sh);
         int max_ctx = P + 128;
@@ -700,13 +706,7 @@ int main(int argc, char **argv)
         if (!strstr(models, sh->key))
             continue;
         hfconfig c;
-        memset(&c, 0, sizeof c);
-        c.arch = HFCONFIG_ARCH_QWEN3;
-        c.hidden_size = sh->d, c.intermediate_size = sh->I, c.num_hidden_layers = sh->L;
-        c.num_attention_heads = sh->H, c.num_key_value_heads = sh->KV, c.head_dim = sh->hd;
-        c.vocab_size = sh->V, c.rms_norm_eps = 1e-6, c.rope_theta = 1e6, c.qk_norm = 1;
-        c.tie_word_embeddings = sh->tied;
-        snprintf(c.rope_type, sizeof c.rope_type, "default");
+        shape_config(&c, sh);
         dflash_config dc;
         drafter_config(&dc, sh);
         int max_ctx = P + NEW + 64;

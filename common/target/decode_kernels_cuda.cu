@@ -726,6 +726,15 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
     return cudaErrorInvalidConfiguration; /* a variant without a case: a bug here */
 }
 
+/* A failed launch of the linear kernel: -EIO, err names the function, the variant and why. */
+static int linear_launch_failed(cudaError_t e, const char *fn, char *err, size_t errlen)
+{
+    cudaGetLastError(); /* clear it */
+    if (err && errlen)
+        snprintf(err, errlen, "%s: launch (%s): %s", fn, LIN_VARIANTS[g_lin_variant].name, cudaGetErrorString(e));
+    return -EIO;
+}
+
 int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
                             const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
                             size_t errlen)
@@ -739,13 +748,8 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
      * shapes and base pointers only, never on T, and both paths load the same values */
     int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
     cudaError_t e = launch_linear<false>(out, out_f32, as_bf(x), as_bf(w), as_bf(bias), T, n_in, n_out, vec, s);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        if (err && errlen)
-            snprintf(err, errlen, "decode_linear_rows_cuda: launch (%s): %s", LIN_VARIANTS[g_lin_variant].name,
-                     cudaGetErrorString(e));
-        return -EIO;
-    }
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_rows_cuda", err, errlen);
     CUDA_LAUNCHED("decode_linear_mma_kernel", err, errlen);
     return 0;
 }
@@ -761,13 +765,8 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
         return 0;
     int vec = I % 8 == 0 && ((uintptr_t)gu % 16) == 0 && ((uintptr_t)w % 16) == 0;
     cudaError_t e = launch_linear<true>(out, out_f32, as_bf(gu), as_bf(w), as_bf(bias), T, I, n_out, vec, s);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        if (err && errlen)
-            snprintf(err, errlen, "decode_linear_swiglu_rows_cuda: launch (%s): %s", LIN_VARIANTS[g_lin_variant].name,
-                     cudaGetErrorString(e));
-        return -EIO;
-    }
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_swiglu_rows_cuda", err, errlen);
     CUDA_LAUNCHED("decode_linear_mma_kernel (swiglu)", err, errlen);
     return 0;
 }

@@ -473,8 +473,8 @@ int main(int argc, char **argv)
     printf("speculative step, per %s step: draft %.3f ms, verify (%d rows) %.3f ms, accept + append %.3f ms",
            o.batch > 1 ? "batched" : "verify", part_d * per_step, B * o.batch, part_v * per_step, part_a * per_step);
     if (!o.no_plain)
-        printf("; a plain step %.3f ms (the verify costs %.1f plain steps)", plain_step_ms,
-               plain_step_ms > 0 ? part_v * per_step / plain_step_ms : 0.0);
+        printf("; a plain step %.3f ms (the %sverify costs %.1f plain steps)", plain_step_ms,
+               o.batch > 1 ? "batched " : "", plain_step_ms > 0 ? part_v * per_step / plain_step_ms : 0.0);
     printf("\n");
     printf("acceptance length histogram:");
     for (int a = 1; a <= B; a++)

@@ -33,6 +33,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--json-out", default=None)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: smoke test with --shape tiny")
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "flex"],
+                    help="sdpa (dense bool mask) or flex (flex_attention BlockMask + torch.compile, torch >= 2.5)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(REFERENCE_DIR))
     try:
@@ -41,7 +43,7 @@ def main():
         print(f"peer_torch: error: cannot import tests/reference/dflash_torch.py ({e})", file=sys.stderr)
         return 1
     argv = ["step-bench", "--shape", a.shape, "--seq", *map(str, a.seq), "--anchors", *map(str, a.anchors),
-            "--warmup", str(a.warmup), "--iters", str(a.iters), "--chunk", str(a.chunk), "--device", a.device]
+            "--warmup", str(a.warmup), "--iters", str(a.iters), "--chunk", str(a.chunk), "--device", a.device, "--attn", a.attn]
     if a.json_out:
         argv += ["--json-out", a.json_out]
     try:

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # bench/drafter/run.sh: the drafter training step, ours (CUDA, bench_drafter) against the eager
-# PyTorch peer (tests/reference/dflash_torch.py step-bench), same GPU, same shapes, one table.
+# PyTorch peer (tests/reference/dflash_torch.py step-bench) and the stronger one (the same step
+# with flex_attention's BlockMask under torch.compile, --attn flex), same GPU, same shapes, one
+# table (the flex row under each; its loss is checked against the SDPA peer's).
 #   bench/drafter/run.sh [BUILD_DIR]        (default build-cuda; build with `make CUDA=1`)
 # Env: SEQS="768 2048" ANCHORS="256 512" (pairs), ITERS=10 WARMUP=3, PYTHON=python3.
-# Writes bench/results/drafter_cuda.json, drafter_torch.json (when the peer runs) and the
+# Writes bench/results/drafter_cuda.json, drafter_torch.json, drafter_torch_flex.json (when the
+# peers run) and the
 # merged bench/results/drafter.json (both sides + ratios). Exit 1 if our bench fails; a
 # missing or failing peer is reported in the table and the JSON, not fatal.
 set -u
@@ -38,12 +41,30 @@ if [ -f tests/reference/dflash_torch.py ] && $PY -c 'import torch; assert torch.
 else
   peer_status="unavailable (no tests/reference/dflash_torch.py or no torch with CUDA)"
 fi
-# The peer runs every (seq x anchors) combination; we run the pairs. Merge on (seq, anchors).
-$PY - "$OUT/drafter_cuda.json" "$OUT/drafter_torch.json" "$OUT/drafter.json" "$peer_status" <<'PYEOF'
+# the stronger peer: flex_attention with the DFlash BlockMask under torch.compile, as the
+# public trainers run the step (torch >= 2.5); its reason is reported when it cannot run
+flex_status="not run"
+rm -f "$OUT/drafter_torch_flex.json"
+if [ "$peer_status" = ok ]; then
+  echo "== peer: tests/reference/dflash_torch.py step-bench --attn flex"
+  if timeout 1800 $PY tests/reference/dflash_torch.py step-bench --attn flex --seq $SEQS --anchors $ANCHORS \
+       --iters "$ITERS" --warmup "$WARMUP" --json-out "$OUT/drafter_torch_flex.json" >/dev/null 2>"$OUT/drafter_torch_flex.err"; then
+    flex_status="ok"
+  else
+    flex_status="failed: $(grep -h 'error:' "$OUT/drafter_torch_flex.err" | tail -1)"
+    tail -5 "$OUT/drafter_torch_flex.err" >&2
+  fi
+fi
+# The peers run every (seq x anchors) combination; we run the pairs. Merge on (seq, anchors).
+$PY - "$OUT/drafter_cuda.json" "$OUT/drafter_torch.json" "$OUT/drafter.json" "$peer_status" \
+    "$OUT/drafter_torch_flex.json" "$flex_status" <<'PYEOF'
 import json, os, sys, time
 ours = json.load(open(sys.argv[1]))
 peer = json.load(open(sys.argv[2])) if os.path.exists(sys.argv[2]) else []
 status = sys.argv[4]
+flex = json.load(open(sys.argv[5])) if os.path.exists(sys.argv[5]) else []
+flex_status = sys.argv[6]
+fk = {(r["seq"], r["anchors"]): r for r in flex}
 pk = {(r["seq"], r["anchors"]): r for r in peer}
 rows = []
 print()
@@ -61,11 +82,22 @@ for o in ours:
         sp = f"{'-':>7}"
     print(f"{o['seq']:5d} {o['anchors']:7d} | {o['ms_per_step']:8.1f} {o['samples_per_s']:7.2f} "
           f"{o['tflops']:8.1f} {100*o['mfu']:5.1f}% | {ptxt} | {sp}")
+    fx = fk.get((o["seq"], o["anchors"]))
+    if fx:
+        row["torch_flex"] = fx
+        row["speedup_vs_flex"] = round(fx["ms_per_step"] / o["ms_per_step"], 3)
+        # same seed, inputs and recipe: the two peers' losses agree when the BlockMask is right
+        same = p is not None and abs(fx["loss"] - p["loss"]) <= 2e-2 * max(1.0, abs(p["loss"]))
+        row["flex_loss_matches_sdpa"] = same
+        print(f"{'':13} | {'':33} | {fx['ms_per_step']:8.1f} {fx['samples_per_s']:7.2f} {fx['tflops']:8.1f} "
+              f"{100*fx['mfu']:5.1f}% | {row['speedup_vs_flex']:6.2f}x  (torch flex+compile; loss "
+              f"{fx['loss']} vs SDPA {p['loss'] if p else '-'}: {'agrees' if same else 'DIFFERS'})")
     rows.append(row)
 print(f"(GEMM ceiling ours {ours[0]['gemm_ceiling_tflops']} TFLOP/s"
-      + (f", torch {peer[0]['gemm_ceiling_tflops']} TFLOP/s" if peer else "") + f"; peer: {status})")
+      + (f", torch {peer[0]['gemm_ceiling_tflops']} TFLOP/s" if peer else "") + f"; peer: {status}; "
+      f"flex peer: {flex_status})")
 doc = {"bench": "drafter", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-       "device": ours[0].get("device"), "peer_status": status, "rows": rows}
+       "device": ours[0].get("device"), "peer_status": status, "flex_peer_status": flex_status, "rows": rows}
 try:
     import subprocess
     doc["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

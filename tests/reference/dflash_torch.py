@@ -18,7 +18,8 @@ It exists for two jobs:
 
   step-bench  the eager PyTorch peer of the drafter training step (docs/performance.md, "Peers"):
               fwd + bwd + grad clip + fused AdamW, fp32 master weights, bf16 autocast,
-              SDPA with a dense bool mask, chunked frozen lm_head + CE, at the
+              SDPA with a dense bool mask (--attn flex: flex_attention with a BlockMask
+              under torch.compile, the public trainers' way), chunked frozen lm_head + CE, at the
               Qwen3-8B-DFlash-b16 shape; CUDA-event timing, median of N; FLOPs per the
               docs/performance.md formulas; MFU against an 8192^3 bf16 GEMM measured in the same
               process. One JSON object per configuration on stdout.
@@ -198,11 +199,49 @@ class Masks:
         self.safe = safe
 
 
+_FLEX = {}
+
+
+def flex_attention_fn():
+    """(compiled flex_attention, create_block_mask): the attention public DFlash trainers use
+    (torch >= 2.5), compiled once per process; SystemExit with the reason when unavailable."""
+    if "fn" not in _FLEX:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        except ImportError as e:
+            die(f"--attn flex needs torch >= 2.5 (torch.nn.attention.flex_attention), this is torch "
+                f"{torch.__version__}: {e}")
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+        _FLEX["mask"] = create_block_mask
+    return _FLEX["fn"], _FLEX["mask"]
+
+
+def flex_block_mask(masks, dev):
+    """The training mask as a flex BlockMask: its 128 x 128 tiles with no allowed pair are
+    skipped, the rest masked per element (the dense `safe` mask read inside mask_mod)."""
+    _, create_block_mask = flex_attention_fn()
+    safe = masks.safe
+    R, T = safe.shape
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return safe[q_idx, kv_idx]
+
+    return create_block_mask(mask_mod, B=None, H=None, Q_LEN=R, KV_LEN=T, device=dev)
+
+
 def attention(q, k, v, masks, use_sdpa):
-    """q [R, H, hd]; k, v [T, KV, hd]; GQA (query head h uses kv head h // (H/KV))."""
+    """q [R, H, hd]; k, v [T, KV, hd]; GQA (query head h uses kv head h // (H/KV)).
+    use_sdpa: True (SDPA, dense bool mask), False (explicit softmax) or "flex" (compiled
+    flex_attention over masks.block_mask, GQA native)."""
     R, H, hd = q.shape
     T, KV, _ = k.shape
     rep = H // KV
+    if use_sdpa == "flex":
+        fn, _ = flex_attention_fn()
+        o = fn(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+               block_mask=masks.block_mask, enable_gqa=rep > 1)
+        o = o[0].transpose(0, 1)                            # [R, H, hd]
+        return o * masks.row_any.to(o.dtype)[:, None, None]
     # expand, not enable_gqa: keeps the memory-efficient SDPA kernel eligible
     k = k[:, :, None, :].expand(T, KV, rep, hd).reshape(T, H, hd)
     v = v[:, :, None, :].expand(T, KV, rep, hd).reshape(T, H, hd)
@@ -240,6 +279,8 @@ def drafter_forward(P, cfg, H, ids, anchors, keep, embed, use_sdpa, probe=None):
     for lt in set(cfg["layer_types"]):
         window = cfg["sliding_window"] if lt == "sliding_attention" else 0
         masks[lt] = Masks(build_mask(S, anchors, keep, B, window))
+        if use_sdpa == "flex":
+            masks[lt].block_mask = flex_block_mask(masks[lt], dev)
     for l, lt in enumerate(cfg["layer_types"]):
         p = f"layers.{l}."
         a = rms_norm(h, P[p + "input_layernorm.weight"], eps)
@@ -668,7 +709,9 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
     labels, w = labels_weights(ids, loss_mask, anchors, keep, B, cfg["gamma"])
     sel, norm = select_rows(w)
     head_ce = make_head_ce()
-    use_sdpa = hasattr(F, "scaled_dot_product_attention")
+    use_sdpa = "flex" if args.attn == "flex" else hasattr(F, "scaled_dot_product_attention")
+    if use_sdpa == "flex":
+        flex_attention_fn()  # the reason, before any step, when it cannot run here
     plist = list(params.values())
     fused = False
     if cuda:
@@ -719,10 +762,11 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
                 tflop_per_step=round(flops / 1e12, 4), tflops=round(tflops, 2),
                 mfu=round(tflops / ceiling, 4), gemm_ceiling_tflops=round(ceiling, 2),
                 peak_mem_gib=round(torch.cuda.max_memory_allocated() / 2 ** 30, 2) if cuda else None,
-                loss=round(loss_val, 4), fused_adamw=fused, sdpa=use_sdpa, chunk_rows=args.chunk,
-                warmup=args.warmup, iters=args.iters, attention_pairs=pairs, **parts,
-                recipe="eager: SDPA dense bool mask, chunked head+CE, fp32 master + bf16 autocast, "
-                       "clip 1.0, AdamW (0.9, 0.95)",
+                loss=round(loss_val, 4), fused_adamw=fused, sdpa=use_sdpa is True, attention=args.attn,
+                chunk_rows=args.chunk, warmup=args.warmup, iters=args.iters, attention_pairs=pairs, **parts,
+                recipe=("flex_attention (BlockMask, torch.compile)" if args.attn == "flex" else
+                        "eager: SDPA dense bool mask") +
+                       ", chunked head+CE, fp32 master + bf16 autocast, clip 1.0, AdamW (0.9, 0.95)",
                 device=torch.cuda.get_device_name(dev) if cuda else "cpu", torch=torch.__version__,
                 date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
@@ -806,6 +850,9 @@ def main(argv=None):
     sb.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cuda (default); cpu only to smoke-test the code path with --shape tiny")
     sb.add_argument("--json-out", default=None, help="also write all results as a JSON list to this file")
+    sb.add_argument("--attn", default="sdpa", choices=["sdpa", "flex"],
+                    help="sdpa (default: SDPA with the dense bool mask) or flex (flex_attention with a BlockMask "
+                         "under torch.compile, as the public DFlash trainers run it; torch >= 2.5)")
     args = ap.parse_args(argv)
     if args.cmd is None:
         ap.print_help()

@@ -129,6 +129,28 @@ static void test_gemm(int T, int K, int N, int with_bias)
     float *again = dev_bf16_to_f32(dout, n);
     snprintf(what, sizeof what, "gemm T=%d K=%d N=%d cached plan, same bits", T, K, N);
     g_fail += gt_check(what, again, got, n, 0, 0);
+    /* every later heuristic rank (algo_rank, the target's per-shape table) computes the
+     * same product, twice with the same bits; past the offered list: -ENOENT */
+    for (int k = 1; k < NN_GEMM_MAX_RANK; k++) {
+        a.algo_rank = k;
+        CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
+        g_err[0] = '\0';
+        int rc = nn_gemm_run_cuda(g, &a, 0, g_err, sizeof g_err);
+        if (rc == -ENOENT && strstr(g_err, "offered")) {
+            printf("PASS gemm T=%d K=%d N=%d: the heuristic offers %d algorithms (%s)\n", T, K, N, k, g_err);
+            break;
+        }
+        RC_CHECK(rc, g_err);
+        float *rk = dev_bf16_to_f32(dout, n);
+        snprintf(what, sizeof what, "gemm T=%d K=%d N=%d bias=%d rank %d", T, K, N, with_bias, k);
+        g_fail += gt_check(what, rk, ref, n, 2e-3, 1e-2);
+        CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * n));
+        RC_CHECK(nn_gemm_run_cuda(g, &a, 0, g_err, sizeof g_err), g_err);
+        float *rk2 = dev_bf16_to_f32(dout, n);
+        snprintf(what, sizeof what, "gemm T=%d K=%d N=%d rank %d again, same bits", T, K, N, k);
+        g_fail += gt_check(what, rk2, rk, n, 0, 0);
+        free(rk), free(rk2);
+    }
     nn_gemm_destroy_cuda(g);
     cudaFree(dx), cudaFree(dw), cudaFree(db), cudaFree(dout);
     free(xh), free(wh), free(bh), free(xf), free(wf), free(bf), free(got), free(ref), free(again);
@@ -216,8 +238,23 @@ static void test_errors(void)
     rc = nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err);
     int ok2 = rc == -EINVAL && strstr(g_err, "nn_gemm_run_cuda") && strstr(g_err, "D[8, 8]");
     printf("%s nn_gemm_run_cuda bias with fp32 D: rc %d, err \"%s\"\n", ok2 ? "PASS" : "FAIL", rc, g_err);
+    p.bias = NULL, p.d_type = NN_GEMM_BF16;
+    int ok3 = 1;
+    for (int i = 0; i < 2; i++) {
+        p.algo_rank = i ? NN_GEMM_MAX_RANK : -1; /* outside [0, NN_GEMM_MAX_RANK) */
+        g_err[0] = '\0';
+        rc = nn_gemm_run_cuda(g, &p, 0, g_err, sizeof g_err);
+        int oki = rc == -EINVAL && strstr(g_err, "nn_gemm_run_cuda") != NULL;
+        printf("%s nn_gemm_run_cuda algo_rank %d: rc %d, err \"%s\"\n", oki ? "PASS" : "FAIL", p.algo_rank, rc, g_err);
+        ok3 &= oki;
+    }
+    g_err[0] = '\0';
+    rc = nn_attention_packed_tile_cuda(NULL, NULL, NULL, 4, 2, 1, 128, 0, 1.0f, NN_ATTN_TILES, 0, g_err, sizeof g_err);
+    int ok4 = rc == -EINVAL && strstr(g_err, "tile") != NULL;
+    printf("%s nn_attention_packed_tile_cuda tile %d: rc %d, err \"%s\"\n", ok4 ? "PASS" : "FAIL", NN_ATTN_TILES, rc,
+           g_err);
     nn_gemm_destroy_cuda(g);
-    g_fail += !(ok && ok2);
+    g_fail += !(ok && ok2 && ok3 && ok4);
 }
 
 static void test_add_rmsnorm(int T, int d, int with_y)
@@ -364,20 +401,43 @@ static void test_attention(int T, int H, int KV, int hd, int want_docs, int wind
     heads_get(v, xf, T, row, H + KV, KV, hd);
     float scale = 1.0f / sqrtf((float)hd);
     nn_attention(ref, q, k, v, rg, T, T, H, KV, hd, scale);
-    nn_bf16_cuda *dx = dev_upload(xh, 2 * n), *dout = dev_poisoned(2 * no);
+    nn_bf16_cuda *dx = dev_upload(xh, 2 * n);
     int32_t *dpos = dev_upload(pos, sizeof(int32_t) * T);
-    if (simple)
-        RC_CHECK(nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err),
-                 g_err);
-    else
-        RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err), g_err);
-    float *got = dev_bf16_to_f32(dout, no);
-    char what[128];
-    snprintf(what, sizeof what, "attention%s T=%d H=%d KV=%d hd=%d docs=%d win=%d", simple ? "(simple)" : "", T, H, KV,
-             hd, n_docs, window);
-    g_fail += gt_check(what, got, ref, no, 1e-2, 2e-2);
-    cudaFree(dx), cudaFree(dout), cudaFree(dpos);
-    free(xh), free(xf), free(starts), free(pos), free(rg), free(q), free(k), free(v), free(ref), free(got);
+    /* the default entry, then every tile shape (each against the reference, each run twice
+     * for the same bits) */
+    for (int tile = -1; tile < (simple ? 0 : NN_ATTN_TILES); tile++) {
+        nn_bf16_cuda *dout = dev_poisoned(2 * no);
+        char what[160];
+        if (simple)
+            RC_CHECK(
+                nn_attention_packed_simple_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err),
+                g_err);
+        else if (tile < 0)
+            RC_CHECK(nn_attention_packed_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, 0, g_err, sizeof g_err),
+                     g_err);
+        else
+            RC_CHECK(nn_attention_packed_tile_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, tile, 0, g_err,
+                                                   sizeof g_err),
+                     g_err);
+        float *got = dev_bf16_to_f32(dout, no);
+        snprintf(what, sizeof what, "attention%s tile %d T=%d H=%d KV=%d hd=%d docs=%d win=%d",
+                 simple ? "(simple)" : "", tile, T, H, KV, hd, n_docs, window);
+        g_fail += gt_check(what, got, ref, no, 1e-2, 2e-2);
+        if (tile >= 0) {
+            CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * no));
+            RC_CHECK(nn_attention_packed_tile_cuda(dout, dx, dpos, T, H, KV, hd, window, scale, tile, 0, g_err,
+                                                   sizeof g_err),
+                     g_err);
+            float *again = dev_bf16_to_f32(dout, no);
+            snprintf(what, sizeof what, "attention tile %d T=%d hd=%d: second run, same bits", tile, T, hd);
+            g_fail += gt_check(what, again, got, no, 0, 0);
+            free(again);
+        }
+        cudaFree(dout);
+        free(got);
+    }
+    cudaFree(dx), cudaFree(dpos);
+    free(xh), free(xf), free(starts), free(pos), free(rg), free(q), free(k), free(v), free(ref);
 }
 
 static void test_swiglu(int T, int I)
@@ -482,9 +542,12 @@ int main(void)
     test_attention(200, 6, 2, 16, 2, 0, 0);
     test_attention(130, 4, 1, 32, 1, 0, 0);
     test_attention(1, 4, 2, 128, 1, 0, 0);
-    test_attention(64, 2, 2, 128, 64, 0, 0); /* every document one token long */
-    test_attention(150, 4, 2, 96, 3, 0, 0);  /* hd 96: the simple fallback */
-    test_attention(700, 2, 1, 128, 2, 0, 0); /* many key tiles per query tile */
+    test_attention(64, 2, 2, 128, 64, 0, 0);   /* every document one token long */
+    test_attention(150, 4, 2, 96, 3, 0, 0);    /* hd 96: the simple fallback */
+    test_attention(700, 2, 1, 128, 2, 0, 0);   /* many key tiles per query tile */
+    test_attention(1000, 4, 2, 128, 3, 0, 0);  /* several 128-query tiles per document */
+    test_attention(600, 4, 1, 128, 2, 100, 0); /* a sliding window with the 128-query tiles */
+    test_attention(129, 2, 2, 128, 1, 0, 0);   /* one row past a 128-query tile */
 
     test_swiglu(33, 160);
     test_swiglu(17, 100);

@@ -73,31 +73,40 @@ __device__ __forceinline__ int key_lo(const int32_t *pos, int t, int window)
     return lo;
 }
 
-#define FA_BM 64
-#define FA_BN 64
-#define FA_THREADS 128
+#define FA_THREADS 128 /* 4 warps */
 
-template <int HD> constexpr int fa_smem_bytes()
+/* Tile shapes of the flash kernel (nn_attention_packed_tile_cuda): WM m16 row blocks per
+ * warp (64 * WM queries per block), BN keys per shared-memory tile. */
+template <int HD, int WM, int BN> constexpr int fa_smem_bytes()
 {
-    return (FA_BM + 4 * FA_BN) * (HD + 8) * 2;
+    return (64 * WM + 4 * BN) * (HD + 8) * 2;
 }
 
-template <int HD>
+/* One block of 4 warps per (64*WM-query tile, head); warp w owns the WM*16 rows
+ * q0 + w*16*WM ... Q stays in registers when WM == 1 (16 rows), else it is re-read from
+ * shared memory at every k-step (registers go to the second row block's accumulators, so
+ * each K/V fragment read from shared memory feeds WM mma instead of one). A key tile that
+ * no row of a warp can see is skipped by that warp: for each of its rows the online
+ * softmax state would be left bit for bit unchanged (alpha = 1, p = 0), so the skip is
+ * exact. */
+template <int HD, int WM, int BN>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_fwd_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ qkv, const int32_t *__restrict__ pos, int T,
                      int H, int KV, int window, float scale_log2)
 {
+    constexpr int BM = 64 * WM;
     constexpr int LD = HD + 8;      /* padded smem row (elements) */
     constexpr int KSTEPS = HD / 16; /* k-steps of S = Q K^T */
-    constexpr int NT_S = FA_BN / 8; /* n-tiles of S per warp */
-    constexpr int NT_O = HD / 8;    /* n-tiles of O per warp */
+    constexpr int NT_S = BN / 8;    /* n-tiles of S per row block */
+    constexpr int NT_O = HD / 8;    /* n-tiles of O per row block */
     constexpr int CHUNKS = HD / 8;  /* 16-byte chunks per row */
+    constexpr bool QREG = WM == 1;
     extern __shared__ __align__(16) unsigned char fa_smem[];
     bf16 *sQ = reinterpret_cast<bf16 *>(fa_smem); /* [BM][LD] */
-    bf16 *sK = sQ + FA_BM * LD;                   /* [2][BN][LD] */
-    bf16 *sV = sK + 2 * FA_BN * LD;               /* [2][BN][LD] */
+    bf16 *sK = sQ + BM * LD;                      /* [2][BN][LD] */
+    bf16 *sV = sK + 2 * BN * LD;                  /* [2][BN][LD] */
 
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_BM; /* longest tiles first */
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BM; /* longest tiles first */
     const int h = blockIdx.y, kvh = h / (H / KV);
     const long ld = (long)(H + 2 * KV) * HD;
     const bf16 *gQ = qkv + (size_t)h * HD;
@@ -106,158 +115,201 @@ __global__ void __launch_bounds__(FA_THREADS)
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int gid = lane >> 2, tig = lane & 3;
 
-    const int q_last = min(q0 + FA_BM, T) - 1;
+    const int q_last = min(q0 + BM, T) - 1;
     const int kv_begin = key_lo(pos, q0, window);
-    const int n_tiles = (q_last + 1 - kv_begin + FA_BN - 1) / FA_BN;
+    const int n_tiles = (q_last + 1 - kv_begin + BN - 1) / BN;
 
-    auto load_tile = [&](bf16 *dst, const bf16 *base, int r0) {
-        for (int c = tid; c < FA_BN * CHUNKS; c += FA_THREADS) {
+    auto load_rows = [&](bf16 *dst, const bf16 *base, int r0, int rows) {
+        for (int c = tid; c < rows * CHUNKS; c += FA_THREADS) {
             int r = c / CHUNKS, ch = c - r * CHUNKS;
             int gr = r0 + r;
             bool ok = gr >= 0 && gr < T;
             cp_async16(dst + r * LD + ch * 8, ok ? base + (size_t)gr * ld + ch * 8 : base, ok);
         }
     };
-    load_tile(sQ, gQ, q0);
-    load_tile(sK, gK, kv_begin);
-    load_tile(sV, gV, kv_begin);
+    load_rows(sQ, gQ, q0, BM);
+    load_rows(sK, gK, kv_begin, BN);
+    load_rows(sV, gV, kv_begin, BN);
     cp_async_commit();
 
-    const int r_a = q0 + warp * 16 + gid, r_b = r_a + 8;
-    const int lo_a = r_a < T ? key_lo(pos, r_a, window) : INT_MAX; /* rows past T see nothing */
-    const int lo_b = r_b < T ? key_lo(pos, r_b, window) : INT_MAX;
-
-    float o[NT_O][4];
+    const int w0 = q0 + warp * 16 * WM; /* this warp's first row */
+    int r_a[WM], r_b[WM], lo_a[WM], lo_b[WM];
 #pragma unroll
-    for (int n = 0; n < NT_O; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-    uint32_t qf[KSTEPS][4];
+    for (int mt = 0; mt < WM; mt++) {
+        r_a[mt] = w0 + mt * 16 + gid, r_b[mt] = r_a[mt] + 8;
+        lo_a[mt] = r_a[mt] < T ? key_lo(pos, r_a[mt], window) : INT_MAX; /* rows past T see nothing */
+        lo_b[mt] = r_b[mt] < T ? key_lo(pos, r_b[mt], window) : INT_MAX;
+    }
+    /* keys any row of this warp can see: [w_lo, w_hi] (lo is non-decreasing in t) */
+    const int w_lo = w0 < T ? key_lo(pos, w0, window) : INT_MAX;
+    const int w_hi = min(w0 + 16 * WM, T) - 1;
+
+    float o[WM][NT_O][4];
+    float m_a[WM], m_b[WM], l_a[WM], l_b[WM];
+#pragma unroll
+    for (int mt = 0; mt < WM; mt++) {
+#pragma unroll
+        for (int n = 0; n < NT_O; n++)
+            o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        m_a[mt] = m_b[mt] = -INFINITY;
+        l_a[mt] = l_b[mt] = 0.0f;
+    }
+    uint32_t qf[QREG ? KSTEPS : 1][4];
 
     for (int j = 0; j < n_tiles; j++) {
         const int buf = j & 1;
         if (j + 1 < n_tiles) {
-            load_tile(sK + (buf ^ 1) * FA_BN * LD, gK, kv_begin + (j + 1) * FA_BN);
-            load_tile(sV + (buf ^ 1) * FA_BN * LD, gV, kv_begin + (j + 1) * FA_BN);
+            load_rows(sK + (buf ^ 1) * BN * LD, gK, kv_begin + (j + 1) * BN, BN);
+            load_rows(sV + (buf ^ 1) * BN * LD, gV, kv_begin + (j + 1) * BN, BN);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (QREG && j == 0) {
 #pragma unroll
             for (int ks = 0; ks < KSTEPS; ks++)
-                ldsm_x4(qf[ks], sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + ks * 16 + (lane >> 4) * 8);
+                ldsm_x4(qf[QREG ? ks : 0],
+                        sQ + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + ks * 16 + (lane >> 4) * 8);
         }
-        const bf16 *ks_ = sK + buf * FA_BN * LD;
-        const bf16 *vs_ = sV + buf * FA_BN * LD;
-        const int kbase = kv_begin + j * FA_BN;
-
-        /* S = Q K^T for this warp's 16 rows x 64 keys */
-        float s[NT_S][4];
+        const bf16 *ks_ = sK + buf * BN * LD;
+        const bf16 *vs_ = sV + buf * BN * LD;
+        const int kbase = kv_begin + j * BN;
+        if (kbase <= w_hi && kbase + BN - 1 >= w_lo) {
+            /* S = Q K^T for this warp's rows x BN keys */
+            float s[WM][NT_S][4];
 #pragma unroll
-        for (int n = 0; n < NT_S; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int mt = 0; mt < WM; mt++)
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks++) {
+                for (int n = 0; n < NT_S; n++)
+                    s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
-            for (int np = 0; np < NT_S / 2; np++) {
-                uint32_t b[4];
-                ldsm_x4(b, ks_ + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8);
-                mma_bf16(s[2 * np], qf[ks], b[0], b[1]);
-                mma_bf16(s[2 * np + 1], qf[ks], b[2], b[3]);
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                uint32_t qa[WM][4];
+#pragma unroll
+                for (int mt = 0; mt < WM; mt++) {
+                    if (QREG) {
+                        qa[mt][0] = qf[QREG ? ks : 0][0], qa[mt][1] = qf[QREG ? ks : 0][1];
+                        qa[mt][2] = qf[QREG ? ks : 0][2], qa[mt][3] = qf[QREG ? ks : 0][3];
+                    } else {
+                        ldsm_x4(qa[mt], sQ + (warp * 16 * WM + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD +
+                                            ks * 16 + (lane >> 4) * 8);
+                    }
+                }
+#pragma unroll
+                for (int np = 0; np < NT_S / 2; np++) {
+                    uint32_t b[4];
+                    ldsm_x4(b, ks_ + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < WM; mt++) {
+                        mma_bf16(s[mt][2 * np], qa[mt], b[0], b[1]);
+                        mma_bf16(s[mt][2 * np + 1], qa[mt], b[2], b[3]);
+                    }
+                }
             }
-        }
 
-        /* mask, scale (log2 domain), running max over the quad that shares a row */
-        float mx_a = m_a, mx_b = m_b;
+            uint32_t pa[WM][BN / 16][4];
 #pragma unroll
-        for (int n = 0; n < NT_S; n++) {
+            for (int mt = 0; mt < WM; mt++) {
+                /* mask, scale (log2 domain), running max over the quad that shares a row */
+                float mx_a = m_a[mt], mx_b = m_b[mt];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = kbase + n * 8 + 2 * tig + (e & 1);
-                int row = e < 2 ? r_a : r_b, lo = e < 2 ? lo_a : lo_b;
-                s[n][e] = (key >= lo && key <= row) ? s[n][e] * scale_log2 : -INFINITY;
+                for (int n = 0; n < NT_S; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int key = kbase + n * 8 + 2 * tig + (e & 1);
+                        int row = e < 2 ? r_a[mt] : r_b[mt], lo = e < 2 ? lo_a[mt] : lo_b[mt];
+                        s[mt][n][e] = (key >= lo && key <= row) ? s[mt][n][e] * scale_log2 : -INFINITY;
+                    }
+                    mx_a = fmaxf(mx_a, fmaxf(s[mt][n][0], s[mt][n][1]));
+                    mx_b = fmaxf(mx_b, fmaxf(s[mt][n][2], s[mt][n][3]));
+                }
+                mx_a = quad_max(mx_a);
+                mx_b = quad_max(mx_b);
+                const float base_a = mx_a == -INFINITY ? 0.0f : mx_a; /* nothing seen yet: no NaN */
+                const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
+                const float alpha_a = exp2f(m_a[mt] - base_a), alpha_b = exp2f(m_b[mt] - base_b);
+                m_a[mt] = mx_a;
+                m_b[mt] = mx_b;
+                float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NT_S; n++) {
+                    s[mt][n][0] = exp2f(s[mt][n][0] - base_a);
+                    s[mt][n][1] = exp2f(s[mt][n][1] - base_a);
+                    s[mt][n][2] = exp2f(s[mt][n][2] - base_b);
+                    s[mt][n][3] = exp2f(s[mt][n][3] - base_b);
+                    sum_a += s[mt][n][0] + s[mt][n][1];
+                    sum_b += s[mt][n][2] + s[mt][n][3];
+                }
+                l_a[mt] = l_a[mt] * alpha_a + sum_a;
+                l_b[mt] = l_b[mt] * alpha_b + sum_b;
+#pragma unroll
+                for (int n = 0; n < NT_O; n++) {
+                    o[mt][n][0] *= alpha_a;
+                    o[mt][n][1] *= alpha_a;
+                    o[mt][n][2] *= alpha_b;
+                    o[mt][n][3] *= alpha_b;
+                }
+                /* the S accumulators are already in the A-fragment layout of P */
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; kk++) {
+                    pa[mt][kk][0] = pack_bf16x2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][kk][1] = pack_bf16x2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][kk][2] = pack_bf16x2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][kk][3] = pack_bf16x2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
             }
-            mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
-            mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
-        }
-        mx_a = quad_max(mx_a);
-        mx_b = quad_max(mx_b);
-        const float base_a = mx_a == -INFINITY ? 0.0f : mx_a; /* nothing seen yet: no NaN */
-        const float base_b = mx_b == -INFINITY ? 0.0f : mx_b;
-        const float alpha_a = exp2f(m_a - base_a), alpha_b = exp2f(m_b - base_b);
-        m_a = mx_a;
-        m_b = mx_b;
-        float sum_a = 0.0f, sum_b = 0.0f;
-#pragma unroll
-        for (int n = 0; n < NT_S; n++) {
-            s[n][0] = exp2f(s[n][0] - base_a);
-            s[n][1] = exp2f(s[n][1] - base_a);
-            s[n][2] = exp2f(s[n][2] - base_b);
-            s[n][3] = exp2f(s[n][3] - base_b);
-            sum_a += s[n][0] + s[n][1];
-            sum_b += s[n][2] + s[n][3];
-        }
-        l_a = l_a * alpha_a + sum_a;
-        l_b = l_b * alpha_b + sum_b;
-#pragma unroll
-        for (int n = 0; n < NT_O; n++) {
-            o[n][0] *= alpha_a;
-            o[n][1] *= alpha_a;
-            o[n][2] *= alpha_b;
-            o[n][3] *= alpha_b;
-        }
 
-        /* O += P V: the S accumulators are already in the A-fragment layout */
+            /* O += P V */
 #pragma unroll
-        for (int kk = 0; kk < FA_BN / 16; kk++) {
-            uint32_t pa[4];
-            pa[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            for (int kk = 0; kk < BN / 16; kk++) {
 #pragma unroll
-            for (int dp = 0; dp < NT_O / 2; dp++) {
-                uint32_t b[4];
-                ldsm_x4_t(b, vs_ + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
-                mma_bf16(o[2 * dp], pa, b[0], b[1]);
-                mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+                for (int dp = 0; dp < NT_O / 2; dp++) {
+                    uint32_t b[4];
+                    ldsm_x4_t(b, vs_ + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
+#pragma unroll
+                    for (int mt = 0; mt < WM; mt++) {
+                        mma_bf16(o[mt][2 * dp], pa[mt][kk], b[0], b[1]);
+                        mma_bf16(o[mt][2 * dp + 1], pa[mt][kk], b[2], b[3]);
+                    }
+                }
             }
         }
         __syncthreads(); /* this buffer is refilled by the next iteration's loads */
     }
 
-    l_a = quad_sum(l_a);
-    l_b = quad_sum(l_b);
-    const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
     const long ldo = (long)H * HD;
 #pragma unroll
-    for (int n = 0; n < NT_O; n++) {
-        int col = h * HD + n * 8 + 2 * tig;
-        if (r_a < T)
-            *reinterpret_cast<__nv_bfloat162 *>(out + (size_t)r_a * ldo + col) =
-                __floats2bfloat162_rn(o[n][0] * inv_a, o[n][1] * inv_a);
-        if (r_b < T)
-            *reinterpret_cast<__nv_bfloat162 *>(out + (size_t)r_b * ldo + col) =
-                __floats2bfloat162_rn(o[n][2] * inv_b, o[n][3] * inv_b);
+    for (int mt = 0; mt < WM; mt++) {
+        const float la = quad_sum(l_a[mt]), lb = quad_sum(l_b[mt]);
+        const float inv_a = la > 0.0f ? 1.0f / la : 0.0f, inv_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+#pragma unroll
+        for (int n = 0; n < NT_O; n++) {
+            int col = h * HD + n * 8 + 2 * tig;
+            if (r_a[mt] < T)
+                *reinterpret_cast<__nv_bfloat162 *>(out + (size_t)r_a[mt] * ldo + col) =
+                    __floats2bfloat162_rn(o[mt][n][0] * inv_a, o[mt][n][1] * inv_a);
+            if (r_b[mt] < T)
+                *reinterpret_cast<__nv_bfloat162 *>(out + (size_t)r_b[mt] * ldo + col) =
+                    __floats2bfloat162_rn(o[mt][n][2] * inv_b, o[mt][n][3] * inv_b);
+        }
     }
 }
 
-template <int HD>
+template <int HD, int WM, int BN>
 static int launch_flash(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, int H, int KV, int window, float scale,
                         cudaStream_t s, char *err, size_t errlen)
 {
-    constexpr int smem = fa_smem_bytes<HD>();
+    constexpr int smem = fa_smem_bytes<HD, WM, BN>();
     static bool attr_set = false; /* host-side, once per instantiation (not a stream op) */
     if (!attr_set && smem > 48 * 1024)
-        CUDA_TRY(cudaFuncSetAttribute(flash_fwd_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err,
-                 errlen);
+        CUDA_TRY(cudaFuncSetAttribute(flash_fwd_kernel<HD, WM, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                 err, errlen);
     attr_set = true;
-    dim3 grid((T + FA_BM - 1) / FA_BM, H);
+    dim3 grid((T + 64 * WM - 1) / (64 * WM), H);
     const float log2e = 1.4426950408889634f;
-    flash_fwd_kernel<HD><<<grid, FA_THREADS, smem, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e);
+    flash_fwd_kernel<HD, WM, BN><<<grid, FA_THREADS, smem, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e);
     CUDA_LAUNCHED("flash_fwd_kernel", err, errlen);
     return 0;
 }
@@ -340,19 +392,33 @@ int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, 
     return 0;
 }
 
-int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
-                             int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen)
+int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
+                                  int hd, int window, float scale, int tile, cudaStream_t s, char *err, size_t errlen)
 {
     CUDA_TRY_RC(check_shape(T, H, KV, hd, err, errlen));
+    if (tile < 0 || tile >= NN_ATTN_TILES)
+        return df_cuda_errf(err, errlen, -EINVAL, "nn_attention_packed_tile_cuda: tile %d outside [0, %d)", tile,
+                            NN_ATTN_TILES);
     if (T == 0)
         return 0;
     bf16 *o = as_bf(out);
     const bf16 *x = as_bf(qkv);
+    if (hd == 128 && tile == NN_ATTN_TILE_128x64)
+        return launch_flash<128, 2, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    if (hd == 128 && tile == NN_ATTN_TILE_128x32)
+        return launch_flash<128, 2, 32>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
     switch (hd) {
-    case 16: return launch_flash<16>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
-    case 32: return launch_flash<32>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
-    case 64: return launch_flash<64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
-    case 128: return launch_flash<128>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 16: return launch_flash<16, 1, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 32: return launch_flash<32, 1, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 64: return launch_flash<64, 1, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+    case 128: return launch_flash<128, 1, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
     default: return nn_attention_packed_simple_cuda(out, qkv, pos, T, H, KV, hd, window, scale, s, err, errlen);
     }
+}
+
+int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
+                             int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen)
+{
+    return nn_attention_packed_tile_cuda(out, qkv, pos, T, H, KV, hd, window, scale, NN_ATTN_TILE_DEFAULT, s, err,
+                                         errlen);
 }

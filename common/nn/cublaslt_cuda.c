@@ -15,6 +15,10 @@
  * reductions included: the in-place scheme serialises its parts through counters).
  * gpu_test_dflash checks two drafter steps for bit-identical gradients.
  *
+ * algo_rank (opt-in, 0 for every caller that does not set it): the k-th answer of the
+ * heuristic's list instead of its first, for shapes where a measurement showed a later
+ * answer faster (the target forward's table); part of the plan key.
+ *
  * align_hint: the drafter step has always told the heuristic its pointers' alignment
  * (MIN_ALIGNMENT_{A,B,C,D}_BYTES = the largest power of two <= 256 dividing every address
  * and batch stride), the target forward never did (cuBLASLt's default preferences). Both
@@ -38,7 +42,7 @@
 
 typedef struct plan {
     int used;
-    int ta, tb, M, N, K, d_type, has_beta, has_bias, batch, align_hint, align;
+    int ta, tb, M, N, K, d_type, has_beta, has_bias, batch, align_hint, align, rank;
     long lda, ldb, ldd;
     long long sA, sB, sD;
     cublasLtMatmulDesc_t desc;
@@ -188,16 +192,24 @@ static int plan_build(nn_gemm_cuda *g, plan *q, const nn_gemm_args_cuda *p, int 
         for (int i = 0; i < 4; i++)
             CUBLAS_TRY_GOTO(cublasLtMatmulPreferenceSetAttribute(pref, al[i], &a32, sizeof a32), err, errlen, rc, fail);
     }
-    cublasLtMatmulHeuristicResult_t res;
-    int n_res = 0;
-    CUBLAS_TRY_GOTO(cublasLtMatmulAlgoGetHeuristic(g->lt, q->desc, q->la, q->lb, q->lc, q->lc, pref, 1, &res, &n_res),
+    /* rank 0 asks for one answer, as every caller always did; rank k > 0 for the fixed
+     * list of NN_GEMM_MAX_RANK and takes entry k */
+    cublasLtMatmulHeuristicResult_t res[NN_GEMM_MAX_RANK];
+    int n_res = 0, want = p->algo_rank > 0 ? NN_GEMM_MAX_RANK : 1;
+    CUBLAS_TRY_GOTO(cublasLtMatmulAlgoGetHeuristic(g->lt, q->desc, q->la, q->lb, q->lc, q->lc, pref, want, res, &n_res),
                     err, errlen, rc, fail);
     if (n_res < 1) {
         rc = df_cuda_errf(err, errlen, -EIO, "cublasLtMatmulAlgoGetHeuristic: no algorithm");
         goto fail;
     }
+    if (n_res <= p->algo_rank) {
+        rc = df_cuda_errf(err, errlen, -ENOENT, "cublasLtMatmulAlgoGetHeuristic: algorithm rank %d asked, %d offered",
+                          p->algo_rank, n_res);
+        goto fail;
+    }
     cublasLtMatmulPreferenceDestroy(pref);
-    q->algo = res.algo;
+    q->algo = res[p->algo_rank].algo;
+    q->rank = p->algo_rank;
     q->used = 1;
     q->ta = p->ta, q->tb = p->tb, q->M = p->M, q->N = p->N, q->K = p->K, q->d_type = p->d_type;
     q->has_beta = has_beta, q->has_bias = p->bias != NULL, q->batch = batch;
@@ -215,7 +227,8 @@ int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s
 {
     if (!g || !p)
         return df_cuda_errf(err, errlen, -EINVAL, "nn_gemm_run_cuda: no handle or no arguments");
-    if (p->M < 0 || p->N <= 0 || p->K <= 0 || (p->bias && p->d_type != NN_GEMM_BF16))
+    if (p->M < 0 || p->N <= 0 || p->K <= 0 || (p->bias && p->d_type != NN_GEMM_BF16) || p->algo_rank < 0 ||
+        p->algo_rank >= NN_GEMM_MAX_RANK)
         return with_shape(err, errlen, df_cuda_errf(err, errlen, -EINVAL, "nn_gemm_run_cuda: bad arguments"), p);
     if (p->M == 0)
         return 0;
@@ -226,7 +239,8 @@ int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s
         plan *c = &g->plans[i];
         if (c->used && c->ta == p->ta && c->tb == p->tb && c->M == p->M && c->N == p->N && c->K == p->K &&
             c->d_type == p->d_type && c->has_beta == has_beta && c->has_bias == has_bias && c->batch == batch &&
-            c->align_hint == hint && c->align == align && c->lda == p->lda && c->ldb == p->ldb && c->ldd == p->ldd &&
+            c->align_hint == hint && c->align == align && c->rank == p->algo_rank && c->lda == p->lda &&
+            c->ldb == p->ldb && c->ldd == p->ldd &&
             (batch == 1 || (c->sA == p->sA && c->sB == p->sB && c->sD == p->sD))) {
             q = c;
             break;

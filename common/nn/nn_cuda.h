@@ -95,6 +95,17 @@ int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cuda
  * simple kernel otherwise (hd even, <= 256). */
 int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
                              int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen);
+/* Tile shapes of the flash kernel: queries x keys per shared-memory tile. 64x64 (4 warps
+ * of 16 query rows, Q in registers) serves every flash hd; 128x64 and 128x32 (4 warps of
+ * 32 rows, Q re-read from shared memory, each K/V fragment feeds two row blocks) exist for
+ * hd 128 only (other hd run 64x64). Each tile shape is deterministic; two shapes may
+ * differ in the last bits (the keys are summed in tiles of another size).
+ * NN_ATTN_TILE_DEFAULT is what nn_attention_packed_cuda runs. */
+enum { NN_ATTN_TILE_64x64 = 0, NN_ATTN_TILE_128x64 = 1, NN_ATTN_TILE_128x32 = 2, NN_ATTN_TILES = 3 };
+#define NN_ATTN_TILE_DEFAULT NN_ATTN_TILE_64x64
+/* nn_attention_packed_cuda with an explicit tile shape (0 .. NN_ATTN_TILES-1, else -EINVAL). */
+int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,
+                                  int hd, int window, float scale, int tile, cudaStream_t s, char *err, size_t errlen);
 /* The simple kernel (one warp per query and head, fp32 online softmax): the fallback and
  * a second opinion in the tests. Same contract. */
 int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H,
@@ -129,7 +140,15 @@ typedef struct nn_gemm_args_cuda {
                                  * of inference); 1: tell it the largest power of two <= 256
                                  * dividing every pointer and batch stride (the drafter step).
                                  * Each caller keeps the algorithms it always got. */
+    int algo_rank;            /* 0: the heuristic's first algorithm (every caller so far);
+                                 * k in 1..NN_GEMM_MAX_RANK-1: its (k+1)-th answer of the
+                                 * NN_GEMM_MAX_RANK it is asked for (a fixed list for one GPU
+                                 * model, cuBLASLt version and shape, so a fixed rank is as
+                                 * reproducible as rank 0); -ENOENT when it offers fewer.
+                                 * Opt-in per call site (the target's measured per-shape
+                                 * table, target_model_cuda.cu; the bench's sweep). */
 } nn_gemm_args_cuda;
+#define NN_GEMM_MAX_RANK 8
 
 /* One handle per thread of use: the cuBLASLt handle, a workspace (allocated once in
  * nn_gemm_create_cuda) and a cache of plans: descriptors and the heuristic's first

@@ -162,6 +162,16 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
     free(inv);
     inv = NULL;
     CUDA_TRY_RC_GOTO(nn_gemm_create_cuda(&m->gemm, (size_t)32 << 20, err, errlen), rc, fail);
+    m->attn_tile = -1;
+    for (int i = 0; i < 4; i++)
+        m->gemm_rank[i] = -1;
+    {
+        int dev = 0;
+        struct cudaDeviceProp prop;
+        CUDA_TRY_GOTO(cudaGetDevice(&dev), err, errlen, rc, fail);
+        CUDA_TRY_GOTO(cudaGetDeviceProperties(&prop, dev), err, errlen, rc, fail);
+        m->dev_major = prop.major, m->dev_minor = prop.minor, m->dev_sms = prop.multiProcessorCount;
+    }
     return 0;
 fail:
     free(inv);
@@ -352,11 +362,40 @@ int target_randomize_cuda(target_model_cuda *m, uint64_t seed, char *err, size_t
 
 /* ---- the forward --------------------------------------------------------------------- */
 
+/* The measured per-shape GEMM table: cuBLASLt's heuristic rank per (device, T, N, K),
+ * chosen once from bench_target --breakdown's sweep (every rank timed; a later rank is
+ * kept only when it was clearly faster, see docs/target_cuda.md) and fixed here, so the
+ * algorithm, and so the bits, never depend on a timing taken at run time. */
+typedef struct gemm_rule {
+    int major, minor, sms, T, N, K, rank;
+} gemm_rule;
+static const gemm_rule GEMM_RULES[] = {
+    {0, 0, 0, 0, 0, 0, 0}, /* placeholder: no measured rule yet */
+};
+
+int target_gemm_rank_cuda(const target_model_cuda *m, int T, int N, int K)
+{
+    for (size_t i = 0; i < sizeof GEMM_RULES / sizeof GEMM_RULES[0]; i++) {
+        const gemm_rule *r = &GEMM_RULES[i];
+        if (r->T > 0 && r->major == m->dev_major && r->minor == m->dev_minor && r->sms == m->dev_sms && r->T == T &&
+            r->N == N && r->K == K)
+            return r->rank;
+    }
+    return 0;
+}
+
+int target_attn_tile_cuda(const target_model_cuda *m, int T)
+{
+    (void)T;
+    return m->attn_tile >= 0 ? m->attn_tile : NN_ATTN_TILE_DEFAULT;
+}
+
 /* out[T, n_out] = x[T, n_in] w^T (+ b): the one GEMM, with the target's algorithm choice */
-static int linear(target_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+static int linear(target_model_cuda *m, int which, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
                   const nn_bf16_cuda *b, int T, int n_in, int n_out, cudaStream_t s, char *err, size_t errlen)
 {
     nn_gemm_args_cuda a = nn_gemm_linear_args_cuda(out, x, w, b, T, n_in, n_out);
+    a.algo_rank = m->gemm_rank[which] >= 0 ? m->gemm_rank[which] : target_gemm_rank_cuda(m, T, n_out, n_in);
     return nn_gemm_run_cuda(m->gemm, &a, s, err, errlen);
 }
 
@@ -370,6 +409,7 @@ int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32
     const int qkv_n = (H + 2 * KV) * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     const long cap_stride = (long)nc * d;
+    const int tile = target_attn_tile_cuda(m, T);
     CUDA_TRY_RC_AT(nn_positions_cuda(m->pos, doc_starts, n_docs, T, s, err, errlen), err, errlen, "positions");
     CUDA_TRY_RC_AT(nn_embed_cuda(m->x, m->embed, tokens, T, d, m->V, m->bad_token, s, err, errlen), err, errlen,
                    "embed");
@@ -381,22 +421,23 @@ int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32
                                            prev_slot >= 0 ? out + (size_t)prev_slot * d : NULL, cap_stride, T, d,
                                            m->eps, s, err, errlen),
                        err, errlen, "layer %d: add_rmsnorm (input)", l);
-        CUDA_TRY_RC_AT(linear(m, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s, err, errlen), err, errlen,
-                       "layer %d: gemm qkv", l);
+        CUDA_TRY_RC_AT(linear(m, TARGET_GEMM_QKV, m->qkv, m->a, L->w_qkv, L->b_qkv, T, d, qkv_n, s, err, errlen), err,
+                       errlen, "layer %d: gemm qkv", l);
         CUDA_TRY_RC_AT(nn_qk_norm_rope_cuda(m->qkv, L->q_norm, L->k_norm, m->inv_freq, m->pos, T, H, KV, hd, m->eps, s,
                                             err, errlen),
                        err, errlen, "layer %d: qk_norm_rope", l);
-        CUDA_TRY_RC_AT(nn_attention_packed_cuda(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, s, err, errlen),
-                       err, errlen, "layer %d: attention", l);
-        CUDA_TRY_RC_AT(linear(m, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s, err, errlen), err, errlen,
-                       "layer %d: gemm o_proj", l);
+        CUDA_TRY_RC_AT(
+            nn_attention_packed_tile_cuda(m->att, m->qkv, m->pos, T, H, KV, hd, L->window, scale, tile, s, err, errlen),
+            err, errlen, "layer %d: attention", l);
+        CUDA_TRY_RC_AT(linear(m, TARGET_GEMM_O, m->y, m->att, L->w_o, L->b_o, T, H * hd, d, s, err, errlen), err,
+                       errlen, "layer %d: gemm o_proj", l);
         CUDA_TRY_RC_AT(nn_add_rmsnorm_cuda(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s, err, errlen), err,
                        errlen, "layer %d: add_rmsnorm (post)", l);
-        CUDA_TRY_RC_AT(linear(m, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s, err, errlen), err, errlen,
-                       "layer %d: gemm gate_up", l);
+        CUDA_TRY_RC_AT(linear(m, TARGET_GEMM_GU, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s, err, errlen), err,
+                       errlen, "layer %d: gemm gate_up", l);
         CUDA_TRY_RC_AT(nn_swiglu_cuda(m->h, m->gu, T, I, s, err, errlen), err, errlen, "layer %d: swiglu", l);
-        CUDA_TRY_RC_AT(linear(m, m->y, m->h, L->w_down, L->b_down, T, I, d, s, err, errlen), err, errlen,
-                       "layer %d: gemm down", l);
+        CUDA_TRY_RC_AT(linear(m, TARGET_GEMM_DOWN, m->y, m->h, L->w_down, L->b_down, T, I, d, s, err, errlen), err,
+                       errlen, "layer %d: gemm down", l);
     }
     const int l = m->n_layers - 1; /* the last layer run is always captured */
     CUDA_TRY_RC_AT(nn_add_rmsnorm_cuda(m->x, m->y, NULL, NULL, out + (size_t)m->capture_slot[l] * d, cap_stride, T, d,

@@ -73,7 +73,17 @@ typedef struct target_model_cuda {
     int32_t *pos;        /* [max_T] position in the document */
     int *bad_token;      /* device flag: a token id was outside [0, V) */
     nn_gemm_cuda *gemm;
+    /* Kernel choices (target_init_cuda sets the defaults; a bench may override them
+     * between forwards, never during one): attn_tile is the flash tile shape
+     * (NN_ATTN_TILE_*), gemm_rank[TARGET_GEMM_*] the cuBLASLt heuristic rank of each
+     * linear layer, -1 = the measured per-shape table (target_gemm_rank_cuda). Every choice
+     * is fixed for a given device and shape, so results stay bit-identical run to run. */
+    int attn_tile;
+    int gemm_rank[4];
+    int dev_major, dev_minor, dev_sms; /* the device the table is looked up for */
 } target_model_cuda;
+
+enum { TARGET_GEMM_QKV = 0, TARGET_GEMM_O = 1, TARGET_GEMM_GU = 2, TARGET_GEMM_DOWN = 3 };
 
 /* Shape the model from cfg, validate capture (distinct ids in [0, num_hidden_layers)),
  * allocate weights (uninitialised) and the workspace for max_T tokens on the current
@@ -108,6 +118,13 @@ int target_take_token_error_cuda(target_model_cuda *m, int *bad, char *err, size
  * 2 * (params of layers 0..n_layers-1) per token + 2 * n_layers * L_doc * H * hd per token
  * of each document of length L_doc (causal attention). */
 double target_forward_flops_cuda(const target_model_cuda *m, const int32_t *doc_starts, int n_docs);
+/* The cuBLASLt heuristic rank the forward uses for out[T, N] = x[T, K] w[N, K]^T on this
+ * model's device: the measured per-shape table (docs/target_cuda.md), 0 for any shape or
+ * device not in it. */
+int target_gemm_rank_cuda(const target_model_cuda *m, int T, int N, int K);
+/* The flash tile shape the forward uses for T tokens (NN_ATTN_TILE_*), after m->attn_tile. */
+int target_attn_tile_cuda(const target_model_cuda *m, int T);
+
 /* Parameters of the layers run (no embedding, no head): the FLOP formula's count. */
 double target_layer_params_cuda(const target_model_cuda *m);
 

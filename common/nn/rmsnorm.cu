@@ -5,7 +5,9 @@
 #include "nn/nn_cuda_device.cuh"
 
 /* One block per row. Pass 1: x += y, capture, sum of squares; pass 2 (re-reads the row
- * this block just wrote, from L1/L2): the normalised bf16 output. VEC = 4 when d % 4 == 0. */
+ * this block just wrote, from L1/L2): the normalised bf16 output. VEC = 4 when d % 4 == 0
+ * and every pointer allows 16-byte fp32 / 8-byte bf16 vectors (the same arithmetic in the
+ * same order as VEC = 1, only wider loads and stores). */
 template <int VEC>
 __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict__ y, const float *__restrict__ w,
                                    bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d, float eps)
@@ -26,19 +28,32 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
             v[0] = xr[i];
         }
         if (yr) {
+            if (VEC == 4) {
+                uint2 u = *reinterpret_cast<const uint2 *>(yr + i);
+                const bf16 *b = reinterpret_cast<const bf16 *>(&u);
 #pragma unroll
-            for (int k = 0; k < VEC; k++)
-                v[k] += bf2f(yr[i + k]);
-            if (VEC == 4)
+                for (int k = 0; k < VEC; k++)
+                    v[k] += bf2f(b[k]);
                 *reinterpret_cast<float4 *>(xr + i) = make_float4(v[0], v[1], v[2], v[3]);
-            else
+            } else {
+                v[0] += bf2f(yr[i]);
                 xr[i] = v[0];
+            }
         }
 #pragma unroll
-        for (int k = 0; k < VEC; k++) {
+        for (int k = 0; k < VEC; k++)
             ss += v[k] * v[k];
-            if (cr)
-                cr[i + k] = f2bf(v[k]);
+        if (cr) {
+            if (VEC == 4) {
+                uint2 u;
+                bf16 *b = reinterpret_cast<bf16 *>(&u);
+#pragma unroll
+                for (int k = 0; k < VEC; k++)
+                    b[k] = f2bf(v[k]);
+                *reinterpret_cast<uint2 *>(cr + i) = u;
+            } else {
+                cr[i] = f2bf(v[0]);
+            }
         }
     }
     if (!out)
@@ -47,10 +62,22 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
     float r = rsqrtf(tot / (float)d + eps);
     bf16 *orow = out + (size_t)t * d;
     for (int i = threadIdx.x * VEC; i < d; i += blockDim.x * VEC) {
-#pragma unroll
-        for (int k = 0; k < VEC; k++)
-            orow[i + k] = f2bf(xr[i + k] * r * w[i + k]);
+        if (VEC == 4) {
+            float4 xv = *reinterpret_cast<const float4 *>(xr + i), wv = *reinterpret_cast<const float4 *>(w + i);
+            uint2 u;
+            bf16 *b = reinterpret_cast<bf16 *>(&u);
+            b[0] = f2bf(xv.x * r * wv.x), b[1] = f2bf(xv.y * r * wv.y);
+            b[2] = f2bf(xv.z * r * wv.z), b[3] = f2bf(xv.w * r * wv.w);
+            *reinterpret_cast<uint2 *>(orow + i) = u;
+        } else {
+            orow[i] = f2bf(xr[i] * r * w[i]);
+        }
     }
+}
+
+static bool aligned(const void *p, unsigned bytes)
+{
+    return ((uintptr_t)p & (bytes - 1)) == 0;
 }
 
 int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
@@ -62,7 +89,9 @@ int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16
     if (T == 0)
         return 0;
     int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
-    if (d % 4 == 0)
+    bool vec = d % 4 == 0 && aligned(x, 16) && aligned(y, 8) && aligned(w, 16) && aligned(out, 8) &&
+               aligned(capture, 8) && cap_stride % 4 == 0;
+    if (vec)
         add_rmsnorm_kernel<4><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
     else
         add_rmsnorm_kernel<1><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);

@@ -88,7 +88,7 @@ template <int HD, int WM, int BN> constexpr int fa_smem_bytes()
  * each K/V fragment read from shared memory feeds WM mma instead of one). A key tile that
  * no row of a warp can see is skipped by that warp: for each of its rows the online
  * softmax state would be left bit for bit unchanged (alpha = 1, p = 0), so the skip is
- * exact. */
+ * exact; a key tile that every row of a warp sees whole skips the per-element mask. */
 template <int HD, int WM, int BN>
 __global__ void __launch_bounds__(FA_THREADS)
     flash_fwd_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ qkv, const int32_t *__restrict__ pos, int T,
@@ -143,6 +143,8 @@ __global__ void __launch_bounds__(FA_THREADS)
     /* keys any row of this warp can see: [w_lo, w_hi] (lo is non-decreasing in t) */
     const int w_lo = w0 < T ? key_lo(pos, w0, window) : INT_MAX;
     const int w_hi = min(w0 + 16 * WM, T) - 1;
+    /* every row of the warp sees keys [w_lo_max, w0] whole (w_lo_max: its last row's lo) */
+    const int w_lo_max = w0 + 16 * WM - 1 < T ? key_lo(pos, w0 + 16 * WM - 1, window) : INT_MAX;
 
     float o[WM][NT_O][4];
     float m_a[WM], m_b[WM], l_a[WM], l_b[WM];
@@ -177,6 +179,7 @@ __global__ void __launch_bounds__(FA_THREADS)
         const bf16 *vs_ = sV + buf * BN * LD;
         const int kbase = kv_begin + j * BN;
         if (kbase <= w_hi && kbase + BN - 1 >= w_lo) {
+            const bool full = kbase >= w_lo_max && kbase + BN - 1 <= w0;
             /* S = Q K^T for this warp's rows x BN keys */
             float s[WM][NT_S][4];
 #pragma unroll
@@ -212,16 +215,28 @@ __global__ void __launch_bounds__(FA_THREADS)
             uint32_t pa[WM][BN / 16][4];
 #pragma unroll
             for (int mt = 0; mt < WM; mt++) {
-                /* mask, scale (log2 domain), running max over the quad that shares a row */
+                /* mask and scale (log2 domain); a tile every row of the warp sees whole
+                 * needs no mask (the same values) */
+                if (full) {
+#pragma unroll
+                    for (int n = 0; n < NT_S; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            s[mt][n][e] *= scale_log2;
+                } else {
+#pragma unroll
+                    for (int n = 0; n < NT_S; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int key = kbase + n * 8 + 2 * tig + (e & 1);
+                            int row = e < 2 ? r_a[mt] : r_b[mt], lo = e < 2 ? lo_a[mt] : lo_b[mt];
+                            s[mt][n][e] = (key >= lo && key <= row) ? s[mt][n][e] * scale_log2 : -INFINITY;
+                        }
+                }
+                /* running max over the quad that shares a row */
                 float mx_a = m_a[mt], mx_b = m_b[mt];
 #pragma unroll
                 for (int n = 0; n < NT_S; n++) {
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        int key = kbase + n * 8 + 2 * tig + (e & 1);
-                        int row = e < 2 ? r_a[mt] : r_b[mt], lo = e < 2 ? lo_a[mt] : lo_b[mt];
-                        s[mt][n][e] = (key >= lo && key <= row) ? s[mt][n][e] * scale_log2 : -INFINITY;
-                    }
                     mx_a = fmaxf(mx_a, fmaxf(s[mt][n][0], s[mt][n][1]));
                     mx_b = fmaxf(mx_b, fmaxf(s[mt][n][2], s[mt][n][3]));
                 }

@@ -222,7 +222,7 @@ __global__ void __launch_bounds__(FA_THREADS)
                     for (int n = 0; n < NT_S; n++)
 #pragma unroll
                         for (int e = 0; e < 4; e++)
-                            s[mt][n][e] *= scale_log2;
+                            s[mt][n][e] = __fmul_rn(s[mt][n][e], scale_log2); /* never fused into an FMA */
                 } else {
 #pragma unroll
                     for (int n = 0; n < NT_S; n++)
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(FA_THREADS)
                         for (int e = 0; e < 4; e++) {
                             int key = kbase + n * 8 + 2 * tig + (e & 1);
                             int row = e < 2 ? r_a[mt] : r_b[mt], lo = e < 2 ? lo_a[mt] : lo_b[mt];
-                            s[mt][n][e] = (key >= lo && key <= row) ? s[mt][n][e] * scale_log2 : -INFINITY;
+                            s[mt][n][e] = (key >= lo && key <= row) ? __fmul_rn(s[mt][n][e], scale_log2) : -INFINITY;
                         }
                 }
                 /* running max over the quad that shares a row */

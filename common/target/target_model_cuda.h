@@ -122,7 +122,8 @@ double target_forward_flops_cuda(const target_model_cuda *m, const int32_t *doc_
  * model's device: the measured per-shape table (docs/target_cuda.md), 0 for any shape or
  * device not in it. */
 int target_gemm_rank_cuda(const target_model_cuda *m, int T, int N, int K);
-/* The flash tile shape the forward uses for T tokens (NN_ATTN_TILE_*), after m->attn_tile. */
+/* The flash tile shape the forward uses for T tokens (NN_ATTN_TILE_*): m->attn_tile when
+ * set, else 128x64 for hd 128 and 64x64 otherwise. */
 int target_attn_tile_cuda(const target_model_cuda *m, int T);
 
 /* Parameters of the layers run (no embedding, no head): the FLOP formula's count. */

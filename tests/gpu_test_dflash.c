@@ -25,6 +25,7 @@
 #include "util.h"
 
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +167,7 @@ static void run_case(const tcase *tc, uint64_t seed)
         fprintf(stderr, "dflash_init_cuda: %d %s\n", rc, err);
         exit(1);
     }
+    printf("  attention scheme %s\n", dflash_attn_name_cuda(ctx));
     void *H_d;
     if (tc->H_bf16) {
         dflash_bf16_cuda *hb = malloc(sizeof(dflash_bf16_cuda) * nH);
@@ -513,6 +515,20 @@ static void run_packed(const tcase *tc, uint64_t seed, const char *scheme)
     printf("  gradients: worst tensor rel err %.3e (%s), all finite %s (tolerance 5e-3)\n", worst, wname,
            finite ? "yes" : "NO");
     CHECK(finite, "packed gradients not finite");
+    /* refused packed calls: boundaries that do not end at S, more used slots than N */
+    int32_t bad_starts[K + 1];
+    memcpy(bad_starts, starts, sizeof bad_starts);
+    bad_starts[K] = S - 1;
+    dflash_batch_cuda bb = pb;
+    bb.doc_starts = bad_starts;
+    char e1[256] = "", e2[256] = "";
+    int r1 = dflash_step_accumulate_cuda(ctx, &bb, norm, NULL, e1, sizeof e1);
+    bb = pb;
+    bb.N = used - 1;
+    int r2 = dflash_step_accumulate_cuda(ctx, &bb, norm, NULL, e2, sizeof e2);
+    printf("  refused: doc_starts ending at S-1 -> %d (%s); N below the used slots -> %d (%s)\n", r1, e1, r2, e2);
+    CHECK(r1 == -EINVAL && strstr(e1, "doc_starts"), "bad doc_starts accepted");
+    CHECK(r2 == -EINVAL && strstr(e2, "anchor slots"), "too few slots accepted");
     dflash_free_cuda(ctx);
     cudaFree(embed_d), cudaFree(head_d), cudaFree(H_d), cudaFree(x_d), cudaFree(anc_d), cudaFree(lm_d);
     cudaFree(keep_d);
@@ -562,6 +578,33 @@ int main(int argc, char **argv)
     char keep_env[64];
     snprintf(keep_env, sizeof keep_env, "%s", env ? env : "");
     printf("gpu_test_dflash: attention scheme from DFLASH_ATTN: %s\n", env && *env ? env : "(unset: fused)");
+    /* a bad DFLASH_ATTN value is refused at init, naming the variable */
+    {
+        setenv("DFLASH_ATTN", "flash", 1);
+        dflash_bf16_cuda *e_d;
+        float one[32 * 4];
+        for (int i = 0; i < 32 * 4; i++)
+            one[i] = 0.01f * (float)i;
+        T_ASSERT_RC(dflash_upload_bf16_cuda(&e_d, one, 32 * 4, g_err, sizeof g_err));
+        dflash_config tc;
+        dflash_config_tiny(&tc);
+        tc.vocab = 4;
+        tc.mask_token_id = 3;
+        adamw_config oc;
+        adamw_config_default(&oc, 10);
+        dflash_ctx_cuda *bad = NULL;
+        char e1[256] = "";
+        int r1 = dflash_init_cuda(&bad, &tc, &oc, e_d, e_d, 8, 2, 0, e1, sizeof e1);
+        printf("gpu_test_dflash: DFLASH_ATTN=flash -> %d (%s)\n", r1, e1);
+        CHECK(r1 == -EINVAL && bad == NULL && strstr(e1, "DFLASH_ATTN"), "a bad DFLASH_ATTN was accepted");
+        dflash_free_cuda(bad);
+        cudaFree(e_d);
+        if (keep_env[0])
+            setenv("DFLASH_ATTN", keep_env, 1);
+        else
+            unsetenv("DFLASH_ATTN");
+    }
+
     run_case(&tiny, seed);
     run_case(&mid, seed);
     run_packed(&mid, seed, "fused");

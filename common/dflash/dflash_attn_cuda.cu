@@ -215,17 +215,49 @@ __device__ __forceinline__ void fa_load(bf16 *s, int nrows, int hd, F rowptr)
     }
 }
 
-template <int HDP> static constexpr size_t fa_smem_fwd()
+/* 16 bytes global -> shared without a register round trip (sm_80+), waited for by group */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
-    return (size_t)3 * FA_TILE * (HDP + 8) * sizeof(bf16);
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
-template <int HDP> static constexpr size_t fa_smem_dq()
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* fa_load issued asynchronously (the zero padding is stored at once) */
+template <int HDP, int ROWS, typename F>
+__device__ __forceinline__ void fa_load_async(bf16 *s, int nrows, int hd, F rowptr)
+{
+    constexpr int CPR = HDP / 8, LDS = HDP + 8;
+    for (int c = threadIdx.x; c < ROWS * CPR; c += blockDim.x) {
+        int r = c / CPR, col = (c % CPR) * 8;
+        if (r < nrows && col < hd)
+            cp_async16(s + r * LDS + col, rowptr(r) + col);
+        else
+            *reinterpret_cast<uint4 *>(s + r * LDS + col) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* K and V tiles in two stages (the next tile loads while this one is used) */
+template <int HDP> static constexpr size_t fa_smem_fwd()
 {
     return (size_t)4 * FA_TILE * (HDP + 8) * sizeof(bf16);
 }
+/* Q, dO of the query tile, then K and V in two stages */
+template <int HDP> static constexpr size_t fa_smem_dq()
+{
+    return (size_t)6 * FA_TILE * (HDP + 8) * sizeof(bf16);
+}
+/* K, V of the key tile, then Q, dO, LSE, D of a query chunk in two stages */
 template <int HDP> static constexpr size_t fa_smem_dkv()
 {
-    return (size_t)(2 * FA_TILE + 2 * FA_QC) * (HDP + 8) * sizeof(bf16) + 2 * FA_QC * sizeof(float);
+    return (size_t)(2 * FA_TILE + 4 * FA_QC) * (HDP + 8) * sizeof(bf16) + 4 * FA_QC * sizeof(float);
 }
 
 /* ---- fused forward ---------------------------------------------------------------------------
@@ -236,9 +268,9 @@ __global__ void __launch_bounds__(128)
     k_fa_fwd(bf16 *__restrict__ att, float *__restrict__ lse, const bf16 *__restrict__ Qh, const bf16 *__restrict__ Kh,
              const bf16 *__restrict__ Vh, fa_args A)
 {
-    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8;
+    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, TS = FA_TILE * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(fa_sm), *sK = sQ + FA_TILE * LDS, *sV = sK + FA_TILE * LDS;
+    bf16 *sKV = reinterpret_cast<bf16 *>(fa_sm); /* stage st: K at sKV + 2*st*TS, V at + TS */
     const int j = A.N - 1 - (int)blockIdx.x, g = blockIdx.y, M = A.B * A.G, m0 = blockIdx.z * FA_TILE;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = A.hd;
     if (m0 >= M)
@@ -266,28 +298,45 @@ __global__ void __launch_bounds__(128)
         rlo[i] = row_lo(lo, hi, kq[i], W);
     }
     const int clo = row_lo(lo, hi, 0, W);
+    const int nctx = clo < hi ? cdiv_i(hi - clo, FA_TILE) : 0;
+    const long kvbase = (long)g * A.T;
+    /* tile it: context keys [clo + 64 it, ...) for it < nctx, then the block's own keys */
+    auto issue = [&](int it) {
+        const bool blk = it == nctx;
+        const int t0 = blk ? 0 : clo + it * FA_TILE, nk = blk ? A.B : min(FA_TILE, hi - t0);
+        const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
+        bf16 *sK = sKV + 2 * (it & 1) * TS;
+        fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
+        fa_load_async<HDP, FA_TILE>(sK + TS, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
+        cp_async_commit();
+    };
+    issue(0);
+    /* Q through stage 1 (free until tile 1 is issued), into registers */
+    bf16 *sQ = sKV + 2 * TS;
     fa_load<HDP, FA_TILE>(sQ, rows, hd, [&](int r) { return Qh + (rhob + m0 + r) * hd; });
     __syncthreads();
     uint32_t qf[NK][4];
 #pragma unroll
     for (int kk = 0; kk < NK; kk++)
         frag_a<LDS>(qf[kk], sQ, warp * 16, kk * 16, lane);
+    __syncthreads();
     float o[NO][4];
 #pragma unroll
     for (int n = 0; n < NO; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int nctx = clo < hi ? cdiv_i(hi - clo, FA_TILE) : 0;
-    const long kvbase = (long)g * A.T;
     for (int it = 0; it <= nctx; it++) {
         const bool blk = it == nctx;
         const int t0 = blk ? 0 : clo + it * FA_TILE;
         const int nk = blk ? A.B : min(FA_TILE, hi - t0);
-        const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
-        __syncthreads(); /* the previous tile is consumed */
-        fa_load<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
-        fa_load<HDP, FA_TILE>(sV, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
-        __syncthreads();
+        if (it < nctx) {
+            issue(it + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile it has landed for every thread */
+        const bf16 *sK = sKV + 2 * (it & 1) * TS, *sV = sK + TS;
         float s[8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++)
@@ -348,6 +397,7 @@ __global__ void __launch_bounds__(128)
                 mma16816(o[2 * np + 1], a, b[2], b[3]);
             }
         }
+        __syncthreads(); /* stage it & 1 is free for tile it + 2 */
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -393,10 +443,9 @@ __global__ void __launch_bounds__(128)
             const bf16 *__restrict__ Vh, const bf16 *__restrict__ datt, const float *__restrict__ lse,
             const float *__restrict__ Drow, fa_args A)
 {
-    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8;
+    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, TS = FA_TILE * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
-    bf16 *sQ = reinterpret_cast<bf16 *>(fa_sm), *sO = sQ + FA_TILE * LDS, *sK = sO + FA_TILE * LDS,
-         *sV = sK + FA_TILE * LDS;
+    bf16 *sQ = reinterpret_cast<bf16 *>(fa_sm), *sO = sQ + TS, *sKV = sO + TS; /* stage st: K at sKV + 2 st TS */
     const int j = A.N - 1 - (int)blockIdx.x, g = blockIdx.y, M = A.B * A.G, m0 = blockIdx.z * FA_TILE;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = A.hd;
     if (m0 >= M)
@@ -422,26 +471,39 @@ __global__ void __launch_bounds__(128)
         Dr[i] = rv[i] ? Drow[rhob + mr[i]] : 0.0f;
     }
     const int clo = row_lo(lo, hi, 0, W);
-    fa_load<HDP, FA_TILE>(sQ, rows, hd, [&](int r) { return Qh + (rhob + m0 + r) * hd; });
-    fa_load<HDP, FA_TILE>(sO, rows, hd, [&](int r) {
+    const int nctx = clo < hi ? cdiv_i(hi - clo, FA_TILE) : 0;
+    const long kvbase = (long)g * A.T;
+    auto issue = [&](int it) {
+        const bool blk = it == nctx;
+        const int t0 = blk ? 0 : clo + it * FA_TILE, nk = blk ? A.B : min(FA_TILE, hi - t0);
+        const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
+        bf16 *sK = sKV + 2 * (it & 1) * TS;
+        fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
+        fa_load_async<HDP, FA_TILE>(sK + TS, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
+        cp_async_commit();
+    };
+    fa_load_async<HDP, FA_TILE>(sQ, rows, hd, [&](int r) { return Qh + (rhob + m0 + r) * hd; });
+    fa_load_async<HDP, FA_TILE>(sO, rows, hd, [&](int r) {
         int m = m0 + r, k = m / A.G, hh = m % A.G;
         return datt + ((long)(j * A.B + k) * A.H + g * A.G + hh) * hd;
     });
+    issue(0); /* one group: Q, dO and tile 0 */
     float dq[NO][4];
 #pragma unroll
     for (int n = 0; n < NO; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    const int nctx = clo < hi ? cdiv_i(hi - clo, FA_TILE) : 0;
-    const long kvbase = (long)g * A.T;
     for (int it = 0; it <= nctx; it++) {
         const bool blk = it == nctx;
         const int t0 = blk ? 0 : clo + it * FA_TILE;
         const int nk = blk ? A.B : min(FA_TILE, hi - t0);
-        const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
+        if (it < nctx) {
+            issue(it + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
-        fa_load<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
-        fa_load<HDP, FA_TILE>(sV, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
-        __syncthreads();
+        const bf16 *sK = sKV + 2 * (it & 1) * TS, *sV = sK + TS;
         float s[8][4], dp[8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++)
@@ -485,6 +547,7 @@ __global__ void __launch_bounds__(128)
                 mma16816(dq[2 * np + 1], a, b[2], b[3]);
             }
         }
+        __syncthreads(); /* stage it & 1 is free for tile it + 2 */
     }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
@@ -511,11 +574,11 @@ __global__ void __launch_bounds__(128)
              const bf16 *__restrict__ datt, const float *__restrict__ lse, const float *__restrict__ Drow, fa_args A,
              int nctx_tiles, int nsplit, int bps)
 {
-    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8;
+    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, CS = FA_QC * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
-    bf16 *sK = reinterpret_cast<bf16 *>(fa_sm), *sV = sK + FA_TILE * LDS, *sQ = sV + FA_TILE * LDS,
-         *sO = sQ + FA_QC * LDS;
-    float *sL = reinterpret_cast<float *>(sO + FA_QC * LDS), *sD = sL + FA_QC;
+    /* K, V; then per stage st: Q at sQO + 2 st CS, dO at + CS; LSE (log2) at sLD + 2 st FA_QC, D at + FA_QC */
+    bf16 *sK = reinterpret_cast<bf16 *>(fa_sm), *sV = sK + FA_TILE * LDS, *sQO = sV + FA_TILE * LDS;
+    float *sLD = reinterpret_cast<float *>(sQO + 4 * CS);
     const int g = blockIdx.y, z = blockIdx.z, M = A.B * A.G, W = A.window, hd = A.hd;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const bool blk = (int)blockIdx.x >= nctx_tiles;
@@ -525,8 +588,8 @@ __global__ void __launch_bounds__(128)
     const int t0 = blk ? 0 : (int)blockIdx.x * FA_TILE;
     const int nk = blk ? A.B : min(FA_TILE, A.S - t0);
     const long krow = (long)g * A.T + (blk ? (long)A.S + (long)jb * A.B : (long)t0);
-    fa_load<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
-    fa_load<HDP, FA_TILE>(sV, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
+    fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
+    fa_load_async<HDP, FA_TILE>(sV, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int n = 0; n < NO; n++)
@@ -536,79 +599,108 @@ __global__ void __launch_bounds__(128)
     int kr[2];
     kr[0] = warp * 16 + (lane >> 2), kr[1] = kr[0] + 8;
     const int j_begin = blk ? jb : z * bps, j_end = blk ? jb + 1 : min(A.N, (z + 1) * bps);
-    for (int j = j_begin; j < j_end; j++) {
-        if (!A.keep[j])
-            continue;
-        const int hi = A.hi[j], lo = A.lo[j];
-        if (!blk && (t0 >= hi || t0 + nk <= row_lo(lo, hi, 0, W)))
-            continue; /* the tile is outside every row's window */
+    /* the first block from j on (in slot order) that is kept and whose window meets the tile */
+    auto visible_from = [&](int j) {
+        for (; j < j_end; j++) {
+            if (!A.keep[j])
+                continue;
+            const int hi = A.hi[j], lo = A.lo[j];
+            if (blk || !(t0 >= hi || t0 + nk <= row_lo(lo, hi, 0, W)))
+                break;
+        }
+        return j;
+    };
+    /* query chunk (j, qc) into stage st */
+    auto issue = [&](int j, int qc, int st) {
         const long rhob = ((long)g * A.R + (long)j * A.B) * A.G;
-        for (int qc = 0; qc < M; qc += FA_QC) {
-            const int qrows = min(FA_QC, M - qc);
-            __syncthreads(); /* the previous chunk is consumed (and sK, sV are loaded) */
-            fa_load<HDP, FA_QC>(sQ, qrows, hd, [&](int r) { return Qh + (rhob + qc + r) * hd; });
-            fa_load<HDP, FA_QC>(sO, qrows, hd, [&](int r) {
-                int m = qc + r, k = m / A.G, hh = m % A.G;
-                return datt + ((long)(j * A.B + k) * A.H + g * A.G + hh) * hd;
-            });
-            for (int r = threadIdx.x; r < FA_QC; r += blockDim.x) {
-                sL[r] = r < qrows ? lse[rhob + qc + r] * 1.4426950408889634f : 0.0f;
-                sD[r] = r < qrows ? Drow[rhob + qc + r] : 0.0f;
-            }
-            __syncthreads();
-            /* S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 32 queries */
-            float st[4][4], dpt[4][4];
+        const int qrows = min(FA_QC, M - qc);
+        bf16 *sQ = sQO + 2 * st * CS;
+        fa_load_async<HDP, FA_QC>(sQ, qrows, hd, [&](int r) { return Qh + (rhob + qc + r) * hd; });
+        fa_load_async<HDP, FA_QC>(sQ + CS, qrows, hd, [&](int r) {
+            int m = qc + r, k = m / A.G, hh = m % A.G;
+            return datt + ((long)(j * A.B + k) * A.H + g * A.G + hh) * hd;
+        });
+        float *sL = sLD + 2 * st * FA_QC;
+        for (int r = threadIdx.x; r < FA_QC; r += blockDim.x) {
+            sL[r] = r < qrows ? lse[rhob + qc + r] * 1.4426950408889634f : 0.0f;
+            sL[FA_QC + r] = r < qrows ? Drow[rhob + qc + r] : 0.0f;
+        }
+        cp_async_commit();
+    };
+    int cj = visible_from(j_begin), cqc = 0, st = 0;
+    if (cj < j_end)
+        issue(cj, 0, 0); /* one group with K and V */
+    else
+        cp_async_commit();
+    while (cj < j_end) {
+        int nj = cj, nqc = cqc + FA_QC;
+        if (nqc >= M)
+            nj = visible_from(cj + 1), nqc = 0;
+        if (nj < j_end) {
+            issue(nj, nqc, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* chunk (cj, cqc) and K, V have landed */
+        const int hi = A.hi[cj], lo = A.lo[cj], qrows = min(FA_QC, M - cqc);
+        const bf16 *sQ = sQO + 2 * st * CS, *sO = sQ + CS;
+        const float *sL = sLD + 2 * st * FA_QC, *sD = sL + FA_QC;
+        /* S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 32 queries */
+        float stt[4][4], dpt[4][4];
 #pragma unroll
-            for (int n = 0; n < 4; n++)
+        for (int n = 0; n < 4; n++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    st[n][e] = dpt[n][e] = 0.0f;
+            for (int e = 0; e < 4; e++)
+                stt[n][e] = dpt[n][e] = 0.0f;
 #pragma unroll
-            for (int kk = 0; kk < NK; kk++) {
-                uint32_t ka[4], va[4];
-                frag_a<LDS>(ka, sK, warp * 16, kk * 16, lane);
-                frag_a<LDS>(va, sV, warp * 16, kk * 16, lane);
+        for (int kk = 0; kk < NK; kk++) {
+            uint32_t ka[4], va[4];
+            frag_a<LDS>(ka, sK, warp * 16, kk * 16, lane);
+            frag_a<LDS>(va, sV, warp * 16, kk * 16, lane);
 #pragma unroll
-                for (int np = 0; np < 2; np++) {
-                    uint32_t b[4];
-                    frag_b_nk<LDS>(b, sQ, np * 16, kk * 16, lane);
-                    mma16816(st[2 * np], ka, b[0], b[1]);
-                    mma16816(st[2 * np + 1], ka, b[2], b[3]);
-                    frag_b_nk<LDS>(b, sO, np * 16, kk * 16, lane);
-                    mma16816(dpt[2 * np], va, b[0], b[1]);
-                    mma16816(dpt[2 * np + 1], va, b[2], b[3]);
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < 4; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int key = kr[e >> 1], c = n * 8 + 2 * (lane & 3) + (e & 1), q = qc + c, k = q / A.G;
-                    bool v = c < qrows && key < nk &&
-                             (blk ? (W == 0 || key <= k) : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
-                    float p = v ? exp2f(st[n][e] * A.sl2 - sL[c]) : 0.0f;
-                    st[n][e] = p;
-                    dpt[n][e] = p * (dpt[n][e] - sD[c]); /* dS^T */
-                }
-            /* dV += P^T dO, dK += dS^T Q (k = the 32 queries) */
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++) {
-                uint32_t pa[4], sa[4];
-                acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
-#pragma unroll
-                for (int np = 0; np < NK; np++) {
-                    uint32_t b[4];
-                    frag_b_kn<LDS>(b, sO, kk * 16, np * 16, lane);
-                    mma16816(dv[2 * np], pa, b[0], b[1]);
-                    mma16816(dv[2 * np + 1], pa, b[2], b[3]);
-                    frag_b_kn<LDS>(b, sQ, kk * 16, np * 16, lane);
-                    mma16816(dk[2 * np], sa, b[0], b[1]);
-                    mma16816(dk[2 * np + 1], sa, b[2], b[3]);
-                }
+            for (int np = 0; np < 2; np++) {
+                uint32_t b[4];
+                frag_b_nk<LDS>(b, sQ, np * 16, kk * 16, lane);
+                mma16816(stt[2 * np], ka, b[0], b[1]);
+                mma16816(stt[2 * np + 1], ka, b[2], b[3]);
+                frag_b_nk<LDS>(b, sO, np * 16, kk * 16, lane);
+                mma16816(dpt[2 * np], va, b[0], b[1]);
+                mma16816(dpt[2 * np + 1], va, b[2], b[3]);
             }
         }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = kr[e >> 1], c = n * 8 + 2 * (lane & 3) + (e & 1), q = cqc + c, k = q / A.G;
+                bool v = c < qrows && key < nk &&
+                         (blk ? (W == 0 || key <= k) : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
+                float p = v ? exp2f(stt[n][e] * A.sl2 - sL[c]) : 0.0f;
+                stt[n][e] = p;
+                dpt[n][e] = p * (dpt[n][e] - sD[c]); /* dS^T */
+            }
+        /* dV += P^T dO, dK += dS^T Q (k = the 32 queries) */
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t pa[4], sa[4];
+            acc_to_a(pa, stt[2 * kk], stt[2 * kk + 1]);
+            acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+            for (int np = 0; np < NK; np++) {
+                uint32_t b[4];
+                frag_b_kn<LDS>(b, sO, kk * 16, np * 16, lane);
+                mma16816(dv[2 * np], pa, b[0], b[1]);
+                mma16816(dv[2 * np + 1], pa, b[2], b[3]);
+                frag_b_kn<LDS>(b, sQ, kk * 16, np * 16, lane);
+                mma16816(dk[2 * np], sa, b[0], b[1]);
+                mma16816(dk[2 * np + 1], sa, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* stage st is free for the chunk after next */
+        cj = nj, cqc = nqc, st ^= 1;
     }
+    cp_async_wait<0>();
     float *ok, *ov;
     long ostride;
     if (blk || nsplit == 1) {

@@ -25,7 +25,7 @@
 
 struct trainer_cuda {
     dflash_ctx_cuda *ctx;
-    int max_S, max_N; /* packed sizes of one call */
+    int max_S, max_N;               /* packed sizes of one call */
     dflash_bf16_cuda *embed, *head; /* head == embed when tied */
 };
 

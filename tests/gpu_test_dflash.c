@@ -423,7 +423,8 @@ static void run_packed(const tcase *tc, uint64_t seed, const char *scheme)
             x[starts[k] + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
             lm[starts[k] + i] = k != 3 && i >= lens[k] / 5; /* document 3: all prompt */
         }
-        nreal[k] = dflash_sample_anchors(anc + k * per, keep + k * per, per, lm + starts[k], lens[k], seed, (uint64_t)k);
+        nreal[k] =
+            dflash_sample_anchors(anc + k * per, keep + k * per, per, lm + starts[k], lens[k], seed, (uint64_t)k);
         sw[k] = dflash_labels_weights(lab, wt, anc + k * per, keep + k * per, per, B, x + starts[k], lm + starts[k],
                                       lens[k], c->gamma);
         norm += sw[k];

@@ -193,8 +193,8 @@ int main(int argc, char **argv)
             char *save = NULL;
             for (char *t = strtok_r(attn_list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 if (nsch == MAXSCH || (strcmp(t, "fused") && strcmp(t, "gemm") && strcmp(t, "fused-fwd"))) {
-                    fprintf(stderr, "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd (got %s)\n",
-                            MAXSCH, t);
+                    fprintf(stderr, "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd (got %s)\n", MAXSCH,
+                            t);
                     return 2;
                 }
                 schemes[nsch++] = t;
@@ -252,7 +252,7 @@ int main(int argc, char **argv)
         maxS = DF_MAX(maxS, seqs[i]), maxN = DF_MAX(maxN, anch[i]);
     int d = c.hidden, V = c.vocab, B = c.block_size;
     int pS = maxS * docs, pN = maxN * docs; /* packed sizes */
-    if (nsch == 0) { /* the environment's scheme (or the default) */
+    if (nsch == 0) {                        /* the environment's scheme (or the default) */
         const char *e = getenv("DFLASH_ATTN");
         schemes[nsch++] = (char *)(e && *e ? e : "fused");
     }
@@ -351,8 +351,7 @@ int main(int argc, char **argv)
                 pairs += pk;
                 /* block positions computed: all N slots alone, the kept ones packed */
                 flops += (double)(docs > 1 ? nreal[k] : N) * B * (6.0 * (double)np + 4.0 * p_head) +
-                         (double)S * 6.0 * (p_fc + p_kv) +
-                         12.0 * pk * c.n_heads * c.head_dim;
+                         (double)S * 6.0 * (p_fc + p_kv) + 12.0 * pk * c.n_heads * c.head_dim;
             }
             starts[docs] = docs * S;
             CUDA_OK(cudaMemcpy(x_d, x, sizeof(int32_t) * (size_t)S * docs, cudaMemcpyHostToDevice));
@@ -361,8 +360,8 @@ int main(int argc, char **argv)
             CUDA_OK(cudaMemcpy(keep_d, keep, (size_t)N * docs, cudaMemcpyHostToDevice));
             CUDA_OK(cudaDeviceSynchronize());
             /* packed: the documents' kept slots one after the other (as the trainer) */
-            dflash_batch_cuda b = {S * docs, docs > 1 ? n : N, docs > 1 ? -1 : n, Hd, 1, x_d, lm_d, anc_d, keep_d,
-                                   docs > 1 ? docs : 0, starts, nreal, N};
+            dflash_batch_cuda b = {S * docs, docs > 1 ? n : N, docs > 1 ? -1 : n,   Hd,     1,     x_d, lm_d,
+                                   anc_d,    keep_d,           docs > 1 ? docs : 0, starts, nreal, N};
             printf("bench_drafter: [%s] S=%d anchors=%d docs=%d (%d real): warmup %d, timing %d steps ...\n",
                    schemes[si], S, N, docs, n, warmup, iters);
             fflush(stdout);
@@ -453,14 +452,14 @@ int main(int argc, char **argv)
             "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
             "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
             "\"step_ms_all\": [",
-            res[i].attn, res[i].docs, tiny ? "tiny"
+            res[i].attn, res[i].docs,
+            tiny    ? "tiny"
             : small ? "qwen3-1.7b-b16"
                     : "qwen3-8b-b16",
             res[i].S, res[i].anchors, res[i].real, B, res[i].ms, res[i].ms / res[i].docs,
-            1000.0 * res[i].docs / res[i].ms, res[i].tflop,
-            res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date,
-            res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms,
-            res[i].ph.opt_ms);
+            1000.0 * res[i].docs / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk,
+            warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms,
+            res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms);
         for (int k = 0; k < res[i].n_ms; k++)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
         off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < nres ? "," : "");

@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FA_TILE 64  /* keys per tile, query rows per CTA */
-#define FA_QC 32    /* query rows per step of the dK/dV kernel */
-#define FA_SPLIT 8  /* at most this many block ranges per context key tile */
+#define FA_TILE 64 /* keys per tile, query rows per CTA */
+#define FA_QC 32   /* query rows per step of the dK/dV kernel */
+#define FA_SPLIT 8 /* at most this many block ranges per context key tile */
 #define FA_MAX_HD 128
 
 __host__ __device__ static inline int cdiv_i(long a, long b)
@@ -66,10 +66,10 @@ const char *dflash_attn_scheme_name_cuda(int scheme)
 /* ---- workspace -------------------------------------------------------------------------- */
 
 typedef struct ws_ptrs {
-    float *Drow;                    /* [HR] rowsum(dO . O) */
+    float *Drow;                     /* [HR] rowsum(dO . O) */
     float *Sc, *dPc, *Pb, *dSb, *Oc; /* gemm */
-    bf16 *Pc, *dSc, *dOh;           /* gemm */
-    float *dKp, *dVp;               /* fused: [FA_SPLIT][KV][S][hd] partials */
+    bf16 *Pc, *dSc, *dOh;            /* gemm */
+    float *dKp, *dVp;                /* fused: [FA_SPLIT][KV][S][hd] partials */
 } ws_ptrs;
 
 static int uses_gemm(int scheme)
@@ -90,17 +90,17 @@ static size_t ws_carve(int scheme, int max_S, int max_N, int B, int H, int KV, i
     long HR = (long)H * max_N * B, Sp = (max_S + 7) / 8 * 8, kvd = (long)KV * hd;
     WTAKE(p->Drow, float, HR);
     if (uses_gemm(scheme)) {
-        WTAKE(p->Sc, float, HR * Sp);
-        WTAKE(p->dPc, float, HR * Sp);
+        WTAKE(p->Sc, float, HR *Sp);
+        WTAKE(p->dPc, float, HR *Sp);
         WTAKE(p->Pc, bf16, HR * Sp);
         WTAKE(p->dSc, bf16, HR * Sp);
-        WTAKE(p->Pb, float, HR * B);
-        WTAKE(p->dSb, float, HR * B);
-        WTAKE(p->Oc, float, HR * hd);
+        WTAKE(p->Pb, float, HR *B);
+        WTAKE(p->dSb, float, HR *B);
+        WTAKE(p->Oc, float, HR *hd);
         WTAKE(p->dOh, bf16, HR * hd);
     } else {
-        WTAKE(p->dKp, float, (long)FA_SPLIT * max_S * kvd);
-        WTAKE(p->dVp, float, (long)FA_SPLIT * max_S * kvd);
+        WTAKE(p->dKp, float, (long)FA_SPLIT *max_S *kvd);
+        WTAKE(p->dVp, float, (long)FA_SPLIT *max_S *kvd);
     }
 #undef WTAKE
     return off;
@@ -202,8 +202,7 @@ __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float c0[4], const
 
 /* rows [0, ROWS) x HDP columns of a padded tile from rowptr(r) (hd valid columns, 16-byte
  * aligned rows); rows >= nrows and columns >= hd are zero. */
-template <int HDP, int ROWS, typename F>
-__device__ __forceinline__ void fa_load(bf16 *s, int nrows, int hd, F rowptr)
+template <int HDP, int ROWS, typename F> __device__ __forceinline__ void fa_load(bf16 *s, int nrows, int hd, F rowptr)
 {
     constexpr int CPR = HDP / 8, LDS = HDP + 8;
     for (int c = threadIdx.x; c < ROWS * CPR; c += blockDim.x) {
@@ -558,7 +557,8 @@ __global__ void __launch_bounds__(128)
         for (int n = 0; n < NO; n++) {
             int col = n * 8 + 2 * (lane & 3);
             if (col < hd)
-                *reinterpret_cast<float2 *>(drow + col) = make_float2(dq[n][2 * i] * A.scale, dq[n][2 * i + 1] * A.scale);
+                *reinterpret_cast<float2 *>(drow + col) =
+                    make_float2(dq[n][2 * i] * A.scale, dq[n][2 * i + 1] * A.scale);
         }
     }
 }
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(128)
                 stt[n][e] = p;
                 dpt[n][e] = p * (dpt[n][e] - sD[c]); /* dS^T */
             }
-        /* dV += P^T dO, dK += dS^T Q (k = the 32 queries) */
+            /* dV += P^T dO, dK += dS^T Q (k = the 32 queries) */
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
             uint32_t pa[4], sa[4];
@@ -774,8 +774,8 @@ static int fa_bwd_launch(const fa_args &A, int KV, const ws_ptrs &w, const bf16 
     CUDA_LAUNCHED("k_fa_dkv", err, errlen);
     if (nsplit > 1) {
         long n = (long)KV * A.S * A.hd;
-        k_fa_dkv_reduce<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, st>>>(dKh, dVh, w.dKp, w.dVp, A.S, A.T, KV,
-                                                                             A.hd, nsplit);
+        k_fa_dkv_reduce<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, st>>>(
+            dKh, dVh, w.dKp, w.dVp, A.S, A.T, KV, A.hd, nsplit);
         CUDA_LAUNCHED("k_fa_dkv_reduce", err, errlen);
     }
     return 0;
@@ -1011,7 +1011,8 @@ static int gemm_fwd(const dflash_attn_ws_cuda *ws, const ws_ptrs &w, const dflas
     CUDA_LAUNCHED("k_attn_fwd_softmax", err, errlen);
     CUDA_TRY_RC(mm_batched(ws->gemm, st, 0, 0, (int)Rg, hd, A.S, w.Pc, A.Sp, Rg * A.Sp, Vh, hd, (long long)A.T * hd,
                            w.Oc, hd, Rg * hd, 1.0f, KV, err, errlen));
-    k_attn_combine<<<(int)((HR * hd + 255) / 256 < 4096 ? (HR * hd + 255) / 256 : 4096), 256, 0, st>>>(att, w.Oc, w.Pb, Vh, A, a->H, HR * hd);
+    k_attn_combine<<<(int)((HR * hd + 255) / 256 < 4096 ? (HR * hd + 255) / 256 : 4096), 256, 0, st>>>(
+        att, w.Oc, w.Pb, Vh, A, a->H, HR * hd);
     CUDA_LAUNCHED("k_attn_combine", err, errlen);
     return 0;
 }

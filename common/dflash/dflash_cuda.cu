@@ -777,8 +777,7 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
     }
     TAKE(x->h_out, float, R *d);
     TAKE(x->z, bf16, R * d);
-    TAKE(x->aws.base, char,
-         dflash_attn_ws_bytes_cuda(x->attn_scheme, x->max_S, x->max_N, x->B, x->H, x->KV, x->hd));
+    TAKE(x->aws.base, char, dflash_attn_ws_bytes_cuda(x->attn_scheme, x->max_S, x->max_N, x->B, x->H, x->KV, x->hd));
     TAKE(x->ahi, int32_t, x->max_N);
     TAKE(x->alo, int32_t, x->max_N);
     TAKE(x->ekeep, uint8_t, x->max_N);

@@ -55,23 +55,23 @@ typedef struct dflash_ctx_cuda dflash_ctx_cuda;
  * and adds all their gradients; only the order of fp32 sums differs (gpu_test_dflash
  * "packed"). */
 typedef struct dflash_batch_cuda {
-    int S;                    /* context tokens (all documents), 1..max_S */
-    int N;                    /* anchor slots computed (padding included), 1..max_N; packed: >= the
+    int S;                     /* context tokens (all documents), 1..max_S */
+    int N;                     /* anchor slots computed (padding included), 1..max_N; packed: >= the
                                * slots the documents use */
-    int n_real;               /* anchors with keep = 1, all in slots [0, n_real) (dflash_sample_anchors
+    int n_real;                /* anchors with keep = 1, all in slots [0, n_real) (dflash_sample_anchors
                                * order); bounds the loss rows without a sync. -1: unknown (N used) */
-    const void *H;            /* [S, n_capture * d] captured features */
-    int H_bf16;               /* 1: H is bf16, 0: fp32 (converted on the device) */
-    const int32_t *x;         /* [S] tokens */
-    const uint8_t *loss_mask; /* [S] */
-    const int32_t *anchors;   /* [N] sorted ascending for keep = 1 */
-    const uint8_t *keep;      /* [N] */
-    int n_docs;               /* 0 or 1: one document (n_real above); 2..DFLASH_MAX_DOCS_CUDA: packed */
+    const void *H;             /* [S, n_capture * d] captured features */
+    int H_bf16;                /* 1: H is bf16, 0: fp32 (converted on the device) */
+    const int32_t *x;          /* [S] tokens */
+    const uint8_t *loss_mask;  /* [S] */
+    const int32_t *anchors;    /* [N] sorted ascending for keep = 1 */
+    const uint8_t *keep;       /* [N] */
+    int n_docs;                /* 0 or 1: one document (n_real above); 2..DFLASH_MAX_DOCS_CUDA: packed */
     const int32_t *doc_starts; /* host [n_docs + 1], from 0 rising to S (packed only) */
-    const int *doc_n_real;    /* host [n_docs] or NULL: slots used of each document (its n_real; -1:
+    const int *doc_n_real;     /* host [n_docs] or NULL: slots used of each document (its n_real; -1:
                                * all doc_slots); 0 skips the document (no loss, no gradient, as not
                                * calling it) */
-    int doc_slots;            /* packed: anchor slots per document in anchors / keep */
+    int doc_slots;             /* packed: anchor slots per document in anchors / keep */
 } dflash_batch_cuda;
 
 /* Creates the context on the current device: allocates master weights (zero), bf16 mirror,

@@ -32,7 +32,8 @@
 #include <string.h>
 
 #define FA_TILE 64 /* keys per tile, query rows per CTA */
-#define FA_QC 32   /* query rows per step of the dK/dV kernel */
+#define FA_QC 32   /* query rows per mma pass of the dK/dV kernel */
+#define FA_QL 64   /* query rows per load (stage) of the dK/dV kernel: two passes */
 #define FA_SPLIT 8 /* at most this many block ranges per context key tile */
 #define FA_MAX_HD 128
 
@@ -220,6 +221,11 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src)
     uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;\n" ::);
@@ -256,7 +262,7 @@ template <int HDP> static constexpr size_t fa_smem_dq()
 /* K, V of the key tile, then Q, dO, LSE, D of a query chunk in two stages */
 template <int HDP> static constexpr size_t fa_smem_dkv()
 {
-    return (size_t)(2 * FA_TILE + 4 * FA_QC) * (HDP + 8) * sizeof(bf16) + 4 * FA_QC * sizeof(float);
+    return (size_t)(2 * FA_TILE + 4 * FA_QL) * (HDP + 8) * sizeof(bf16) + 4 * FA_QL * sizeof(float);
 }
 
 /* ---- fused forward ---------------------------------------------------------------------------
@@ -574,9 +580,9 @@ __global__ void __launch_bounds__(128)
              const bf16 *__restrict__ datt, const float *__restrict__ lse, const float *__restrict__ Drow, fa_args A,
              int nctx_tiles, int nsplit, int bps)
 {
-    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, CS = FA_QC * LDS;
+    constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, CS = FA_QL * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
-    /* K, V; then per stage st: Q at sQO + 2 st CS, dO at + CS; LSE (log2) at sLD + 2 st FA_QC, D at + FA_QC */
+    /* K, V; then per stage st: Q at sQO + 2 st CS, dO at + CS; LSE at sLD + 2 st FA_QL, D at + FA_QL */
     bf16 *sK = reinterpret_cast<bf16 *>(fa_sm), *sV = sK + FA_TILE * LDS, *sQO = sV + FA_TILE * LDS;
     float *sLD = reinterpret_cast<float *>(sQO + 4 * CS);
     const int g = blockIdx.y, z = blockIdx.z, M = A.B * A.G, W = A.window, hd = A.hd;
@@ -613,17 +619,22 @@ __global__ void __launch_bounds__(128)
     /* query chunk (j, qc) into stage st */
     auto issue = [&](int j, int qc, int st) {
         const long rhob = ((long)g * A.R + (long)j * A.B) * A.G;
-        const int qrows = min(FA_QC, M - qc);
+        const int qrows = min(FA_QL, M - qc);
         bf16 *sQ = sQO + 2 * st * CS;
-        fa_load_async<HDP, FA_QC>(sQ, qrows, hd, [&](int r) { return Qh + (rhob + qc + r) * hd; });
-        fa_load_async<HDP, FA_QC>(sQ + CS, qrows, hd, [&](int r) {
+        fa_load_async<HDP, FA_QL>(sQ, qrows, hd, [&](int r) { return Qh + (rhob + qc + r) * hd; });
+        fa_load_async<HDP, FA_QL>(sQ + CS, qrows, hd, [&](int r) {
             int m = qc + r, k = m / A.G, hh = m % A.G;
             return datt + ((long)(j * A.B + k) * A.H + g * A.G + hh) * hd;
         });
-        float *sL = sLD + 2 * st * FA_QC;
-        for (int r = threadIdx.x; r < FA_QC; r += blockDim.x) {
-            sL[r] = r < qrows ? lse[rhob + qc + r] * 1.4426950408889634f : 0.0f;
-            sL[FA_QC + r] = r < qrows ? Drow[rhob + qc + r] : 0.0f;
+        /* LSE and D asynchronously too: a plain load here would hold its warp, and so the
+         * whole CTA at the next barrier, for a round trip to memory */
+        float *sL = sLD + 2 * st * FA_QL;
+        for (int r = threadIdx.x; r < 2 * FA_QL; r += blockDim.x) {
+            int rr = r % FA_QL;
+            if (rr < qrows)
+                cp_async4(sL + r, (r < FA_QL ? lse : Drow) + rhob + qc + rr);
+            else
+                sL[r] = 0.0f;
         }
         cp_async_commit();
     };
@@ -633,7 +644,7 @@ __global__ void __launch_bounds__(128)
     else
         cp_async_commit();
     while (cj < j_end) {
-        int nj = cj, nqc = cqc + FA_QC;
+        int nj = cj, nqc = cqc + FA_QL;
         if (nqc >= M)
             nj = visible_from(cj + 1), nqc = 0;
         if (nj < j_end) {
@@ -643,58 +654,61 @@ __global__ void __launch_bounds__(128)
             cp_async_wait<0>();
         }
         __syncthreads(); /* chunk (cj, cqc) and K, V have landed */
-        const int hi = A.hi[cj], lo = A.lo[cj], qrows = min(FA_QC, M - cqc);
-        const bf16 *sQ = sQO + 2 * st * CS, *sO = sQ + CS;
-        const float *sL = sLD + 2 * st * FA_QC, *sD = sL + FA_QC;
-        /* S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 32 queries */
-        float stt[4][4], dpt[4][4];
+        const int hi = A.hi[cj], lo = A.lo[cj], qload = min(FA_QL, M - cqc);
+        for (int hq = 0; hq < qload; hq += FA_QC) { /* passes of 32 queries over the stage */
+            const int qrows = min(FA_QC, qload - hq);
+            const bf16 *sQ = sQO + 2 * st * CS + hq * LDS, *sO = sQ + CS;
+            const float *sL = sLD + 2 * st * FA_QL + hq, *sD = sL + FA_QL;
+            /* S^T = K Q^T and dP^T = V dO^T: 16 keys (this warp) x 32 queries */
+            float stt[4][4], dpt[4][4];
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+            for (int n = 0; n < 4; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                stt[n][e] = dpt[n][e] = 0.0f;
+                for (int e = 0; e < 4; e++)
+                    stt[n][e] = dpt[n][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < NK; kk++) {
-            uint32_t ka[4], va[4];
-            frag_a<LDS>(ka, sK, warp * 16, kk * 16, lane);
-            frag_a<LDS>(va, sV, warp * 16, kk * 16, lane);
+            for (int kk = 0; kk < NK; kk++) {
+                uint32_t ka[4], va[4];
+                frag_a<LDS>(ka, sK, warp * 16, kk * 16, lane);
+                frag_a<LDS>(va, sV, warp * 16, kk * 16, lane);
 #pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t b[4];
-                frag_b_nk<LDS>(b, sQ, np * 16, kk * 16, lane);
-                mma16816(stt[2 * np], ka, b[0], b[1]);
-                mma16816(stt[2 * np + 1], ka, b[2], b[3]);
-                frag_b_nk<LDS>(b, sO, np * 16, kk * 16, lane);
-                mma16816(dpt[2 * np], va, b[0], b[1]);
-                mma16816(dpt[2 * np + 1], va, b[2], b[3]);
+                for (int np = 0; np < 2; np++) {
+                    uint32_t b[4];
+                    frag_b_nk<LDS>(b, sQ, np * 16, kk * 16, lane);
+                    mma16816(stt[2 * np], ka, b[0], b[1]);
+                    mma16816(stt[2 * np + 1], ka, b[2], b[3]);
+                    frag_b_nk<LDS>(b, sO, np * 16, kk * 16, lane);
+                    mma16816(dpt[2 * np], va, b[0], b[1]);
+                    mma16816(dpt[2 * np + 1], va, b[2], b[3]);
+                }
             }
-        }
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+            for (int n = 0; n < 4; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = kr[e >> 1], c = n * 8 + 2 * (lane & 3) + (e & 1), q = cqc + c, k = q / A.G;
-                bool v = c < qrows && key < nk &&
-                         (blk ? (W == 0 || key <= k) : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
-                float p = v ? exp2f(stt[n][e] * A.sl2 - sL[c]) : 0.0f;
-                stt[n][e] = p;
-                dpt[n][e] = p * (dpt[n][e] - sD[c]); /* dS^T */
-            }
-            /* dV += P^T dO, dK += dS^T Q (k = the 32 queries) */
+                for (int e = 0; e < 4; e++) {
+                    int key = kr[e >> 1], c = n * 8 + 2 * (lane & 3) + (e & 1), q = cqc + hq + c, k = q / A.G;
+                    bool v = c < qrows && key < nk &&
+                             (blk ? (W == 0 || key <= k) : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
+                    float p = v ? exp2f(stt[n][e] * A.sl2 - sL[c] * 1.4426950408889634f) : 0.0f; /* LSE: natural */
+                    stt[n][e] = p;
+                    dpt[n][e] = p * (dpt[n][e] - sD[c]); /* dS^T */
+                }
+                /* dV += P^T dO, dK += dS^T Q (k = the 32 queries) */
 #pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            uint32_t pa[4], sa[4];
-            acc_to_a(pa, stt[2 * kk], stt[2 * kk + 1]);
-            acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t pa[4], sa[4];
+                acc_to_a(pa, stt[2 * kk], stt[2 * kk + 1]);
+                acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
 #pragma unroll
-            for (int np = 0; np < NK; np++) {
-                uint32_t b[4];
-                frag_b_kn<LDS>(b, sO, kk * 16, np * 16, lane);
-                mma16816(dv[2 * np], pa, b[0], b[1]);
-                mma16816(dv[2 * np + 1], pa, b[2], b[3]);
-                frag_b_kn<LDS>(b, sQ, kk * 16, np * 16, lane);
-                mma16816(dk[2 * np], sa, b[0], b[1]);
-                mma16816(dk[2 * np + 1], sa, b[2], b[3]);
+                for (int np = 0; np < NK; np++) {
+                    uint32_t b[4];
+                    frag_b_kn<LDS>(b, sO, kk * 16, np * 16, lane);
+                    mma16816(dv[2 * np], pa, b[0], b[1]);
+                    mma16816(dv[2 * np + 1], pa, b[2], b[3]);
+                    frag_b_kn<LDS>(b, sQ, kk * 16, np * 16, lane);
+                    mma16816(dk[2 * np], sa, b[0], b[1]);
+                    mma16816(dk[2 * np + 1], sa, b[2], b[3]);
+                }
             }
         }
         __syncthreads(); /* stage st is free for the chunk after next */

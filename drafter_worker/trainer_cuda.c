@@ -110,7 +110,7 @@ static int step_cuda(trainer *tr, const batch_header *h, const void *slot, allre
         int32_t starts[BATCH_MAX_DOCS + 1];
         for (; k < nd; k++) {
             int used = seq[k].sum_w > 0 ? seq[k].n_real : 0;
-            for (int i = 0; i < N && used < N; i++)
+            for (int i = 0; i < N && used > 0 && used < N; i++)
                 if (seq[k].keep[i] && i >= used)
                     used = N; /* kept anchors not first (not the sampler's layout): all slots */
             if (k > k0 && (h->doc_starts[k + 1] - s0 > g->max_S || slots + used > g->max_N))

@@ -5,7 +5,15 @@
  * after). The batch is read in place in the device ring slot: tokens, mask, anchors and keep
  * at the header's offsets, features (bf16) at off_feat; the host copy of the header gives
  * the document boundaries and, per document, the loss normaliser and the number of kept
- * anchors (dflash_batch_* on the host copy, no device round trip). */
+ * anchors (dflash_batch_* on the host copy, no device round trip).
+ *
+ * One dflash_step_accumulate_cuda per batch: the documents are packed (dflash_batch_cuda
+ * n_docs, only each document's kept anchor slots computed). The context is sized for
+ * max_S = data.token_budget tokens (a batch never has more) and max_N = num_anchors x
+ * max(2, ceil(token_budget / max_seq_len)) anchor slots (at most token_budget); a batch whose
+ * kept anchors exceed that is cut into consecutive groups of documents, one call each.
+ * Documents without a loss weight contribute nothing and are left out (inside a group as
+ * doc_n_real 0). */
 #include "dflash/dflash_batch.h"
 #include "dflash/dflash_cuda.h"
 #include "drafter_worker/trainer.h"
@@ -17,6 +25,7 @@
 
 struct trainer_cuda {
     dflash_ctx_cuda *ctx;
+    int max_S, max_N;               /* packed sizes of one call */
     dflash_bf16_cuda *embed, *head; /* head == embed when tied */
 };
 
@@ -49,8 +58,11 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
     }
     adamw_config oc = tr->opt.cfg;
     oc.total_steps = total_steps;
-    rc = dflash_init_cuda(&g->ctx, &tr->cfg, &oc, g->embed, g->head, (int)t->max_seq_len, (int)t->drafter.num_anchors,
-                          0, err, errlen);
+    long na = (long)t->drafter.num_anchors, budget = (long)t->token_budget, seq = (long)t->max_seq_len;
+    long maxN = na * DF_MAX(2L, (budget + seq - 1) / DF_MAX(seq, 1L));
+    g->max_S = (int)DF_MAX(budget, seq);
+    g->max_N = (int)DF_MAX(na, DF_MIN(maxN, budget));
+    rc = dflash_init_cuda(&g->ctx, &tr->cfg, &oc, g->embed, g->head, g->max_S, g->max_N, 0, err, errlen);
     if (rc < 0)
         return rc;
     if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data, why, sizeof why)) < 0 ||
@@ -59,8 +71,10 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
         snprintf(err, errlen, "upload of the weights: %s", why);
         return rc;
     }
-    df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device", tr->device, dflash_param_count_cuda(g->ctx),
-           (double)dflash_device_bytes_cuda(g->ctx) / (1u << 30));
+    df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device (packed steps up to %d tokens, %d anchor "
+           "slots; attention %s)",
+           tr->device, dflash_param_count_cuda(g->ctx), (double)dflash_device_bytes_cuda(g->ctx) / (1u << 30), g->max_S,
+           g->max_N, dflash_attn_name_cuda(g->ctx));
     return 0;
 }
 
@@ -86,20 +100,41 @@ static int step_cuda(trainer *tr, const batch_header *h, const void *slot, allre
         return rc;
     if ((rc = dflash_zero_grads_cuda(g->ctx, why, sizeof why)) < 0)
         goto fail;
-    for (int k = 0; k < nd && rc == 0; k++) {
-        int s0 = h->doc_starts[k], S = h->doc_starts[k + 1] - s0;
-        if (seq[k].sum_w <= 0)
-            continue; /* no loss position: contributes nothing */
+    for (int k = 0; k < nd && rc == 0;) {
+        if (seq[k].sum_w <= 0) { /* no loss position: contributes nothing */
+            k++;
+            continue;
+        }
+        /* the longest run of documents from k that fits one call */
+        int k0 = k, s0 = h->doc_starts[k0], slots = 0, dn[BATCH_MAX_DOCS];
+        int32_t starts[BATCH_MAX_DOCS + 1];
+        for (; k < nd; k++) {
+            int used = seq[k].sum_w > 0 ? seq[k].n_real : 0;
+            for (int i = 0; i < N && used > 0 && used < N; i++)
+                if (seq[k].keep[i] && i >= used)
+                    used = N; /* kept anchors not first (not the sampler's layout): all slots */
+            if (k > k0 && (h->doc_starts[k + 1] - s0 > g->max_S || slots + used > g->max_N))
+                break;
+            dn[k - k0] = used;
+            starts[k - k0] = h->doc_starts[k] - s0;
+            slots += used;
+        }
+        starts[k - k0] = h->doc_starts[k] - s0;
+        int one = k - k0 == 1;
         dflash_batch_cuda b = {
-            .S = S,
-            .N = N,
-            .n_real = seq[k].n_real,
+            .S = starts[k - k0],
+            .N = one ? N : slots,
+            .n_real = one ? seq[k0].n_real : -1,
             .H = base + h->off_feat + (size_t)s0 * ncd * sizeof(dflash_bf16_cuda),
             .H_bf16 = 1,
             .x = (const int32_t *)(base + h->off_tokens) + s0,
             .loss_mask = (const uint8_t *)(base + h->off_mask) + s0,
-            .anchors = (const int32_t *)(base + h->off_anchors) + (size_t)k * N,
-            .keep = (const uint8_t *)(base + h->off_keep) + (size_t)k * N,
+            .anchors = (const int32_t *)(base + h->off_anchors) + (size_t)k0 * N,
+            .keep = (const uint8_t *)(base + h->off_keep) + (size_t)k0 * N,
+            .n_docs = one ? 0 : k - k0,
+            .doc_starts = starts,
+            .doc_n_real = dn,
+            .doc_slots = N,
         };
         dflash_stats ds;
         rc = dflash_step_accumulate_cuda(g->ctx, &b, norm, &ds, why, sizeof why);

@@ -25,6 +25,7 @@
 #include "util.h"
 
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -166,6 +167,7 @@ static void run_case(const tcase *tc, uint64_t seed)
         fprintf(stderr, "dflash_init_cuda: %d %s\n", rc, err);
         exit(1);
     }
+    printf("  attention scheme %s\n", dflash_attn_name_cuda(ctx));
     void *H_d;
     if (tc->H_bf16) {
         dflash_bf16_cuda *hb = malloc(sizeof(dflash_bf16_cuda) * nH);
@@ -185,7 +187,11 @@ static void run_case(const tcase *tc, uint64_t seed)
                             dev_copy(x, sizeof(int32_t) * (size_t)S),
                             dev_copy(lm, (size_t)S),
                             dev_copy(b.anchors, sizeof(int32_t) * (size_t)N),
-                            dev_copy(b.keep, (size_t)N)};
+                            dev_copy(b.keep, (size_t)N),
+                            0,
+                            NULL,
+                            NULL,
+                            0};
     CUDA_OK(cudaDeviceSynchronize()); /* uploads complete before the context's stream reads them */
     DFLASH_CUDA_OK(dflash_params_from_host_cuda(ctx, p.data, g_err, sizeof g_err));
     DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
@@ -373,6 +379,166 @@ static void run_case(const tcase *tc, uint64_t seed)
     free(lm);
 }
 
+/* Packing: K documents in one dflash_step_accumulate_cuda call (n_docs, doc_starts) against
+ * one call per document with the same global norm, gradients added: loss sums, weights and
+ * counts, and every gradient tensor within a rel err of 5e-3 (only the order of fp32 sums and
+ * the GEMM algorithms for the larger M differ). The packed call computes only the documents'
+ * kept slots (doc_n_real) plus two padding slots. Documents: lengths 120, 1, 77, 150, 64 with
+ * one fully in the prompt (no anchor: skipped, as the trainer skips documents without a
+ * weight) and one of a single token; 12 slots each. Both attention schemes. */
+static void run_packed(const tcase *tc, uint64_t seed, const char *scheme)
+{
+    const dflash_config *c = &tc->c;
+    enum { K = 5 };
+    int lens[K] = {120, 1, 77, 150, 64}, per = 12, d = c->hidden, V = c->vocab, B = c->block_size;
+    int ncd = c->n_capture * d, starts[K + 1], S = 0, N = K * per;
+    for (int k = 0; k < K; k++)
+        starts[k] = S, S += lens[k];
+    starts[K] = S;
+    size_t np = dflash_config_param_count(c);
+    setenv("DFLASH_ATTN", scheme, 1);
+    printf("== packed (%s attention): %d documents (lengths", scheme, K);
+    for (int k = 0; k < K; k++)
+        printf(" %d", lens[k]);
+    printf("), %d slots each, S %d\n", per, S);
+    df_rng r;
+    df_rng_seed(&r, seed * 31 + 5);
+    dflash_params p;
+    T_ASSERT_RC(dflash_params_alloc(&p, c));
+    dflash_params_init_random(&p, c, seed + 3, 0.05f);
+    float *embed = malloc(sizeof(float) * (size_t)V * d), *head = malloc(sizeof(float) * (size_t)V * d);
+    float *H = malloc(sizeof(float) * (size_t)S * ncd);
+    int32_t *x = malloc(sizeof(int32_t) * (size_t)S), *anc = calloc((size_t)N, sizeof(int32_t));
+    uint8_t *lm = malloc((size_t)S), *keep = calloc((size_t)N, 1);
+    int32_t *lab = malloc(sizeof(int32_t) * (size_t)per * B);
+    float *wt = malloc(sizeof(float) * (size_t)per * B);
+    T_ASSERT(embed && head && H && x && anc && lm && keep && lab && wt);
+    fill_normal(embed, (size_t)V * d, &r, 1.0);
+    fill_normal(head, (size_t)V * d, &r, 0.08);
+    fill_normal(H, (size_t)S * ncd, &r, 1.0);
+    int nreal[K];
+    double sw[K], norm = 0;
+    for (int k = 0; k < K; k++) {
+        for (int i = 0; i < lens[k]; i++) {
+            x[starts[k] + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+            lm[starts[k] + i] = k != 3 && i >= lens[k] / 5; /* document 3: all prompt */
+        }
+        nreal[k] =
+            dflash_sample_anchors(anc + k * per, keep + k * per, per, lm + starts[k], lens[k], seed, (uint64_t)k);
+        sw[k] = dflash_labels_weights(lab, wt, anc + k * per, keep + k * per, per, B, x + starts[k], lm + starts[k],
+                                      lens[k], c->gamma);
+        norm += sw[k];
+        printf("  document %d: %d anchors, sum_w %.4f\n", k, nreal[k], sw[k]);
+    }
+    uint16_t *Hb = malloc(sizeof(uint16_t) * (size_t)S * ncd);
+    T_ASSERT(Hb);
+    for (size_t i = 0; i < (size_t)S * ncd; i++)
+        Hb[i] = safetensors_f32_to_bf16(H[i]);
+    dflash_bf16_cuda *embed_d, *head_d;
+    T_ASSERT_RC(dflash_upload_bf16_cuda(&embed_d, embed, (size_t)V * d, g_err, sizeof g_err));
+    T_ASSERT_RC(dflash_upload_bf16_cuda(&head_d, head, (size_t)V * d, g_err, sizeof g_err));
+    char *H_d = dev_copy(Hb, sizeof(uint16_t) * (size_t)S * ncd);
+    int32_t *x_d = dev_copy(x, sizeof(int32_t) * (size_t)S), *anc_d = dev_copy(anc, sizeof(int32_t) * (size_t)N);
+    uint8_t *lm_d = dev_copy(lm, (size_t)S), *keep_d = dev_copy(keep, (size_t)N);
+    CUDA_OK(cudaDeviceSynchronize());
+    adamw_config oc;
+    adamw_config_default(&oc, 100);
+    dflash_ctx_cuda *ctx = NULL;
+    DFLASH_CUDA_OK(dflash_init_cuda(&ctx, c, &oc, embed_d, head_d, S, N, tc->chunk, g_err, sizeof g_err));
+    printf("  context attention scheme: %s\n", dflash_attn_name_cuda(ctx));
+    DFLASH_CUDA_OK(dflash_params_from_host_cuda(ctx, p.data, g_err, sizeof g_err));
+    float *gs = malloc(sizeof(float) * np), *gp = malloc(sizeof(float) * np);
+    T_ASSERT(gs && gp);
+    /* one call per document (those with a weight), the global norm */
+    dflash_stats ss, sp;
+    memset(&ss, 0, sizeof ss);
+    DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
+    for (int k = 0; k < K; k++) {
+        if (sw[k] <= 0)
+            continue;
+        dflash_batch_cuda b = {lens[k],
+                               per,
+                               nreal[k],
+                               H_d + (size_t)starts[k] * ncd * sizeof(uint16_t),
+                               1,
+                               x_d + starts[k],
+                               lm_d + starts[k],
+                               anc_d + k * per,
+                               keep_d + k * per,
+                               0,
+                               NULL,
+                               NULL,
+                               0};
+        dflash_stats st;
+        DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, norm, &st, g_err, sizeof g_err));
+        dflash_stats_merge(&ss, &st);
+    }
+    DFLASH_CUDA_OK(dflash_grads_to_host_cuda(ctx, gs, g_err, sizeof g_err));
+    /* one packed call; the weightless document is skipped through doc_n_real = 0 */
+    int dn[K], used = 0;
+    for (int k = 0; k < K; k++)
+        dn[k] = sw[k] > 0 ? nreal[k] : 0, used += dn[k];
+    /* the used slots packed, two padding slots after them */
+    dflash_batch_cuda pb = {S, used + 2, -1, H_d, 1, x_d, lm_d, anc_d, keep_d, K, starts, dn, per};
+    printf("  packed call: %d slots (%d used of %d)\n", used + 2, used, N);
+    DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &pb, norm, &sp, g_err, sizeof g_err));
+    DFLASH_CUDA_OK(dflash_grads_to_host_cuda(ctx, gp, g_err, sizeof g_err));
+    double wrel = fabs(sp.wce - ss.wce) / fabs(ss.wce);
+    printf("  weighted CE: per document %.6f packed %.6f (rel %.2e); sum_w %.6f vs %.6f; loss %.6f\n", ss.wce, sp.wce,
+           wrel, ss.sum_w, sp.sum_w, sp.loss);
+    CHECK(wrel < 1e-3, "packed weighted CE rel err %.3e >= 1e-3", wrel);
+    CHECK(fabs(sp.sum_w - ss.sum_w) <= 1e-6 * ss.sum_w, "sum_w differs");
+    int cnt_same = 1;
+    double acc_diff = 0;
+    for (int k = 0; k < B; k++) {
+        cnt_same &= sp.count[k] == ss.count[k];
+        acc_diff = fmax(acc_diff, fabs(sp.correct[k] - ss.correct[k]));
+    }
+    printf("  per-position counts %s, largest accuracy-count difference %.0f\n", cnt_same ? "equal" : "DIFFER",
+           acc_diff);
+    CHECK(cnt_same, "per-position counts differ");
+    CHECK(acc_diff <= 2, "accuracy counts differ by %.0f", acc_diff);
+    int nt = dflash_tensor_count(c);
+    double worst = 0;
+    const char *wname = "";
+    int finite = 1;
+    for (int i = 0; i < nt; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(c, i, &t);
+        double e = rel_err(gp + t.offset, gs + t.offset, t.numel);
+        for (size_t q = 0; q < t.numel; q++)
+            finite &= isfinite(gp[t.offset + q]) != 0;
+        if (e > worst)
+            worst = e, wname = t.name;
+        CHECK(e < 5e-3, "packed %s gradient rel err %.3e >= 5e-3", t.name, e);
+    }
+    printf("  gradients: worst tensor rel err %.3e (%s), all finite %s (tolerance 5e-3)\n", worst, wname,
+           finite ? "yes" : "NO");
+    CHECK(finite, "packed gradients not finite");
+    /* refused packed calls: boundaries that do not end at S, more used slots than N */
+    int32_t bad_starts[K + 1];
+    memcpy(bad_starts, starts, sizeof bad_starts);
+    bad_starts[K] = S - 1;
+    dflash_batch_cuda bb = pb;
+    bb.doc_starts = bad_starts;
+    char e1[256] = "", e2[256] = "";
+    int r1 = dflash_step_accumulate_cuda(ctx, &bb, norm, NULL, e1, sizeof e1);
+    bb = pb;
+    bb.N = used - 1;
+    int r2 = dflash_step_accumulate_cuda(ctx, &bb, norm, NULL, e2, sizeof e2);
+    printf("  refused: doc_starts ending at S-1 -> %d (%s); N below the used slots -> %d (%s)\n", r1, e1, r2, e2);
+    CHECK(r1 == -EINVAL && strstr(e1, "doc_starts"), "bad doc_starts accepted");
+    CHECK(r2 == -EINVAL && strstr(e2, "anchor slots"), "too few slots accepted");
+    dflash_free_cuda(ctx);
+    cudaFree(embed_d), cudaFree(head_d), cudaFree(H_d), cudaFree(x_d), cudaFree(anc_d), cudaFree(lm_d);
+    cudaFree(keep_d);
+    free(gs), free(gp), free(Hb), free(embed), free(head), free(H), free(x), free(anc), free(lm), free(keep);
+    free(lab), free(wt);
+    dflash_params_free(&p);
+    unsetenv("DFLASH_ATTN");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -409,8 +575,43 @@ int main(int argc, char **argv)
     mid.c.gamma = dflash_default_gamma(16);
     mid.S = 300, mid.anchors = 16, mid.pads = 2, mid.chunk = 100, mid.H_bf16 = 1, mid.wd = 0.1;
 
+    const char *env = getenv("DFLASH_ATTN");
+    char keep_env[64];
+    snprintf(keep_env, sizeof keep_env, "%s", env ? env : "");
+    printf("gpu_test_dflash: attention scheme from DFLASH_ATTN: %s\n", env && *env ? env : "(unset: fused)");
+    /* a bad DFLASH_ATTN value is refused at init, naming the variable */
+    {
+        setenv("DFLASH_ATTN", "flash", 1);
+        dflash_bf16_cuda *e_d;
+        float one[32 * 4];
+        for (int i = 0; i < 32 * 4; i++)
+            one[i] = 0.01f * (float)i;
+        T_ASSERT_RC(dflash_upload_bf16_cuda(&e_d, one, 32 * 4, g_err, sizeof g_err));
+        dflash_config tc;
+        dflash_config_tiny(&tc);
+        tc.vocab = 4;
+        tc.mask_token_id = 3;
+        adamw_config oc;
+        adamw_config_default(&oc, 10);
+        dflash_ctx_cuda *bad = NULL;
+        char e1[256] = "";
+        int r1 = dflash_init_cuda(&bad, &tc, &oc, e_d, e_d, 8, 2, 0, e1, sizeof e1);
+        printf("gpu_test_dflash: DFLASH_ATTN=flash -> %d (%s)\n", r1, e1);
+        CHECK(r1 == -EINVAL && bad == NULL && strstr(e1, "DFLASH_ATTN"), "a bad DFLASH_ATTN was accepted");
+        dflash_free_cuda(bad);
+        cudaFree(e_d);
+        if (keep_env[0])
+            setenv("DFLASH_ATTN", keep_env, 1);
+        else
+            unsetenv("DFLASH_ATTN");
+    }
+
     run_case(&tiny, seed);
     run_case(&mid, seed);
+    run_packed(&mid, seed, "fused");
+    run_packed(&mid, seed, "gemm");
+    if (keep_env[0])
+        setenv("DFLASH_ATTN", keep_env, 1);
     if (failures) {
         printf("gpu_test_dflash: %d check(s) FAILED\n", failures);
         return 1;

@@ -10,6 +10,10 @@
  * a bf16 8192^3 cuBLASLt GEMM measured in the same run. The prompt is the first S/8 tokens
  * (loss_mask 0), as the peer does. Prints a table, writes JSON (--json, default
  * bench/results/drafter_cuda.json). Exit 0, 1 on failure, 77 without a GPU.
+ * --attn gemm,fused runs each attention scheme (dflash_attn_cuda.h) in turn on a fresh context
+ * with the same weights and prints the phase table per scheme; --docs K packs K documents of
+ * S tokens and N anchor slots each into one step (dflash_batch_cuda.n_docs), as the pipeline's
+ * trainer does with a ring batch: samples/s counts documents.
  * Plain C: the Makefile's .cu bench rule hands -Wl,--start-group to nvcc, which rejects it; so
  * this file is C and compiles to a stub that says "skipped" in builds without CUDA. */
 #ifndef DF_WITH_CUDA
@@ -35,18 +39,23 @@ int main(int argc, char **argv)
 #include <time.h>
 
 #define MAXCFG 8
+#define MAXSCH 3
 
 static void usage(void)
 {
     printf("usage: bench_drafter [--seq S ...] [--anchors N ...] [--iters n] [--warmup n] [--chunk rows]\n"
-           "                     [--json PATH] [--tiny | --shape 1.7b|8b] [--check PATH]\n"
+           "                     [--json PATH] [--tiny | --shape 1.7b|8b] [--check PATH] [--attn S1,S2]\n"
+           "                     [--docs K]\n"
            "  default: S in {768, 2048} x anchors in {256, 512} ... run as the pairs (768,256) and (2048,512)\n"
            "  --seq/--anchors  give the pairs explicitly (same count), e.g. --seq 768 2048 --anchors 256 512\n"
            "  --iters 10 --warmup 3 --chunk 1024; --tiny: a small shape (smoke test of the code path)\n"
            "  JSON to bench/results/drafter_cuda.json unless --json is given\n"
            "  --check PATH: after the last step write the fp32 master weights to PATH (raw, the\n"
            "  dflash_params.data layout) and print each configuration's loss bits: two builds run\n"
-           "  with the same arguments must write the same bytes\n");
+           "  with the same arguments must write the same bytes\n"
+           "  --attn fused,gemm,fused-fwd: the attention schemes to run, each on a fresh context (default: the\n"
+           "  DFLASH_ATTN environment variable, else fused)\n"
+           "  --docs K: each step packs K documents of S tokens with N anchor slots each (default 1)\n");
 }
 
 #define CUDA_OK(call)                                                                                             \
@@ -145,7 +154,8 @@ static double gemm_ceiling(cudaStream_t s)
 }
 
 typedef struct result {
-    int S, anchors, real;
+    const char *attn;
+    int S, anchors, real, docs;
     double ms, tflop, tflops, mfu, loss, attn_pairs;
     float all_ms[64];
     int n_ms;
@@ -155,7 +165,8 @@ typedef struct result {
 int main(int argc, char **argv)
 {
     int seqs[MAXCFG] = {768, 2048}, anch[MAXCFG] = {256, 512}, nseq = 0, nanc = 0, iters = 10, warmup = 3;
-    int chunk = 1024, tiny = 0, small = 0;
+    int chunk = 1024, tiny = 0, small = 0, docs = 1, nsch = 0;
+    char *schemes[MAXSCH], attn_list[64] = "";
     const char *json = "bench/results/drafter_cuda.json", *check = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -177,6 +188,23 @@ int main(int argc, char **argv)
             json = argv[++i];
         } else if (!strcmp(argv[i], "--check") && i + 1 < argc) {
             check = argv[++i];
+        } else if (!strcmp(argv[i], "--attn") && i + 1 < argc) {
+            snprintf(attn_list, sizeof attn_list, "%s", argv[++i]);
+            char *save = NULL;
+            for (char *t = strtok_r(attn_list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (nsch == MAXSCH || (strcmp(t, "fused") && strcmp(t, "gemm") && strcmp(t, "fused-fwd"))) {
+                    fprintf(stderr, "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd (got %s)\n", MAXSCH,
+                            t);
+                    return 2;
+                }
+                schemes[nsch++] = t;
+            }
+        } else if (!strcmp(argv[i], "--docs") && i + 1 < argc) {
+            docs = atoi(argv[++i]);
+            if (docs < 1 || docs > DFLASH_MAX_DOCS_CUDA) {
+                fprintf(stderr, "bench_drafter: --docs must be 1..%d\n", DFLASH_MAX_DOCS_CUDA);
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--tiny")) {
             tiny = 1;
         } else if (i + 1 < argc && !strcmp(argv[i], "--shape")) {
@@ -223,6 +251,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < ncfg; i++)
         maxS = DF_MAX(maxS, seqs[i]), maxN = DF_MAX(maxN, anch[i]);
     int d = c.hidden, V = c.vocab, B = c.block_size;
+    int pS = maxS * docs, pN = maxN * docs; /* packed sizes */
+    if (nsch == 0) {                        /* the environment's scheme (or the default) */
+        const char *e = getenv("DFLASH_ATTN");
+        schemes[nsch++] = (char *)(e && *e ? e : "fused");
+    }
     cudaStream_t s0;
     CUDA_OK(cudaStreamCreate(&s0));
     printf("bench_drafter: %s, %s shape, measuring the bf16 8192^3 GEMM ceiling ...\n", prop.name,
@@ -236,127 +269,161 @@ int main(int argc, char **argv)
     dflash_bf16_cuda *embed, *head, *Hd;
     CUDA_OK(cudaMalloc((void **)&embed, sizeof(dflash_bf16_cuda) * (size_t)V * d));
     CUDA_OK(cudaMalloc((void **)&head, sizeof(dflash_bf16_cuda) * (size_t)V * d));
-    CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dflash_bf16_cuda) * (size_t)maxS * c.n_capture * d));
+    CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dflash_bf16_cuda) * (size_t)pS * c.n_capture * d));
     /* std 0.02, 0.02 and 1 */
     DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0, g_err, sizeof g_err));
     DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0, g_err, sizeof g_err));
     DFLASH_CUDA_OK(
-        dflash_fill_uniform_bf16_cuda(Hd, (size_t)maxS * c.n_capture * d, 13, 1.732f, s0, g_err, sizeof g_err));
+        dflash_fill_uniform_bf16_cuda(Hd, (size_t)pS * c.n_capture * d, 13, 1.732f, s0, g_err, sizeof g_err));
     CUDA_OK(cudaStreamSynchronize(s0));
     adamw_config oc;
     adamw_config_default(&oc, 1000);
-    dflash_ctx_cuda *ctx = NULL;
-    char err[512];
-    int rc = dflash_init_cuda(&ctx, &c, &oc, embed, head, maxS, maxN, chunk, err, sizeof err);
-    if (rc < 0) {
-        fprintf(stderr, "bench_drafter: dflash_init_cuda: %s\n", err);
-        return 1;
-    }
-    printf("bench_drafter: %zu trainable params, context holds %.1f GiB\n", dflash_param_count_cuda(ctx),
-           (double)dflash_device_bytes_cuda(ctx) / (1u << 30));
-    DFLASH_CUDA_OK(dflash_params_init_device_cuda(ctx, 42, 0.02f, g_err, sizeof g_err));
-    cudaStream_t s = dflash_stream_cuda(ctx);
 
-    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxS),
-            *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
-    uint8_t *lm = (uint8_t *)malloc((size_t)maxS), *keep = (uint8_t *)malloc((size_t)maxN);
+    int32_t *x = (int32_t *)malloc(sizeof(int32_t) * (size_t)pS),
+            *anc = (int32_t *)malloc(sizeof(int32_t) * (size_t)pN);
+    uint8_t *lm = (uint8_t *)malloc((size_t)pS), *keep = (uint8_t *)malloc((size_t)pN);
     int32_t *x_d, *anc_d;
     uint8_t *lm_d, *keep_d;
-    CUDA_OK(cudaMalloc((void **)&x_d, sizeof(int32_t) * (size_t)maxS));
-    CUDA_OK(cudaMalloc((void **)&anc_d, sizeof(int32_t) * (size_t)maxN));
-    CUDA_OK(cudaMalloc((void **)&lm_d, (size_t)maxS));
-    CUDA_OK(cudaMalloc((void **)&keep_d, (size_t)maxN));
+    CUDA_OK(cudaMalloc((void **)&x_d, sizeof(int32_t) * (size_t)pS));
+    CUDA_OK(cudaMalloc((void **)&anc_d, sizeof(int32_t) * (size_t)pN));
+    CUDA_OK(cudaMalloc((void **)&lm_d, (size_t)pS));
+    CUDA_OK(cudaMalloc((void **)&keep_d, (size_t)pN));
     if (!x || !anc || !lm || !keep) {
         fprintf(stderr, "bench_drafter: out of host memory\n");
         return 1;
     }
-    df_rng r;
-    df_rng_seed(&r, 5);
-    result res[MAXCFG];
+    result res[MAXSCH * MAXCFG];
     memset(res, 0, sizeof res);
-    size_t np = dflash_param_count_cuda(ctx);
-    double p_head = (double)V * d, p_fc = (double)d * c.n_capture * d;
-    double p_kv = (double)c.n_layers * 2 * c.n_kv_heads * c.head_dim * d;
+    int nres = 0;
+    size_t np = 0;
+    dflash_ctx_cuda *ctx = NULL;
     cudaEvent_t e0, e1;
     CUDA_OK(cudaEventCreate(&e0));
     CUDA_OK(cudaEventCreate(&e1));
-    for (int ci = 0; ci < ncfg; ci++) {
-        int S = seqs[ci], N = anch[ci];
-        for (int i = 0; i < S; i++) {
-            x[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
-            lm[i] = i >= S / 8;
-        }
-        int n = dflash_sample_anchors(anc, keep, N, lm, S, 1, (uint64_t)ci);
-        if (n < 0) {
-            fprintf(stderr, "bench_drafter: anchor sampling failed\n");
+    for (int si = 0; si < nsch; si++) {
+        setenv("DFLASH_ATTN", schemes[si], 1);
+        char err[512];
+        int rc = dflash_init_cuda(&ctx, &c, &oc, embed, head, pS, pN, chunk, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "bench_drafter: dflash_init_cuda: %s\n", err);
             return 1;
         }
-        double pairs = 0; /* allowed (query, key) pairs over all layers */
-        for (int l = 0; l < c.n_layers; l++)
-            for (int j = 0; j < n; j++)
-                for (int k = 0; k < B; k++) {
-                    if (c.layer_sliding[l]) {
-                        int lo = DF_MAX(0, anc[j] + k - (c.sliding_window - 1));
-                        pairs += (anc[j] - lo > 0 ? anc[j] - lo : 0) + k + 1;
-                    } else {
-                        pairs += anc[j] + B;
-                    }
+        printf("bench_drafter: attention %s: %zu trainable params, context holds %.1f GiB (max S %d, max anchors %d)\n",
+               dflash_attn_name_cuda(ctx), dflash_param_count_cuda(ctx),
+               (double)dflash_device_bytes_cuda(ctx) / (1u << 30), pS, pN);
+        DFLASH_CUDA_OK(dflash_params_init_device_cuda(ctx, 42, 0.02f, g_err, sizeof g_err));
+        cudaStream_t s = dflash_stream_cuda(ctx);
+        df_rng r;
+        df_rng_seed(&r, 5); /* the same documents for every scheme */
+        np = dflash_param_count_cuda(ctx);
+        double p_head = (double)V * d, p_fc = (double)d * c.n_capture * d;
+        double p_kv = (double)c.n_layers * 2 * c.n_kv_heads * c.head_dim * d;
+        for (int ci = 0; ci < ncfg; ci++) {
+            int S = seqs[ci], N = anch[ci], n = 0;
+            int32_t starts[DFLASH_MAX_DOCS_CUDA + 1];
+            int nreal[DFLASH_MAX_DOCS_CUDA];
+            double pairs = 0, flops = 0; /* allowed (query, key) pairs over all layers */
+            for (int k = 0; k < docs; k++) {
+                int32_t *ak = anc + (size_t)k * N;
+                uint8_t *kk_ = keep + (size_t)k * N;
+                starts[k] = k * S;
+                for (int i = 0; i < S; i++) {
+                    x[k * S + i] = (int32_t)df_rng_below(&r, (uint64_t)V);
+                    lm[k * S + i] = i >= S / 8;
                 }
-        double flops = (double)N * B * (6.0 * (double)np + 4.0 * p_head) + (double)S * 6.0 * (p_fc + p_kv) +
-                       12.0 * pairs * c.n_heads * c.head_dim;
-        CUDA_OK(cudaMemcpy(x_d, x, sizeof(int32_t) * (size_t)S, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(lm_d, lm, (size_t)S, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(anc_d, anc, sizeof(int32_t) * (size_t)N, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaMemcpy(keep_d, keep, (size_t)N, cudaMemcpyHostToDevice));
-        CUDA_OK(cudaDeviceSynchronize());
-        dflash_batch_cuda b = {S, N, n, Hd, 1, x_d, lm_d, anc_d, keep_d};
-        printf("bench_drafter: S=%d anchors=%d (%d real): warmup %d, timing %d steps ...\n", S, N, n, warmup, iters);
-        fflush(stdout);
-        result *o = &res[ci];
-        for (int it = 0; it < warmup + iters; it++) {
-            CUDA_OK(cudaEventRecord(e0, s));
+                nreal[k] = dflash_sample_anchors(ak, kk_, N, lm + (size_t)k * S, S, 1, (uint64_t)(ci * docs + k));
+                if (nreal[k] < 0) {
+                    fprintf(stderr, "bench_drafter: anchor sampling failed\n");
+                    return 1;
+                }
+                n += nreal[k];
+                double pk = 0;
+                for (int l = 0; l < c.n_layers; l++)
+                    for (int j = 0; j < nreal[k]; j++)
+                        for (int q = 0; q < B; q++) {
+                            if (c.layer_sliding[l]) {
+                                int lo = DF_MAX(0, ak[j] + q - (c.sliding_window - 1));
+                                pk += (ak[j] - lo > 0 ? ak[j] - lo : 0) + q + 1;
+                            } else {
+                                pk += ak[j] + B;
+                            }
+                        }
+                pairs += pk;
+                /* block positions computed: all N slots alone, the kept ones packed */
+                flops += (double)(docs > 1 ? nreal[k] : N) * B * (6.0 * (double)np + 4.0 * p_head) +
+                         (double)S * 6.0 * (p_fc + p_kv) + 12.0 * pk * c.n_heads * c.head_dim;
+            }
+            starts[docs] = docs * S;
+            CUDA_OK(cudaMemcpy(x_d, x, sizeof(int32_t) * (size_t)S * docs, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(lm_d, lm, (size_t)S * docs, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(anc_d, anc, sizeof(int32_t) * (size_t)N * docs, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaMemcpy(keep_d, keep, (size_t)N * docs, cudaMemcpyHostToDevice));
+            CUDA_OK(cudaDeviceSynchronize());
+            /* packed: the documents' kept slots one after the other (as the trainer) */
+            dflash_batch_cuda b = {S * docs, docs > 1 ? n : N, docs > 1 ? -1 : n,   Hd,     1,     x_d, lm_d,
+                                   anc_d,    keep_d,           docs > 1 ? docs : 0, starts, nreal, N};
+            printf("bench_drafter: [%s] S=%d anchors=%d docs=%d (%d real): warmup %d, timing %d steps ...\n",
+                   schemes[si], S, N, docs, n, warmup, iters);
+            fflush(stdout);
+            result *o = &res[nres++];
+            for (int it = 0; it < warmup + iters; it++) {
+                CUDA_OK(cudaEventRecord(e0, s));
+                DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
+                DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
+                DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
+                CUDA_OK(cudaEventRecord(e1, s));
+                CUDA_OK(cudaEventSynchronize(e1));
+                if (it >= warmup)
+                    CUDA_OK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
+            }
+            /* one more step with phase events (not in the median: events add a little) */
+            DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err));
             DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
             DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
             DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
-            CUDA_OK(cudaEventRecord(e1, s));
-            CUDA_OK(cudaEventSynchronize(e1));
-            if (it >= warmup)
-                CUDA_OK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
+            DFLASH_CUDA_OK(dflash_timing_read_cuda(ctx, &o->ph, g_err, sizeof g_err));
+            DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 0, g_err, sizeof g_err));
+            dflash_stats st;
+            DFLASH_CUDA_OK(dflash_stats_read_cuda(ctx, &st, g_err, sizeof g_err));
+            float sorted[64];
+            memcpy(sorted, o->all_ms, sizeof(float) * (size_t)o->n_ms);
+            qsort(sorted, (size_t)o->n_ms, sizeof(float), cmp_f);
+            o->attn = schemes[si];
+            o->S = S, o->anchors = N, o->real = n, o->docs = docs, o->ms = sorted[o->n_ms / 2], o->tflop = flops / 1e12;
+            o->tflops = flops / (o->ms * 1e-3) / 1e12, o->mfu = ceiling > 0 ? o->tflops / ceiling : 0;
+            o->loss = st.loss, o->attn_pairs = pairs;
+            printf("bench_drafter: [%s] S=%d anchors=%d docs=%d: %.2f ms/step, %.1f TFLOP/s, MFU %.1f%%, loss %.4f\n",
+                   schemes[si], S, N, docs, o->ms, o->tflops, 100 * o->mfu, o->loss);
+            printf("bench_drafter:   phases: forward %.2f ms (attention %.2f), loss %.2f, backward %.2f ms (attention "
+                   "%.2f), optimizer %.2f\n",
+                   o->ph.fwd_ms, o->ph.attn_fwd_ms, o->ph.loss_ms, o->ph.bwd_ms, o->ph.attn_bwd_ms, o->ph.opt_ms);
+            if (check)
+                printf("bench_drafter: check: S=%d anchors=%d loss %a wce %a sum_w %a\n", S, N, st.loss, st.wce,
+                       st.sum_w);
+            if (!isfinite(st.loss)) {
+                fprintf(stderr, "bench_drafter: non-finite loss\n");
+                return 1;
+            }
         }
-        /* one more step with phase events (not in the median: events add a little) */
-        DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err));
-        DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
-        DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
-        DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
-        DFLASH_CUDA_OK(dflash_timing_read_cuda(ctx, &o->ph, g_err, sizeof g_err));
-        DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 0, g_err, sizeof g_err));
-        dflash_stats st;
-        DFLASH_CUDA_OK(dflash_stats_read_cuda(ctx, &st, g_err, sizeof g_err));
-        float sorted[64];
-        memcpy(sorted, o->all_ms, sizeof(float) * (size_t)o->n_ms);
-        qsort(sorted, (size_t)o->n_ms, sizeof(float), cmp_f);
-        o->S = S, o->anchors = N, o->real = n, o->ms = sorted[o->n_ms / 2], o->tflop = flops / 1e12;
-        o->tflops = flops / (o->ms * 1e-3) / 1e12, o->mfu = ceiling > 0 ? o->tflops / ceiling : 0;
-        o->loss = st.loss, o->attn_pairs = pairs;
-        printf("bench_drafter: S=%d anchors=%d: %.2f ms/step, %.1f TFLOP/s, MFU %.1f%%, loss %.4f\n", S, N, o->ms,
-               o->tflops, 100 * o->mfu, o->loss);
-        printf("bench_drafter:   phases: forward %.2f ms (attention %.2f), loss %.2f, backward %.2f ms (attention "
-               "%.2f), optimizer %.2f\n",
-               o->ph.fwd_ms, o->ph.attn_fwd_ms, o->ph.loss_ms, o->ph.bwd_ms, o->ph.attn_bwd_ms, o->ph.opt_ms);
-        if (check)
-            printf("bench_drafter: check: S=%d anchors=%d loss %a wce %a sum_w %a\n", S, N, st.loss, st.wce, st.sum_w);
-        if (!isfinite(st.loss)) {
-            fprintf(stderr, "bench_drafter: non-finite loss\n");
-            return 1;
+        if (si + 1 < nsch) {
+            dflash_free_cuda(ctx);
+            ctx = NULL;
         }
     }
 
-    printf("\n%-6s %-8s %-6s %10s %10s %10s %9s %8s %8s\n", "S", "anchors", "real", "ms/step", "samples/s",
-           "TFLOP/step", "TFLOP/s", "MFU", "loss");
-    for (int i = 0; i < ncfg; i++)
-        printf("%-6d %-8d %-6d %10.2f %10.2f %10.2f %9.1f %7.1f%% %8.4f\n", res[i].S, res[i].anchors, res[i].real,
-               res[i].ms, 1000.0 / res[i].ms, res[i].tflop, res[i].tflops, 100 * res[i].mfu, res[i].loss);
+    printf("\n%-9s %-6s %-8s %-4s %-6s %10s %10s %10s %9s %8s %8s\n", "attention", "S", "anchors", "docs", "real",
+           "ms/step", "samples/s", "TFLOP/step", "TFLOP/s", "MFU", "loss");
+    for (int i = 0; i < nres; i++)
+        printf("%-9s %-6d %-8d %-4d %-6d %10.2f %10.2f %10.2f %9.1f %7.1f%% %8.4f\n", res[i].attn, res[i].S,
+               res[i].anchors, res[i].docs, res[i].real, res[i].ms, 1000.0 * res[i].docs / res[i].ms, res[i].tflop,
+               res[i].tflops, 100 * res[i].mfu, res[i].loss);
     printf("(GEMM ceiling %.1f TFLOP/s, %s)\n", ceiling, prop.name);
+    printf("\nphases (ms):\n%-9s %-6s %-8s %-4s %9s %9s %9s %9s %9s %9s\n", "attention", "S", "anchors", "docs",
+           "forward", "attn fwd", "loss", "backward", "attn bwd", "optimizer");
+    for (int i = 0; i < nres; i++)
+        printf("%-9s %-6d %-8d %-4d %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", res[i].attn, res[i].S, res[i].anchors,
+               res[i].docs, res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms,
+               res[i].ph.attn_bwd_ms, res[i].ph.opt_ms);
 
     char *slash = strrchr(json, '/');
     if (slash) {
@@ -364,7 +431,8 @@ int main(int argc, char **argv)
         snprintf(dir, sizeof dir, "%.*s", (int)(slash - json), json);
         df_mkdir_p(dir, 0755);
     }
-    char buf[16384];
+    char buf[65536];
+    int rc;
     size_t off = 0;
     time_t now = time(NULL);
     struct tm tmv;
@@ -372,10 +440,11 @@ int main(int argc, char **argv)
     char date[32];
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
     off += (size_t)snprintf(buf + off, sizeof buf - off, "[\n");
-    for (int i = 0; i < ncfg; i++) {
+    for (int i = 0; i < nres; i++) {
         off += (size_t)snprintf(
             buf + off, sizeof buf - off,
-            " {\"bench\": \"drafter_step_cuda\", \"shape\": \"%s\", \"seq\": %d, \"anchors\": %d, "
+            " {\"bench\": \"drafter_step_cuda\", \"attn\": \"%s\", \"docs\": %d, \"shape\": \"%s\", "
+            "\"seq\": %d, \"anchors\": %d, "
             "\"real_anchors\": %d, \"block_size\": %d, \"ms_per_step\": %.3f, \"ms_per_sample\": %.3f, "
             "\"samples_per_s\": %.3f, \"tflop_per_step\": %.3f, \"tflops\": %.1f, \"mfu\": %.4f, "
             "\"gemm_ceiling_tflops\": %.1f, \"loss\": %.4f, \"chunk_rows\": %d, \"warmup\": %d, "
@@ -383,16 +452,17 @@ int main(int argc, char **argv)
             "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
             "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
             "\"step_ms_all\": [",
+            res[i].attn, res[i].docs,
             tiny    ? "tiny"
             : small ? "qwen3-1.7b-b16"
                     : "qwen3-8b-b16",
-            res[i].S, res[i].anchors, res[i].real, B, res[i].ms, res[i].ms, 1000.0 / res[i].ms, res[i].tflop,
-            res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date,
-            res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms,
-            res[i].ph.opt_ms);
+            res[i].S, res[i].anchors, res[i].real, B, res[i].ms, res[i].ms / res[i].docs,
+            1000.0 * res[i].docs / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk,
+            warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms,
+            res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms);
         for (int k = 0; k < res[i].n_ms; k++)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
-        off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < ncfg ? "," : "");
+        off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < nres ? "," : "");
     }
     off += (size_t)snprintf(buf + off, sizeof buf - off, "]\n");
     if (off >= sizeof buf || (rc = df_write_file_atomic(json, buf, off)) < 0) {

@@ -25,6 +25,7 @@
  */
 #include "dflash/dflash_cuda.h"
 
+#include "dflash/dflash_attn_cuda.h"
 #include "nn/nn_cuda_device.cuh"
 
 #include <errno.h>
@@ -98,9 +99,13 @@ struct dflash_ctx_cuda {
     layer_buf lb[DFLASH_MAX_LAYERS];
     float *h_out;
     bf16 *z;
-    /* attention scratch */
-    float *Sc, *dPc, *Pb, *Oc, *dSb, *Drow, *dQh, *dKh, *dVh;
-    bf16 *Pc, *dSc, *dOh;
+    /* attention (dflash_attn_cuda.h): scheme, its workspace, gradients; per anchor slot the
+     * context window [alo, ahi) in packed rows and the effective keep flag */
+    int attn_scheme;
+    dflash_attn_ws_cuda aws;
+    float *dQh, *dKh, *dVh;
+    int32_t *ahi, *alo;
+    uint8_t *ekeep;
     /* loss */
     bf16 *zc, *dlog;
     float *logits, *dzc, *dz;
@@ -183,12 +188,59 @@ __global__ void k_params_init(float *P, bf16 *Wb, const tensor_ent *tens, uint64
     }
 }
 
-/* ---- batch preparation: labels, weights, positions, compaction (one block) ------------ */
+/* ---- batch preparation: labels, weights, positions, windows, compaction (one block) ----- */
 
+/* The documents of a call (by value: no copy, nothing to wait for). Document k is context rows
+ * [start[k], start[k+1]) and the packed anchor slots [slot0[k], slot0[k+1]), read from
+ * anchors / keep at k*stride + (j - slot0[k]); slots from slot0[n] on are padding. */
+typedef struct doc_table {
+    int n, stride;
+    int start[DFLASH_MAX_DOCS_CUDA + 1];
+    int slot0[DFLASH_MAX_DOCS_CUDA + 1];
+} doc_table;
+
+/* the largest k in [0, n) with v[k] <= t (v rising, v[0] <= t) */
+__device__ __forceinline__ int doc_search(const int *v, int n, int t)
+{
+    int a = 0, b = n - 1;
+    while (a < b) {
+        int m = (a + b + 1) >> 1;
+        if (v[m] <= t)
+            a = m;
+        else
+            b = m - 1;
+    }
+    return a;
+}
+
+/* Slot j: its document's rows [*s0, *s0 + *len), its local anchor *a; returns keep && anchor in
+ * range; *bad = kept with the anchor out of range. Padding slots: s0 = len = a = 0. */
+__device__ __forceinline__ int slot_info(const doc_table &D, const int32_t *anchors, const uint8_t *keep, int j,
+                                         int *s0, int *len, int *a, int *bad)
+{
+    *s0 = *len = *a = *bad = 0;
+    if (j >= D.slot0[D.n])
+        return 0;
+    int k = doc_search(D.slot0, D.n, j);
+    long src = (long)k * D.stride + (j - D.slot0[k]);
+    *s0 = D.start[k];
+    *len = D.start[k + 1] - D.start[k];
+    *a = anchors[src];
+    int kp = keep[src] != 0, ok = *a >= 0 && *a < *len;
+    *bad = kp && !ok;
+    if (!ok)
+        *a = 0;
+    return kp && ok;
+}
+
+/* Per slot j: effective keep, context window alo = document start, ahi = start + anchor (start
+ * when not kept); labels y = x[s0 + a + kk] while a + kk < len, weights from loss_mask, RoPE
+ * positions doc-local (context row t: t - its document's start; block rows a + kk): exactly what
+ * a call per document computes. */
 __global__ void __launch_bounds__(1024)
-    k_batch_prep(int32_t *labels, float *wts, int32_t *pos, int32_t *idx, dev_stats *ds, const int32_t *x,
-                 const uint8_t *lmask, const int32_t *anchors, const uint8_t *keep, int S, int N, int B, int V,
-                 double gamma, double norm_arg, int rows_max)
+    k_batch_prep(int32_t *labels, float *wts, int32_t *pos, int32_t *idx, int32_t *ahi, int32_t *alo, uint8_t *ekeep,
+                 dev_stats *ds, const int32_t *x, const uint8_t *lmask, const int32_t *anchors, const uint8_t *keep,
+                 doc_table D, int S, int N, int B, int V, double gamma, double norm_arg, int rows_max)
 {
     __shared__ int scan[1024];
     __shared__ double shd[32];
@@ -198,15 +250,21 @@ __global__ void __launch_bounds__(1024)
         err_sh = 0;
     __syncthreads();
     int err = 0;
-    for (int j = tid; j < N; j += blockDim.x)
-        if (anchors[j] < 0 || anchors[j] >= S)
+    for (int j = tid; j < N; j += blockDim.x) {
+        int s0, len, a, bad, kp = slot_info(D, anchors, keep, j, &s0, &len, &a, &bad);
+        if (bad)
             err |= ERR_ANCHOR;
+        ekeep[j] = (uint8_t)kp;
+        alo[j] = s0;
+        ahi[j] = s0 + a;
+    }
     for (int t = tid; t < S + R; t += blockDim.x) {
         if (t < S) {
-            pos[t] = t;
+            pos[t] = t - D.start[doc_search(D.start, D.n, t)];
         } else {
-            int r = t - S, a = anchors[r / B];
-            pos[t] = (a >= 0 && a < S ? a : 0) + r % B;
+            int r = t - S, s0, len, a, bad;
+            slot_info(D, anchors, keep, r / B, &s0, &len, &a, &bad);
+            pos[t] = a + r % B;
         }
     }
     double sw = 0;
@@ -214,18 +272,18 @@ __global__ void __launch_bounds__(1024)
     for (int r0 = 0; r0 < R; r0 += blockDim.x) {
         int r = r0 + tid, flag = 0;
         if (r < R) {
-            int j = r / B, k = r % B, a = anchors[j], p = a + k;
-            int lab = -1;
+            int k = r % B, s0, len, a, bad, kp = slot_info(D, anchors, keep, r / B, &s0, &len, &a, &bad);
+            int p = a + k, lab = -1;
             float w = 0.0f;
-            if (keep[j] && k > 0 && a >= 0 && a < S && p < S) {
-                lab = x[p];
-                if (lmask[p]) {
+            if (kp && k > 0 && p < len) {
+                lab = x[s0 + p];
+                if (lmask[s0 + p]) {
                     w = (float)exp(-(double)(k - 1) / gamma);
                     if (lab < 0 || lab >= V)
                         err |= ERR_TOKEN;
                 }
             }
-            if (keep[j] && a >= 0 && a < S && (x[a] < 0 || x[a] >= V))
+            if (kp && (x[s0 + a] < 0 || x[s0 + a] >= V))
                 err |= ERR_TOKEN;
             labels[r] = lab;
             wts[r] = w;
@@ -259,13 +317,13 @@ __global__ void __launch_bounds__(1024)
     }
 }
 
-/* h0[r] = E[x[a_j]] (k = 0) or E[MASK] */
-__global__ void k_embed_h0(float *h, const bf16 *E, const int32_t *x, const int32_t *anchors, int R, int B, int d,
-                           int S, int V, int mask_id)
+/* h0[r] = E[x[ahi_j]] (k = 0: the anchor's token, ahi is its packed row) or E[MASK] */
+__global__ void k_embed_h0(float *h, const bf16 *E, const int32_t *x, const int32_t *ahi, int R, int B, int d, int S,
+                           int V, int mask_id)
 {
     long n = (long)R * d;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        int r = (int)(i / d), c = (int)(i % d), k = r % B, a = anchors[r / B];
+        int r = (int)(i / d), c = (int)(i % d), k = r % B, a = ahi[r / B];
         int tok = mask_id;
         if (k == 0) {
             tok = (a >= 0 && a < S) ? x[a] : 0;
@@ -477,204 +535,6 @@ __global__ void k_qk_bwd(bf16 *dqkv, bf16 *dkvc, float *cq, float *ck, const flo
         dks[kvd + i] = f2bf(dVh[o + i]);
 }
 
-/* ---- attention ----------------------------------------------------------------------------
- * Query rows rho = (g * R + r) * G + hh (kv head g, block row r = j*B + k, head h = g*G + hh).
- * Keys of kv head g at Kh + (g*T + t)*hd: context t < S, block rows t = S + j*B + kk. */
-
-struct attn_args {
-    int S, Sp, R, T, B, G, hd, window;
-    float scale;
-    const int32_t *anchors;
-    const uint8_t *keep;
-};
-
-/* Mask of row rho: context [lo, hi), block keys [0, nb); returns 0 for padding. */
-__device__ __forceinline__ int row_mask(const attn_args &A, long rho, int *j, int *k, int *g, int *lo, int *hi, int *nb)
-{
-    int r = (int)((rho / A.G) % A.R);
-    *g = (int)(rho / ((long)A.G * A.R));
-    *j = r / A.B;
-    *k = r % A.B;
-    if (!A.keep[*j])
-        return 0;
-    int a = A.anchors[*j];
-    *hi = a;
-    *lo = A.window > 0 ? max(0, a + *k - (A.window - 1)) : 0;
-    *nb = A.window > 0 ? *k + 1 : A.B;
-    return 1;
-}
-
-/* dot(a[hd], b[hd]) over the warp (all lanes get it) */
-__device__ __forceinline__ float warp_dot(const bf16 *a, const bf16 *b, int hd, int lane)
-{
-    float s = 0;
-    for (int i = lane; i < hd; i += 32)
-        s += bf2f(a[i]) * bf2f(b[i]);
-    return warp_sum(s);
-}
-
-__global__ void k_attn_fwd_softmax(bf16 *Pc, float *Pb, float *lse, const float *Sc, const bf16 *Qh, const bf16 *Kh,
-                                   attn_args A, long HR)
-{
-    long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (rho >= HR)
-        return;
-    int j, k, g, lo = 0, hi = 0, nb = 0;
-    bf16 *prow = Pc + rho * A.Sp;
-    float *pb = Pb + rho * A.B;
-    if (!row_mask(A, rho, &j, &k, &g, &lo, &hi, &nb)) {
-        for (int s = lane; s < A.Sp; s += 32)
-            prow[s] = f2bf(0.0f);
-        for (int kk = lane; kk < A.B; kk += 32)
-            pb[kk] = 0.0f;
-        if (lane == 0)
-            lse[rho] = -INFINITY;
-        return;
-    }
-    const bf16 *q = Qh + rho * A.hd;
-    const bf16 *kb = Kh + ((long)g * A.T + A.S + (long)j * A.B) * A.hd;
-    float sb0 = -INFINITY, sb1 = -INFINITY;
-    for (int kk = 0; kk < nb; kk++) {
-        float s = warp_dot(q, kb + (long)kk * A.hd, A.hd, lane) * A.scale;
-        if (kk == lane)
-            sb0 = s;
-        if (kk == lane + 32)
-            sb1 = s;
-    }
-    const float *srow = Sc + rho * A.Sp;
-    float m = fmaxf(sb0, sb1);
-    for (int s = lo + lane; s < hi; s += 32)
-        m = fmaxf(m, srow[s] * A.scale);
-    m = warp_max(m);
-    float sum = (sb0 > -INFINITY ? expf(sb0 - m) : 0.0f) + (sb1 > -INFINITY ? expf(sb1 - m) : 0.0f);
-    for (int s = lo + lane; s < hi; s += 32)
-        sum += expf(srow[s] * A.scale - m);
-    sum = warp_sum(sum);
-    float L = m + logf(sum);
-    for (int s = lane; s < A.Sp; s += 32)
-        prow[s] = f2bf(s >= lo && s < hi ? expf(srow[s] * A.scale - L) : 0.0f);
-    for (int kk = lane; kk < A.B; kk += 32) {
-        float sb = kk < 32 ? sb0 : sb1;
-        pb[kk] = kk < nb ? expf(sb - L) : 0.0f;
-    }
-    if (lane == 0)
-        lse[rho] = L;
-}
-
-/* att[r][h*hd + i] = Oc[rho][i] + sum_kk Pb[rho][kk] V[block kk][i] */
-__global__ void k_attn_combine(bf16 *att, const float *Oc, const float *Pb, const bf16 *Vh, attn_args A, int H, long n)
-{
-    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
-        long rho = e / A.hd;
-        int i = (int)(e % A.hd), hh = (int)(rho % A.G), r = (int)((rho / A.G) % A.R),
-            g = (int)(rho / ((long)A.G * A.R));
-        int j = r / A.B;
-        const bf16 *vb = Vh + ((long)g * A.T + A.S + (long)j * A.B) * A.hd + i;
-        const float *pb = Pb + rho * A.B;
-        float v = Oc[e];
-        for (int kk = 0; kk < A.B; kk++)
-            v += pb[kk] * bf2f(vb[(long)kk * A.hd]);
-        att[(long)r * H * A.hd + (long)(g * A.G + hh) * A.hd + i] = f2bf(v);
-    }
-}
-
-/* dOh[rho] = datt[r][h]; Drow[rho] = dO . O */
-__global__ void k_attn_prep_bwd(bf16 *dOh, float *Drow, const bf16 *datt, const bf16 *att, attn_args A, int H, long HR)
-{
-    long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (rho >= HR)
-        return;
-    int hh = (int)(rho % A.G), r = (int)((rho / A.G) % A.R), g = (int)(rho / ((long)A.G * A.R));
-    long o = (long)r * H * A.hd + (long)(g * A.G + hh) * A.hd;
-    float s = 0;
-    for (int i = lane; i < A.hd; i += 32) {
-        bf16 v = datt[o + i];
-        dOh[rho * A.hd + i] = v;
-        s += bf2f(v) * bf2f(att[o + i]);
-    }
-    s = warp_sum(s);
-    if (lane == 0)
-        Drow[rho] = s;
-}
-
-/* P recomputed from Sc and the saved LSE; dS = P (dP - D). */
-__global__ void k_attn_bwd_softmax(bf16 *dSc, bf16 *Pc, float *dSb, float *Pb, const float *Sc, const float *dPc,
-                                   const float *lse, const float *Drow, const bf16 *Qh, const bf16 *Kh, const bf16 *Vh,
-                                   const bf16 *dOh, attn_args A, long HR)
-{
-    long rho = (blockIdx.x * (long)blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (rho >= HR)
-        return;
-    int j, k, g, lo = 0, hi = 0, nb = 0;
-    bf16 *ds = dSc + rho * A.Sp, *pc = Pc + rho * A.Sp;
-    float *dsb = dSb + rho * A.B, *pb = Pb + rho * A.B;
-    if (!row_mask(A, rho, &j, &k, &g, &lo, &hi, &nb)) {
-        for (int s = lane; s < A.Sp; s += 32)
-            ds[s] = pc[s] = f2bf(0.0f);
-        for (int kk = lane; kk < A.B; kk += 32)
-            dsb[kk] = pb[kk] = 0.0f;
-        return;
-    }
-    float L = lse[rho], D = Drow[rho];
-    const bf16 *q = Qh + rho * A.hd, *dO = dOh + rho * A.hd;
-    long kb = ((long)g * A.T + A.S + (long)j * A.B) * A.hd;
-    for (int kk = 0; kk < A.B; kk++) {
-        float p = 0, dsv = 0;
-        if (kk < nb) {
-            float s = warp_dot(q, Kh + kb + (long)kk * A.hd, A.hd, lane) * A.scale;
-            float dp = warp_dot(dO, Vh + kb + (long)kk * A.hd, A.hd, lane);
-            p = expf(s - L);
-            dsv = p * (dp - D);
-        }
-        if (lane == 0) {
-            pb[kk] = p;
-            dsb[kk] = dsv;
-        }
-    }
-    const float *srow = Sc + rho * A.Sp, *dprow = dPc + rho * A.Sp;
-    for (int s = lane; s < A.Sp; s += 32) {
-        float p = 0, dsv = 0;
-        if (s >= lo && s < hi) {
-            p = expf(srow[s] * A.scale - L);
-            dsv = p * (dprow[s] - D);
-        }
-        pc[s] = f2bf(p);
-        ds[s] = f2bf(dsv);
-    }
-}
-
-/* One CTA per (block j, kv head g): dK, dV of the block's own keys (sum over its B*G query
- * rows in a fixed order) and the block-key term of dQ. */
-__global__ void k_attn_block_bwd(float *dQh, float *dKh, float *dVh, const float *dSb, const float *Pb, const bf16 *Qh,
-                                 const bf16 *Kh, const bf16 *dOh, attn_args A)
-{
-    int j = blockIdx.x, g = blockIdx.y, BG = A.B * A.G;
-    long row0 = ((long)g * A.R + (long)j * A.B) * A.G; /* first rho of the block: rows are contiguous */
-    long kb = ((long)g * A.T + A.S + (long)j * A.B) * A.hd;
-    for (int e = threadIdx.x; e < A.B * A.hd; e += blockDim.x) {
-        int kk = e / A.hd, i = e % A.hd;
-        float dk = 0, dv = 0;
-        for (int q = 0; q < BG; q++) {
-            long rho = row0 + q;
-            dk += dSb[rho * A.B + kk] * bf2f(Qh[rho * A.hd + i]);
-            dv += Pb[rho * A.B + kk] * bf2f(dOh[rho * A.hd + i]);
-        }
-        dKh[kb + (long)kk * A.hd + i] = dk * A.scale;
-        dVh[kb + (long)kk * A.hd + i] = dv;
-    }
-    for (int e = threadIdx.x; e < BG * A.hd; e += blockDim.x) {
-        long rho = row0 + e / A.hd;
-        int i = e % A.hd;
-        float acc = 0;
-        for (int kk = 0; kk < A.B; kk++)
-            acc += dSb[rho * A.B + kk] * bf2f(Kh[kb + (long)kk * A.hd + i]);
-        dQh[rho * A.hd + i] += acc * A.scale;
-    }
-}
-
 /* ---- SwiGLU --------------------------------------------------------------------------------- */
 
 __global__ void k_swiglu_fwd(bf16 *act, const bf16 *gu, int I, long n)
@@ -882,7 +742,7 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
         off += ((size_t)(count) * sizeof(type) + 255) & ~(size_t)255; \
     } while (0)
     long d = x->d, R = x->max_R, S = x->max_S, T = x->max_T, I = x->I, CH = x->CH;
-    long Sp = (S + 7) / 8 * 8, HR = (long)x->H * R;
+    long HR = (long)x->H * R;
     long rows_cap = (long)x->max_N * (x->B - 1);
     TAKE(x->P, float, x->np);
     TAKE(x->Gr, float, x->np);
@@ -917,18 +777,13 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
     }
     TAKE(x->h_out, float, R *d);
     TAKE(x->z, bf16, R * d);
-    TAKE(x->Sc, float, HR *Sp);
-    TAKE(x->dPc, float, HR *Sp);
-    TAKE(x->Pc, bf16, HR * Sp);
-    TAKE(x->dSc, bf16, HR * Sp);
-    TAKE(x->Pb, float, HR * x->B);
-    TAKE(x->dSb, float, HR * x->B);
-    TAKE(x->Oc, float, HR * x->hd);
-    TAKE(x->Drow, float, HR);
+    TAKE(x->aws.base, char, dflash_attn_ws_bytes_cuda(x->attn_scheme, x->max_S, x->max_N, x->B, x->H, x->KV, x->hd));
+    TAKE(x->ahi, int32_t, x->max_N);
+    TAKE(x->alo, int32_t, x->max_N);
+    TAKE(x->ekeep, uint8_t, x->max_N);
     TAKE(x->dQh, float, HR * x->hd);
     TAKE(x->dKh, float, T * x->kvd);
     TAKE(x->dVh, float, T * x->kvd);
-    TAKE(x->dOh, bf16, HR * x->hd);
     TAKE(x->zc, bf16, (rows_cap > 0 ? rows_cap : 1) * d);
     TAKE(x->logits, float, CH * x->Vp);
     TAKE(x->dlog, bf16, CH * x->Vp);
@@ -1055,6 +910,11 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
     CUDA_TRY_GOTO(cudaStreamCreateWithFlags(&x->st, cudaStreamDefault), err, errlen, rc, fail);
     CUDA_TRY_RC_GOTO(nn_gemm_create_cuda(&x->gemm, 64u << 20, err, errlen), rc, fail);
+    x->attn_scheme = dflash_attn_scheme_cuda(x->hd, err, errlen);
+    if (x->attn_scheme < 0) {
+        rc = x->attn_scheme;
+        goto fail;
+    }
     x->arena_bytes = carve(x, NULL);
     if (cudaMalloc(&x->arena, x->arena_bytes) != cudaSuccess) {
         cudaGetLastError();
@@ -1064,6 +924,8 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
         goto fail;
     }
     carve(x, (char *)x->arena);
+    x->aws.scheme = x->attn_scheme, x->aws.max_S = max_S, x->aws.max_N = max_N, x->aws.B = x->B;
+    x->aws.H = x->H, x->aws.KV = x->KV, x->aws.hd = x->hd, x->aws.gemm = x->gemm;
     CUDA_TRY_GOTO(cudaMemsetAsync(x->arena, 0, x->arena_bytes, x->st), err, errlen, rc, fail);
     CUDA_TRY_GOTO(cudaMemcpyAsync(x->tens, th, sizeof(tensor_ent) * (size_t)x->ntensor, cudaMemcpyHostToDevice, x->st),
                   err, errlen, rc, fail);
@@ -1258,18 +1120,6 @@ static int mm(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, const voi
     return nn_gemm_run_cuda(x->gemm, &p, x->st, err, errlen);
 }
 
-static int mm_batched(dflash_ctx_cuda *x, int ta, int tb, int M, int N, int K, const void *A, long lda, long long sA,
-                      const void *B, long ldb, long long sB, void *D, long ldd, long long sD, int dt, float alpha,
-                      int batch, char *err, size_t errlen)
-{
-    nn_gemm_args_cuda p;
-    memset(&p, 0, sizeof p);
-    p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K, p.A = A, p.lda = lda, p.B = B, p.ldb = ldb, p.D = D;
-    p.ldd = ldd, p.d_type = dt, p.alpha = alpha, p.beta = 0.0f, p.batch = batch, p.sA = sA, p.sB = sB, p.sD = sD;
-    p.align_hint = 1;
-    return nn_gemm_run_cuda(x->gemm, &p, x->st, err, errlen);
-}
-
 /* Y[M, N] (+= C) = X[M, K] W[N, K]^T */
 static int lin_fwd(dflash_ctx_cuda *x, void *Y, int dt, const bf16 *X, const bf16 *W, int M, int K, int N,
                    const float *C, char *err, size_t errlen)
@@ -1313,47 +1163,6 @@ static int rms_bwd(dflash_ctx_cuda *x, float *dx, bf16 *dxb, float *dw_grad, con
     return colsum(x, dw_grad, x->contrib, rows, C, err, errlen);
 }
 
-static int attention_fwd(dflash_ctx_cuda *x, layer_buf *lb, int l, const attn_args *A, char *err, size_t errlen)
-{
-    long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
-    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd,
-                           (long long)A->T * x->hd, x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
-    k_attn_fwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->Pc, x->Pb, lb->lse, x->Sc, lb->Qh, lb->Kh, *A, HR);
-    CUDA_LAUNCHED("k_attn_fwd_softmax", err, errlen);
-    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->Pc, A->Sp, Rg * A->Sp, lb->Vh, x->hd,
-                           (long long)A->T * x->hd, x->Oc, x->hd, Rg * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
-    k_attn_combine<<<grid_for(HR * x->hd), 256, 0, x->st>>>(lb->att, x->Oc, x->Pb, lb->Vh, *A, x->H, HR * x->hd);
-    CUDA_LAUNCHED("k_attn_combine", err, errlen);
-    (void)l;
-    return 0;
-}
-
-static int attention_bwd(dflash_ctx_cuda *x, layer_buf *lb, const attn_args *A, char *err, size_t errlen)
-{
-    long Rg = (long)A->R * A->G, HR = (long)x->H * A->R;
-    k_attn_prep_bwd<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dOh, x->Drow, x->datt, lb->att, *A, x->H, HR);
-    CUDA_LAUNCHED("k_attn_prep_bwd", err, errlen);
-    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, lb->Qh, x->hd, Rg * x->hd, lb->Kh, x->hd,
-                           (long long)A->T * x->hd, x->Sc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
-    CUDA_TRY_RC(mm_batched(x, 0, 1, (int)Rg, A->S, x->hd, x->dOh, x->hd, Rg * x->hd, lb->Vh, x->hd,
-                           (long long)A->T * x->hd, x->dPc, A->Sp, Rg * A->Sp, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
-    k_attn_bwd_softmax<<<cdiv(HR, 8), 256, 0, x->st>>>(x->dSc, x->Pc, x->dSb, x->Pb, x->Sc, x->dPc, lb->lse, x->Drow,
-                                                       lb->Qh, lb->Kh, lb->Vh, x->dOh, *A, HR);
-    CUDA_LAUNCHED("k_attn_bwd_softmax", err, errlen);
-    /* dQ = scale dS K; dK = scale dS^T Q; dV = P^T dO (context keys) */
-    CUDA_TRY_RC(mm_batched(x, 0, 0, (int)Rg, x->hd, A->S, x->dSc, A->Sp, Rg * A->Sp, lb->Kh, x->hd,
-                           (long long)A->T * x->hd, x->dQh, x->hd, Rg * x->hd, NN_GEMM_F32, A->scale, x->KV, err,
-                           errlen));
-    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->dSc, A->Sp, Rg * A->Sp, lb->Qh, x->hd, Rg * x->hd, x->dKh,
-                           x->hd, (long long)A->T * x->hd, NN_GEMM_F32, A->scale, x->KV, err, errlen));
-    CUDA_TRY_RC(mm_batched(x, 1, 0, A->S, x->hd, (int)Rg, x->Pc, A->Sp, Rg * A->Sp, x->dOh, x->hd, Rg * x->hd, x->dVh,
-                           x->hd, (long long)A->T * x->hd, NN_GEMM_F32, 1.0f, x->KV, err, errlen));
-    dim3 g(A->R / A->B, x->KV);
-    k_attn_block_bwd<<<g, 256, 0, x->st>>>(x->dQh, x->dKh, x->dVh, x->dSb, x->Pb, lb->Qh, lb->Kh, x->dOh, *A);
-    CUDA_LAUNCHED("k_attn_block_bwd", err, errlen);
-    return 0;
-}
-
 int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st,
                                 char *err, size_t errlen)
 {
@@ -1362,18 +1171,51 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         return df_cuda_errf(err, errlen, -EINVAL,
                             "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S, x->max_S,
                             N, x->max_N);
-    int n_real = b->n_real >= 0 ? DF_MIN(b->n_real, N) : N;
-    int rows_max = n_real * (B - 1);
+    doc_table D;
+    memset(&D, 0, sizeof D);
+    int rows_max = 0;
+    if (b->n_docs <= 1) {
+        int n_real = b->n_real >= 0 ? DF_MIN(b->n_real, N) : N;
+        D.n = 1, D.stride = N, D.start[0] = 0, D.start[1] = S, D.slot0[0] = 0, D.slot0[1] = N;
+        rows_max = n_real * (B - 1);
+    } else {
+        if (b->n_docs > DFLASH_MAX_DOCS_CUDA || b->doc_slots < 1 || !b->doc_starts)
+            return df_cuda_errf(err, errlen, -EINVAL,
+                                "dflash_step_accumulate_cuda: %d documents (max %d), doc_slots %d (>= 1) or no "
+                                "doc_starts",
+                                b->n_docs, DFLASH_MAX_DOCS_CUDA, b->doc_slots);
+        D.n = b->n_docs, D.stride = b->doc_slots;
+        for (int k = 0; k <= D.n; k++) {
+            D.start[k] = b->doc_starts[k];
+            if ((k == 0 && D.start[0] != 0) || (k == D.n && D.start[k] != S) || (k > 0 && D.start[k] < D.start[k - 1]))
+                return df_cuda_errf(err, errlen, -EINVAL,
+                                    "dflash_step_accumulate_cuda: doc_starts[%d] = %d: must rise from 0 to S = %d", k,
+                                    D.start[k], S);
+        }
+        D.slot0[0] = 0;
+        for (int k = 0; k < D.n; k++) {
+            int used = b->doc_n_real ? b->doc_n_real[k] : -1;
+            used = used >= 0 ? DF_MIN(used, D.stride) : D.stride;
+            if (D.start[k + 1] == D.start[k])
+                used = 0;
+            D.slot0[k + 1] = D.slot0[k] + used;
+            rows_max += used * (B - 1);
+        }
+        if (D.slot0[D.n] > N)
+            return df_cuda_errf(err, errlen, -EINVAL,
+                                "dflash_step_accumulate_cuda: the documents use %d anchor slots, N = %d", D.slot0[D.n],
+                                N);
+    }
     cudaStream_t s = x->st;
     x->last_S = S, x->last_N = N;
-    attn_args A;
-    A.S = S, A.Sp = (S + 7) / 8 * 8, A.R = R, A.T = T, A.B = B, A.G = x->G, A.hd = x->hd, A.scale = x->scale;
-    A.anchors = b->anchors, A.keep = b->keep, A.window = 0;
+    dflash_attn_cuda A;
+    A.S = S, A.N = N, A.B = B, A.H = x->H, A.KV = x->KV, A.hd = x->hd, A.window = 0, A.scale = x->scale;
+    A.hi = x->ahi, A.lo = x->alo, A.keep = x->ekeep;
 
     CUDA_TRY_RC(mark(x, x->ev_ph[0], err, errlen));
     /* batch: labels, weights, positions, loss rows */
-    k_batch_prep<<<1, 1024, 0, s>>>(x->labels, x->wts, x->pos, x->idx, x->ds, b->x, b->loss_mask, b->anchors, b->keep,
-                                    S, N, B, x->V, x->c.gamma, norm, rows_max);
+    k_batch_prep<<<1, 1024, 0, s>>>(x->labels, x->wts, x->pos, x->idx, x->ahi, x->alo, x->ekeep, x->ds, b->x,
+                                    b->loss_mask, b->anchors, b->keep, D, S, N, B, x->V, x->c.gamma, norm, rows_max);
     CUDA_LAUNCHED("k_batch_prep", err, errlen);
     const bf16 *Hb = (const bf16 *)b->H;
     if (!b->H_bf16) {
@@ -1385,7 +1227,7 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     CUDA_TRY_RC(lin_fwd(x, x->fc_out, NN_GEMM_F32, Hb, x->Wb + x->off_fc, S, x->nc * d, d, NULL, err, errlen));
     k_rmsnorm_fwd<<<S, 256, 0, s>>>(x->ctxb, x->fc_out, x->P + x->off_hn, d, x->eps);
     CUDA_LAUNCHED("k_rmsnorm_fwd(hidden)", err, errlen);
-    k_embed_h0<<<grid_for((long)R * d), 256, 0, s>>>(x->lb[0].h_in, x->embed, b->x, b->anchors, R, B, d, S, x->V,
+    k_embed_h0<<<grid_for((long)R * d), 256, 0, s>>>(x->lb[0].h_in, x->embed, b->x, x->ahi, R, B, d, S, x->V,
                                                      x->c.mask_token_id);
     CUDA_LAUNCHED("k_embed_h0", err, errlen);
 
@@ -1402,7 +1244,9 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
                                                 x->P + o[T_KN], x->inv_freq, x->pos, S, R, x->H, x->KV, x->hd, x->eps);
         CUDA_LAUNCHED("k_qk_fwd", err, errlen);
         CUDA_TRY_RC(mark(x, x->ev_at[4 * l], err, errlen));
-        CUDA_TRY_RC(attention_fwd(x, lb, l, &A, err, errlen));
+        CUDA_TRY_RC(dflash_attn_fwd_cuda(&x->aws, &A, (const nn_bf16_cuda *)lb->Qh, (const nn_bf16_cuda *)lb->Kh,
+                                         (const nn_bf16_cuda *)lb->Vh, (nn_bf16_cuda *)lb->att, lb->lse, s, err,
+                                         errlen));
         CUDA_TRY_RC(mark(x, x->ev_at[4 * l + 1], err, errlen));
         CUDA_TRY_RC(lin_fwd(x, lb->h_mid, NN_GEMM_F32, lb->att, x->Wb + o[T_O], R, x->qd, d, lb->h_in, err, errlen));
         k_rmsnorm_fwd<<<R, 256, 0, s>>>(lb->n, lb->h_mid, x->P + o[T_POST], d, x->eps);
@@ -1460,7 +1304,9 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         CUDA_TRY_RC(lin_dx(x, x->datt, NN_GEMM_BF16, x->dh2b, x->Wb + o[T_O], R, x->qd, d, 0.0f, err, errlen));
         CUDA_TRY_RC(lin_dw(x, G + o[T_O], x->dh2b, lb->att, R, x->qd, d, err, errlen));
         CUDA_TRY_RC(mark(x, x->ev_at[4 * l + 2], err, errlen));
-        CUDA_TRY_RC(attention_bwd(x, lb, &A, err, errlen));
+        CUDA_TRY_RC(dflash_attn_bwd_cuda(&x->aws, &A, (const nn_bf16_cuda *)lb->Qh, (const nn_bf16_cuda *)lb->Kh,
+                                         (const nn_bf16_cuda *)lb->Vh, (const nn_bf16_cuda *)lb->att, lb->lse,
+                                         (const nn_bf16_cuda *)x->datt, x->dQh, x->dKh, x->dVh, s, err, errlen));
         CUDA_TRY_RC(mark(x, x->ev_at[4 * l + 3], err, errlen));
         long units = (long)R * x->H + (long)T * x->KV;
         float *cq = x->contrib, *ck = x->contrib + (long)R * x->qd;
@@ -1569,4 +1415,9 @@ int dflash_fill_uniform_bf16_cuda(dflash_bf16_cuda *p, size_t n, uint64_t seed, 
     k_fill_uniform_bf16<<<4096, 256, 0, s>>>((bf16 *)p, (long)n, seed, scale);
     CUDA_LAUNCHED("k_fill_uniform_bf16", err, errlen);
     return 0;
+}
+
+const char *dflash_attn_name_cuda(const dflash_ctx_cuda *x)
+{
+    return dflash_attn_scheme_name_cuda(x->attn_scheme);
 }

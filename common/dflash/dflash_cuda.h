@@ -41,18 +41,37 @@ typedef uint16_t dflash_bf16_cuda; /* raw bfloat16 bits (round to nearest even f
 
 typedef struct dflash_ctx_cuda dflash_ctx_cuda;
 
-/* One training sequence, every pointer on the device (borrowed for the call). */
+#define DFLASH_MAX_DOCS_CUDA 256 /* documents of one packed call (the ring's BATCH_MAX_DOCS) */
+
+/* One training sequence, or several packed (n_docs > 1), every pointer on the device
+ * (borrowed for the call) but doc_starts / doc_n_real (host).
+ * Packed: document k is context rows [doc_starts[k], doc_starts[k+1]) of H, x and loss_mask; its
+ * anchor slots are anchors / keep [k*doc_slots, (k+1)*doc_slots) (the ring's layout), doc-local
+ * anchors as dflash_sample_anchors lays them out (kept ones first). The step uses the first
+ * doc_n_real[k] slots of each document (all doc_slots when doc_n_real is NULL or -1), packed
+ * one after the other into the N slots it computes (slots left over are padding), so padding
+ * slots cost nothing. It computes exactly what one call per document would (doc-local RoPE
+ * positions, labels inside the document, attention windows [doc start, doc start + anchor))
+ * and adds all their gradients; only the order of fp32 sums differs (gpu_test_dflash
+ * "packed"). */
 typedef struct dflash_batch_cuda {
-    int S;                    /* context tokens, 1..max_S */
-    int N;                    /* anchor slots (padding included), 1..max_N */
-    int n_real;               /* anchors with keep = 1, all in slots [0, n_real) (dflash_sample_anchors
+    int S;                     /* context tokens (all documents), 1..max_S */
+    int N;                     /* anchor slots computed (padding included), 1..max_N; packed: >= the
+                               * slots the documents use */
+    int n_real;                /* anchors with keep = 1, all in slots [0, n_real) (dflash_sample_anchors
                                * order); bounds the loss rows without a sync. -1: unknown (N used) */
-    const void *H;            /* [S, n_capture * d] captured features */
-    int H_bf16;               /* 1: H is bf16, 0: fp32 (converted on the device) */
-    const int32_t *x;         /* [S] tokens */
-    const uint8_t *loss_mask; /* [S] */
-    const int32_t *anchors;   /* [N] sorted ascending for keep = 1 */
-    const uint8_t *keep;      /* [N] */
+    const void *H;             /* [S, n_capture * d] captured features */
+    int H_bf16;                /* 1: H is bf16, 0: fp32 (converted on the device) */
+    const int32_t *x;          /* [S] tokens */
+    const uint8_t *loss_mask;  /* [S] */
+    const int32_t *anchors;    /* [N] sorted ascending for keep = 1 */
+    const uint8_t *keep;       /* [N] */
+    int n_docs;                /* 0 or 1: one document (n_real above); 2..DFLASH_MAX_DOCS_CUDA: packed */
+    const int32_t *doc_starts; /* host [n_docs + 1], from 0 rising to S (packed only) */
+    const int *doc_n_real;     /* host [n_docs] or NULL: slots used of each document (its n_real; -1:
+                               * all doc_slots); 0 skips the document (no loss, no gradient, as not
+                               * calling it) */
+    int doc_slots;             /* packed: anchor slots per document in anchors / keep */
 } dflash_batch_cuda;
 
 /* Creates the context on the current device: allocates master weights (zero), bf16 mirror,
@@ -108,6 +127,10 @@ int dflash_optimizer_step_cuda(dflash_ctx_cuda *ctx, adamw_info *info, char *err
  * norm output z [R, d] of the last step, as fp32; R = N*B of that step. */
 int dflash_debug_att_cuda(dflash_ctx_cuda *ctx, int layer, float *out, char *err, size_t errlen);
 int dflash_debug_z_cuda(dflash_ctx_cuda *ctx, float *out, char *err, size_t errlen);
+
+/* The attention scheme this context runs (dflash_attn_cuda.h; DFLASH_ATTN read at init):
+ * "fused", "gemm" or "fused-fwd". */
+const char *dflash_attn_name_cuda(const dflash_ctx_cuda *ctx);
 
 /* Phase timing for benchmarks: when on, the step records CUDA events (no host sync) at its
  * phase boundaries and around every attention call; dflash_timing_read_cuda synchronises and gives

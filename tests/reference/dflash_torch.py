@@ -360,6 +360,22 @@ def make_head_ce():
     return _HeadCE
 
 
+def sample_anchors(loss_mask, num_anchors, gen):
+    """The bench recipe's anchors for one sequence: num_anchors distinct positions i with
+    loss_mask[i] and loss_mask[i + 1] (a label follows), drawn uniformly without replacement
+    (randperm from gen) and sorted; fewer candidates than anchors leave padding anchors
+    (position 0, keep 0). Returns anchors [N] long, keep [N] long, the real count."""
+    dev = loss_mask.device
+    cand = torch.nonzero(loss_mask[:-1].bool() & loss_mask[1:].bool())[:, 0]
+    n = min(num_anchors, cand.numel())
+    pick = cand[torch.randperm(cand.numel(), device=dev, generator=gen)[:n]].sort().values
+    anchors = torch.zeros(num_anchors, dtype=torch.long, device=dev)
+    keep = torch.zeros(num_anchors, dtype=torch.long, device=dev)
+    anchors[:n] = pick
+    keep[:n] = 1
+    return anchors, keep, n
+
+
 def select_rows(w):
     """The rows that carry loss (w > 0) and the normaliser sum(w). Done once per batch, like
     a trainer's collate step (torch.nonzero synchronises the device)."""
@@ -699,13 +715,7 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
     ids = torch.randint(0, V - 1, (S,), device=dev, generator=gen)
     loss_mask = torch.ones(S, dtype=torch.long, device=dev)
     loss_mask[: S // 8] = 0                                   # a prompt
-    cand = torch.nonzero(loss_mask[:-1].bool() & loss_mask[1:].bool())[:, 0]
-    n = min(num_anchors, cand.numel())
-    pick = cand[torch.randperm(cand.numel(), device=dev, generator=gen)[:n]].sort().values
-    anchors = torch.zeros(num_anchors, dtype=torch.long, device=dev)
-    keep = torch.zeros(num_anchors, dtype=torch.long, device=dev)
-    anchors[:n] = pick
-    keep[:n] = 1
+    anchors, keep, n = sample_anchors(loss_mask, num_anchors, gen)
     labels, w = labels_weights(ids, loss_mask, anchors, keep, B, cfg["gamma"])
     sel, norm = select_rows(w)
     head_ce = make_head_ce()

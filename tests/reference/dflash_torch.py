@@ -216,16 +216,26 @@ def flex_attention_fn():
     return _FLEX["fn"], _FLEX["mask"]
 
 
-def flex_block_mask(masks, dev):
+def flex_block_mask(masks, dev, slot=""):
     """The training mask as a flex BlockMask: its 128 x 128 tiles with no allowed pair are
-    skipped, the rest masked per element (the dense `safe` mask read inside mask_mod)."""
+    skipped, the rest masked per element (the dense `safe` mask read inside mask_mod).
+    mask_mod is made once per (shape, device, slot) and reads a buffer this call refills:
+    the compiled flex_attention sees the same function every step (a new closure per step
+    could make it recompile). One slot per mask alive at once (drafter_forward: one per layer
+    type); stream order keeps a step's backward before the next step's refill."""
     _, create_block_mask = flex_attention_fn()
     safe = masks.safe
     R, T = safe.shape
+    key = ("mask", R, T, str(dev), slot)
+    if key not in _FLEX:
+        buf = torch.empty_like(safe)
 
-    def mask_mod(b, h, q_idx, kv_idx):
-        return safe[q_idx, kv_idx]
+        def mask_mod(b, h, q_idx, kv_idx):
+            return buf[q_idx, kv_idx]
 
+        _FLEX[key] = (buf, mask_mod)
+    buf, mask_mod = _FLEX[key]
+    buf.copy_(safe)
     return create_block_mask(mask_mod, B=None, H=None, Q_LEN=R, KV_LEN=T, device=dev)
 
 
@@ -280,7 +290,7 @@ def drafter_forward(P, cfg, H, ids, anchors, keep, embed, use_sdpa, probe=None):
         window = cfg["sliding_window"] if lt == "sliding_attention" else 0
         masks[lt] = Masks(build_mask(S, anchors, keep, B, window))
         if use_sdpa == "flex":
-            masks[lt].block_mask = flex_block_mask(masks[lt], dev)
+            masks[lt].block_mask = flex_block_mask(masks[lt], dev, lt)
     for l, lt in enumerate(cfg["layer_types"]):
         p = f"layers.{l}."
         a = rms_norm(h, P[p + "input_layernorm.weight"], eps)

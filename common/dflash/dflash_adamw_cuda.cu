@@ -6,7 +6,9 @@
  *     them (same elements, same order of additions as one load at a time);
  *   - update: each thread loads 8 consecutive elements of each array with 16-byte loads and
  *     writes them back with 16-byte stores; the per-element arithmetic is adamw_elem, the
- *     expressions of the scalar kernel it replaced, so the result is bit for bit the same.
+ *     operations and roundings of the scalar kernel it replaced, pinned with the _rn
+ *     intrinsics, so the result is bit for bit the same (tests/gpu_test_adamw.c checks every
+ *     element against the same sequence computed on the host).
  */
 #include "dflash/dflash_adamw_cuda.h"
 
@@ -89,19 +91,26 @@ __global__ void __launch_bounds__(ADAMW_NORM_PARTS_CUDA)
 
 typedef struct upd_args {
     int clip, use_wd;
-    float gs, wdf, ss, ib, b1, b2, eps;
+    float gs, wdf, ss, ib, b1, b2, omb1, omb2, eps;
 } upd_args;
 
-/* The update of one element: the expressions (and so the roundings) of adamw.c's loop. */
+/* The update of one element, every operation rounded on its own in this order (fma: one
+ * rounding); tests/gpu_test_adamw.c spells out the same sequence on the host:
+ *   g = g*gs (clip); p = p*wdf (decay); m = fma(b1, m, (1-b1)*g);
+ *   v = fma(b2, v, g*((1-b2)*g)); p = p - (ss*m) / fma(sqrt(v), ib, eps)
+ * It is what the scalar kernel this file replaced computed (its machine code, checked,
+ * fused nothing beyond these fmas). Written with the _rn intrinsics: plain expressions let
+ * the compiler pick which product to fuse, and it picked differently once the loop was
+ * vectorised (different bits). */
 __device__ __forceinline__ void adamw_elem(float &p, float &m, float &v, float g, int decay, const upd_args &a)
 {
     if (a.clip)
-        g *= a.gs;
+        g = __fmul_rn(g, a.gs);
     if (decay)
-        p *= a.wdf;
-    m = a.b1 * m + (1.0f - a.b1) * g;
-    v = a.b2 * v + (1.0f - a.b2) * g * g;
-    p -= a.ss * m / (sqrtf(v) * a.ib + a.eps);
+        p = __fmul_rn(p, a.wdf);
+    m = __fmaf_rn(a.b1, m, __fmul_rn(a.omb1, g));
+    v = __fmaf_rn(a.b2, v, __fmul_rn(g, __fmul_rn(a.omb2, g)));
+    p = __fsub_rn(p, __fdiv_rn(__fmul_rn(a.ss, m), __fmaf_rn(__fsqrt_rn(v), a.ib, a.eps)));
 }
 
 /* Whether element i (inside the array) is decayed: the tensor holding it, by bisection
@@ -129,7 +138,7 @@ __global__ void __launch_bounds__(UPD_THREADS)
     upd_args a;
     a.clip = os->do_clip, a.use_wd = use_wd;
     a.gs = os->gscale, a.wdf = os->wd_factor, a.ss = os->step_size, a.ib = os->inv_sqrt_bc2;
-    a.b1 = b1, a.b2 = b2, a.eps = eps;
+    a.b1 = b1, a.b2 = b2, a.omb1 = __fsub_rn(1.0f, b1), a.omb2 = __fsub_rn(1.0f, b2), a.eps = eps;
     long long i0 = (blockIdx.x * (long long)blockDim.x + threadIdx.x) * UPD_ELEMS;
     if (i0 >= n)
         return;

@@ -313,7 +313,7 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
         df_die(DF_EXIT_TEMP, "input slot %u: descriptor says batch %llu, the batch header %llu", p->slot,
                (unsigned long long)want, (unsigned long long)b->batch_id);
     uint64_t bid = b->batch_id;
-    uint32_t T = b->T;
+    uint32_t T = b->T, n_docs = b->n_docs;
     handoff_end ie = {.r = d->in, .slot = p->slot}, oe = {.r = NULL, .token = bid};
     DF_CHECK_ERR(handoff_begin(d->H, (uint16_t)w->id, w->incarnation, &ie, &oe));
     /* marked before the step's all-reduce (see the top of the file); a death from here on
@@ -343,6 +343,7 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_num(&ml, "lr", info.lr);
     metrics_num(&ml, "grad_norm", info.grad_norm);
     metrics_int(&ml, "tokens", T);
+    metrics_int(&ml, "docs", n_docs); /* samples trained by this step (report.py's samples/s) */
     metrics_int(&ml, "nonfinite", nonfinite);
     metrics_int(&ml, "nonfinite_steps", tr->nonfinite_steps);
     if (d->R > 1 && tr->ops->bucketed) { /* the bucketed reduction: what the backward did not hide */

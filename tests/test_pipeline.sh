@@ -3,7 +3,9 @@
 # target_worker + postproc_worker + drafter_worker over shared-memory rings, on the tiny
 # target and a small slice of its chat data.
 #   1. a clean run: exit 0, the ledger audit shows every batch exactly once, the loss falls,
-#      checkpoints, the release export, and every stage's metrics are written;
+#      checkpoints, the release export, and every stage's metrics are written; the drafter's
+#      step lines count the documents they trained ("docs": all the plan's samples, once) and
+#      bench/pipeline/report.py reports that count and a steady-state samples/s from them;
 #   2. the same run while each stage is SIGKILLed once (target, postproc, drafter, the
 #      drafter after a checkpoint so it resumes from it): it still completes with the same
 #      audit (every batch committed exactly once, nothing poisoned).
@@ -54,6 +56,19 @@ for w in ("target0", "postproc0", "drafter0"):
     st = [json.loads(l) for l in open(f"{run}/metrics/{w}.jsonl") if '"ev":"stage"' in l]
     assert st and "busy_frac" in st[-1] and "tok_s" in st[-1], w
     assert sum(x["items_s"] for x in st) > 0, w
+# each step line counts the documents it trained: over a clean run, every sample once
+audit = json.load(open(f"{run}/ledger_audit.json"))
+docs = sum(x["docs"] for x in L)
+assert docs == audit["n_samples"] and all(x["docs"] >= 1 for x in L), (docs, audit["n_samples"])
+print(f"step lines count {docs} documents = the plan's {audit['n_samples']} samples")
+PY
+# bench/pipeline/report.py's samples/s come from those counts
+python3 bench/pipeline/report.py "$RUN" --label clean --json "$T/report.json" >"$T/report.out" || { cat "$T/report.out"; fail "report.py"; }
+python3 - "$T/report.json" "$RUN" <<'PY' || { cat "$T/report.out"; fail "report.py samples"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+n = json.load(open(f"{sys.argv[2]}/ledger_audit.json"))["n_samples"]
+assert r["docs_trained"] == n and r["steady_samples_s"] and r["steady_samples_s"] > 0, r
 PY
 [ -f "$RUN/drafter/config.json" ] && [ -f "$RUN/drafter/model.safetensors" ] || fail "no release export"
 grep -q '"DFlashDraftModel"' "$RUN/drafter/config.json" || fail "release config.json"

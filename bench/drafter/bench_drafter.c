@@ -9,11 +9,16 @@
  * 6 (fc + L (k,v proj)) per context token, 12 H hd per allowed (query, key) pair. MFU is over
  * a bf16 8192^3 cuBLASLt GEMM measured in the same run. The prompt is the first S/8 tokens
  * (loss_mask 0), as the peer does. Prints a table, writes JSON (--json, default
- * bench/results/drafter_cuda.json). Exit 0, 1 on failure, 77 without a GPU.
+ * bench/results/drafter_cuda.json).
  * --attn gemm,fused runs each attention scheme (dflash_attn_cuda.h) in turn on a fresh context
  * with the same weights and prints the phase table per scheme; --docs K packs K documents of
  * S tokens and N anchor slots each into one step (dflash_batch_cuda.n_docs), as the pipeline's
  * trainer does with a ring batch: samples/s counts documents.
+ * Then the optimizer alone (AdamW over the fp32 array:
+ * ms, the bytes it must move, GB/s) beside a device-to-device cudaMemcpy of 2 GiB measured in
+ * the same process, the bandwidth ceiling of a memory-bound kernel; its fields
+ * (optimizer_ms, optimizer_bytes, optimizer_gb_s, copy_ceiling_gb_s, optimizer_frac_of_copy)
+ * are in every JSON row. Exit 0, 1 on failure, 77 without a GPU.
  * Plain C: the Makefile's .cu bench rule hands -Wl,--start-group to nvcc, which rejects it; so
  * this file is C and compiles to a stub that says "skipped" in builds without CUDA. */
 #ifndef DF_WITH_CUDA
@@ -25,6 +30,7 @@ int main(int argc, char **argv)
     return 0;
 }
 #else
+#include "dflash/dflash_adamw_cuda.h"
 #include "dflash/dflash_batch.h"
 #include "dflash/dflash_cuda.h"
 #include "nn/nn_cuda.h"
@@ -161,6 +167,62 @@ typedef struct result {
     int n_ms;
     dflash_timing_cuda ph; /* one extra step with phase events */
 } result;
+
+typedef struct opt_result {
+    double ms, bytes, gb_s, copy_gb_s, frac;
+} opt_result;
+
+#define COPY_BYTES ((size_t)2 << 30) /* the copy ceiling's buffer (2 GiB each way) */
+#define COPY_REPS 5
+
+/* The optimizer step alone (median of 10 after 3 warmup) and the device-to-device copy
+ * bandwidth in the same process (read + write bytes over the best of COPY_REPS copies):
+ * the ceiling a memory-bound update can approach. */
+static opt_result measure_optimizer(dflash_ctx_cuda *ctx, cudaStream_t s, size_t np)
+{
+    opt_result r;
+    memset(&r, 0, sizeof r);
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    float ms[10];
+    for (int i = 0; i < 13; i++) {
+        CUDA_OK(cudaEventRecord(e0, s));
+        DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
+        CUDA_OK(cudaEventRecord(e1, s));
+        CUDA_OK(cudaEventSynchronize(e1));
+        if (i >= 3)
+            CUDA_OK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
+    }
+    qsort(ms, 10, sizeof(float), cmp_f);
+    r.ms = ms[5];
+    r.bytes = (double)ADAMW_BYTES_PER_PARAM_CUDA * (double)np;
+    r.gb_s = r.bytes / (r.ms * 1e-3) / 1e9;
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, COPY_BYTES) != cudaSuccess || cudaMalloc(&b, COPY_BYTES) != cudaSuccess) {
+        cudaGetLastError();
+        fprintf(stderr, "bench_drafter: no room for the copy ceiling's 2 x %zu bytes; ceiling not measured\n",
+                COPY_BYTES);
+    } else {
+        CUDA_OK(cudaMemsetAsync(a, 1, COPY_BYTES, s));
+        float best = 0;
+        for (int i = 0; i < COPY_REPS + 1; i++) {
+            CUDA_OK(cudaEventRecord(e0, s));
+            CUDA_OK(cudaMemcpyAsync(b, a, COPY_BYTES, cudaMemcpyDeviceToDevice, s));
+            CUDA_OK(cudaEventRecord(e1, s));
+            CUDA_OK(cudaEventSynchronize(e1));
+            float t;
+            CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+            if (i > 0 && (best == 0 || t < best))
+                best = t;
+        }
+        r.copy_gb_s = 2.0 * (double)COPY_BYTES / (best * 1e-3) / 1e9;
+        r.frac = r.gb_s / r.copy_gb_s;
+    }
+    cudaFree(a), cudaFree(b);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    return r;
+}
 
 int main(int argc, char **argv)
 {
@@ -411,6 +473,28 @@ int main(int argc, char **argv)
         }
     }
 
+    if (check) {
+        float *P = (float *)malloc(sizeof(float) * np);
+        if (!P) {
+            fprintf(stderr, "bench_drafter: out of host memory\n");
+            return 1;
+        }
+        DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, P, g_err, sizeof g_err));
+        int wrc;
+        if ((wrc = df_write_file_atomic(check, P, sizeof(float) * np)) < 0) {
+            fprintf(stderr, "bench_drafter: cannot write %s: %s\n", check, strerror(-wrc));
+            return 1;
+        }
+        printf("bench_drafter: check: wrote %zu fp32 weights to %s\n", np, check);
+        free(P);
+    }
+    /* the optimizer alone (after the check file: it moves the weights) beside a device copy */
+    opt_result opt = measure_optimizer(ctx, dflash_stream_cuda(ctx), np);
+    printf("bench_drafter: optimizer: %.3f ms for %zu params, %.2f GB moved (%d B/param), %.0f GB/s = %.1f%% of "
+           "a device copy (%.0f GB/s, cudaMemcpy of %.1f GiB, best of %d)\n",
+           opt.ms, np, opt.bytes / 1e9, ADAMW_BYTES_PER_PARAM_CUDA, opt.gb_s, 100 * opt.frac, opt.copy_gb_s,
+           (double)COPY_BYTES / (1u << 30), COPY_REPS);
+
     printf("\n%-9s %-6s %-8s %-4s %-6s %10s %10s %10s %9s %8s %8s\n", "attention", "S", "anchors", "docs", "real",
            "ms/step", "samples/s", "TFLOP/step", "TFLOP/s", "MFU", "loss");
     for (int i = 0; i < nres; i++)
@@ -451,6 +535,8 @@ int main(int argc, char **argv)
             "\"iters\": %d, \"attention_pairs\": %.0f, \"device\": \"%s\", \"date\": \"%s\", "
             "\"phase_ms\": {\"forward\": %.3f, \"attention_fwd\": %.3f, \"loss\": %.3f, "
             "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
+            "\"optimizer_ms\": %.3f, \"optimizer_bytes\": %.0f, \"optimizer_gb_s\": %.1f, "
+            "\"copy_ceiling_gb_s\": %.1f, \"optimizer_frac_of_copy\": %.4f, "
             "\"step_ms_all\": [",
             res[i].attn, res[i].docs,
             tiny    ? "tiny"
@@ -459,7 +545,8 @@ int main(int argc, char **argv)
             res[i].S, res[i].anchors, res[i].real, B, res[i].ms, res[i].ms / res[i].docs,
             1000.0 * res[i].docs / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk,
             warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms,
-            res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms);
+            res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms, opt.ms, opt.bytes, opt.gb_s,
+            opt.copy_gb_s, opt.frac);
         for (int k = 0; k < res[i].n_ms; k++)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
         off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < nres ? "," : "");
@@ -470,20 +557,6 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("bench_drafter: wrote %s\n", json);
-    if (check) {
-        float *P = (float *)malloc(sizeof(float) * np);
-        if (!P) {
-            fprintf(stderr, "bench_drafter: out of host memory\n");
-            return 1;
-        }
-        DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, P, g_err, sizeof g_err));
-        if ((rc = df_write_file_atomic(check, P, sizeof(float) * np)) < 0) {
-            fprintf(stderr, "bench_drafter: cannot write %s: %s\n", check, strerror(-rc));
-            return 1;
-        }
-        printf("bench_drafter: check: wrote %zu fp32 weights to %s\n", np, check);
-        free(P);
-    }
     dflash_free_cuda(ctx);
     return 0;
 }

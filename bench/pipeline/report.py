@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """report.py: end-to-end figures of one pipeline run, from its run directory.
 
-    python3 bench/pipeline/report.py RUN_DIR [--json PATH] [--target-json F] [--drafter-json F]
+    python3 bench/pipeline/report.py RUN_DIR [--json PATH] [--target-json F] [--drafter-json F] [--peer-json F]
 
 Reads metrics/<worker>.jsonl (the workers' "stage" lines: cumulative tokens, items, busy_s,
 wait_s; the drafter's "step" lines), ledger_audit.json and train_summary.json, and prints:
@@ -9,7 +9,12 @@ end-to-end tokens/s and samples/s (drafter-trained tokens over the wall time fro
 worker line to the last drafter step), the steady state (the same over the steps after the
 first 10%), and each stage's busy / waiting fractions. With --target-json / --drafter-json
 (the JSON of bench_target / bench_drafter measured in the same call) it adds the
-stage-alone ceilings beside them.
+stage-alone ceilings beside them. With --peer-json (bench/pipeline/peer_pipeline.py's result on
+the same topology and shards) it prints ours beside the peer in one table: samples/s (documents
+trained per second: the drafter's step lines count them, "docs"; the peer counts the documents
+of its timed batches), tokens/s (the same documents' tokens) and ours / peer, for our steady
+state (the steps after the first 10%, the peer's timed batches being after its warmup) and
+end to end; the table goes into the JSON as "vs_peer".
 """
 import argparse
 import glob
@@ -36,6 +41,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--target-json")
     ap.add_argument("--drafter-json")
+    ap.add_argument("--peer-json")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     mdir = os.path.join(a.run_dir, "metrics")
@@ -62,6 +68,9 @@ def main():
     ss_tokens = sum(l["tokens"] for l in steps[k:])
     ss_wall = steps[-1]["t"] - steps[k - 1]["t"]
     n_samples = audit.get("n_samples", 0)
+    has_docs = all("docs" in l for l in steps)
+    docs = sum(l["docs"] for l in steps) if has_docs else None
+    ss_docs = sum(l["docs"] for l in steps[k:]) if has_docs else None
     stages = {}
     for name, ls in workers.items():
         st = [l for l in ls if l.get("ev") == "stage"]
@@ -81,6 +90,8 @@ def main():
         "label": a.label, "run_dir": a.run_dir, "steps": len(steps), "tokens": tokens, "samples": n_samples,
         "wall_s": wall, "tok_s": tokens / wall, "samples_s": n_samples / wall,
         "steady_tok_s": ss_tokens / ss_wall if ss_wall > 0 else None,
+        "docs_trained": docs,
+        "steady_samples_s": ss_docs / ss_wall if ss_docs is not None and ss_wall > 0 else None,
         "exactly_once": audit.get("exactly_once"), "loss_start": summ.get("loss_start"),
         "loss_end": summ.get("loss_end"), "expected_tau": summ.get("expected_tau"), "stages": stages,
     }
@@ -109,6 +120,30 @@ def main():
         for r in dj:
             print(f"  ceiling: drafter alone (bench_drafter {r['shape']}, S={r['seq']}, {r['anchors']} anchors): "
                   f"{r['seq'] * r['samples_per_s']:,.0f} tok/s ({r['ms_per_step']:.1f} ms/step, MFU {r['mfu']:.1%})")
+            if r.get("optimizer_ms"):
+                print(f"  drafter optimizer alone: {r['optimizer_ms']:.2f} ms/step, {r['optimizer_gb_s']:,.0f} GB/s = "
+                      f"{r.get('optimizer_frac_of_copy') or 0:.1%} of a device copy ({r.get('copy_ceiling_gb_s') or 0:,.0f} GB/s)")
+    if a.peer_json:
+        pj = json.load(open(a.peer_json))
+        res["peer"] = pj
+        rows = [("ours, steady state", res["steady_samples_s"], res["steady_tok_s"]),
+                ("ours, end to end", (docs if docs is not None else n_samples) / wall, res["tok_s"]),
+                ("peer (timed batches)", pj["samples_per_s"], pj["tok_per_s"])]
+        vs = {"seq": pj.get("seq"), "anchors": pj.get("anchors"), "docs_per_batch": pj.get("docs_per_batch"),
+              "peer_attention": pj.get("attention_note"), "peer_target_forward": pj.get("target_forward"),
+              "rows": []}
+        print(f"  ours vs the peer (same topology and shards; S={pj.get('seq')}, {pj.get('anchors')} anchors per "
+              f"document, {pj.get('docs_per_batch')} documents per step):")
+        print(f"  {'':<22} {'samples/s':>10} {'tokens/s':>12} {'x peer':>7}")
+        for label, sps, tps in rows:
+            ratio = sps / pj["samples_per_s"] if sps and pj.get("samples_per_s") else None
+            vs["rows"].append({"side": label, "samples_s": sps, "tok_s": tps, "ratio": ratio})
+            print(f"  {label:<22} {sps or 0:>10.2f} {tps or 0:>12,.0f} {ratio or 0:>6.2f}x")
+        print(f"  peer: {pj.get('attention_note')}; target {pj.get('target_forward')}; per batch target "
+              f"{pj.get('target_ms', 0):.1f} ms + step {pj.get('step_ms', 0):.1f} ms")
+        vs["ratio_steady"] = vs["rows"][0]["ratio"]
+        vs["ratio_end_to_end"] = vs["rows"][1]["ratio"]
+        res["vs_peer"] = vs
     if a.json:
         os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as f:

@@ -1,35 +1,76 @@
 #!/usr/bin/env bash
 # bench/pipeline/run.sh: the whole pipeline on one GPU at a real target shape, beside the
-# stage-alone ceilings measured in the same call. GPU machine only.
-#   bench/pipeline/run.sh 1.7b|8b        (BUILD=build-cuda; make CUDA=1 first)
-# 1. makes the random-weight target and its data if missing (scripts/make_gpu_target.py;
-#    1.7b: self-generated text, 8b: random tokens, throughput only)
-# 2. runs the orchestrator on configs/qwen3-<shape>.json (run dir gpu/runs/qwen3-<shape>)
-# 3. bench_target (target alone, T = 8192) and bench_drafter (drafter alone, S = 2048,
-#    512 anchors) at the same shape
-# 4. prints the table and writes bench/results/pipeline/pipeline_<shape>.json (bench/pipeline/report.py)
+# stage-alone ceilings and the single-process PyTorch peer, measured in the same call on the
+# same data. GPU machine only.
+#   bench/pipeline/run.sh 1.7b|8b [s768|full]        (BUILD=build-cuda; make CUDA=1 first)
+# Workloads:
+#   s768 (default; issue 18): configs/qwen3-<shape>-s768.json: documents of exactly 768 random
+#        tokens (TRAIN of them; default 3000 at 1.7b, 1200 at 8b), 256 anchors each, 10 per
+#        batch; stage-alone: bench_target T = 7680, bench_drafter S = 768 / 256 anchors
+#   full: configs/qwen3-<shape>.json: 1.7b self-generated text, 8b random tokens of 512-2048
+#        (the earlier benchmark); stage-alone: bench_target T = 8192, bench_drafter S = 2048 /
+#        512 anchors
+# 1. makes the random-weight target (scripts/make_gpu_target.py) and the workload's data if
+#    missing
+# 2. runs the orchestrator on the workload's topology (run dir gpu/runs/<name>)
+# 3. bench_target and bench_drafter (target alone, drafter alone; SKIP_ALONE=1 skips them)
+# 4. the peer on the same topology and shards (bench/pipeline/peer_pipeline.py: transformers
+#    target forward, then the PyTorch DFlash step + AdamW, batch after batch; PEER_ARGS adds
+#    options, e.g. "--compile --batches 12"; SKIP_PEER=1 skips it)
+# 5. prints the table (ours vs the peer: samples/s, tokens/s, ratio) and writes
+#    bench/results/pipeline/pipeline_<name>.json (bench/pipeline/report.py)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-shape=${1:?usage: bench/pipeline/run.sh 1.7b|8b}
+shape=${1:?usage: bench/pipeline/run.sh 1.7b|8b [s768|full]}
+work=${2:-s768}
 BUILD=${BUILD:-build-cuda}
+PY=${PYTHON:-python3}
 res=bench/results/pipeline; mkdir -p "$res" gpu/models gpu/data
 model=gpu/models/qwen3-$shape
-if [ ! -f "$model/config.json" ] || [ ! -f "gpu/data/qwen3-$shape-train-000.dfs" ]; then
-  if [ "$shape" = 1.7b ]; then gen="--generate 224 --train 2048 --heldout 32 --batch 512"
-  else gen="--generate 0 --train 320 --heldout 8"; fi
-  python3 scripts/make_gpu_target.py --shape "$shape" --out "$model" --data "gpu/data/qwen3-$shape" $gen
+case "$work" in
+  s768) name=qwen3-$shape-s768; data=gpu/data/qwen3-$shape-s768
+        if [ "$shape" = 1.7b ]; then train=${TRAIN:-3000}; else train=${TRAIN:-1200}; fi
+        gen="--generate 0 --min-len 768 --max-len 768 --train $train --heldout 8"
+        tgt_tokens=7680; dr_seq=768; dr_anchors=256 ;;
+  full) name=qwen3-$shape; data=gpu/data/qwen3-$shape
+        if [ "$shape" = 1.7b ]; then gen="--generate 224 --train ${TRAIN:-2048} --heldout 32 --batch 512"
+        else gen="--generate 0 --train ${TRAIN:-320} --heldout 8"; fi
+        tgt_tokens=8192; dr_seq=2048; dr_anchors=512 ;;
+  *) echo "bench/pipeline/run.sh: workload must be s768 or full, got '$work'" >&2; exit 2 ;;
+esac
+case "$shape" in 1.7b|8b) ;; *) echo "bench/pipeline/run.sh: shape must be 1.7b or 8b, got '$shape'" >&2; exit 2 ;; esac
+cfg=configs/$name.json
+if [ ! -f "$model/config.json" ] || [ ! -f "$data-train-000.dfs" ]; then
+  # shellcheck disable=SC2086
+  $PY scripts/make_gpu_target.py --shape "$shape" --out "$model" --data "$data" $gen
 fi
-rm -rf "gpu/runs/qwen3-$shape"
-echo "== pipeline: $BUILD/bin/orchestrator configs/qwen3-$shape.json"
+rm -rf "gpu/runs/$name"
+echo "== pipeline: $BUILD/bin/orchestrator $cfg"
 t0=$(date +%s)
-timeout --kill-after=10 400 "$BUILD/bin/orchestrator" "configs/qwen3-$shape.json" >"$res/pipeline_$shape.log" 2>&1 || {
-  echo "orchestrator failed: tail of $res/pipeline_$shape.log"; tail -40 "$res/pipeline_$shape.log"; exit 1; }
+timeout --kill-after=10 "${PIPELINE_TIMEOUT:-400}" "$BUILD/bin/orchestrator" "$cfg" >"$res/pipeline_$name.log" 2>&1 || {
+  echo "orchestrator failed: tail of $res/pipeline_$name.log"; tail -40 "$res/pipeline_$name.log"; exit 1; }
 echo "pipeline run: $(( $(date +%s) - t0 ))s"
-echo "== target alone"
-timeout 200 "$BUILD/bench/bench_target" --models "$shape" --tokens 8192 --iters 5 \
-  --json "$res/pipeline_${shape}_target.json" >"$res/pipeline_${shape}_target.log" 2>&1 || tail -5 "$res/pipeline_${shape}_target.log"
-echo "== drafter alone"
-timeout 200 "$BUILD/bench/bench_drafter" --shape "$shape" --seq 2048 --anchors 512 --iters 5 --warmup 2 \
-  --json "$res/pipeline_${shape}_drafter.json" >"$res/pipeline_${shape}_drafter.log" 2>&1 || tail -5 "$res/pipeline_${shape}_drafter.log"
-python3 bench/pipeline/report.py "gpu/runs/qwen3-$shape" --label "qwen3-$shape" --json "$res/pipeline_$shape.json" \
-  --target-json "$res/pipeline_${shape}_target.json" --drafter-json "$res/pipeline_${shape}_drafter.json"
+extra=()
+if [ "${SKIP_ALONE:-0}" != 1 ]; then
+  echo "== target alone"
+  timeout 200 "$BUILD/bench/bench_target" --models "$shape" --tokens "$tgt_tokens" --iters 5 \
+    --json "$res/pipeline_${name}_target.json" >"$res/pipeline_${name}_target.log" 2>&1 || tail -5 "$res/pipeline_${name}_target.log"
+  echo "== drafter alone"
+  timeout 200 "$BUILD/bench/bench_drafter" --shape "$shape" --seq "$dr_seq" --anchors "$dr_anchors" --iters 5 --warmup 2 \
+    --json "$res/pipeline_${name}_drafter.json" >"$res/pipeline_${name}_drafter.log" 2>&1 || tail -5 "$res/pipeline_${name}_drafter.log"
+  grep "optimizer:" "$res/pipeline_${name}_drafter.log" || true
+  [ -f "$res/pipeline_${name}_target.json" ] && extra+=(--target-json "$res/pipeline_${name}_target.json")
+  [ -f "$res/pipeline_${name}_drafter.json" ] && extra+=(--drafter-json "$res/pipeline_${name}_drafter.json")
+fi
+if [ "${SKIP_PEER:-0}" != 1 ]; then
+  echo "== peer: bench/pipeline/peer_pipeline.py --topology $cfg (same shards)"
+  rm -f "$res/pipeline_${name}_peer.json"
+  # shellcheck disable=SC2086
+  PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PEER_TIMEOUT:-600}" $PY bench/pipeline/peer_pipeline.py --topology "$cfg" \
+    --seq "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data"]["max_seq_len"])' "$cfg")" \
+    --anchors "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["drafter"]["num_anchors"])' "$cfg")" \
+    --json "$res/pipeline_${name}_peer.json" ${PEER_ARGS:-} 2>&1 | tee "$res/pipeline_${name}_peer.log" | grep -v "^\s*$" | tail -25 || true
+  [ -f "$res/pipeline_${name}_peer.json" ] && extra+=(--peer-json "$res/pipeline_${name}_peer.json") ||
+    echo "peer: no result (see $res/pipeline_${name}_peer.log)"
+fi
+$PY bench/pipeline/report.py "gpu/runs/$name" --label "$name" --json "$res/pipeline_$name.json" ${extra[@]+"${extra[@]}"}

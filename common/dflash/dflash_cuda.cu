@@ -24,6 +24,7 @@
  *     fixed-size partial buffers summed in a fixed order: bit-identical runs.
  */
 #include "dflash/dflash_cuda.h"
+#include "dflash/dflash_adamw_cuda.h"
 
 #include "dflash/dflash_attn_cuda.h"
 #include "nn/nn_cuda_device.cuh"
@@ -53,17 +54,8 @@ typedef struct dev_stats {
     int n_kept, err;
 } dev_stats;
 
-typedef struct opt_state {
-    double norm, lr, clip_scale;
-    float gscale, wd_factor, step_size, inv_sqrt_bc2;
-    int skip, do_clip;
-    long long step;
-} opt_state;
-
-typedef struct tensor_ent {
-    long long off, len;
-    int is_norm;
-} tensor_ent;
+typedef adamw_state_cuda opt_state; /* the optimizer's device state (dflash_adamw_cuda.h) */
+typedef adamw_tensor_cuda tensor_ent;
 
 typedef struct layer_buf {
     float *h_in, *h_mid, *lse;
@@ -644,89 +636,6 @@ __global__ void __launch_bounds__(1024)
     if (tid < DFLASH_MAX_BLOCK) {
         ds->count[tid] = cnt[tid];
         ds->correct[tid] = ok[tid];
-    }
-}
-
-/* ---- optimizer -------------------------------------------------------------------------------- */
-
-__global__ void k_sqnorm_partial(double *part, const float *g, long n)
-{
-    __shared__ double shd[32];
-    double s = 0;
-    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x)
-        s += (double)g[i] * g[i];
-    s = block_sum<double>(s, shd);
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = s;
-}
-
-__global__ void __launch_bounds__(NPART)
-    k_opt_plan(opt_state *os, const double *part, double lr_peak, double min_lr, long long warm, long long total,
-               double clip, double b1, double b2, double wd)
-{
-    __shared__ double shd[32];
-    double s = block_sum<double>(part[threadIdx.x], shd);
-    if (threadIdx.x != 0)
-        return;
-    double norm = sqrt(s);
-    long long step = os->step;
-    double lr;
-    if (step < warm) {
-        lr = lr_peak * (double)(step + 1) / (double)warm;
-    } else {
-        long long span = total - warm;
-        double t = span > 0 ? (double)(step - warm) / (double)span : 1.0;
-        if (t > 1)
-            t = 1;
-        lr = min_lr + (lr_peak - min_lr) * 0.5 * (1.0 + cos(M_PI * t));
-    }
-    os->norm = norm;
-    os->lr = lr;
-    os->clip_scale = 1.0;
-    os->do_clip = 0;
-    os->gscale = 1.0f;
-    if (!isfinite(norm)) {
-        os->skip = 1;
-        return;
-    }
-    os->skip = 0;
-    if (clip > 0 && norm > clip) {
-        os->clip_scale = clip / (norm + 1e-6);
-        os->gscale = (float)os->clip_scale;
-        os->do_clip = 1;
-    }
-    long long t = step + 1;
-    double bc1 = 1.0 - pow(b1, (double)t), bc2 = 1.0 - pow(b2, (double)t);
-    os->wd_factor = (float)(1.0 - lr * wd);
-    os->step_size = (float)(lr / bc1);
-    os->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    os->step = t;
-}
-
-__global__ void k_adamw(float *P, bf16 *Wb, float *M, float *Vv, const float *Gr, const tensor_ent *tens,
-                        const opt_state *os, float b1, float b2, float eps, int use_wd)
-{
-    if (os->skip)
-        return;
-    tensor_ent t = tens[blockIdx.y];
-    int clip = os->do_clip, decay = use_wd && !t.is_norm;
-    float gs = os->gscale, wdf = os->wd_factor, ss = os->step_size, ib = os->inv_sqrt_bc2;
-    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < t.len;
-         e += (long long)gridDim.x * blockDim.x) {
-        long long i = t.off + e;
-        float g = Gr[i];
-        if (clip)
-            g *= gs;
-        float p = P[i];
-        if (decay)
-            p *= wdf;
-        float m = b1 * M[i] + (1.0f - b1) * g;
-        float v = b2 * Vv[i] + (1.0f - b2) * g * g;
-        p -= ss * m / (sqrtf(v) * ib + eps);
-        M[i] = m;
-        Vv[i] = v;
-        P[i] = p;
-        Wb[i] = f2bf(p);
     }
 }
 
@@ -1352,19 +1261,16 @@ int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st, char *err, size
     return 0;
 }
 
+static_assert(NPART == ADAMW_NORM_PARTS_CUDA, "norm_part holds the optimizer's partials");
+
 int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info, char *err, size_t errlen)
 {
     const adamw_config *c = &x->opt;
     CUDA_TRY_RC(mark(x, x->ev_ph[4], err, errlen));
-    k_sqnorm_partial<<<NPART, 256, 0, x->st>>>(x->norm_part, x->Gr, (long)x->np);
-    CUDA_LAUNCHED("k_sqnorm_partial", err, errlen);
-    k_opt_plan<<<1, NPART, 0, x->st>>>(x->os, x->norm_part, c->lr, c->min_lr, x->warm, c->total_steps, c->clip_norm,
-                                       c->beta1, c->beta2, c->weight_decay);
-    CUDA_LAUNCHED("k_opt_plan", err, errlen);
-    dim3 grid(256, (unsigned)x->ntensor);
-    k_adamw<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->Mm, x->Vm, x->Gr, x->tens, x->os, (float)c->beta1, (float)c->beta2,
-                                     (float)c->eps, c->weight_decay > 0);
-    CUDA_LAUNCHED("k_adamw", err, errlen);
+    adamw_buffers_cuda ab;
+    ab.p = x->P, ab.m = x->Mm, ab.v = x->Vm, ab.g = x->Gr, ab.mirror = (uint16_t *)x->Wb, ab.n = x->np;
+    ab.tensors = x->tens, ab.ntensor = x->ntensor, ab.norm_part = x->norm_part, ab.state = x->os;
+    CUDA_TRY_RC(adamw_step_cuda(&ab, c, x->warm, x->st, err, errlen));
     CUDA_TRY_RC(mark(x, x->ev_ph[5], err, errlen));
     if (info) {
         opt_state os;

@@ -216,16 +216,26 @@ def flex_attention_fn():
     return _FLEX["fn"], _FLEX["mask"]
 
 
-def flex_block_mask(masks, dev):
+def flex_block_mask(masks, dev, slot=""):
     """The training mask as a flex BlockMask: its 128 x 128 tiles with no allowed pair are
-    skipped, the rest masked per element (the dense `safe` mask read inside mask_mod)."""
+    skipped, the rest masked per element (the dense `safe` mask read inside mask_mod).
+    mask_mod is made once per (shape, device, slot) and reads a buffer this call refills:
+    the compiled flex_attention sees the same function every step (a new closure per step
+    could make it recompile). One slot per mask alive at once (drafter_forward: one per layer
+    type); stream order keeps a step's backward before the next step's refill."""
     _, create_block_mask = flex_attention_fn()
     safe = masks.safe
     R, T = safe.shape
+    key = ("mask", R, T, str(dev), slot)
+    if key not in _FLEX:
+        buf = torch.empty_like(safe)
 
-    def mask_mod(b, h, q_idx, kv_idx):
-        return safe[q_idx, kv_idx]
+        def mask_mod(b, h, q_idx, kv_idx):
+            return buf[q_idx, kv_idx]
 
+        _FLEX[key] = (buf, mask_mod)
+    buf, mask_mod = _FLEX[key]
+    buf.copy_(safe)
     return create_block_mask(mask_mod, B=None, H=None, Q_LEN=R, KV_LEN=T, device=dev)
 
 
@@ -280,7 +290,7 @@ def drafter_forward(P, cfg, H, ids, anchors, keep, embed, use_sdpa, probe=None):
         window = cfg["sliding_window"] if lt == "sliding_attention" else 0
         masks[lt] = Masks(build_mask(S, anchors, keep, B, window))
         if use_sdpa == "flex":
-            masks[lt].block_mask = flex_block_mask(masks[lt], dev)
+            masks[lt].block_mask = flex_block_mask(masks[lt], dev, lt)
     for l, lt in enumerate(cfg["layer_types"]):
         p = f"layers.{l}."
         a = rms_norm(h, P[p + "input_layernorm.weight"], eps)
@@ -358,6 +368,22 @@ def make_head_ce():
             return dz * gloss.to(dz.dtype), None, None, None, None, None
 
     return _HeadCE
+
+
+def sample_anchors(loss_mask, num_anchors, gen):
+    """The bench recipe's anchors for one sequence: num_anchors distinct positions i with
+    loss_mask[i] and loss_mask[i + 1] (a label follows), drawn uniformly without replacement
+    (randperm from gen) and sorted; fewer candidates than anchors leave padding anchors
+    (position 0, keep 0). Returns anchors [N] long, keep [N] long, the real count."""
+    dev = loss_mask.device
+    cand = torch.nonzero(loss_mask[:-1].bool() & loss_mask[1:].bool())[:, 0]
+    n = min(num_anchors, cand.numel())
+    pick = cand[torch.randperm(cand.numel(), device=dev, generator=gen)[:n]].sort().values
+    anchors = torch.zeros(num_anchors, dtype=torch.long, device=dev)
+    keep = torch.zeros(num_anchors, dtype=torch.long, device=dev)
+    anchors[:n] = pick
+    keep[:n] = 1
+    return anchors, keep, n
 
 
 def select_rows(w):
@@ -699,13 +725,7 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
     ids = torch.randint(0, V - 1, (S,), device=dev, generator=gen)
     loss_mask = torch.ones(S, dtype=torch.long, device=dev)
     loss_mask[: S // 8] = 0                                   # a prompt
-    cand = torch.nonzero(loss_mask[:-1].bool() & loss_mask[1:].bool())[:, 0]
-    n = min(num_anchors, cand.numel())
-    pick = cand[torch.randperm(cand.numel(), device=dev, generator=gen)[:n]].sort().values
-    anchors = torch.zeros(num_anchors, dtype=torch.long, device=dev)
-    keep = torch.zeros(num_anchors, dtype=torch.long, device=dev)
-    anchors[:n] = pick
-    keep[:n] = 1
+    anchors, keep, n = sample_anchors(loss_mask, num_anchors, gen)
     labels, w = labels_weights(ids, loss_mask, anchors, keep, B, cfg["gamma"])
     sel, norm = select_rows(w)
     head_ce = make_head_ce()

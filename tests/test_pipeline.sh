@@ -70,6 +70,28 @@ r = json.load(open(sys.argv[1]))
 n = json.load(open(f"{sys.argv[2]}/ledger_audit.json"))["n_samples"]
 assert r["docs_trained"] == n and r["steady_samples_s"] and r["steady_samples_s"] > 0, r
 PY
+# the one-GPU ceiling: stage-alone results in the benches' JSON shapes (two target layouts, the
+# drafter packed and alone), one document = target time for its tokens + drafter time for it
+cat >"$T/tgt.json" <<'J'
+{"bench": "target_forward", "results": [{"model": "m", "T": 64, "tok_s": 8000.0}, {"model": "m", "T": 256, "tok_s": 4000.0}]}
+J
+cat >"$T/dr.json" <<'J'
+[{"shape": "tiny", "seq": 64, "anchors": 8, "docs": 1, "samples_per_s": 40.0, "ms_per_step": 25.0, "mfu": 0.1},
+ {"shape": "tiny", "seq": 64, "anchors": 8, "docs": 4, "samples_per_s": 50.0, "ms_per_step": 80.0, "mfu": 0.1}]
+J
+python3 bench/pipeline/report.py "$RUN" --label clean --json "$T/report2.json" --target-json "$T/tgt.json" \
+  --drafter-json "$T/dr.json" >"$T/report2.out" || { cat "$T/report2.out"; fail "report.py with stage-alone JSON"; }
+python3 - "$T/report2.json" <<'PY' || { cat "$T/report2.out"; fail "report.py one-GPU ceiling"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = r["one_gpu_ceiling"]
+# T = 64 matches the documents' length: 64 / 8000 s; the packed drafter row: 1 / 50 s
+assert c["target_T"] == 64 and abs(c["target_ms_per_doc"] - 8.0) < 1e-9, c
+assert c["drafter_alone_docs"] == 4 and abs(c["drafter_ms_per_doc"] - 20.0) < 1e-9, c
+assert abs(c["samples_s"] - 1000.0 / 28.0) < 1e-9, c
+assert abs(c["steady_frac"] - r["steady_samples_s"] / c["samples_s"]) < 1e-12, c
+assert 0 < c["drafter_busy_frac_of_alone"], c
+PY
 [ -f "$RUN/drafter/config.json" ] && [ -f "$RUN/drafter/model.safetensors" ] || fail "no release export"
 grep -q '"DFlashDraftModel"' "$RUN/drafter/config.json" || fail "release config.json"
 [ -f "$RUN/checkpoints/latest" ] || fail "no checkpoint"

@@ -34,6 +34,35 @@ def lines(path):
     return out
 
 
+def one_gpu_ceiling(res, stages, docs, run_dir):
+    """The one-GPU ceiling of a pipeline whose target and drafter share a GPU: a document costs
+    the target's time for its tokens plus the drafter's time for it, both measured alone in the
+    same call (bench_target at the document length when it was run so, else its shortest
+    documents; bench_drafter with as many documents packed per step as the pipeline's batches
+    hold). Ours can only overlap the two on the GPU's idle gaps, so this is the bound."""
+    tgt, dr = res.get("target_alone"), res.get("drafter_alone")
+    if not tgt or not dr or not res.get("steady_samples_s"):
+        return None
+    seq = max((r.get("seq", 0) for r in dr), default=0)
+    rows = [r for r in tgt if isinstance(r, dict) and r.get("tok_s") and r.get("T")]
+    if not rows or not seq:
+        return None
+    exact = [r for r in rows if r["T"] == seq]
+    trow = max(exact, key=lambda r: r["tok_s"]) if exact else min(rows, key=lambda r: r["T"])
+    drow = max(dr, key=lambda r: (r.get("docs", 1), r.get("samples_per_s", 0)))
+    t_ms = 1e3 * seq / trow["tok_s"]
+    d_ms = 1e3 / drow["samples_per_s"]
+    out = {"seq": seq, "target_T": trow["T"], "target_tok_s": trow["tok_s"], "target_ms_per_doc": t_ms,
+           "drafter_alone_docs": drow.get("docs", 1), "drafter_alone_samples_s": drow["samples_per_s"],
+           "drafter_ms_per_doc": d_ms, "samples_s": 1e3 / (t_ms + d_ms)}
+    out["steady_frac"] = res["steady_samples_s"] / out["samples_s"]
+    busy = [s for n, s in stages.items() if n.startswith("drafter") and s.get("busy_s")]
+    if busy and docs:
+        out["drafter_busy_samples_s"] = docs / sum(s["busy_s"] for s in busy)
+        out["drafter_busy_frac_of_alone"] = out["drafter_busy_samples_s"] / drow["samples_per_s"]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,6 +152,16 @@ def main():
             if r.get("optimizer_ms"):
                 print(f"  drafter optimizer alone: {r['optimizer_ms']:.2f} ms/step, {r['optimizer_gb_s']:,.0f} GB/s = "
                       f"{r.get('optimizer_frac_of_copy') or 0:.1%} of a device copy ({r.get('copy_ceiling_gb_s') or 0:,.0f} GB/s)")
+    ceil = one_gpu_ceiling(res, stages, docs, a.run_dir)
+    if ceil:
+        res["one_gpu_ceiling"] = ceil
+        print(f"  one-GPU ceiling (target alone + drafter alone per document, run one after the other): "
+              f"{ceil['target_ms_per_doc']:.1f} + {ceil['drafter_ms_per_doc']:.1f} ms = "
+              f"{ceil['samples_s']:.2f} samples/s; ours steady = {ceil['steady_frac']:.1%} of it")
+        if ceil.get("drafter_busy_frac_of_alone") is not None:
+            print(f"  drafter in the pipeline: {ceil['drafter_busy_samples_s']:.2f} documents per busy second = "
+                  f"{ceil['drafter_busy_frac_of_alone']:.1%} of its alone rate ({ceil['drafter_alone_samples_s']:.2f}, "
+                  f"{ceil['drafter_alone_docs']} documents packed per step as in the pipeline; the target shares the GPU)")
     if a.peer_json:
         pj = json.load(open(a.peer_json))
         res["peer"] = pj

@@ -56,7 +56,9 @@ if [ "${SKIP_ALONE:-0}" != 1 ]; then
   timeout 200 "$BUILD/bench/bench_target" --models "$shape" --tokens "$tgt_tokens" --iters 5 \
     --json "$res/pipeline_${name}_target.json" >"$res/pipeline_${name}_target.log" 2>&1 || tail -5 "$res/pipeline_${name}_target.log"
   echo "== drafter alone"
-  timeout 200 "$BUILD/bench/bench_drafter" --shape "$shape" --seq "$dr_seq" --anchors "$dr_anchors" --iters 5 --warmup 2 \
+  # as many documents packed per step as the pipeline's batches hold (token_budget / S)
+  dpb=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; print(max(1, d["token_budget"] // d["max_seq_len"]))' "$cfg")
+  timeout 200 "$BUILD/bench/bench_drafter" --shape "$shape" --seq "$dr_seq" --anchors "$dr_anchors" --docs "$dpb" --iters 5 --warmup 2 \
     --json "$res/pipeline_${name}_drafter.json" >"$res/pipeline_${name}_drafter.log" 2>&1 || tail -5 "$res/pipeline_${name}_drafter.log"
   grep "optimizer:" "$res/pipeline_${name}_drafter.log" || true
   [ -f "$res/pipeline_${name}_target.json" ] && extra+=(--target-json "$res/pipeline_${name}_target.json")

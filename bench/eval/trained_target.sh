@@ -13,7 +13,8 @@
 #      verify step, per response and median, the per-position accuracy curve, the lossless
 #      check, plain vs speculative time per token.
 # Prints a table; writes bench/results/eval/trained_0.6b_*.json (RES to change).
-# Env: TB (200), NTRAIN (8000), EPOCHS (2), PROMPTS (32), MAX_NEW (128), BUILD (build-cuda).
+# Env: TB (200), NTRAIN (8000), EPOCHS (2), PROMPTS (32), MAX_NEW (128), BUILD (build-cuda),
+#      BATCH (4: the trained drafter again with BATCH prompts decoded together; 1 skips it).
 # Time on the H200: about 8 min for step 1 (the answers take longer than the training), 2.5
 # min for the rest. Step 1 is skipped when gpu/models/qwen3-0.6b-bytes and its data exist, so
 # under a per-command limit of 10 min run it twice on the same machine.
@@ -21,6 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build-cuda}
 TB=${TB:-200} NTRAIN=${NTRAIN:-8000} EPOCHS=${EPOCHS:-2} PROMPTS=${PROMPTS:-32} MAX_NEW=${MAX_NEW:-128}
+BATCH=${BATCH:-4}
 res=${RES:-bench/results/eval}; mkdir -p "$res" gpu/models gpu/data gpu/runs
 for b in orchestrator target_worker postproc_worker drafter_worker cuda_helper dflash_eval; do
   [ -x "$BUILD/bin/$b" ] || { echo "trained_target: missing $BUILD/bin/$b: make CUDA=1 first"; exit 2; }
@@ -67,5 +69,6 @@ ev() { # ev LABEL EXTRA...: one dflash_eval over the held-out prompts
     --label "qwen3-0.6b-bytes, $label" --json "$res/trained_0.6b_eval_$label.json" "$@" 2>&1 | tee "$res/trained_0.6b_eval_$label.log"
 }
 ev trained
+[ "$BATCH" -gt 1 ] && ev "trained_batch$BATCH" --batch "$BATCH"
 ev untrained --random-drafter "$seed"
 stamp "done; JSON in $res/"

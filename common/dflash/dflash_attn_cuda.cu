@@ -707,29 +707,37 @@ __global__ void __launch_bounds__(128)
         }
 }
 
-/* ---- fused dK/dV: grid (ceil(S/64) + N, KV, nsplit), 128 threads ----------------------------
- * x < ceil(S/64): context keys [64x, 64x + 64), blocks of range z ([z*bps, (z+1)*bps)) that see
- * them, written to the partials of range z (or straight to dKh/dVh when nsplit == 1);
- * x >= ceil(S/64): block j = x - ceil(S/64)'s own keys (z == 0 only), straight to dKh/dVh. */
+/* ---- fused dK/dV: grid ceil(S/64) x KV x nsplit + N x KV, 128 threads -------------------------
+ * The first ceil(S/64) KV nsplit CTAs: context keys [64x, 64x + 64) of KV head g, the blocks of
+ * range z ([z*bps, (z+1)*bps)) that see them, written to the partials of range z (or straight
+ * to dKh/dVh when nsplit == 1). They come in decreasing z, then increasing x: anchors ascend
+ * in slot order, so the CTAs with the most blocks to visit start first and the short ones
+ * fill the tail. Then N x KV CTAs: block j's own keys, straight to dKh/dVh. */
 template <int HDP>
 __global__ void __launch_bounds__(128)
     k_fa_dkv(float *__restrict__ dKh, float *__restrict__ dVh, float *__restrict__ dKp, float *__restrict__ dVp,
              const bf16 *__restrict__ Qh, const bf16 *__restrict__ Kh, const bf16 *__restrict__ Vh,
              const bf16 *__restrict__ datt, const float *__restrict__ lse, const float *__restrict__ Drow, fa_args A,
-             int nctx_tiles, int nsplit, int bps, bf16 *__restrict__ dSt, int ntile, int nqc)
+             int nctx_tiles, int KV, int nsplit, int bps, bf16 *__restrict__ dSt, int ntile, int nqc)
 {
     constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, CS = FA_QL * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
     /* K, V; then per stage st: Q at sQO + 2 st CS, dO at + CS; LSE at sLD + 2 st FA_QL, D at + FA_QL */
     bf16 *sK = reinterpret_cast<bf16 *>(fa_sm), *sV = sK + FA_TILE * LDS, *sQO = sV + FA_TILE * LDS;
     float *sLD = reinterpret_cast<float *>(sQO + 4 * CS);
-    const int g = blockIdx.y, z = blockIdx.z, M = A.B * A.G, W = A.window, hd = A.hd;
+    const int M = A.B * A.G, W = A.window, hd = A.hd;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool blk = (int)blockIdx.x >= nctx_tiles;
-    if (blk && z > 0)
-        return;
-    const int jb = blk ? (int)blockIdx.x - nctx_tiles : 0;
-    const int t0 = blk ? 0 : (int)blockIdx.x * FA_TILE;
+    const int nctx_cta = nctx_tiles * KV * nsplit, L = (int)blockIdx.x;
+    const bool blk = L >= nctx_cta;
+    int g, z, x; /* x: the context key tile, or the block whose own keys this CTA takes */
+    if (!blk) {
+        const int per_z = nctx_tiles * KV, rem = L % per_z;
+        z = nsplit - 1 - L / per_z, g = rem / nctx_tiles, x = rem % nctx_tiles;
+    } else {
+        z = 0, g = (L - nctx_cta) / A.N, x = (L - nctx_cta) % A.N;
+    }
+    const int jb = blk ? x : 0;
+    const int t0 = blk ? 0 : x * FA_TILE;
     const int nk = blk ? A.B : min(FA_TILE, A.S - t0);
     const long krow = (long)g * A.T + (blk ? (long)A.S + (long)jb * A.B : (long)t0);
     fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
@@ -853,7 +861,7 @@ __global__ void __launch_bounds__(128)
                 acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
                 if (dSt) { /* dS^T (bf16, as used here) for the dQ kernel: tile [key][query row] */
                     bf16 *t = dSt + ((((long)g * A.N + cj) * nqc + cqc / FA_TILE) * ntile +
-                                     (blk ? 0 : (int)blockIdx.x + 1)) * (FA_TILE * FA_TILE);
+                                     (blk ? 0 : x + 1)) * (FA_TILE * FA_TILE);
                     int q = hq + kk * 16 + 2 * (lane & 3);
                     *reinterpret_cast<uint32_t *>(t + kr[0] * FA_TILE + q) = sa[0];
                     *reinterpret_cast<uint32_t *>(t + kr[1] * FA_TILE + q) = sa[1];
@@ -881,7 +889,7 @@ __global__ void __launch_bounds__(128)
     if (blk || nsplit == 1) {
         ok = dKh + krow * hd, ov = dVh + krow * hd;
     } else { /* partial of range z: [z][g][S][hd] */
-        long base = (((long)z * gridDim.y + g) * A.S + t0) * hd;
+        long base = (((long)z * KV + g) * A.S + t0) * hd;
         ok = dKp + base, ov = dVp + base;
     }
     ostride = hd;
@@ -950,9 +958,9 @@ static int fa_bwd_launch(const fa_args &A, int KV, const ws_ptrs &w, const bf16 
     int nct = cdiv_i(A.S, FA_TILE);
     int bps = A.N > 32 * FA_SPLIT ? cdiv_i(A.N, FA_SPLIT) : 32; /* blocks per range */
     int nsplit = cdiv_i(A.N, bps);
-    dim3 gk((unsigned)(nct + A.N), (unsigned)KV, (unsigned)nsplit);
-    k_fa_dkv<HDP><<<gk, 128, skv, st>>>(dKh, dVh, w.dKp, w.dVp, Qh, Kh, Vh, datt, lse, w.Drow, A, nct, nsplit, bps,
-                                        w.dSt, ntile, nqc);
+    unsigned gk = (unsigned)((nct * nsplit + A.N) * KV);
+    k_fa_dkv<HDP><<<gk, 128, skv, st>>>(dKh, dVh, w.dKp, w.dVp, Qh, Kh, Vh, datt, lse, w.Drow, A, nct, KV, nsplit,
+                                        bps, w.dSt, ntile, nqc);
     CUDA_LAUNCHED("k_fa_dkv", err, errlen);
     if (!rc) { /* dQ from the dS^T tiles the dK/dV kernel stored */
         size_t sq = fa_smem_dq_ds<HDP>();

@@ -403,6 +403,8 @@ __global__ void __launch_bounds__(128)
         for (int kk = 0; kk < NK; kk++)
 #pragma unroll
             for (int np = 0; np < 4; np++) {
+                if (np * 16 >= nk) /* keys past nk (a block's own keys: 16 of 64) are masked below */
+                    break;
                 uint32_t b[4];
                 frag_b_nk<LDS>(b, sK, np * 16, kk * 16, lane);
                 mma16816(s[2 * np], qf[kk], b[0], b[1]);
@@ -445,6 +447,8 @@ __global__ void __launch_bounds__(128)
         }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
+            if (kk * 16 >= nk) /* P = 0 and V rows zero there: nothing to add */
+                break;
             uint32_t a[4];
             acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll

@@ -629,11 +629,12 @@ __global__ void __launch_bounds__(128)
 /* ---- fused dQ from the stored dS: grid (N, KV, ceil(B*G / 64)), 128 threads ----------------
  * dQ = scale dS K over the tiles the dK/dV kernel wrote for this block and query chunk: the
  * context tiles x in [clo / 64, ceil(hi / 64)) (exactly those its visibility test passes),
- * then the block's own keys (slot 0). One GEMM-like pass: no S, P or dP recomputed. */
+ * then the block's own keys (slot 0). One GEMM-like pass: no S, P or dP recomputed.
+ * ntile = ceil(S/64) + 1 tiles per (block, chunk), nchunk = ceil(B*G/64) chunks per block. */
 template <int HDP>
 __global__ void __launch_bounds__(128)
     k_fa_dq_ds(float *__restrict__ dQh, const bf16 *__restrict__ dSt, const bf16 *__restrict__ Kh, fa_args A,
-               int ntile, int nqc)
+               int ntile, int nchunk)
 {
     constexpr int LDS = HDP + 8, DL = FA_TILE + 8;
     constexpr int DT = FA_TILE * DL, ST = DT + FA_TILE * LDS; /* stage st: dS^T at st ST, K at st ST + DT */
@@ -653,7 +654,7 @@ __global__ void __launch_bounds__(128)
     }
     const int hi = A.hi[j], clo = row_lo(A.lo[j], hi, 0, A.window);
     const int x0 = clo / FA_TILE, nctx = clo < hi ? cdiv_i(hi, FA_TILE) - x0 : 0;
-    const bf16 *dsb = dSt + (((long)g * A.N + j) * nqc + c) * ntile * (FA_TILE * FA_TILE);
+    const bf16 *dsb = dSt + (((long)g * A.N + j) * nchunk + c) * ntile * (FA_TILE * FA_TILE);
     auto issue = [&](int it) {
         const bool blk = it == nctx;
         const int t0 = blk ? 0 : (x0 + it) * FA_TILE, nk = blk ? A.B : min(FA_TILE, A.S - t0);
@@ -722,7 +723,7 @@ __global__ void __launch_bounds__(128)
     k_fa_dkv(float *__restrict__ dKh, float *__restrict__ dVh, float *__restrict__ dKp, float *__restrict__ dVp,
              const bf16 *__restrict__ Qh, const bf16 *__restrict__ Kh, const bf16 *__restrict__ Vh,
              const bf16 *__restrict__ datt, const float *__restrict__ lse, const float *__restrict__ Drow, fa_args A,
-             int nctx_tiles, int KV, int nsplit, int bps, bf16 *__restrict__ dSt, int ntile, int nqc)
+             int nctx_tiles, int KV, int nsplit, int bps, bf16 *__restrict__ dSt, int ntile, int nchunk)
 {
     constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, CS = FA_QL * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
@@ -864,7 +865,7 @@ __global__ void __launch_bounds__(128)
                 acc_to_a(pa, stt[2 * kk], stt[2 * kk + 1]);
                 acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
                 if (dSt) { /* dS^T (bf16, as used here) for the dQ kernel: tile [key][query row] */
-                    bf16 *t = dSt + ((((long)g * A.N + cj) * nqc + cqc / FA_TILE) * ntile +
+                    bf16 *t = dSt + ((((long)g * A.N + cj) * nchunk + cqc / FA_TILE) * ntile +
                                      (blk ? 0 : x + 1)) * (FA_TILE * FA_TILE);
                     int q = hq + kk * 16 + 2 * (lane & 3);
                     *reinterpret_cast<uint32_t *>(t + kr[0] * FA_TILE + q) = sa[0];

@@ -233,9 +233,9 @@ static void run_case(const acase *c, uint64_t seed, nn_gemm_cuda *gemm)
         const float *f, *g;
         size_t n;
         double tol;
-    } t[7] = {{"output", fa, ga, n_att, 1e-2},       {"dQ", F.dQ, Gm.dQ, n_q, 2e-2},
-              {"dK", F.dK, Gm.dK, n_kv, 2e-2},       {"dV", F.dV, Gm.dV, n_kv, 2e-2},
-              {"dQ (rc)", Rc.dQ, Gm.dQ, n_q, 2e-2},  {"dK (rc)", Rc.dK, Gm.dK, n_kv, 2e-2},
+    } t[7] = {{"output", fa, ga, n_att, 1e-2},      {"dQ", F.dQ, Gm.dQ, n_q, 2e-2},
+              {"dK", F.dK, Gm.dK, n_kv, 2e-2},      {"dV", F.dV, Gm.dV, n_kv, 2e-2},
+              {"dQ (rc)", Rc.dQ, Gm.dQ, n_q, 2e-2}, {"dK (rc)", Rc.dK, Gm.dK, n_kv, 2e-2},
               {"dV (rc)", Rc.dV, Gm.dV, n_kv, 2e-2}};
     printf("  %-8s %12s %14s %10s\n", "tensor", "rel err", "max diff/max", "tolerance");
     for (int i = 0; i < 7; i++) {

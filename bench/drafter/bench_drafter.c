@@ -254,9 +254,10 @@ int main(int argc, char **argv)
             snprintf(attn_list, sizeof attn_list, "%s", argv[++i]);
             char *save = NULL;
             for (char *t = strtok_r(attn_list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (nsch == MAXSCH || (strcmp(t, "fused") && strcmp(t, "gemm") && strcmp(t, "fused-fwd") &&
-                                  strcmp(t, "fused-rc"))) {
-                    fprintf(stderr, "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd, fused-rc (got %s)\n",
+                if (nsch == MAXSCH ||
+                    (strcmp(t, "fused") && strcmp(t, "gemm") && strcmp(t, "fused-fwd") && strcmp(t, "fused-rc"))) {
+                    fprintf(stderr,
+                            "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd, fused-rc (got %s)\n",
                             MAXSCH, t);
                     return 2;
                 }

@@ -80,8 +80,8 @@ int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen)
 
 const char *dflash_attn_scheme_name_cuda(int scheme)
 {
-    return scheme == DFLASH_ATTN_FUSED  ? "fused"
-           : scheme == DFLASH_ATTN_GEMM ? "gemm"
+    return scheme == DFLASH_ATTN_FUSED      ? "fused"
+           : scheme == DFLASH_ATTN_GEMM     ? "gemm"
            : scheme == DFLASH_ATTN_FUSED_RC ? "fused-rc"
                                             : "fused-fwd";
 }
@@ -632,9 +632,8 @@ __global__ void __launch_bounds__(128)
  * then the block's own keys (slot 0). One GEMM-like pass: no S, P or dP recomputed.
  * ntile = ceil(S/64) + 1 tiles per (block, chunk), nchunk = ceil(B*G/64) chunks per block. */
 template <int HDP>
-__global__ void __launch_bounds__(128)
-    k_fa_dq_ds(float *__restrict__ dQh, const bf16 *__restrict__ dSt, const bf16 *__restrict__ Kh, fa_args A,
-               int ntile, int nchunk)
+__global__ void __launch_bounds__(128) k_fa_dq_ds(float *__restrict__ dQh, const bf16 *__restrict__ dSt,
+                                                  const bf16 *__restrict__ Kh, fa_args A, int ntile, int nchunk)
 {
     constexpr int LDS = HDP + 8, DL = FA_TILE + 8;
     constexpr int DT = FA_TILE * DL, ST = DT + FA_TILE * LDS; /* stage st: dS^T at st ST, K at st ST + DT */
@@ -851,8 +850,7 @@ __global__ void __launch_bounds__(128)
                         v = v && kv0[e >> 1];
                     } else {
                         int k = (cqc + hq + c) / A.G;
-                        v = v && key < nk &&
-                            (blk ? key <= k : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
+                        v = v && key < nk && (blk ? key <= k : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
                     }
                     float p = v ? exp2f(stt[n][e] * A.sl2 - sL[c] * 1.4426950408889634f) : 0.0f; /* LSE: natural */
                     stt[n][e] = p;
@@ -865,8 +863,8 @@ __global__ void __launch_bounds__(128)
                 acc_to_a(pa, stt[2 * kk], stt[2 * kk + 1]);
                 acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
                 if (dSt) { /* dS^T (bf16, as used here) for the dQ kernel: tile [key][query row] */
-                    bf16 *t = dSt + ((((long)g * A.N + cj) * nchunk + cqc / FA_TILE) * ntile +
-                                     (blk ? 0 : x + 1)) * (FA_TILE * FA_TILE);
+                    bf16 *t = dSt + ((((long)g * A.N + cj) * nchunk + cqc / FA_TILE) * ntile + (blk ? 0 : x + 1)) *
+                                        (FA_TILE * FA_TILE);
                     int q = hq + kk * 16 + 2 * (lane & 3);
                     *reinterpret_cast<uint32_t *>(t + kr[0] * FA_TILE + q) = sa[0];
                     *reinterpret_cast<uint32_t *>(t + kr[1] * FA_TILE + q) = sa[1];
@@ -955,8 +953,7 @@ static int fa_bwd_launch(const fa_args &A, int KV, const ws_ptrs &w, const bf16 
     dim3 gq((unsigned)A.N, (unsigned)KV, (unsigned)nqc);
     if (rc) {
         size_t sq = fa_smem_dq<HDP>();
-        CUDA_TRY(cudaFuncSetAttribute(k_fa_dq<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq), err,
-                 errlen);
+        CUDA_TRY(cudaFuncSetAttribute(k_fa_dq<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq), err, errlen);
         k_fa_dq<HDP><<<gq, 128, sq, st>>>(dQh, Qh, Kh, Vh, datt, lse, w.Drow, A);
         CUDA_LAUNCHED("k_fa_dq", err, errlen);
     }
@@ -964,8 +961,8 @@ static int fa_bwd_launch(const fa_args &A, int KV, const ws_ptrs &w, const bf16 
     int bps = A.N > 32 * FA_SPLIT ? cdiv_i(A.N, FA_SPLIT) : 32; /* blocks per range */
     int nsplit = cdiv_i(A.N, bps);
     unsigned gk = (unsigned)((nct * nsplit + A.N) * KV);
-    k_fa_dkv<HDP><<<gk, 128, skv, st>>>(dKh, dVh, w.dKp, w.dVp, Qh, Kh, Vh, datt, lse, w.Drow, A, nct, KV, nsplit,
-                                        bps, w.dSt, ntile, nqc);
+    k_fa_dkv<HDP><<<gk, 128, skv, st>>>(dKh, dVh, w.dKp, w.dVp, Qh, Kh, Vh, datt, lse, w.Drow, A, nct, KV, nsplit, bps,
+                                        w.dSt, ntile, nqc);
     CUDA_LAUNCHED("k_fa_dkv", err, errlen);
     if (!rc) { /* dQ from the dS^T tiles the dK/dV kernel stored */
         size_t sq = fa_smem_dq_ds<HDP>();

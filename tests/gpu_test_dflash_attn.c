@@ -8,9 +8,11 @@
  * packed documents (windows [doc start, doc start + anchor), a 1-token document of padding
  * only). Per case and tensor: ||fused - gemm|| / ||gemm|| and the largest element difference
  * over the largest element, against: output 1e-2, dQ / dK / dV 2e-2; LSE max abs diff 1e-3.
+ * The fused-rc backward (dQ recomputing S and dP) is held to the same gradient tolerances.
  * Exact checks: padding rows' output and dQ are 0 and their LSE -inf, padding blocks' keys and
- * context keys no block sees get dK = dV = 0, everything finite, and a second fused run is
- * bit-identical. No GPU: SKIPPED, exit 77.
+ * context keys no block sees get dK = dV = 0, everything finite (the workspace is filled with
+ * NaN before each run: a dS tile or partial read before it is written shows), and a second
+ * fused run is bit-identical. No GPU: SKIPPED, exit 77.
  * Seed: DFLASH_ATTN_SEED=n replays a run (default: from the clock, printed). */
 #include "dflash/dflash_attn_cuda.h"
 #include "io/safetensors.h"
@@ -128,6 +130,10 @@ static void run_scheme(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *a,
                        const void *V, const void *datt, void *att_d, float *lse_d, float *dQ_d, float *dK_d,
                        float *dV_d, outs *o, size_t n_att, size_t n_lse, size_t n_q, size_t n_kv)
 {
+    /* poison the workspace (NaN in bf16 and fp32): a dS tile or partial read before it is
+     * written shows up as a non-finite or wrong gradient */
+    CUDA_OK(cudaMemset(ws->base, 0xff,
+                       dflash_attn_ws_bytes_cuda(ws->scheme, ws->max_S, ws->max_N, ws->B, ws->H, ws->KV, ws->hd)));
     /* poison the outputs: every element must be written */
     CUDA_OK(cudaMemset(att_d, 0xff, sizeof(uint16_t) * n_att));
     CUDA_OK(cudaMemset(lse_d, 0xff, sizeof(float) * n_lse));
@@ -209,27 +215,30 @@ static void run_case(const acase *c, uint64_t seed, nn_gemm_cuda *gemm)
     dflash_attn_cuda a = {S, N, B, c->H, c->KV, hd, c->window, 1.0f / sqrtf((float)hd), hi_d, lo_d, keep_d};
     dflash_attn_ws_cuda wf = {DFLASH_ATTN_FUSED, S, N, B, c->H, c->KV, hd, NULL, NULL};
     dflash_attn_ws_cuda wg = {DFLASH_ATTN_GEMM, S, N, B, c->H, c->KV, hd, NULL, gemm};
+    dflash_attn_ws_cuda wr = {DFLASH_ATTN_FUSED_RC, S, N, B, c->H, c->KV, hd, NULL, NULL};
     wf.base = dmalloc(dflash_attn_ws_bytes_cuda(wf.scheme, S, N, B, c->H, c->KV, hd));
     wg.base = dmalloc(dflash_attn_ws_bytes_cuda(wg.scheme, S, N, B, c->H, c->KV, hd));
+    wr.base = dmalloc(dflash_attn_ws_bytes_cuda(wr.scheme, S, N, B, c->H, c->KV, hd));
 
-    outs F, F2, Gm;
+    outs F, F2, Gm, Rc;
     run_scheme(&wg, &a, Q_d, K_d, V_d, dA_d, att_d, lse_d, dQ_d, dK_d, dV_d, &Gm, n_att, n_lse, n_q, n_kv);
     run_scheme(&wf, &a, Q_d, K_d, V_d, dA_d, att_d, lse_d, dQ_d, dK_d, dV_d, &F, n_att, n_lse, n_q, n_kv);
     run_scheme(&wf, &a, Q_d, K_d, V_d, dA_d, att_d, lse_d, dQ_d, dK_d, dV_d, &F2, n_att, n_lse, n_q, n_kv);
+    run_scheme(&wr, &a, Q_d, K_d, V_d, dA_d, att_d, lse_d, dQ_d, dK_d, dV_d, &Rc, n_att, n_lse, n_q, n_kv);
 
-    /* tolerances: fused vs gemm */
+    /* tolerances: fused (and fused-rc, the recomputing backward) vs gemm */
     float *fa = bf16_to_f32(F.att, n_att), *ga = bf16_to_f32(Gm.att, n_att);
     struct {
         const char *name;
         const float *f, *g;
         size_t n;
         double tol;
-    } t[4] = {{"output", fa, ga, n_att, 1e-2},
-              {"dQ", F.dQ, Gm.dQ, n_q, 2e-2},
-              {"dK", F.dK, Gm.dK, n_kv, 2e-2},
-              {"dV", F.dV, Gm.dV, n_kv, 2e-2}};
+    } t[7] = {{"output", fa, ga, n_att, 1e-2},      {"dQ", F.dQ, Gm.dQ, n_q, 2e-2},
+              {"dK", F.dK, Gm.dK, n_kv, 2e-2},      {"dV", F.dV, Gm.dV, n_kv, 2e-2},
+              {"dQ (rc)", Rc.dQ, Gm.dQ, n_q, 2e-2}, {"dK (rc)", Rc.dK, Gm.dK, n_kv, 2e-2},
+              {"dV (rc)", Rc.dV, Gm.dV, n_kv, 2e-2}};
     printf("  %-8s %12s %14s %10s\n", "tensor", "rel err", "max diff/max", "tolerance");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 7; i++) {
         double rel, mx;
         long nf;
         cmp(t[i].f, t[i].g, t[i].n, &rel, &mx, &nf);
@@ -298,12 +307,12 @@ static void run_case(const acase *c, uint64_t seed, nn_gemm_cuda *gemm)
     printf("  determinism: second fused run %s\n", same ? "bit-identical" : "DIFFERS");
     CHECK(same, "two fused runs differ");
 
-    outs_free(&F), outs_free(&F2), outs_free(&Gm);
+    outs_free(&F), outs_free(&F2), outs_free(&Gm), outs_free(&Rc);
     free(fa), free(ga);
     free(Qh), free(Kh), free(Vh), free(dA), free(hi), free(lo), free(keep);
     cudaFree(Q_d), cudaFree(K_d), cudaFree(V_d), cudaFree(dA_d), cudaFree(hi_d), cudaFree(lo_d), cudaFree(keep_d);
     cudaFree(att_d), cudaFree(lse_d), cudaFree(dQ_d), cudaFree(dK_d), cudaFree(dV_d);
-    cudaFree(wf.base), cudaFree(wg.base);
+    cudaFree(wf.base), cudaFree(wg.base), cudaFree(wr.base);
 }
 
 int main(int argc, char **argv)

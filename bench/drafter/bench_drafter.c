@@ -45,7 +45,7 @@ int main(int argc, char **argv)
 #include <time.h>
 
 #define MAXCFG 8
-#define MAXSCH 3
+#define MAXSCH 4
 
 static void usage(void)
 {
@@ -59,8 +59,8 @@ static void usage(void)
            "  --check PATH: after the last step write the fp32 master weights to PATH (raw, the\n"
            "  dflash_params.data layout) and print each configuration's loss bits: two builds run\n"
            "  with the same arguments must write the same bytes\n"
-           "  --attn fused,gemm,fused-fwd: the attention schemes to run, each on a fresh context (default: the\n"
-           "  DFLASH_ATTN environment variable, else fused)\n"
+           "  --attn fused,gemm,fused-fwd,fused-rc: the attention schemes to run, each on a fresh context\n"
+           "  (default: the DFLASH_ATTN environment variable, else fused)\n"
            "  --docs K: each step packs K documents of S tokens with N anchor slots each (default 1)\n");
 }
 
@@ -254,9 +254,11 @@ int main(int argc, char **argv)
             snprintf(attn_list, sizeof attn_list, "%s", argv[++i]);
             char *save = NULL;
             for (char *t = strtok_r(attn_list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (nsch == MAXSCH || (strcmp(t, "fused") && strcmp(t, "gemm") && strcmp(t, "fused-fwd"))) {
-                    fprintf(stderr, "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd (got %s)\n", MAXSCH,
-                            t);
+                if (nsch == MAXSCH ||
+                    (strcmp(t, "fused") && strcmp(t, "gemm") && strcmp(t, "fused-fwd") && strcmp(t, "fused-rc"))) {
+                    fprintf(stderr,
+                            "bench_drafter: --attn takes up to %d of fused, gemm, fused-fwd, fused-rc (got %s)\n",
+                            MAXSCH, t);
                     return 2;
                 }
                 schemes[nsch++] = t;

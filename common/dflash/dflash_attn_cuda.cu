@@ -1,5 +1,5 @@
 /* dflash_attn_cuda.cu: the DFlash attention of one drafter layer, forward and backward, in
- * two schemes (see dflash_attn_cuda.h and docs/drafter_cuda.md "Attention"):
+ * three schemes (see dflash_attn_cuda.h and docs/drafter_cuda.md "Attention"):
  *
  *   fused (default): flash attention over the DFlash mask. A query tile is one anchor block's
  *     B rows x the G query heads of one KV head (they share K/V; in Qh's layout these rows are
@@ -11,12 +11,17 @@
  *     8 elements: no bank conflicts), P and dS go from accumulators to A fragments in
  *     registers. Softmax online in base 2 (exp2 of scale*log2e-scaled scores), the LSE saved
  *     in natural log for the backward (and for the GEMM backward, which reads the same).
- *     Backward: D = rowsum(dO . O) per row; a dQ kernel per query tile over its key tiles; a
- *     dK/dV kernel per (64 context keys, KV head, range of blocks): it visits, in block
- *     order, the blocks of its range whose context window meets the tile, 32 query rows at a
- *     time; the ranges' partial sums (at most 8) are added in range order by a last kernel;
- *     the block keys' dK/dV by one CTA per (block, KV head). Every sum has a fixed order, no
- *     float atomics: two runs are bit-identical.
+ *     Backward: D = rowsum(dO . O) per row; a dK/dV kernel per (64 context keys, KV head,
+ *     range of blocks): it visits, in block order, the blocks of its range whose context
+ *     window meets the tile, 32 query rows at a time, and stores each dS^T tile (bf16, the
+ *     values its dK uses) in the workspace; the ranges' partial sums (at most 8) are added in
+ *     range order by a last kernel; the block keys' dK/dV by one CTA per (block, KV head).
+ *     Then a dQ kernel per query tile: dQ = scale dS K over exactly the stored tiles (a GEMM
+ *     over the block's visible keys: S and dP are computed once, in the dK/dV kernel). Every
+ *     sum has a fixed order, no float atomics: two runs are bit-identical.
+ *   fused-rc: the same forward and dK/dV; the first backward's dQ kernel, which recomputes S
+ *     and dP per query tile instead of reading dS (no dS tiles in the workspace; kept
+ *     selectable for comparison: DFLASH_ATTN=fused-rc).
  *   gemm: the first scheme (dense score GEMMs over all S context keys, masked afterwards),
  *     kept selectable for comparison: DFLASH_ATTN=gemm.
  *
@@ -36,10 +41,21 @@
 #define FA_QL 64   /* query rows per load (stage) of the dK/dV kernel: two passes */
 #define FA_SPLIT 8 /* at most this many block ranges per context key tile */
 #define FA_MAX_HD 128
+static_assert(FA_QL == FA_TILE, "a dK/dV query stage is one 64-row chunk of the dS^T tiles");
 
 __host__ __device__ static inline int cdiv_i(long a, long b)
 {
     return (int)((a + b - 1) / b);
+}
+/* dS^T tiles of one (KV head, block, 64-row query chunk): slot 0 the block's own keys, slot
+ * 1 + x the context keys [64x, 64x + 64) */
+static inline long fa_ntile(int S)
+{
+    return cdiv_i(S, FA_TILE) + 1;
+}
+static inline long fa_nqc(int B, int G)
+{
+    return cdiv_i((long)B * G, FA_TILE);
 }
 
 int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen)
@@ -52,8 +68,11 @@ int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen)
         s = DFLASH_ATTN_GEMM;
     else if (!strcmp(e, "fused-fwd"))
         s = DFLASH_ATTN_FUSED_FWD;
+    else if (!strcmp(e, "fused-rc"))
+        s = DFLASH_ATTN_FUSED_RC;
     else
-        return df_cuda_errf(err, errlen, -EINVAL, "DFLASH_ATTN='%.40s': expected fused, gemm or fused-fwd", e);
+        return df_cuda_errf(err, errlen, -EINVAL, "DFLASH_ATTN='%.40s': expected fused, gemm, fused-fwd or fused-rc",
+                            e);
     if (s != DFLASH_ATTN_GEMM && head_dim > FA_MAX_HD)
         s = DFLASH_ATTN_GEMM;
     return s;
@@ -61,7 +80,10 @@ int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen)
 
 const char *dflash_attn_scheme_name_cuda(int scheme)
 {
-    return scheme == DFLASH_ATTN_FUSED ? "fused" : scheme == DFLASH_ATTN_GEMM ? "gemm" : "fused-fwd";
+    return scheme == DFLASH_ATTN_FUSED      ? "fused"
+           : scheme == DFLASH_ATTN_GEMM     ? "gemm"
+           : scheme == DFLASH_ATTN_FUSED_RC ? "fused-rc"
+                                            : "fused-fwd";
 }
 
 /* ---- workspace -------------------------------------------------------------------------- */
@@ -71,6 +93,7 @@ typedef struct ws_ptrs {
     float *Sc, *dPc, *Pb, *dSb, *Oc; /* gemm */
     bf16 *Pc, *dSc, *dOh;            /* gemm */
     float *dKp, *dVp;                /* fused: [FA_SPLIT][KV][S][hd] partials */
+    bf16 *dSt;                       /* fused: dS^T tiles [KV][N][nqc][ntile][64 keys][64 rows] */
 } ws_ptrs;
 
 static int uses_gemm(int scheme)
@@ -102,6 +125,8 @@ static size_t ws_carve(int scheme, int max_S, int max_N, int B, int H, int KV, i
     } else {
         WTAKE(p->dKp, float, (long)FA_SPLIT *max_S *kvd);
         WTAKE(p->dVp, float, (long)FA_SPLIT *max_S *kvd);
+        if (scheme == DFLASH_ATTN_FUSED)
+            WTAKE(p->dSt, bf16, (long)KV * max_N * fa_nqc(B, H / KV) * fa_ntile(max_S) * FA_TILE * FA_TILE);
     }
 #undef WTAKE
     return off;
@@ -192,6 +217,29 @@ template <int LDS> __device__ __forceinline__ void frag_b_kn(uint32_t b[4], cons
 {
     ldsm4t(b, s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS + n0 + (lane >> 4) * 8);
 }
+/* A fragment (16 x 16 at rows m0, cols k0) of A[m][k] = s[k][m] (s row-major [k][m]): transposing loads */
+template <int LDS> __device__ __forceinline__ void frag_a_t(uint32_t a[4], const bf16 *s, int m0, int k0, int lane)
+{
+    ldsm4t(a, s + (k0 + (lane >> 4) * 8 + (lane & 7)) * LDS + m0 + ((lane >> 3) & 1) * 8);
+}
+/* One k-step (16) of a warp tile of 16 MT rows x 16 NP columns: acc[mt][n] (n-tiles of 8) +=
+ * a[mt] (16 x 16 A fragments) x B, B[k][n] = s[k0 + k][n0 + n] (s row-major [k][n]). Each B
+ * fragment pair serves the MT row tiles (MT = 2 halves the shared-memory reads per mma). */
+template <int LDS, int MT, int NP>
+__device__ __forceinline__ void mma_tile_kn(float (*acc)[2 * NP][4], const uint32_t (*a)[4], const bf16 *s, int k0,
+                                            int n0, int lane)
+{
+#pragma unroll
+    for (int np = 0; np < NP; np++) {
+        uint32_t b[4];
+        frag_b_kn<LDS>(b, s, k0, n0 + np * 16, lane);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            mma16816(acc[mt][2 * np], a[mt], b[0], b[1]);
+            mma16816(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+        }
+    }
+}
 /* accumulators of n-tiles 2kk, 2kk+1 (16 x 16) -> an A fragment */
 __device__ __forceinline__ void acc_to_a(uint32_t a[4], const float c0[4], const float c1[4])
 {
@@ -258,6 +306,11 @@ template <int HDP> static constexpr size_t fa_smem_fwd()
 template <int HDP> static constexpr size_t fa_smem_dq()
 {
     return (size_t)6 * FA_TILE * (HDP + 8) * sizeof(bf16);
+}
+/* a dS^T tile (64 x 64) and a K tile, in two stages */
+template <int HDP> static constexpr size_t fa_smem_dq_ds()
+{
+    return (size_t)2 * FA_TILE * (FA_TILE + 8 + HDP + 8) * sizeof(bf16);
 }
 /* K, V of the key tile, then Q, dO, LSE, D of a query chunk in two stages */
 template <int HDP> static constexpr size_t fa_smem_dkv()
@@ -350,6 +403,8 @@ __global__ void __launch_bounds__(128)
         for (int kk = 0; kk < NK; kk++)
 #pragma unroll
             for (int np = 0; np < 4; np++) {
+                if (np * 16 >= nk) /* keys past nk (a block's own keys: 16 of 64) are masked below */
+                    break;
                 uint32_t b[4];
                 frag_b_nk<LDS>(b, sK, np * 16, kk * 16, lane);
                 mma16816(s[2 * np], qf[kk], b[0], b[1]);
@@ -392,6 +447,8 @@ __global__ void __launch_bounds__(128)
         }
 #pragma unroll
         for (int kk = 0; kk < 4; kk++) {
+            if (kk * 16 >= nk) /* P = 0 and V rows zero there: nothing to add */
+                break;
             uint32_t a[4];
             acc_to_a(a, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
@@ -569,29 +626,122 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-/* ---- fused dK/dV: grid (ceil(S/64) + N, KV, nsplit), 128 threads ----------------------------
- * x < ceil(S/64): context keys [64x, 64x + 64), blocks of range z ([z*bps, (z+1)*bps)) that see
- * them, written to the partials of range z (or straight to dKh/dVh when nsplit == 1);
- * x >= ceil(S/64): block j = x - ceil(S/64)'s own keys (z == 0 only), straight to dKh/dVh. */
+/* ---- fused dQ from the stored dS: grid (N, KV, ceil(B*G / 64)), 128 threads ----------------
+ * dQ = scale dS K over the tiles the dK/dV kernel wrote for this block and query chunk: the
+ * context tiles x in [clo / 64, ceil(hi / 64)) (exactly those its visibility test passes),
+ * then the block's own keys (slot 0). One GEMM-like pass: no S, P or dP recomputed.
+ * ntile = ceil(S/64) + 1 tiles per (block, chunk), nchunk = ceil(B*G/64) chunks per block. */
+template <int HDP>
+__global__ void __launch_bounds__(128) k_fa_dq_ds(float *__restrict__ dQh, const bf16 *__restrict__ dSt,
+                                                  const bf16 *__restrict__ Kh, fa_args A, int ntile, int nchunk)
+{
+    constexpr int LDS = HDP + 8, DL = FA_TILE + 8;
+    constexpr int DT = FA_TILE * DL, ST = DT + FA_TILE * LDS; /* stage st: dS^T at st ST, K at st ST + DT */
+    /* warps: WM x WN over the 64 rows x HDP columns; a warp holds MT row tiles x 2 NP n-tiles */
+    constexpr int WN = HDP >= 64 ? 2 : 1, WM = 4 / WN, MT = FA_TILE / 16 / WM, NP = HDP / 16 / WN;
+    extern __shared__ __align__(16) unsigned char fa_sm[];
+    bf16 *sm = reinterpret_cast<bf16 *>(fa_sm);
+    const int j = A.N - 1 - (int)blockIdx.x, g = blockIdx.y, M = A.B * A.G, c = blockIdx.z, m0 = c * FA_TILE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = A.hd;
+    const int wr = (warp % WM) * MT * 16, wc = (warp / WM) * NP * 16; /* the warp's first row, column */
+    const int rows = min(FA_TILE, M - m0);
+    const long rhob = ((long)g * A.R + (long)j * A.B) * A.G;
+    if (!A.keep[j]) {
+        for (long e = threadIdx.x; e < (long)rows * hd; e += blockDim.x)
+            dQh[(rhob + m0) * hd + e] = 0.0f;
+        return;
+    }
+    const int hi = A.hi[j], clo = row_lo(A.lo[j], hi, 0, A.window);
+    const int x0 = clo / FA_TILE, nctx = clo < hi ? cdiv_i(hi, FA_TILE) - x0 : 0;
+    const bf16 *dsb = dSt + (((long)g * A.N + j) * nchunk + c) * ntile * (FA_TILE * FA_TILE);
+    auto issue = [&](int it) {
+        const bool blk = it == nctx;
+        const int t0 = blk ? 0 : (x0 + it) * FA_TILE, nk = blk ? A.B : min(FA_TILE, A.S - t0);
+        const long krow = (long)g * A.T + (blk ? (long)A.S + (long)j * A.B : (long)t0);
+        const bf16 *ds = dsb + (long)(blk ? 0 : x0 + it + 1) * (FA_TILE * FA_TILE);
+        bf16 *sD = sm + (it & 1) * ST;
+        fa_load_async<FA_TILE, FA_TILE>(sD, (nk + 15) & ~15, FA_TILE, [&](int r) { return ds + r * FA_TILE; });
+        fa_load_async<HDP, FA_TILE>(sD + DT, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
+        cp_async_commit();
+    };
+    issue(0);
+    float dq[MT][2 * NP][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int n = 0; n < 2 * NP; n++)
+            dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
+    for (int it = 0; it <= nctx; it++) {
+        if (it < nctx) {
+            issue(it + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); /* tile it has landed */
+        const bf16 *sD = sm + (it & 1) * ST, *sK = sD + DT;
+        const int nk = it == nctx ? A.B : min(FA_TILE, A.S - (x0 + it) * FA_TILE);
+#pragma unroll
+        for (int kk = 0; kk < FA_TILE / 16; kk++) {
+            if (kk * 16 >= nk) /* keys past nk: dS and K rows zero (a block's own keys: 16 of 64) */
+                break;
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+                frag_a_t<DL>(a[mt], sD, wr + mt * 16, kk * 16, lane);
+            mma_tile_kn<LDS, MT, NP>(dq, a, sK, kk * 16, wc, lane);
+        }
+        __syncthreads(); /* stage it & 1 is free for tile it + 2 */
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int m = m0 + wr + mt * 16 + (lane >> 2) + 8 * i;
+            if (m >= M)
+                continue;
+            float *drow = dQh + (rhob + m) * hd;
+#pragma unroll
+            for (int n = 0; n < 2 * NP; n++) {
+                int col = wc + n * 8 + 2 * (lane & 3);
+                if (col < hd)
+                    *reinterpret_cast<float2 *>(drow + col) =
+                        make_float2(dq[mt][n][2 * i] * A.scale, dq[mt][n][2 * i + 1] * A.scale);
+            }
+        }
+}
+
+/* ---- fused dK/dV: grid ceil(S/64) x KV x nsplit + N x KV, 128 threads -------------------------
+ * The first ceil(S/64) KV nsplit CTAs: context keys [64x, 64x + 64) of KV head g, the blocks of
+ * range z ([z*bps, (z+1)*bps)) that see them, written to the partials of range z (or straight
+ * to dKh/dVh when nsplit == 1). They come in decreasing z, then increasing x: anchors ascend
+ * in slot order, so the CTAs with the most blocks to visit start first and the short ones
+ * fill the tail. Then N x KV CTAs: block j's own keys, straight to dKh/dVh. */
 template <int HDP>
 __global__ void __launch_bounds__(128)
     k_fa_dkv(float *__restrict__ dKh, float *__restrict__ dVh, float *__restrict__ dKp, float *__restrict__ dVp,
              const bf16 *__restrict__ Qh, const bf16 *__restrict__ Kh, const bf16 *__restrict__ Vh,
              const bf16 *__restrict__ datt, const float *__restrict__ lse, const float *__restrict__ Drow, fa_args A,
-             int nctx_tiles, int nsplit, int bps)
+             int nctx_tiles, int KV, int nsplit, int bps, bf16 *__restrict__ dSt, int ntile, int nchunk)
 {
     constexpr int LDS = HDP + 8, NK = HDP / 16, NO = HDP / 8, CS = FA_QL * LDS;
     extern __shared__ __align__(16) unsigned char fa_sm[];
     /* K, V; then per stage st: Q at sQO + 2 st CS, dO at + CS; LSE at sLD + 2 st FA_QL, D at + FA_QL */
     bf16 *sK = reinterpret_cast<bf16 *>(fa_sm), *sV = sK + FA_TILE * LDS, *sQO = sV + FA_TILE * LDS;
     float *sLD = reinterpret_cast<float *>(sQO + 4 * CS);
-    const int g = blockIdx.y, z = blockIdx.z, M = A.B * A.G, W = A.window, hd = A.hd;
+    const int M = A.B * A.G, W = A.window, hd = A.hd;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool blk = (int)blockIdx.x >= nctx_tiles;
-    if (blk && z > 0)
-        return;
-    const int jb = blk ? (int)blockIdx.x - nctx_tiles : 0;
-    const int t0 = blk ? 0 : (int)blockIdx.x * FA_TILE;
+    const int nctx_cta = nctx_tiles * KV * nsplit, L = (int)blockIdx.x;
+    const bool blk = L >= nctx_cta;
+    int g, z, x; /* x: the context key tile, or the block whose own keys this CTA takes */
+    if (!blk) {
+        const int per_z = nctx_tiles * KV, rem = L % per_z;
+        z = nsplit - 1 - L / per_z, g = rem / nctx_tiles, x = rem % nctx_tiles;
+    } else {
+        z = 0, g = (L - nctx_cta) / A.N, x = (L - nctx_cta) % A.N;
+    }
+    const int jb = blk ? x : 0;
+    const int t0 = blk ? 0 : x * FA_TILE;
     const int nk = blk ? A.B : min(FA_TILE, A.S - t0);
     const long krow = (long)g * A.T + (blk ? (long)A.S + (long)jb * A.B : (long)t0);
     fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
@@ -655,7 +805,10 @@ __global__ void __launch_bounds__(128)
         }
         __syncthreads(); /* chunk (cj, cqc) and K, V have landed */
         const int hi = A.hi[cj], lo = A.lo[cj], qload = min(FA_QL, M - cqc);
-        for (int hq = 0; hq < qload; hq += FA_QC) { /* passes of 32 queries over the stage */
+        /* passes of 32 queries over the stage; a warp whose 16 keys are all past nk (3 of 4 on a
+         * block's own 16 keys) has nothing to add and stores no dS (the dQ kernel reads only the
+         * key rows below nk rounded up to 16) */
+        for (int hq = 0; warp * 16 < nk && hq < qload; hq += FA_QC) {
             const int qrows = min(FA_QC, qload - hq);
             const bf16 *sQ = sQO + 2 * st * CS + hq * LDS, *sO = sQ + CS;
             const float *sL = sLD + 2 * st * FA_QL + hq, *sD = sL + FA_QL;
@@ -682,13 +835,23 @@ __global__ void __launch_bounds__(128)
                     mma16816(dpt[2 * np + 1], va, b[2], b[3]);
                 }
             }
+            /* full layers: a key's mask does not depend on the query row (no division by G) */
+            bool kv0[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                kv0[i] = kr[i] < nk && (blk || (t0 + kr[i] < hi && t0 + kr[i] >= lo));
 #pragma unroll
             for (int n = 0; n < 4; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    int key = kr[e >> 1], c = n * 8 + 2 * (lane & 3) + (e & 1), q = cqc + hq + c, k = q / A.G;
-                    bool v = c < qrows && key < nk &&
-                             (blk ? (W == 0 || key <= k) : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
+                    int key = kr[e >> 1], c = n * 8 + 2 * (lane & 3) + (e & 1);
+                    bool v = c < qrows;
+                    if (W == 0) {
+                        v = v && kv0[e >> 1];
+                    } else {
+                        int k = (cqc + hq + c) / A.G;
+                        v = v && key < nk && (blk ? key <= k : (t0 + key < hi && t0 + key >= row_lo(lo, hi, k, W)));
+                    }
                     float p = v ? exp2f(stt[n][e] * A.sl2 - sL[c] * 1.4426950408889634f) : 0.0f; /* LSE: natural */
                     stt[n][e] = p;
                     dpt[n][e] = p * (dpt[n][e] - sD[c]); /* dS^T */
@@ -699,6 +862,15 @@ __global__ void __launch_bounds__(128)
                 uint32_t pa[4], sa[4];
                 acc_to_a(pa, stt[2 * kk], stt[2 * kk + 1]);
                 acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+                if (dSt) { /* dS^T (bf16, as used here) for the dQ kernel: tile [key][query row] */
+                    bf16 *t = dSt + ((((long)g * A.N + cj) * nchunk + cqc / FA_TILE) * ntile + (blk ? 0 : x + 1)) *
+                                        (FA_TILE * FA_TILE);
+                    int q = hq + kk * 16 + 2 * (lane & 3);
+                    *reinterpret_cast<uint32_t *>(t + kr[0] * FA_TILE + q) = sa[0];
+                    *reinterpret_cast<uint32_t *>(t + kr[1] * FA_TILE + q) = sa[1];
+                    *reinterpret_cast<uint32_t *>(t + kr[0] * FA_TILE + q + 8) = sa[2];
+                    *reinterpret_cast<uint32_t *>(t + kr[1] * FA_TILE + q + 8) = sa[3];
+                }
 #pragma unroll
                 for (int np = 0; np < NK; np++) {
                     uint32_t b[4];
@@ -720,7 +892,7 @@ __global__ void __launch_bounds__(128)
     if (blk || nsplit == 1) {
         ok = dKh + krow * hd, ov = dVh + krow * hd;
     } else { /* partial of range z: [z][g][S][hd] */
-        long base = (((long)z * gridDim.y + g) * A.S + t0) * hd;
+        long base = (((long)z * KV + g) * A.S + t0) * hd;
         ok = dKp + base, ov = dVp + base;
     }
     ostride = hd;
@@ -774,18 +946,31 @@ static int fa_bwd_launch(const fa_args &A, int KV, const ws_ptrs &w, const bf16 
                          const bf16 *datt, const float *lse, float *dQh, float *dKh, float *dVh, cudaStream_t st,
                          char *err, size_t errlen)
 {
-    size_t sq = fa_smem_dq<HDP>(), skv = fa_smem_dkv<HDP>();
-    CUDA_TRY(cudaFuncSetAttribute(k_fa_dq<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq), err, errlen);
+    const bool rc = w.dSt == NULL; /* fused-rc: the dQ kernel recomputes S and dP */
+    size_t skv = fa_smem_dkv<HDP>();
     CUDA_TRY(cudaFuncSetAttribute(k_fa_dkv<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)skv), err, errlen);
-    dim3 gq((unsigned)A.N, (unsigned)KV, (unsigned)cdiv_i((long)A.B * A.G, FA_TILE));
-    k_fa_dq<HDP><<<gq, 128, sq, st>>>(dQh, Qh, Kh, Vh, datt, lse, w.Drow, A);
-    CUDA_LAUNCHED("k_fa_dq", err, errlen);
+    const int nqc = (int)fa_nqc(A.B, A.G), ntile = (int)fa_ntile(A.S);
+    dim3 gq((unsigned)A.N, (unsigned)KV, (unsigned)nqc);
+    if (rc) {
+        size_t sq = fa_smem_dq<HDP>();
+        CUDA_TRY(cudaFuncSetAttribute(k_fa_dq<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq), err, errlen);
+        k_fa_dq<HDP><<<gq, 128, sq, st>>>(dQh, Qh, Kh, Vh, datt, lse, w.Drow, A);
+        CUDA_LAUNCHED("k_fa_dq", err, errlen);
+    }
     int nct = cdiv_i(A.S, FA_TILE);
     int bps = A.N > 32 * FA_SPLIT ? cdiv_i(A.N, FA_SPLIT) : 32; /* blocks per range */
     int nsplit = cdiv_i(A.N, bps);
-    dim3 gk((unsigned)(nct + A.N), (unsigned)KV, (unsigned)nsplit);
-    k_fa_dkv<HDP><<<gk, 128, skv, st>>>(dKh, dVh, w.dKp, w.dVp, Qh, Kh, Vh, datt, lse, w.Drow, A, nct, nsplit, bps);
+    unsigned gk = (unsigned)((nct * nsplit + A.N) * KV);
+    k_fa_dkv<HDP><<<gk, 128, skv, st>>>(dKh, dVh, w.dKp, w.dVp, Qh, Kh, Vh, datt, lse, w.Drow, A, nct, KV, nsplit, bps,
+                                        w.dSt, ntile, nqc);
     CUDA_LAUNCHED("k_fa_dkv", err, errlen);
+    if (!rc) { /* dQ from the dS^T tiles the dK/dV kernel stored */
+        size_t sq = fa_smem_dq_ds<HDP>();
+        CUDA_TRY(cudaFuncSetAttribute(k_fa_dq_ds<HDP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sq), err,
+                 errlen);
+        k_fa_dq_ds<HDP><<<gq, 128, sq, st>>>(dQh, w.dSt, Kh, A, ntile, nqc);
+        CUDA_LAUNCHED("k_fa_dq_ds", err, errlen);
+    }
     if (nsplit > 1) {
         long n = (long)KV * A.S * A.hd;
         k_fa_dkv_reduce<<<(int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096), 256, 0, st>>>(

@@ -15,11 +15,14 @@
  *   DFLASH_ATTN_FUSED  block-sparse flash attention: one CTA per (anchor block, KV head) with
  *                      the block's B rows x G query heads sharing K/V, key tiles of 64 visited
  *                      only inside [min lo_k, hi_j) plus the block's own keys, tensor cores
- *                      (mma.sync bf16 -> fp32), online softmax, LSE saved. Backward: a dQ kernel
- *                      per query tile over its key tiles, a dK/dV kernel per context key tile
- *                      over the blocks that see it (blocks split in at most 8 fixed ranges,
- *                      partials summed in range order), the block keys' dK/dV by a CTA per
- *                      (block, KV head). No float atomics: bit-identical runs. head_dim <= 128.
+ *                      (mma.sync bf16 -> fp32), online softmax, LSE saved. Backward: a dK/dV
+ *                      kernel per context key tile over the blocks that see it (blocks split in
+ *                      at most 8 fixed ranges, partials summed in range order; the block keys'
+ *                      dK/dV by a CTA per (block, KV head)) that also stores dS (bf16) tile by
+ *                      tile, then a dQ kernel per query tile: dQ = dS K over the stored tiles.
+ *                      No float atomics: bit-identical runs. head_dim <= 128.
+ *   DFLASH_ATTN_FUSED_RC  the same forward; the first fused backward: its dQ kernel recomputes S
+ *                      and dP instead of reading dS (no dS scratch; kept for comparison).
  *   DFLASH_ATTN_GEMM   the first scheme: dense score GEMMs against all S context keys through
  *                      [H*R, S] scratch, masked afterwards (kept for comparison).
  *   DFLASH_ATTN_FUSED_FWD  fused forward, GEMM backward (the backward reads only Q, K, V, the
@@ -43,11 +46,11 @@ extern "C" {
 
 #include "nn/nn_cuda.h"
 
-enum { DFLASH_ATTN_FUSED = 0, DFLASH_ATTN_GEMM = 1, DFLASH_ATTN_FUSED_FWD = 2 };
+enum { DFLASH_ATTN_FUSED = 0, DFLASH_ATTN_GEMM = 1, DFLASH_ATTN_FUSED_FWD = 2, DFLASH_ATTN_FUSED_RC = 3 };
 
 /* The scheme named by the environment variable DFLASH_ATTN ("fused" (default when unset or
- * empty), "gemm", "fused-fwd"), downgraded to DFLASH_ATTN_GEMM when head_dim > 128 (the fused
- * kernels hold one head's row in registers). 0..2, or -EINVAL with the bad value in err. */
+ * empty), "gemm", "fused-fwd", "fused-rc"), downgraded to DFLASH_ATTN_GEMM when head_dim > 128
+ * (the fused kernels hold one head's row in registers). 0..3, or -EINVAL with the bad value in err. */
 int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen);
 const char *dflash_attn_scheme_name_cuda(int scheme);
 
@@ -65,8 +68,10 @@ typedef struct dflash_attn_cuda {
 
 /* Scratch of the schemes: the caller gives memory of dflash_attn_ws_bytes_cuda(...) bytes
  * (256-byte aligned) and a cuBLASLt handle (GEMM scheme only); sizes are for at most max_S
- * context rows and max_N anchor slots. The fused scheme needs O(H*R) for the backward plus the
- * dK/dV partials (8 x max_S x KV x hd x 2 fp32); the GEMM scheme the [H*R, S] score scratch. */
+ * context rows and max_N anchor slots. The fused schemes need O(H*R) for the backward plus the
+ * dK/dV partials (8 x max_S x KV x hd x 2 fp32), fused also the dS tiles (bf16, KV x max_N x
+ * ceil(B*H/KV / 64) x (ceil(max_S / 64) + 1) x 64 x 64); the GEMM scheme the [H*R, S] score
+ * scratch. */
 typedef struct dflash_attn_ws_cuda {
     int scheme, max_S, max_N, B, H, KV, hd;
     void *base;

@@ -560,7 +560,23 @@ __global__ void k_gather_z(bf16 *zc, const bf16 *z, const int32_t *idx, const de
     }
 }
 
-/* One block per row of the chunk: softmax, CE, argmax, dlogits = (p - onehot) w / norm. */
+/* One block per row of the chunk: softmax, CE, argmax, dlogits = (p - onehot) w / norm.
+ * Two passes over the row (it does not fit in shared memory): the first keeps per thread the
+ * running max, its first index and the sum of exp(x - max) rescaled when the max grows
+ * (online softmax), the second writes dlogits. A thread takes the columns 4 t + 4 k 1024 ..
+ * (16-byte loads; rows are Vp = multiple of 8 floats), then the tail past the last multiple of
+ * 4, always in increasing column order: ties keep the smallest index, as on the CPU. */
+__device__ __forceinline__ void ce_acc(float x, int v, float &mx, float &se, int &am)
+{
+    if (x > mx) {
+        se = se * expf(mx - x) + 1.0f; /* mx = -inf at first: 0 * 0 + 1 */
+        mx = x;
+        am = v;
+    } else {
+        se += expf(x - mx);
+    }
+}
+
 __global__ void __launch_bounds__(1024)
     k_ce(bf16 *dlog, double *row_wce, uint8_t *row_ok, const float *logits, const int32_t *idx, const int32_t *labels,
          const float *wts, const dev_stats *ds, int c0, int V, int Vp)
@@ -574,25 +590,38 @@ __global__ void __launch_bounds__(1024)
     int row = idx[ci], y = labels[row];
     float w = wts[row];
     const float *l = logits + (long)blockIdx.x * Vp;
-    float mx = -INFINITY;
+    const int V4 = V / 4;
+    float mx = -INFINITY, se = 0.0f;
     int am = 0x7fffffff;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float x = l[v];
-        if (x > mx) {
-            mx = x;
-            am = v;
-        }
+    for (int q = threadIdx.x; q < V4; q += blockDim.x) {
+        float4 x = reinterpret_cast<const float4 *>(l)[q];
+        ce_acc(x.x, 4 * q, mx, se, am);
+        ce_acc(x.y, 4 * q + 1, mx, se, am);
+        ce_acc(x.z, 4 * q + 2, mx, se, am);
+        ce_acc(x.w, 4 * q + 3, mx, se, am);
     }
+    for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x)
+        ce_acc(l[v], v, mx, se, am);
     /* block arg-max: larger value wins, ties go to the smaller index (the CPU's first max) */
+    const float tmx = mx;
     block_argmax(mx, am, shv, shi);
-    float se = 0;
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        se += expf(l[v] - mx);
-    double sed = block_sum<double>((double)se, shd);
+    double sed = block_sum<double>(tmx == -INFINITY ? 0.0 : (double)se * exp((double)tmx - (double)mx), shd);
     float lse = (float)((double)mx + log(sed));
     float scale = (float)((double)w / ds->norm);
     bf16 *dl = dlog + (long)blockIdx.x * Vp;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    for (int q = threadIdx.x; q < V4; q += blockDim.x) {
+        float4 x = reinterpret_cast<const float4 *>(l)[q];
+        float p[4] = {expf(x.x - lse) * scale, expf(x.y - lse) * scale, expf(x.z - lse) * scale,
+                      expf(x.w - lse) * scale};
+        if (y >= 4 * q && y < 4 * q + 4)
+            p[y - 4 * q] -= scale;
+        __nv_bfloat162 lo2 = __floats2bfloat162_rn(p[0], p[1]), hi2 = __floats2bfloat162_rn(p[2], p[3]);
+        uint2 u;
+        u.x = *reinterpret_cast<uint32_t *>(&lo2);
+        u.y = *reinterpret_cast<uint32_t *>(&hi2);
+        reinterpret_cast<uint2 *>(dl)[q] = u;
+    }
+    for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x) {
         float p = expf(l[v] - lse) * scale;
         dl[v] = f2bf(v == y ? p - scale : p);
     }

@@ -30,6 +30,10 @@
  * beside batch 1 (the loops above); lossless = every prompt's output equals its lone
  * plain greedy run token for token.
  *
+ * Kernel sequences: the plain step, verify and draft under the sequence before the
+ * bit-exact fusions (DECODE_FUSED_SEPARATE), with each of them added, and the default: the
+ * before / after of one process. --quick measures the steps and these only.
+ *
  * Prints a table; writes JSON (--json, default bench/results/eval/decode.json). Exit 77
  * without a GPU; a CPU build says it needs CUDA=1 and exits 0 (so `make bench` stays green). */
 #ifndef DF_WITH_CUDA
@@ -282,6 +286,64 @@ static const char *fz_name(int fz)
     case DECODE_FUSE_RESIDUAL: return "res";
     default: return "other";
     }
+}
+
+/* The bit-exact fusions one at a time and together (--fusions, the default bench prints
+ * them): the sequence before them (DECODE_FUSED_SEPARATE), plus each, and the default. */
+static const int FUSION_SEQS[] = {DECODE_FUSED_SEPARATE, DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU,
+                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_NORM, DECODE_FUSED_SEPARATE | DECODE_FUSE_ARGMAX,
+                                  DECODE_FUSED_DEFAULT};
+static const char *const FUSION_NAMES[] = {"before (separate)", "+ SwiGLU epilogue", "+ add_rmsnorm tail",
+                                           "+ argmax in lm_head", "all (default)"};
+#define N_FUSION_SEQS ((int)(sizeof FUSION_SEQS / sizeof FUSION_SEQS[0]))
+
+/* Median ms of a plain step, a 16-row verify (truncated back each time) and a draft, CUDA
+ * graphs, with both models on kernel sequence fz; after a prefill of the prompt, whose
+ * features are the drafter's context. */
+static void steps_under(decode_model_cuda *m, infer_state_cuda *dr, int fz, const int32_t *prompt, int P, int V,
+                        int reps, df_rng *rng, double out[3])
+{
+    double t_ms[64];
+    int32_t next[16], blk[16], draft[16];
+    m->fused = fz, m->use_graphs = 1;
+    decode_drop_graphs_cuda(m);
+    if (dr->draft_graph)
+        cudaGraphExecDestroy(dr->draft_graph);
+    dr->draft_graph = NULL;
+    dr->fused = fz;
+    decode_reset_cuda(m);
+    RC(decode_extend_cuda(m, prompt, P, 1, next, g_err, sizeof g_err));
+    infer_reset_cuda(dr);
+    RC(infer_append_cuda(dr, m->feat, P, g_err, sizeof g_err));
+    for (int i = 0; i < reps + 3; i++) {
+        double a = now_ms();
+        RC(decode_extend_cuda(m, next, 1, 1, next, g_err, sizeof g_err));
+        if (i >= 3)
+            t_ms[i - 3] = now_ms() - a;
+    }
+    out[0] = median(t_ms, reps);
+    int len = m->len;
+    for (int i = 0; i < 16; i++)
+        blk[i] = (int32_t)df_rng_below(rng, (uint64_t)V - 1);
+    for (int i = 0; i < reps + 3; i++) {
+        double a = now_ms();
+        RC(decode_extend_cuda(m, blk, 16, 16, next, g_err, sizeof g_err));
+        if (i >= 3)
+            t_ms[i - 3] = now_ms() - a;
+        RC(decode_truncate_cuda(m, len));
+    }
+    out[1] = median(t_ms, reps);
+    for (int i = 0; i < reps + 3; i++) {
+        double a = now_ms();
+        RC(infer_draft_cuda(dr, next[0], draft, g_err, sizeof g_err));
+        if (i >= 3)
+            t_ms[i - 3] = now_ms() - a;
+    }
+    out[2] = median(t_ms, reps);
+    if (dr->draft_graph)
+        cudaGraphExecDestroy(dr->draft_graph);
+    dr->draft_graph = NULL;
+    decode_drop_graphs_cuda(m);
 }
 
 /* A failed step of one configuration of the sweep: say so and go on with the next. */
@@ -601,6 +663,7 @@ int main(int argc, char **argv)
 {
     const char *json = "bench/results/eval/decode.json", *models = "1.7b,8b";
     int P = 128, NEW = 128, reps = 32, timeout_s = 420, sweep = 0, vars[DECODE_LINEAR_VARIANTS], nv = 0, NB = 4;
+    int quick = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
@@ -614,6 +677,8 @@ int main(int argc, char **argv)
             timeout_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             NB = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
         else if (!strcmp(argv[i], "--linear-sweep"))
             sweep = 1;
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
@@ -626,11 +691,12 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
-                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep]\n"
+                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep] [--quick]\n"
                     "  --batch N: prompts decoded together in the batch rows (default 4; 1 skips them)\n"
                     "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
                     "  decoding bench, the sweep compares all given, default all)\n"
-                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n",
+                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n"
+                    "  --quick: the steps and kernel sequences only (no loops, no batches)\n",
                     DECODE_LINEAR_VARIANTS - 1);
             return 2;
         }
@@ -732,10 +798,11 @@ int main(int argc, char **argv)
         /* plain steps, graphs and eager, at len P .. P + reps; the other kernel sequence
          * (fused / separate) once more with graphs */
         double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64], alt_plain = 0, alt_v16 = 0;
-        /* the other sequence: separate when fused, else all fused */
-        int dflt = m.fused, dflt_dr = dr.fused;
+        /* the other sequence: the one before the bit-exact fusions when the default has
+         * them, else all fused */
+        int dflt = m.fused, dflt_dr = dr.fused, alt_fz = dflt != DECODE_FUSED_SEPARATE ? DECODE_FUSED_SEPARATE : 1;
         for (int graphs = 2; graphs >= 0; graphs--) {
-            m.fused = graphs == 2 ? (dflt ? 0 : 1) : dflt;
+            m.fused = graphs == 2 ? alt_fz : dflt;
             decode_drop_graphs_cuda(&m);
             m.use_graphs = graphs > 0;
             decode_reset_cuda(&m);
@@ -787,7 +854,7 @@ int main(int argc, char **argv)
         if (dr.draft_graph)
             cudaGraphExecDestroy(dr.draft_graph);
         dr.draft_graph = NULL;
-        dr.fused = dflt_dr ? 0 : 1;
+        dr.fused = alt_fz;
         for (int i = 0; i < reps + 3; i++) {
             double a = now_ms();
             RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
@@ -813,6 +880,31 @@ int main(int argc, char **argv)
         }
         double append_ms = median(t_ms, reps);
 
+        /* the bit-exact fusions one at a time (the same bits: only time differs) */
+        /* then the default with the other attention warp counts (another split of the keys:
+         * other bits, the same in every loop) */
+        double fus[N_FUSION_SEQS + 2][3];
+        static const int att_w[2] = {16, 4};
+        for (int fi = 0; fi < N_FUSION_SEQS + 2; fi++) {
+            int old_w = fi >= N_FUSION_SEQS ? decode_attention_warps_cuda(att_w[fi - N_FUSION_SEQS]) : -1;
+            steps_under(&m, &dr, fi < N_FUSION_SEQS ? FUSION_SEQS[fi] : dflt, prompt, P, sh->V, reps, &rng, fus[fi]);
+            if (old_w > 0)
+                decode_attention_warps_cuda(old_w);
+        }
+        m.fused = dflt, dr.fused = dflt_dr;
+        printf("kernel sequences (graphs; plain floor %.3f ms, draft floor %.3f ms; attention %d warps unless "
+               "said):\n",
+               plain_floor, draft_floor, decode_attention_warps_cuda(-1));
+        for (int fi = 0; fi < N_FUSION_SEQS + 2; fi++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "%s", fi < N_FUSION_SEQS ? FUSION_NAMES[fi] : "");
+            if (fi >= N_FUSION_SEQS)
+                snprintf(nm, sizeof nm, "default, attention %dw", att_w[fi - N_FUSION_SEQS]);
+            printf("  %-26s plain %.3f ms (%.0f%%)  verify-16 %.3f ms (%.2fx)  draft %.3f ms (%.0f%%)\n", nm,
+                   fus[fi][0], 100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][1] / fus[fi][0], fus[fi][2],
+                   100 * draft_floor / fus[fi][2]);
+        }
+
         /* the loops: plain, then speculative at three corruption rates */
         spec_target st = {.ctx = &m,
                           .feat_dim = 5 * sh->d,
@@ -830,13 +922,18 @@ int main(int argc, char **argv)
         df_rng_seed(&orc.rng, 11 + si);
         spec_drafter sd = {.ctx = &orc, .block_size = 16, .reset = d_reset, .append = d_append, .draft = d_draft};
         spec_opts so = {.max_new = NEW, .eos = -1};
-        spec_result pr;
-        RC(spec_generate_plain(&st, prompt, P, &so, &pr));
-        double plain_tpot = pr.decode_s * 1e3 / (pr.n_tokens - 1);
-        orc.plain = pr.tokens, orc.n_plain = pr.n_tokens;
+        spec_result pr = {0};
+        double sp_tpot[3] = {0, 0, 0}, sp_tau[3] = {0, 0, 0}, sp_draft[3] = {0, 0, 0}, sp_verify[3] = {0, 0, 0},
+               sp_accept[3] = {0, 0, 0}, plain_tpot = 0;
+        int sp_lossless[3] = {1, 1, 1};
         static const double qs[3] = {1.0, 0.12, 0.0};
-        double sp_tpot[3], sp_tau[3], sp_draft[3], sp_verify[3], sp_accept[3];
-        int sp_lossless[3];
+        double b_plain_tps = 0, b_spec_tps[3] = {0, 0, 0}, b_tau[3] = {0, 0, 0};
+        int b_plain_ok = 1, b_spec_ok[3] = {1, 1, 1};
+        if (quick)
+            goto report; /* --quick: the steps only */
+        RC(spec_generate_plain(&st, prompt, P, &so, &pr));
+        plain_tpot = pr.decode_s * 1e3 / (pr.n_tokens - 1);
+        orc.plain = pr.tokens, orc.n_plain = pr.n_tokens;
         for (int qi = 0; qi < 3; qi++) {
             orc.corrupt = qs[qi];
             spec_result r;
@@ -853,8 +950,6 @@ int main(int argc, char **argv)
         spec_result_free(&pr);
 
         /* batches: NB prompts of P, P-8, ... tokens; their lone plain runs are the reference */
-        double b_plain_tps = 0, b_spec_tps[3] = {0, 0, 0}, b_tau[3] = {0, 0, 0};
-        int b_plain_ok = 1, b_spec_ok[3] = {1, 1, 1};
         if (NB > 1) {
             int32_t *bp[4];
             int bn[4];
@@ -909,6 +1004,7 @@ int main(int argc, char **argv)
             }
         }
 
+    report:
         printf("plain step: %.3f ms (graphs), %.3f ms (eager); reads %.3f GB: floor %.3f ms -> %.0f%% of the "
                "copy ceiling\n",
                plain_ms[1], plain_ms[0], plain_bytes / 1e9, plain_floor, 100 * plain_floor / plain_ms[1]);
@@ -918,9 +1014,11 @@ int main(int argc, char **argv)
                draft_bytes / 1e9, draft_floor, 100 * draft_floor / draft_ms);
         printf("accept (truncate + 4-row feature append): %.3f ms\n", append_ms);
         printf("%s kernels instead (graphs): plain step %.3f ms, verify 16 %.3f ms, draft %.3f ms\n",
-               dflt ? "separate" : "fused", alt_plain, alt_v16, alt_draft);
-        printf("plain loop: %.3f ms/token\n", plain_tpot);
-        for (int qi = 0; qi < 3; qi++)
+               alt_fz == DECODE_FUSED_SEPARATE ? "before: separate norm / SwiGLU / argmax" : "all-fused", alt_plain,
+               alt_v16, alt_draft);
+        if (!quick)
+            printf("plain loop: %.3f ms/token\n", plain_tpot);
+        for (int qi = 0; qi < 3 && !quick; qi++)
             printf("speculative, drafts corrupted with p = %.2f: tau %.2f, %.3f ms/token (draft %.3f + verify %.3f + "
                    "accept %.3f ms per step), speedup %.2fx, lossless %s\n",
                    qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
@@ -938,7 +1036,7 @@ int main(int argc, char **argv)
                                 "%.0f (%.2f) |\n",
                                 sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1], sp_tau[1],
                                 1e3 / sp_tpot[2], sp_tau[2]);
-        if (NB > 1) {
+        if (NB > 1 && !quick) {
             printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
                    P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
             for (int qi = 0; qi < 3; qi++)
@@ -958,10 +1056,20 @@ int main(int argc, char **argv)
                 "\"verify16_ms\": %.4f, \"verify16_eager_ms\": %.4f, \"verify16_over_plain\": %.3f, \"draft_ms\": "
                 "%.4f, \"draft_bytes\": %.6g, \"draft_pct_ceiling\": %.2f, \"accept4_ms\": %.4f, "
                 "\"plain_tpot_ms\": %.4f, \"fused_default\": %d, \"other_kernels\": {\"plain_step_ms\": %.4f, "
-                "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"spec\": [",
+                "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"fusions\": [",
                 first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes, plain_floor,
                 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms, draft_bytes,
                 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
+        for (int fi = 0; fi < N_FUSION_SEQS + 2; fi++)
+            fprintf(jf,
+                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"att_warps\": %d, \"plain_ms\": %.4f, "
+                    "\"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
+                    "\"draft_pct_ceiling\": %.2f}",
+                    fi ? ", " : "", fi < N_FUSION_SEQS ? FUSION_NAMES[fi] : "default",
+                    fi < N_FUSION_SEQS ? FUSION_SEQS[fi] : dflt,
+                    fi < N_FUSION_SEQS ? decode_attention_warps_cuda(-1) : att_w[fi - N_FUSION_SEQS], fus[fi][0],
+                    100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
+        fprintf(jf, "], \"quick\": %s, \"spec\": [", quick ? "true" : "false");
         for (int qi = 0; qi < 3; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"tpot_ms\": %.4f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "

@@ -149,6 +149,19 @@ __device__ __forceinline__ void key_ranges(const nn_key_ranges *ranges, const in
 /* Keys a warp scores together (decode_attention_keys_cuda): their K and V rows are all
  * loaded before the scores' shuffles, so that many loads are in flight per lane. */
 static int g_att_keys = 8; /* measured fastest at both shapes (docs/eval.md) */
+/* Warps per (query, head) block (decode_attention_warps_cuda). */
+#ifndef DECODE_ATT_WARPS_DEFAULT
+#define DECODE_ATT_WARPS_DEFAULT 8
+#endif
+static int g_att_warps = DECODE_ATT_WARPS_DEFAULT;
+
+int decode_attention_warps_cuda(int warps)
+{
+    int old = g_att_warps;
+    if (warps == 4 || warps == 8 || warps == 16)
+        g_att_warps = warps;
+    return old;
+}
 
 int decode_attention_keys_cuda(int keys)
 {
@@ -176,20 +189,20 @@ template <int DPL, bool VEC> __device__ __forceinline__ bf16_dpl<DPL> load_dpl(c
     return r;
 }
 
-/* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w takes the key groups
- * g = w, w + 8, ... (KEYS consecutive allowed keys each), keeping its own running max m,
- * sum l and accumulators; then the warps merge in order 0..7. The split depends on the
+/* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w of NW takes the key groups
+ * g = w, w + NW, ... (KEYS consecutive allowed keys each), keeping its own running max m,
+ * sum l and accumulators; then the warps merge in order 0..NW-1. The split depends on the
  * number of allowed keys only. */
-template <int DPL, int KEYS, bool VEC>
-__global__ void __launch_bounds__(ATTW_WARPS * 32)
+template <int DPL, int KEYS, bool VEC, int NW>
+__global__ void __launch_bounds__(NW * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                                   const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
                                   const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
                                   int window, int H, int KV, float scale)
 {
     constexpr int hd = 32 * DPL;
-    __shared__ float sm_m[ATTW_WARPS], sm_l[ATTW_WARPS];
-    __shared__ float sm_acc[ATTW_WARPS][hd];
+    __shared__ float sm_m[NW], sm_l[NW];
+    __shared__ float sm_acc[NW][hd];
     pdl_launch_dependents(); /* o_proj after us may fetch its weights now */
     int qi = blockIdx.x / H, h = blockIdx.x - qi * H, kvh = h / (H / KV);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -204,7 +217,7 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
     for (int i = 0; i < DPL; i++)
         qf[i] = __bfloat162float(qr[i]) * scale, acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
-    for (int g0 = warp * KEYS; g0 < n; g0 += ATTW_WARPS * KEYS) {
+    for (int g0 = warp * KEYS; g0 < n; g0 += NW * KEYS) {
         float sc[KEYS];
         int key[KEYS];
         bf16_dpl<DPL> kk[KEYS], vv[KEYS];
@@ -259,12 +272,12 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
         sm_acc[warp][lane * DPL + i] = acc[i];
     __syncthreads();
     float M = -INFINITY;
-    for (int w = 0; w < ATTW_WARPS; w++)
+    for (int w = 0; w < NW; w++)
         M = fmaxf(M, sm_m[w]);
     bf16 *o = out + ((long)qi * H + h) * hd;
     for (int dim = threadIdx.x; dim < hd; dim += blockDim.x) {
         float L = 0.0f, A = 0.0f;
-        for (int w = 0; w < ATTW_WARPS; w++) {
+        for (int w = 0; w < NW; w++) {
             if (sm_m[w] == -INFINITY)
                 continue; /* a warp that saw no key */
             float c = expf(sm_m[w] - M);
@@ -367,14 +380,23 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     bf16 *oo = as_bf(out);
     /* one load per key and lane when the rows are aligned to it (the same values either way) */
     int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
-#define ATT_KEYS_LAUNCH(DPL, KEYS)                                                                                   \
-    do {                                                                                                             \
-        if (avec)                                                                                                    \
-            decode_attention_warps_kernel<DPL, KEYS, true>                                                           \
-                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
-        else                                                                                                         \
-            decode_attention_warps_kernel<DPL, KEYS, false>                                                          \
-                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+#define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                           \
+    do {                                                                                                       \
+        if (avec)                                                                                              \
+            decode_attention_warps_kernel<DPL, KEYS, true, NW>                                                 \
+                <<<grid, NW * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);   \
+        else                                                                                                   \
+            decode_attention_warps_kernel<DPL, KEYS, false, NW>                                                \
+                <<<grid, NW * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);   \
+    } while (0)
+#define ATT_KEYS_LAUNCH(DPL, KEYS)                \
+    do {                                          \
+        if (g_att_warps == 16)                    \
+            ATT_NW_LAUNCH(DPL, KEYS, 16);         \
+        else if (g_att_warps == 4)                \
+            ATT_NW_LAUNCH(DPL, KEYS, 4);          \
+        else                                      \
+            ATT_NW_LAUNCH(DPL, KEYS, ATTW_WARPS); \
     } while (0)
     /* KEYS * DPL <= 64: the K and V values of a group stay in registers */
 #define ATT_KEYS_CASE(DPL)                             \
@@ -397,6 +419,7 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     }
 #undef ATT_KEYS_CASE
 #undef ATT_KEYS_LAUNCH
+#undef ATT_NW_LAUNCH
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
 }
@@ -545,6 +568,123 @@ __device__ __forceinline__ void lin_load_w(uint4 *lo, uint4 *hi, const bf16 *wlo
     }
 }
 
+/* The epilogues of decode_linear_mma_kernel (decode_kernels_cuda.h): what a block does
+ * with its 16 columns' sums, and what the last block of the grid does after them. */
+enum { LIN_EPI_PLAIN = 0, LIN_EPI_GLU = 1, LIN_EPI_RESID = 2, LIN_EPI_ARGMAX = 3 };
+typedef struct lin_epi {
+    int mode;
+    /* LIN_EPI_RESID tail: nn_add_rmsnorm_cuda's second half in its order (nthr threads,
+     * 4-wide when vec) */
+    const float *norm_w;
+    bf16 *norm_out, *cap;
+    long cap_stride;
+    int norm_row0, nthr, vec;
+    float eps;
+    int *sync;   /* [0]: blocks done; LIN_EPI_ARGMAX: keys (unsigned long long) from byte 8 */
+    int32_t *idx; /* LIN_EPI_ARGMAX: the rows' argmax */
+} lin_epi;
+
+/* An fp32 logit and its column as one 64-bit key whose unsigned order is (value, then the
+ * smaller column): the argmax with the first index on ties is the key's maximum. -0 counts
+ * as +0 (they compare equal); NaN gets no key (decode_argmax_kernel skips it). 0: none. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int n)
+{
+    if (v != v)
+        return 0ull;
+    unsigned u = v == 0.0f ? 0u : __float_as_uint(v); /* -0 -> +0 */
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (unsigned)(0x7fffffff - n);
+}
+
+/* The last block of the grid to finish, for every block (0 / 1, the same in all threads):
+ * each thread's stores are fenced before the block counts itself. The last block resets
+ * the counter, so the next call (stream order) finds it at zero. */
+__device__ __forceinline__ int lin_last_block(int *sync)
+{
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sync, 1) == (int)gridDim.x - 1;
+        if (last)
+            *sync = 0;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
+}
+
+/* nn_add_rmsnorm_cuda's work after its residual add, on rows 0..T-1 of x [T, d] (already
+ * added, by every block of this grid): capture = bf16(x) of each row, and rows >= norm_row0
+ * normalised into norm_out. The sums of squares follow add_rmsnorm_kernel exactly (thread
+ * i of e.nthr takes elements i*V, i*V + nthr*V, ... with V = 4 when vec, else 1; warp
+ * sums, then the warps' sums in one warp as block_sum), so the bits are that kernel's.
+ * Threads past nthr only join the barriers. x is read from L2 (__ldcg): other blocks
+ * wrote it. 8 rows per pass. */
+__device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
+{
+    __shared__ float part[8][32];
+    int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, nw = e.nthr >> 5, V = e.vec ? 4 : 1;
+    bool on = tid < e.nthr;
+    for (int t0 = 0; t0 < T; t0 += 8) {
+        int nr = min(8, T - t0);
+        float ss[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            ss[j] = 0.0f;
+            if (j >= nr || !on)
+                continue;
+            const float *xr = x + (size_t)(t0 + j) * d;
+            bf16 *cr = e.cap ? e.cap + (size_t)(t0 + j) * e.cap_stride : nullptr;
+            for (int i = tid * V; i < d; i += e.nthr * V) {
+                float v[4];
+                if (V == 4) {
+                    float4 f = __ldcg(reinterpret_cast<const float4 *>(xr + i));
+                    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+                } else {
+                    v[0] = __ldcg(xr + i);
+                }
+                for (int k = 0; k < V; k++)
+                    ss[j] += v[k] * v[k];
+                if (cr)
+                    for (int k = 0; k < V; k++)
+                        cr[i + k] = f2bf(v[k]);
+            }
+        }
+        if (!e.norm_w || t0 + nr <= e.norm_row0)
+            continue; /* the same in every thread */
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            ss[j] = warp_sum(ss[j]);
+        __syncthreads(); /* the previous pass is done with part[] */
+        if (lane == 0 && wid < nw)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                part[j][wid] = ss[j];
+        __syncthreads();
+        for (int j = 0; j < nr; j++) {
+            int t = t0 + j;
+            float tot = warp_sum(lane < nw ? part[j][lane] : 0.0f);
+            if (t < e.norm_row0 || !on)
+                continue;
+            float r = rsqrtf(tot / (float)d + e.eps);
+            const float *xr = x + (size_t)t * d;
+            bf16 *orow = e.norm_out + (size_t)(t - e.norm_row0) * d;
+            for (int i = tid * V; i < d; i += e.nthr * V) {
+                if (V == 4) {
+                    float4 xv = __ldcg(reinterpret_cast<const float4 *>(xr + i)),
+                           wv = *reinterpret_cast<const float4 *>(e.norm_w + i);
+                    orow[i] = f2bf(xv.x * r * wv.x), orow[i + 1] = f2bf(xv.y * r * wv.y);
+                    orow[i + 2] = f2bf(xv.z * r * wv.z), orow[i + 3] = f2bf(xv.w * r * wv.w);
+                } else {
+                    orow[i] = f2bf(__ldcg(xr + i) * r * e.norm_w[i]);
+                }
+            }
+        }
+    }
+}
+
 /* NT: 8-row groups of x handled per pass (1, 2, 4 or 8: T <= 8 * NT). Lane (g = lane/4,
  * t = lane%4) loads, per chunk at k, 16 bytes of w rows n0+g and n0+g+8 and of x row
  * 8j+g (group j) at k + 8t: the same k offsets in both operands, so product 1 takes their
@@ -555,7 +695,8 @@ __device__ __forceinline__ void lin_load_w(uint4 *lo, uint4 *hi, const bf16 *wlo
 template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
-                             const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec)
+                             const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec,
+                             lin_epi e)
 {
     constexpr int U = lin_unroll(NT, WARPS, PF), STEP = WARPS * U;
     __shared__ float red[WARPS][LIN_COLS][8 * NT];
@@ -564,6 +705,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     int n0 = blockIdx.x * LIN_COLS;
     int nlo = n0 + g, nhi = n0 + g + 8;
+    if (e.mode == LIN_EPI_GLU) /* gate rows 8b.. and the up rows I + 8b.. (N = 2I, I % 8 == 0) */
+        nlo = blockIdx.x * 8 + g, nhi = N / 2 + blockIdx.x * 8 + g;
     const bf16 *wlo = w + (long)min(nlo, N - 1) * K, *whi = w + (long)min(nhi, N - 1) * K;
     int wlo_ok = nlo < N, whi_ok = nhi < N;
     long xstride = SWIGLU ? 2L * K : (long)K;
@@ -623,6 +766,57 @@ __global__ void __launch_bounds__(WARPS * 32)
         red[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
     }
     __syncthreads();
+    if (e.mode == LIN_EPI_GLU) {
+        /* column c < 8 of the block: gate 8b + c (sums [c]), up 8b + c (sums [c + 8]), each
+         * rounded to bf16 as the gu tensor would be, then nn_swiglu_cuda's formula */
+        int I = N / 2;
+        for (int i = threadIdx.x; i < 8 * T; i += blockDim.x) {
+            int col = i % 8, row = i / 8, n = blockIdx.x * 8 + col;
+            float vg = red[0][col][row], vu = red[0][col + 8][row];
+#pragma unroll
+            for (int ww = 1; ww < WARPS; ww++)
+                vg += red[ww][col][row];
+#pragma unroll
+            for (int ww = 1; ww < WARPS; ww++)
+                vu += red[ww][col + 8][row];
+            if (bias)
+                vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
+            float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
+            reinterpret_cast<bf16 *>(out)[(long)row * I + n] = __float2bfloat16(silu_mul(gq, uq));
+        }
+        return;
+    }
+    if (e.mode == LIN_EPI_ARGMAX) {
+        /* logits as out_f32 = 1; then per row the block's best key (16 lanes of one row),
+         * one atomicMax per block and row; the last block hands out the indices */
+        unsigned long long *keys = reinterpret_cast<unsigned long long *>(e.sync + 2);
+        for (int i0 = 0; i0 < LIN_COLS * T; i0 += blockDim.x) { /* the same trip count in every thread */
+            int i = i0 + threadIdx.x, col = i % LIN_COLS, row = i / LIN_COLS, n = n0 + col;
+            unsigned long long key = 0ull;
+            if (row < T && n < N) {
+                float v = red[0][col][row];
+#pragma unroll
+                for (int ww = 1; ww < WARPS; ww++)
+                    v += red[ww][col][row];
+                if (bias)
+                    v += __bfloat162float(bias[n]);
+                reinterpret_cast<float *>(out)[(long)row * N + n] = v;
+                key = argmax_key(v, n);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) {
+                unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
+                key = k2 > key ? k2 : key;
+            }
+            if (col == 0 && row < T && key)
+                atomicMax(keys + row, key);
+        }
+        if (lin_last_block(e.sync) && threadIdx.x < (unsigned)T) {
+            unsigned long long k = atomicExch(keys + threadIdx.x, 0ull);
+            e.idx[threadIdx.x] = k ? 0x7fffffff - (int)(unsigned)(k & 0xffffffffu) : 0;
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < LIN_COLS * T; i += blockDim.x) {
         int col = i % LIN_COLS, row = i / LIN_COLS, n = n0 + col;
         if (n >= N)
@@ -634,19 +828,23 @@ __global__ void __launch_bounds__(WARPS * 32)
         if (bias)
             v += __bfloat162float(bias[n]);
         long o = (long)row * N + n;
-        if (out_f32 == 2)
+        if (e.mode == LIN_EPI_RESID) /* x += float(bf16(v)): the bf16 y a separate add would read */
+            reinterpret_cast<float *>(out)[o] += __bfloat162float(__float2bfloat16(v));
+        else if (out_f32 == 2)
             reinterpret_cast<float *>(out)[o] += v; /* the residual add, in fp32 */
         else if (out_f32)
             reinterpret_cast<float *>(out)[o] = v;
         else
             reinterpret_cast<bf16 *>(out)[o] = __float2bfloat16(v);
     }
+    if (e.mode == LIN_EPI_RESID && lin_last_block(e.sync))
+        lin_tail_norm(e, reinterpret_cast<const float *>(out), T, N);
 }
 
 /* One launch of NT row groups (T <= 8 * NT), with the PDL attribute when asked. */
 template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
 static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                 int N, int vec, cudaStream_t s)
+                                 int N, int vec, const lin_epi &e, cudaStream_t s)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)((N + LIN_COLS - 1) / LIN_COLS));
@@ -659,7 +857,7 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
         cfg.attrs = at, cfg.numAttrs = 1;
     }
     return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL>, out, out_f32, x, w, b, T, K,
-                              N, vec);
+                              N, vec, e);
 }
 
 /* The launches of one variant: 16-warp blocks take at most 32 rows (their shared sums of
@@ -667,22 +865,24 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
  * result is its own either way). */
 template <bool SWIGLU, int WARPS, bool PF, bool PDL>
 static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                   int N, int vec, cudaStream_t s)
+                                   int N, int vec, const lin_epi &ep, cudaStream_t s)
 {
     if (T <= 8)
-        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     if (T <= 16)
-        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     if (T <= 32)
-        return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+        return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     if (WARPS == 8)
-        return lin_launch_nt<(WARPS == 8 ? 8 : 4), SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
-    cudaError_t e = lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, 32, K, N, vec, s);
+        return lin_launch_nt<(WARPS == 8 ? 8 : 4), SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    /* (the epilogues other than LIN_EPI_PLAIN take 32 rows at most: never split) */
+    cudaError_t e = lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, 32, K, N, vec, ep, s);
     if (e != cudaSuccess)
         return e;
     size_t ob = out_f32 ? sizeof(float) : sizeof(bf16);
     return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>((char *)out + 32 * (size_t)N * ob, out_f32,
-                                                    x + 32 * (size_t)K * (SWIGLU ? 2 : 1), w, b, T - 32, K, N, vec, s);
+                                                    x + 32 * (size_t)K * (SWIGLU ? 2 : 1), w, b, T - 32, K, N, vec, ep,
+                                                    s);
 }
 
 /* PDL needs compute capability 9.0 (else the variant runs as a plain launch). */
@@ -696,7 +896,7 @@ static int lin_pdl_ok(void)
 
 template <bool SWIGLU>
 static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                 int N, int vec, cudaStream_t s)
+                                 int N, int vec, cudaStream_t s, const lin_epi &ep = lin_epi())
 {
     const lin_variant *v = &LIN_VARIANTS[g_lin_variant];
     int narrow = (N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS; /* a function of n_out alone */
@@ -713,7 +913,7 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
     int pdl = v->pdl && lin_pdl_ok();
 #define LIN_CASE(W, PF, PDL)                        \
     if (v->warps == W && v->pf == PF && pdl == PDL) \
-        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     LIN_CASE(8, 0, 0)
     LIN_CASE(8, 1, 0)
     LIN_CASE(16, 1, 0)
@@ -768,6 +968,87 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
     if (e != cudaSuccess)
         return linear_launch_failed(e, "decode_linear_swiglu_rows_cuda", err, errlen);
     CUDA_LAUNCHED("decode_linear_mma_kernel (swiglu)", err, errlen);
+    return 0;
+}
+
+/* Rows of the fused epilogues (one launch of at most 4 row groups: never split). */
+#define LIN_EPI_MAX_ROWS DECODE_EPI_MAX_ROWS
+
+int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn_bf16_cuda *w_gu,
+                                const nn_bf16_cuda *b_gu, int T, int n_in, int I, cudaStream_t s, char *err,
+                                size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || I <= 0 || I % 8 || !h || !x || !w_gu)
+        BAD_SHAPE("decode_linear_glu_rows_cuda: %d rows (at most %d), %d -> 2 x %d (a multiple of 8)", T,
+                  LIN_EPI_MAX_ROWS, n_in, I);
+    if (T == 0)
+        return 0;
+    int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w_gu % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_GLU;
+    cudaError_t e = launch_linear<false>(h, 0, as_bf(x), as_bf(w_gu), as_bf(b_gu), T, n_in, 2 * I, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_glu_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (glu)", err, errlen);
+    return 0;
+}
+
+/* nn_add_rmsnorm_cuda's thread count and vector choice for these pointers (rmsnorm.cu),
+ * y taken as aligned (a cudaMalloc'd row buffer). */
+static void tail_shape(lin_epi *ep, int d, const float *x, const float *w, const void *out, const void *cap,
+                       long cap_stride)
+{
+    ep->nthr = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
+    ep->vec = d % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)out % 8 == 0 &&
+              (uintptr_t)cap % 8 == 0 && cap_stride % 4 == 0;
+}
+
+int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w,
+                                     const nn_bf16_cuda *bias, int T, int n_in, int n_out,
+                                     const decode_norm_tail *tail, cudaStream_t s, char *err, size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !x || !in || !w || !tail || !tail->sync ||
+        (!tail->norm_w) != (!tail->norm_out) || tail->norm_row0 < 0 || tail->norm_row0 > T ||
+        (tail->capture && tail->cap_stride < n_out))
+        BAD_SHAPE("decode_linear_residual_rows_cuda: %d rows (at most %d), %d -> %d, norm %s from row %d, capture "
+                  "stride %ld",
+                  T, LIN_EPI_MAX_ROWS, n_in, n_out, tail && tail->norm_w ? "on" : "off", tail ? tail->norm_row0 : -1,
+                  tail ? tail->cap_stride : 0L);
+    if (T == 0)
+        return 0;
+    int vec = n_in % 8 == 0 && ((uintptr_t)in % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_RESID;
+    ep.norm_w = tail->norm_w, ep.norm_out = as_bf(tail->norm_out), ep.norm_row0 = tail->norm_row0;
+    ep.cap = as_bf(tail->capture), ep.cap_stride = tail->cap_stride, ep.eps = tail->eps, ep.sync = tail->sync;
+    /* the order of the nn_add_rmsnorm_cuda call this replaces: with the capture when the
+     * norm starts at row 0 (one call), else the norm's own call on rows norm_row0.. */
+    if (tail->norm_row0 == 0)
+        tail_shape(&ep, n_out, x, tail->norm_w, tail->norm_out, tail->capture, tail->capture ? tail->cap_stride : 0);
+    else
+        tail_shape(&ep, n_out, x + (size_t)tail->norm_row0 * n_out, tail->norm_w, tail->norm_out, NULL, 0);
+    cudaError_t e = launch_linear<false>(x, 2, as_bf(in), as_bf(w), as_bf(bias), T, n_in, n_out, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_residual_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (residual + norm)", err, errlen);
+    return 0;
+}
+
+int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T,
+                                   int n_in, int n_out, int32_t *sync, cudaStream_t s, char *err, size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !logits || !idx || !x || !w || !sync)
+        BAD_SHAPE("decode_linear_argmax_rows_cuda: %d rows (at most %d), %d -> %d", T, LIN_EPI_MAX_ROWS, n_in, n_out);
+    if (T == 0)
+        return 0;
+    int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_ARGMAX;
+    ep.sync = sync, ep.idx = idx;
+    cudaError_t e = launch_linear<false>(logits, 1, as_bf(x), as_bf(w), NULL, T, n_in, n_out, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_argmax_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (argmax)", err, errlen);
     return 0;
 }
 

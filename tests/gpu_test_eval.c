@@ -744,6 +744,54 @@ static void test_fused_kernels(void)
     cudaFree(sync);
 }
 
+/* e. Two column tiles a block (decode_linear_cols_cuda(2): wide shapes, 9..16 rows) give
+ * the bits of one tile a block: the plain kernel (bias), the SwiGLU epilogue and the
+ * argmax one, at 1..16 rows, an odd number of tiles (the last block's second tile is past
+ * the end). */
+static void test_two_tiles(void)
+{
+    const int R = 16, K = 72, N = 16 * 513 + 8, I = 8 * 513;
+    int32_t *sync, *i1, *i2;
+    CUDA_CHECK(cudaMalloc((void **)&sync, DECODE_EPI_SYNC_BYTES));
+    CUDA_CHECK(cudaMemset(sync, 0, DECODE_EPI_SYNC_BYTES));
+    nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)N * K, 0.05, NULL);
+    nn_bf16_cuda *b = rand_bf16_dev((size_t)N, 0.5, NULL), *h1, *h2;
+    float *o1, *o2;
+    CUDA_CHECK(cudaMalloc((void **)&o1, sizeof(float) * R * N));
+    CUDA_CHECK(cudaMalloc((void **)&o2, sizeof(float) * R * N));
+    CUDA_CHECK(cudaMalloc((void **)&h1, 2 * (size_t)R * I));
+    CUDA_CHECK(cudaMalloc((void **)&h2, 2 * (size_t)R * I));
+    CUDA_CHECK(cudaMalloc((void **)&i1, sizeof(int32_t) * R));
+    CUDA_CHECK(cudaMalloc((void **)&i2, sizeof(int32_t) * R));
+    long bad = 0, calls = 0;
+    for (int T = 1; T <= R; T++) {
+        int r0 = rnd(0, R - T), old = decode_linear_cols_cuda(1);
+        const nn_bf16_cuda *xt = x + (size_t)r0 * K;
+        RC_CHECK(decode_linear_rows_cuda(o1, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+        RC_CHECK(decode_linear_glu_rows_cuda(h1, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+        decode_linear_cols_cuda(2);
+        CUDA_CHECK(cudaMemset(o2, 0xff, sizeof(float) * R * N));
+        CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)R * I));
+        RC_CHECK(decode_linear_rows_cuda(o2, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+        RC_CHECK(decode_linear_glu_rows_cuda(h2, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+        bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(h1, h2, 2 * (size_t)T * I);
+        decode_linear_cols_cuda(1);
+        RC_CHECK(decode_linear_argmax_rows_cuda(o1, i1, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
+        decode_linear_cols_cuda(2);
+        CUDA_CHECK(cudaMemset(i2, 0xff, sizeof(int32_t) * R));
+        RC_CHECK(decode_linear_argmax_rows_cuda(o2, i2, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
+        bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(i1, i2, sizeof(int32_t) * T);
+        decode_linear_cols_cuda(old);
+        calls += 4;
+    }
+    printf("%s linear kernels with two column tiles a block (%d -> %d, 513 tiles; plain + bias, SwiGLU epilogue, "
+           "argmax): %ld of %ld calls differ bitwise from one tile a block\n",
+           bad ? "FAIL" : "PASS", K, N, bad, calls);
+    g_fail += bad > 0;
+    cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
+    cudaFree(o1), cudaFree(o2);
+}
+
 /* f. The bit-exact fusions on the whole target: every extend (a 16-row verify, a 5-row
  * one with 2 greedy rows, single rows) gives the same logits, features and greedy tokens
  * under each of them as under the separate kernels, graphs and eager. */
@@ -1017,11 +1065,21 @@ int main(void)
                v == dflt_variant ? ", the default" : "");
         test_linear_rows();
         test_fused_kernels();
+        test_two_tiles();
         decode_drop_graphs_cuda(&gpu);
         test_rows_and_graphs(&gpu);
         test_exact_fusions(&gpu);
     }
     decode_linear_variant_cuda(dflt_variant);
+    /* (f) with two column tiles a block (the same bits) */
+    {
+        int old_c = decode_linear_cols_cuda(decode_linear_cols_cuda(-1) == 1 ? 2 : 1);
+        printf("-- %d column tiles a block\n", decode_linear_cols_cuda(-1));
+        decode_drop_graphs_cuda(&gpu);
+        test_rows_and_graphs(&gpu);
+        test_exact_fusions(&gpu);
+        decode_linear_cols_cuda(old_c);
+    }
     /* (f) under the other attention warp counts (another split of the keys) */
     for (int aw = 4; aw <= 16; aw *= 2) {
         if (aw == decode_attention_warps_cuda(-1))

@@ -883,23 +883,31 @@ int main(int argc, char **argv)
         /* the bit-exact fusions one at a time (the same bits: only time differs) */
         /* then the default with the other attention warp counts (another split of the keys:
          * other bits, the same in every loop) */
-        double fus[N_FUSION_SEQS + 2][3];
-        static const int att_w[2] = {16, 4};
-        for (int fi = 0; fi < N_FUSION_SEQS + 2; fi++) {
-            int old_w = fi >= N_FUSION_SEQS ? decode_attention_warps_cuda(att_w[fi - N_FUSION_SEQS]) : -1;
+        /* and with two column tiles a block (the same bits) */
+        enum { NX = 3 };
+        double fus[N_FUSION_SEQS + NX][3];
+        static const int att_w[NX] = {16, 4, 0}, cols_x[NX] = {0, 0, 2};
+        for (int fi = 0; fi < N_FUSION_SEQS + NX; fi++) {
+            int xi = fi - N_FUSION_SEQS;
+            int old_w = xi >= 0 ? decode_attention_warps_cuda(att_w[xi]) : -1;
+            int old_c = xi >= 0 ? decode_linear_cols_cuda(cols_x[xi]) : -1;
             steps_under(&m, &dr, fi < N_FUSION_SEQS ? FUSION_SEQS[fi] : dflt, prompt, P, sh->V, reps, &rng, fus[fi]);
             if (old_w > 0)
                 decode_attention_warps_cuda(old_w);
+            if (old_c > 0)
+                decode_linear_cols_cuda(old_c);
         }
         m.fused = dflt, dr.fused = dflt_dr;
         printf("kernel sequences (graphs; plain floor %.3f ms, draft floor %.3f ms; attention %d warps unless "
                "said):\n",
                plain_floor, draft_floor, decode_attention_warps_cuda(-1));
-        for (int fi = 0; fi < N_FUSION_SEQS + 2; fi++) {
+        for (int fi = 0; fi < N_FUSION_SEQS + NX; fi++) {
             char nm[64];
             snprintf(nm, sizeof nm, "%s", fi < N_FUSION_SEQS ? FUSION_NAMES[fi] : "");
-            if (fi >= N_FUSION_SEQS)
+            if (fi >= N_FUSION_SEQS && att_w[fi - N_FUSION_SEQS])
                 snprintf(nm, sizeof nm, "default, attention %dw", att_w[fi - N_FUSION_SEQS]);
+            else if (fi >= N_FUSION_SEQS)
+                snprintf(nm, sizeof nm, "default, %d column tiles", cols_x[fi - N_FUSION_SEQS]);
             printf("  %-26s plain %.3f ms (%.0f%%)  verify-16 %.3f ms (%.2fx)  draft %.3f ms (%.0f%%)\n", nm,
                    fus[fi][0], 100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][1] / fus[fi][0], fus[fi][2],
                    100 * draft_floor / fus[fi][2]);
@@ -1060,15 +1068,17 @@ int main(int argc, char **argv)
                 first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes, plain_floor,
                 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms, draft_bytes,
                 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
-        for (int fi = 0; fi < N_FUSION_SEQS + 2; fi++)
+        for (int fi = 0; fi < N_FUSION_SEQS + NX; fi++) {
+            int xi = fi - N_FUSION_SEQS;
             fprintf(jf,
-                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"att_warps\": %d, \"plain_ms\": %.4f, "
-                    "\"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
+                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"att_warps\": %d, \"col_tiles\": %d, \"plain_ms\": "
+                    "%.4f, \"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
                     "\"draft_pct_ceiling\": %.2f}",
-                    fi ? ", " : "", fi < N_FUSION_SEQS ? FUSION_NAMES[fi] : "default",
-                    fi < N_FUSION_SEQS ? FUSION_SEQS[fi] : dflt,
-                    fi < N_FUSION_SEQS ? decode_attention_warps_cuda(-1) : att_w[fi - N_FUSION_SEQS], fus[fi][0],
+                    fi ? ", " : "", xi < 0 ? FUSION_NAMES[fi] : "default", xi < 0 ? FUSION_SEQS[fi] : dflt,
+                    xi >= 0 && att_w[xi] ? att_w[xi] : decode_attention_warps_cuda(-1),
+                    xi >= 0 && cols_x[xi] ? cols_x[xi] : decode_linear_cols_cuda(-1), fus[fi][0],
                     100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
+        }
         fprintf(jf, "], \"quick\": %s, \"spec\": [", quick ? "true" : "false");
         for (int qi = 0; qi < 3; qi++)
             fprintf(jf,

@@ -469,6 +469,18 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #define DECODE_LINEAR_DEFAULT_VARIANT 9
 #endif
 static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
+#ifndef DECODE_LINEAR_COLS_DEFAULT
+#define DECODE_LINEAR_COLS_DEFAULT 1
+#endif
+static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
+
+int decode_linear_cols_cuda(int tiles)
+{
+    int old = g_lin_cols;
+    if (tiles == 1 || tiles == 2)
+        g_lin_cols = tiles;
+    return old;
+}
 
 int decode_linear_variant_cuda(int v)
 {
@@ -692,23 +704,32 @@ __device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
  * for w and x: the products summed are w[n,k] x[t,k] over every k once). The weights of
  * the first round are loaded before pdl_wait (they are constant during a step); x and out
  * are touched only after it. */
-template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
                              const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec,
                              lin_epi e)
 {
-    constexpr int U = lin_unroll(NT, WARPS, PF), STEP = WARPS * U;
-    __shared__ float red[WARPS][LIN_COLS][8 * NT];
+    /* MC column tiles of 16 per block (decode_linear_cols_cuda): tile m is the one a block
+     * blockIdx.x * MC + m would have alone, with the same chunks in the same order, sharing
+     * the x loads; two rounds in flight instead of four keep the registers */
+    constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : 2, STEP = WARPS * U;
+    __shared__ float red[WARPS][LIN_COLS * MC][8 * NT];
     if (PDL)
         pdl_launch_dependents();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int n0 = blockIdx.x * LIN_COLS;
-    int nlo = n0 + g, nhi = n0 + g + 8;
-    if (e.mode == LIN_EPI_GLU) /* gate rows 8b.. and the up rows I + 8b.. (N = 2I, I % 8 == 0) */
-        nlo = blockIdx.x * 8 + g, nhi = N / 2 + blockIdx.x * 8 + g;
-    const bf16 *wlo = w + (long)min(nlo, N - 1) * K, *whi = w + (long)min(nhi, N - 1) * K;
-    int wlo_ok = nlo < N, whi_ok = nhi < N;
+    const bf16 *wlo[MC], *whi[MC];
+    int wlo_ok[MC], whi_ok[MC];
+#pragma unroll
+    for (int m = 0; m < MC; m++) {
+        int vb = blockIdx.x * MC + m, nlo = vb * LIN_COLS + g, nhi = nlo + 8;
+        wlo_ok[m] = nlo < N, whi_ok[m] = nhi < N;
+        if (e.mode == LIN_EPI_GLU) { /* gate rows 8vb.. and the up rows I + 8vb.. (N = 2I, I % 8 == 0) */
+            nlo = vb * 8 + g, nhi = N / 2 + vb * 8 + g;
+            wlo_ok[m] = whi_ok[m] = nlo < N / 2;
+        }
+        wlo[m] = w + (long)min(nlo, N - 1) * K, whi[m] = w + (long)min(nhi, N - 1) * K;
+    }
     long xstride = SWIGLU ? 2L * K : (long)K;
     const bf16 *xr[NT];
     int x_ok[NT];
@@ -718,17 +739,21 @@ __global__ void __launch_bounds__(WARPS * 32)
         x_ok[j] = r < T;
         xr[j] = x + (long)min(r, T - 1) * xstride;
     }
-    float acc[NT][4];
+    float acc[MC][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int m = 0; m < MC; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
     int nchunks = (K + LIN_CHUNK - 1) / LIN_CHUNK;
-    uint4 a_lo[U], a_hi[U];
-    lin_load_w<U, WARPS>(a_lo, a_hi, wlo, whi, wlo_ok, whi_ok, warp, nchunks, K, t, vec);
+    uint4 a_lo[MC][U], a_hi[MC][U];
+#pragma unroll
+    for (int m = 0; m < MC; m++)
+        lin_load_w<U, WARPS>(a_lo[m], a_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], warp, nchunks, K, t, vec);
     if (PDL)
         pdl_wait();
     for (int c0 = warp; c0 < nchunks; c0 += STEP) {
-        uint4 b[U][NT], n_lo[U], n_hi[U];
+        uint4 b[U][NT], n_lo[MC][U], n_hi[MC][U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int c = c0 + u * WARPS;
@@ -738,47 +763,62 @@ __global__ void __launch_bounds__(WARPS * 32)
                 b[u][j] = load_x8<SWIGLU>(xr[j], K, k, vec, x_ok[j] ? left : 0);
         }
         if (PF)
-            lin_load_w<U, WARPS>(n_lo, n_hi, wlo, whi, wlo_ok, whi_ok, c0 + STEP, nchunks, K, t, vec);
+#pragma unroll
+            for (int m = 0; m < MC; m++)
+                lin_load_w<U, WARPS>(n_lo[m], n_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], c0 + STEP, nchunks, K,
+                                     t, vec);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (c0 + u * WARPS >= nchunks)
                 break; /* the same for every lane and every T */
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                mma_bf16(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[u][j].x, b[u][j].y);
-                mma_bf16(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[u][j].z, b[u][j].w);
-            }
+            for (int m = 0; m < MC; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    mma_bf16(acc[m][j], a_lo[m][u].x, a_hi[m][u].x, a_lo[m][u].y, a_hi[m][u].y, b[u][j].x, b[u][j].y);
+                    mma_bf16(acc[m][j], a_lo[m][u].z, a_hi[m][u].z, a_lo[m][u].w, a_hi[m][u].w, b[u][j].z, b[u][j].w);
+                }
         }
         if (PF) {
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                a_lo[u] = n_lo[u], a_hi[u] = n_hi[u];
+            for (int m = 0; m < MC; m++)
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    a_lo[m][u] = n_lo[m][u], a_hi[m][u] = n_hi[m][u];
         } else if (c0 + STEP < nchunks) {
-            lin_load_w<U, WARPS>(a_lo, a_hi, wlo, whi, wlo_ok, whi_ok, c0 + STEP, nchunks, K, t, vec);
+#pragma unroll
+            for (int m = 0; m < MC; m++)
+                lin_load_w<U, WARPS>(a_lo[m], a_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], c0 + STEP, nchunks, K, t,
+                                     vec);
         }
     }
-    /* acc[j]: [0], [1] = (column n0+g, rows 8j+2t, 8j+2t+1); [2], [3] = column n0+g+8 */
+    /* acc[m][j]: [0], [1] = (column g of tile m, rows 8j+2t, 8j+2t+1); [2], [3] = column g+8 */
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
-        red[warp][g][8 * j + 2 * t] = acc[j][0];
-        red[warp][g][8 * j + 2 * t + 1] = acc[j][1];
-        red[warp][g + 8][8 * j + 2 * t] = acc[j][2];
-        red[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
-    }
+    for (int m = 0; m < MC; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            red[warp][16 * m + g][8 * j + 2 * t] = acc[m][j][0];
+            red[warp][16 * m + g][8 * j + 2 * t + 1] = acc[m][j][1];
+            red[warp][16 * m + g + 8][8 * j + 2 * t] = acc[m][j][2];
+            red[warp][16 * m + g + 8][8 * j + 2 * t + 1] = acc[m][j][3];
+        }
     __syncthreads();
     if (e.mode == LIN_EPI_GLU) {
-        /* column c < 8 of the block: gate 8b + c (sums [c]), up 8b + c (sums [c + 8]), each
+        /* column c < 8 of tile m: gate 8vb + c (sums [c]), up 8vb + c (sums [c + 8]), each
          * rounded to bf16 as the gu tensor would be, then nn_swiglu_cuda's formula */
         int I = N / 2;
-        for (int i = threadIdx.x; i < 8 * T; i += blockDim.x) {
-            int col = i % 8, row = i / 8, n = blockIdx.x * 8 + col;
-            float vg = red[0][col][row], vu = red[0][col + 8][row];
+        for (int i = threadIdx.x; i < 8 * MC * T; i += blockDim.x) {
+            int mc = i % (8 * MC), row = i / (8 * MC), m = mc / 8, col = mc % 8;
+            int n = (blockIdx.x * MC + m) * 8 + col;
+            if (n >= I)
+                continue;
+            float vg = red[0][16 * m + col][row], vu = red[0][16 * m + col + 8][row];
 #pragma unroll
             for (int ww = 1; ww < WARPS; ww++)
-                vg += red[ww][col][row];
+                vg += red[ww][16 * m + col][row];
 #pragma unroll
             for (int ww = 1; ww < WARPS; ww++)
-                vu += red[ww][col + 8][row];
+                vu += red[ww][16 * m + col + 8][row];
             if (bias)
                 vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
             float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
@@ -786,12 +826,13 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         return;
     }
+    const int n0 = blockIdx.x * MC * LIN_COLS; /* the block's columns n0 .. n0 + 16 MC - 1 */
     if (e.mode == LIN_EPI_ARGMAX) {
-        /* logits as out_f32 = 1; then per row the block's best key (16 lanes of one row),
-         * one atomicMax per block and row; the last block hands out the indices */
+        /* logits as out_f32 = 1; then per row the best key of each 16 columns (16 lanes of
+         * one row), one atomicMax per tile and row; the last block hands out the indices */
         unsigned long long *keys = reinterpret_cast<unsigned long long *>(e.sync + 2);
-        for (int i0 = 0; i0 < LIN_COLS * T; i0 += blockDim.x) { /* the same trip count in every thread */
-            int i = i0 + threadIdx.x, col = i % LIN_COLS, row = i / LIN_COLS, n = n0 + col;
+        for (int i0 = 0; i0 < LIN_COLS * MC * T; i0 += blockDim.x) { /* the same trip count in every thread */
+            int i = i0 + threadIdx.x, col = i % (LIN_COLS * MC), row = i / (LIN_COLS * MC), n = n0 + col;
             unsigned long long key = 0ull;
             if (row < T && n < N) {
                 float v = red[0][col][row];
@@ -808,7 +849,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                 unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
                 key = k2 > key ? k2 : key;
             }
-            if (col == 0 && row < T && key)
+            if (col % LIN_COLS == 0 && row < T && key)
                 atomicMax(keys + row, key);
         }
         if (lin_last_block(e.sync) && threadIdx.x < (unsigned)T) {
@@ -817,8 +858,8 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         return;
     }
-    for (int i = threadIdx.x; i < LIN_COLS * T; i += blockDim.x) {
-        int col = i % LIN_COLS, row = i / LIN_COLS, n = n0 + col;
+    for (int i = threadIdx.x; i < LIN_COLS * MC * T; i += blockDim.x) {
+        int col = i % (LIN_COLS * MC), row = i / (LIN_COLS * MC), n = n0 + col;
         if (n >= N)
             continue;
         float v = red[0][col][row];
@@ -842,12 +883,13 @@ __global__ void __launch_bounds__(WARPS * 32)
 }
 
 /* One launch of NT row groups (T <= 8 * NT), with the PDL attribute when asked. */
-template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC = 1>
 static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
                                  int N, int vec, const lin_epi &e, cudaStream_t s)
 {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((N + LIN_COLS - 1) / LIN_COLS));
+    int tiles = (N + LIN_COLS - 1) / LIN_COLS; /* (GLU: N = 2I, I / 8 tiles) */
+    cfg.gridDim = dim3((unsigned)((tiles + MC - 1) / MC));
     cfg.blockDim = dim3(WARPS * 32);
     cfg.stream = s;
     cudaLaunchAttribute at[1];
@@ -856,8 +898,8 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at, cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL>, out, out_f32, x, w, b, T, K,
-                              N, vec, e);
+    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL, MC>, out, out_f32, x, w, b,
+                              T, K, N, vec, e);
 }
 
 /* The launches of one variant: 16-warp blocks take at most 32 rows (their shared sums of
@@ -869,8 +911,13 @@ static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const 
 {
     if (T <= 8)
         return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
-    if (T <= 16)
+    if (T <= 16) {
+        /* two column tiles a block (decode_linear_cols_cuda): 8 warps, wide shapes, 9..16 rows */
+        if (WARPS == 8 && !SWIGLU && T > 8 && g_lin_cols == 2 && (N + LIN_COLS - 1) / LIN_COLS >= LIN_AUTO_BLOCKS)
+            return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL, (WARPS == 8 && !SWIGLU) ? 2 : 1>(out, out_f32, x, w, b, T,
+                                                                                            K, N, vec, ep, s);
         return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    }
     if (T <= 32)
         return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     if (WARPS == 8)

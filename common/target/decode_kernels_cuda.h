@@ -129,6 +129,13 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
 int decode_linear_variant_cuda(int v);
 const char *decode_linear_variant_name_cuda(int v);
 
+/* Column tiles of 16 per block of the 8-warp kernels at 9..16 rows on wide shapes (at
+ * least 512 tiles): 1 (default) or 2 (each block reads its x rows once for 32 columns:
+ * half the x traffic, half the blocks). The bits are the same either way (each tile's
+ * chunks and order are those of its own block). Process-wide; returns the previous value,
+ * anything else only queries. */
+int decode_linear_cols_cuda(int tiles);
+
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
  * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed
  * while loading (no pass of its own). n_in = I. */

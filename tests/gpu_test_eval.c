@@ -614,7 +614,9 @@ static int dev_same(const void *a, const void *b, size_t n)
  *   decode_linear_residual_rows_cuda == decode_linear_rows_cuda (y) + nn_add_rmsnorm_cuda
  *     (x, the normalised rows, the capture; the norm from row 0 and from a later row);
  *   decode_linear_argmax_rows_cuda == decode_linear_rows_cuda + decode_argmax_rows_cuda
- *     (logits and indices; weight rows repeated so that logits tie).
+ *     (logits and indices; weight rows repeated so that logits tie);
+ *   decode_linear_qk_rows_cuda == decode_linear_rows_cuda + decode_qk_norm_rope_append_cuda
+ *     (qkv, both caches; positions from p0 and from a device base; with and without norms).
  * Shapes: both warp counts of the tuned variant (narrow / wide), n_in % 8 != 0, each
  * thread count of the norm (d >= 2048, >= 512, less) and d % 4 != 0. */
 static void test_fused_kernels(void)
@@ -741,6 +743,52 @@ static void test_fused_kernels(void)
         cudaFree(x), cudaFree(w), cudaFree(l1), cudaFree(l2), cudaFree(i1), cudaFree(i2);
         free(hw);
     }
+    /* q/k tail: (n_in, H, KV, hd, norms) */
+    static const int qs[][5] = {{128, 4, 2, 32, 1}, {256, 16, 8, 128, 1}, {200, 6, 3, 64, 0}};
+    for (size_t si = 0; si < sizeof qs / sizeof qs[0]; si++) {
+        int K = qs[si][0], H = qs[si][1], KV = qs[si][2], hd = qs[si][3], N = (H + 2 * KV) * hd, rows = 64;
+        size_t cb = 2 * (size_t)rows * KV * hd;
+        nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)N * K, 0.05, NULL);
+        nn_bf16_cuda *q1, *q2, *k1, *k2, *v1, *v2;
+        float *qn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL;
+        float *kn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL, *inv = rand_f32_dev((size_t)hd / 2, 0.5, 0.5);
+        int32_t *base, hb = rnd(0, 20);
+        CUDA_CHECK(cudaMalloc((void **)&base, sizeof(int32_t)));
+        CUDA_CHECK(cudaMemcpy(base, &hb, sizeof(int32_t), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMalloc((void **)&q1, 2 * (size_t)R * N));
+        CUDA_CHECK(cudaMalloc((void **)&q2, 2 * (size_t)R * N));
+        CUDA_CHECK(cudaMalloc((void **)&k1, cb));
+        CUDA_CHECK(cudaMalloc((void **)&k2, cb));
+        CUDA_CHECK(cudaMalloc((void **)&v1, cb));
+        CUDA_CHECK(cudaMalloc((void **)&v2, cb));
+        long bad = 0, calls = 0;
+        for (int T = 1; T <= 8; T++)
+            for (int with_base = 0; with_base < 2; with_base++) {
+                int r0 = rnd(0, R - T), p0 = rnd(0, 20);
+                const int32_t *bp = with_base ? base : NULL;
+                CUDA_CHECK(cudaMemset(k1, 0, cb));
+                CUDA_CHECK(cudaMemset(k2, 0, cb));
+                CUDA_CHECK(cudaMemset(v1, 0, cb));
+                CUDA_CHECK(cudaMemset(v2, 0, cb));
+                RC_CHECK(decode_linear_rows_cuda(q1, 0, x + (size_t)r0 * K, w, NULL, T, K, N, 0, g_err, sizeof g_err),
+                         g_err);
+                RC_CHECK(decode_qk_norm_rope_append_cuda(q1, qn, kn, inv, k1, v1, T, H, KV, hd, 1e-6f, bp, p0, 0,
+                                                         g_err, sizeof g_err),
+                         g_err);
+                decode_qk_tail qt = {H, KV, hd, qn, kn, inv, 1e-6f, k2, v2, bp, p0, sync};
+                RC_CHECK(decode_linear_qk_rows_cuda(q2, x + (size_t)r0 * K, w, NULL, T, K, &qt, 0, g_err,
+                                                    sizeof g_err),
+                         g_err);
+                int ok = dev_same(q1, q2, 2 * (size_t)T * N) && dev_same(k1, k2, cb) && dev_same(v1, v2, cb);
+                bad += !ok, calls++;
+            }
+        printf("%s linear_qk_rows %d -> heads %d/%d of %d%s: %ld of %ld calls differ bitwise from linear_rows + "
+               "qk_norm_rope_append (qkv, K and V caches)\n",
+               bad ? "FAIL" : "PASS", K, H, KV, hd, qn ? " (q/k norms)" : "", bad, calls);
+        g_fail += bad > 0;
+        cudaFree(x), cudaFree(w), cudaFree(q1), cudaFree(q2), cudaFree(k1), cudaFree(k2), cudaFree(v1), cudaFree(v2);
+        cudaFree(qn), cudaFree(kn), cudaFree(inv), cudaFree(base);
+    }
     cudaFree(sync);
 }
 
@@ -801,8 +849,13 @@ static void test_exact_fusions(decode_model_cuda *gpu)
     int32_t *tok = xmalloc(sizeof(int32_t) * (P + 32)), nx[16];
     for (int i = 0; i < P + 32; i++)
         tok[i] = rnd(0, V - 1);
-    static const int seqs[] = {DECODE_FUSED_SEPARATE, DECODE_FUSED_DEFAULT, DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU,
-                               DECODE_FUSE_NORM, DECODE_FUSE_ARGMAX | DECODE_FUSE_GLU};
+    static const int seqs[] = {DECODE_FUSED_SEPARATE,
+                               DECODE_FUSED_DEFAULT,
+                               DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU,
+                               DECODE_FUSE_NORM,
+                               DECODE_FUSE_ARGMAX | DECODE_FUSE_GLU,
+                               DECODE_FUSE_QK_APPEND | DECODE_FUSE_QK_TAIL,
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_QK_TAIL};
     static const int steps[][2] = {{16, 16}, {5, 2}, {1, 1}, {1, 1}, {2, 0}, {1, 1}};
     const int ns = sizeof steps / sizeof steps[0];
     float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 16 * (size_t)fd * ns);
@@ -837,7 +890,7 @@ static void test_exact_fusions(decode_model_cuda *gpu)
                 bad += !ok, runs++;
             }
         }
-    printf("%s target: the bit-exact fusions (SwiGLU epilogue, add + RMSNorm tail, argmax in lm_head, and "
+    printf("%s target: the bit-exact fusions (SwiGLU epilogue, add + RMSNorm tail, argmax in lm_head, q/k tail, and "
            "together) == separate kernels bitwise in %ld of %ld extends (logits, features, greedy tokens; graphs "
            "and eager)\n",
            bad ? "FAIL" : "PASS", runs - bad, runs);

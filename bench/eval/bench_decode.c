@@ -290,11 +290,18 @@ static const char *fz_name(int fz)
 
 /* The bit-exact fusions one at a time and together (--fusions, the default bench prints
  * them): the sequence before them (DECODE_FUSED_SEPARATE), plus each, and the default. */
-static const int FUSION_SEQS[] = {DECODE_FUSED_SEPARATE, DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU,
-                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_NORM, DECODE_FUSED_SEPARATE | DECODE_FUSE_ARGMAX,
+static const int FUSION_SEQS[] = {DECODE_FUSED_SEPARATE,
+                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU,
+                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_NORM,
+                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_ARGMAX,
+                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_QK_TAIL,
+                                  DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX,
+                                  DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX |
+                                      DECODE_FUSE_QK_TAIL,
                                   DECODE_FUSED_DEFAULT};
-static const char *const FUSION_NAMES[] = {"before (separate)", "+ SwiGLU epilogue", "+ add_rmsnorm tail",
-                                           "+ argmax in lm_head", "all (default)"};
+static const char *const FUSION_NAMES[] = {"before (separate)",   "+ SwiGLU epilogue",  "+ add_rmsnorm tail",
+                                           "+ argmax in lm_head", "+ q/k tail (1 row)", "glu+norm+argmax",
+                                           "glu+norm+argmax+q/k", "default"};
 #define N_FUSION_SEQS ((int)(sizeof FUSION_SEQS / sizeof FUSION_SEQS[0]))
 
 /* Median ms of a plain step, a 16-row verify (truncated back each time) and a draft, CUDA

@@ -580,9 +580,76 @@ __device__ __forceinline__ void lin_load_w(uint4 *lo, uint4 *hi, const bf16 *wlo
     }
 }
 
+#define QKR_MAX_PAIRS 4 /* hd <= 256 */
+
+/* bf16 at p; CG: from L2 (__ldcg), for rows other blocks of the running grid wrote. */
+template <bool CG> __device__ __forceinline__ float ld_bf(const bf16 *p)
+{
+    if (CG)
+        return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short *>(p))));
+    return __bfloat162float(*p);
+}
+
+/* Item (row t, head h) of the H + 2KV heads of qkv, by one warp: q and k heads are
+ * RMS-normed (q_norm / k_norm, when given) and rotated exactly as nn_qk_norm_rope_cuda (the
+ * same formula and order), at position r; k heads then go to cache row r of kc, v heads
+ * are copied to row r of vc. decode_qk_norm_rope_append_kernel and the q/k tail of the
+ * linear kernel run this same code, so their bits are the same. */
+template <bool CG>
+__device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+                                        bf16 *kc, bf16 *vc, int H, int KV, int hd, float eps, long r, int t, int h,
+                                        int lane)
+{
+    int nh = H + 2 * KV;
+    long kvd = (long)KV * hd;
+    bf16 *x = qkv + (size_t)t * nh * hd + (size_t)h * hd;
+    if (h >= H + KV) { /* v head: copy */
+        bf16 *dst = vc + r * kvd + (long)(h - H - KV) * hd;
+        for (int i = lane; i < hd; i += 32)
+            dst[i] = __float2bfloat16(ld_bf<CG>(x + i));
+        return;
+    }
+    const float *nw = h < H ? q_norm : k_norm;
+    int half = hd / 2;
+    float a[QKR_MAX_PAIRS], b[QKR_MAX_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
+        int i = lane + 32 * k;
+        a[k] = b[k] = 0.0f;
+        if (i < half) {
+            a[k] = ld_bf<CG>(x + i);
+            b[k] = ld_bf<CG>(x + i + half);
+            ss += a[k] * a[k] + b[k] * b[k];
+        }
+    }
+    float rr = 1.0f;
+    if (nw)
+        rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
+    float p = (float)r;
+    bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
+#pragma unroll
+    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
+        int i = lane + 32 * k;
+        if (i < half) {
+            float u = a[k], v = b[k];
+            if (nw) {
+                u = u * rr * nw[i];
+                v = v * rr * nw[i + half];
+            }
+            float sn, cs;
+            sincosf(p * inv_freq[i], &sn, &cs);
+            bf16 o1 = __float2bfloat16(u * cs - v * sn), o2 = __float2bfloat16(v * cs + u * sn);
+            x[i] = o1, x[i + half] = o2;
+            if (kd)
+                kd[i] = o1, kd[i + half] = o2;
+        }
+    }
+}
+
 /* The epilogues of decode_linear_mma_kernel (decode_kernels_cuda.h): what a block does
  * with its 16 columns' sums, and what the last block of the grid does after them. */
-enum { LIN_EPI_PLAIN = 0, LIN_EPI_GLU = 1, LIN_EPI_RESID = 2, LIN_EPI_ARGMAX = 3 };
+enum { LIN_EPI_PLAIN = 0, LIN_EPI_GLU = 1, LIN_EPI_RESID = 2, LIN_EPI_ARGMAX = 3, LIN_EPI_QK = 4 };
 typedef struct lin_epi {
     int mode;
     /* LIN_EPI_RESID tail: nn_add_rmsnorm_cuda's second half in its order (nthr threads,
@@ -594,6 +661,11 @@ typedef struct lin_epi {
     float eps;
     int *sync;   /* [0]: blocks done; LIN_EPI_ARGMAX: keys (unsigned long long) from byte 8 */
     int32_t *idx; /* LIN_EPI_ARGMAX: the rows' argmax */
+    /* LIN_EPI_QK tail: decode_qk_norm_rope_append_cuda on the output */
+    const float *q_norm, *k_norm, *inv_freq;
+    bf16 *kc, *vc;
+    int H, KV, hd, p0;
+    const int32_t *base;
 } lin_epi;
 
 /* An fp32 logit and its column as one 64-bit key whose unsigned order is (value, then the
@@ -880,6 +952,15 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     if (e.mode == LIN_EPI_RESID && lin_last_block(e.sync))
         lin_tail_norm(e, reinterpret_cast<const float *>(out), T, N);
+    if (e.mode == LIN_EPI_QK && lin_last_block(e.sync)) {
+        int nh = e.H + 2 * e.KV;
+        long r0 = base_of(e.base, e.p0);
+        for (int item = warp; item < T * nh; item += WARPS) {
+            int tt = item / nh;
+            qk_item<true>(reinterpret_cast<bf16 *>(out), e.q_norm, e.k_norm, e.inv_freq, e.kc, e.vc, e.H, e.KV, e.hd,
+                          e.eps, r0 + tt, tt, item - tt * nh, lane);
+        }
+    }
 }
 
 /* One launch of NT row groups (T <= 8 * NT), with the PDL attribute when asked. */
@@ -1099,14 +1180,34 @@ int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cu
     return 0;
 }
 
+int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk,
+                               cudaStream_t s, char *err, size_t errlen)
+{
+    int H = qk ? qk->H : 0, KV = qk ? qk->KV : 0, hd = qk ? qk->hd : 0;
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || !qkv || !x || !w || !qk || !qk->sync || H <= 0 || KV <= 0 ||
+        hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || qk->p0 < 0 || (!qk->q_norm) != (!qk->k_norm))
+        BAD_SHAPE("decode_linear_qk_rows_cuda: %d rows (at most %d), %d -> heads %d/%d of %d", T, LIN_EPI_MAX_ROWS,
+                  n_in, H, KV, hd);
+    if (T == 0)
+        return 0;
+    int N = (H + 2 * KV) * hd;
+    int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_QK;
+    ep.sync = qk->sync, ep.eps = qk->eps;
+    ep.q_norm = qk->q_norm, ep.k_norm = qk->k_norm, ep.inv_freq = qk->inv_freq;
+    ep.kc = as_bf(qk->kc), ep.vc = as_bf(qk->vc), ep.H = H, ep.KV = KV, ep.hd = hd, ep.p0 = qk->p0, ep.base = qk->base;
+    cudaError_t e = launch_linear<false>(qkv, 0, as_bf(x), as_bf(w), as_bf(bias), T, n_in, N, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_qk_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (q/k norm + rope + append)", err, errlen);
+    return 0;
+}
+
 /* ---- q/k norm + RoPE + cache append ---------------------------------------------------- */
 
-#define QKR_MAX_PAIRS 4 /* hd <= 256 */
-
-/* One warp per (row t, head h) of the H + 2KV heads: q and k heads are RMS-normed
- * (q_norm / k_norm, when given) and rotated exactly as nn_qk_norm_rope_cuda (the same
- * formula and order), at position r = p0 + *base + t; k heads then go to cache row r of
- * kc, v heads are copied to row r of vc. */
+/* One warp per (row t, head h) of the H + 2KV heads (qk_item). */
 __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const float *__restrict__ q_norm,
                                                   const float *__restrict__ k_norm, const float *__restrict__ inv_freq,
                                                   bf16 *__restrict__ kc, bf16 *__restrict__ vc, int T, int H, int KV,
@@ -1118,50 +1219,7 @@ __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const 
     if (item >= (long)T * nh)
         return;
     int t = (int)(item / nh), h = (int)(item - (long)t * nh);
-    long r = base_of(base, p0) + t, kvd = (long)KV * hd;
-    bf16 *x = qkv + (size_t)t * nh * hd + (size_t)h * hd;
-    if (h >= H + KV) { /* v head: copy */
-        bf16 *dst = vc + r * kvd + (long)(h - H - KV) * hd;
-        for (int i = lane; i < hd; i += 32)
-            dst[i] = x[i];
-        return;
-    }
-    const float *nw = h < H ? q_norm : k_norm;
-    int half = hd / 2;
-    float a[QKR_MAX_PAIRS], b[QKR_MAX_PAIRS];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
-        int i = lane + 32 * k;
-        a[k] = b[k] = 0.0f;
-        if (i < half) {
-            a[k] = __bfloat162float(x[i]);
-            b[k] = __bfloat162float(x[i + half]);
-            ss += a[k] * a[k] + b[k] * b[k];
-        }
-    }
-    float rr = 1.0f;
-    if (nw)
-        rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
-    float p = (float)r;
-    bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
-#pragma unroll
-    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
-        int i = lane + 32 * k;
-        if (i < half) {
-            float u = a[k], v = b[k];
-            if (nw) {
-                u = u * rr * nw[i];
-                v = v * rr * nw[i + half];
-            }
-            float sn, cs;
-            sincosf(p * inv_freq[i], &sn, &cs);
-            bf16 o1 = __float2bfloat16(u * cs - v * sn), o2 = __float2bfloat16(v * cs + u * sn);
-            x[i] = o1, x[i + half] = o2;
-            if (kd)
-                kd[i] = o1, kd[i + half] = o2;
-        }
-    }
+    qk_item<false>(qkv, q_norm, k_norm, inv_freq, kc, vc, H, KV, hd, eps, base_of(base, p0) + t, t, h, lane);
 }
 
 int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,

@@ -89,6 +89,11 @@ int decode_attention_warps_cuda(int warps);
 #define DECODE_FUSE_NORM 32   /* o_proj / down add to the residual and the next add + RMSNorm (and the
                                  capture) run in their last block (decode_linear_residual_rows_cuda) */
 #define DECODE_FUSE_ARGMAX 64 /* the greedy argmax in the lm_head's blocks (decode_linear_argmax_rows_cuda) */
+#define DECODE_FUSE_QK_TAIL 128 /* with QK_APPEND, at DECODE_QK_TAIL_ROWS rows or fewer: that kernel in the
+                                   last block of the qkv projection (decode_linear_qk_rows_cuda) */
+#ifndef DECODE_QK_TAIL_ROWS
+#define DECODE_QK_TAIL_ROWS 2
+#endif
 #define DECODE_FUSE_BITS(f) ((f) == 1 ? (DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU) : (f))
 /* The sequence before the bit-exact fusions (the q/k kernel only; the SwiGLU inside
  * down's loads measured slower and the residual bit changed nothing, docs/eval.md). */
@@ -191,6 +196,27 @@ int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_
  * device scratch. T <= DECODE_EPI_MAX_ROWS. */
 int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T,
                                    int n_in, int n_out, int32_t *sync, cudaStream_t s, char *err, size_t errlen);
+
+/* What decode_linear_qk_rows_cuda does after its projection. */
+typedef struct decode_qk_tail {
+    int H, KV, hd;                         /* heads of the fused qkv rows */
+    const float *q_norm, *k_norm;          /* both NULL: no norm (Llama) */
+    const float *inv_freq;                 /* [hd / 2] */
+    float eps;
+    nn_bf16_cuda *kc, *vc;                 /* the layer's caches */
+    const int32_t *base;                   /* rows at p0 + *base (DEVICE, or NULL) */
+    int p0;
+    int32_t *sync;                         /* DECODE_EPI_SYNC_BYTES of zeroed device scratch */
+} decode_qk_tail;
+
+/* decode_linear_rows_cuda(qkv, 0, x, w, bias, T, n_in, (H+2KV)*hd) and
+ * decode_qk_norm_rope_append_cuda on its rows in one launch, bit for bit: the last block
+ * of the grid runs the q/k kernel's per-head code (one warp per row and head). That is
+ * T * (H+2KV) heads in one block, so it pays for a row or two only (callers pick by T: a
+ * row's bits are the same either way). T <= DECODE_EPI_MAX_ROWS. */
+int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk,
+                               cudaStream_t s, char *err, size_t errlen);
 
 /* nn_qk_norm_rope_cuda (same math) at positions r = p0 + *base + t, and in the same pass
  * the k heads (normed, rotated) to cache row r of kc and the v heads to row r of vc:

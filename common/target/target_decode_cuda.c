@@ -355,6 +355,7 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
     const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
     const int f_norm = ep_ok && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
     const int f_amax = (fz & DECODE_FUSE_ARGMAX) && n_next <= DECODE_EPI_MAX_ROWS;
+    const int f_qkt = f_qk && (fz & DECODE_FUSE_QK_TAIL) && k <= DECODE_QK_TAIL_ROWS;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     if (base)
@@ -373,8 +374,16 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
                                      prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d,
                                      t->eps, s, kerr, sizeof kerr),
                  "add_rmsnorm (input)");
-        STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
-        if (f_qk) {
+        if (f_qkt) {
+            decode_qk_tail qt = {H, KV, hd, Lw->q_norm, Lw->k_norm, t->inv_freq, t->eps, kl, vl, base, p0, m->sync_d};
+            STEP(decode_linear_qk_rows_cuda(t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, &qt, s, kerr, sizeof kerr),
+                 "linear qkv + qk_norm_rope + kv append");
+        } else {
+            STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        }
+        if (f_qkt) {
+            /* done in the qkv projection's last block */
+        } else if (f_qk) {
             STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd,
                                                  t->eps, base, p0, s, kerr, sizeof kerr),
                  "qk_norm_rope + kv append");

@@ -699,72 +699,97 @@ __device__ __forceinline__ int lin_last_block(int *sync)
     return last;
 }
 
-/* nn_add_rmsnorm_cuda's work after its residual add, on rows 0..T-1 of x [T, d] (already
- * added, by every block of this grid): capture = bf16(x) of each row, and rows >= norm_row0
- * normalised into norm_out. The sums of squares follow add_rmsnorm_kernel exactly (thread
- * i of e.nthr takes elements i*V, i*V + nthr*V, ... with V = 4 when vec, else 1; warp
- * sums, then the warps' sums in one warp as block_sum), so the bits are that kernel's.
- * Threads past nthr only join the barriers. x is read from L2 (__ldcg): other blocks
- * wrote it. 8 rows per pass. */
-__device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
+/* The partial sum of squares of thread i0 / V of add_rmsnorm_kernel<V> over row xr: its
+ * elements i0, i0 + stride, ... (V each) in that order; four strides' loads in flight. */
+template <int V> __device__ __forceinline__ float tail_partial(const float *xr, int d, int i0, int stride)
 {
-    __shared__ float part[8][32];
-    int tid = threadIdx.x, lane = tid & 31, wid = tid >> 5, nw = e.nthr >> 5, V = e.vec ? 4 : 1;
-    bool on = tid < e.nthr;
-    for (int t0 = 0; t0 < T; t0 += 8) {
-        int nr = min(8, T - t0);
-        float ss[8];
+    float ss = 0.0f;
+    for (int i = i0; i < d; i += 4 * stride) {
+        float v[4][V];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            ss[j] = 0.0f;
-            if (j >= nr || !on)
-                continue;
-            const float *xr = x + (size_t)(t0 + j) * d;
-            bf16 *cr = e.cap ? e.cap + (size_t)(t0 + j) * e.cap_stride : nullptr;
-            for (int i = tid * V; i < d; i += e.nthr * V) {
-                float v[4];
-                if (V == 4) {
-                    float4 f = __ldcg(reinterpret_cast<const float4 *>(xr + i));
-                    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+        for (int u = 0; u < 4; u++) {
+            int ii = i + u * stride;
+            if (ii < d) {
+                if constexpr (V == 4) {
+                    float4 f = __ldcg(reinterpret_cast<const float4 *>(xr + ii));
+                    v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
                 } else {
-                    v[0] = __ldcg(xr + i);
+                    v[u][0] = __ldcg(xr + ii);
                 }
-                for (int k = 0; k < V; k++)
-                    ss[j] += v[k] * v[k];
-                if (cr)
-                    for (int k = 0; k < V; k++)
-                        cr[i + k] = f2bf(v[k]);
             }
         }
-        if (!e.norm_w || t0 + nr <= e.norm_row0)
-            continue; /* the same in every thread */
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            ss[j] = warp_sum(ss[j]);
-        __syncthreads(); /* the previous pass is done with part[] */
-        if (lane == 0 && wid < nw)
+        for (int u = 0; u < 4; u++)
+            if (i + u * stride < d)
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                part[j][wid] = ss[j];
-        __syncthreads();
-        for (int j = 0; j < nr; j++) {
-            int t = t0 + j;
-            float tot = warp_sum(lane < nw ? part[j][lane] : 0.0f);
-            if (t < e.norm_row0 || !on)
-                continue;
-            float r = rsqrtf(tot / (float)d + e.eps);
-            const float *xr = x + (size_t)t * d;
-            bf16 *orow = e.norm_out + (size_t)(t - e.norm_row0) * d;
-            for (int i = tid * V; i < d; i += e.nthr * V) {
-                if (V == 4) {
-                    float4 xv = __ldcg(reinterpret_cast<const float4 *>(xr + i)),
-                           wv = *reinterpret_cast<const float4 *>(e.norm_w + i);
-                    orow[i] = f2bf(xv.x * r * wv.x), orow[i + 1] = f2bf(xv.y * r * wv.y);
-                    orow[i + 2] = f2bf(xv.z * r * wv.z), orow[i + 3] = f2bf(xv.w * r * wv.w);
-                } else {
-                    orow[i] = f2bf(__ldcg(xr + i) * r * e.norm_w[i]);
-                }
+                for (int k = 0; k < V; k++)
+                    ss += v[u][k] * v[u][k];
+    }
+    return ss;
+}
+
+/* nn_add_rmsnorm_cuda's work after its residual add, on rows 0..T-1 of x [T, d] (already
+ * added, by every block of this grid): capture = bf16(x) of each row, and rows >= norm_row0
+ * normalised into norm_out. The sums of squares are add_rmsnorm_kernel's exactly: thread i
+ * of its e.nthr (4-wide when vec) has a partial over its elements in order (tail_partial),
+ * a warp adds 32 of them by warp_sum with thread i at lane i % 32, and the warps' sums are
+ * added as block_sum does; here a warp computes one (row, warp of that kernel) at a time,
+ * so the rows go in parallel. The rest is elementwise. x is read from L2 (__ldcg): other
+ * blocks wrote it. */
+__device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
+{
+    __shared__ float part[DECODE_EPI_MAX_ROWS][8];
+    __shared__ float rs[DECODE_EPI_MAX_ROWS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    int nw = e.nthr >> 5, V = e.vec ? 4 : 1, stride = e.nthr * V, r0 = e.norm_row0, nrows = T - r0;
+    if (e.cap) {
+        if (e.vec) {
+            int d4 = d / 4;
+            for (int q = threadIdx.x; q < T * d4; q += blockDim.x) {
+                int t = q / d4, i = 4 * (q - t * d4);
+                float4 f = __ldcg(reinterpret_cast<const float4 *>(x + (size_t)t * d + i));
+                bf16 *c = e.cap + (size_t)t * e.cap_stride + i;
+                c[0] = f2bf(f.x), c[1] = f2bf(f.y), c[2] = f2bf(f.z), c[3] = f2bf(f.w);
             }
+        } else {
+            for (int q = threadIdx.x; q < T * d; q += blockDim.x) {
+                int t = q / d, i = q - t * d;
+                e.cap[(size_t)t * e.cap_stride + i] = f2bf(__ldcg(x + (size_t)t * d + i));
+            }
+        }
+    }
+    if (!e.norm_w || nrows <= 0)
+        return;
+    for (int item = warp; item < nrows * nw; item += nwarps) {
+        int row = item / nw, ew = item - row * nw, i0 = (ew * 32 + lane) * V;
+        const float *xr = x + (size_t)(r0 + row) * d;
+        float ss = e.vec ? tail_partial<4>(xr, d, i0, stride) : tail_partial<1>(xr, d, i0, stride);
+        ss = warp_sum(ss);
+        if (lane == 0)
+            part[row][ew] = ss;
+    }
+    __syncthreads();
+    for (int row = warp; row < nrows; row += nwarps) {
+        float tot = warp_sum(lane < nw ? part[row][lane] : 0.0f);
+        if (lane == 0)
+            rs[row] = rsqrtf(tot / (float)d + e.eps);
+    }
+    __syncthreads();
+    if (e.vec) {
+        int d4 = d / 4;
+        for (int q = threadIdx.x; q < nrows * d4; q += blockDim.x) {
+            int row = q / d4, i = 4 * (q - row * d4);
+            float r = rs[row];
+            float4 xv = __ldcg(reinterpret_cast<const float4 *>(x + (size_t)(r0 + row) * d + i)),
+                   wv = *reinterpret_cast<const float4 *>(e.norm_w + i);
+            bf16 *o = e.norm_out + (size_t)row * d + i;
+            o[0] = f2bf(xv.x * r * wv.x), o[1] = f2bf(xv.y * r * wv.y);
+            o[2] = f2bf(xv.z * r * wv.z), o[3] = f2bf(xv.w * r * wv.w);
+        }
+    } else {
+        for (int q = threadIdx.x; q < nrows * d; q += blockDim.x) {
+            int row = q / d, i = q - row * d;
+            e.norm_out[(size_t)row * d + i] = f2bf(__ldcg(x + (size_t)(r0 + row) * d + i) * rs[row] * e.norm_w[i]);
         }
     }
 }

@@ -794,8 +794,8 @@ static void test_fused_kernels(void)
 
 /* e. Two column tiles a block (decode_linear_cols_cuda(2): wide shapes, 9..16 rows) give
  * the bits of one tile a block: the plain kernel (bias), the SwiGLU epilogue and the
- * argmax one, at 1..16 rows, an odd number of tiles (the last block's second tile is past
- * the end). */
+ * argmax one, at 1..16 rows, with a partial last tile and an odd number of tiles (the
+ * last block's second tile is past the end). */
 static void test_two_tiles(void)
 {
     const int R = 16, K = 72, N = 16 * 513 + 8, I = 8 * 513;
@@ -832,9 +832,10 @@ static void test_two_tiles(void)
         decode_linear_cols_cuda(old);
         calls += 4;
     }
-    printf("%s linear kernels with two column tiles a block (%d -> %d, 513 tiles; plain + bias, SwiGLU epilogue, "
-           "argmax): %ld of %ld calls differ bitwise from one tile a block\n",
-           bad ? "FAIL" : "PASS", K, N, bad, calls);
+    printf("%s linear kernels with two column tiles a block (%d -> %d: a partial last tile; SwiGLU 2 x %d: an odd "
+           "tile count; plain + bias, SwiGLU epilogue, argmax): %ld of %ld calls differ bitwise from one tile a "
+           "block\n",
+           bad ? "FAIL" : "PASS", K, N, I, bad, calls);
     g_fail += bad > 0;
     cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
     cudaFree(o1), cudaFree(o2);

@@ -396,7 +396,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     /* the bit-exact fusions (target_decode_cuda.c's enqueue_extend): the separate kernels' bits */
     const int ep_ok = B <= DECODE_EPI_MAX_ROWS;
     const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
-    const int f_norm = ep_ok && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
+    const int f_norm = ep_ok && B <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
     const int f_amax = (fz & DECODE_FUSE_ARGMAX) && B - 1 <= DECODE_EPI_MAX_ROWS;
     STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
     if (!f_qk)

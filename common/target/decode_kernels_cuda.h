@@ -84,13 +84,21 @@ int decode_attention_warps_cuda(int warps);
 #define DECODE_FUSE_RESIDUAL 4  /* o_proj and down add to the fp32 residual themselves (no bf16 y) */
 #define DECODE_FUSE_SWIGLU 8    /* SwiGLU computed in the down projection's loads */
 /* The fusions below give the bits of the separate kernels (each row's result is the same
- * with or without them), so they combine with anything, batches included: */
-#define DECODE_FUSE_GLU 16    /* SwiGLU in the gate/up projection's epilogue (decode_linear_glu_rows_cuda) */
-#define DECODE_FUSE_NORM 32   /* o_proj / down add to the residual and the next add + RMSNorm (and the
-                                 capture) run in their last block (decode_linear_residual_rows_cuda) */
-#define DECODE_FUSE_ARGMAX 64 /* the greedy argmax in the lm_head's blocks (decode_linear_argmax_rows_cuda) */
-#define DECODE_FUSE_QK_TAIL 128 /* with QK_APPEND, at DECODE_QK_TAIL_ROWS rows or fewer: that kernel in the
-                                   last block of the qkv projection (decode_linear_qk_rows_cuda) */
+ * with or without them), so they combine with anything, batches included:
+ *   GLU: SwiGLU in the gate/up projection's epilogue (decode_linear_glu_rows_cuda);
+ *   NORM: o_proj / down add to the residual and the next add + RMSNorm (and the capture)
+ *     run in their last block (decode_linear_residual_rows_cuda), in calls of at most
+ *     DECODE_NORM_TAIL_ROWS rows;
+ *   ARGMAX: the greedy argmax in the lm_head's blocks (decode_linear_argmax_rows_cuda);
+ *   QK_TAIL: with QK_APPEND, in calls of at most DECODE_QK_TAIL_ROWS rows, that kernel in
+ *     the last block of the qkv projection (decode_linear_qk_rows_cuda). */
+#define DECODE_FUSE_GLU 16
+#define DECODE_FUSE_NORM 32
+#define DECODE_FUSE_ARGMAX 64
+#define DECODE_FUSE_QK_TAIL 128
+#ifndef DECODE_NORM_TAIL_ROWS
+#define DECODE_NORM_TAIL_ROWS 32
+#endif
 #ifndef DECODE_QK_TAIL_ROWS
 #define DECODE_QK_TAIL_ROWS 2
 #endif
@@ -185,9 +193,9 @@ typedef struct decode_norm_tail {
  * nn_add_rmsnorm_cuda(x, y, NULL, NULL, capture) and nn_add_rmsnorm_cuda(x + norm_row0 *
  * n_out, NULL, norm_w, norm_out, NULL) (pointers 16-byte aligned, as cudaMalloc'd
  * buffers). T <= DECODE_EPI_MAX_ROWS. */
-int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w,
-                                     const nn_bf16_cuda *bias, int T, int n_in, int n_out,
-                                     const decode_norm_tail *tail, cudaStream_t s, char *err, size_t errlen);
+int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w, const nn_bf16_cuda *bias,
+                                     int T, int n_in, int n_out, const decode_norm_tail *tail, cudaStream_t s,
+                                     char *err, size_t errlen);
 
 /* decode_linear_rows_cuda(logits, 1, x, w, NULL, ...) and decode_argmax_rows_cuda(idx,
  * logits, T, n_out) in one launch: each block folds its columns into one 64-bit key per row
@@ -199,14 +207,14 @@ int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cu
 
 /* What decode_linear_qk_rows_cuda does after its projection. */
 typedef struct decode_qk_tail {
-    int H, KV, hd;                         /* heads of the fused qkv rows */
-    const float *q_norm, *k_norm;          /* both NULL: no norm (Llama) */
-    const float *inv_freq;                 /* [hd / 2] */
+    int H, KV, hd;                /* heads of the fused qkv rows */
+    const float *q_norm, *k_norm; /* both NULL: no norm (Llama) */
+    const float *inv_freq;        /* [hd / 2] */
     float eps;
-    nn_bf16_cuda *kc, *vc;                 /* the layer's caches */
-    const int32_t *base;                   /* rows at p0 + *base (DEVICE, or NULL) */
+    nn_bf16_cuda *kc, *vc; /* the layer's caches */
+    const int32_t *base;   /* rows at p0 + *base (DEVICE, or NULL) */
     int p0;
-    int32_t *sync;                         /* DECODE_EPI_SYNC_BYTES of zeroed device scratch */
+    int32_t *sync; /* DECODE_EPI_SYNC_BYTES of zeroed device scratch */
 } decode_qk_tail;
 
 /* decode_linear_rows_cuda(qkv, 0, x, w, bias, T, n_in, (H+2KV)*hd) and
@@ -215,8 +223,8 @@ typedef struct decode_qk_tail {
  * T * (H+2KV) heads in one block, so it pays for a row or two only (callers pick by T: a
  * row's bits are the same either way). T <= DECODE_EPI_MAX_ROWS. */
 int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
-                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk,
-                               cudaStream_t s, char *err, size_t errlen);
+                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk, cudaStream_t s,
+                               char *err, size_t errlen);
 
 /* nn_qk_norm_rope_cuda (same math) at positions r = p0 + *base + t, and in the same pass
  * the k heads (normed, rotated) to cache row r of kc and the v heads to row r of vc:

@@ -353,7 +353,7 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
      * not with the residual or SwiGLU-in-down bits */
     const int ep_ok = k <= DECODE_EPI_MAX_ROWS;
     const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
-    const int f_norm = ep_ok && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
+    const int f_norm = ep_ok && k <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
     const int f_amax = (fz & DECODE_FUSE_ARGMAX) && n_next <= DECODE_EPI_MAX_ROWS;
     const int f_qkt = f_qk && (fz & DECODE_FUSE_QK_TAIL) && k <= DECODE_QK_TAIL_ROWS;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,

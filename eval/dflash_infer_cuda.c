@@ -246,6 +246,16 @@ static size_t layer_stride(const infer_state_cuda *s)
     return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
 }
 
+/* nn_add_rmsnorm_cuda, launched as a programmatic dependent when decode_pdl_small_cuda is
+ * on (the same bits). */
+static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                   long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    return decode_pdl_small_cuda(-1)
+               ? nn_add_rmsnorm_pdl_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen)
+               : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+}
+
 static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in,
                   int n_out, char *kerr, size_t kerrlen)
 {
@@ -284,7 +294,7 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
             STEP(decode_linear_rows_cuda(s->fc_out + (size_t)r0 * d, 1, Hf + (size_t)r0 * nin, s->fc, NULL,
                                          DF_MIN(INFER_CUDA_SMALL_ROWS, m - r0), nin, d, s->stream, kerr, sizeof kerr),
                  "fc");
-    STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr),
+    STEP(addnorm(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr),
          "hidden_norm");
     const int f_qk = DECODE_FUSE_BITS(s->fused) & DECODE_FUSE_QK_APPEND;
     if (!f_qk)
@@ -405,8 +415,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
         if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
-            STEP(nn_add_rmsnorm_cuda(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr,
-                                     sizeof kerr),
+            STEP(addnorm(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
                  "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
@@ -428,15 +437,13 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
          * f_norm: they add the bf16-rounded y and their last block does the next norm */
         if (f_norm) {
             decode_norm_tail tl = {L->post_norm, s->a, 0, eps, NULL, 0, s->sync_d};
-            STEP(decode_linear_residual_rows_cuda(s->h, s->att, L->w_o, NULL, B, H * hd, d, &tl, st, kerr,
-                                                  sizeof kerr),
+            STEP(decode_linear_residual_rows_cuda(s->h, s->att, L->w_o, NULL, B, H * hd, d, &tl, st, kerr, sizeof kerr),
                  "linear o_proj + post norm");
         } else {
             STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B,
                                          H * hd, d, st, kerr, sizeof kerr),
                  "linear o_proj");
-            STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
-                 "post norm");
+            STEP(addnorm(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
         }
         if (f_gepi)
             STEP(decode_linear_glu_rows_cuda(s->act, s->a, L->w_gu, NULL, B, d, I, st, kerr, sizeof kerr),
@@ -446,8 +453,8 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         if (f_norm) {
             /* down adds to h; its last block does the next layer's input norm, or the final one */
             int lastl = l == c->n_layers - 1;
-            decode_norm_tail tl = {lastl ? s->final_norm : s->layer[l + 1].in_norm, lastl ? s->z : s->a, 0, eps, NULL,
-                                   0, s->sync_d};
+            decode_norm_tail tl = {
+                lastl ? s->final_norm : s->layer[l + 1].in_norm, lastl ? s->z : s->a, 0, eps, NULL, 0, s->sync_d};
             if (!f_gepi)
                 STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, kerr, sizeof kerr), "swiglu");
             STEP(decode_linear_residual_rows_cuda(s->h, s->act, L->w_down, NULL, B, I, d, &tl, st, kerr, sizeof kerr),
@@ -473,8 +480,7 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     }
     l = -1;
     if (!f_norm)
-        STEP(nn_add_rmsnorm_cuda(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
-             "final norm");
+        STEP(addnorm(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
     if (f_amax) {
         STEP(decode_linear_argmax_rows_cuda(s->logits, s->draft_d, s->z + d, s->lm_head, B - 1, d, V, s->sync_d, st,

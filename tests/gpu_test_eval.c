@@ -640,8 +640,7 @@ static void test_fused_kernels(void)
         for (int T = 1; T <= R; T += (T < 17 ? 1 : 5)) {
             int r0 = rnd(0, R - T);
             CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)R * I));
-            RC_CHECK(decode_linear_glu_rows_cuda(h2, x + (size_t)r0 * K, w, b, T, K, I, 0, g_err, sizeof g_err),
-                     g_err);
+            RC_CHECK(decode_linear_glu_rows_cuda(h2, x + (size_t)r0 * K, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
             bad += !dev_same(h2, h1 + (size_t)r0 * I, 2 * (size_t)T * I);
             calls++;
         }
@@ -730,9 +729,9 @@ static void test_fused_kernels(void)
             RC_CHECK(decode_linear_rows_cuda(l1, 1, x + (size_t)r0 * K, w, NULL, T, K, V, 0, g_err, sizeof g_err),
                      g_err);
             RC_CHECK(decode_argmax_rows_cuda(i1, l1, T, V, 0, g_err, sizeof g_err), g_err);
-            RC_CHECK(decode_linear_argmax_rows_cuda(l2, i2, x + (size_t)r0 * K, w, T, K, V, sync, 0, g_err,
-                                                    sizeof g_err),
-                     g_err);
+            RC_CHECK(
+                decode_linear_argmax_rows_cuda(l2, i2, x + (size_t)r0 * K, w, T, K, V, sync, 0, g_err, sizeof g_err),
+                g_err);
             bad += !dev_same(l1, l2, sizeof(float) * (size_t)T * V) || !dev_same(i1, i2, sizeof(int32_t) * T);
             calls++;
         }
@@ -751,7 +750,8 @@ static void test_fused_kernels(void)
         nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)N * K, 0.05, NULL);
         nn_bf16_cuda *q1, *q2, *k1, *k2, *v1, *v2;
         float *qn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL;
-        float *kn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL, *inv = rand_f32_dev((size_t)hd / 2, 0.5, 0.5);
+        float *kn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL,
+              *inv = rand_f32_dev((size_t)hd / 2, 0.5, 0.5);
         int32_t *base, hb = rnd(0, 20);
         CUDA_CHECK(cudaMalloc((void **)&base, sizeof(int32_t)));
         CUDA_CHECK(cudaMemcpy(base, &hb, sizeof(int32_t), cudaMemcpyHostToDevice));
@@ -772,12 +772,11 @@ static void test_fused_kernels(void)
                 CUDA_CHECK(cudaMemset(v2, 0, cb));
                 RC_CHECK(decode_linear_rows_cuda(q1, 0, x + (size_t)r0 * K, w, NULL, T, K, N, 0, g_err, sizeof g_err),
                          g_err);
-                RC_CHECK(decode_qk_norm_rope_append_cuda(q1, qn, kn, inv, k1, v1, T, H, KV, hd, 1e-6f, bp, p0, 0,
-                                                         g_err, sizeof g_err),
+                RC_CHECK(decode_qk_norm_rope_append_cuda(q1, qn, kn, inv, k1, v1, T, H, KV, hd, 1e-6f, bp, p0, 0, g_err,
+                                                         sizeof g_err),
                          g_err);
                 decode_qk_tail qt = {H, KV, hd, qn, kn, inv, 1e-6f, k2, v2, bp, p0, sync};
-                RC_CHECK(decode_linear_qk_rows_cuda(q2, x + (size_t)r0 * K, w, NULL, T, K, &qt, 0, g_err,
-                                                    sizeof g_err),
+                RC_CHECK(decode_linear_qk_rows_cuda(q2, x + (size_t)r0 * K, w, NULL, T, K, &qt, 0, g_err, sizeof g_err),
                          g_err);
                 int ok = dev_same(q1, q2, 2 * (size_t)T * N) && dev_same(k1, k2, cb) && dev_same(v1, v2, cb);
                 bad += !ok, calls++;
@@ -792,53 +791,82 @@ static void test_fused_kernels(void)
     cudaFree(sync);
 }
 
-/* e. Two column tiles a block (decode_linear_cols_cuda(2): wide shapes, 9..16 rows) give
- * the bits of one tile a block: the plain kernel (bias), the SwiGLU epilogue and the
- * argmax one, at 1..16 rows, with a partial last tile and an odd number of tiles (the
- * last block's second tile is past the end). */
+/* e. Two column tiles a block (decode_linear_cols_cuda 2 and 3) give the bits of one tile
+ * a block: on a wide shape (n_in >= 4096) at 1..16 rows the plain kernel (bias), the
+ * SwiGLU epilogue and the argmax one, with a partial last tile and an odd tile count (the
+ * last block's second tile past the end); on a narrow shape of more tiles than the GPU
+ * has SMs at 1..8 rows the plain kernel and the residual + norm tail. */
 static void test_two_tiles(void)
 {
-    const int R = 16, K = 72, N = 16 * 513 + 8, I = 8 * 513;
+    const int R = 16, K = 4096 + 8, N = 16 * 513 + 8, I = 8 * 513, Kn = 264, Nn = 16 * 200 + 8;
     int32_t *sync, *i1, *i2;
     CUDA_CHECK(cudaMalloc((void **)&sync, DECODE_EPI_SYNC_BYTES));
     CUDA_CHECK(cudaMemset(sync, 0, DECODE_EPI_SYNC_BYTES));
     nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)N * K, 0.05, NULL);
-    nn_bf16_cuda *b = rand_bf16_dev((size_t)N, 0.5, NULL), *h1, *h2;
-    float *o1, *o2;
+    nn_bf16_cuda *b = rand_bf16_dev((size_t)N, 0.5, NULL), *h1, *h2, *a1, *a2, *c1, *c2;
+    float *o1, *o2, *x0 = rand_f32_dev((size_t)R * Nn, 0.0, 2.0), *nw = rand_f32_dev((size_t)Nn, 1.0, 0.2);
     CUDA_CHECK(cudaMalloc((void **)&o1, sizeof(float) * R * N));
     CUDA_CHECK(cudaMalloc((void **)&o2, sizeof(float) * R * N));
     CUDA_CHECK(cudaMalloc((void **)&h1, 2 * (size_t)R * I));
     CUDA_CHECK(cudaMalloc((void **)&h2, 2 * (size_t)R * I));
+    CUDA_CHECK(cudaMalloc((void **)&a1, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&a2, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&c1, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&c2, 2 * (size_t)R * Nn));
     CUDA_CHECK(cudaMalloc((void **)&i1, sizeof(int32_t) * R));
     CUDA_CHECK(cudaMalloc((void **)&i2, sizeof(int32_t) * R));
     long bad = 0, calls = 0;
-    for (int T = 1; T <= R; T++) {
-        int r0 = rnd(0, R - T), old = decode_linear_cols_cuda(1);
-        const nn_bf16_cuda *xt = x + (size_t)r0 * K;
-        RC_CHECK(decode_linear_rows_cuda(o1, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
-        RC_CHECK(decode_linear_glu_rows_cuda(h1, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
-        decode_linear_cols_cuda(2);
-        CUDA_CHECK(cudaMemset(o2, 0xff, sizeof(float) * R * N));
-        CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)R * I));
-        RC_CHECK(decode_linear_rows_cuda(o2, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
-        RC_CHECK(decode_linear_glu_rows_cuda(h2, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
-        bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(h1, h2, 2 * (size_t)T * I);
-        decode_linear_cols_cuda(1);
-        RC_CHECK(decode_linear_argmax_rows_cuda(o1, i1, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
-        decode_linear_cols_cuda(2);
-        CUDA_CHECK(cudaMemset(i2, 0xff, sizeof(int32_t) * R));
-        RC_CHECK(decode_linear_argmax_rows_cuda(o2, i2, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
-        bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(i1, i2, sizeof(int32_t) * T);
-        decode_linear_cols_cuda(old);
-        calls += 4;
-    }
-    printf("%s linear kernels with two column tiles a block (%d -> %d: a partial last tile; SwiGLU 2 x %d: an odd "
-           "tile count; plain + bias, SwiGLU epilogue, argmax): %ld of %ld calls differ bitwise from one tile a "
-           "block\n",
-           bad ? "FAIL" : "PASS", K, N, I, bad, calls);
+    int old = decode_linear_cols_cuda(-1);
+    for (int T = 1; T <= R; T++)
+        for (int ct = 2; ct <= 3; ct++) {
+            int r0 = rnd(0, R - T);
+            const nn_bf16_cuda *xt = x + (size_t)r0 * K;
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_rows_cuda(o1, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_linear_glu_rows_cuda(h1, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            CUDA_CHECK(cudaMemset(o2, 0xff, sizeof(float) * R * N));
+            CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)R * I));
+            RC_CHECK(decode_linear_rows_cuda(o2, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_linear_glu_rows_cuda(h2, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(h1, h2, 2 * (size_t)T * I);
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_argmax_rows_cuda(o1, i1, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            CUDA_CHECK(cudaMemset(i2, 0xff, sizeof(int32_t) * R));
+            RC_CHECK(decode_linear_argmax_rows_cuda(o2, i2, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(i1, i2, sizeof(int32_t) * T);
+            calls += 4;
+            if (T > 8)
+                continue;
+            /* narrow: x rows of Kn, weights the first Nn rows of w read as [Nn, Kn] */
+            const nn_bf16_cuda *xn = x + (size_t)r0 * Kn;
+            float *xa = o1, *xb = o2; /* residual rows [T, Nn] */
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_rows_cuda(o1, 1, xn, w, b, T, Kn, Nn, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            CUDA_CHECK(cudaMemset(o2, 0xff, sizeof(float) * R * N));
+            RC_CHECK(decode_linear_rows_cuda(o2, 1, xn, w, b, T, Kn, Nn, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * Nn);
+            CUDA_CHECK(cudaMemcpy(xa, x0, sizeof(float) * (size_t)T * Nn, cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy(xb, x0, sizeof(float) * (size_t)T * Nn, cudaMemcpyDeviceToDevice));
+            decode_norm_tail t1 = {nw, a1, 0, 1e-6f, c1, Nn, sync}, t2 = {nw, a2, 0, 1e-6f, c2, Nn, sync};
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_residual_rows_cuda(xa, xn, w, b, T, Kn, Nn, &t1, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            RC_CHECK(decode_linear_residual_rows_cuda(xb, xn, w, b, T, Kn, Nn, &t2, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(xa, xb, sizeof(float) * (size_t)T * Nn) + !dev_same(a1, a2, 2 * (size_t)T * Nn) +
+                   !dev_same(c1, c2, 2 * (size_t)T * Nn);
+            calls += 2;
+        }
+    decode_linear_cols_cuda(old);
+    printf("%s linear kernels with two column tiles a block (settings 2 and 3; %d -> %d: a partial last tile; "
+           "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
+           "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
+           bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
     g_fail += bad > 0;
     cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
-    cudaFree(o1), cudaFree(o2);
+    cudaFree(o1), cudaFree(o2), cudaFree(a1), cudaFree(a2), cudaFree(c1), cudaFree(c2), cudaFree(x0), cudaFree(nw);
 }
 
 /* f. The bit-exact fusions on the whole target: every extend (a 16-row verify, a 5-row
@@ -1119,20 +1147,30 @@ int main(void)
                v == dflt_variant ? ", the default" : "");
         test_linear_rows();
         test_fused_kernels();
-        test_two_tiles();
         decode_drop_graphs_cuda(&gpu);
         test_rows_and_graphs(&gpu);
         test_exact_fusions(&gpu);
     }
     decode_linear_variant_cuda(dflt_variant);
-    /* (f) with two column tiles a block (the same bits) */
-    {
-        int old_c = decode_linear_cols_cuda(decode_linear_cols_cuda(-1) == 1 ? 2 : 1);
+    test_two_tiles();
+    /* (f) with the other column-tile settings (the same bits) */
+    for (int ct = 1; ct <= 3; ct++) {
+        if (ct == decode_linear_cols_cuda(-1))
+            continue;
+        int old_c = decode_linear_cols_cuda(ct);
         printf("-- %d column tiles a block\n", decode_linear_cols_cuda(-1));
         decode_drop_graphs_cuda(&gpu);
         test_rows_and_graphs(&gpu);
         test_exact_fusions(&gpu);
         decode_linear_cols_cuda(old_c);
+    }
+    /* (f) with the small kernels launched plainly (the same bits) */
+    {
+        int old_p = decode_pdl_small_cuda(!decode_pdl_small_cuda(-1));
+        printf("-- small kernels %s\n", decode_pdl_small_cuda(-1) ? "as PDL dependents" : "launched plainly");
+        decode_drop_graphs_cuda(&gpu);
+        test_exact_fusions(&gpu);
+        decode_pdl_small_cuda(old_p);
     }
     /* (f) under the other attention warp counts (another split of the keys) */
     for (int aw = 4; aw <= 16; aw *= 2) {

@@ -288,21 +288,40 @@ static const char *fz_name(int fz)
     }
 }
 
-/* The bit-exact fusions one at a time and together (--fusions, the default bench prints
- * them): the sequence before them (DECODE_FUSED_SEPARATE), plus each, and the default. */
-static const int FUSION_SEQS[] = {DECODE_FUSED_SEPARATE,
-                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU,
-                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_NORM,
-                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_ARGMAX,
-                                  DECODE_FUSED_SEPARATE | DECODE_FUSE_QK_TAIL,
-                                  DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX,
-                                  DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX |
-                                      DECODE_FUSE_QK_TAIL,
-                                  DECODE_FUSED_DEFAULT};
-static const char *const FUSION_NAMES[] = {"before (separate)",   "+ SwiGLU epilogue",  "+ add_rmsnorm tail",
-                                           "+ argmax in lm_head", "+ q/k tail (1 row)", "glu+norm+argmax",
-                                           "glu+norm+argmax+q/k", "default"};
-#define N_FUSION_SEQS ((int)(sizeof FUSION_SEQS / sizeof FUSION_SEQS[0]))
+/* Kernel sequences measured side by side (the same bits, only time differs): the one
+ * before the bit-exact fusions (DECODE_FUSED_SEPARATE, small kernels launched plainly),
+ * then one change at a time up to the default, and the default with one setting
+ * flipped. fused -1: the default; pdl / cols -1: the default setting. */
+typedef struct seq_cfg {
+    const char *name;
+    int fused, pdl, cols;
+} seq_cfg;
+static const seq_cfg SEQ_CFGS[] = {
+    {"before (separate)", DECODE_FUSED_SEPARATE, 0, 1},
+    {"+ PDL small kernels", DECODE_FUSED_SEPARATE, 1, 1},
+    {"+ SwiGLU epilogue", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 1},
+    {"+ add_rmsnorm tail", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM, 1, 1},
+    {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM, 1, 2},
+    {"default", -1, -1, -1},
+    {"default, 2 tiles also 1-row", -1, -1, 3},
+    {"default, 1 tile", -1, -1, 1},
+    {"default, argmax fused", -2, -1, -1},
+    {"default, q/k tail", -3, -1, -1},
+    {"default, tail off", -4, -1, -1},
+};
+#define N_SEQ_CFGS ((int)(sizeof SEQ_CFGS / sizeof SEQ_CFGS[0]))
+
+/* The fused bits of configuration c given the default dflt. */
+static int seq_fused(const seq_cfg *c, int dflt)
+{
+    switch (c->fused) {
+    case -1: return dflt;
+    case -2: return dflt | DECODE_FUSE_ARGMAX;
+    case -3: return dflt | DECODE_FUSE_QK_TAIL;
+    case -4: return dflt & ~DECODE_FUSE_NORM;
+    default: return c->fused;
+    }
+}
 
 /* Median ms of a plain step, a 16-row verify (truncated back each time) and a draft, CUDA
  * graphs, with both models on kernel sequence fz; after a prefill of the prompt, whose
@@ -887,38 +906,20 @@ int main(int argc, char **argv)
         }
         double append_ms = median(t_ms, reps);
 
-        /* the bit-exact fusions one at a time (the same bits: only time differs) */
-        /* then the default with the other attention warp counts (another split of the keys:
-         * other bits, the same in every loop) */
-        /* and with two column tiles a block (the same bits) */
-        enum { NX = 3 };
-        double fus[N_FUSION_SEQS + NX][3];
-        static const int att_w[NX] = {16, 4, 0}, cols_x[NX] = {0, 0, 2};
-        for (int fi = 0; fi < N_FUSION_SEQS + NX; fi++) {
-            int xi = fi - N_FUSION_SEQS;
-            int old_w = xi >= 0 ? decode_attention_warps_cuda(att_w[xi]) : -1;
-            int old_c = xi >= 0 ? decode_linear_cols_cuda(cols_x[xi]) : -1;
-            steps_under(&m, &dr, fi < N_FUSION_SEQS ? FUSION_SEQS[fi] : dflt, prompt, P, sh->V, reps, &rng, fus[fi]);
-            if (old_w > 0)
-                decode_attention_warps_cuda(old_w);
-            if (old_c > 0)
-                decode_linear_cols_cuda(old_c);
+        /* the kernel sequences side by side (the same bits: only time differs) */
+        double fus[N_SEQ_CFGS][3];
+        for (int fi = 0; fi < N_SEQ_CFGS; fi++) {
+            const seq_cfg *sc = &SEQ_CFGS[fi];
+            int old_p = decode_pdl_small_cuda(sc->pdl), old_c = decode_linear_cols_cuda(sc->cols);
+            steps_under(&m, &dr, seq_fused(sc, dflt), prompt, P, sh->V, reps, &rng, fus[fi]);
+            decode_pdl_small_cuda(old_p), decode_linear_cols_cuda(old_c);
         }
         m.fused = dflt, dr.fused = dflt_dr;
-        printf("kernel sequences (graphs; plain floor %.3f ms, draft floor %.3f ms; attention %d warps unless "
-               "said):\n",
-               plain_floor, draft_floor, decode_attention_warps_cuda(-1));
-        for (int fi = 0; fi < N_FUSION_SEQS + NX; fi++) {
-            char nm[64];
-            snprintf(nm, sizeof nm, "%s", fi < N_FUSION_SEQS ? FUSION_NAMES[fi] : "");
-            if (fi >= N_FUSION_SEQS && att_w[fi - N_FUSION_SEQS])
-                snprintf(nm, sizeof nm, "default, attention %dw", att_w[fi - N_FUSION_SEQS]);
-            else if (fi >= N_FUSION_SEQS)
-                snprintf(nm, sizeof nm, "default, %d column tiles", cols_x[fi - N_FUSION_SEQS]);
-            printf("  %-26s plain %.3f ms (%.0f%%)  verify-16 %.3f ms (%.2fx)  draft %.3f ms (%.0f%%)\n", nm,
-                   fus[fi][0], 100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][1] / fus[fi][0], fus[fi][2],
-                   100 * draft_floor / fus[fi][2]);
-        }
+        printf("kernel sequences (graphs; plain floor %.3f ms, draft floor %.3f ms):\n", plain_floor, draft_floor);
+        for (int fi = 0; fi < N_SEQ_CFGS; fi++)
+            printf("  %-24s plain %.3f ms (%.0f%%)  verify-16 %.3f ms (%.2fx)  draft %.3f ms (%.0f%%)\n",
+                   SEQ_CFGS[fi].name, fus[fi][0], 100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][1] / fus[fi][0],
+                   fus[fi][2], 100 * draft_floor / fus[fi][2]);
 
         /* the loops: plain, then speculative at three corruption rates */
         spec_target st = {.ctx = &m,
@@ -1029,8 +1030,8 @@ int main(int argc, char **argv)
                draft_bytes / 1e9, draft_floor, 100 * draft_floor / draft_ms);
         printf("accept (truncate + 4-row feature append): %.3f ms\n", append_ms);
         printf("%s kernels instead (graphs): plain step %.3f ms, verify 16 %.3f ms, draft %.3f ms\n",
-               alt_fz == DECODE_FUSED_SEPARATE ? "before: separate norm / SwiGLU / argmax" : "all-fused", alt_plain,
-               alt_v16, alt_draft);
+               alt_fz == DECODE_FUSED_SEPARATE ? "separate add_rmsnorm / SwiGLU" : "all-fused", alt_plain, alt_v16,
+               alt_draft);
         if (!quick)
             printf("plain loop: %.3f ms/token\n", plain_tpot);
         for (int qi = 0; qi < 3 && !quick; qi++)
@@ -1075,16 +1076,15 @@ int main(int argc, char **argv)
                 first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes, plain_floor,
                 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms, draft_bytes,
                 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
-        for (int fi = 0; fi < N_FUSION_SEQS + NX; fi++) {
-            int xi = fi - N_FUSION_SEQS;
+        for (int fi = 0; fi < N_SEQ_CFGS; fi++) {
+            const seq_cfg *sc = &SEQ_CFGS[fi];
             fprintf(jf,
-                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"att_warps\": %d, \"col_tiles\": %d, \"plain_ms\": "
-                    "%.4f, \"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
+                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"pdl_small\": %d, \"col_tiles\": %d, "
+                    "\"plain_ms\": %.4f, \"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
                     "\"draft_pct_ceiling\": %.2f}",
-                    fi ? ", " : "", xi < 0 ? FUSION_NAMES[fi] : "default", xi < 0 ? FUSION_SEQS[fi] : dflt,
-                    xi >= 0 && att_w[xi] ? att_w[xi] : decode_attention_warps_cuda(-1),
-                    xi >= 0 && cols_x[xi] ? cols_x[xi] : decode_linear_cols_cuda(-1), fus[fi][0],
-                    100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
+                    fi ? ", " : "", sc->name, seq_fused(sc, dflt), sc->pdl >= 0 ? sc->pdl : decode_pdl_small_cuda(-1),
+                    sc->cols >= 0 ? sc->cols : decode_linear_cols_cuda(-1), fus[fi][0], 100 * plain_floor / fus[fi][0],
+                    fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
         }
         fprintf(jf, "], \"quick\": %s, \"spec\": [", quick ? "true" : "false");
         for (int qi = 0; qi < 3; qi++)

@@ -21,6 +21,59 @@
         return -EINVAL;                         \
     } while (0)
 
+/* -EIO naming the kernel and the launch error. */
+#define BAD_LAUNCH(what, e)                                                       \
+    do {                                                                          \
+        if (err && errlen)                                                        \
+            snprintf(err, errlen, "%s: launch: %s", what, cudaGetErrorString(e)); \
+        return -EIO;                                                              \
+    } while (0)
+
+/* PDL needs compute capability 9.0 (else launches are plain). */
+static int pdl_supported(void)
+{
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+        cudaGetLastError();
+    }
+    return ok;
+}
+
+/* The small kernels of a step (q/k + append, attention) launched as programmatic
+ * dependents (decode_pdl_small_cuda). */
+#ifndef DECODE_PDL_SMALL_DEFAULT
+#define DECODE_PDL_SMALL_DEFAULT 1
+#endif
+static int g_pdl_small = DECODE_PDL_SMALL_DEFAULT;
+
+int decode_pdl_small_cuda(int on)
+{
+    int old = g_pdl_small;
+    if (on == 0 || on == 1)
+        g_pdl_small = on;
+    return old;
+}
+
+/* kernel<<<grid, block, 0, s>>>(args...), with the PDL attribute when pdl (and supported):
+ * the kernel must pdl_wait() before it touches memory. */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_maybe_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, int pdl,
+                                    Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    if (pdl && pdl_supported()) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at, cfg.numAttrs = 1;
+    }
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
 /* ---- positions, counters, cache append ---------------------------------------------- */
 
 __device__ __forceinline__ int base_of(const int32_t *base, int p0)
@@ -204,6 +257,7 @@ __global__ void __launch_bounds__(NW * 32)
     __shared__ float sm_m[NW], sm_l[NW];
     __shared__ float sm_acc[NW][hd];
     pdl_launch_dependents(); /* o_proj after us may fetch its weights now */
+    pdl_wait();              /* (a PDL launch: the q/k kernel ahead is done) */
     int qi = blockIdx.x / H, h = blockIdx.x - qi * H, kvh = h / (H / KV);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int lo0, hi0, lo1, hi1;
@@ -380,14 +434,15 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     bf16 *oo = as_bf(out);
     /* one load per key and lane when the rows are aligned to it (the same values either way) */
     int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
-#define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                           \
-    do {                                                                                                       \
-        if (avec)                                                                                              \
-            decode_attention_warps_kernel<DPL, KEYS, true, NW>                                                 \
-                <<<grid, NW * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);   \
-        else                                                                                                   \
-            decode_attention_warps_kernel<DPL, KEYS, false, NW>                                                \
-                <<<grid, NW * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);   \
+    cudaError_t le = cudaSuccess;
+#define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                                 \
+    do {                                                                                                             \
+        if (avec)                                                                                                    \
+            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, true, NW>, dim3(grid), dim3(NW * 32), s,  \
+                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);    \
+        else                                                                                                         \
+            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, false, NW>, dim3(grid), dim3(NW * 32), s, \
+                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);    \
     } while (0)
 #define ATT_KEYS_LAUNCH(DPL, KEYS)                \
     do {                                          \
@@ -420,6 +475,10 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
 #undef ATT_KEYS_CASE
 #undef ATT_KEYS_LAUNCH
 #undef ATT_NW_LAUNCH
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_attention_kernel", le);
+    }
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
 }
@@ -470,16 +529,31 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #endif
 static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
 #ifndef DECODE_LINEAR_COLS_DEFAULT
-#define DECODE_LINEAR_COLS_DEFAULT 1
+#define DECODE_LINEAR_COLS_DEFAULT 2
 #endif
 static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 
 int decode_linear_cols_cuda(int tiles)
 {
     int old = g_lin_cols;
-    if (tiles == 1 || tiles == 2)
+    if (tiles >= 1 && tiles <= 3)
         g_lin_cols = tiles;
     return old;
+}
+
+/* The device's SM count (once). */
+static int lin_sm_count(void)
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+            n = v;
+        else
+            n = 1 << 30, cudaGetLastError();
+    }
+    return n;
 }
 
 int decode_linear_variant_cuda(int v)
@@ -659,7 +733,7 @@ typedef struct lin_epi {
     long cap_stride;
     int norm_row0, nthr, vec;
     float eps;
-    int *sync;   /* [0]: blocks done; LIN_EPI_ARGMAX: keys (unsigned long long) from byte 8 */
+    int *sync;    /* [0]: blocks done; LIN_EPI_ARGMAX: keys (unsigned long long) from byte 8 */
     int32_t *idx; /* LIN_EPI_ARGMAX: the rows' argmax */
     /* LIN_EPI_QK tail: decode_qk_norm_rope_append_cuda on the output */
     const float *q_norm, *k_norm, *inv_freq;
@@ -810,7 +884,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     /* MC column tiles of 16 per block (decode_linear_cols_cuda): tile m is the one a block
      * blockIdx.x * MC + m would have alone, with the same chunks in the same order, sharing
      * the x loads; two rounds in flight instead of four keep the registers */
-    constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : 2, STEP = WARPS * U;
+    constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : (NT == 1 ? 4 : 2), STEP = WARPS * U;
     __shared__ float red[WARPS][LIN_COLS * MC][8 * NT];
     if (PDL)
         pdl_launch_dependents();
@@ -862,8 +936,8 @@ __global__ void __launch_bounds__(WARPS * 32)
         if (PF)
 #pragma unroll
             for (int m = 0; m < MC; m++)
-                lin_load_w<U, WARPS>(n_lo[m], n_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], c0 + STEP, nchunks, K,
-                                     t, vec);
+                lin_load_w<U, WARPS>(n_lo[m], n_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], c0 + STEP, nchunks, K, t,
+                                     vec);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (c0 + u * WARPS >= nchunks)
@@ -1004,8 +1078,8 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at, cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL, MC>, out, out_f32, x, w, b,
-                              T, K, N, vec, e);
+    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL, MC>, out, out_f32, x, w, b, T,
+                              K, N, vec, e);
 }
 
 /* The launches of one variant: 16-warp blocks take at most 32 rows (their shared sums of
@@ -1015,13 +1089,21 @@ template <bool SWIGLU, int WARPS, bool PF, bool PDL>
 static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
                                    int N, int vec, const lin_epi &ep, cudaStream_t s)
 {
-    if (T <= 8)
+    if (T <= 8) {
+        /* two column tiles a block (decode_linear_cols_cuda 3): 16 warps (one block an SM), when
+         * one tile a block would take more than one wave of blocks */
+        if (WARPS == 16 && !SWIGLU && !PF && g_lin_cols == 3 && (N + LIN_COLS - 1) / LIN_COLS > lin_sm_count())
+            return lin_launch_nt < 1, SWIGLU, WARPS, PF, PDL,
+                   (WARPS == 16 && !SWIGLU && !PF) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
         return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    }
     if (T <= 16) {
-        /* two column tiles a block (decode_linear_cols_cuda): 8 warps, wide shapes, 9..16 rows */
-        if (WARPS == 8 && !SWIGLU && T > 8 && g_lin_cols == 2 && (N + LIN_COLS - 1) / LIN_COLS >= LIN_AUTO_BLOCKS)
-            return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL, (WARPS == 8 && !SWIGLU) ? 2 : 1>(out, out_f32, x, w, b, T,
-                                                                                            K, N, vec, ep, s);
+        /* two column tiles a block (decode_linear_cols_cuda): 8 warps, wide shapes, n_in >= 4096
+         * (measured slower at 2048), 9..16 rows */
+        if (WARPS == 8 && !SWIGLU && T > 8 && g_lin_cols >= 2 && K >= 4096 &&
+            (N + LIN_COLS - 1) / LIN_COLS >= LIN_AUTO_BLOCKS)
+            return lin_launch_nt < 2, SWIGLU, WARPS, PF, PDL,
+                   (WARPS == 8 && !SWIGLU) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
         return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     }
     if (T <= 32)
@@ -1156,9 +1238,9 @@ static void tail_shape(lin_epi *ep, int d, const float *x, const float *w, const
               (uintptr_t)cap % 8 == 0 && cap_stride % 4 == 0;
 }
 
-int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w,
-                                     const nn_bf16_cuda *bias, int T, int n_in, int n_out,
-                                     const decode_norm_tail *tail, cudaStream_t s, char *err, size_t errlen)
+int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w, const nn_bf16_cuda *bias,
+                                     int T, int n_in, int n_out, const decode_norm_tail *tail, cudaStream_t s,
+                                     char *err, size_t errlen)
 {
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !x || !in || !w || !tail || !tail->sync ||
         (!tail->norm_w) != (!tail->norm_out) || tail->norm_row0 < 0 || tail->norm_row0 > T ||
@@ -1206,8 +1288,8 @@ int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cu
 }
 
 int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
-                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk,
-                               cudaStream_t s, char *err, size_t errlen)
+                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk, cudaStream_t s,
+                               char *err, size_t errlen)
 {
     int H = qk ? qk->H : 0, KV = qk ? qk->KV : 0, hd = qk ? qk->hd : 0;
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || !qkv || !x || !w || !qk || !qk->sync || H <= 0 || KV <= 0 ||
@@ -1238,6 +1320,8 @@ __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const 
                                                   bf16 *__restrict__ kc, bf16 *__restrict__ vc, int T, int H, int KV,
                                                   int hd, float eps, const int32_t *__restrict__ base, int p0)
 {
+    pdl_launch_dependents(); /* attention after us may launch now */
+    pdl_wait();              /* (a PDL launch: the qkv projection ahead is done) */
     int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     long item = (long)blockIdx.x * warps + (threadIdx.x >> 5);
     int nh = H + 2 * KV;
@@ -1258,8 +1342,13 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
         return 0;
     long items = (long)T * (H + 2 * KV);
     int warps = 8;
-    decode_qk_norm_rope_append_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(
-        as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc), as_bf(vc), T, H, KV, hd, eps, base, p0);
+    cudaError_t le = launch_maybe_pdl(decode_qk_norm_rope_append_kernel, dim3((unsigned)((items + warps - 1) / warps)),
+                                      dim3(warps * 32), s, g_pdl_small, as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc),
+                                      as_bf(vc), T, H, KV, hd, eps, base, p0);
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_qk_norm_rope_append_kernel", le);
+    }
     CUDA_LAUNCHED("decode_qk_norm_rope_append_kernel", err, errlen);
     return 0;
 }

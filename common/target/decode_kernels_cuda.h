@@ -78,6 +78,13 @@ int decode_attention_keys_cuda(int keys);
  * the previous value, anything else only queries. */
 int decode_attention_warps_cuda(int warps);
 
+/* The step's small kernels (q/k norm + RoPE + append, attention; the callers' add +
+ * RMSNorm through nn_add_rmsnorm_pdl_cuda) launched as programmatic dependents of the
+ * kernel ahead (sm_90+): each waits for it before touching memory, so only the launch
+ * overlaps; the same bits. 1 (default) or 0; process-wide, returns the previous value,
+ * anything else only queries. */
+int decode_pdl_small_cuda(int on);
+
 /* Kernel sequences of a decode step: bits of decode_model_cuda.fused and
  * infer_state_cuda.fused (0: separate kernels; 1 means all three). */
 #define DECODE_FUSE_QK_APPEND 2 /* q/k norm + RoPE + K/V cache append: one kernel */
@@ -97,7 +104,7 @@ int decode_attention_warps_cuda(int warps);
 #define DECODE_FUSE_ARGMAX 64
 #define DECODE_FUSE_QK_TAIL 128
 #ifndef DECODE_NORM_TAIL_ROWS
-#define DECODE_NORM_TAIL_ROWS 32
+#define DECODE_NORM_TAIL_ROWS 2 /* its last block works alone: at 16 rows it cost more than it saved */
 #endif
 #ifndef DECODE_QK_TAIL_ROWS
 #define DECODE_QK_TAIL_ROWS 2
@@ -108,7 +115,7 @@ int decode_attention_warps_cuda(int warps);
 #define DECODE_FUSED_SEPARATE DECODE_FUSE_QK_APPEND
 /* The default of both (decode_init/load_cuda, infer_init_cuda). */
 #ifndef DECODE_FUSED_DEFAULT
-#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX)
+#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM)
 #endif
 
 /* Rows one decode_linear_rows_cuda call takes. */
@@ -142,11 +149,12 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
 int decode_linear_variant_cuda(int v);
 const char *decode_linear_variant_name_cuda(int v);
 
-/* Column tiles of 16 per block of the 8-warp kernels at 9..16 rows on wide shapes (at
- * least 512 tiles): 1 (default) or 2 (each block reads its x rows once for 32 columns:
- * half the x traffic, half the blocks). The bits are the same either way (each tile's
- * chunks and order are those of its own block). Process-wide; returns the previous value,
- * anything else only queries. */
+/* Two column tiles of 16 per block instead of one (each tile with the chunks and order of
+ * its own block: the same bits either way): 1 never; 2 (default) in the 8-warp kernels at
+ * 9..16 rows on wide shapes (at least 512 tiles) with n_in >= 4096 (the x rows read once
+ * for 32 columns: half the x traffic); 3 also in the 16-warp kernels at 1..8 rows when one
+ * tile a block would need more blocks than the GPU has SMs (one wave instead of two).
+ * Process-wide; returns the previous value, anything else only queries. */
 int decode_linear_cols_cuda(int tiles);
 
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then

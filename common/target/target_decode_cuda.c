@@ -141,7 +141,8 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
         (rc = dev_alloc(&m->tokens, sizeof(int32_t) * feat_rows, "tokens", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->len_d, sizeof(int32_t), "length", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->next_d, sizeof(int32_t) * rows_out, "next", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) < 0 ||
+        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) <
+            0 ||
         (rc = dev_alloc(&m->sync_d, DECODE_EPI_SYNC_BYTES, "epilogue scratch", what, err, errlen)) < 0)
         return rc;
     CUDA_TRY(cudaMemset(m->sync_d, 0, DECODE_EPI_SYNC_BYTES), err, errlen);
@@ -305,6 +306,16 @@ double decode_step_bytes_cuda(const decode_model_cuda *m, int len, int k, int n_
     return bytes;
 }
 
+/* nn_add_rmsnorm_cuda, launched as a programmatic dependent when decode_pdl_small_cuda is
+ * on (the same bits). */
+static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                   long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    return decode_pdl_small_cuda(-1)
+               ? nn_add_rmsnorm_pdl_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen)
+               : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+}
+
 /* out = x w^T + b over T rows: the row-exact kernel for decode-sized calls, cuBLASLt
  * (tensor cores) for prefills. */
 static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
@@ -370,9 +381,9 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
         if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
-            STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
-                                     prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d,
-                                     t->eps, s, kerr, sizeof kerr),
+            STEP(addnorm(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
+                         prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s, kerr,
+                         sizeof kerr),
                  "add_rmsnorm (input)");
         if (f_qkt) {
             decode_qk_tail qt = {H, KV, hd, Lw->q_norm, Lw->k_norm, t->inv_freq, t->eps, kl, vl, base, p0, m->sync_d};
@@ -408,7 +419,7 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
             STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
         }
         if (!f_norm)
-            STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
+            STEP(addnorm(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
                  "add_rmsnorm (post)");
         if (f_gepi)
             STEP(decode_linear_glu_rows_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, k, d, I, s, kerr, sizeof kerr),
@@ -454,22 +465,20 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
     if (!f_norm)
-        STEP(nn_add_rmsnorm_cuda(t->x, yadd, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
-                                 cap_stride, k, d, t->eps, s, kerr, sizeof kerr),
+        STEP(addnorm(t->x, yadd, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL, cap_stride, k,
+                     d, t->eps, s, kerr, sizeof kerr),
              "add (last layer)");
     if (n_next > 0) {
         float *xl = t->x + (size_t)(k - n_next) * d;
         if (!f_norm)
-            STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr,
-                                     sizeof kerr),
+            STEP(addnorm(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr),
                  "final norm");
         if (f_amax) {
             STEP(decode_linear_argmax_rows_cuda(m->logits, m->next_d, m->z, m->lm_head, n_next, d, t->V, m->sync_d, s,
                                                 kerr, sizeof kerr),
                  "lm_head + argmax");
         } else {
-            STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr,
-                                         sizeof kerr),
+            STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
                  "lm_head");
             STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
         }
@@ -525,9 +534,9 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
         const target_layer_cuda *Lw = &t->layers[l];
         nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
-        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
-                                 prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps,
-                                 s, kerr, sizeof kerr),
+        STEP(addnorm(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
+                     prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps, s, kerr,
+                     sizeof kerr),
              "add_rmsnorm (input)");
         STEP(linear_exact(m, t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, pos, R, H, KV, hd, t->eps, s, kerr,
@@ -538,7 +547,7 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
                                    hd, scale, s, kerr, sizeof kerr),
              "attention");
         STEP(linear_exact(m, t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
+        STEP(addnorm(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
              "add_rmsnorm (post)");
         STEP(linear_exact(m, t->gu, 0, t->a, Lw->w_gu, Lw->b_gu, R, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
         STEP(nn_swiglu_cuda(t->h, t->gu, R, I, s, kerr, sizeof kerr), "swiglu");
@@ -546,11 +555,10 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
-    STEP(nn_add_rmsnorm_cuda(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
-                             cap_stride, R, d, t->eps, s, kerr, sizeof kerr),
+    STEP(addnorm(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL, cap_stride, R, d,
+                 t->eps, s, kerr, sizeof kerr),
          "add (last layer)");
-    STEP(nn_add_rmsnorm_cuda(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
-         "final norm");
+    STEP(addnorm(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr), "final norm");
     STEP(linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr), "lm_head");
     STEP(decode_argmax_rows_cuda(m->next_d, m->logits, R, t->V, s, kerr, sizeof kerr), "argmax");
     STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * R, cudaMemcpyDeviceToHost, s) == cudaSuccess ? 0

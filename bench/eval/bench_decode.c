@@ -1044,14 +1044,17 @@ int main(int argc, char **argv)
                                100 * plain_floor / plain_ms[1], v16_ms, v16_ms / plain_ms[1], draft_ms,
                                100 * draft_floor / draft_ms, append_ms);
         for (int qi = 0; qi < 3; qi++)
-            tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi], sp_tpot[qi],
-                                   plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
+            tl += quick
+                      ? (size_t)snprintf(table + tl, sizeof table - tl, " - |")
+                      : (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi],
+                                         sp_tpot[qi], plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
         tl += (size_t)snprintf(table + tl, sizeof table - tl, "\n");
-        btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
-                                "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
-                                "%.0f (%.2f) |\n",
-                                sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1], sp_tau[1],
-                                1e3 / sp_tpot[2], sp_tau[2]);
+        if (!quick)
+            btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
+                                    "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
+                                    "%.0f (%.2f) |\n",
+                                    sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1],
+                                    sp_tau[1], 1e3 / sp_tpot[2], sp_tau[2]);
         if (NB > 1 && !quick) {
             printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
                    P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
@@ -1087,23 +1090,26 @@ int main(int argc, char **argv)
                     fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
         }
         fprintf(jf, "], \"quick\": %s, \"spec\": [", quick ? "true" : "false");
-        for (int qi = 0; qi < 3; qi++)
+        if (quick) /* no loops: nothing to report (and no 0 / 0 in the JSON) */
+            fprintf(jf, "], \"batch\": null}");
+        for (int qi = 0; qi < 3 && !quick; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"tpot_ms\": %.4f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "
                     "\"accept_ms\": %.4f, \"speedup\": %.3f, \"lossless\": %s}",
                     qi ? ", " : "", qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
                     plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "true" : "false");
-        fprintf(jf,
-                "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
-                "\"plain_lossless\": %s, \"spec\": [",
-                NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
-        for (int qi = 0; qi < 3; qi++)
+        if (!quick)
+            fprintf(jf,
+                    "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
+                    "\"plain_lossless\": %s, \"spec\": [",
+                    NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
+        for (int qi = 0; qi < 3 && !quick; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"b1_tokens_per_s\": %.2f, \"tokens_per_s\": %.2f, "
                     "\"lossless\": %s}",
                     qi ? ", " : "", qs[qi], NB > 1 ? b_tau[qi] : sp_tau[qi], 1e3 / sp_tpot[qi],
                     NB > 1 ? b_spec_tps[qi] : 1e3 / sp_tpot[qi], b_spec_ok[qi] ? "true" : "false");
-        fprintf(jf, "]}}");
+        fprintf(jf, "%s", quick ? "" : "]}}");
         fflush(jf);
         first_shape = 0;
         free(prompt);

@@ -489,7 +489,11 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     } else {
         STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
              "lm_head");
-        STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
+        if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && B - 1 <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
+            STEP(decode_argmax_split_rows_cuda(s->draft_d, s->logits, B - 1, V, s->sync_d, st, kerr, sizeof kerr),
+                 "argmax");
+        else
+            STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
     }
     STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) == cudaSuccess
              ? 0

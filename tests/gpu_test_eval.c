@@ -742,6 +742,50 @@ static void test_fused_kernels(void)
         cudaFree(x), cudaFree(w), cudaFree(l1), cudaFree(l2), cudaFree(i1), cudaFree(i2);
         free(hw);
     }
+    /* the split argmax: random logits with planted ties (the maximum twice, later and
+     * earlier), NaNs, a row of NaN only, a row of -inf only, -0 against +0 */
+    static const int avs[] = {151936, 1000, 77};
+    for (size_t vi = 0; vi < sizeof avs / sizeof avs[0]; vi++) {
+        int V = avs[vi];
+        float *hl = xmalloc(sizeof(float) * R * (size_t)V), *dl;
+        for (int r = 0; r < R; r++) {
+            float *row = hl + (size_t)r * V;
+            for (int v = 0; v < V; v++)
+                row[v] = (float)(df_rng_uniform(&g_rng) * 8 - 4);
+            int a = rnd(0, V - 1), b2 = rnd(0, V - 1);
+            row[a] = row[b2] = 5.0f; /* a tie at the top */
+            row[rnd(0, V - 1)] = NAN;
+            if (r == 3)
+                for (int v = 0; v < V; v++)
+                    row[v] = NAN;
+            if (r == 4)
+                for (int v = 0; v < V; v++)
+                    row[v] = -INFINITY;
+            if (r == 5) {
+                for (int v = 0; v < V; v++)
+                    row[v] = -1.0f;
+                row[rnd(0, V - 1)] = -0.0f, row[rnd(0, V - 1)] = 0.0f;
+            }
+        }
+        CUDA_CHECK(cudaMalloc((void **)&dl, sizeof(float) * R * (size_t)V));
+        CUDA_CHECK(cudaMemcpy(dl, hl, sizeof(float) * R * (size_t)V, cudaMemcpyHostToDevice));
+        int32_t *j1, *j2;
+        CUDA_CHECK(cudaMalloc((void **)&j1, sizeof(int32_t) * R));
+        CUDA_CHECK(cudaMalloc((void **)&j2, sizeof(int32_t) * R));
+        long bad = 0, calls = 0;
+        for (int rows = 1; rows <= R; rows += (rows < 8 ? 1 : 7)) {
+            CUDA_CHECK(cudaMemset(j2, 0xff, sizeof(int32_t) * R));
+            RC_CHECK(decode_argmax_rows_cuda(j1, dl, rows, V, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_argmax_split_rows_cuda(j2, dl, rows, V, sync, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(j1, j2, sizeof(int32_t) * rows), calls++;
+        }
+        printf("%s argmax_split_rows of %d (ties, NaN, all-NaN and all -inf rows, -0 / +0): %ld of %ld calls differ "
+               "from argmax_rows\n",
+               bad ? "FAIL" : "PASS", V, bad, calls);
+        g_fail += bad > 0;
+        cudaFree(dl), cudaFree(j1), cudaFree(j2);
+        free(hl);
+    }
     /* q/k tail: (n_in, H, KV, hd, norms) */
     static const int qs[][5] = {{128, 4, 2, 32, 1}, {256, 16, 8, 128, 1}, {200, 6, 3, 64, 0}};
     for (size_t si = 0; si < sizeof qs / sizeof qs[0]; si++) {
@@ -884,7 +928,9 @@ static void test_exact_fusions(decode_model_cuda *gpu)
                                DECODE_FUSE_NORM,
                                DECODE_FUSE_ARGMAX | DECODE_FUSE_GLU,
                                DECODE_FUSE_QK_APPEND | DECODE_FUSE_QK_TAIL,
-                               DECODE_FUSED_DEFAULT | DECODE_FUSE_QK_TAIL};
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_QK_TAIL,
+                               DECODE_FUSE_ARGMAX_SPLIT,
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_ARGMAX};
     static const int steps[][2] = {{16, 16}, {5, 2}, {1, 1}, {1, 1}, {2, 0}, {1, 1}};
     const int ns = sizeof steps / sizeof steps[0];
     float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 16 * (size_t)fd * ns);

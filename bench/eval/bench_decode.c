@@ -302,10 +302,11 @@ static const seq_cfg SEQ_CFGS[] = {
     {"+ SwiGLU epilogue", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 1},
     {"+ add_rmsnorm tail", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM, 1, 1},
     {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM, 1, 2},
+    {"+ argmax split", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX_SPLIT, 1, 2},
     {"default", -1, -1, -1},
     {"default, 2 tiles also 1-row", -1, -1, 3},
     {"default, 1 tile", -1, -1, 1},
-    {"default, argmax fused", -2, -1, -1},
+    {"default, argmax in lm_head", -2, -1, -1},
     {"default, q/k tail", -3, -1, -1},
     {"default, tail off", -4, -1, -1},
 };

@@ -1410,6 +1410,84 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) decode_argmax_kernel(int32_t *
         idx[blockIdx.x] = bi[0] < V ? bi[0] : 0;
 }
 
+#define ARGMAX_SPLIT 32 /* blocks per row of decode_argmax_split_rows_cuda */
+#define ARGMAX_SPLIT_THREADS 256
+
+/* Block (part, row) scans its slice of the row (4 loads in flight a thread) into one
+ * argmax_key, the block's best by a key maximum, one atomicMax per block; the last block
+ * of the grid hands out the indices and zeroes the keys and the counter. */
+__global__ void __launch_bounds__(ARGMAX_SPLIT_THREADS)
+    decode_argmax_split_kernel(int32_t *idx, const float *__restrict__ logits, int V, int *sync)
+{
+    __shared__ unsigned long long best[ARGMAX_SPLIT_THREADS / 32];
+    pdl_wait(); /* (a PDL launch: the lm_head ahead is done) */
+    unsigned long long *keys = reinterpret_cast<unsigned long long *>(sync + 2);
+    int row = blockIdx.y, per = (V + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(V, lo + per);
+    const float *r = logits + (size_t)row * V;
+    unsigned long long key = 0ull;
+    for (int v0 = lo + threadIdx.x; v0 < hi; v0 += 4 * blockDim.x) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int v = v0 + u * blockDim.x;
+            x[u] = v < hi ? r[v] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int v = v0 + u * blockDim.x;
+            if (v < hi) {
+                unsigned long long k = argmax_key(x[u], v);
+                key = k > key ? k : key;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
+        key = k2 > key ? k2 : key;
+    }
+    if ((threadIdx.x & 31) == 0)
+        best[threadIdx.x >> 5] = key;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            key = best[w] > key ? best[w] : key;
+        if (key)
+            atomicMax(keys + row, key);
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sync, 1) == (int)(gridDim.x * gridDim.y) - 1;
+        if (last)
+            *sync = 0;
+    }
+    __syncthreads();
+    if (last && threadIdx.x < gridDim.y) {
+        __threadfence();
+        unsigned long long k = atomicExch(keys + threadIdx.x, 0ull);
+        idx[threadIdx.x] = k ? 0x7fffffff - (int)(unsigned)(k & 0xffffffffu) : 0;
+    }
+}
+
+int decode_argmax_split_rows_cuda(int32_t *idx, const float *logits, int rows, int V, int32_t *sync, cudaStream_t s,
+                                  char *err, size_t errlen)
+{
+    if (rows < 0 || rows > DECODE_EPI_MAX_ROWS || V <= 0 || !sync)
+        BAD_SHAPE("decode_argmax_split_rows_cuda: %d rows (at most %d) of %d", rows, DECODE_EPI_MAX_ROWS, V);
+    if (rows == 0)
+        return 0;
+    cudaError_t le = launch_maybe_pdl(decode_argmax_split_kernel, dim3(ARGMAX_SPLIT, (unsigned)rows),
+                                      dim3(ARGMAX_SPLIT_THREADS), s, g_pdl_small, idx, logits, V, (int *)sync);
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_argmax_split_kernel", le);
+    }
+    CUDA_LAUNCHED("decode_argmax_split_kernel", err, errlen);
+    return 0;
+}
+
 int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,
                             size_t errlen)
 {

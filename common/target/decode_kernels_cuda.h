@@ -98,11 +98,14 @@ int decode_pdl_small_cuda(int on);
  *     DECODE_NORM_TAIL_ROWS rows;
  *   ARGMAX: the greedy argmax in the lm_head's blocks (decode_linear_argmax_rows_cuda);
  *   QK_TAIL: with QK_APPEND, in calls of at most DECODE_QK_TAIL_ROWS rows, that kernel in
- *     the last block of the qkv projection (decode_linear_qk_rows_cuda). */
+ *     the last block of the qkv projection (decode_linear_qk_rows_cuda);
+ *   ARGMAX_SPLIT: the argmax (when not in the lm_head) over 32 blocks a row
+ *     (decode_argmax_split_rows_cuda): exact, the same indices. */
 #define DECODE_FUSE_GLU 16
 #define DECODE_FUSE_NORM 32
 #define DECODE_FUSE_ARGMAX 64
 #define DECODE_FUSE_QK_TAIL 128
+#define DECODE_FUSE_ARGMAX_SPLIT 256
 #ifndef DECODE_NORM_TAIL_ROWS
 #define DECODE_NORM_TAIL_ROWS 2 /* its last block works alone: at 16 rows it cost more than it saved */
 #endif
@@ -115,7 +118,7 @@ int decode_pdl_small_cuda(int on);
 #define DECODE_FUSED_SEPARATE DECODE_FUSE_QK_APPEND
 /* The default of both (decode_init/load_cuda, infer_init_cuda). */
 #ifndef DECODE_FUSED_DEFAULT
-#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM)
+#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX_SPLIT)
 #endif
 
 /* Rows one decode_linear_rows_cuda call takes. */
@@ -245,6 +248,13 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
 /* idx[r] = argmax of logits[r, 0..V) (fp32), the first index on ties, for r < rows. */
 int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,
                             size_t errlen);
+
+/* The same indices from 32 blocks a row (each folds its slice into one 64-bit key, value
+ * then first index, atomicMax per block; the last block hands them out): the rows' scan
+ * spread over the GPU instead of one block a row. sync: DECODE_EPI_SYNC_BYTES of zeroed
+ * device scratch. rows <= DECODE_EPI_MAX_ROWS. */
+int decode_argmax_split_rows_cuda(int32_t *idx, const float *logits, int rows, int V, int32_t *sync, cudaStream_t s,
+                                  char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

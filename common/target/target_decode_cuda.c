@@ -480,7 +480,11 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
         } else {
             STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
                  "lm_head");
-            STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
+            if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && n_next <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
+                STEP(decode_argmax_split_rows_cuda(m->next_d, m->logits, n_next, t->V, m->sync_d, s, kerr, sizeof kerr),
+                     "argmax");
+            else
+                STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
         }
         STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * n_next, cudaMemcpyDeviceToHost, s) == cudaSuccess
                  ? 0

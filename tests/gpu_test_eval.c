@@ -930,7 +930,8 @@ static void test_exact_fusions(decode_model_cuda *gpu)
                                DECODE_FUSE_QK_APPEND | DECODE_FUSE_QK_TAIL,
                                DECODE_FUSED_DEFAULT | DECODE_FUSE_QK_TAIL,
                                DECODE_FUSE_ARGMAX_SPLIT,
-                               DECODE_FUSED_DEFAULT | DECODE_FUSE_ARGMAX};
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_ARGMAX,
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_NORM};
     static const int steps[][2] = {{16, 16}, {5, 2}, {1, 1}, {1, 1}, {2, 0}, {1, 1}};
     const int ns = sizeof steps / sizeof steps[0];
     float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 16 * (size_t)fd * ns);

@@ -300,15 +300,14 @@ static const seq_cfg SEQ_CFGS[] = {
     {"before (separate)", DECODE_FUSED_SEPARATE, 0, 1},
     {"+ PDL small kernels", DECODE_FUSED_SEPARATE, 1, 1},
     {"+ SwiGLU epilogue", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 1},
-    {"+ add_rmsnorm tail", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM, 1, 1},
-    {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM, 1, 2},
-    {"+ argmax split", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_NORM | DECODE_FUSE_ARGMAX_SPLIT, 1, 2},
+    {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 2},
+    {"+ argmax split", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 2},
     {"default", -1, -1, -1},
     {"default, 2 tiles also 1-row", -1, -1, 3},
     {"default, 1 tile", -1, -1, 1},
-    {"default, argmax in lm_head", -2, -1, -1},
-    {"default, q/k tail", -3, -1, -1},
-    {"default, tail off", -4, -1, -1},
+    {"default + argmax in lm_head", -2, -1, -1},
+    {"default + q/k tail", -3, -1, -1},
+    {"default + add_rmsnorm tail", -4, -1, -1},
 };
 #define N_SEQ_CFGS ((int)(sizeof SEQ_CFGS / sizeof SEQ_CFGS[0]))
 
@@ -319,7 +318,7 @@ static int seq_fused(const seq_cfg *c, int dflt)
     case -1: return dflt;
     case -2: return dflt | DECODE_FUSE_ARGMAX;
     case -3: return dflt | DECODE_FUSE_QK_TAIL;
-    case -4: return dflt & ~DECODE_FUSE_NORM;
+    case -4: return dflt | DECODE_FUSE_NORM;
     default: return c->fused;
     }
 }

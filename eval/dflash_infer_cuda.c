@@ -32,6 +32,7 @@ void infer_free_cuda(infer_state_cuda *s)
         if (s->append_graph[i])
             cudaGraphExecDestroy(s->append_graph[i]);
     cudaFree(s->wb), cudaFree(s->wf), cudaFree(s->kc), cudaFree(s->vc), cudaFree(s->acts), cudaFree(s->n_ctx_d);
+    cudaFree(s->sync_d);
     if (s->draft_h)
         cudaFreeHost(s->draft_h);
     if (s->ranges_h)
@@ -219,6 +220,9 @@ static int alloc_state(infer_state_cuda *s, char *err, size_t errlen)
     if (cudaMalloc((void **)&s->n_ctx_d, sizeof(int32_t)) != cudaSuccess ||
         cudaMemset(s->n_ctx_d, 0, sizeof(int32_t)) != cudaSuccess)
         return cuda_fail(s, err, errlen, "cudaMalloc(context length)", -ENOMEM);
+    if (cudaMalloc((void **)&s->sync_d, DECODE_EPI_SYNC_BYTES) != cudaSuccess ||
+        cudaMemset(s->sync_d, 0, DECODE_EPI_SYNC_BYTES) != cudaSuccess)
+        return cuda_fail(s, err, errlen, "cudaMalloc(epilogue scratch)", -ENOMEM);
     int rc = nn_gemm_create_cuda(&s->gemm, (size_t)32 << 20, err, errlen);
     if (rc < 0) {
         infer_free_cuda(s);
@@ -240,6 +244,16 @@ void infer_reset_cuda(infer_state_cuda *s)
 static size_t layer_stride(const infer_state_cuda *s)
 {
     return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
+}
+
+/* nn_add_rmsnorm_cuda, launched as a programmatic dependent when decode_pdl_small_cuda is
+ * on (the same bits). */
+static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                   long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    return decode_pdl_small_cuda(-1)
+               ? nn_add_rmsnorm_pdl_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen)
+               : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
 }
 
 static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in,
@@ -280,7 +294,7 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
             STEP(decode_linear_rows_cuda(s->fc_out + (size_t)r0 * d, 1, Hf + (size_t)r0 * nin, s->fc, NULL,
                                          DF_MIN(INFER_CUDA_SMALL_ROWS, m - r0), nin, d, s->stream, kerr, sizeof kerr),
                  "fc");
-    STEP(nn_add_rmsnorm_cuda(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr),
+    STEP(addnorm(s->fc_out, NULL, s->hidden_norm, s->ctx, NULL, 0, m, d, eps, s->stream, kerr, sizeof kerr),
          "hidden_norm");
     const int f_qk = DECODE_FUSE_BITS(s->fused) & DECODE_FUSE_QK_APPEND;
     if (!f_qk)
@@ -389,15 +403,20 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
     const int fz = DECODE_FUSE_BITS(s->fused), f_qk = fz & DECODE_FUSE_QK_APPEND;
     const int f_res = fz & DECODE_FUSE_RESIDUAL, f_glu = fz & DECODE_FUSE_SWIGLU;
     const nn_bf16_cuda *yadd = f_res ? NULL : s->y; /* o_proj / down add into h themselves */
+    /* the bit-exact fusions (target_decode_cuda.c's enqueue_extend): the separate kernels' bits */
+    const int ep_ok = B <= DECODE_EPI_MAX_ROWS;
+    const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
+    const int f_norm = ep_ok && B <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
+    const int f_amax = (fz & DECODE_FUSE_ARGMAX) && B - 1 <= DECODE_EPI_MAX_ROWS;
     STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
     if (!f_qk)
         STEP(decode_positions_cuda(s->pos, base, p0, B, st, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
-        STEP(
-            nn_add_rmsnorm_cuda(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
-            "input norm");
+        if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
+            STEP(addnorm(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
+                 "input norm");
         STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
         if (f_qk) {
@@ -414,14 +433,39 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0, 0,
                                    B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
-        /* f_res: o_proj and down add into the fp32 residual h inside the linear kernel */
-        STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B,
-                                     H * hd, d, st, kerr, sizeof kerr),
-             "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
-             "post norm");
-        STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        if (f_glu) {
+        /* f_res: o_proj and down add into the fp32 residual h inside the linear kernel;
+         * f_norm: they add the bf16-rounded y and their last block does the next norm */
+        if (f_norm) {
+            decode_norm_tail tl = {L->post_norm, s->a, 0, eps, NULL, 0, s->sync_d};
+            STEP(decode_linear_residual_rows_cuda(s->h, s->att, L->w_o, NULL, B, H * hd, d, &tl, st, kerr, sizeof kerr),
+                 "linear o_proj + post norm");
+        } else {
+            STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B,
+                                         H * hd, d, st, kerr, sizeof kerr),
+                 "linear o_proj");
+            STEP(addnorm(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
+        }
+        if (f_gepi)
+            STEP(decode_linear_glu_rows_cuda(s->act, s->a, L->w_gu, NULL, B, d, I, st, kerr, sizeof kerr),
+                 "linear gate_up + swiglu");
+        else
+            STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+        if (f_norm) {
+            /* down adds to h; its last block does the next layer's input norm, or the final one */
+            int lastl = l == c->n_layers - 1;
+            decode_norm_tail tl = {
+                lastl ? s->final_norm : s->layer[l + 1].in_norm, lastl ? s->z : s->a, 0, eps, NULL, 0, s->sync_d};
+            if (!f_gepi)
+                STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, kerr, sizeof kerr), "swiglu");
+            STEP(decode_linear_residual_rows_cuda(s->h, s->act, L->w_down, NULL, B, I, d, &tl, st, kerr, sizeof kerr),
+                 lastl ? "linear down + final norm" : "linear down + input norm");
+        } else if (f_gepi) {
+            if (f_res)
+                STEP(decode_linear_rows_cuda(s->h, 2, s->act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+                     "linear down + residual");
+            else
+                STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
+        } else if (f_glu) {
             STEP(decode_linear_swiglu_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->gu, L->w_down,
                                                 NULL, B, I, d, st, kerr, sizeof kerr),
                  "swiglu + linear down");
@@ -435,11 +479,22 @@ static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char 
         }
     }
     l = -1;
-    STEP(nn_add_rmsnorm_cuda(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
+    if (!f_norm)
+        STEP(addnorm(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
-    STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
-         "lm_head");
-    STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
+    if (f_amax) {
+        STEP(decode_linear_argmax_rows_cuda(s->logits, s->draft_d, s->z + d, s->lm_head, B - 1, d, V, s->sync_d, st,
+                                            kerr, sizeof kerr),
+             "lm_head + argmax");
+    } else {
+        STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
+             "lm_head");
+        if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && B - 1 <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
+            STEP(decode_argmax_split_rows_cuda(s->draft_d, s->logits, B - 1, V, s->sync_d, st, kerr, sizeof kerr),
+                 "argmax");
+        else
+            STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
+    }
     STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) == cudaSuccess
              ? 0
              : -EIO,

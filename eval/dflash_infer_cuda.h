@@ -78,6 +78,7 @@ typedef struct infer_state_cuda {
     nn_key_ranges *ranges_h;                  /* pinned host [2, B] */
     nn_gemm_cuda *gemm;
     int32_t *n_ctx_d;                   /* device [1]: n_ctx in stream order */
+    int32_t *sync_d;                    /* device DECODE_EPI_SYNC_BYTES: scratch of the fused epilogues */
     int use_graphs;                     /* 1 (default) */
     int fused;                          /* as decode_model_cuda.fused (its default); set before use */
     cudaGraphExec_t draft_graph;        /* captured on the first draft */

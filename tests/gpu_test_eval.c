@@ -23,11 +23,14 @@
  *   e. (under every variant of decode_linear_variant_cuda, as f)
  *      decode_linear_rows_cuda vs a float64 reference (rel L2 < 1e-4), and bitwise row
  *      independence: rows of a T-row call (T = 1..64, any offset) == the 64-row call's;
- *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise.
+ *      decode_linear_swiglu_rows_cuda == nn_swiglu_cuda + decode_linear_rows_cuda bitwise;
+ *      the bit-exact fused kernels (SwiGLU epilogue, residual + add_rmsnorm tail, argmax
+ *      in the lm_head) == the separate kernels they replace, bitwise, 1..32 rows.
  *   f. the whole target: a k-row extend == k one-row extends bitwise (k = 16, 5), with
  *      and without CUDA graphs, separate kernels and several fused sequences (fused 1,
- *      the residual bit, q/k append + residual), and graph replays == eager
- *      launches bitwise.
+ *      the residual bit, q/k append + residual, the default), and graph replays == eager
+ *      launches bitwise; the default and each bit-exact fusion == separate kernels
+ *      bitwise (logits, features, greedy tokens); also under each attention warp count.
  *   g. batches: decode_extend_batch_cuda rows (5 sequences of different lengths, one
  *      sitting out in some steps, up to 80 rows: the 64-row pieces) == each sequence's
  *      lone extend bitwise (logits and features), graphs on and off; spec_generate_batch,
@@ -566,6 +569,414 @@ static void test_linear_rows(void)
     }
 }
 
+/* bf16 device copy of n uniform values in [-scale, scale] (host copy in *h when h). */
+static nn_bf16_cuda *rand_bf16_dev(size_t n, double scale, uint16_t **h)
+{
+    uint16_t *hh = xmalloc(2 * n);
+    for (size_t i = 0; i < n; i++)
+        hh[i] = safetensors_f32_to_bf16((float)((df_rng_uniform(&g_rng) * 2 - 1) * scale));
+    nn_bf16_cuda *d;
+    CUDA_CHECK(cudaMalloc((void **)&d, 2 * n));
+    CUDA_CHECK(cudaMemcpy(d, hh, 2 * n, cudaMemcpyHostToDevice));
+    if (h)
+        *h = hh;
+    else
+        free(hh);
+    return d;
+}
+
+static float *rand_f32_dev(size_t n, double center, double scale)
+{
+    float *hh = xmalloc(sizeof(float) * n), *d;
+    for (size_t i = 0; i < n; i++)
+        hh[i] = (float)(center + (df_rng_uniform(&g_rng) * 2 - 1) * scale);
+    CUDA_CHECK(cudaMalloc((void **)&d, sizeof(float) * n));
+    CUDA_CHECK(cudaMemcpy(d, hh, sizeof(float) * n, cudaMemcpyHostToDevice));
+    free(hh);
+    return d;
+}
+
+/* 1 when n bytes of device a and b are equal. */
+static int dev_same(const void *a, const void *b, size_t n)
+{
+    char *ha = xmalloc(n ? n : 1), *hb = xmalloc(n ? n : 1);
+    CUDA_CHECK(cudaMemcpy(ha, a, n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hb, b, n, cudaMemcpyDeviceToHost));
+    int same = memcmp(ha, hb, n) == 0;
+    free(ha), free(hb);
+    return same;
+}
+
+/* e. The bit-exact fused kernels against the separate ones they replace, bit for bit, at
+ * T = 1..32 rows (any offset), many calls in a row (the epilogue scratch must come back to
+ * zero after each, or the next call's tail never runs):
+ *   decode_linear_glu_rows_cuda == decode_linear_rows_cuda (gu) + nn_swiglu_cuda;
+ *   decode_linear_residual_rows_cuda == decode_linear_rows_cuda (y) + nn_add_rmsnorm_cuda
+ *     (x, the normalised rows, the capture; the norm from row 0 and from a later row);
+ *   decode_linear_argmax_rows_cuda == decode_linear_rows_cuda + decode_argmax_rows_cuda
+ *     (logits and indices; weight rows repeated so that logits tie);
+ *   decode_linear_qk_rows_cuda == decode_linear_rows_cuda + decode_qk_norm_rope_append_cuda
+ *     (qkv, both caches; positions from p0 and from a device base; with and without norms).
+ * Shapes: both warp counts of the tuned variant (narrow / wide), n_in % 8 != 0, each
+ * thread count of the norm (d >= 2048, >= 512, less) and d % 4 != 0. */
+static void test_fused_kernels(void)
+{
+    const int R = DECODE_EPI_MAX_ROWS;
+    int32_t *sync;
+    CUDA_CHECK(cudaMalloc((void **)&sync, DECODE_EPI_SYNC_BYTES));
+    CUDA_CHECK(cudaMemset(sync, 0, DECODE_EPI_SYNC_BYTES));
+    /* GLU: (n_in, I, bias) */
+    static const int gs[][3] = {{2048, 96, 0}, {128, 512, 1}, {200, 40, 1}, {64, 4096, 0}};
+    for (size_t si = 0; si < sizeof gs / sizeof gs[0]; si++) {
+        int K = gs[si][0], I = gs[si][1];
+        nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)2 * I * K, 0.05, NULL);
+        nn_bf16_cuda *b = gs[si][2] ? rand_bf16_dev((size_t)2 * I, 0.5, NULL) : NULL, *gu, *h1, *h2;
+        CUDA_CHECK(cudaMalloc((void **)&gu, 2 * (size_t)R * 2 * I));
+        CUDA_CHECK(cudaMalloc((void **)&h1, 2 * (size_t)R * I));
+        CUDA_CHECK(cudaMalloc((void **)&h2, 2 * (size_t)R * I));
+        RC_CHECK(decode_linear_rows_cuda(gu, 0, x, w, b, R, K, 2 * I, 0, g_err, sizeof g_err), g_err);
+        RC_CHECK(nn_swiglu_cuda(h1, gu, R, I, 0, g_err, sizeof g_err), g_err);
+        long bad = 0, calls = 0;
+        for (int T = 1; T <= R; T += (T < 17 ? 1 : 5)) {
+            int r0 = rnd(0, R - T);
+            CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)R * I));
+            RC_CHECK(decode_linear_glu_rows_cuda(h2, x + (size_t)r0 * K, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(h2, h1 + (size_t)r0 * I, 2 * (size_t)T * I);
+            calls++;
+        }
+        printf("%s linear_glu_rows %d -> 2 x %d%s: %ld of %ld calls differ bitwise from linear_rows + nn_swiglu_cuda\n",
+               bad ? "FAIL" : "PASS", K, I, b ? " + bias" : "", bad, calls);
+        g_fail += bad > 0;
+        cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(gu), cudaFree(h1), cudaFree(h2);
+    }
+    /* residual + norm tail: (n_in, d, bias) */
+    static const int rs[][3] = {{512, 2048, 0}, {2048, 1024, 1}, {96, 300, 0}, {64, 50, 1}, {128, 4096, 0}};
+    for (size_t si = 0; si < sizeof rs / sizeof rs[0]; si++) {
+        int K = rs[si][0], d = rs[si][1];
+        long cs = 3L * d + 4; /* a capture row stride like the features' (n_capture * d) */
+        nn_bf16_cuda *in = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)d * K, 0.05, NULL);
+        nn_bf16_cuda *b = rs[si][2] ? rand_bf16_dev((size_t)d, 0.5, NULL) : NULL, *y, *a1, *a2, *c1, *c2;
+        float *x0 = rand_f32_dev((size_t)R * d, 0.0, 2.0), *nw = rand_f32_dev((size_t)d, 1.0, 0.2), *x1, *x2;
+        CUDA_CHECK(cudaMalloc((void **)&y, 2 * (size_t)R * d));
+        CUDA_CHECK(cudaMalloc((void **)&a1, 2 * (size_t)R * d));
+        CUDA_CHECK(cudaMalloc((void **)&a2, 2 * (size_t)R * d));
+        CUDA_CHECK(cudaMalloc((void **)&c1, 2 * (size_t)R * cs));
+        CUDA_CHECK(cudaMalloc((void **)&c2, 2 * (size_t)R * cs));
+        CUDA_CHECK(cudaMalloc((void **)&x1, sizeof(float) * R * d));
+        CUDA_CHECK(cudaMalloc((void **)&x2, sizeof(float) * R * d));
+        long bad = 0, calls = 0;
+        for (int T = 1; T <= R; T += (T < 17 ? 1 : 5))
+            for (int late = 0; late < 2; late++) {
+                int r0 = rnd(0, R - T), n0 = late ? rnd(0, T) : 0; /* norm rows n0..T-1 */
+                size_t xb = sizeof(float) * (size_t)T * d;
+                CUDA_CHECK(cudaMemcpy(x1, x0 + (size_t)r0 * d, xb, cudaMemcpyDeviceToDevice));
+                CUDA_CHECK(cudaMemcpy(x2, x0 + (size_t)r0 * d, xb, cudaMemcpyDeviceToDevice));
+                CUDA_CHECK(cudaMemset(a1, 0, 2 * (size_t)R * d));
+                CUDA_CHECK(cudaMemset(a2, 0xff, 2 * (size_t)R * d));
+                CUDA_CHECK(cudaMemset(c1, 0, 2 * (size_t)R * cs));
+                CUDA_CHECK(cudaMemset(c2, 0xff, 2 * (size_t)R * cs));
+                RC_CHECK(decode_linear_rows_cuda(y, 0, in + (size_t)r0 * K, w, b, T, K, d, 0, g_err, sizeof g_err),
+                         g_err);
+                if (!late) {
+                    RC_CHECK(nn_add_rmsnorm_cuda(x1, y, nw, a1, c1, cs, T, d, 1e-6f, 0, g_err, sizeof g_err), g_err);
+                } else {
+                    RC_CHECK(nn_add_rmsnorm_cuda(x1, y, NULL, NULL, c1, cs, T, d, 1e-6f, 0, g_err, sizeof g_err),
+                             g_err);
+                    RC_CHECK(nn_add_rmsnorm_cuda(x1 + (size_t)n0 * d, NULL, nw, a1, NULL, 0, T - n0, d, 1e-6f, 0, g_err,
+                                                 sizeof g_err),
+                             g_err);
+                }
+                decode_norm_tail tl = {nw, a2, n0, 1e-6f, c2, cs, sync};
+                RC_CHECK(decode_linear_residual_rows_cuda(x2, in + (size_t)r0 * K, w, b, T, K, d, &tl, 0, g_err,
+                                                          sizeof g_err),
+                         g_err);
+                /* captured rows: d elements at each stride (the gaps hold 0 / 0xff) */
+                int cap_ok = 1;
+                for (int t = 0; t < T && cap_ok; t++)
+                    cap_ok = dev_same(c1 + (size_t)t * cs, c2 + (size_t)t * cs, 2 * (size_t)d);
+                int ok = dev_same(x1, x2, xb) && dev_same(a1, a2, 2 * (size_t)(T - n0) * d) && cap_ok;
+                if (!ok && bad < 3)
+                    printf("    residual_rows %d -> %d: %d rows at %d, norm from row %d differ\n", K, d, T, r0, n0);
+                bad += !ok, calls++;
+            }
+        printf("%s linear_residual_rows %d -> %d%s: %ld of %ld calls differ bitwise from linear_rows + "
+               "nn_add_rmsnorm_cuda (residual, norm, capture)\n",
+               bad ? "FAIL" : "PASS", K, d, b ? " + bias" : "", bad, calls);
+        g_fail += bad > 0;
+        cudaFree(in), cudaFree(w), cudaFree(b), cudaFree(y), cudaFree(a1), cudaFree(a2), cudaFree(c1), cudaFree(c2);
+        cudaFree(x0), cudaFree(nw), cudaFree(x1), cudaFree(x2);
+    }
+    /* argmax: (n_in, V) */
+    static const int as[][2] = {{128, 1000}, {256, 20000}, {72, 77}};
+    for (size_t si = 0; si < sizeof as / sizeof as[0]; si++) {
+        int K = as[si][0], V = as[si][1];
+        uint16_t *hw;
+        nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)V * K, 0.05, &hw);
+        for (int i = 0; i < 8; i++) { /* ties: a row repeated later (and once earlier) */
+            int src = rnd(0, V - 1), dst = rnd(0, V - 1);
+            CUDA_CHECK(cudaMemcpy(w + (size_t)dst * K, hw + (size_t)src * K, 2 * (size_t)K, cudaMemcpyHostToDevice));
+        }
+        float *l1, *l2;
+        int32_t *i1, *i2;
+        CUDA_CHECK(cudaMalloc((void **)&l1, sizeof(float) * R * V));
+        CUDA_CHECK(cudaMalloc((void **)&l2, sizeof(float) * R * V));
+        CUDA_CHECK(cudaMalloc((void **)&i1, sizeof(int32_t) * R));
+        CUDA_CHECK(cudaMalloc((void **)&i2, sizeof(int32_t) * R));
+        long bad = 0, calls = 0;
+        for (int T = 1; T <= R; T += (T < 17 ? 1 : 5)) {
+            int r0 = rnd(0, R - T);
+            CUDA_CHECK(cudaMemset(i2, 0xff, sizeof(int32_t) * R));
+            RC_CHECK(decode_linear_rows_cuda(l1, 1, x + (size_t)r0 * K, w, NULL, T, K, V, 0, g_err, sizeof g_err),
+                     g_err);
+            RC_CHECK(decode_argmax_rows_cuda(i1, l1, T, V, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(
+                decode_linear_argmax_rows_cuda(l2, i2, x + (size_t)r0 * K, w, T, K, V, sync, 0, g_err, sizeof g_err),
+                g_err);
+            bad += !dev_same(l1, l2, sizeof(float) * (size_t)T * V) || !dev_same(i1, i2, sizeof(int32_t) * T);
+            calls++;
+        }
+        printf("%s linear_argmax_rows %d -> %d: %ld of %ld calls differ from linear_rows + argmax_rows (logits "
+               "bitwise, indices)\n",
+               bad ? "FAIL" : "PASS", K, V, bad, calls);
+        g_fail += bad > 0;
+        cudaFree(x), cudaFree(w), cudaFree(l1), cudaFree(l2), cudaFree(i1), cudaFree(i2);
+        free(hw);
+    }
+    /* the split argmax: random logits with planted ties (the maximum twice, later and
+     * earlier), NaNs, a row of NaN only, a row of -inf only, -0 against +0 */
+    static const int avs[] = {151936, 1000, 77};
+    for (size_t vi = 0; vi < sizeof avs / sizeof avs[0]; vi++) {
+        int V = avs[vi];
+        float *hl = xmalloc(sizeof(float) * R * (size_t)V), *dl;
+        for (int r = 0; r < R; r++) {
+            float *row = hl + (size_t)r * V;
+            for (int v = 0; v < V; v++)
+                row[v] = (float)(df_rng_uniform(&g_rng) * 8 - 4);
+            int a = rnd(0, V - 1), b2 = rnd(0, V - 1);
+            row[a] = row[b2] = 5.0f; /* a tie at the top */
+            row[rnd(0, V - 1)] = NAN;
+            if (r == 3)
+                for (int v = 0; v < V; v++)
+                    row[v] = NAN;
+            if (r == 4)
+                for (int v = 0; v < V; v++)
+                    row[v] = -INFINITY;
+            if (r == 5) {
+                for (int v = 0; v < V; v++)
+                    row[v] = -1.0f;
+                row[rnd(0, V - 1)] = -0.0f, row[rnd(0, V - 1)] = 0.0f;
+            }
+        }
+        CUDA_CHECK(cudaMalloc((void **)&dl, sizeof(float) * R * (size_t)V));
+        CUDA_CHECK(cudaMemcpy(dl, hl, sizeof(float) * R * (size_t)V, cudaMemcpyHostToDevice));
+        int32_t *j1, *j2;
+        CUDA_CHECK(cudaMalloc((void **)&j1, sizeof(int32_t) * R));
+        CUDA_CHECK(cudaMalloc((void **)&j2, sizeof(int32_t) * R));
+        long bad = 0, calls = 0;
+        for (int rows = 1; rows <= R; rows += (rows < 8 ? 1 : 7)) {
+            CUDA_CHECK(cudaMemset(j2, 0xff, sizeof(int32_t) * R));
+            RC_CHECK(decode_argmax_rows_cuda(j1, dl, rows, V, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_argmax_split_rows_cuda(j2, dl, rows, V, sync, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(j1, j2, sizeof(int32_t) * rows), calls++;
+        }
+        printf("%s argmax_split_rows of %d (ties, NaN, all-NaN and all -inf rows, -0 / +0): %ld of %ld calls differ "
+               "from argmax_rows\n",
+               bad ? "FAIL" : "PASS", V, bad, calls);
+        g_fail += bad > 0;
+        cudaFree(dl), cudaFree(j1), cudaFree(j2);
+        free(hl);
+    }
+    /* q/k tail: (n_in, H, KV, hd, norms) */
+    static const int qs[][5] = {{128, 4, 2, 32, 1}, {256, 16, 8, 128, 1}, {200, 6, 3, 64, 0}};
+    for (size_t si = 0; si < sizeof qs / sizeof qs[0]; si++) {
+        int K = qs[si][0], H = qs[si][1], KV = qs[si][2], hd = qs[si][3], N = (H + 2 * KV) * hd, rows = 64;
+        size_t cb = 2 * (size_t)rows * KV * hd;
+        nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)N * K, 0.05, NULL);
+        nn_bf16_cuda *q1, *q2, *k1, *k2, *v1, *v2;
+        float *qn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL;
+        float *kn = qs[si][4] ? rand_f32_dev((size_t)hd, 1.0, 0.2) : NULL,
+              *inv = rand_f32_dev((size_t)hd / 2, 0.5, 0.5);
+        int32_t *base, hb = rnd(0, 20);
+        CUDA_CHECK(cudaMalloc((void **)&base, sizeof(int32_t)));
+        CUDA_CHECK(cudaMemcpy(base, &hb, sizeof(int32_t), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMalloc((void **)&q1, 2 * (size_t)R * N));
+        CUDA_CHECK(cudaMalloc((void **)&q2, 2 * (size_t)R * N));
+        CUDA_CHECK(cudaMalloc((void **)&k1, cb));
+        CUDA_CHECK(cudaMalloc((void **)&k2, cb));
+        CUDA_CHECK(cudaMalloc((void **)&v1, cb));
+        CUDA_CHECK(cudaMalloc((void **)&v2, cb));
+        long bad = 0, calls = 0;
+        for (int T = 1; T <= 8; T++)
+            for (int with_base = 0; with_base < 2; with_base++) {
+                int r0 = rnd(0, R - T), p0 = rnd(0, 20);
+                const int32_t *bp = with_base ? base : NULL;
+                CUDA_CHECK(cudaMemset(k1, 0, cb));
+                CUDA_CHECK(cudaMemset(k2, 0, cb));
+                CUDA_CHECK(cudaMemset(v1, 0, cb));
+                CUDA_CHECK(cudaMemset(v2, 0, cb));
+                RC_CHECK(decode_linear_rows_cuda(q1, 0, x + (size_t)r0 * K, w, NULL, T, K, N, 0, g_err, sizeof g_err),
+                         g_err);
+                RC_CHECK(decode_qk_norm_rope_append_cuda(q1, qn, kn, inv, k1, v1, T, H, KV, hd, 1e-6f, bp, p0, 0, g_err,
+                                                         sizeof g_err),
+                         g_err);
+                decode_qk_tail qt = {H, KV, hd, qn, kn, inv, 1e-6f, k2, v2, bp, p0, sync};
+                RC_CHECK(decode_linear_qk_rows_cuda(q2, x + (size_t)r0 * K, w, NULL, T, K, &qt, 0, g_err, sizeof g_err),
+                         g_err);
+                int ok = dev_same(q1, q2, 2 * (size_t)T * N) && dev_same(k1, k2, cb) && dev_same(v1, v2, cb);
+                bad += !ok, calls++;
+            }
+        printf("%s linear_qk_rows %d -> heads %d/%d of %d%s: %ld of %ld calls differ bitwise from linear_rows + "
+               "qk_norm_rope_append (qkv, K and V caches)\n",
+               bad ? "FAIL" : "PASS", K, H, KV, hd, qn ? " (q/k norms)" : "", bad, calls);
+        g_fail += bad > 0;
+        cudaFree(x), cudaFree(w), cudaFree(q1), cudaFree(q2), cudaFree(k1), cudaFree(k2), cudaFree(v1), cudaFree(v2);
+        cudaFree(qn), cudaFree(kn), cudaFree(inv), cudaFree(base);
+    }
+    cudaFree(sync);
+}
+
+/* e. Two column tiles a block (decode_linear_cols_cuda 2 and 3) give the bits of one tile
+ * a block: on a wide shape (n_in >= 4096) at 1..16 rows the plain kernel (bias), the
+ * SwiGLU epilogue and the argmax one, with a partial last tile and an odd tile count (the
+ * last block's second tile past the end); on a narrow shape of more tiles than the GPU
+ * has SMs at 1..8 rows the plain kernel and the residual + norm tail. */
+static void test_two_tiles(void)
+{
+    const int R = 16, K = 4096 + 8, N = 16 * 513 + 8, I = 8 * 513, Kn = 264, Nn = 16 * 200 + 8;
+    int32_t *sync, *i1, *i2;
+    CUDA_CHECK(cudaMalloc((void **)&sync, DECODE_EPI_SYNC_BYTES));
+    CUDA_CHECK(cudaMemset(sync, 0, DECODE_EPI_SYNC_BYTES));
+    nn_bf16_cuda *x = rand_bf16_dev((size_t)R * K, 1.0, NULL), *w = rand_bf16_dev((size_t)N * K, 0.05, NULL);
+    nn_bf16_cuda *b = rand_bf16_dev((size_t)N, 0.5, NULL), *h1, *h2, *a1, *a2, *c1, *c2;
+    float *o1, *o2, *x0 = rand_f32_dev((size_t)R * Nn, 0.0, 2.0), *nw = rand_f32_dev((size_t)Nn, 1.0, 0.2);
+    CUDA_CHECK(cudaMalloc((void **)&o1, sizeof(float) * R * N));
+    CUDA_CHECK(cudaMalloc((void **)&o2, sizeof(float) * R * N));
+    CUDA_CHECK(cudaMalloc((void **)&h1, 2 * (size_t)R * I));
+    CUDA_CHECK(cudaMalloc((void **)&h2, 2 * (size_t)R * I));
+    CUDA_CHECK(cudaMalloc((void **)&a1, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&a2, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&c1, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&c2, 2 * (size_t)R * Nn));
+    CUDA_CHECK(cudaMalloc((void **)&i1, sizeof(int32_t) * R));
+    CUDA_CHECK(cudaMalloc((void **)&i2, sizeof(int32_t) * R));
+    long bad = 0, calls = 0;
+    int old = decode_linear_cols_cuda(-1);
+    for (int T = 1; T <= R; T++)
+        for (int ct = 2; ct <= 3; ct++) {
+            int r0 = rnd(0, R - T);
+            const nn_bf16_cuda *xt = x + (size_t)r0 * K;
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_rows_cuda(o1, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_linear_glu_rows_cuda(h1, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            CUDA_CHECK(cudaMemset(o2, 0xff, sizeof(float) * R * N));
+            CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)R * I));
+            RC_CHECK(decode_linear_rows_cuda(o2, 1, xt, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(decode_linear_glu_rows_cuda(h2, xt, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(h1, h2, 2 * (size_t)T * I);
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_argmax_rows_cuda(o1, i1, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            CUDA_CHECK(cudaMemset(i2, 0xff, sizeof(int32_t) * R));
+            RC_CHECK(decode_linear_argmax_rows_cuda(o2, i2, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(i1, i2, sizeof(int32_t) * T);
+            calls += 4;
+            if (T > 8)
+                continue;
+            /* narrow: x rows of Kn, weights the first Nn rows of w read as [Nn, Kn] */
+            const nn_bf16_cuda *xn = x + (size_t)r0 * Kn;
+            float *xa = o1, *xb = o2; /* residual rows [T, Nn] */
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_rows_cuda(o1, 1, xn, w, b, T, Kn, Nn, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            CUDA_CHECK(cudaMemset(o2, 0xff, sizeof(float) * R * N));
+            RC_CHECK(decode_linear_rows_cuda(o2, 1, xn, w, b, T, Kn, Nn, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * Nn);
+            CUDA_CHECK(cudaMemcpy(xa, x0, sizeof(float) * (size_t)T * Nn, cudaMemcpyDeviceToDevice));
+            CUDA_CHECK(cudaMemcpy(xb, x0, sizeof(float) * (size_t)T * Nn, cudaMemcpyDeviceToDevice));
+            decode_norm_tail t1 = {nw, a1, 0, 1e-6f, c1, Nn, sync}, t2 = {nw, a2, 0, 1e-6f, c2, Nn, sync};
+            decode_linear_cols_cuda(1);
+            RC_CHECK(decode_linear_residual_rows_cuda(xa, xn, w, b, T, Kn, Nn, &t1, 0, g_err, sizeof g_err), g_err);
+            decode_linear_cols_cuda(ct);
+            RC_CHECK(decode_linear_residual_rows_cuda(xb, xn, w, b, T, Kn, Nn, &t2, 0, g_err, sizeof g_err), g_err);
+            bad += !dev_same(xa, xb, sizeof(float) * (size_t)T * Nn) + !dev_same(a1, a2, 2 * (size_t)T * Nn) +
+                   !dev_same(c1, c2, 2 * (size_t)T * Nn);
+            calls += 2;
+        }
+    decode_linear_cols_cuda(old);
+    printf("%s linear kernels with two column tiles a block (settings 2 and 3; %d -> %d: a partial last tile; "
+           "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
+           "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
+           bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
+    g_fail += bad > 0;
+    cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
+    cudaFree(o1), cudaFree(o2), cudaFree(a1), cudaFree(a2), cudaFree(c1), cudaFree(c2), cudaFree(x0), cudaFree(nw);
+}
+
+/* f. The bit-exact fusions on the whole target: every extend (a 16-row verify, a 5-row
+ * one with 2 greedy rows, single rows) gives the same logits, features and greedy tokens
+ * under each of them as under the separate kernels, graphs and eager. */
+static void test_exact_fusions(decode_model_cuda *gpu)
+{
+    int V = gpu->tm.V, fd = gpu->n_capture * gpu->tm.d, P = rnd(20, 200);
+    int32_t *tok = xmalloc(sizeof(int32_t) * (P + 32)), nx[16];
+    for (int i = 0; i < P + 32; i++)
+        tok[i] = rnd(0, V - 1);
+    static const int seqs[] = {DECODE_FUSED_SEPARATE,
+                               DECODE_FUSED_DEFAULT,
+                               DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU,
+                               DECODE_FUSE_NORM,
+                               DECODE_FUSE_ARGMAX | DECODE_FUSE_GLU,
+                               DECODE_FUSE_QK_APPEND | DECODE_FUSE_QK_TAIL,
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_QK_TAIL,
+                               DECODE_FUSE_ARGMAX_SPLIT,
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_ARGMAX,
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_NORM};
+    static const int steps[][2] = {{16, 16}, {5, 2}, {1, 1}, {1, 1}, {2, 0}, {1, 1}};
+    const int ns = sizeof steps / sizeof steps[0];
+    float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 16 * (size_t)fd * ns);
+    float *lx = xmalloc(sizeof(float) * 16 * (size_t)V), *fx = xmalloc(sizeof(float) * 16 * (size_t)fd);
+    int32_t *tref = xmalloc(sizeof(int32_t) * 16 * ns);
+    long bad = 0, runs = 0;
+    for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
+        for (int graphs = 1; graphs >= 0; graphs--) {
+            gpu->fused = seqs[si];
+            gpu->use_graphs = graphs;
+            decode_drop_graphs_cuda(gpu);
+            decode_reset_cuda(gpu);
+            RC_CHECK(decode_extend_cuda(gpu, tok, P, 1, nx, g_err, sizeof g_err), g_err);
+            for (int j = 0, at = P; j < ns; at += steps[j][0], j++) {
+                int k = steps[j][0], nn = steps[j][1];
+                RC_CHECK(decode_extend_cuda(gpu, tok + at, k, nn, nx, g_err, sizeof g_err), g_err);
+                RC_CHECK(decode_logits_to_host_cuda(gpu, lx, g_err, sizeof g_err), g_err);
+                RC_CHECK(decode_feats_to_host_cuda(gpu, k, fx, g_err, sizeof g_err), g_err);
+                float *lr = lref + (size_t)j * 16 * V, *fr = fref + (size_t)j * 16 * fd;
+                int32_t *tr = tref + j * 16;
+                if (si == 0 && graphs == 1) {
+                    memcpy(lr, lx, sizeof(float) * (size_t)nn * V), memcpy(fr, fx, sizeof(float) * (size_t)k * fd);
+                    memcpy(tr, nx, sizeof(int32_t) * nn);
+                    continue;
+                }
+                int ok = !memcmp(lr, lx, sizeof(float) * (size_t)nn * V) &&
+                         !memcmp(fr, fx, sizeof(float) * (size_t)k * fd) && !memcmp(tr, nx, sizeof(int32_t) * nn);
+                if (!ok && bad < 4)
+                    printf("    (f) fused %d, graphs %d, step %d (%d rows, %d greedy): differs from the separate "
+                           "kernels\n",
+                           seqs[si], graphs, j, k, nn);
+                bad += !ok, runs++;
+            }
+        }
+    printf("%s target: the bit-exact fusions (SwiGLU epilogue, add + RMSNorm tail, argmax in lm_head, q/k tail, and "
+           "together) == separate kernels bitwise in %ld of %ld extends (logits, features, greedy tokens; graphs "
+           "and eager)\n",
+           bad ? "FAIL" : "PASS", runs - bad, runs);
+    g_fail += bad > 0;
+    gpu->use_graphs = 1;
+    gpu->fused = DECODE_FUSED_DEFAULT;
+    decode_drop_graphs_cuda(gpu);
+    free(tok), free(lref), free(fref), free(lx), free(fx), free(tref);
+}
+
 /* f. The whole target, row independence and graphs: after a prefill, one extend of k
  * tokens with the logits of every row equals k single-token extends bit for bit (k = 16
  * and 5), with CUDA graphs and without, and the graph and eager runs agree bitwise. */
@@ -577,7 +988,8 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
         tok[i] = rnd(0, V - 1);
     float *blk = xmalloc(sizeof(float) * (size_t)k * V), *one = xmalloc(sizeof(float) * (size_t)k * V);
     float *ref = xmalloc(sizeof(float) * (size_t)k * V);
-    static const int seqs[] = {0, 1, DECODE_FUSE_RESIDUAL, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL};
+    static const int seqs[] = {0, 1, DECODE_FUSE_RESIDUAL, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL,
+                               DECODE_FUSED_DEFAULT};
     for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
         for (int graphs = 1; graphs >= 0; graphs--) {
             int fused = seqs[si];
@@ -781,10 +1193,43 @@ int main(void)
         printf("-- linear kernel variant %d (%s)%s\n", v, decode_linear_variant_name_cuda(v),
                v == dflt_variant ? ", the default" : "");
         test_linear_rows();
+        test_fused_kernels();
         decode_drop_graphs_cuda(&gpu);
         test_rows_and_graphs(&gpu);
+        test_exact_fusions(&gpu);
     }
     decode_linear_variant_cuda(dflt_variant);
+    test_two_tiles();
+    /* (f) with the other column-tile settings (the same bits) */
+    for (int ct = 1; ct <= 3; ct++) {
+        if (ct == decode_linear_cols_cuda(-1))
+            continue;
+        int old_c = decode_linear_cols_cuda(ct);
+        printf("-- %d column tiles a block\n", decode_linear_cols_cuda(-1));
+        decode_drop_graphs_cuda(&gpu);
+        test_rows_and_graphs(&gpu);
+        test_exact_fusions(&gpu);
+        decode_linear_cols_cuda(old_c);
+    }
+    /* (f) with the small kernels launched plainly (the same bits) */
+    {
+        int old_p = decode_pdl_small_cuda(!decode_pdl_small_cuda(-1));
+        printf("-- small kernels %s\n", decode_pdl_small_cuda(-1) ? "as PDL dependents" : "launched plainly");
+        decode_drop_graphs_cuda(&gpu);
+        test_exact_fusions(&gpu);
+        decode_pdl_small_cuda(old_p);
+    }
+    /* (f) under the other attention warp counts (another split of the keys) */
+    for (int aw = 4; aw <= 16; aw *= 2) {
+        if (aw == decode_attention_warps_cuda(-1))
+            continue;
+        int old_w = decode_attention_warps_cuda(aw);
+        printf("-- attention %d warps a block\n", aw);
+        decode_drop_graphs_cuda(&gpu);
+        test_rows_and_graphs(&gpu);
+        test_exact_fusions(&gpu);
+        decode_attention_warps_cuda(old_w);
+    }
     decode_drop_graphs_cuda(&gpu);
     test_target(&cpu, &gpu);
     time_extends(&gpu);

@@ -30,6 +30,10 @@
  * beside batch 1 (the loops above); lossless = every prompt's output equals its lone
  * plain greedy run token for token.
  *
+ * Kernel sequences: the plain step, verify and draft under the sequence before the
+ * bit-exact fusions (DECODE_FUSED_SEPARATE), with each of them added, and the default: the
+ * before / after of one process. --quick measures the steps and these only.
+ *
  * Prints a table; writes JSON (--json, default bench/results/eval/decode.json). Exit 77
  * without a GPU; a CPU build says it needs CUDA=1 and exits 0 (so `make bench` stays green). */
 #ifndef DF_WITH_CUDA
@@ -282,6 +286,90 @@ static const char *fz_name(int fz)
     case DECODE_FUSE_RESIDUAL: return "res";
     default: return "other";
     }
+}
+
+/* Kernel sequences measured side by side (the same bits, only time differs): the one
+ * before the bit-exact fusions (DECODE_FUSED_SEPARATE, small kernels launched plainly),
+ * then one change at a time up to the default, and the default with one setting
+ * flipped. fused -1: the default; pdl / cols -1: the default setting. */
+typedef struct seq_cfg {
+    const char *name;
+    int fused, pdl, cols;
+} seq_cfg;
+static const seq_cfg SEQ_CFGS[] = {
+    {"before (separate)", DECODE_FUSED_SEPARATE, 0, 1},
+    {"+ PDL small kernels", DECODE_FUSED_SEPARATE, 1, 1},
+    {"+ SwiGLU epilogue", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 1},
+    {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 2},
+    {"+ argmax split", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 2},
+    {"default", -1, -1, -1},
+    {"default, 2 tiles also 1-row", -1, -1, 3},
+    {"default, 1 tile", -1, -1, 1},
+    {"default + argmax in lm_head", -2, -1, -1},
+    {"default + q/k tail", -3, -1, -1},
+    {"default + add_rmsnorm tail", -4, -1, -1},
+};
+#define N_SEQ_CFGS ((int)(sizeof SEQ_CFGS / sizeof SEQ_CFGS[0]))
+
+/* The fused bits of configuration c given the default dflt. */
+static int seq_fused(const seq_cfg *c, int dflt)
+{
+    switch (c->fused) {
+    case -1: return dflt;
+    case -2: return dflt | DECODE_FUSE_ARGMAX;
+    case -3: return dflt | DECODE_FUSE_QK_TAIL;
+    case -4: return dflt | DECODE_FUSE_NORM;
+    default: return c->fused;
+    }
+}
+
+/* Median ms of a plain step, a 16-row verify (truncated back each time) and a draft, CUDA
+ * graphs, with both models on kernel sequence fz; after a prefill of the prompt, whose
+ * features are the drafter's context. */
+static void steps_under(decode_model_cuda *m, infer_state_cuda *dr, int fz, const int32_t *prompt, int P, int V,
+                        int reps, df_rng *rng, double out[3])
+{
+    double t_ms[64];
+    int32_t next[16], blk[16], draft[16];
+    m->fused = fz, m->use_graphs = 1;
+    decode_drop_graphs_cuda(m);
+    if (dr->draft_graph)
+        cudaGraphExecDestroy(dr->draft_graph);
+    dr->draft_graph = NULL;
+    dr->fused = fz;
+    decode_reset_cuda(m);
+    RC(decode_extend_cuda(m, prompt, P, 1, next, g_err, sizeof g_err));
+    infer_reset_cuda(dr);
+    RC(infer_append_cuda(dr, m->feat, P, g_err, sizeof g_err));
+    for (int i = 0; i < reps + 3; i++) {
+        double a = now_ms();
+        RC(decode_extend_cuda(m, next, 1, 1, next, g_err, sizeof g_err));
+        if (i >= 3)
+            t_ms[i - 3] = now_ms() - a;
+    }
+    out[0] = median(t_ms, reps);
+    int len = m->len;
+    for (int i = 0; i < 16; i++)
+        blk[i] = (int32_t)df_rng_below(rng, (uint64_t)V - 1);
+    for (int i = 0; i < reps + 3; i++) {
+        double a = now_ms();
+        RC(decode_extend_cuda(m, blk, 16, 16, next, g_err, sizeof g_err));
+        if (i >= 3)
+            t_ms[i - 3] = now_ms() - a;
+        RC(decode_truncate_cuda(m, len));
+    }
+    out[1] = median(t_ms, reps);
+    for (int i = 0; i < reps + 3; i++) {
+        double a = now_ms();
+        RC(infer_draft_cuda(dr, next[0], draft, g_err, sizeof g_err));
+        if (i >= 3)
+            t_ms[i - 3] = now_ms() - a;
+    }
+    out[2] = median(t_ms, reps);
+    if (dr->draft_graph)
+        cudaGraphExecDestroy(dr->draft_graph);
+    dr->draft_graph = NULL;
+    decode_drop_graphs_cuda(m);
 }
 
 /* A failed step of one configuration of the sweep: say so and go on with the next. */
@@ -601,6 +689,7 @@ int main(int argc, char **argv)
 {
     const char *json = "bench/results/eval/decode.json", *models = "1.7b,8b";
     int P = 128, NEW = 128, reps = 32, timeout_s = 420, sweep = 0, vars[DECODE_LINEAR_VARIANTS], nv = 0, NB = 4;
+    int quick = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
@@ -614,6 +703,8 @@ int main(int argc, char **argv)
             timeout_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             NB = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
         else if (!strcmp(argv[i], "--linear-sweep"))
             sweep = 1;
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
@@ -626,11 +717,12 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
-                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep]\n"
+                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep] [--quick]\n"
                     "  --batch N: prompts decoded together in the batch rows (default 4; 1 skips them)\n"
                     "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
                     "  decoding bench, the sweep compares all given, default all)\n"
-                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n",
+                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n"
+                    "  --quick: the steps and kernel sequences only (no loops, no batches)\n",
                     DECODE_LINEAR_VARIANTS - 1);
             return 2;
         }
@@ -732,10 +824,11 @@ int main(int argc, char **argv)
         /* plain steps, graphs and eager, at len P .. P + reps; the other kernel sequence
          * (fused / separate) once more with graphs */
         double plain_ms[2] = {0, 0}, v16_ms = 0, v16e_ms = 0, t_ms[64], alt_plain = 0, alt_v16 = 0;
-        /* the other sequence: separate when fused, else all fused */
-        int dflt = m.fused, dflt_dr = dr.fused;
+        /* the other sequence: the one before the bit-exact fusions when the default has
+         * them, else all fused */
+        int dflt = m.fused, dflt_dr = dr.fused, alt_fz = dflt != DECODE_FUSED_SEPARATE ? DECODE_FUSED_SEPARATE : 1;
         for (int graphs = 2; graphs >= 0; graphs--) {
-            m.fused = graphs == 2 ? (dflt ? 0 : 1) : dflt;
+            m.fused = graphs == 2 ? alt_fz : dflt;
             decode_drop_graphs_cuda(&m);
             m.use_graphs = graphs > 0;
             decode_reset_cuda(&m);
@@ -787,7 +880,7 @@ int main(int argc, char **argv)
         if (dr.draft_graph)
             cudaGraphExecDestroy(dr.draft_graph);
         dr.draft_graph = NULL;
-        dr.fused = dflt_dr ? 0 : 1;
+        dr.fused = alt_fz;
         for (int i = 0; i < reps + 3; i++) {
             double a = now_ms();
             RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
@@ -813,6 +906,21 @@ int main(int argc, char **argv)
         }
         double append_ms = median(t_ms, reps);
 
+        /* the kernel sequences side by side (the same bits: only time differs) */
+        double fus[N_SEQ_CFGS][3];
+        for (int fi = 0; fi < N_SEQ_CFGS; fi++) {
+            const seq_cfg *sc = &SEQ_CFGS[fi];
+            int old_p = decode_pdl_small_cuda(sc->pdl), old_c = decode_linear_cols_cuda(sc->cols);
+            steps_under(&m, &dr, seq_fused(sc, dflt), prompt, P, sh->V, reps, &rng, fus[fi]);
+            decode_pdl_small_cuda(old_p), decode_linear_cols_cuda(old_c);
+        }
+        m.fused = dflt, dr.fused = dflt_dr;
+        printf("kernel sequences (graphs; plain floor %.3f ms, draft floor %.3f ms):\n", plain_floor, draft_floor);
+        for (int fi = 0; fi < N_SEQ_CFGS; fi++)
+            printf("  %-24s plain %.3f ms (%.0f%%)  verify-16 %.3f ms (%.2fx)  draft %.3f ms (%.0f%%)\n",
+                   SEQ_CFGS[fi].name, fus[fi][0], 100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][1] / fus[fi][0],
+                   fus[fi][2], 100 * draft_floor / fus[fi][2]);
+
         /* the loops: plain, then speculative at three corruption rates */
         spec_target st = {.ctx = &m,
                           .feat_dim = 5 * sh->d,
@@ -830,13 +938,18 @@ int main(int argc, char **argv)
         df_rng_seed(&orc.rng, 11 + si);
         spec_drafter sd = {.ctx = &orc, .block_size = 16, .reset = d_reset, .append = d_append, .draft = d_draft};
         spec_opts so = {.max_new = NEW, .eos = -1};
-        spec_result pr;
-        RC(spec_generate_plain(&st, prompt, P, &so, &pr));
-        double plain_tpot = pr.decode_s * 1e3 / (pr.n_tokens - 1);
-        orc.plain = pr.tokens, orc.n_plain = pr.n_tokens;
+        spec_result pr = {0};
+        double sp_tpot[3] = {0, 0, 0}, sp_tau[3] = {0, 0, 0}, sp_draft[3] = {0, 0, 0}, sp_verify[3] = {0, 0, 0},
+               sp_accept[3] = {0, 0, 0}, plain_tpot = 0;
+        int sp_lossless[3] = {1, 1, 1};
         static const double qs[3] = {1.0, 0.12, 0.0};
-        double sp_tpot[3], sp_tau[3], sp_draft[3], sp_verify[3], sp_accept[3];
-        int sp_lossless[3];
+        double b_plain_tps = 0, b_spec_tps[3] = {0, 0, 0}, b_tau[3] = {0, 0, 0};
+        int b_plain_ok = 1, b_spec_ok[3] = {1, 1, 1};
+        if (quick)
+            goto report; /* --quick: the steps only */
+        RC(spec_generate_plain(&st, prompt, P, &so, &pr));
+        plain_tpot = pr.decode_s * 1e3 / (pr.n_tokens - 1);
+        orc.plain = pr.tokens, orc.n_plain = pr.n_tokens;
         for (int qi = 0; qi < 3; qi++) {
             orc.corrupt = qs[qi];
             spec_result r;
@@ -853,8 +966,6 @@ int main(int argc, char **argv)
         spec_result_free(&pr);
 
         /* batches: NB prompts of P, P-8, ... tokens; their lone plain runs are the reference */
-        double b_plain_tps = 0, b_spec_tps[3] = {0, 0, 0}, b_tau[3] = {0, 0, 0};
-        int b_plain_ok = 1, b_spec_ok[3] = {1, 1, 1};
         if (NB > 1) {
             int32_t *bp[4];
             int bn[4];
@@ -909,6 +1020,7 @@ int main(int argc, char **argv)
             }
         }
 
+    report:
         printf("plain step: %.3f ms (graphs), %.3f ms (eager); reads %.3f GB: floor %.3f ms -> %.0f%% of the "
                "copy ceiling\n",
                plain_ms[1], plain_ms[0], plain_bytes / 1e9, plain_floor, 100 * plain_floor / plain_ms[1]);
@@ -918,9 +1030,11 @@ int main(int argc, char **argv)
                draft_bytes / 1e9, draft_floor, 100 * draft_floor / draft_ms);
         printf("accept (truncate + 4-row feature append): %.3f ms\n", append_ms);
         printf("%s kernels instead (graphs): plain step %.3f ms, verify 16 %.3f ms, draft %.3f ms\n",
-               dflt ? "separate" : "fused", alt_plain, alt_v16, alt_draft);
-        printf("plain loop: %.3f ms/token\n", plain_tpot);
-        for (int qi = 0; qi < 3; qi++)
+               alt_fz == DECODE_FUSED_SEPARATE ? "separate add_rmsnorm / SwiGLU" : "all-fused", alt_plain, alt_v16,
+               alt_draft);
+        if (!quick)
+            printf("plain loop: %.3f ms/token\n", plain_tpot);
+        for (int qi = 0; qi < 3 && !quick; qi++)
             printf("speculative, drafts corrupted with p = %.2f: tau %.2f, %.3f ms/token (draft %.3f + verify %.3f + "
                    "accept %.3f ms per step), speedup %.2fx, lossless %s\n",
                    qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
@@ -930,15 +1044,18 @@ int main(int argc, char **argv)
                                100 * plain_floor / plain_ms[1], v16_ms, v16_ms / plain_ms[1], draft_ms,
                                100 * draft_floor / draft_ms, append_ms);
         for (int qi = 0; qi < 3; qi++)
-            tl += (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi], sp_tpot[qi],
-                                   plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
+            tl += quick
+                      ? (size_t)snprintf(table + tl, sizeof table - tl, " - |")
+                      : (size_t)snprintf(table + tl, sizeof table - tl, " %.2f: %.3f ms, %.2fx%s |", sp_tau[qi],
+                                         sp_tpot[qi], plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "" : " NOT LOSSLESS");
         tl += (size_t)snprintf(table + tl, sizeof table - tl, "\n");
-        btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
-                                "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
-                                "%.0f (%.2f) |\n",
-                                sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1], sp_tau[1],
-                                1e3 / sp_tpot[2], sp_tau[2]);
-        if (NB > 1) {
+        if (!quick)
+            btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
+                                    "| %s | 1 | %.0f | %.0f (tau %.2f) | %.0f (%.2f) | "
+                                    "%.0f (%.2f) |\n",
+                                    sh->name, 1e3 / plain_tpot, 1e3 / sp_tpot[0], sp_tau[0], 1e3 / sp_tpot[1],
+                                    sp_tau[1], 1e3 / sp_tpot[2], sp_tau[2]);
+        if (NB > 1 && !quick) {
             printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
                    P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
             for (int qi = 0; qi < 3; qi++)
@@ -958,27 +1075,41 @@ int main(int argc, char **argv)
                 "\"verify16_ms\": %.4f, \"verify16_eager_ms\": %.4f, \"verify16_over_plain\": %.3f, \"draft_ms\": "
                 "%.4f, \"draft_bytes\": %.6g, \"draft_pct_ceiling\": %.2f, \"accept4_ms\": %.4f, "
                 "\"plain_tpot_ms\": %.4f, \"fused_default\": %d, \"other_kernels\": {\"plain_step_ms\": %.4f, "
-                "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"spec\": [",
+                "\"verify16_ms\": %.4f, \"draft_ms\": %.4f}, \"fusions\": [",
                 first_shape ? "" : ",", sh->name, m.tm.weight_bytes, plain_ms[1], plain_ms[0], plain_bytes, plain_floor,
                 100 * plain_floor / plain_ms[1], v16_ms, v16e_ms, v16_ms / plain_ms[1], draft_ms, draft_bytes,
                 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
-        for (int qi = 0; qi < 3; qi++)
+        for (int fi = 0; fi < N_SEQ_CFGS; fi++) {
+            const seq_cfg *sc = &SEQ_CFGS[fi];
+            fprintf(jf,
+                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"pdl_small\": %d, \"col_tiles\": %d, "
+                    "\"plain_ms\": %.4f, \"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
+                    "\"draft_pct_ceiling\": %.2f}",
+                    fi ? ", " : "", sc->name, seq_fused(sc, dflt), sc->pdl >= 0 ? sc->pdl : decode_pdl_small_cuda(-1),
+                    sc->cols >= 0 ? sc->cols : decode_linear_cols_cuda(-1), fus[fi][0], 100 * plain_floor / fus[fi][0],
+                    fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
+        }
+        fprintf(jf, "], \"quick\": %s, \"spec\": [", quick ? "true" : "false");
+        if (quick) /* no loops: nothing to report (and no 0 / 0 in the JSON) */
+            fprintf(jf, "], \"batch\": null}");
+        for (int qi = 0; qi < 3 && !quick; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"tpot_ms\": %.4f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "
                     "\"accept_ms\": %.4f, \"speedup\": %.3f, \"lossless\": %s}",
                     qi ? ", " : "", qs[qi], sp_tau[qi], sp_tpot[qi], sp_draft[qi], sp_verify[qi], sp_accept[qi],
                     plain_tpot / sp_tpot[qi], sp_lossless[qi] ? "true" : "false");
-        fprintf(jf,
-                "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
-                "\"plain_lossless\": %s, \"spec\": [",
-                NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
-        for (int qi = 0; qi < 3; qi++)
+        if (!quick)
+            fprintf(jf,
+                    "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
+                    "\"plain_lossless\": %s, \"spec\": [",
+                    NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
+        for (int qi = 0; qi < 3 && !quick; qi++)
             fprintf(jf,
                     "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"b1_tokens_per_s\": %.2f, \"tokens_per_s\": %.2f, "
                     "\"lossless\": %s}",
                     qi ? ", " : "", qs[qi], NB > 1 ? b_tau[qi] : sp_tau[qi], 1e3 / sp_tpot[qi],
                     NB > 1 ? b_spec_tps[qi] : 1e3 / sp_tpot[qi], b_spec_ok[qi] ? "true" : "false");
-        fprintf(jf, "]}}");
+        fprintf(jf, "%s", quick ? "" : "]}}");
         fflush(jf);
         first_shape = 0;
         free(prompt);

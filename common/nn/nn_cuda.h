@@ -69,6 +69,10 @@ int nn_fill_uniform_f32_cuda(float *p, size_t n, uint64_t seed, float center, fl
  * Any of y, capture, (w and out) may be NULL. */
 int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
                         long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen);
+/* The same, launched as a programmatic dependent of the kernel ahead of it (sm_90+; the
+ * kernel waits for that one before it touches memory, so only its launch overlaps). */
+int nn_add_rmsnorm_pdl_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                            long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen);
 
 /* ---- rope.cu -------------------------------------------------------------------- */
 

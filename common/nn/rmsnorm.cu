@@ -14,6 +14,7 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
 {
     __shared__ float sh[32];
     pdl_launch_dependents(); /* a linear layer after us may fetch its weights now */
+    pdl_wait();              /* launched early (nn_add_rmsnorm_pdl_cuda): the kernel ahead is done */
     int t = blockIdx.x;
     float *xr = x + (size_t)t * d;
     const bf16 *yr = y ? y + (size_t)t * d : nullptr;
@@ -80,8 +81,22 @@ static bool aligned(const void *p, unsigned bytes)
     return ((uintptr_t)p & (bytes - 1)) == 0;
 }
 
-int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
-                        long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+/* PDL needs compute capability 9.0 (else a plain launch). */
+static bool pdl_ok(void)
+{
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+        cudaGetLastError();
+    }
+    return ok;
+}
+
+static int add_rmsnorm(bool pdl, float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out,
+                       nn_bf16_cuda *capture, long cap_stride, int T, int d, float eps, cudaStream_t s, char *err,
+                       size_t errlen)
 {
     if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d))
         return df_cuda_errf(err, errlen, -EINVAL, "nn_add_rmsnorm_cuda: T %d, d %d, w and out %s, capture stride %ld",
@@ -91,10 +106,34 @@ int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16
     int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
     bool vec = d % 4 == 0 && aligned(x, 16) && aligned(y, 8) && aligned(w, 16) && aligned(out, 8) &&
                aligned(capture, 8) && cap_stride % 4 == 0;
-    if (vec)
-        add_rmsnorm_kernel<4><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
-    else
-        add_rmsnorm_kernel<1><<<T, threads, 0, s>>>(x, as_bf(y), w, as_bf(out), as_bf(capture), cap_stride, d, eps);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)T), cfg.blockDim = dim3((unsigned)threads), cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    if (pdl && pdl_ok()) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at, cfg.numAttrs = 1;
+    }
+    cudaError_t e = vec ? cudaLaunchKernelEx(&cfg, add_rmsnorm_kernel<4>, x, as_bf(y), w, as_bf(out), as_bf(capture),
+                                             cap_stride, d, eps)
+                        : cudaLaunchKernelEx(&cfg, add_rmsnorm_kernel<1>, x, as_bf(y), w, as_bf(out), as_bf(capture),
+                                             cap_stride, d, eps);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return df_cuda_errf(err, errlen, -EIO, "add_rmsnorm_kernel: launch: %s", cudaGetErrorString(e));
+    }
     CUDA_LAUNCHED("add_rmsnorm_kernel", err, errlen);
     return 0;
+}
+
+int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                        long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    return add_rmsnorm(false, x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+}
+
+int nn_add_rmsnorm_pdl_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                            long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    return add_rmsnorm(true, x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
 }

@@ -21,6 +21,59 @@
         return -EINVAL;                         \
     } while (0)
 
+/* -EIO naming the kernel and the launch error. */
+#define BAD_LAUNCH(what, e)                                                       \
+    do {                                                                          \
+        if (err && errlen)                                                        \
+            snprintf(err, errlen, "%s: launch: %s", what, cudaGetErrorString(e)); \
+        return -EIO;                                                              \
+    } while (0)
+
+/* PDL needs compute capability 9.0 (else launches are plain). */
+static int pdl_supported(void)
+{
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+        cudaGetLastError();
+    }
+    return ok;
+}
+
+/* The small kernels of a step (q/k + append, attention) launched as programmatic
+ * dependents (decode_pdl_small_cuda). */
+#ifndef DECODE_PDL_SMALL_DEFAULT
+#define DECODE_PDL_SMALL_DEFAULT 1
+#endif
+static int g_pdl_small = DECODE_PDL_SMALL_DEFAULT;
+
+int decode_pdl_small_cuda(int on)
+{
+    int old = g_pdl_small;
+    if (on == 0 || on == 1)
+        g_pdl_small = on;
+    return old;
+}
+
+/* kernel<<<grid, block, 0, s>>>(args...), with the PDL attribute when pdl (and supported):
+ * the kernel must pdl_wait() before it touches memory. */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch_maybe_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t s, int pdl,
+                                    Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    if (pdl && pdl_supported()) {
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at, cfg.numAttrs = 1;
+    }
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
 /* ---- positions, counters, cache append ---------------------------------------------- */
 
 __device__ __forceinline__ int base_of(const int32_t *base, int p0)
@@ -149,6 +202,19 @@ __device__ __forceinline__ void key_ranges(const nn_key_ranges *ranges, const in
 /* Keys a warp scores together (decode_attention_keys_cuda): their K and V rows are all
  * loaded before the scores' shuffles, so that many loads are in flight per lane. */
 static int g_att_keys = 8; /* measured fastest at both shapes (docs/eval.md) */
+/* Warps per (query, head) block (decode_attention_warps_cuda). */
+#ifndef DECODE_ATT_WARPS_DEFAULT
+#define DECODE_ATT_WARPS_DEFAULT 8
+#endif
+static int g_att_warps = DECODE_ATT_WARPS_DEFAULT;
+
+int decode_attention_warps_cuda(int warps)
+{
+    int old = g_att_warps;
+    if (warps == 4 || warps == 8 || warps == 16)
+        g_att_warps = warps;
+    return old;
+}
 
 int decode_attention_keys_cuda(int keys)
 {
@@ -176,21 +242,22 @@ template <int DPL, bool VEC> __device__ __forceinline__ bf16_dpl<DPL> load_dpl(c
     return r;
 }
 
-/* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w takes the key groups
- * g = w, w + 8, ... (KEYS consecutive allowed keys each), keeping its own running max m,
- * sum l and accumulators; then the warps merge in order 0..7. The split depends on the
+/* hd = 32 * DPL. Lane l owns dims l*DPL .. l*DPL+DPL-1. Warp w of NW takes the key groups
+ * g = w, w + NW, ... (KEYS consecutive allowed keys each), keeping its own running max m,
+ * sum l and accumulators; then the warps merge in order 0..NW-1. The split depends on the
  * number of allowed keys only. */
-template <int DPL, int KEYS, bool VEC>
-__global__ void __launch_bounds__(ATTW_WARPS * 32)
+template <int DPL, int KEYS, bool VEC, int NW>
+__global__ void __launch_bounds__(NW * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                                   const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
                                   const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
                                   int window, int H, int KV, float scale)
 {
     constexpr int hd = 32 * DPL;
-    __shared__ float sm_m[ATTW_WARPS], sm_l[ATTW_WARPS];
-    __shared__ float sm_acc[ATTW_WARPS][hd];
+    __shared__ float sm_m[NW], sm_l[NW];
+    __shared__ float sm_acc[NW][hd];
     pdl_launch_dependents(); /* o_proj after us may fetch its weights now */
+    pdl_wait();              /* (a PDL launch: the q/k kernel ahead is done) */
     int qi = blockIdx.x / H, h = blockIdx.x - qi * H, kvh = h / (H / KV);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int lo0, hi0, lo1, hi1;
@@ -204,7 +271,7 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
     for (int i = 0; i < DPL; i++)
         qf[i] = __bfloat162float(qr[i]) * scale, acc[i] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f;
-    for (int g0 = warp * KEYS; g0 < n; g0 += ATTW_WARPS * KEYS) {
+    for (int g0 = warp * KEYS; g0 < n; g0 += NW * KEYS) {
         float sc[KEYS];
         int key[KEYS];
         bf16_dpl<DPL> kk[KEYS], vv[KEYS];
@@ -259,12 +326,12 @@ __global__ void __launch_bounds__(ATTW_WARPS * 32)
         sm_acc[warp][lane * DPL + i] = acc[i];
     __syncthreads();
     float M = -INFINITY;
-    for (int w = 0; w < ATTW_WARPS; w++)
+    for (int w = 0; w < NW; w++)
         M = fmaxf(M, sm_m[w]);
     bf16 *o = out + ((long)qi * H + h) * hd;
     for (int dim = threadIdx.x; dim < hd; dim += blockDim.x) {
         float L = 0.0f, A = 0.0f;
-        for (int w = 0; w < ATTW_WARPS; w++) {
+        for (int w = 0; w < NW; w++) {
             if (sm_m[w] == -INFINITY)
                 continue; /* a warp that saw no key */
             float c = expf(sm_m[w] - M);
@@ -367,14 +434,24 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     bf16 *oo = as_bf(out);
     /* one load per key and lane when the rows are aligned to it (the same values either way) */
     int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
-#define ATT_KEYS_LAUNCH(DPL, KEYS)                                                                                   \
+    cudaError_t le = cudaSuccess;
+#define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                                 \
     do {                                                                                                             \
         if (avec)                                                                                                    \
-            decode_attention_warps_kernel<DPL, KEYS, true>                                                           \
-                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, true, NW>, dim3(grid), dim3(NW * 32), s,  \
+                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);    \
         else                                                                                                         \
-            decode_attention_warps_kernel<DPL, KEYS, false>                                                          \
-                <<<grid, ATTW_WARPS * 32, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale); \
+            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, false, NW>, dim3(grid), dim3(NW * 32), s, \
+                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);    \
+    } while (0)
+#define ATT_KEYS_LAUNCH(DPL, KEYS)                \
+    do {                                          \
+        if (g_att_warps == 16)                    \
+            ATT_NW_LAUNCH(DPL, KEYS, 16);         \
+        else if (g_att_warps == 4)                \
+            ATT_NW_LAUNCH(DPL, KEYS, 4);          \
+        else                                      \
+            ATT_NW_LAUNCH(DPL, KEYS, ATTW_WARPS); \
     } while (0)
     /* KEYS * DPL <= 64: the K and V values of a group stay in registers */
 #define ATT_KEYS_CASE(DPL)                             \
@@ -397,6 +474,11 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     }
 #undef ATT_KEYS_CASE
 #undef ATT_KEYS_LAUNCH
+#undef ATT_NW_LAUNCH
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_attention_kernel", le);
+    }
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
 }
@@ -446,6 +528,33 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #define DECODE_LINEAR_DEFAULT_VARIANT 9
 #endif
 static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
+#ifndef DECODE_LINEAR_COLS_DEFAULT
+#define DECODE_LINEAR_COLS_DEFAULT 2
+#endif
+static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
+
+int decode_linear_cols_cuda(int tiles)
+{
+    int old = g_lin_cols;
+    if (tiles >= 1 && tiles <= 3)
+        g_lin_cols = tiles;
+    return old;
+}
+
+/* The device's SM count (once). */
+static int lin_sm_count(void)
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0)
+            n = v;
+        else
+            n = 1 << 30, cudaGetLastError();
+    }
+    return n;
+}
 
 int decode_linear_variant_cuda(int v)
 {
@@ -545,6 +654,220 @@ __device__ __forceinline__ void lin_load_w(uint4 *lo, uint4 *hi, const bf16 *wlo
     }
 }
 
+#define QKR_MAX_PAIRS 4 /* hd <= 256 */
+
+/* bf16 at p; CG: from L2 (__ldcg), for rows other blocks of the running grid wrote. */
+template <bool CG> __device__ __forceinline__ float ld_bf(const bf16 *p)
+{
+    if (CG)
+        return __bfloat162float(__ushort_as_bfloat16(__ldcg(reinterpret_cast<const unsigned short *>(p))));
+    return __bfloat162float(*p);
+}
+
+/* Item (row t, head h) of the H + 2KV heads of qkv, by one warp: q and k heads are
+ * RMS-normed (q_norm / k_norm, when given) and rotated exactly as nn_qk_norm_rope_cuda (the
+ * same formula and order), at position r; k heads then go to cache row r of kc, v heads
+ * are copied to row r of vc. decode_qk_norm_rope_append_kernel and the q/k tail of the
+ * linear kernel run this same code, so their bits are the same. */
+template <bool CG>
+__device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+                                        bf16 *kc, bf16 *vc, int H, int KV, int hd, float eps, long r, int t, int h,
+                                        int lane)
+{
+    int nh = H + 2 * KV;
+    long kvd = (long)KV * hd;
+    bf16 *x = qkv + (size_t)t * nh * hd + (size_t)h * hd;
+    if (h >= H + KV) { /* v head: copy */
+        bf16 *dst = vc + r * kvd + (long)(h - H - KV) * hd;
+        for (int i = lane; i < hd; i += 32)
+            dst[i] = __float2bfloat16(ld_bf<CG>(x + i));
+        return;
+    }
+    const float *nw = h < H ? q_norm : k_norm;
+    int half = hd / 2;
+    float a[QKR_MAX_PAIRS], b[QKR_MAX_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
+        int i = lane + 32 * k;
+        a[k] = b[k] = 0.0f;
+        if (i < half) {
+            a[k] = ld_bf<CG>(x + i);
+            b[k] = ld_bf<CG>(x + i + half);
+            ss += a[k] * a[k] + b[k] * b[k];
+        }
+    }
+    float rr = 1.0f;
+    if (nw)
+        rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
+    float p = (float)r;
+    bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
+#pragma unroll
+    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
+        int i = lane + 32 * k;
+        if (i < half) {
+            float u = a[k], v = b[k];
+            if (nw) {
+                u = u * rr * nw[i];
+                v = v * rr * nw[i + half];
+            }
+            float sn, cs;
+            sincosf(p * inv_freq[i], &sn, &cs);
+            bf16 o1 = __float2bfloat16(u * cs - v * sn), o2 = __float2bfloat16(v * cs + u * sn);
+            x[i] = o1, x[i + half] = o2;
+            if (kd)
+                kd[i] = o1, kd[i + half] = o2;
+        }
+    }
+}
+
+/* The epilogues of decode_linear_mma_kernel (decode_kernels_cuda.h): what a block does
+ * with its 16 columns' sums, and what the last block of the grid does after them. */
+enum { LIN_EPI_PLAIN = 0, LIN_EPI_GLU = 1, LIN_EPI_RESID = 2, LIN_EPI_ARGMAX = 3, LIN_EPI_QK = 4 };
+typedef struct lin_epi {
+    int mode;
+    /* LIN_EPI_RESID tail: nn_add_rmsnorm_cuda's second half in its order (nthr threads,
+     * 4-wide when vec) */
+    const float *norm_w;
+    bf16 *norm_out, *cap;
+    long cap_stride;
+    int norm_row0, nthr, vec;
+    float eps;
+    int *sync;    /* [0]: blocks done; LIN_EPI_ARGMAX: keys (unsigned long long) from byte 8 */
+    int32_t *idx; /* LIN_EPI_ARGMAX: the rows' argmax */
+    /* LIN_EPI_QK tail: decode_qk_norm_rope_append_cuda on the output */
+    const float *q_norm, *k_norm, *inv_freq;
+    bf16 *kc, *vc;
+    int H, KV, hd, p0;
+    const int32_t *base;
+} lin_epi;
+
+/* An fp32 logit and its column as one 64-bit key whose unsigned order is (value, then the
+ * smaller column): the argmax with the first index on ties is the key's maximum. -0 counts
+ * as +0 (they compare equal); NaN gets no key (decode_argmax_kernel skips it). 0: none. */
+__device__ __forceinline__ unsigned long long argmax_key(float v, int n)
+{
+    if (v != v)
+        return 0ull;
+    unsigned u = v == 0.0f ? 0u : __float_as_uint(v); /* -0 -> +0 */
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (unsigned)(0x7fffffff - n);
+}
+
+/* The last block of the grid to finish, for every block (0 / 1, the same in all threads):
+ * each thread's stores are fenced before the block counts itself. The last block resets
+ * the counter, so the next call (stream order) finds it at zero. */
+__device__ __forceinline__ int lin_last_block(int *sync)
+{
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sync, 1) == (int)gridDim.x - 1;
+        if (last)
+            *sync = 0;
+    }
+    __syncthreads();
+    if (last)
+        __threadfence();
+    return last;
+}
+
+/* The partial sum of squares of thread i0 / V of add_rmsnorm_kernel<V> over row xr: its
+ * elements i0, i0 + stride, ... (V each) in that order; four strides' loads in flight. */
+template <int V> __device__ __forceinline__ float tail_partial(const float *xr, int d, int i0, int stride)
+{
+    float ss = 0.0f;
+    for (int i = i0; i < d; i += 4 * stride) {
+        float v[4][V];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int ii = i + u * stride;
+            if (ii < d) {
+                if constexpr (V == 4) {
+                    float4 f = __ldcg(reinterpret_cast<const float4 *>(xr + ii));
+                    v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
+                } else {
+                    v[u][0] = __ldcg(xr + ii);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (i + u * stride < d)
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    ss += v[u][k] * v[u][k];
+    }
+    return ss;
+}
+
+/* nn_add_rmsnorm_cuda's work after its residual add, on rows 0..T-1 of x [T, d] (already
+ * added, by every block of this grid): capture = bf16(x) of each row, and rows >= norm_row0
+ * normalised into norm_out. The sums of squares are add_rmsnorm_kernel's exactly: thread i
+ * of its e.nthr (4-wide when vec) has a partial over its elements in order (tail_partial),
+ * a warp adds 32 of them by warp_sum with thread i at lane i % 32, and the warps' sums are
+ * added as block_sum does; here a warp computes one (row, warp of that kernel) at a time,
+ * so the rows go in parallel. The rest is elementwise. x is read from L2 (__ldcg): other
+ * blocks wrote it. */
+__device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
+{
+    __shared__ float part[DECODE_EPI_MAX_ROWS][8];
+    __shared__ float rs[DECODE_EPI_MAX_ROWS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    int nw = e.nthr >> 5, V = e.vec ? 4 : 1, stride = e.nthr * V, r0 = e.norm_row0, nrows = T - r0;
+    if (e.cap) {
+        if (e.vec) {
+            int d4 = d / 4;
+            for (int q = threadIdx.x; q < T * d4; q += blockDim.x) {
+                int t = q / d4, i = 4 * (q - t * d4);
+                float4 f = __ldcg(reinterpret_cast<const float4 *>(x + (size_t)t * d + i));
+                bf16 *c = e.cap + (size_t)t * e.cap_stride + i;
+                c[0] = f2bf(f.x), c[1] = f2bf(f.y), c[2] = f2bf(f.z), c[3] = f2bf(f.w);
+            }
+        } else {
+            for (int q = threadIdx.x; q < T * d; q += blockDim.x) {
+                int t = q / d, i = q - t * d;
+                e.cap[(size_t)t * e.cap_stride + i] = f2bf(__ldcg(x + (size_t)t * d + i));
+            }
+        }
+    }
+    if (!e.norm_w || nrows <= 0)
+        return;
+    for (int item = warp; item < nrows * nw; item += nwarps) {
+        int row = item / nw, ew = item - row * nw, i0 = (ew * 32 + lane) * V;
+        const float *xr = x + (size_t)(r0 + row) * d;
+        float ss = e.vec ? tail_partial<4>(xr, d, i0, stride) : tail_partial<1>(xr, d, i0, stride);
+        ss = warp_sum(ss);
+        if (lane == 0)
+            part[row][ew] = ss;
+    }
+    __syncthreads();
+    for (int row = warp; row < nrows; row += nwarps) {
+        float tot = warp_sum(lane < nw ? part[row][lane] : 0.0f);
+        if (lane == 0)
+            rs[row] = rsqrtf(tot / (float)d + e.eps);
+    }
+    __syncthreads();
+    if (e.vec) {
+        int d4 = d / 4;
+        for (int q = threadIdx.x; q < nrows * d4; q += blockDim.x) {
+            int row = q / d4, i = 4 * (q - row * d4);
+            float r = rs[row];
+            float4 xv = __ldcg(reinterpret_cast<const float4 *>(x + (size_t)(r0 + row) * d + i)),
+                   wv = *reinterpret_cast<const float4 *>(e.norm_w + i);
+            bf16 *o = e.norm_out + (size_t)row * d + i;
+            o[0] = f2bf(xv.x * r * wv.x), o[1] = f2bf(xv.y * r * wv.y);
+            o[2] = f2bf(xv.z * r * wv.z), o[3] = f2bf(xv.w * r * wv.w);
+        }
+    } else {
+        for (int q = threadIdx.x; q < nrows * d; q += blockDim.x) {
+            int row = q / d, i = q - row * d;
+            e.norm_out[(size_t)row * d + i] = f2bf(__ldcg(x + (size_t)(r0 + row) * d + i) * rs[row] * e.norm_w[i]);
+        }
+    }
+}
+
 /* NT: 8-row groups of x handled per pass (1, 2, 4 or 8: T <= 8 * NT). Lane (g = lane/4,
  * t = lane%4) loads, per chunk at k, 16 bytes of w rows n0+g and n0+g+8 and of x row
  * 8j+g (group j) at k + 8t: the same k offsets in both operands, so product 1 takes their
@@ -552,20 +875,32 @@ __device__ __forceinline__ void lin_load_w(uint4 *lo, uint4 *hi, const bf16 *wlo
  * for w and x: the products summed are w[n,k] x[t,k] over every k once). The weights of
  * the first round are loaded before pdl_wait (they are constant during a step); x and out
  * are touched only after it. */
-template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
-                             const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec)
+                             const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec,
+                             lin_epi e)
 {
-    constexpr int U = lin_unroll(NT, WARPS, PF), STEP = WARPS * U;
-    __shared__ float red[WARPS][LIN_COLS][8 * NT];
+    /* MC column tiles of 16 per block (decode_linear_cols_cuda): tile m is the one a block
+     * blockIdx.x * MC + m would have alone, with the same chunks in the same order, sharing
+     * the x loads; two rounds in flight instead of four keep the registers */
+    constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : (NT == 1 ? 4 : 2), STEP = WARPS * U;
+    __shared__ float red[WARPS][LIN_COLS * MC][8 * NT];
     if (PDL)
         pdl_launch_dependents();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int n0 = blockIdx.x * LIN_COLS;
-    int nlo = n0 + g, nhi = n0 + g + 8;
-    const bf16 *wlo = w + (long)min(nlo, N - 1) * K, *whi = w + (long)min(nhi, N - 1) * K;
-    int wlo_ok = nlo < N, whi_ok = nhi < N;
+    const bf16 *wlo[MC], *whi[MC];
+    int wlo_ok[MC], whi_ok[MC];
+#pragma unroll
+    for (int m = 0; m < MC; m++) {
+        int vb = blockIdx.x * MC + m, nlo = vb * LIN_COLS + g, nhi = nlo + 8;
+        wlo_ok[m] = nlo < N, whi_ok[m] = nhi < N;
+        if (e.mode == LIN_EPI_GLU) { /* gate rows 8vb.. and the up rows I + 8vb.. (N = 2I, I % 8 == 0) */
+            nlo = vb * 8 + g, nhi = N / 2 + vb * 8 + g;
+            wlo_ok[m] = whi_ok[m] = nlo < N / 2;
+        }
+        wlo[m] = w + (long)min(nlo, N - 1) * K, whi[m] = w + (long)min(nhi, N - 1) * K;
+    }
     long xstride = SWIGLU ? 2L * K : (long)K;
     const bf16 *xr[NT];
     int x_ok[NT];
@@ -575,17 +910,21 @@ __global__ void __launch_bounds__(WARPS * 32)
         x_ok[j] = r < T;
         xr[j] = x + (long)min(r, T - 1) * xstride;
     }
-    float acc[NT][4];
+    float acc[MC][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; j++)
-        acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    for (int m = 0; m < MC; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
     int nchunks = (K + LIN_CHUNK - 1) / LIN_CHUNK;
-    uint4 a_lo[U], a_hi[U];
-    lin_load_w<U, WARPS>(a_lo, a_hi, wlo, whi, wlo_ok, whi_ok, warp, nchunks, K, t, vec);
+    uint4 a_lo[MC][U], a_hi[MC][U];
+#pragma unroll
+    for (int m = 0; m < MC; m++)
+        lin_load_w<U, WARPS>(a_lo[m], a_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], warp, nchunks, K, t, vec);
     if (PDL)
         pdl_wait();
     for (int c0 = warp; c0 < nchunks; c0 += STEP) {
-        uint4 b[U][NT], n_lo[U], n_hi[U];
+        uint4 b[U][NT], n_lo[MC][U], n_hi[MC][U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int c = c0 + u * WARPS;
@@ -595,36 +934,103 @@ __global__ void __launch_bounds__(WARPS * 32)
                 b[u][j] = load_x8<SWIGLU>(xr[j], K, k, vec, x_ok[j] ? left : 0);
         }
         if (PF)
-            lin_load_w<U, WARPS>(n_lo, n_hi, wlo, whi, wlo_ok, whi_ok, c0 + STEP, nchunks, K, t, vec);
+#pragma unroll
+            for (int m = 0; m < MC; m++)
+                lin_load_w<U, WARPS>(n_lo[m], n_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], c0 + STEP, nchunks, K, t,
+                                     vec);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (c0 + u * WARPS >= nchunks)
                 break; /* the same for every lane and every T */
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                mma_bf16(acc[j], a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b[u][j].x, b[u][j].y);
-                mma_bf16(acc[j], a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b[u][j].z, b[u][j].w);
-            }
+            for (int m = 0; m < MC; m++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) {
+                    mma_bf16(acc[m][j], a_lo[m][u].x, a_hi[m][u].x, a_lo[m][u].y, a_hi[m][u].y, b[u][j].x, b[u][j].y);
+                    mma_bf16(acc[m][j], a_lo[m][u].z, a_hi[m][u].z, a_lo[m][u].w, a_hi[m][u].w, b[u][j].z, b[u][j].w);
+                }
         }
         if (PF) {
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                a_lo[u] = n_lo[u], a_hi[u] = n_hi[u];
+            for (int m = 0; m < MC; m++)
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    a_lo[m][u] = n_lo[m][u], a_hi[m][u] = n_hi[m][u];
         } else if (c0 + STEP < nchunks) {
-            lin_load_w<U, WARPS>(a_lo, a_hi, wlo, whi, wlo_ok, whi_ok, c0 + STEP, nchunks, K, t, vec);
+#pragma unroll
+            for (int m = 0; m < MC; m++)
+                lin_load_w<U, WARPS>(a_lo[m], a_hi[m], wlo[m], whi[m], wlo_ok[m], whi_ok[m], c0 + STEP, nchunks, K, t,
+                                     vec);
         }
     }
-    /* acc[j]: [0], [1] = (column n0+g, rows 8j+2t, 8j+2t+1); [2], [3] = column n0+g+8 */
+    /* acc[m][j]: [0], [1] = (column g of tile m, rows 8j+2t, 8j+2t+1); [2], [3] = column g+8 */
 #pragma unroll
-    for (int j = 0; j < NT; j++) {
-        red[warp][g][8 * j + 2 * t] = acc[j][0];
-        red[warp][g][8 * j + 2 * t + 1] = acc[j][1];
-        red[warp][g + 8][8 * j + 2 * t] = acc[j][2];
-        red[warp][g + 8][8 * j + 2 * t + 1] = acc[j][3];
-    }
+    for (int m = 0; m < MC; m++)
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            red[warp][16 * m + g][8 * j + 2 * t] = acc[m][j][0];
+            red[warp][16 * m + g][8 * j + 2 * t + 1] = acc[m][j][1];
+            red[warp][16 * m + g + 8][8 * j + 2 * t] = acc[m][j][2];
+            red[warp][16 * m + g + 8][8 * j + 2 * t + 1] = acc[m][j][3];
+        }
     __syncthreads();
-    for (int i = threadIdx.x; i < LIN_COLS * T; i += blockDim.x) {
-        int col = i % LIN_COLS, row = i / LIN_COLS, n = n0 + col;
+    if (e.mode == LIN_EPI_GLU) {
+        /* column c < 8 of tile m: gate 8vb + c (sums [c]), up 8vb + c (sums [c + 8]), each
+         * rounded to bf16 as the gu tensor would be, then nn_swiglu_cuda's formula */
+        int I = N / 2;
+        for (int i = threadIdx.x; i < 8 * MC * T; i += blockDim.x) {
+            int mc = i % (8 * MC), row = i / (8 * MC), m = mc / 8, col = mc % 8;
+            int n = (blockIdx.x * MC + m) * 8 + col;
+            if (n >= I)
+                continue;
+            float vg = red[0][16 * m + col][row], vu = red[0][16 * m + col + 8][row];
+#pragma unroll
+            for (int ww = 1; ww < WARPS; ww++)
+                vg += red[ww][16 * m + col][row];
+#pragma unroll
+            for (int ww = 1; ww < WARPS; ww++)
+                vu += red[ww][16 * m + col + 8][row];
+            if (bias)
+                vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
+            float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
+            reinterpret_cast<bf16 *>(out)[(long)row * I + n] = __float2bfloat16(silu_mul(gq, uq));
+        }
+        return;
+    }
+    const int n0 = blockIdx.x * MC * LIN_COLS; /* the block's columns n0 .. n0 + 16 MC - 1 */
+    if (e.mode == LIN_EPI_ARGMAX) {
+        /* logits as out_f32 = 1; then per row the best key of each 16 columns (16 lanes of
+         * one row), one atomicMax per tile and row; the last block hands out the indices */
+        unsigned long long *keys = reinterpret_cast<unsigned long long *>(e.sync + 2);
+        for (int i0 = 0; i0 < LIN_COLS * MC * T; i0 += blockDim.x) { /* the same trip count in every thread */
+            int i = i0 + threadIdx.x, col = i % (LIN_COLS * MC), row = i / (LIN_COLS * MC), n = n0 + col;
+            unsigned long long key = 0ull;
+            if (row < T && n < N) {
+                float v = red[0][col][row];
+#pragma unroll
+                for (int ww = 1; ww < WARPS; ww++)
+                    v += red[ww][col][row];
+                if (bias)
+                    v += __bfloat162float(bias[n]);
+                reinterpret_cast<float *>(out)[(long)row * N + n] = v;
+                key = argmax_key(v, n);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) {
+                unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
+                key = k2 > key ? k2 : key;
+            }
+            if (col % LIN_COLS == 0 && row < T && key)
+                atomicMax(keys + row, key);
+        }
+        if (lin_last_block(e.sync) && threadIdx.x < (unsigned)T) {
+            unsigned long long k = atomicExch(keys + threadIdx.x, 0ull);
+            e.idx[threadIdx.x] = k ? 0x7fffffff - (int)(unsigned)(k & 0xffffffffu) : 0;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < LIN_COLS * MC * T; i += blockDim.x) {
+        int col = i % (LIN_COLS * MC), row = i / (LIN_COLS * MC), n = n0 + col;
         if (n >= N)
             continue;
         float v = red[0][col][row];
@@ -634,22 +1040,36 @@ __global__ void __launch_bounds__(WARPS * 32)
         if (bias)
             v += __bfloat162float(bias[n]);
         long o = (long)row * N + n;
-        if (out_f32 == 2)
+        if (e.mode == LIN_EPI_RESID) /* x += float(bf16(v)): the bf16 y a separate add would read */
+            reinterpret_cast<float *>(out)[o] += __bfloat162float(__float2bfloat16(v));
+        else if (out_f32 == 2)
             reinterpret_cast<float *>(out)[o] += v; /* the residual add, in fp32 */
         else if (out_f32)
             reinterpret_cast<float *>(out)[o] = v;
         else
             reinterpret_cast<bf16 *>(out)[o] = __float2bfloat16(v);
     }
+    if (e.mode == LIN_EPI_RESID && lin_last_block(e.sync))
+        lin_tail_norm(e, reinterpret_cast<const float *>(out), T, N);
+    if (e.mode == LIN_EPI_QK && lin_last_block(e.sync)) {
+        int nh = e.H + 2 * e.KV;
+        long r0 = base_of(e.base, e.p0);
+        for (int item = warp; item < T * nh; item += WARPS) {
+            int tt = item / nh;
+            qk_item<true>(reinterpret_cast<bf16 *>(out), e.q_norm, e.k_norm, e.inv_freq, e.kc, e.vc, e.H, e.KV, e.hd,
+                          e.eps, r0 + tt, tt, item - tt * nh, lane);
+        }
+    }
 }
 
 /* One launch of NT row groups (T <= 8 * NT), with the PDL attribute when asked. */
-template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL>
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC = 1>
 static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                 int N, int vec, cudaStream_t s)
+                                 int N, int vec, const lin_epi &e, cudaStream_t s)
 {
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((N + LIN_COLS - 1) / LIN_COLS));
+    int tiles = (N + LIN_COLS - 1) / LIN_COLS; /* (GLU: N = 2I, I / 8 tiles) */
+    cfg.gridDim = dim3((unsigned)((tiles + MC - 1) / MC));
     cfg.blockDim = dim3(WARPS * 32);
     cfg.stream = s;
     cudaLaunchAttribute at[1];
@@ -658,8 +1078,8 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at, cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL>, out, out_f32, x, w, b, T, K,
-                              N, vec);
+    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL, MC>, out, out_f32, x, w, b, T,
+                              K, N, vec, e);
 }
 
 /* The launches of one variant: 16-warp blocks take at most 32 rows (their shared sums of
@@ -667,22 +1087,37 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
  * result is its own either way). */
 template <bool SWIGLU, int WARPS, bool PF, bool PDL>
 static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                   int N, int vec, cudaStream_t s)
+                                   int N, int vec, const lin_epi &ep, cudaStream_t s)
 {
-    if (T <= 8)
-        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
-    if (T <= 16)
-        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+    if (T <= 8) {
+        /* two column tiles a block (decode_linear_cols_cuda 3): 16 warps (one block an SM), when
+         * one tile a block would take more than one wave of blocks */
+        if (WARPS == 16 && !SWIGLU && !PF && g_lin_cols == 3 && (N + LIN_COLS - 1) / LIN_COLS > lin_sm_count())
+            return lin_launch_nt < 1, SWIGLU, WARPS, PF, PDL,
+                   (WARPS == 16 && !SWIGLU && !PF) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    }
+    if (T <= 16) {
+        /* two column tiles a block (decode_linear_cols_cuda): 8 warps, wide shapes, n_in >= 4096
+         * (measured slower at 2048), 9..16 rows */
+        if (WARPS == 8 && !SWIGLU && T > 8 && g_lin_cols >= 2 && K >= 4096 &&
+            (N + LIN_COLS - 1) / LIN_COLS >= LIN_AUTO_BLOCKS)
+            return lin_launch_nt < 2, SWIGLU, WARPS, PF, PDL,
+                   (WARPS == 8 && !SWIGLU) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    }
     if (T <= 32)
-        return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+        return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     if (WARPS == 8)
-        return lin_launch_nt<(WARPS == 8 ? 8 : 4), SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
-    cudaError_t e = lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, 32, K, N, vec, s);
+        return lin_launch_nt<(WARPS == 8 ? 8 : 4), SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    /* (the epilogues other than LIN_EPI_PLAIN take 32 rows at most: never split) */
+    cudaError_t e = lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, 32, K, N, vec, ep, s);
     if (e != cudaSuccess)
         return e;
     size_t ob = out_f32 ? sizeof(float) : sizeof(bf16);
     return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>((char *)out + 32 * (size_t)N * ob, out_f32,
-                                                    x + 32 * (size_t)K * (SWIGLU ? 2 : 1), w, b, T - 32, K, N, vec, s);
+                                                    x + 32 * (size_t)K * (SWIGLU ? 2 : 1), w, b, T - 32, K, N, vec, ep,
+                                                    s);
 }
 
 /* PDL needs compute capability 9.0 (else the variant runs as a plain launch). */
@@ -696,7 +1131,7 @@ static int lin_pdl_ok(void)
 
 template <bool SWIGLU>
 static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                 int N, int vec, cudaStream_t s)
+                                 int N, int vec, cudaStream_t s, const lin_epi &ep = lin_epi())
 {
     const lin_variant *v = &LIN_VARIANTS[g_lin_variant];
     int narrow = (N + LIN_COLS - 1) / LIN_COLS < LIN_AUTO_BLOCKS; /* a function of n_out alone */
@@ -713,7 +1148,7 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
     int pdl = v->pdl && lin_pdl_ok();
 #define LIN_CASE(W, PF, PDL)                        \
     if (v->warps == W && v->pf == PF && pdl == PDL) \
-        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, s);
+        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     LIN_CASE(8, 0, 0)
     LIN_CASE(8, 1, 0)
     LIN_CASE(16, 1, 0)
@@ -771,69 +1206,129 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
     return 0;
 }
 
+/* Rows of the fused epilogues (one launch of at most 4 row groups: never split). */
+#define LIN_EPI_MAX_ROWS DECODE_EPI_MAX_ROWS
+
+int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn_bf16_cuda *w_gu,
+                                const nn_bf16_cuda *b_gu, int T, int n_in, int I, cudaStream_t s, char *err,
+                                size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || I <= 0 || I % 8 || !h || !x || !w_gu)
+        BAD_SHAPE("decode_linear_glu_rows_cuda: %d rows (at most %d), %d -> 2 x %d (a multiple of 8)", T,
+                  LIN_EPI_MAX_ROWS, n_in, I);
+    if (T == 0)
+        return 0;
+    int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w_gu % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_GLU;
+    cudaError_t e = launch_linear<false>(h, 0, as_bf(x), as_bf(w_gu), as_bf(b_gu), T, n_in, 2 * I, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_glu_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (glu)", err, errlen);
+    return 0;
+}
+
+/* nn_add_rmsnorm_cuda's thread count and vector choice for these pointers (rmsnorm.cu),
+ * y taken as aligned (a cudaMalloc'd row buffer). */
+static void tail_shape(lin_epi *ep, int d, const float *x, const float *w, const void *out, const void *cap,
+                       long cap_stride)
+{
+    ep->nthr = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
+    ep->vec = d % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)out % 8 == 0 &&
+              (uintptr_t)cap % 8 == 0 && cap_stride % 4 == 0;
+}
+
+int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w, const nn_bf16_cuda *bias,
+                                     int T, int n_in, int n_out, const decode_norm_tail *tail, cudaStream_t s,
+                                     char *err, size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !x || !in || !w || !tail || !tail->sync ||
+        (!tail->norm_w) != (!tail->norm_out) || tail->norm_row0 < 0 || tail->norm_row0 > T ||
+        (tail->capture && tail->cap_stride < n_out))
+        BAD_SHAPE("decode_linear_residual_rows_cuda: %d rows (at most %d), %d -> %d, norm %s from row %d, capture "
+                  "stride %ld",
+                  T, LIN_EPI_MAX_ROWS, n_in, n_out, tail && tail->norm_w ? "on" : "off", tail ? tail->norm_row0 : -1,
+                  tail ? tail->cap_stride : 0L);
+    if (T == 0)
+        return 0;
+    int vec = n_in % 8 == 0 && ((uintptr_t)in % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_RESID;
+    ep.norm_w = tail->norm_w, ep.norm_out = as_bf(tail->norm_out), ep.norm_row0 = tail->norm_row0;
+    ep.cap = as_bf(tail->capture), ep.cap_stride = tail->cap_stride, ep.eps = tail->eps, ep.sync = tail->sync;
+    /* the order of the nn_add_rmsnorm_cuda call this replaces: with the capture when the
+     * norm starts at row 0 (one call), else the norm's own call on rows norm_row0.. */
+    if (tail->norm_row0 == 0)
+        tail_shape(&ep, n_out, x, tail->norm_w, tail->norm_out, tail->capture, tail->capture ? tail->cap_stride : 0);
+    else
+        tail_shape(&ep, n_out, x + (size_t)tail->norm_row0 * n_out, tail->norm_w, tail->norm_out, NULL, 0);
+    cudaError_t e = launch_linear<false>(x, 2, as_bf(in), as_bf(w), as_bf(bias), T, n_in, n_out, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_residual_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (residual + norm)", err, errlen);
+    return 0;
+}
+
+int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T,
+                                   int n_in, int n_out, int32_t *sync, cudaStream_t s, char *err, size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !logits || !idx || !x || !w || !sync)
+        BAD_SHAPE("decode_linear_argmax_rows_cuda: %d rows (at most %d), %d -> %d", T, LIN_EPI_MAX_ROWS, n_in, n_out);
+    if (T == 0)
+        return 0;
+    int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_ARGMAX;
+    ep.sync = sync, ep.idx = idx;
+    cudaError_t e = launch_linear<false>(logits, 1, as_bf(x), as_bf(w), NULL, T, n_in, n_out, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_argmax_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (argmax)", err, errlen);
+    return 0;
+}
+
+int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk, cudaStream_t s,
+                               char *err, size_t errlen)
+{
+    int H = qk ? qk->H : 0, KV = qk ? qk->KV : 0, hd = qk ? qk->hd : 0;
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || !qkv || !x || !w || !qk || !qk->sync || H <= 0 || KV <= 0 ||
+        hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || qk->p0 < 0 || (!qk->q_norm) != (!qk->k_norm))
+        BAD_SHAPE("decode_linear_qk_rows_cuda: %d rows (at most %d), %d -> heads %d/%d of %d", T, LIN_EPI_MAX_ROWS,
+                  n_in, H, KV, hd);
+    if (T == 0)
+        return 0;
+    int N = (H + 2 * KV) * hd;
+    int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_QK;
+    ep.sync = qk->sync, ep.eps = qk->eps;
+    ep.q_norm = qk->q_norm, ep.k_norm = qk->k_norm, ep.inv_freq = qk->inv_freq;
+    ep.kc = as_bf(qk->kc), ep.vc = as_bf(qk->vc), ep.H = H, ep.KV = KV, ep.hd = hd, ep.p0 = qk->p0, ep.base = qk->base;
+    cudaError_t e = launch_linear<false>(qkv, 0, as_bf(x), as_bf(w), as_bf(bias), T, n_in, N, vec, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_qk_rows_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (q/k norm + rope + append)", err, errlen);
+    return 0;
+}
+
 /* ---- q/k norm + RoPE + cache append ---------------------------------------------------- */
 
-#define QKR_MAX_PAIRS 4 /* hd <= 256 */
-
-/* One warp per (row t, head h) of the H + 2KV heads: q and k heads are RMS-normed
- * (q_norm / k_norm, when given) and rotated exactly as nn_qk_norm_rope_cuda (the same
- * formula and order), at position r = p0 + *base + t; k heads then go to cache row r of
- * kc, v heads are copied to row r of vc. */
+/* One warp per (row t, head h) of the H + 2KV heads (qk_item). */
 __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const float *__restrict__ q_norm,
                                                   const float *__restrict__ k_norm, const float *__restrict__ inv_freq,
                                                   bf16 *__restrict__ kc, bf16 *__restrict__ vc, int T, int H, int KV,
                                                   int hd, float eps, const int32_t *__restrict__ base, int p0)
 {
+    pdl_launch_dependents(); /* attention after us may launch now */
+    pdl_wait();              /* (a PDL launch: the qkv projection ahead is done) */
     int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     long item = (long)blockIdx.x * warps + (threadIdx.x >> 5);
     int nh = H + 2 * KV;
     if (item >= (long)T * nh)
         return;
     int t = (int)(item / nh), h = (int)(item - (long)t * nh);
-    long r = base_of(base, p0) + t, kvd = (long)KV * hd;
-    bf16 *x = qkv + (size_t)t * nh * hd + (size_t)h * hd;
-    if (h >= H + KV) { /* v head: copy */
-        bf16 *dst = vc + r * kvd + (long)(h - H - KV) * hd;
-        for (int i = lane; i < hd; i += 32)
-            dst[i] = x[i];
-        return;
-    }
-    const float *nw = h < H ? q_norm : k_norm;
-    int half = hd / 2;
-    float a[QKR_MAX_PAIRS], b[QKR_MAX_PAIRS];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
-        int i = lane + 32 * k;
-        a[k] = b[k] = 0.0f;
-        if (i < half) {
-            a[k] = __bfloat162float(x[i]);
-            b[k] = __bfloat162float(x[i + half]);
-            ss += a[k] * a[k] + b[k] * b[k];
-        }
-    }
-    float rr = 1.0f;
-    if (nw)
-        rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
-    float p = (float)r;
-    bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
-#pragma unroll
-    for (int k = 0; k < QKR_MAX_PAIRS; k++) {
-        int i = lane + 32 * k;
-        if (i < half) {
-            float u = a[k], v = b[k];
-            if (nw) {
-                u = u * rr * nw[i];
-                v = v * rr * nw[i + half];
-            }
-            float sn, cs;
-            sincosf(p * inv_freq[i], &sn, &cs);
-            bf16 o1 = __float2bfloat16(u * cs - v * sn), o2 = __float2bfloat16(v * cs + u * sn);
-            x[i] = o1, x[i + half] = o2;
-            if (kd)
-                kd[i] = o1, kd[i + half] = o2;
-        }
-    }
+    qk_item<false>(qkv, q_norm, k_norm, inv_freq, kc, vc, H, KV, hd, eps, base_of(base, p0) + t, t, h, lane);
 }
 
 int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
@@ -847,8 +1342,13 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
         return 0;
     long items = (long)T * (H + 2 * KV);
     int warps = 8;
-    decode_qk_norm_rope_append_kernel<<<(unsigned)((items + warps - 1) / warps), warps * 32, 0, s>>>(
-        as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc), as_bf(vc), T, H, KV, hd, eps, base, p0);
+    cudaError_t le = launch_maybe_pdl(decode_qk_norm_rope_append_kernel, dim3((unsigned)((items + warps - 1) / warps)),
+                                      dim3(warps * 32), s, g_pdl_small, as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc),
+                                      as_bf(vc), T, H, KV, hd, eps, base, p0);
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_qk_norm_rope_append_kernel", le);
+    }
     CUDA_LAUNCHED("decode_qk_norm_rope_append_kernel", err, errlen);
     return 0;
 }
@@ -908,6 +1408,84 @@ __global__ void __launch_bounds__(ARGMAX_THREADS) decode_argmax_kernel(int32_t *
     }
     if (threadIdx.x == 0)
         idx[blockIdx.x] = bi[0] < V ? bi[0] : 0;
+}
+
+#define ARGMAX_SPLIT 32 /* blocks per row of decode_argmax_split_rows_cuda */
+#define ARGMAX_SPLIT_THREADS 256
+
+/* Block (part, row) scans its slice of the row (4 loads in flight a thread) into one
+ * argmax_key, the block's best by a key maximum, one atomicMax per block; the last block
+ * of the grid hands out the indices and zeroes the keys and the counter. */
+__global__ void __launch_bounds__(ARGMAX_SPLIT_THREADS)
+    decode_argmax_split_kernel(int32_t *idx, const float *__restrict__ logits, int V, int *sync)
+{
+    __shared__ unsigned long long best[ARGMAX_SPLIT_THREADS / 32];
+    pdl_wait(); /* (a PDL launch: the lm_head ahead is done) */
+    unsigned long long *keys = reinterpret_cast<unsigned long long *>(sync + 2);
+    int row = blockIdx.y, per = (V + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(V, lo + per);
+    const float *r = logits + (size_t)row * V;
+    unsigned long long key = 0ull;
+    for (int v0 = lo + threadIdx.x; v0 < hi; v0 += 4 * blockDim.x) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int v = v0 + u * blockDim.x;
+            x[u] = v < hi ? r[v] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            int v = v0 + u * blockDim.x;
+            if (v < hi) {
+                unsigned long long k = argmax_key(x[u], v);
+                key = k > key ? k : key;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
+        key = k2 > key ? k2 : key;
+    }
+    if ((threadIdx.x & 31) == 0)
+        best[threadIdx.x >> 5] = key;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+            key = best[w] > key ? best[w] : key;
+        if (key)
+            atomicMax(keys + row, key);
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int last;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(sync, 1) == (int)(gridDim.x * gridDim.y) - 1;
+        if (last)
+            *sync = 0;
+    }
+    __syncthreads();
+    if (last && threadIdx.x < gridDim.y) {
+        __threadfence();
+        unsigned long long k = atomicExch(keys + threadIdx.x, 0ull);
+        idx[threadIdx.x] = k ? 0x7fffffff - (int)(unsigned)(k & 0xffffffffu) : 0;
+    }
+}
+
+int decode_argmax_split_rows_cuda(int32_t *idx, const float *logits, int rows, int V, int32_t *sync, cudaStream_t s,
+                                  char *err, size_t errlen)
+{
+    if (rows < 0 || rows > DECODE_EPI_MAX_ROWS || V <= 0 || !sync)
+        BAD_SHAPE("decode_argmax_split_rows_cuda: %d rows (at most %d) of %d", rows, DECODE_EPI_MAX_ROWS, V);
+    if (rows == 0)
+        return 0;
+    cudaError_t le = launch_maybe_pdl(decode_argmax_split_kernel, dim3(ARGMAX_SPLIT, (unsigned)rows),
+                                      dim3(ARGMAX_SPLIT_THREADS), s, g_pdl_small, idx, logits, V, (int *)sync);
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_argmax_split_kernel", le);
+    }
+    CUDA_LAUNCHED("decode_argmax_split_kernel", err, errlen);
+    return 0;
 }
 
 int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,

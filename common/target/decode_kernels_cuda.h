@@ -71,17 +71,56 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
  * anything else only queries. */
 int decode_attention_keys_cuda(int keys);
 
+/* Warps per (query, head) block of decode_attention_cuda (4, 8 or 16; default 8): each
+ * takes every warps-th key group and the warps merge in order, so more warps are more
+ * loads in flight for one query, and another split (other roundings; a query's bits
+ * still depend on that query alone). Process-wide as decode_attention_keys_cuda; returns
+ * the previous value, anything else only queries. */
+int decode_attention_warps_cuda(int warps);
+
+/* The step's small kernels (q/k norm + RoPE + append, attention; the callers' add +
+ * RMSNorm through nn_add_rmsnorm_pdl_cuda) launched as programmatic dependents of the
+ * kernel ahead (sm_90+): each waits for it before touching memory, so only the launch
+ * overlaps; the same bits. 1 (default) or 0; process-wide, returns the previous value,
+ * anything else only queries. */
+int decode_pdl_small_cuda(int on);
+
 /* Kernel sequences of a decode step: bits of decode_model_cuda.fused and
  * infer_state_cuda.fused (0: separate kernels; 1 means all three). */
 #define DECODE_FUSE_QK_APPEND 2 /* q/k norm + RoPE + K/V cache append: one kernel */
 #define DECODE_FUSE_RESIDUAL 4  /* o_proj and down add to the fp32 residual themselves (no bf16 y) */
 #define DECODE_FUSE_SWIGLU 8    /* SwiGLU computed in the down projection's loads */
+/* The fusions below give the bits of the separate kernels (each row's result is the same
+ * with or without them), so they combine with anything, batches included:
+ *   GLU: SwiGLU in the gate/up projection's epilogue (decode_linear_glu_rows_cuda);
+ *   NORM: o_proj / down add to the residual and the next add + RMSNorm (and the capture)
+ *     run in their last block (decode_linear_residual_rows_cuda), in calls of at most
+ *     DECODE_NORM_TAIL_ROWS rows;
+ *   ARGMAX: the greedy argmax in the lm_head's blocks (decode_linear_argmax_rows_cuda);
+ *   QK_TAIL: with QK_APPEND, in calls of at most DECODE_QK_TAIL_ROWS rows, that kernel in
+ *     the last block of the qkv projection (decode_linear_qk_rows_cuda);
+ *   ARGMAX_SPLIT: the argmax (when not in the lm_head) over 32 blocks a row
+ *     (decode_argmax_split_rows_cuda): exact, the same indices. */
+#define DECODE_FUSE_GLU 16
+#define DECODE_FUSE_NORM 32
+#define DECODE_FUSE_ARGMAX 64
+#define DECODE_FUSE_QK_TAIL 128
+#define DECODE_FUSE_ARGMAX_SPLIT 256
+#ifndef DECODE_NORM_TAIL_ROWS
+#define DECODE_NORM_TAIL_ROWS 2 /* its last block works alone: at 16 rows it cost more than it saved */
+#endif
+#ifndef DECODE_QK_TAIL_ROWS
+#define DECODE_QK_TAIL_ROWS 2
+#endif
 #define DECODE_FUSE_BITS(f) ((f) == 1 ? (DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU) : (f))
-/* The default of both (decode_init/load_cuda, infer_init_cuda): the q/k kernel only; the
- * SwiGLU inside down's loads measured slower and the residual bit changed nothing
- * (docs/eval.md). */
+/* The sequence before the bit-exact fusions (the q/k kernel only; the SwiGLU inside
+ * down's loads measured slower and the residual bit changed nothing, docs/eval.md). */
+#define DECODE_FUSED_SEPARATE DECODE_FUSE_QK_APPEND
+/* The default of both (decode_init/load_cuda, infer_init_cuda): the fastest measured on
+ * an H200 (docs/eval.md). The add_rmsnorm tail (NORM) lost once the small kernels were
+ * PDL launches; ARGMAX (in the lm_head) and QK_TAIL were slower. */
 #ifndef DECODE_FUSED_DEFAULT
-#define DECODE_FUSED_DEFAULT DECODE_FUSE_QK_APPEND
+#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT)
 #endif
 
 /* Rows one decode_linear_rows_cuda call takes. */
@@ -115,12 +154,90 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
 int decode_linear_variant_cuda(int v);
 const char *decode_linear_variant_name_cuda(int v);
 
+/* Two column tiles of 16 per block instead of one (each tile with the chunks and order of
+ * its own block: the same bits either way): 1 never; 2 (default) in the 8-warp kernels at
+ * 9..16 rows on wide shapes (at least 512 tiles) with n_in >= 4096 (the x rows read once
+ * for 32 columns: half the x traffic); 3 also in the 16-warp kernels at 1..8 rows when one
+ * tile a block would need more blocks than the GPU has SMs (one wave instead of two).
+ * Process-wide; returns the previous value, anything else only queries. */
+int decode_linear_cols_cuda(int tiles);
+
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
  * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed
  * while loading (no pass of its own). n_in = I. */
 int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *gu, const nn_bf16_cuda *w,
                                    const nn_bf16_cuda *bias, int T, int I, int n_out, cudaStream_t s, char *err,
                                    size_t errlen);
+
+/* Rows the fused-epilogue kernels below take in one call. */
+#define DECODE_EPI_MAX_ROWS 32
+/* Device scratch of those kernels (a block counter, per-row argmax keys): this many bytes,
+ * zeroed once (cudaMemset); every call leaves it zero again. One per stream: calls that
+ * share one run one after the other. */
+#define DECODE_EPI_SYNC_BYTES (8 + 8 * DECODE_EPI_MAX_ROWS)
+
+/* h[T, I] = bf16(silu(g) * u) with g = bf16(x @ w_gate^T + b_gate), u = bf16(x @ w_up^T +
+ * b_up), w_gu [2I, n_in] the fused gate/up weight (gate rows, then up rows), b_gu [2I] or
+ * NULL: decode_linear_rows_cuda into gu [T, 2I] then nn_swiglu_cuda, bit for bit, in one
+ * launch (no gu tensor). The block of gate columns 8j..8j+7 also takes up columns
+ * 8j..8j+7: its 16 weight rows are read from where they are (no re-layout of w_gu); the
+ * kernel variant is the one of an n_out = 2I call, so every sum has the same order.
+ * T <= DECODE_EPI_MAX_ROWS, I % 8 == 0. */
+int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn_bf16_cuda *w_gu,
+                                const nn_bf16_cuda *b_gu, int T, int n_in, int I, cudaStream_t s, char *err,
+                                size_t errlen);
+
+/* What decode_linear_residual_rows_cuda does after its add. */
+typedef struct decode_norm_tail {
+    const float *norm_w;    /* RMSNorm weight [n_out], or NULL (no norm) */
+    nn_bf16_cuda *norm_out; /* [T - norm_row0, n_out]: rows norm_row0.. normalised (with norm_w) */
+    int norm_row0;
+    float eps;
+    nn_bf16_cuda *capture; /* bf16 of x after the add, row t at capture + t * cap_stride, or NULL */
+    long cap_stride;
+    int32_t *sync; /* DECODE_EPI_SYNC_BYTES of zeroed device scratch */
+} decode_norm_tail;
+
+/* The residual step after a linear layer in one launch: y = bf16(in @ w^T + bias), x[T,
+ * n_out] (fp32) += y, then what nn_add_rmsnorm_cuda(x, y, ...) does after its add (the
+ * capture, the norm of rows norm_row0..), computed by the last block of the grid to finish
+ * (a counter in tail->sync) in that kernel's order: bit for bit decode_linear_rows_cuda
+ * into y, then nn_add_rmsnorm_cuda(x, y, norm_w, norm_out, capture) (norm_row0 == 0) or
+ * nn_add_rmsnorm_cuda(x, y, NULL, NULL, capture) and nn_add_rmsnorm_cuda(x + norm_row0 *
+ * n_out, NULL, norm_w, norm_out, NULL) (pointers 16-byte aligned, as cudaMalloc'd
+ * buffers). T <= DECODE_EPI_MAX_ROWS. */
+int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_bf16_cuda *w, const nn_bf16_cuda *bias,
+                                     int T, int n_in, int n_out, const decode_norm_tail *tail, cudaStream_t s,
+                                     char *err, size_t errlen);
+
+/* decode_linear_rows_cuda(logits, 1, x, w, NULL, ...) and decode_argmax_rows_cuda(idx,
+ * logits, T, n_out) in one launch: each block folds its columns into one 64-bit key per row
+ * (value, then the first column) with atomicMax, the last block hands out the indices
+ * (the same indices: first on ties, NaN skipped). sync: DECODE_EPI_SYNC_BYTES of zeroed
+ * device scratch. T <= DECODE_EPI_MAX_ROWS. */
+int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T,
+                                   int n_in, int n_out, int32_t *sync, cudaStream_t s, char *err, size_t errlen);
+
+/* What decode_linear_qk_rows_cuda does after its projection. */
+typedef struct decode_qk_tail {
+    int H, KV, hd;                /* heads of the fused qkv rows */
+    const float *q_norm, *k_norm; /* both NULL: no norm (Llama) */
+    const float *inv_freq;        /* [hd / 2] */
+    float eps;
+    nn_bf16_cuda *kc, *vc; /* the layer's caches */
+    const int32_t *base;   /* rows at p0 + *base (DEVICE, or NULL) */
+    int p0;
+    int32_t *sync; /* DECODE_EPI_SYNC_BYTES of zeroed device scratch */
+} decode_qk_tail;
+
+/* decode_linear_rows_cuda(qkv, 0, x, w, bias, T, n_in, (H+2KV)*hd) and
+ * decode_qk_norm_rope_append_cuda on its rows in one launch, bit for bit: the last block
+ * of the grid runs the q/k kernel's per-head code (one warp per row and head). That is
+ * T * (H+2KV) heads in one block, so it pays for a row or two only (callers pick by T: a
+ * row's bits are the same either way). T <= DECODE_EPI_MAX_ROWS. */
+int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                               const nn_bf16_cuda *bias, int T, int n_in, const decode_qk_tail *qk, cudaStream_t s,
+                               char *err, size_t errlen);
 
 /* nn_qk_norm_rope_cuda (same math) at positions r = p0 + *base + t, and in the same pass
  * the k heads (normed, rotated) to cache row r of kc and the v heads to row r of vc:
@@ -133,6 +250,13 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
 /* idx[r] = argmax of logits[r, 0..V) (fp32), the first index on ties, for r < rows. */
 int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,
                             size_t errlen);
+
+/* The same indices from 32 blocks a row (each folds its slice into one 64-bit key, value
+ * then first index, atomicMax per block; the last block hands them out): the rows' scan
+ * spread over the GPU instead of one block a row. sync: DECODE_EPI_SYNC_BYTES of zeroed
+ * device scratch. rows <= DECODE_EPI_MAX_ROWS. */
+int decode_argmax_split_rows_cuda(int32_t *idx, const float *logits, int rows, int V, int32_t *sync, cudaStream_t s,
+                                  char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

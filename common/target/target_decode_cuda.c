@@ -26,6 +26,7 @@ void decode_free_cuda(decode_model_cuda *m)
         cudaFree(m->lm_head);
     cudaFree(m->final_norm), cudaFree(m->kc), cudaFree(m->vc), cudaFree(m->feat), cudaFree(m->z);
     cudaFree(m->logits), cudaFree(m->tokens), cudaFree(m->next_d), cudaFree(m->len_d), cudaFree(m->meta_d);
+    cudaFree(m->sync_d);
     free(m->seq_len);
     if (m->meta_h)
         cudaFreeHost(m->meta_h);
@@ -140,8 +141,11 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
         (rc = dev_alloc(&m->tokens, sizeof(int32_t) * feat_rows, "tokens", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->len_d, sizeof(int32_t), "length", what, err, errlen)) < 0 ||
         (rc = dev_alloc(&m->next_d, sizeof(int32_t) * rows_out, "next", what, err, errlen)) < 0 ||
-        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) < 0)
+        (rc = dev_alloc(&m->meta_d, sizeof(int32_t) * 10 * (size_t)m->max_rows, "row metadata", what, err, errlen)) <
+            0 ||
+        (rc = dev_alloc(&m->sync_d, DECODE_EPI_SYNC_BYTES, "epilogue scratch", what, err, errlen)) < 0)
         return rc;
+    CUDA_TRY(cudaMemset(m->sync_d, 0, DECODE_EPI_SYNC_BYTES), err, errlen);
     CUDA_TRY(cudaMallocHost((void **)&m->next_h, sizeof(int32_t) * rows_out), err, errlen);
     CUDA_TRY(cudaMallocHost((void **)&m->tok_h, sizeof(int32_t) * feat_rows), err, errlen);
     CUDA_TRY(cudaMallocHost((void **)&m->meta_h, sizeof(int32_t) * 10 * (size_t)m->max_rows), err, errlen);
@@ -302,6 +306,16 @@ double decode_step_bytes_cuda(const decode_model_cuda *m, int len, int k, int n_
     return bytes;
 }
 
+/* nn_add_rmsnorm_cuda, launched as a programmatic dependent when decode_pdl_small_cuda is
+ * on (the same bits). */
+static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                   long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    return decode_pdl_small_cuda(-1)
+               ? nn_add_rmsnorm_pdl_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen)
+               : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+}
+
 /* out = x w^T + b over T rows: the row-exact kernel for decode-sized calls, cuBLASLt
  * (tensor cores) for prefills. */
 static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
@@ -345,6 +359,14 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
     const int fz = k <= m->small_rows ? DECODE_FUSE_BITS(m->fused) : 0;
     const int f_qk = fz & DECODE_FUSE_QK_APPEND, f_res = fz & DECODE_FUSE_RESIDUAL, f_glu = fz & DECODE_FUSE_SWIGLU;
     const nn_bf16_cuda *yadd = f_res ? NULL : t->y;
+    /* the bit-exact fusions (DECODE_FUSE_GLU / NORM / ARGMAX: the separate kernels' bits),
+     * for calls their kernels take; NORM replaces the bf16 y of the separate sequence, so
+     * not with the residual or SwiGLU-in-down bits */
+    const int ep_ok = k <= DECODE_EPI_MAX_ROWS;
+    const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
+    const int f_norm = ep_ok && k <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
+    const int f_amax = (fz & DECODE_FUSE_ARGMAX) && n_next <= DECODE_EPI_MAX_ROWS;
+    const int f_qkt = f_qk && (fz & DECODE_FUSE_QK_TAIL) && k <= DECODE_QK_TAIL_ROWS;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     if (base)
@@ -358,12 +380,21 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
         nn_bf16_cuda *kl = m->kc + l * lstride + soff, *vl = m->vc + l * lstride + soff;
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
-        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
-                                 prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps,
-                                 s, kerr, sizeof kerr),
-             "add_rmsnorm (input)");
-        STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
-        if (f_qk) {
+        if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
+            STEP(addnorm(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
+                         prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s, kerr,
+                         sizeof kerr),
+                 "add_rmsnorm (input)");
+        if (f_qkt) {
+            decode_qk_tail qt = {H, KV, hd, Lw->q_norm, Lw->k_norm, t->inv_freq, t->eps, kl, vl, base, p0, m->sync_d};
+            STEP(decode_linear_qk_rows_cuda(t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, &qt, s, kerr, sizeof kerr),
+                 "linear qkv + qk_norm_rope + kv append");
+        } else {
+            STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        }
+        if (f_qkt) {
+            /* done in the qkv projection's last block */
+        } else if (f_qk) {
             STEP(decode_qk_norm_rope_append_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, k, H, KV, hd,
                                                  t->eps, base, p0, s, kerr, sizeof kerr),
                  "qk_norm_rope + kv append");
@@ -376,15 +407,49 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
                                    kerr, sizeof kerr),
              "attention");
-        if (f_res)
+        if (f_norm) {
+            decode_norm_tail tl = {Lw->post_norm, t->a, 0, t->eps, NULL, 0, m->sync_d};
+            STEP(decode_linear_residual_rows_cuda(t->x, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, &tl, s, kerr,
+                                                  sizeof kerr),
+                 "linear o_proj + add_rmsnorm (post)");
+        } else if (f_res) {
             STEP(decode_linear_rows_cuda(t->x, 2, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, s, kerr, sizeof kerr),
                  "linear o_proj + residual");
-        else
+        } else {
             STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
-             "add_rmsnorm (post)");
-        STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        if (f_glu) /* SwiGLU inside the down projection's loads */
+        }
+        if (!f_norm)
+            STEP(addnorm(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
+                 "add_rmsnorm (post)");
+        if (f_gepi)
+            STEP(decode_linear_glu_rows_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, k, d, I, s, kerr, sizeof kerr),
+                 "linear gate_up + swiglu");
+        else
+            STEP(linear(m, t->gu, t->a, Lw->w_gu, Lw->b_gu, k, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+        if (f_norm) {
+            /* down adds to x; its last block does the next layer's input add_rmsnorm with the
+             * capture of this layer, or after the last layer the capture and the final norm
+             * of the n_next rows the logits are for */
+            int cur = t->capture_slot[l], lastl = l == t->n_layers - 1;
+            decode_norm_tail tl = {lastl ? (n_next > 0 ? m->final_norm : NULL) : t->layers[l + 1].in_norm,
+                                   lastl ? (n_next > 0 ? m->z : NULL) : t->a,
+                                   lastl ? k - n_next : 0,
+                                   t->eps,
+                                   cur >= 0 && cur < nc ? m->feat + (size_t)cur * d : NULL,
+                                   cap_stride,
+                                   m->sync_d};
+            if (!f_gepi)
+                STEP(nn_swiglu_cuda(t->h, t->gu, k, I, s, kerr, sizeof kerr), "swiglu");
+            STEP(decode_linear_residual_rows_cuda(t->x, t->h, Lw->w_down, Lw->b_down, k, I, d, &tl, s, kerr,
+                                                  sizeof kerr),
+                 lastl ? "linear down + add (last layer) + final norm" : "linear down + add_rmsnorm (input)");
+        } else if (f_gepi) {
+            if (f_res)
+                STEP(decode_linear_rows_cuda(t->x, 2, t->h, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                     "linear down + residual");
+            else
+                STEP(linear(m, t->y, t->h, Lw->w_down, Lw->b_down, k, I, d, kerr, sizeof kerr), "linear down");
+        } else if (f_glu) /* SwiGLU inside the down projection's loads */
             STEP(decode_linear_swiglu_rows_cuda(f_res ? (void *)t->x : (void *)t->y, f_res ? 2 : 0, t->gu, Lw->w_down,
                                                 Lw->b_down, k, I, d, s, kerr, sizeof kerr),
                  "swiglu + linear down");
@@ -399,16 +464,28 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
-    STEP(nn_add_rmsnorm_cuda(t->x, yadd, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
-                             cap_stride, k, d, t->eps, s, kerr, sizeof kerr),
-         "add (last layer)");
+    if (!f_norm)
+        STEP(addnorm(t->x, yadd, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL, cap_stride, k,
+                     d, t->eps, s, kerr, sizeof kerr),
+             "add (last layer)");
     if (n_next > 0) {
         float *xl = t->x + (size_t)(k - n_next) * d;
-        STEP(nn_add_rmsnorm_cuda(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr),
-             "final norm");
-        STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
-             "lm_head");
-        STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
+        if (!f_norm)
+            STEP(addnorm(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr),
+                 "final norm");
+        if (f_amax) {
+            STEP(decode_linear_argmax_rows_cuda(m->logits, m->next_d, m->z, m->lm_head, n_next, d, t->V, m->sync_d, s,
+                                                kerr, sizeof kerr),
+                 "lm_head + argmax");
+        } else {
+            STEP(decode_linear_rows_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
+                 "lm_head");
+            if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && n_next <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
+                STEP(decode_argmax_split_rows_cuda(m->next_d, m->logits, n_next, t->V, m->sync_d, s, kerr, sizeof kerr),
+                     "argmax");
+            else
+                STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
+        }
         STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * n_next, cudaMemcpyDeviceToHost, s) == cudaSuccess
                  ? 0
                  : -EIO,
@@ -461,9 +538,9 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
         const target_layer_cuda *Lw = &t->layers[l];
         nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
-        STEP(nn_add_rmsnorm_cuda(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
-                                 prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps,
-                                 s, kerr, sizeof kerr),
+        STEP(addnorm(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
+                     prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps, s, kerr,
+                     sizeof kerr),
              "add_rmsnorm (input)");
         STEP(linear_exact(m, t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, pos, R, H, KV, hd, t->eps, s, kerr,
@@ -474,7 +551,7 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
                                    hd, scale, s, kerr, sizeof kerr),
              "attention");
         STEP(linear_exact(m, t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(nn_add_rmsnorm_cuda(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
+        STEP(addnorm(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
              "add_rmsnorm (post)");
         STEP(linear_exact(m, t->gu, 0, t->a, Lw->w_gu, Lw->b_gu, R, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
         STEP(nn_swiglu_cuda(t->h, t->gu, R, I, s, kerr, sizeof kerr), "swiglu");
@@ -482,11 +559,10 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
-    STEP(nn_add_rmsnorm_cuda(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL,
-                             cap_stride, R, d, t->eps, s, kerr, sizeof kerr),
+    STEP(addnorm(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL, cap_stride, R, d,
+                 t->eps, s, kerr, sizeof kerr),
          "add (last layer)");
-    STEP(nn_add_rmsnorm_cuda(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
-         "final norm");
+    STEP(addnorm(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr), "final norm");
     STEP(linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr), "lm_head");
     STEP(decode_argmax_rows_cuda(m->next_d, m->logits, R, t->V, s, kerr, sizeof kerr), "argmax");
     STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * R, cudaMemcpyDeviceToHost, s) == cudaSuccess ? 0

@@ -92,8 +92,11 @@ typedef struct decode_model_cuda {
     int fused;             /* small extends: 0 = separate kernels, bf16 sub-block outputs; else the
                                * DECODE_FUSE_* bits (1 = all of them): q/k norm + RoPE + cache append in
                                * one kernel; o_proj / down added to the fp32 residual inside the linear
-                               * kernel; SwiGLU inside the down projection's loads. Every choice is
+                               * kernel; SwiGLU inside the down projection's loads; and the bit-exact
+                               * ones (default): SwiGLU in gate/up's epilogue, add + RMSNorm in the
+                               * last block of o_proj / down, argmax in the lm_head. Every choice is
                                * row-independent; set before the first extend (graphs). */
+    int32_t *sync_d;       /* device DECODE_EPI_SYNC_BYTES: scratch of the fused epilogues */
     float *final_norm;     /* device [d] */
     nn_bf16_cuda *lm_head; /* device [V, d]; tm.embed when tied */
     int lm_head_owned;

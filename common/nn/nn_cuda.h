@@ -101,7 +101,14 @@ int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const i
  * hd 128 only (other hd run 64x64). Each tile shape is deterministic; two shapes may
  * differ in the last bits (the keys are summed in tiles of another size).
  * NN_ATTN_TILE_DEFAULT is what nn_attention_packed_cuda runs. */
-enum { NN_ATTN_TILE_64x64 = 0, NN_ATTN_TILE_128x64 = 1, NN_ATTN_TILE_128x32 = 2, NN_ATTN_TILES = 3 };
+enum {
+    NN_ATTN_TILE_64x64 = 0,
+    NN_ATTN_TILE_128x64 = 1,
+    NN_ATTN_TILE_128x32 = 2,
+    NN_ATTN_TILE_WGMMA = 3,        /* 128x128 on the warpgroup MMA, PV overlapped with the softmax */
+    NN_ATTN_TILE_WGMMA_SERIAL = 4, /* the same without the overlap */
+    NN_ATTN_TILES = 5
+};
 #define NN_ATTN_TILE_DEFAULT NN_ATTN_TILE_64x64
 /* nn_attention_packed_cuda with an explicit tile shape (0 .. NN_ATTN_TILES-1, else -EINVAL). */
 int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,

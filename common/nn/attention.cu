@@ -19,6 +19,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <cuda.h> /* CUtensorMap, cuTensorMapEncodeTiled (the TMA variant) */
 
 /* ---- the flash kernel ------------------------------------------------------------ */
 
@@ -352,7 +353,7 @@ static int launch_flash(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
 #define WG_STAGES 3
 #define WG_TILE_BYTES (WG_BN * WG_HD * 2)                      /* one K or V tile: 32 KB */
 #define WG_Q_BYTES (WG_BM * WG_HD * 2)                         /* 32 KB */
-#define WG_SMEM (1024 + WG_Q_BYTES + WG_STAGES * 2 * WG_TILE_BYTES) /* + alignment slack */
+#define WG_SMEM (1024 + WG_Q_BYTES + WG_STAGES * 2 * WG_TILE_BYTES + 64) /* + alignment slack, mbarriers */
 
 __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem, bool valid)
 {
@@ -438,6 +439,35 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
                  : WG_R64
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
+/* mbarriers and TMA (the TMA variant) */
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nWG_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WG_WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* box {64 dims, 1 head, 128 rows} at (dim c0, head c1, row c2) -> [128][64] swizzled at dst */
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *tm, int c0, int c1, int c2, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                 "%4}], [%5];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(tm)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+}
 __device__ __forceinline__ float wg_exp2(float x)
 {
     float y;
@@ -446,10 +476,10 @@ __device__ __forceinline__ float wg_exp2(float x)
 }
 #endif
 
-template <bool PIPE>
+template <bool PIPE, bool TMA>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     flash_wgmma_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ qkv, const int32_t *__restrict__ pos, int T,
-                       int H, int KV, int window, float scale_log2)
+                       int H, int KV, int window, float scale_log2, const __grid_constant__ CUtensorMap tm)
 {
 #if WG_ENABLED
     extern __shared__ unsigned char wg_smem_raw[];
@@ -471,10 +501,43 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const int kv_begin = key_lo(pos, q0, window);
     const int n_tiles = (q_last + 1 - kv_begin + WG_BN - 1) / WG_BN;
 
-    wg_load_tile<WG_BM>(sQ, gQ, ld, q0, T, tid);
-    wg_load_tile<WG_BN>(sKV, gK, ld, kv_begin, T, tid);
-    wg_load_tile<WG_BN>(sKV + WG_TILE_BYTES, gV, ld, kv_begin, T, tid);
-    cp_async_commit();
+    /* TMA: full[st] completes when stage st's K and V (and Q, with tile 0) have landed;
+     * empty[st] when all 256 threads are done with it. Thread 0 issues every load, one
+     * tile ahead, after the stage's previous tile was released. */
+    const uint32_t bar_full = sKV + WG_STAGES * 2 * WG_TILE_BYTES, bar_empty = bar_full + 8 * WG_STAGES;
+    auto tma_tile = [&](int j) {
+        const int st = j % WG_STAGES;
+        const uint32_t full = bar_full + 8 * st, dst = sKV + (uint32_t)(st * 2 * WG_TILE_BYTES);
+        if (j >= WG_STAGES)
+            mbar_wait(bar_empty + 8 * st, (uint32_t)((j / WG_STAGES - 1) & 1));
+        mbar_expect_tx(full, 2 * WG_TILE_BYTES + (j == 0 ? WG_Q_BYTES : 0));
+        if (j == 0) {
+            tma_load(sQ, &tm, 0, h, q0, full);
+            tma_load(sQ + WG_Q_BYTES / 2, &tm, 64, h, q0, full);
+        }
+        const int row = kv_begin + j * WG_BN;
+        tma_load(dst, &tm, 0, H + kvh, row, full);
+        tma_load(dst + WG_TILE_BYTES / 2, &tm, 64, H + kvh, row, full);
+        tma_load(dst + WG_TILE_BYTES, &tm, 0, H + KV + kvh, row, full);
+        tma_load(dst + WG_TILE_BYTES + WG_TILE_BYTES / 2, &tm, 64, H + KV + kvh, row, full);
+    };
+    if (TMA) {
+        if (tid == 0) {
+            for (int st = 0; st < WG_STAGES; st++) {
+                mbar_init(bar_full + 8 * st, 1);
+                mbar_init(bar_empty + 8 * st, WG_THREADS);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        __syncthreads();
+        if (tid == 0)
+            tma_tile(0);
+    } else {
+        wg_load_tile<WG_BM>(sQ, gQ, ld, q0, T, tid);
+        wg_load_tile<WG_BN>(sKV, gK, ld, kv_begin, T, tid);
+        wg_load_tile<WG_BN>(sKV + WG_TILE_BYTES, gV, ld, kv_begin, T, tid);
+        cp_async_commit();
+    }
 
     /* this warpgroup's rows [g0, g1] see keys [lo(g0), g1]: tiles [jb, je) */
     const int g0 = q0 + 64 * wg, g1 = min(g0 + 63, T - 1);
@@ -509,15 +572,24 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint64_t dV0 = wg_desc(sKV + WG_TILE_BYTES, WG_BN * 128, 1024);
 
     for (int j = 0; j <= n_tiles; j++) {
-        cp_async_wait<0>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* cp.async data -> wgmma reads */
-        __syncthreads(); /* also: every warp is done with the stage refilled below */
-        if (j + 1 < n_tiles) {
-            const uint32_t st = sKV + (uint32_t)(((j + 1) % WG_STAGES) * 2 * WG_TILE_BYTES);
-            wg_load_tile<WG_BN>(st, gK, ld, kv_begin + (j + 1) * WG_BN, T, tid);
-            wg_load_tile<WG_BN>(st + WG_TILE_BYTES, gV, ld, kv_begin + (j + 1) * WG_BN, T, tid);
+        if (TMA) {
+            if (tid == 0 && j + 1 < n_tiles)
+                tma_tile(j + 1);
+            /* every thread waits for every tile, used or skipped, so that no thread can
+             * release a stage a whole ring ahead of the others */
+            if (j < n_tiles)
+                mbar_wait(bar_full + 8 * (j % WG_STAGES), (uint32_t)((j / WG_STAGES) & 1));
+        } else {
+            cp_async_wait<0>();
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* cp.async data -> wgmma reads */
+            __syncthreads(); /* also: every warp is done with the stage refilled below */
+            if (j + 1 < n_tiles) {
+                const uint32_t st = sKV + (uint32_t)(((j + 1) % WG_STAGES) * 2 * WG_TILE_BYTES);
+                wg_load_tile<WG_BN>(st, gK, ld, kv_begin + (j + 1) * WG_BN, T, tid);
+                wg_load_tile<WG_BN>(st + WG_TILE_BYTES, gV, ld, kv_begin + (j + 1) * WG_BN, T, tid);
+            }
+            cp_async_commit(); /* possibly empty: keeps the group count simple */
         }
-        cp_async_commit(); /* possibly empty: keeps the group count simple */
 
         const bool do_s = j >= jb && j < je;
         const bool do_pv = PIPE && j - 1 >= jb && j - 1 < je;
@@ -631,6 +703,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             wg_wait<0>();
             wg_pin(o);
         }
+        if (TMA) { /* the tile whose V was used last is free (K went before it) */
+            const int done = PIPE ? j - 1 : j;
+            if (done >= 0 && done < n_tiles)
+                mbar_arrive(bar_empty + 8 * (done % WG_STAGES));
+        }
     }
 
     /* normalise, stage the 64 x 128 bf16 rows in this warpgroup's Q rows (same swizzle:
@@ -683,18 +760,35 @@ static int wgmma_usable()
 #endif
 }
 
-template <bool PIPE>
+template <bool PIPE, bool TMA>
 static int launch_wgmma(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, int H, int KV, int window, float scale,
                         cudaStream_t s, char *err, size_t errlen)
 {
     static bool attr_set = false; /* host-side, once per instantiation (not a stream op) */
     if (!attr_set)
-        CUDA_TRY(cudaFuncSetAttribute(flash_wgmma_kernel<PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM),
+        CUDA_TRY(cudaFuncSetAttribute(flash_wgmma_kernel<PIPE, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      WG_SMEM),
                  err, errlen);
     attr_set = true;
+    CUtensorMap tm;
+    memset(&tm, 0, sizeof tm);
+    if (TMA) {
+        /* qkv as [T][H + 2 KV][128] bf16; a box is 64 dims x 1 head x 128 rows, 128-byte
+         * swizzled (the wgmma layout); rows past T read as zeros */
+        cuuint64_t dim[3] = {WG_HD, (cuuint64_t)(H + 2 * KV), (cuuint64_t)T};
+        cuuint64_t stride[2] = {WG_HD * 2, (cuuint64_t)(H + 2 * KV) * WG_HD * 2};
+        cuuint32_t box[3] = {64, 1, WG_BN}, estride[3] = {1, 1, 1};
+        CUresult r = cuTensorMapEncodeTiled(&tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv, dim, stride, box,
+                                            estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        if (r != CUDA_SUCCESS)
+            return df_cuda_errf(err, errlen, -EIO, "nn_attention_packed_tile_cuda: cuTensorMapEncodeTiled: error %d",
+                                (int)r);
+    }
     dim3 grid((T + WG_BM - 1) / WG_BM, H);
     const float log2e = 1.4426950408889634f;
-    flash_wgmma_kernel<PIPE><<<grid, WG_THREADS, WG_SMEM, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e);
+    flash_wgmma_kernel<PIPE, TMA><<<grid, WG_THREADS, WG_SMEM, s>>>(
+        out, qkv, pos, T, H, KV, window, scale * log2e, tm);
     CUDA_LAUNCHED("flash_wgmma_kernel", err, errlen);
     return 0;
 }
@@ -788,12 +882,15 @@ int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, co
         return 0;
     bf16 *o = as_bf(out);
     const bf16 *x = as_bf(qkv);
-    if (hd == 128 && (tile == NN_ATTN_TILE_WGMMA || tile == NN_ATTN_TILE_WGMMA_SERIAL)) {
-        if (wgmma_usable())
-            return tile == NN_ATTN_TILE_WGMMA
-                       ? launch_wgmma<true>(o, x, pos, T, H, KV, window, scale, s, err, errlen)
-                       : launch_wgmma<false>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
-        return launch_flash<128, 2, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen); /* no sm_90a here */
+    if (hd == 128 && tile >= NN_ATTN_TILE_WGMMA) {
+        if (!wgmma_usable())
+            return launch_flash<128, 2, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen); /* no sm_90a here */
+        switch (tile) {
+        case NN_ATTN_TILE_WGMMA: return launch_wgmma<true, false>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+        case NN_ATTN_TILE_WGMMA_SERIAL:
+            return launch_wgmma<false, false>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+        default: return launch_wgmma<true, true>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+        }
     }
     if (hd == 128 && tile == NN_ATTN_TILE_128x64)
         return launch_flash<128, 2, 64>(o, x, pos, T, H, KV, window, scale, s, err, errlen);

@@ -107,7 +107,8 @@ enum {
     NN_ATTN_TILE_128x32 = 2,
     NN_ATTN_TILE_WGMMA = 3,        /* 128x128 on the warpgroup MMA, PV overlapped with the softmax */
     NN_ATTN_TILE_WGMMA_SERIAL = 4, /* the same without the overlap */
-    NN_ATTN_TILES = 5
+    NN_ATTN_TILE_WGMMA_TMA = 5,    /* WGMMA with K/V loaded by TMA from a producer warp (mbarriers) */
+    NN_ATTN_TILES = 6
 };
 #define NN_ATTN_TILE_DEFAULT NN_ATTN_TILE_64x64
 /* nn_attention_packed_cuda with an explicit tile shape (0 .. NN_ATTN_TILES-1, else -EINVAL). */

@@ -286,8 +286,8 @@ static void breakdown(target_model_cuda *m, const char *model, int Tdoc, int tok
             for (int t = 0; t < NN_ATTN_TILES; t++) {
                 c.tile = t;
                 ms = time_op(s, op_attn, &c);
-                static const char *const tile_name[NN_ATTN_TILES] = {"64x64", "128x64", "128x32", "wgmma",
-                                                                     "wgmma serial", "wgmma tma"};
+                static const char *const tile_name[NN_ATTN_TILES] = {"64x64", "128x64",       "128x32",
+                                                                     "wgmma", "wgmma serial", "wgmma tma"};
                 snprintf(op, sizeof op, "attention tile %s%s", tile_name[t], t == def_tile ? " *" : "");
                 r = bd_add(model, Tdoc, op, ms);
                 r->tflops = att_flop / (ms * 1e-3) / 1e12;

@@ -351,8 +351,8 @@ static int launch_flash(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
 #define WG_BN 128      /* keys per tile */
 #define WG_HD 128
 #define WG_STAGES 3
-#define WG_TILE_BYTES (WG_BN * WG_HD * 2)                      /* one K or V tile: 32 KB */
-#define WG_Q_BYTES (WG_BM * WG_HD * 2)                         /* 32 KB */
+#define WG_TILE_BYTES (WG_BN * WG_HD * 2)                                /* one K or V tile: 32 KB */
+#define WG_Q_BYTES (WG_BM * WG_HD * 2)                                   /* 32 KB */
 #define WG_SMEM (1024 + WG_Q_BYTES + WG_STAGES * 2 * WG_TILE_BYTES + 64) /* + alignment slack, mbarriers */
 
 __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem, bool valid)
@@ -417,8 +417,8 @@ __device__ __forceinline__ void wg_pin(float (&d)[64])
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
     "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
     "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define WG_R8(i)                                                                                                      \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]),     \
+#define WG_R8(i)                                                                                                \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
         "+f"(d[i + 7])
 #define WG_R64 WG_R8(0), WG_R8(8), WG_R8(16), WG_R8(24), WG_R8(32), WG_R8(40), WG_R8(48), WG_R8(56)
 
@@ -721,10 +721,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const int half = n >> 3, c = n & 7;
         __nv_bfloat162 va = __floats2bfloat162_rn(o[n * 4 + 0] * inv_a, o[n * 4 + 1] * inv_a);
         __nv_bfloat162 vb = __floats2bfloat162_rn(o[n * 4 + 2] * inv_b, o[n * 4 + 3] * inv_b);
-        *reinterpret_cast<__nv_bfloat162 *>(sO + half * (WG_Q_BYTES / 2) + ra * 128 + ((c ^ (ra & 7)) << 4) +
-                                            tig * 4) = va;
-        *reinterpret_cast<__nv_bfloat162 *>(sO + half * (WG_Q_BYTES / 2) + rb * 128 + ((c ^ (rb & 7)) << 4) +
-                                            tig * 4) = vb;
+        *reinterpret_cast<__nv_bfloat162 *>(sO + half * (WG_Q_BYTES / 2) + ra * 128 + ((c ^ (ra & 7)) << 4) + tig * 4) =
+            va;
+        *reinterpret_cast<__nv_bfloat162 *>(sO + half * (WG_Q_BYTES / 2) + rb * 128 + ((c ^ (rb & 7)) << 4) + tig * 4) =
+            vb;
     }
     asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory"); /* this warpgroup's 4 warps */
     const long ldo = (long)H * WG_HD;
@@ -766,9 +766,9 @@ static int launch_wgmma(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
 {
     static bool attr_set = false; /* host-side, once per instantiation (not a stream op) */
     if (!attr_set)
-        CUDA_TRY(cudaFuncSetAttribute(flash_wgmma_kernel<PIPE, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      WG_SMEM),
-                 err, errlen);
+        CUDA_TRY(
+            cudaFuncSetAttribute(flash_wgmma_kernel<PIPE, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM),
+            err, errlen);
     attr_set = true;
     CUtensorMap tm;
     memset(&tm, 0, sizeof tm);
@@ -787,8 +787,7 @@ static int launch_wgmma(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
     }
     dim3 grid((T + WG_BM - 1) / WG_BM, H);
     const float log2e = 1.4426950408889634f;
-    flash_wgmma_kernel<PIPE, TMA><<<grid, WG_THREADS, WG_SMEM, s>>>(
-        out, qkv, pos, T, H, KV, window, scale * log2e, tm);
+    flash_wgmma_kernel<PIPE, TMA><<<grid, WG_THREADS, WG_SMEM, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e, tm);
     CUDA_LAUNCHED("flash_wgmma_kernel", err, errlen);
     return 0;
 }

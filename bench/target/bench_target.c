@@ -444,7 +444,8 @@ int main(int argc, char **argv)
             char desc[64];
             memset(&probe, 0, sizeof probe);
             if (nv >= 8 || strlen(t) >= sizeof vlist[0] || set_variant(&probe, t, 2048, desc, sizeof desc) < 0) {
-                fprintf(stderr, "bench_target: --variants: '%s' is not one of default, base, t1, t2, auto (<= 8)\n", t);
+                fprintf(stderr, "bench_target: --variants: '%s' is not one of default, base, t1 .. t5, auto (<= 8)\n",
+                        t);
                 return 2;
             }
             if (!strcmp(t, "auto") && !do_breakdown) {

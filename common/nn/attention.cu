@@ -13,6 +13,9 @@
  * keys are all masked contribute exact zeros, never NaN (the running max falls back to 0).
  * Blocks are issued longest first (the last query tile has the most keys).
  *
+ * The wgmma kernels (hd 128, sm_90a; below): 128-query x 128-key tiles on the warpgroup
+ * MMA with K/V in swizzled shared memory, loaded by cp.async or TMA.
+ *
  * The simple kernel (any even hd <= 256): one warp per (query, head), fp32 online
  * softmax over its keys; the fallback and a second opinion in the tests. */
 #include "nn/nn_cuda_device.cuh"
@@ -476,7 +479,7 @@ __device__ __forceinline__ float wg_exp2(float x)
 }
 #endif
 
-template <bool PIPE, bool TMA>
+template <bool PIPE, bool TMA, bool PP>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     flash_wgmma_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ qkv, const int32_t *__restrict__ pos, int T,
                        int H, int KV, int window, float scale_log2, const __grid_constant__ CUtensorMap tm)
@@ -494,12 +497,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const bf16 *gQ = qkv + (size_t)h * WG_HD;
     const bf16 *gK = qkv + (size_t)(H + kvh) * WG_HD;
     const bf16 *gV = qkv + (size_t)(H + KV + kvh) * WG_HD;
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int tid = threadIdx.x, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0); /* warp-uniform for the compiler */
     const int gid = lane >> 2, tig = lane & 3;
 
     const int q_last = min(q0 + WG_BM, T) - 1;
     const int kv_begin = key_lo(pos, q0, window);
     const int n_tiles = (q_last + 1 - kv_begin + WG_BN - 1) / WG_BN;
+    /* the thread that issues the TMA loads: with PP the second warpgroup's first (it runs
+     * half a tile behind, so it is the last to release a stage) */
+    const int loader = PP ? 128 : 0;
 
     /* TMA: full[st] completes when stage st's K and V (and Q, with tile 0) have landed;
      * empty[st] when all 256 threads are done with it. Thread 0 issues every load, one
@@ -571,9 +578,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint64_t dK0 = wg_desc(sKV, 16, 1024);
     const uint64_t dV0 = wg_desc(sKV + WG_TILE_BYTES, WG_BN * 128, 1024);
 
+    if (PP && wg == 1)
+        asm volatile("bar.arrive 3, 256;\n" ::: "memory"); /* the first turn is the first warpgroup's */
     for (int j = 0; j <= n_tiles; j++) {
         if (TMA) {
-            if (tid == 0 && j + 1 < n_tiles)
+            if (tid == loader && j + 1 < n_tiles)
                 tma_tile(j + 1);
             /* every thread waits for every tile, used or skipped, so that no thread can
              * release a stage a whole ring ahead of the others */
@@ -672,12 +681,23 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 pa[kk][3] = pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7]);
             }
         };
+        /* PP: the warpgroups take turns issuing their MMAs (named barriers 3 and 4), so the
+         * softmax of one runs while the tensor cores work for the other. Each waits for its
+         * turn, issues, hands the turn over; the second warpgroup's first hand-over is given
+         * before the loop and its last one is left out, so every wait has its arrive. */
+        if (PP)
+            asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wg) : "memory");
+        auto handoff = [&]() {
+            if (PP && !(wg == 1 && j == n_tiles))
+                asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wg) : "memory");
+        };
         /* each issue and its wait in one branch (the compiler keeps the MMAs asynchronous
          * only when it can see that) */
         if (PIPE && do_s && do_pv) { /* the steady state */
             wg_fence();
             issue_s();
             issue_pv();
+            handoff();
             wg_wait<1>(); /* S_j done, PV_{j-1} may still run */
             wg_pin(s);
             softmax();
@@ -687,6 +707,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         } else if (do_s) {
             wg_fence();
             issue_s();
+            if (PIPE)
+                handoff();
             wg_wait<0>();
             wg_pin(s);
             softmax();
@@ -694,14 +716,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (!PIPE) {
                 wg_fence();
                 issue_pv();
+                handoff();
                 wg_wait<0>();
                 wg_pin(o);
             }
         } else if (do_pv) { /* PIPE: the last tile's PV */
             wg_fence();
             issue_pv();
+            handoff();
             wg_wait<0>();
             wg_pin(o);
+        } else {
+            handoff();
         }
         if (TMA) { /* the tile whose V was used last is free (K went before it) */
             const int done = PIPE ? j - 1 : j;
@@ -760,15 +786,15 @@ static int wgmma_usable()
 #endif
 }
 
-template <bool PIPE, bool TMA>
+template <bool PIPE, bool TMA, bool PP = false>
 static int launch_wgmma(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, int H, int KV, int window, float scale,
                         cudaStream_t s, char *err, size_t errlen)
 {
     static bool attr_set = false; /* host-side, once per instantiation (not a stream op) */
     if (!attr_set)
-        CUDA_TRY(
-            cudaFuncSetAttribute(flash_wgmma_kernel<PIPE, TMA>, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM),
-            err, errlen);
+        CUDA_TRY(cudaFuncSetAttribute(flash_wgmma_kernel<PIPE, TMA, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      WG_SMEM),
+                 err, errlen);
     attr_set = true;
     CUtensorMap tm;
     memset(&tm, 0, sizeof tm);
@@ -787,7 +813,8 @@ static int launch_wgmma(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
     }
     dim3 grid((T + WG_BM - 1) / WG_BM, H);
     const float log2e = 1.4426950408889634f;
-    flash_wgmma_kernel<PIPE, TMA><<<grid, WG_THREADS, WG_SMEM, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e, tm);
+    flash_wgmma_kernel<PIPE, TMA, PP>
+        <<<grid, WG_THREADS, WG_SMEM, s>>>(out, qkv, pos, T, H, KV, window, scale * log2e, tm);
     CUDA_LAUNCHED("flash_wgmma_kernel", err, errlen);
     return 0;
 }
@@ -888,7 +915,9 @@ int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, co
         case NN_ATTN_TILE_WGMMA: return launch_wgmma<true, false>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
         case NN_ATTN_TILE_WGMMA_SERIAL:
             return launch_wgmma<false, false>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
-        default: return launch_wgmma<true, true>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+        case NN_ATTN_TILE_WGMMA_TMA:
+            return launch_wgmma<true, true>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
+        default: return launch_wgmma<true, true, true>(o, x, pos, T, H, KV, window, scale, s, err, errlen);
         }
     }
     if (hd == 128 && tile == NN_ATTN_TILE_128x64)

@@ -207,6 +207,14 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
+# attention.cu carries a warpgroup-MMA (wgmma) kernel, an sm_90a instruction: with
+# CUDA_ARCH 90 that one file is built for sm_90a (runs on sm_90 devices only, as the rest
+# of an sm_90 build) with NN_ATTN_WGMMA set; any other arch builds it without the kernel
+# (its tiles fall back to the mma.sync one).
+ifeq ($(CUDA_ARCH),90)
+$(BUILD)/common/nn/attention.cu.o: NVCCFLAGS := $(subst -arch=sm_90,-arch=sm_90a,$(NVCCFLAGS)) -DNN_ATTN_WGMMA=1
+endif
+
 $(BUILD)/bin/%: tests/%_main.c $(ALL_LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)

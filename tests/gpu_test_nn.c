@@ -542,12 +542,14 @@ int main(void)
     test_attention(200, 6, 2, 16, 2, 0, 0);
     test_attention(130, 4, 1, 32, 1, 0, 0);
     test_attention(1, 4, 2, 128, 1, 0, 0);
-    test_attention(64, 2, 2, 128, 64, 0, 0);   /* every document one token long */
-    test_attention(150, 4, 2, 96, 3, 0, 0);    /* hd 96: the simple fallback */
-    test_attention(700, 2, 1, 128, 2, 0, 0);   /* many key tiles per query tile */
-    test_attention(1000, 4, 2, 128, 3, 0, 0);  /* several 128-query tiles per document */
-    test_attention(600, 4, 1, 128, 2, 100, 0); /* a sliding window with the 128-query tiles */
-    test_attention(129, 2, 2, 128, 1, 0, 0);   /* one row past a 128-query tile */
+    test_attention(64, 2, 2, 128, 64, 0, 0);    /* every document one token long */
+    test_attention(150, 4, 2, 96, 3, 0, 0);     /* hd 96: the simple fallback */
+    test_attention(700, 2, 1, 128, 2, 0, 0);    /* many key tiles per query tile */
+    test_attention(1000, 4, 2, 128, 3, 0, 0);   /* several 128-query tiles per document */
+    test_attention(600, 4, 1, 128, 2, 100, 0);  /* a sliding window with the 128-query tiles */
+    test_attention(129, 2, 2, 128, 1, 0, 0);    /* one row past a 128-query tile */
+    test_attention(2100, 4, 1, 128, 2, 0, 0);   /* a long document: many 128-key tiles through the stages */
+    test_attention(1800, 2, 1, 128, 3, 700, 0); /* long documents under a sliding window */
 
     test_swiglu(33, 160);
     test_swiglu(17, 100);

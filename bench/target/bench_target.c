@@ -87,8 +87,9 @@ static void usage(FILE *f)
                "  GEMM at every cuBLASLt heuristic rank, the attention at every tile shape), with\n"
                "  TFLOP/s, GB/s and %% of the GEMM ceiling\n"
                "  --variants LIST: comma list of kernel choices to time (default: default): default (the\n"
-               "  shipped choices), base (64x64 attention tiles, heuristic rank 0), t1 / t2 (128x64 /\n"
-               "  128x32 attention tiles, rank 0), auto (the breakdown's fastest per shape); each row\n"
+               "  shipped choices), base (64x64 attention tiles, heuristic rank 0), t1 .. t6 (128x64 /\n"
+               "  128x32 / wgmma / wgmma serial / wgmma tma / wgmma pingpong attention tiles, rank 0), auto (the\n"
+               "  breakdown's fastest per shape); each row\n"
                "  says whether the graph replay gave the eager forward's bits (exit 1 if not) and its\n"
                "  relative L2 distance to the first variant's output\n");
 }
@@ -285,11 +286,9 @@ static void breakdown(target_model_cuda *m, const char *model, int Tdoc, int tok
             for (int t = 0; t < NN_ATTN_TILES; t++) {
                 c.tile = t;
                 ms = time_op(s, op_attn, &c);
-                snprintf(op, sizeof op, "attention tile %s%s",
-                         t == 0   ? "64x64"
-                         : t == 1 ? "128x64"
-                                  : "128x32",
-                         t == def_tile ? " *" : "");
+                static const char *const tile_name[NN_ATTN_TILES] = {
+                    "64x64", "128x64", "128x32", "wgmma", "wgmma serial", "wgmma tma", "wgmma pingpong"};
+                snprintf(op, sizeof op, "attention tile %s%s", tile_name[t], t == def_tile ? " *" : "");
                 r = bd_add(model, Tdoc, op, ms);
                 r->tflops = att_flop / (ms * 1e-3) / 1e12;
                 r->pct = 100 * r->tflops / ceiling;
@@ -356,8 +355,8 @@ static void breakdown(target_model_cuda *m, const char *model, int Tdoc, int tok
 
 /* ---- variants: the forward's kernel choices ------------------------------------------ */
 
-/* base: 64x64 tiles, rank 0 everywhere (the forward as it was); t1 / t2: the 128-query
- * tiles; auto: the breakdown's fastest tile per T and ranks; default: target_init_cuda's
+/* base: 64x64 tiles, rank 0 everywhere (the forward as it was); t1 .. t4: the other tile
+ * shapes (NN_ATTN_TILE_*); auto: the breakdown's fastest tile per T and ranks; default: target_init_cuda's
  * choices (the shipped table). */
 static int set_variant(target_model_cuda *m, const char *v, int Tdoc, char *desc, size_t desclen)
 {
@@ -365,7 +364,8 @@ static int set_variant(target_model_cuda *m, const char *v, int Tdoc, char *desc
         m->attn_tile = -1;
         for (int i = 0; i < 4; i++)
             m->gemm_rank[i] = -1;
-    } else if (!strcmp(v, "base") || !strcmp(v, "t1") || !strcmp(v, "t2")) {
+    } else if (!strcmp(v, "base") || !strcmp(v, "t1") || !strcmp(v, "t2") || !strcmp(v, "t3") || !strcmp(v, "t4") ||
+               !strcmp(v, "t5") || !strcmp(v, "t6")) {
         m->attn_tile = v[0] == 'b' ? 0 : v[1] - '0';
         for (int i = 0; i < 4; i++)
             m->gemm_rank[i] = 0;
@@ -444,7 +444,8 @@ int main(int argc, char **argv)
             char desc[64];
             memset(&probe, 0, sizeof probe);
             if (nv >= 8 || strlen(t) >= sizeof vlist[0] || set_variant(&probe, t, 2048, desc, sizeof desc) < 0) {
-                fprintf(stderr, "bench_target: --variants: '%s' is not one of default, base, t1, t2, auto (<= 8)\n", t);
+                fprintf(stderr, "bench_target: --variants: '%s' is not one of default, base, t1 .. t6, auto (<= 8)\n",
+                        t);
                 return 2;
             }
             if (!strcmp(t, "auto") && !do_breakdown) {

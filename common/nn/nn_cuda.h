@@ -102,10 +102,21 @@ int nn_attention_packed_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const i
 /* Tile shapes of the flash kernel: queries x keys per shared-memory tile. 64x64 (4 warps
  * of 16 query rows, Q in registers) serves every flash hd; 128x64 and 128x32 (4 warps of
  * 32 rows, Q re-read from shared memory, each K/V fragment feeds two row blocks) exist for
- * hd 128 only (other hd run 64x64). Each tile shape is deterministic; two shapes may
- * differ in the last bits (the keys are summed in tiles of another size).
+ * hd 128 only (other hd run 64x64). The WGMMA tiles (hd 128, sm_90; the 128x64 kernel
+ * elsewhere): 128 queries x 128 keys on the warpgroup MMA (attention.cu). Each tile shape
+ * is deterministic; two shapes may differ in the last bits (the keys are summed in tiles
+ * of another size).
  * NN_ATTN_TILE_DEFAULT is what nn_attention_packed_cuda runs. */
-enum { NN_ATTN_TILE_64x64 = 0, NN_ATTN_TILE_128x64 = 1, NN_ATTN_TILE_128x32 = 2, NN_ATTN_TILES = 3 };
+enum {
+    NN_ATTN_TILE_64x64 = 0,
+    NN_ATTN_TILE_128x64 = 1,
+    NN_ATTN_TILE_128x32 = 2,
+    NN_ATTN_TILE_WGMMA = 3,        /* 128x128 on the warpgroup MMA, PV overlapped with the softmax */
+    NN_ATTN_TILE_WGMMA_SERIAL = 4, /* the same without the overlap */
+    NN_ATTN_TILE_WGMMA_TMA = 5,    /* WGMMA with Q/K/V loaded by TMA (mbarriers, no block barrier) */
+    NN_ATTN_TILE_WGMMA_PP = 6,     /* WGMMA_TMA with the two warpgroups taking turns on the MMAs */
+    NN_ATTN_TILES = 7
+};
 #define NN_ATTN_TILE_DEFAULT NN_ATTN_TILE_64x64
 /* nn_attention_packed_cuda with an explicit tile shape (0 .. NN_ATTN_TILES-1, else -EINVAL). */
 int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H, int KV,

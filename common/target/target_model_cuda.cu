@@ -387,15 +387,17 @@ int target_gemm_rank_cuda(const target_model_cuda *m, int T, int N, int K)
     return 0;
 }
 
-/* hd 128: the 128x64 tile, measured fastest of the three at Qwen3-8B with documents of
- * 2048 and 4096 tokens and a mixed row (0.70 / 1.28 ms against 64x64's 0.91 / 1.91 ms per
- * layer, H200); the other hd have only 64x64. */
+/* hd 128: the wgmma kernel with TMA loads and the two warpgroups taking turns (128x128
+ * tiles, sm_90; elsewhere nn_attention_packed_tile_cuda runs 128x64 for it), measured
+ * fastest at Qwen3-8B with documents of 2048 and 4096 tokens (0.29 / 0.49 ms per layer
+ * against 128x64's 0.71 / 1.29 ms, H200; docs/target_cuda.md); the other hd have only
+ * 64x64. */
 int target_attn_tile_cuda(const target_model_cuda *m, int T)
 {
     (void)T;
     if (m->attn_tile >= 0)
         return m->attn_tile;
-    return m->hd == 128 ? NN_ATTN_TILE_128x64 : NN_ATTN_TILE_64x64;
+    return m->hd == 128 ? NN_ATTN_TILE_WGMMA_PP : NN_ATTN_TILE_64x64;
 }
 
 /* out[T, n_out] = x[T, n_in] w^T (+ b): the one GEMM, with the target's algorithm choice */

@@ -123,7 +123,8 @@ double target_forward_flops_cuda(const target_model_cuda *m, const int32_t *doc_
  * device not in it. */
 int target_gemm_rank_cuda(const target_model_cuda *m, int T, int N, int K);
 /* The flash tile shape the forward uses for T tokens (NN_ATTN_TILE_*): m->attn_tile when
- * set, else 128x64 for hd 128 and 64x64 otherwise. */
+ * set, else the wgmma tile for hd 128 (128x64 where the device or build has no wgmma) and
+ * 64x64 otherwise. */
 int target_attn_tile_cuda(const target_model_cuda *m, int T);
 
 /* Parameters of the layers run (no embedding, no head): the FLOP formula's count. */

@@ -4,9 +4,10 @@
 # same data. GPU machine only.
 #   bench/pipeline/run.sh 1.7b|8b [s768|full]        (BUILD=build-cuda; make CUDA=1 first)
 # Workloads:
-#   s768 (default; issue 18): configs/qwen3-<shape>-s768.json: documents of exactly 768 random
+#   s768 (default): configs/qwen3-<shape>-s768.json: documents of exactly 768 random
 #        tokens (TRAIN of them; default 3000 at 1.7b, 1200 at 8b), 256 anchors each, 10 per
-#        batch; stage-alone: bench_target T = 7680, bench_drafter S = 768 / 256 anchors
+#        batch; stage-alone: bench_target 10 documents of 768 packed in 7680 tokens (as the
+#        pipeline's batch), bench_drafter S = 768 / 256 anchors, 10 documents per step
 #   full: configs/qwen3-<shape>.json: 1.7b self-generated text, 8b random tokens of 512-2048
 #        (the earlier benchmark); stage-alone: bench_target T = 8192, bench_drafter S = 2048 /
 #        512 anchors
@@ -31,11 +32,11 @@ case "$work" in
   s768) name=qwen3-$shape-s768; data=gpu/data/qwen3-$shape-s768
         if [ "$shape" = 1.7b ]; then train=${TRAIN:-3000}; else train=${TRAIN:-1200}; fi
         gen="--generate 0 --min-len 768 --max-len 768 --train $train --heldout 8"
-        tgt_tokens=7680; dr_seq=768; dr_anchors=256 ;;
+        tgt_tokens=7680; tgt_doc="--doc-len 768"; dr_seq=768; dr_anchors=256 ;;
   full) name=qwen3-$shape; data=gpu/data/qwen3-$shape
         if [ "$shape" = 1.7b ]; then gen="--generate 224 --train ${TRAIN:-2048} --heldout 32 --batch 512"
         else gen="--generate 0 --train ${TRAIN:-320} --heldout 8"; fi
-        tgt_tokens=8192; dr_seq=2048; dr_anchors=512 ;;
+        tgt_tokens=8192; tgt_doc=""; dr_seq=2048; dr_anchors=512 ;;
   *) echo "bench/pipeline/run.sh: workload must be s768 or full, got '$work'" >&2; exit 2 ;;
 esac
 case "$shape" in 1.7b|8b) ;; *) echo "bench/pipeline/run.sh: shape must be 1.7b or 8b, got '$shape'" >&2; exit 2 ;; esac
@@ -53,7 +54,8 @@ echo "pipeline run: $(( $(date +%s) - t0 ))s"
 extra=()
 if [ "${SKIP_ALONE:-0}" != 1 ]; then
   echo "== target alone"
-  timeout 200 "$BUILD/bench/bench_target" --models "$shape" --tokens "$tgt_tokens" --iters 5 \
+  # shellcheck disable=SC2086
+  timeout 200 "$BUILD/bench/bench_target" --models "$shape" --tokens "$tgt_tokens" $tgt_doc --iters 5 \
     --json "$res/pipeline_${name}_target.json" >"$res/pipeline_${name}_target.log" 2>&1 || tail -5 "$res/pipeline_${name}_target.log"
   echo "== drafter alone"
   # as many documents packed per step as the pipeline's batches hold (token_budget / S)

@@ -75,7 +75,7 @@ static void on_alarm(int sig)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_target [--json PATH] [--tokens N] [--iters N] [--models 1.7b,8b] [--timeout S]\n"
-               "                    [--check PATH] [--breakdown] [--variants LIST]\n"
+               "                    [--check PATH] [--breakdown] [--variants LIST] [--doc-len T]\n"
                "  CUDA target forward at Qwen3-1.7B / Qwen3-8B shapes (random weights made on the GPU),\n"
                "  documents of T = 2048 and 4096 tokens packed into one row of N tokens (default 8192),\n"
                "  plus a mixed-length layout; prints a table and writes JSON (default\n"
@@ -91,7 +91,9 @@ static void usage(FILE *f)
                "  128x32 / wgmma / wgmma serial / wgmma tma / wgmma pingpong attention tiles, rank 0), auto (the\n"
                "  breakdown's fastest per shape); each row\n"
                "  says whether the graph replay gave the eager forward's bits (exit 1 if not) and its\n"
-               "  relative L2 distance to the first variant's output\n");
+               "  relative L2 distance to the first variant's output\n"
+               "  --doc-len T: one layout only, N/T documents of T tokens (N a multiple of T), as a\n"
+               "  pipeline's batch of T-token documents is packed (no --breakdown)\n");
 }
 
 static double gemm_ceiling_tflops(int iters)
@@ -403,7 +405,7 @@ int main(int argc, char **argv)
 {
     const char *json = "bench/results/target_ours.json", *models = "1.7b,8b", *check = NULL;
     const char *variants = "default";
-    int tokens = 8192, iters = 10, limit = 550, do_breakdown = 0;
+    int tokens = 8192, iters = 10, limit = 550, do_breakdown = 0, doc_len = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -422,6 +424,8 @@ int main(int argc, char **argv)
             check = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--variants"))
             variants = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--doc-len"))
+            doc_len = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--breakdown"))
             do_breakdown = 1;
         else {
@@ -430,8 +434,17 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (tokens < 4096 || tokens % 4096 || iters < 1) {
-        fprintf(stderr, "bench_target: --tokens must be a positive multiple of 4096, --iters >= 1\n");
+    if (iters < 1) {
+        fprintf(stderr, "bench_target: --iters must be >= 1\n");
+        return 2;
+    }
+    if (doc_len) {
+        if (doc_len < 1 || tokens < doc_len || tokens % doc_len || do_breakdown) {
+            fprintf(stderr, "bench_target: --doc-len T needs --tokens a positive multiple of T and no --breakdown\n");
+            return 2;
+        }
+    } else if (tokens < 4096 || tokens % 4096) {
+        fprintf(stderr, "bench_target: --tokens must be a positive multiple of 4096\n");
         return 2;
     }
     char vlist[8][16];
@@ -513,12 +526,16 @@ int main(int argc, char **argv)
         CK(cudaMalloc((void **)&dst, sizeof(int32_t) * 64));
         CK(cudaMalloc((void **)&dout, 2 * out_n));
         CK(cudaMemcpy(dtok, tok, sizeof(int32_t) * tokens, cudaMemcpyHostToDevice));
-        for (int lay = 0; lay < 3; lay++) {
+        for (int lay = 0; lay < (doc_len ? 1 : 3); lay++) {
             int32_t starts[64];
             int n_docs = 0, T = 0;
             char layout[64];
+            if (doc_len && tokens / doc_len > 63) {
+                fprintf(stderr, "bench_target: --doc-len: at most 63 documents per row\n");
+                return 2;
+            }
             if (lay < 2) {
-                T = lay == 0 ? 2048 : 4096;
+                T = doc_len ? doc_len : lay == 0 ? 2048 : 4096;
                 n_docs = tokens / T;
                 for (int i = 0; i <= n_docs; i++)
                     starts[i] = i * T;

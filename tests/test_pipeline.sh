@@ -92,6 +92,21 @@ assert abs(c["samples_s"] - 1000.0 / 28.0) < 1e-9, c
 assert abs(c["steady_frac"] - r["steady_samples_s"] / c["samples_s"]) < 1e-12, c
 assert 0 < c["drafter_busy_frac_of_alone"], c
 PY
+# two peers (peer_pipeline.py's JSON shape): one ratio table each, ours / peer in samples/s
+for i in 1 2; do
+  echo "{\"samples_per_s\": $((i * 3)).0, \"tok_per_s\": $((i * 192)).0, \"seq\": 64, \"anchors\": 8, \"attention_note\": \"p$i\"}" >"$T/peer$i.json"
+done
+python3 bench/pipeline/report.py "$RUN" --label clean --json "$T/report3.json" --peer-json "$T/peer1.json" \
+  --peer-json "$T/peer2.json" >"$T/report3.out" || { cat "$T/report3.out"; fail "report.py with two peers"; }
+python3 - "$T/report3.json" <<'PY' || { cat "$T/report3.out"; fail "report.py peer tables"; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+v = r["vs_peers"]
+assert len(v) == 2 and r["vs_peer"] == v[0], r.keys()
+for k, peer_sps in ((0, 3.0), (1, 6.0)):
+    assert abs(v[k]["ratio_steady"] - r["steady_samples_s"] / peer_sps) < 1e-12, v[k]
+    assert v[k]["peer_attention"] == f"p{k + 1}", v[k]
+PY
 [ -f "$RUN/drafter/config.json" ] && [ -f "$RUN/drafter/model.safetensors" ] || fail "no release export"
 grep -q '"DFlashDraftModel"' "$RUN/drafter/config.json" || fail "release config.json"
 [ -f "$RUN/checkpoints/latest" ] || fail "no checkpoint"

@@ -2,7 +2,7 @@
 # bench/drafter/run.sh: the drafter training step, ours (CUDA, bench_drafter) against the eager
 # PyTorch peer (tests/reference/dflash_torch.py step-bench) and the stronger one (the same step
 # with flex_attention's BlockMask under torch.compile, --attn flex), same GPU, same shapes, one
-# table (the flex row under each; its loss is checked against the SDPA peer's).
+# table (the flex row under each; its first step's loss is checked against the SDPA peer's).
 #   bench/drafter/run.sh [BUILD_DIR]        (default build-cuda; build with `make CUDA=1`)
 # Env: SEQS="768 2048" ANCHORS="256 512" (pairs), ITERS=10 WARMUP=3, PYTHON=python3.
 # Writes bench/results/drafter_cuda.json, drafter_torch.json, drafter_torch_flex.json (when the
@@ -86,13 +86,27 @@ for o in ours:
     if fx:
         row["torch_flex"] = fx
         row["speedup_vs_flex"] = round(fx["ms_per_step"] / o["ms_per_step"], 3)
-        # same seed, inputs and recipe: the two peers' losses agree when the BlockMask is right
-        same = p is not None and abs(fx["loss"] - p["loss"]) <= 2e-2 * max(1.0, abs(p["loss"]))
+        # same seed, inputs and weights: the first step's loss (before any update) agrees when the
+        # BlockMask is right; the last step's loss is after warmup + iters updates on one batch at
+        # lr 6e-4 and drifts apart with the attention kernels' rounding, so it checks nothing
+        lk = "first_loss" if p is not None and "first_loss" in fx and "first_loss" in p else "loss"
+        same = p is not None and abs(fx[lk] - p[lk]) <= 2e-2 * max(1.0, abs(p[lk]))
         row["flex_loss_matches_sdpa"] = same
         print(f"{'':13} | {'':33} | {fx['ms_per_step']:8.1f} {fx['samples_per_s']:7.2f} {fx['tflops']:8.1f} "
-              f"{100*fx['mfu']:5.1f}% | {row['speedup_vs_flex']:6.2f}x  (torch flex+compile; loss "
-              f"{fx['loss']} vs SDPA {p['loss'] if p else '-'}: {'agrees' if same else 'DIFFERS'})")
+              f"{100*fx['mfu']:5.1f}% | {row['speedup_vs_flex']:6.2f}x  (torch flex+compile; {lk.replace('_', ' ')} "
+              f"{fx[lk]} vs SDPA {p[lk] if p else '-'}: {'agrees' if same else 'DIFFERS'})")
     rows.append(row)
+# phases side by side (ms, medians of the timed steps); the peers' split: forward, chunked head +
+# CE with dL/dz, loss.backward(), clip + AdamW; ours adds the attention kernels' share
+print(f"\nphases (ms) {'':14} {'forward':>8} {'(attn)':>7} {'loss':>7} {'backward':>9} {'(attn)':>7} {'optimizer':>9}")
+for r in rows:
+    for who, x in (("ours", r.get("ours")), ("eager", r.get("torch")), ("flex", r.get("torch_flex"))):
+        p_ = (x or {}).get("phase_ms")
+        if not p_:
+            continue
+        g = lambda k: f"{p_[k]:.2f}" if p_.get(k) is not None else "-"
+        print(f"  {r['seq']:5d} {r['anchors']:4d} {who:6} {'':7} {g('forward'):>8} {g('attention_fwd'):>7} {g('loss'):>7} "
+              f"{g('backward'):>9} {g('attention_bwd'):>7} {g('optimizer'):>9}")
 print(f"(GEMM ceiling ours {ours[0]['gemm_ceiling_tflops']} TFLOP/s"
       + (f", torch {peer[0]['gemm_ceiling_tflops']} TFLOP/s" if peer else "") + f"; peer: {status}; "
       f"flex peer: {flex_status})")

@@ -19,3 +19,5 @@ res=${RES:-bench/results/eval}; mkdir -p "$res"
 extra=(); [ "${COMPILE:-0}" = 1 ] && extra=(--compile)
 PYTHONUNBUFFERED=1 timeout 400 python3 bench/eval/peer_generate.py --models "$MODELS" --prompt "$PROMPT" --new "$NEW" \
   --json "$res/decode_peer.json" "${extra[@]}" 2>&1 | grep -v Warning | tee "$res/decode_peer.log" || echo "peer failed"
+python3 bench/eval/decode_table.py "$res/decode.json" "$res/decode_peer.json" ${PEER_FALLBACK:-} --json "$res/decode_vs_peer.json" |
+  tee "$res/decode_vs_peer.log"

@@ -42,7 +42,11 @@ def main():
         with torch.device("cuda"):
             model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
         ids = torch.randint(0, 151935, (1, a.prompt), device="cuda")
-        res = {"shape": name}
+        gc = model.generation_config
+        # transformers compiles the forward by itself when the cache is static unless
+        # disable_compile is set: the "static cache" row is then already a compiled peer
+        res = {"shape": name, "generate_auto_compile": not getattr(gc, "disable_compile", True),
+               "compile_config": str(getattr(gc, "compile_config", None))}
         variants = [("dynamic cache", {}), ("static cache", {"cache_implementation": "static"})]
         if a.compile:
             variants.append(("static cache + torch.compile", {"cache_implementation": "static", "compile": True}))
@@ -68,8 +72,8 @@ def main():
         out["shapes"].append(res)
         del model
         torch.cuda.empty_cache()
-    with open(a.json, "w") as f:
-        json.dump(out, f, indent=1)
+        with open(a.json, "w") as f:  # after every shape: a run cut off by a timeout keeps what it measured
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """report.py: end-to-end figures of one pipeline run, from its run directory.
 
-    python3 bench/pipeline/report.py RUN_DIR [--json PATH] [--target-json F] [--drafter-json F] [--peer-json F]
+    python3 bench/pipeline/report.py RUN_DIR [--json PATH] [--target-json F] [--drafter-json F] [--peer-json F]...
 
 Reads metrics/<worker>.jsonl (the workers' "stage" lines: cumulative tokens, items, busy_s,
 wait_s; the drafter's "step" lines), ledger_audit.json and train_summary.json, and prints:
@@ -14,7 +14,9 @@ the same topology and shards) it prints ours beside the peer in one table: sampl
 trained per second: the drafter's step lines count them, "docs"; the peer counts the documents
 of its timed batches), tokens/s (the same documents' tokens) and ours / peer, for our steady
 state (the steps after the first 10%, the peer's timed batches being after its warmup) and
-end to end; the table goes into the JSON as "vs_peer".
+end to end; the table goes into the JSON as "vs_peers" (the first one also as "vs_peer").
+--peer-json may be repeated (e.g. the flex_attention + torch.compile step and the eager SDPA
+step): one table per peer.
 """
 import argparse
 import glob
@@ -70,7 +72,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--target-json")
     ap.add_argument("--drafter-json")
-    ap.add_argument("--peer-json")
+    ap.add_argument("--peer-json", action="append", default=[],
+                    help="a peer_pipeline.py result; repeat for several peers (one row each)")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
     mdir = os.path.join(a.run_dir, "metrics")
@@ -162,27 +165,29 @@ def main():
             print(f"  drafter in the pipeline: {ceil['drafter_busy_samples_s']:.2f} documents per busy second = "
                   f"{ceil['drafter_busy_frac_of_alone']:.1%} of its alone rate ({ceil['drafter_alone_samples_s']:.2f}, "
                   f"{ceil['drafter_alone_docs']} documents packed per step as in the pipeline; the target shares the GPU)")
-    if a.peer_json:
-        pj = json.load(open(a.peer_json))
-        res["peer"] = pj
+    for i, pj_path in enumerate(a.peer_json):
+        pj = json.load(open(pj_path))
         rows = [("ours, steady state", res["steady_samples_s"], res["steady_tok_s"]),
                 ("ours, end to end", (docs if docs is not None else n_samples) / wall, res["tok_s"]),
                 ("peer (timed batches)", pj["samples_per_s"], pj["tok_per_s"])]
-        vs = {"seq": pj.get("seq"), "anchors": pj.get("anchors"), "docs_per_batch": pj.get("docs_per_batch"),
-              "peer_attention": pj.get("attention_note"), "peer_target_forward": pj.get("target_forward"),
-              "rows": []}
-        print(f"  ours vs the peer (same topology and shards; S={pj.get('seq')}, {pj.get('anchors')} anchors per "
+        vs = {"peer_json": pj_path, "seq": pj.get("seq"), "anchors": pj.get("anchors"),
+              "docs_per_batch": pj.get("docs_per_batch"), "peer_attention": pj.get("attention_note"),
+              "peer_target_forward": pj.get("target_forward"), "rows": []}
+        print(f"  ours vs peer {i + 1} (same topology and shards; S={pj.get('seq')}, {pj.get('anchors')} anchors per "
               f"document, {pj.get('docs_per_batch')} documents per step):")
         print(f"  {'':<22} {'samples/s':>10} {'tokens/s':>12} {'x peer':>7}")
         for label, sps, tps in rows:
             ratio = sps / pj["samples_per_s"] if sps and pj.get("samples_per_s") else None
             vs["rows"].append({"side": label, "samples_s": sps, "tok_s": tps, "ratio": ratio})
             print(f"  {label:<22} {sps or 0:>10.2f} {tps or 0:>12,.0f} {ratio or 0:>6.2f}x")
-        print(f"  peer: {pj.get('attention_note')}; target {pj.get('target_forward')}; per batch target "
+        print(f"  peer {i + 1}: {pj.get('attention_note')}; target {pj.get('target_forward')}; per batch target "
               f"{pj.get('target_ms', 0):.1f} ms + step {pj.get('step_ms', 0):.1f} ms")
         vs["ratio_steady"] = vs["rows"][0]["ratio"]
         vs["ratio_end_to_end"] = vs["rows"][1]["ratio"]
-        res["vs_peer"] = vs
+        res.setdefault("peers", []).append(pj)
+        res.setdefault("vs_peers", []).append(vs)
+        if i == 0:  # the first peer also under the names earlier results used
+            res["peer"], res["vs_peer"] = pj, vs
     if a.json:
         os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
         with open(a.json, "w") as f:

@@ -17,7 +17,9 @@
 # 3. bench_target and bench_drafter (target alone, drafter alone; SKIP_ALONE=1 skips them)
 # 4. the peer on the same topology and shards (bench/pipeline/peer_pipeline.py: transformers
 #    target forward, then the PyTorch DFlash step + AdamW, batch after batch; PEER_ARGS adds
-#    options, e.g. "--compile --batches 12"; SKIP_PEER=1 skips it)
+#    options, e.g. "--compile --batches 12"; PEER_ATTN lists the step's attention, one peer
+#    run each, default "auto sdpa": flex_attention + torch.compile where it runs, then the
+#    eager SDPA step; SKIP_PEER=1 skips the peers)
 # 5. prints the table (ours vs the peer: samples/s, tokens/s, ratio) and writes
 #    bench/results/pipeline/pipeline_<name>.json (bench/pipeline/report.py)
 set -euo pipefail
@@ -67,14 +69,18 @@ if [ "${SKIP_ALONE:-0}" != 1 ]; then
   [ -f "$res/pipeline_${name}_drafter.json" ] && extra+=(--drafter-json "$res/pipeline_${name}_drafter.json")
 fi
 if [ "${SKIP_PEER:-0}" != 1 ]; then
-  echo "== peer: bench/pipeline/peer_pipeline.py --topology $cfg (same shards)"
-  rm -f "$res/pipeline_${name}_peer.json"
-  # shellcheck disable=SC2086
-  PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PEER_TIMEOUT:-600}" $PY bench/pipeline/peer_pipeline.py --topology "$cfg" \
-    --seq "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data"]["max_seq_len"])' "$cfg")" \
-    --anchors "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["drafter"]["num_anchors"])' "$cfg")" \
-    --json "$res/pipeline_${name}_peer.json" ${PEER_ARGS:-} 2>&1 | tee "$res/pipeline_${name}_peer.log" | grep -v "^\s*$" | tail -25 || true
-  [ -f "$res/pipeline_${name}_peer.json" ] && extra+=(--peer-json "$res/pipeline_${name}_peer.json") ||
-    echo "peer: no result (see $res/pipeline_${name}_peer.log)"
+  seq=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data"]["max_seq_len"])' "$cfg")
+  anchors=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["drafter"]["num_anchors"])' "$cfg")
+  for attn in ${PEER_ATTN:-auto sdpa}; do
+    sfx=""; [ "$attn" = auto ] || sfx="_$attn"
+    echo "== peer: bench/pipeline/peer_pipeline.py --topology $cfg --attn $attn (same shards)"
+    rm -f "$res/pipeline_${name}_peer$sfx.json"
+    # shellcheck disable=SC2086
+    PYTHONUNBUFFERED=1 timeout --kill-after=10 "${PEER_TIMEOUT:-600}" $PY bench/pipeline/peer_pipeline.py --topology "$cfg" \
+      --seq "$seq" --anchors "$anchors" --attn "$attn" --json "$res/pipeline_${name}_peer$sfx.json" ${PEER_ARGS:-} 2>&1 |
+      tee "$res/pipeline_${name}_peer$sfx.log" | grep -v "^\s*$" | tail -25 || true
+    [ -f "$res/pipeline_${name}_peer$sfx.json" ] && extra+=(--peer-json "$res/pipeline_${name}_peer$sfx.json") ||
+      echo "peer --attn $attn: no result (see $res/pipeline_${name}_peer$sfx.log)"
+  done
 fi
 $PY bench/pipeline/report.py "gpu/runs/$name" --label "$name" --json "$res/pipeline_$name.json" ${extra[@]+"${extra[@]}"}

@@ -743,16 +743,30 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
     if not fused:
         opt = torch.optim.AdamW(plist, lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
     last = {}
+    phase_ev = []  # per step, CUDA events at the phase boundaries (recording them syncs nothing)
+
+    def mark(ev, i):
+        if ev is not None:
+            ev[i].record()
 
     def step():
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(5)] if cuda else None
+        mark(ev, 0)
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
             z = drafter_forward(params, cfg, H, ids, anchors, keep, embed, use_sdpa)
+            mark(ev, 1)
             loss, _ = head_loss(z, lm_head, labels, w, sel, norm, args.chunk, head_ce)
+            mark(ev, 2)
         loss.backward()
+        mark(ev, 3)
         torch.nn.utils.clip_grad_norm_(plist, 1.0)
         opt.step()
+        mark(ev, 4)
+        if ev is not None:
+            phase_ev.append(ev)
         last["loss"] = loss.detach()
+        last.setdefault("first_loss", last["loss"])  # before any update: what two recipes must agree on
 
     oom = getattr(torch.cuda, "OutOfMemoryError", MemoryError)
     try:
@@ -768,6 +782,10 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
         step()
     med, ts = time_ms(step, args.warmup, args.iters, dev)
     loss_val = last["loss"].item()
+    phase_ms = None
+    if phase_ev:  # the timed steps' phases, median of each (time_ms synchronised at its end)
+        per = [[e[i].elapsed_time(e[i + 1]) for e in phase_ev[-args.iters:]] for i in range(4)]
+        phase_ms = {k: round(statistics.median(v), 3) for k, v in zip(("forward", "loss", "backward", "optimizer"), per)}
     if not math.isfinite(loss_val):
         raise RuntimeError(f"non-finite loss {loss_val}")
     pairs = 0
@@ -782,8 +800,12 @@ def bench_one(cfg, shape, S, num_anchors, args, ceiling, dev):
                 tflop_per_step=round(flops / 1e12, 4), tflops=round(tflops, 2),
                 mfu=round(tflops / ceiling, 4), gemm_ceiling_tflops=round(ceiling, 2),
                 peak_mem_gib=round(torch.cuda.max_memory_allocated() / 2 ** 30, 2) if cuda else None,
-                loss=round(loss_val, 4), fused_adamw=fused, sdpa=use_sdpa is True, attention=args.attn,
+                loss=round(loss_val, 4), first_loss=round(last["first_loss"].item(), 5), fused_adamw=fused,
+                sdpa=use_sdpa is True, attention=args.attn,
                 chunk_rows=args.chunk, warmup=args.warmup, iters=args.iters, attention_pairs=pairs, **parts,
+                phase_ms=phase_ms,
+                phase_note="forward = drafter layers; loss = chunked head + CE with dL/dz (as ours); "
+                           "backward = loss.backward() (the layers); optimizer = clip + AdamW",
                 recipe=("flex_attention (BlockMask, torch.compile)" if args.attn == "flex" else
                         "eager: SDPA dense bool mask") +
                        ", chunked head+CE, fp32 master + bf16 autocast, clip 1.0, AdamW (0.9, 0.95)",

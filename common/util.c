@@ -236,25 +236,6 @@ void df_rng_seed(df_rng *r, uint64_t seed)
     }
 }
 
-static inline uint64_t rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t df_rng_next(df_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
 uint64_t df_rng_below(df_rng *r, uint64_t n)
 {
     uint64_t lim = UINT64_MAX - UINT64_MAX % n; /* reject the biased tail */
@@ -268,9 +249,7 @@ uint64_t df_rng_below(df_rng *r, uint64_t n)
 double df_rng_normal(df_rng *r)
 {
     double u1 = df_rng_uniform(r), u2 = df_rng_uniform(r);
-    if (u1 < 1e-300)
-        u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return df_normal_of(u1, u2);
 }
 
 uint64_t df_fnv1a64(const void *data, size_t len, uint64_t seed)

@@ -12,6 +12,7 @@
 #define DF_UTIL_H
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,14 +99,38 @@ typedef struct df_rng {
     uint64_t s[4];
 } df_rng;
 void df_rng_seed(df_rng *r, uint64_t seed);
-uint64_t df_rng_next(df_rng *r);
+static inline uint64_t df_rng_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+static inline uint64_t df_rng_next(df_rng *r) /* one xoshiro256** step; inline: fills draw billions */
+{
+    uint64_t *s = r->s;
+    uint64_t out = df_rng_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = df_rng_rotl(s[3], 45);
+    return out;
+}
 static inline double df_rng_uniform(df_rng *r) /* [0,1) */
 {
     return (double)(df_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
 }
 uint64_t df_rng_below(df_rng *r, uint64_t n); /* uniform in [0, n), n > 0, unbiased */
 double df_rng_normal(df_rng *r);              /* standard normal (Box-Muller) */
-uint64_t df_hash64(uint64_t x);               /* splitmix64 finaliser: a good 64-bit mix */
+/* The normal df_rng_normal makes of its two uniforms (u1 drawn first): for fills that draw
+ * the uniforms apart from the arithmetic (rng_fill.h) and must give the same bits. */
+static inline double df_normal_of(double u1, double u2)
+{
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+uint64_t df_hash64(uint64_t x); /* splitmix64 finaliser: a good 64-bit mix */
 
 /* FNV-1a 64 over bytes: payload checksums in tests and shard headers. */
 uint64_t df_fnv1a64(const void *data, size_t len, uint64_t seed);

@@ -4,10 +4,13 @@
 # a speculative step, the speculative loop at three acceptance rates with the lossless
 # check, the same loops for a batch of BATCH prompts decoded together) and
 # peer_generate.py (transformers generate) at the Qwen3-1.7B and Qwen3-8B shapes, random
-# weights made on the GPU. Prints both; writes bench/results/eval/decode*.json.
+# weights made on the GPU. Prints both, then one table of ours beside the peer
+# (bench/eval/decode_table.py); writes bench/results/eval/decode.json, decode_peer.json and
+# decode_vs_peer.json.
 # Env: BUILD (build-cuda), MODELS (1.7b,8b), PROMPT (128), NEW (128), BATCH (4; 1: no
-# batch), COMPILE (0; 1 adds the peer's static cache + torch.compile variant, minutes of
-# compilation), RES.
+# batch), COMPILE (0; 1 adds the peer's static cache + our torch.compile variant, minutes of
+# compilation; transformers already compiles a static-cache generate by itself), RES,
+# PEER_FALLBACK (more peer JSON files, for shapes the new peer run did not reach).
 # The speedup bar with a drafter that works: bench/eval/trained_target.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,5 +22,6 @@ res=${RES:-bench/results/eval}; mkdir -p "$res"
 extra=(); [ "${COMPILE:-0}" = 1 ] && extra=(--compile)
 PYTHONUNBUFFERED=1 timeout 400 python3 bench/eval/peer_generate.py --models "$MODELS" --prompt "$PROMPT" --new "$NEW" \
   --json "$res/decode_peer.json" "${extra[@]}" 2>&1 | grep -v Warning | tee "$res/decode_peer.log" || echo "peer failed"
+# shellcheck disable=SC2086 # PEER_FALLBACK is a list of files
 python3 bench/eval/decode_table.py "$res/decode.json" "$res/decode_peer.json" ${PEER_FALLBACK:-} --json "$res/decode_vs_peer.json" |
   tee "$res/decode_vs_peer.log"

@@ -11,6 +11,7 @@
 
 #include "dflash/adamw.h"
 #include "nn/nn_backward.h"
+#include "rng_fill.h"
 #include "util.h"
 
 /* ---- parameter table ----------------------------------------------------- */
@@ -117,8 +118,11 @@ void dflash_params_init_random(dflash_params *p, const dflash_config *c, uint64_
         dflash_tensor t;
         dflash_tensor_info(c, i, &t);
         float *v = p->data + t.offset;
-        for (size_t e = 0; e < t.numel; e++)
-            v[e] = t.is_norm ? 1.0f : (float)(std * df_rng_normal(&r));
+        if (t.is_norm)
+            for (size_t e = 0; e < t.numel; e++)
+                v[e] = 1.0f;
+        else /* (float)(std * df_rng_normal(&r)) per element, in order; threads for the big ones */
+            df_rng_fill_normal(&r, v, t.numel, std, 0);
     }
 }
 

@@ -60,7 +60,8 @@ int dflash_params_alloc(dflash_params *p, const dflash_config *c);
 /* Binds views into caller-owned data (not freed by dflash_params_free). */
 void dflash_params_bind(dflash_params *p, const dflash_config *c, float *data);
 void dflash_params_free(dflash_params *p);
-/* Norm weights 1, linear weights N(0, std^2) from df_rng(seed). */
+/* Norm weights 1, linear weights N(0, std^2) from df_rng(seed), tensor after tensor, element
+ * after element (df_rng_fill_normal: the same bits on any number of threads). */
 void dflash_params_init_random(dflash_params *p, const dflash_config *c, uint64_t seed, float std);
 
 /* The weight-decay segments (every 2-D projection; no 1-D norm weight) of the flat

@@ -32,7 +32,7 @@ peer_status="not run"
 rm -f "$OUT/drafter_torch.json"
 if [ -f tests/reference/dflash_torch.py ] && $PY -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   echo "== peer: tests/reference/dflash_torch.py step-bench"
-  if timeout 1200 $PY tests/reference/dflash_torch.py step-bench --seq $SEQS --anchors $ANCHORS --iters "$ITERS" \
+  if timeout 1200 $PY tests/reference/dflash_torch.py step-bench --pairs --seq $SEQS --anchors $ANCHORS --iters "$ITERS" \
        --warmup "$WARMUP" --json-out "$OUT/drafter_torch.json" >/dev/null; then
     peer_status="ok"
   else
@@ -47,7 +47,7 @@ flex_status="not run"
 rm -f "$OUT/drafter_torch_flex.json"
 if [ "$peer_status" = ok ]; then
   echo "== peer: tests/reference/dflash_torch.py step-bench --attn flex"
-  if timeout 1800 $PY tests/reference/dflash_torch.py step-bench --attn flex --seq $SEQS --anchors $ANCHORS \
+  if timeout 1800 $PY tests/reference/dflash_torch.py step-bench --attn flex --pairs --seq $SEQS --anchors $ANCHORS \
        --iters "$ITERS" --warmup "$WARMUP" --json-out "$OUT/drafter_torch_flex.json" >/dev/null 2>"$OUT/drafter_torch_flex.err"; then
     flex_status="ok"
   else
@@ -55,7 +55,7 @@ if [ "$peer_status" = ok ]; then
     tail -5 "$OUT/drafter_torch_flex.err" >&2
   fi
 fi
-# The peers run every (seq x anchors) combination; we run the pairs. Merge on (seq, anchors).
+# Ours and the peers run the same (seq, anchors) pairs (--pairs). Merge on (seq, anchors).
 $PY - "$OUT/drafter_cuda.json" "$OUT/drafter_torch.json" "$OUT/drafter.json" "$peer_status" \
     "$OUT/drafter_torch_flex.json" "$flex_status" <<'PYEOF'
 import json, os, sys, time

@@ -825,6 +825,9 @@ def cmd_step_bench(args):
     for na in args.anchors:
         if na < 1:
             die(f"--anchors {na}: need at least 1")
+    if args.pairs and len(args.seq) != len(args.anchors):
+        die(f"--pairs: {len(args.seq)} --seq values but {len(args.anchors)} --anchors values")
+    combos = list(zip(args.seq, args.anchors)) if args.pairs else [(S, na) for S in args.seq for na in args.anchors]
     dev = torch.device(args.device)
     cfg = SHAPES[args.shape]()
     t0 = time.time()
@@ -835,20 +838,19 @@ def cmd_step_bench(args):
     log(f"GEMM ceiling {ceiling:.2f} TFLOP/s")
     results = []
     oom = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)
-    for S in args.seq:
-        for na in args.anchors:
-            log(f"shape {args.shape}: S={S} anchors={na}: warmup {args.warmup}, timing {args.iters} steps ...")
-            try:
-                r = bench_one(cfg, args.shape, S, na, args, ceiling, dev)
-            except oom as e:
-                die(f"S={S} anchors={na}: out of memory ({e}); try a smaller --chunk")
-            results.append(r)
-            gc.collect()                 # the step closure and optimizer state are gone now
-            if dev.type == "cuda":
-                torch.cuda.empty_cache()
-            print(json.dumps(r), flush=True)
-            log(f"S={S} anchors={na}: {r['ms_per_step']:.1f} ms/step, {r['tflops']:.1f} TFLOP/s, "
-                f"MFU {100 * r['mfu']:.1f}%, peak {r['peak_mem_gib']} GiB")
+    for S, na in combos:
+        log(f"shape {args.shape}: S={S} anchors={na}: warmup {args.warmup}, timing {args.iters} steps ...")
+        try:
+            r = bench_one(cfg, args.shape, S, na, args, ceiling, dev)
+        except oom as e:
+            die(f"S={S} anchors={na}: out of memory ({e}); try a smaller --chunk")
+        results.append(r)
+        gc.collect()                 # the step closure and optimizer state are gone now
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        print(json.dumps(r), flush=True)
+        log(f"S={S} anchors={na}: {r['ms_per_step']:.1f} ms/step, {r['tflops']:.1f} TFLOP/s, "
+            f"MFU {100 * r['mfu']:.1f}%, peak {r['peak_mem_gib']} GiB")
     if args.json_out:
         try:
             d = os.path.dirname(os.path.abspath(args.json_out))
@@ -885,6 +887,8 @@ def main(argv=None):
     sb.add_argument("--shape", default="qwen3-8b-b16", help="model shape: qwen3-8b-b16 (default) or tiny")
     sb.add_argument("--seq", type=int, nargs="+", default=[768], help="context lengths S (default 768)")
     sb.add_argument("--anchors", type=int, nargs="+", default=[256], help="anchors per sequence (default 256)")
+    sb.add_argument("--pairs", action="store_true",
+                    help="pair the i-th --seq with the i-th --anchors (default: every combination)")
     sb.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
     sb.add_argument("--iters", type=int, default=10, help="timed steps, median reported (default 10)")
     sb.add_argument("--chunk", type=int, default=1024, help="lm_head+CE rows per chunk (default 1024)")

@@ -439,8 +439,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (doc_len) {
-        if (doc_len < 1 || tokens < doc_len || tokens % doc_len || do_breakdown) {
-            fprintf(stderr, "bench_target: --doc-len T needs --tokens a positive multiple of T and no --breakdown\n");
+        if (doc_len < 1 || tokens < doc_len || tokens % doc_len || tokens / doc_len > 63 || do_breakdown) {
+            fprintf(stderr, "bench_target: --doc-len T needs --tokens a positive multiple of T, at most 63 documents "
+                            "per row and no --breakdown\n");
             return 2;
         }
     } else if (tokens < 4096 || tokens % 4096) {
@@ -530,10 +531,6 @@ int main(int argc, char **argv)
             int32_t starts[64];
             int n_docs = 0, T = 0;
             char layout[64];
-            if (doc_len && tokens / doc_len > 63) {
-                fprintf(stderr, "bench_target: --doc-len: at most 63 documents per row\n");
-                return 2;
-            }
             if (lay < 2) {
                 T = doc_len ? doc_len : lay == 0 ? 2048 : 4096;
                 n_docs = tokens / T;

@@ -23,6 +23,7 @@
 #include "dflash/dflash_ckpt.h"
 #include "dflash/dflash_model.h"
 #include "io/safetensors.h"
+#include "sha256.h"
 #include "test_helpers.h"
 #include "util.h"
 
@@ -101,6 +102,23 @@ int main(void)
     if (dflash_ckpt_save(ck, &C, &p, &opt, &ts, err, sizeof(err)) < 0) {
         fprintf(stderr, "save: %s\n", err);
         return 1;
+    }
+    { /* the manifest's checksums (hashed while the files were written) are those of the files */
+        char mpath[700], fpath[700], hex[65];
+        snprintf(mpath, sizeof mpath, "%s/step-00000003/manifest.json", ck);
+        json_error_t je;
+        json_t *m = json_load_file(mpath, 0, &je);
+        T_ASSERT(m);
+        const char *files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
+        for (int i = 0; i < 3; i++) {
+            json_t *e = json_object_get(json_object_get(m, "files"), files[i]);
+            uint64_t size = 0;
+            snprintf(fpath, sizeof fpath, "%s/step-00000003/%s", ck, files[i]);
+            T_ASSERT_RC(df_sha256_file(fpath, hex, &size));
+            T_ASSERT(e && !strcmp(json_string_value(json_object_get(e, "sha256")), hex));
+            T_ASSERT((uint64_t)json_integer_value(json_object_get(e, "bytes")) == size);
+        }
+        json_decref(m);
     }
     double loss_mem = one_step(&p, &opt, 3);
     dflash_config c2;

@@ -41,8 +41,9 @@ static void rm_flat_dir(const char *dir)
     rmdir(dir);
 }
 
+/* sha_hex non-NULL: also the file's SHA-256 and size, hashed while it is written */
 static int write_params(const char *path, const dflash_config *c, const float *data, const char *prefix,
-                        safetensors_dtype dt)
+                        safetensors_dtype dt, char *sha_hex, uint64_t *size)
 {
     safetensors_writer *w = safetensors_writer_new();
     if (!w)
@@ -59,7 +60,7 @@ static int write_params(const char *path, const dflash_config *c, const float *d
     if (rc == 0)
         rc = safetensors_writer_set_metadata(w, "format", "pt");
     if (rc == 0)
-        rc = safetensors_writer_write(w, path);
+        rc = sha_hex ? safetensors_writer_write_sha256(w, path, sha_hex, size) : safetensors_writer_write(w, path);
     safetensors_writer_free(w);
     return rc;
 }
@@ -137,7 +138,14 @@ static const char *const ck_files[] = {"model.safetensors", "optimizer.safetenso
 
 /* Write dir/manifest.json (last, after every other file is durable): step and, per file,
  * its size and SHA-256. */
-static int write_manifest(const char *dir, long step, char *err, size_t errlen)
+/* A file's checksum when the writer already has it (hashed as written), else read back. */
+typedef struct ck_sum {
+    int have;
+    char hex[65];
+    uint64_t size;
+} ck_sum;
+
+static int write_manifest(const char *dir, long step, const ck_sum known[], char *err, size_t errlen)
 {
     char path[4200], hex[65];
     json_t *m = json_object(), *files = json_object();
@@ -156,7 +164,9 @@ static int write_manifest(const char *dir, long step, char *err, size_t errlen)
         uint64_t size = 0;
         if (access(path, F_OK) != 0 && errno == ENOENT)
             continue; /* no optimizer file (dflash_tool init) */
-        if ((rc = df_sha256_file(path, hex, &size)) < 0)
+        if (known[i].have)
+            memcpy(hex, known[i].hex, sizeof hex), size = known[i].size;
+        else if ((rc = df_sha256_file(path, hex, &size)) < 0)
             CK_ERR(rc, "%s: reading it back for its checksum: %s", path, strerror(-rc));
         json_object_set_new(files, ck_files[i], json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "sha256", hex));
     }
@@ -274,9 +284,14 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     if (mkdir(tmp, 0700) != 0)
         CK_ERR(-errno, "%s: mkdir: %s", tmp, strerror(errno));
     made_tmp = 1;
+    /* model and optimizer hashed while written (on a thread beside the writes and fsync: no
+     * second pass over gigabytes); trainer_state.json is read back */
+    ck_sum sums[DF_ARRAY_LEN(ck_files)];
+    memset(sums, 0, sizeof sums);
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32)) < 0)
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32, sums[0].hex, &sums[0].size)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    sums[0].have = 1;
     if (opt) {
         snprintf(path, sizeof(path), "%s/optimizer.safetensors", tmp);
         safetensors_writer *w = safetensors_writer_new();
@@ -294,10 +309,11 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
                 rc = safetensors_writer_add(w, name, SAFETENSORS_F32, t.ndim, t.shape, opt->v + t.offset);
         }
         if (rc == 0)
-            rc = safetensors_writer_write(w, path);
+            rc = safetensors_writer_write_sha256(w, path, sums[1].hex, &sums[1].size);
         safetensors_writer_free(w);
         if (rc < 0)
             CK_ERR(rc, "%s: %s", path, strerror(-rc));
+        sums[1].have = 1;
     }
     st = state_to_json(c, opt, ts);
     js = st ? json_dumps(st, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
@@ -306,7 +322,7 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     snprintf(path, sizeof(path), "%s/trainer_state.json", tmp);
     if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
-    if ((rc = write_manifest(tmp, ts->step, err, errlen)) < 0)
+    if ((rc = write_manifest(tmp, ts->step, sums, err, errlen)) < 0)
         goto out;
     if ((rc = df_fsync_dir_of(path)) < 0)
         CK_ERR(rc, "%s: fsync: %s", tmp, strerror(-rc));
@@ -529,7 +545,7 @@ int dflash_export_release(const char *dir, const dflash_config *c, const dflash_
     if ((rc = df_mkdir_p(dir, 0700)) < 0)
         CK_ERR(rc, "%s: cannot create: %s", dir, strerror(-rc));
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16)) < 0)
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16, NULL, NULL)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
     snprintf(path, sizeof(path), "%s/dflash.py", dir);
     if ((rc = df_write_file_atomic(path, dflash_modeling_py, dflash_modeling_py_len)) < 0)

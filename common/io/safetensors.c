@@ -8,12 +8,14 @@
  */
 #include "io/safetensors.h"
 
+#include "sha256.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -763,9 +765,41 @@ static int cmp_layout(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
+/* The SHA-256 of the file's bytes, hashed from the same buffers write() is given, on a
+ * thread of its own while the writes and the fsync wait on the disk. */
+typedef struct write_hash {
+    const unsigned char *lenb;
+    const char *hdr;
+    size_t hlen;
+    safetensors_wentry *const *order;
+    int n;
+    uint8_t dig[32];
+} write_hash;
+
+static void *write_hash_main(void *arg)
+{
+    write_hash *h = arg;
+    df_sha256 s;
+    df_sha256_init(&s);
+    df_sha256_update(&s, h->lenb, 8);
+    df_sha256_update(&s, h->hdr, h->hlen);
+    for (int i = 0; i < h->n; i++)
+        if (h->order[i]->nbytes)
+            df_sha256_update(&s, h->order[i]->data, (size_t)h->order[i]->nbytes);
+    df_sha256_final(&s, h->dig);
+    return NULL;
+}
+
 int safetensors_writer_write(safetensors_writer *w, const char *path)
 {
-    int rc = 0, fd = -1;
+    return safetensors_writer_write_sha256(w, path, NULL, NULL);
+}
+
+int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, char sha_hex[65], uint64_t *size)
+{
+    int rc = 0, fd = -1, hashing = 0;
+    pthread_t hth;
+    write_hash wh;
     char *tmp = NULL, *hdr = NULL;
     json_t *root = NULL;
     safetensors_wentry **order = calloc((size_t)(w->n ? w->n : 1), sizeof *order);
@@ -830,6 +864,10 @@ int safetensors_writer_write(safetensors_writer *w, const char *path)
         rc = -errno;
         goto out;
     }
+    if (sha_hex) {
+        wh = (write_hash){.lenb = lenb, .hdr = hdr, .hlen = padded, .order = order, .n = w->n};
+        hashing = pthread_create(&hth, NULL, write_hash_main, &wh) == 0 ? 1 : 2; /* 2: hash below instead */
+    }
     if ((rc = df_write_all(fd, lenb, 8)) < 0 || (rc = df_write_all(fd, hdr, padded)) < 0)
         goto out;
     for (int i = 0; i < w->n; i++)
@@ -838,6 +876,20 @@ int safetensors_writer_write(safetensors_writer *w, const char *path)
     if (fsync(fd) < 0) {
         rc = -errno;
         goto out;
+    }
+    if (hashing == 1)
+        pthread_join(hth, NULL);
+    else if (hashing == 2)
+        write_hash_main(&wh);
+    hashing = 0;
+    if (sha_hex) {
+        df_sha256_hex(wh.dig, sha_hex);
+        if (size) {
+            uint64_t total = 8 + padded;
+            for (int i = 0; i < w->n; i++)
+                total += order[i]->nbytes;
+            *size = total;
+        }
     }
     int cfd = fd;
     fd = -1;
@@ -851,6 +903,8 @@ int safetensors_writer_write(safetensors_writer *w, const char *path)
     }
     rc = df_fsync_dir_of(path);
 out:
+    if (hashing == 1) /* a failed write: the thread still reads hdr and order */
+        pthread_join(hth, NULL);
     if (fd >= 0)
         close(fd);
     if (rc < 0 && tmp)

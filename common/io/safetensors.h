@@ -117,6 +117,10 @@ int safetensors_writer_set_metadata(safetensors_writer *w, const char *key,
 /* Write path.tmp.<pid>, fsync, rename, fsync the directory. 0 or -errno; on failure
  * (ENOSPC, ...) the previous file at path is untouched and the temp file removed. */
 int safetensors_writer_write(safetensors_writer *w, const char *path);
+/* The same, and the SHA-256 (64 lowercase hex digits) and size of the bytes written, hashed
+ * from the buffers handed to write() on a second thread while the writes and the fsync run
+ * (not read back from the file). sha_hex non-NULL; size may be NULL. */
+int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, char sha_hex[65], uint64_t *size);
 void safetensors_writer_free(safetensors_writer *w); /* NULL is fine */
 
 /* Round to nearest even; NaN stays NaN (quiet), overflow goes to inf. */

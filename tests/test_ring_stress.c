@@ -40,8 +40,16 @@ enum { ROLE_PROD, ROLE_MID, ROLE_CONS };
 #define OWN_PENDING 0ull
 #define OWN_IN_RING 1ull
 #define OWN_CLAIMED(w, inc) ((1ull << 63) | ((uint64_t)(w) << 32) | (uint64_t)(inc))
-#define OWN_IS_CLAIMED_BY(v, w) (((v) >> 63) && (((v) >> 32) & 0x7fffffffu) == (uint64_t)(w))
 #define WAIT_NS (50LL * 1000 * 1000)
+
+/* A function, not a macro: the sweep below once passed atomic_load(...) to a macro that
+ * read it twice; a claim by another producer turning into OWN_IN_RING (= 1) between the
+ * two loads then looked "claimed by worker 0", and an in-ring batch went back to pending
+ * and was produced twice (1 run in ~60). Read the owner word once, then decode it. */
+static inline int own_is_claimed_by(uint64_t v, uint16_t w)
+{
+    return (v >> 63) && ((v >> 32) & 0x7fffffffu) == (uint64_t)w;
+}
 
 struct ctl {                                       /* the test's own shared state, after the rings in the segment */
     _Alignas(64) _Atomic uint64_t cursor;          /* claim hint: ids below are (mostly) taken */
@@ -272,7 +280,7 @@ static void return_to_pending(uint64_t b)
 static void hook_in_resolved(void *ctx, uint16_t worker, uint64_t token, int moved_on)
 {
     uint64_t v = atomic_load(&g_pv->owner[token]);
-    if (!OWN_IS_CLAIMED_BY(v, worker))
+    if (!own_is_claimed_by(v, worker))
         return; /* the producer had recorded it already */
     if (moved_on)
         atomic_store(&g_pv->owner[token], OWN_IN_RING);
@@ -384,7 +392,7 @@ int main(int argc, char **argv)
             T_ASSERT_RC(handoff_recover_ex(&pv.t, (uint16_t)w, rings, 2, &hooks, &rep));
             if (role_of(w) == ROLE_PROD) /* claims it never got to record in an intent */
                 for (uint64_t b = 0; b < nbatches; b++)
-                    if (OWN_IS_CLAIMED_BY(atomic_load(&pv.owner[b]), w))
+                    if (own_is_claimed_by(atomic_load(&pv.owner[b]), (uint16_t)w))
                         return_to_pending(b);
             total.freed += rep.freed;
             total.requeued += rep.requeued;

@@ -75,6 +75,8 @@ typedef struct drafter {
     atomic_int hb_quit;
     pthread_t hb_thread;
     int hb_started;
+    ckpt_writer cw;            /* rank 0: the checkpoint being written beside training */
+    long saved_step;           /* the last checkpoint written and announced by this incarnation (-1: none) */
     uint32_t ckpt_fail_consec; /* failed checkpoints in a row */
     uint64_t pruned_at;        /* the acknowledged step of the last prune */
     uint64_t sent_step;        /* the last checkpoint this incarnation reported */
@@ -109,8 +111,8 @@ static void nonfinite_stop(drafter *d, double loss, const adamw_info *info)
     if (d->nonfinite_consec < max)
         return;
     char ck[96] = "no checkpoint was written yet";
-    if (tr->ts.ledger_committed_step > 0)
-        snprintf(ck, sizeof ck, "the last checkpoint (step %ld) is intact", tr->ts.ledger_committed_step);
+    if (d->saved_step > 0)
+        snprintf(ck, sizeof ck, "the last checkpoint (step %ld) is intact", d->saved_step);
     df_die(DF_EXIT_PERM,
            "step %ld: %u steps in a row with a non-finite loss or gradient norm "
            "(drafter.max_nonfinite_steps %u; last: loss %g, gradient norm %g); the weights were not updated at "
@@ -119,41 +121,92 @@ static void nonfinite_stop(drafter *d, double loss, const adamw_info *info)
            tr->ts.step, d->nonfinite_consec, max, loss, info->grad_norm, ck, d->w->topo.drafter.lr);
 }
 
+static void heartbeat(void *arg)
+{
+    drafter *d = arg; /* a step may take seconds on the CPU */
+    worker_heartbeat(d->wk, (uint64_t)d->tr.ts.step);
+}
+
 /* A failed checkpoint leaves the previous one intact, so training goes on and the next
  * save retries; the orchestrator counts each failure (dfctl status). A disk that stays
  * full would otherwise only fail the run at the final export, after all the training
  * since the last good checkpoint was done for nothing: after
  * drafter.max_checkpoint_failures in a row the drafter stops for good (exit 100) naming
  * the directory and the error, so the operator hears of it within a few checkpoints. */
+static void checkpoint_failed(drafter *d, long step, int rc, const char *err)
+{
+    const topo *t = &d->w->topo;
+    d->ckpt_fail_consec++;
+    df_log("checkpoint at step %ld failed (%u in a row, limit %u): %s", step, d->ckpt_fail_consec,
+           t->drafter.max_checkpoint_failures, err);
+    json_t *ev = json_pack("{s:s, s:I, s:s, s:i, s:i}", "ev", "checkpoint_failed", "step", (json_int_t)step, "error",
+                           err, "errno", -rc, "consecutive", (int)d->ckpt_fail_consec);
+    char *txt = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    json_decref(ev);
+    if (txt)
+        (void)ctl_send(d->w, txt); /* best effort: the count is a report, not the policy */
+    free(txt);
+    if (d->ckpt_fail_consec >= t->drafter.max_checkpoint_failures)
+        df_die(DF_EXIT_PERM,
+               "%s: %u checkpoints in a row failed (drafter.max_checkpoint_failures %u), "
+               "last: %s (%s); the last good checkpoint is intact: free space or fix %s, then "
+               "orchestrator --resume",
+               d->ckpt_root, d->ckpt_fail_consec, t->drafter.max_checkpoint_failures, strerror(-rc), err, d->ckpt_root);
+}
+
+/* The result of the checkpoint being written, once it is done (wait: wait for it, with
+ * heartbeats). Only a checkpoint whose files and `latest` are on disk is announced: the
+ * orchestrator then commits the batches trained up to its step. A metrics line
+ * "checkpoint" records what it cost the loop (snapshot, waiting) and the thread (write). */
+static void checkpoint_collect(drafter *d, int wait)
+{
+    ckpt_result r;
+    if (!ckpt_writer_collect(&d->cw, wait, heartbeat, d, &r))
+        return;
+    metrics_line ml;
+    metrics_begin(&ml, &d->wk->mw, "checkpoint");
+    metrics_int(&ml, "step", r.step);
+    metrics_int(&ml, "ok", r.rc == 0);
+    metrics_int(&ml, "async", d->w->topo.drafter.checkpoint_async);
+    metrics_int(&ml, "at_step", d->tr.ts.step); /* the step training had reached when it was collected */
+    metrics_num(&ml, "snapshot_s", r.snap_s);
+    metrics_num(&ml, "write_s", r.write_s);
+    metrics_num(&ml, "wait_s", r.wait_s);
+    metrics_end(&ml);
+    if (r.rc < 0) {
+        checkpoint_failed(d, r.step, r.rc, r.err);
+        return;
+    }
+    df_log("checkpoint step %ld written in %.2f s (snapshot %.2f s, training waited %.2f s for it)", r.step, r.write_s,
+           r.snap_s, r.wait_s);
+    d->ckpt_fail_consec = 0;
+    d->saved_step = r.step;
+    d->sent_step = (uint64_t)r.step;
+    DF_CHECK_ERR(ctl_send_checkpoint(d->w, d->sent_step));
+}
+
+/* Checkpoint the current step: the previous write is collected first (one at a time),
+ * then this one is started on the writer thread, or written before returning with
+ * drafter.checkpoint_async false. A step already written is announced again, not written
+ * again (a re-save of step N would have to move the old step-N aside, and a death between
+ * the two renames would leave no step-N for a moment). */
 static void save_checkpoint(drafter *d)
 {
     char err[768];
-    const topo *t = &d->w->topo;
-    int rc = trainer_save(&d->tr, d->ckpt_root, err, sizeof err);
-    if (rc < 0) {
-        d->ckpt_fail_consec++;
-        df_log("checkpoint at step %ld failed (%u in a row, limit %u): %s", d->tr.ts.step, d->ckpt_fail_consec,
-               t->drafter.max_checkpoint_failures, err);
-        json_t *ev =
-            json_pack("{s:s, s:I, s:s, s:i, s:i}", "ev", "checkpoint_failed", "step", (json_int_t)d->tr.ts.step,
-                      "error", err, "errno", -rc, "consecutive", (int)d->ckpt_fail_consec);
-        char *txt = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-        json_decref(ev);
-        if (txt)
-            (void)ctl_send(d->w, txt); /* best effort: the count is a report, not the policy */
-        free(txt);
-        if (d->ckpt_fail_consec >= t->drafter.max_checkpoint_failures)
-            df_die(DF_EXIT_PERM,
-                   "%s: %u checkpoints in a row failed (drafter.max_checkpoint_failures %u), "
-                   "last: %s (%s); the last good checkpoint is intact: free space or fix %s, then "
-                   "orchestrator --resume",
-                   d->ckpt_root, d->ckpt_fail_consec, t->drafter.max_checkpoint_failures, strerror(-rc), err,
-                   d->ckpt_root);
+    checkpoint_collect(d, 1);
+    if (d->tr.ts.step == d->saved_step) {
+        DF_CHECK_ERR(ctl_send_checkpoint(d->w, (uint64_t)d->saved_step));
         return;
     }
-    d->ckpt_fail_consec = 0;
-    d->sent_step = (uint64_t)d->tr.ts.step;
-    DF_CHECK_ERR(ctl_send_checkpoint(d->w, d->sent_step));
+    int rc = trainer_save_start(&d->tr, &d->cw, d->ckpt_root, err, sizeof err);
+    if (rc < 0) {
+        checkpoint_failed(d, d->tr.ts.step, rc, err);
+        return;
+    }
+    if (!d->w->topo.drafter.checkpoint_async)
+        checkpoint_collect(d, 1);
+    else
+        df_log("checkpoint step %ld: writing beside training", d->tr.ts.step);
 }
 
 /* Delete checkpoints beyond drafter.keep_checkpoints, but only below the step the
@@ -186,12 +239,6 @@ static void final_prune(drafter *d)
         usleep(10000);
     }
     prune_checkpoints(d);
-}
-
-static void heartbeat(void *arg)
-{
-    drafter *d = arg; /* a step may take seconds on the CPU */
-    worker_heartbeat(d->wk, (uint64_t)d->tr.ts.step);
 }
 
 /* While this rank waits in a control all-reduce it is not hung: its peer is (and the
@@ -445,9 +492,18 @@ int main(int argc, char **argv)
                            : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R * (long)DF_MAX(t->drafter.epochs, 1u);
     int last_epoch = ledger_epoch(d->L) + 1 >= DF_MAX(t->drafter.epochs, 1u);
     snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w->run_dir);
+    ckpt_writer_init(&d->cw);
+    d->saved_step = -1;
+    if (d->rank == 0) { /* the previous incarnation may have died while writing one */
+        int n = dflash_ckpt_remove_partial(d->ckpt_root, err, sizeof err);
+        if (n < 0)
+            df_log("tidying %s: %s", d->ckpt_root, err); /* disk use only: the checkpoints themselves are intact */
+        else if (n > 0)
+            df_log("tidied %d entr%s an interrupted checkpoint left in %s", n, n > 1 ? "ies" : "y", d->ckpt_root);
+    }
     const char *resume = NULL;
     if (w->committed_step > 0) { /* restart: continue from the checkpoint the ledger committed */
-        snprintf(path, sizeof path, "%s/step-%08llu", d->ckpt_root, (unsigned long long)w->committed_step);
+        snprintf(path, sizeof path, "%.1199s/step-%08llu", d->ckpt_root, (unsigned long long)w->committed_step);
         resume = path;
     }
     int rc = trainer_open(tr, t, w->self->gpu, total_steps, resume, err, sizeof err);
@@ -457,8 +513,10 @@ int main(int argc, char **argv)
     if (resume && tr->ts.step != (long)w->committed_step) /* the dir name is checked too: belt and braces */
         df_die(DF_EXIT_PERM, "resume: %s/trainer_state.json: step %ld, but the ledger's committed step is %llu", resume,
                tr->ts.step, (unsigned long long)w->committed_step);
-    if (resume)
+    if (resume) {
         df_log("resumed from %s (step %ld)", resume, tr->ts.step);
+        d->saved_step = tr->ts.step; /* on disk already: not written again */
+    }
     tr->ts.epoch = (long)ledger_epoch(d->L); /* recorded in the checkpoints of this epoch */
 
     worker_ring ri;
@@ -476,6 +534,8 @@ int main(int argc, char **argv)
     uint64_t t_start = df_now_ns();
     for (;;) {
         worker_tick(&wk, (uint64_t)tr->ts.step);
+        if (d->rank == 0)
+            checkpoint_collect(d, 0); /* announce the one written beside the last steps, if done */
         if (d->rank == 0 && ctl_checkpoint_requested(w))
             save_checkpoint(d);
         if (d->rank == 0)
@@ -525,8 +585,12 @@ int main(int argc, char **argv)
             break;
     }
     worker_finish(&wk);
-    if (d->rank == 0 && tr->ts.step > 0 && tr->ts.step != tr->ts.ledger_committed_step)
-        save_checkpoint(d);
+    if (d->rank == 0) { /* the last one on disk and announced before the export reads the weights */
+        checkpoint_collect(d, 1);
+        if (tr->ts.step > 0 && tr->ts.step != d->saved_step)
+            save_checkpoint(d);
+        checkpoint_collect(d, 1);
+    }
     if (d->rank == 0 && tr->ts.step > 0)
         final_prune(d);
     /* the last epoch is complete: export, summarise (an earlier epoch only checkpoints: the
@@ -556,6 +620,7 @@ int main(int argc, char **argv)
     }
     allreduce_close(&d->ar);
     batch_view_free(&d->view);
+    ckpt_writer_free(&d->cw);
     trainer_close(tr);
     worker_close(&wk);
     return DF_EXIT_OK;

@@ -331,6 +331,7 @@ static const trainer_ops cpu_ops = {
     .step_empty = cpu_step_empty,
     .to_host = cpu_to_host,
     .close = cpu_close,
+    .host_live = 1,
 };
 
 /* ---- both backends ---- */
@@ -340,13 +341,17 @@ int trainer_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
     return tr->ops->to_host(tr, with_opt, err, errlen);
 }
 
-int trainer_save(trainer *tr, const char *root, char *err, size_t errlen)
+int trainer_save_start(trainer *tr, ckpt_writer *w, const char *root, char *err, size_t errlen)
 {
     int rc;
+    if (ckpt_writer_pending(w)) {
+        snprintf(err, errlen, "a checkpoint is still being written (collect it first)");
+        return -EBUSY; /* before trainer_to_host: it would overwrite the borrowed copies */
+    }
     if ((rc = trainer_to_host(tr, 1, err, errlen)) < 0)
         return rc;
     tr->ts.ledger_committed_step = tr->ts.step;
-    return dflash_ckpt_save(root, &tr->cfg, &tr->p, &tr->opt, &tr->ts, err, errlen);
+    return ckpt_writer_start(w, root, &tr->cfg, &tr->p, &tr->opt, &tr->ts, tr->ops->host_live, err, errlen);
 }
 
 int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen)

@@ -34,6 +34,7 @@
 #include "dflash/dflash_loss.h"
 #include "dflash/dflash_model.h"
 #include "dflash/grad_buckets.h"
+#include "drafter_worker/ckpt_writer.h"
 #include "io/batch.h"
 #include "io/topology.h"
 #include "ipc/allreduce.h"
@@ -57,6 +58,7 @@ typedef struct trainer_ops {
     int (*step_empty)(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen);
     int (*to_host)(trainer *tr, int with_opt, char *err, size_t errlen);
     void (*close)(trainer *tr);
+    int host_live; /* tr->p / tr->opt are the weights training updates (cpu): a checkpoint copies them */
 } trainer_ops;
 
 /* trainer_cuda.c in CUDA=1 builds; trainer_nocuda.c (every entry -ENOTSUP) otherwise */
@@ -123,8 +125,12 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce
  * identical everywhere. cpu backend only for now (cuda: -ENOTSUP). */
 int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen);
 
-/* Checkpoint under root (dflash_ckpt_save) with ts.ledger_committed_step = ts.step. */
-int trainer_save(trainer *tr, const char *root, char *err, size_t errlen);
+/* Start a checkpoint under root on w's thread (ckpt_writer.h) with ts.ledger_committed_step
+ * = ts.step: the host copies are refreshed (trainer_to_host) and handed over, copied when
+ * training updates them in place (cpu) and borrowed otherwise (cuda: they change only in
+ * trainer_to_host, which must therefore not be called before w's result was collected).
+ * The caller collects the result (ckpt_writer_collect) before anything else touches them. */
+int trainer_save_start(trainer *tr, ckpt_writer *w, const char *root, char *err, size_t errlen);
 /* Release-format export into dir. */
 int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen);
 /* Refresh tr->p (and with with_opt tr->opt) from the backend (cuda: the device copies). */

@@ -75,6 +75,12 @@ import json,sys
 for l in open(sys.argv[1]):
     e=json.loads(l)
     if e.get('ev')==sys.argv[2]: print(json.dumps(e))" "$RUN/metrics/orchestrator.jsonl" "$1"; }
+# committed_ge N: the orchestrator committed a checkpoint at step >= N. A step dir or `latest`
+# on disk is not enough: the drafter writes a checkpoint beside training and announces it
+# (the ledger commits it) once the write is complete, so a kill right after the files
+# appear may still restart from the checkpoint before.
+committed_ge() { events checkpoint | python3 -c "
+import json,sys; sys.exit(0 if any(json.loads(l)['step'] >= int(sys.argv[1]) for l in sys.stdin) else 1)" "$1"; }
 # wstat WORKER FIELD: a field of dfctl status --json for one worker
 wstat() { "$DFCTL" --run-dir "$RUN" --json status | python3 -c "
 import json,sys

@@ -199,10 +199,13 @@ if mount -t tmpfs -o size=96m tmpfs "$T/full" 2>"$T/mount.err"; then
   python3 - "$TOPO" <<'PY' || fail "full-disk topology"
 import json, sys
 t = json.load(open(sys.argv[1])); t["supervision"].update(max_restarts=3, metrics_interval_ms=300)
+# keep every checkpoint: a prune (after a commit that lands once the drafter is paused, of a
+# checkpoint written beside training before the pause) would free space behind the filler
+t["drafter"]["keep_checkpoints"] = 0
 json.dump(t, open(sys.argv[1], "w"))
 PY
   start_orch
-  wait_for 120 test -f "$RUN/checkpoints/latest" || fail "no first checkpoint"
+  wait_for 120 committed_ge 1 || fail "no first checkpoint"
   "$DFCTL" --run-dir "$RUN" pause >/dev/null || fail "dfctl pause"
   # the paused drafter may still finish a checkpoint and the workers keep writing metrics, so
   # the free space can shrink between stat and fallocate: retry with a wider margin (always

@@ -57,7 +57,7 @@ wait_for 60 steps_ge 1 || fail "no step"
 wait_for 60 inc_ge target1 2 || fail "target1 not restarted"
 "$DFCTL" --run-dir "$RUN" kill postproc0 >/dev/null || fail "dfctl kill postproc0"
 wait_for 60 inc_ge postproc0 2 || fail "postproc0 not restarted"
-wait_for 60 test -f "$RUN/checkpoints/latest" || fail "no checkpoint before the drafter kill"
+wait_for 60 committed_ge 1 || fail "no checkpoint before the drafter kill"
 wait_for 60 steps_ge 4 || fail "drafter stalled"
 # kill the drafter while batches are in flight (claimed, in a ring or trained after the last
 # checkpoint), so the restart has something to send back; on a loaded machine the targets

@@ -7,6 +7,7 @@
  *  - a failing save (file size limit = full disk; read-only root, skipped as root; a
  *    writer path in a missing dir)
  *    leaves the previous checkpoint as "latest", intact; a re-save of a step replaces it. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -213,6 +214,27 @@ int main(void)
         T_ASSERT(access(path, F_OK) == 0); /* older checkpoints are kept */
     }
     printf("  step 4 saved, re-saved in place; step 3 kept\n");
+    { /* the files are hashed on a thread each: with two of them damaged the error must still
+       * name the first in the table's order (model, optimizer, state), every time */
+        char dmg[700];
+        snprintf(dmg, sizeof dmg, "cp -r '%s/step-00000004' '%s/damaged'", ck, root);
+        T_ASSERT(system(dmg) == 0);
+        const char *names[] = {"optimizer.safetensors", "model.safetensors"};
+        for (int i = 0; i < 2; i++) { /* flip one byte near the end of each */
+            snprintf(path, sizeof(path), "%s/damaged/%s", root, names[i]);
+            FILE *f = fopen(path, "r+b");
+            T_ASSERT(f && fseek(f, -5, SEEK_END) == 0);
+            int ch = fgetc(f);
+            T_ASSERT(ch != EOF && fseek(f, -5, SEEK_END) == 0 && fputc(ch ^ 0x40, f) != EOF && fclose(f) == 0);
+        }
+        snprintf(path, sizeof(path), "%s/damaged", root);
+        for (int k = 0; k < 20; k++) {
+            long vs;
+            T_ASSERT(dflash_ckpt_verify(path, &vs, err, sizeof(err)) == -EINVAL);
+            T_ASSERT(strstr(err, "/damaged/model.safetensors: content does not match its checksum") != NULL);
+        }
+        printf("  both weight files damaged: verify names model.safetensors, 20 of 20 times\n");
+    }
 
     /* ---- export the release format ---- */
     if (dflash_export_release(rel, &C, &p, err, sizeof(err)) < 0) {

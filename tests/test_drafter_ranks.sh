@@ -73,7 +73,7 @@ ok "clean run, 2 ranks: $n batches exactly once in $fs steps ($s0 on rank 0, $s1
 #    buckets overlapped with the backward (the clean run: one bucket): the bits must not change
 mk_topo killed true 0
 start_orch
-wait_for 60 test -f "$RUN/checkpoints/latest" || fail "no checkpoint before the kill"
+wait_for 60 committed_ge 1 || fail "no checkpoint before the kill"
 wait_for 60 steps_ge drafter1 4 || fail "rank 1 stalled"
 "$DFCTL" --run-dir "$RUN" kill drafter1 >/dev/null || fail "dfctl kill drafter1"
 wait_orch 200
@@ -92,7 +92,7 @@ ok "rank 1 killed: group restarted from its checkpoint, exactly once; per-layer 
 # 3. fast mode, rank 0 killed after a checkpoint
 mk_topo fast false
 start_orch
-wait_for 60 test -f "$RUN/checkpoints/latest" || fail "fast: no checkpoint before the kill"
+wait_for 60 committed_ge 1 || fail "fast: no checkpoint before the kill"
 wait_for 60 steps_ge drafter0 4 || fail "fast: rank 0 stalled"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"
 wait_orch 200

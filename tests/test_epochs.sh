@@ -68,7 +68,7 @@ mk_topo kill
 start_orch
 wait_for 240 sh -c "grep -q '\"ev\":\"epoch\"' '$RUN/metrics/orchestrator.jsonl' 2>/dev/null" || fail "epoch 1 never started"
 ck=$(( (e0 / 3 + 1) * 3 )) # the first checkpoint inside epoch 1
-wait_for 240 test -d "$RUN/checkpoints/$(printf 'step-%08d' $ck)" || fail "no checkpoint at step $ck in epoch 1"
+wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"
 wait_orch 300
 [ "$ORCH_RC" = 0 ] || fail "run with a drafter kill in epoch 1 exited $ORCH_RC"
@@ -85,7 +85,7 @@ ok "drafter SIGKILL in epoch 1: resumed from its epoch-1 checkpoint, both audits
 mk_topo orch
 start_orch
 wait_for 240 sh -c "grep -q '\"ev\":\"epoch\"' '$RUN/metrics/orchestrator.jsonl' 2>/dev/null" || fail "epoch 1 never started"
-wait_for 240 test -d "$RUN/checkpoints/$(printf 'step-%08d' $ck)" || fail "no checkpoint at step $ck in epoch 1"
+wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
 kill -KILL "$ORCH_PID"; wait "$ORCH_PID" 2>/dev/null; ORCH_PID=
 sleep 0.5
 "$ORCH" --resume "$RUN" >"$T/orch.out" 2>&1 || fail "--resume in epoch 1 exited $?: $(tail -5 "$T/orch.out")"
@@ -101,7 +101,7 @@ start_orch; wait_orch 240
 check_run; CLEAN=$RUN
 mk_topo detkill true
 start_orch
-wait_for 240 test -d "$RUN/checkpoints/$(printf 'step-%08d' $ck)" || fail "no checkpoint at step $ck in epoch 1"
+wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"
 wait_orch 300
 [ "$ORCH_RC" = 0 ] || fail "deterministic run with a kill exited $ORCH_RC"

@@ -136,7 +136,7 @@ wait_for 60 sh -c "[ \$('$DFCTL' --run-dir '$RUN' --json status | python3 -c 'im
 # restart (the drafter's group takes in a postproc still waiting for its backoff), and the
 # count below wants one restart per kill
 wait_for 60 sh -c "[ \$('$DFCTL' --run-dir '$RUN' --json status | python3 -c 'import json,sys;print([w for w in json.load(sys.stdin)[\"workers\"] if w[\"name\"]==\"postproc0\"][0][\"incarnation\"])') -ge 2 ]" || fail "postproc0 not restarted"
-wait_for 60 test -f "$RUN/checkpoints/latest" || fail "no checkpoint before the drafter kill"
+wait_for 60 committed_ge 1 || fail "no checkpoint before the drafter kill"
 wait_for 60 sh -c "[ \$(grep -c '\"ev\":\"step\"' '$RUN/metrics/drafter0.jsonl') -ge 6 ]" || fail "drafter stalled"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"
 wait_orch 300

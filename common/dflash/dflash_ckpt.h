@@ -46,6 +46,14 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
  * not go is reported and left for the next call). */
 int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, size_t errlen);
 
+/* Tidy what an interrupted save left under root (call it before the next save, when no
+ * other process writes there): every .tmp-step-N.<pid> directory is deleted (nothing ever
+ * names one: latest and the ledger only name finished step dirs); a .old-step-N.<pid>
+ * (the previous step-N, moved aside by a re-save of step N that died before its rename)
+ * is deleted when step-N exists and renamed back to step-N when it does not. Returns how
+ * many entries it handled (0 when root does not exist), or -errno with err set. */
+int dflash_ckpt_remove_partial(const char *root, char *err, size_t errlen);
+
 /* Resolve what to load: root/latest's directory, or dir itself when it holds a
  * trainer_state.json. Writes the path into out. 0 or -errno (-ENOENT: no checkpoint). */
 int dflash_ckpt_resolve(const char *root_or_dir, char *out, size_t outlen);

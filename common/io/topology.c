@@ -1071,6 +1071,9 @@ static const field drafter_fields[] = {
     /* consecutive failed checkpoints before the drafter gives up (exit 100): a full disk is
      * reported within N * checkpoint_every steps, not at the end of the run */
     F_U32("max_checkpoint_failures", topology_drafter, max_checkpoint_failures, 1, 1000000, 3),
+    /* false: the loop waits for each checkpoint's files (the behaviour before the writer
+     * thread; for comparisons and debugging) */
+    {.key = "checkpoint_async", .type = FT_BOOL, .off = offsetof(topology_drafter, checkpoint_async), .def = 1},
     F_U32("max_nonfinite_steps", topology_drafter, max_nonfinite_steps, 1, 1000000, 3),
     /* gradient all-reduce buckets (several drafter ranks): at least this many KiB each, cut
      * at layer boundaries; 0 = one bucket per layer. 16 MiB by default */

@@ -58,6 +58,7 @@ typedef struct topology_drafter {
     uint32_t epochs, checkpoint_every;
     uint32_t keep_checkpoints;        /* newest step dirs kept (0 = all; default 3) */
     uint32_t max_checkpoint_failures; /* consecutive failed checkpoints -> exit 100 (default 3) */
+    int checkpoint_async;             /* written on a thread while training goes on (default true) */
     uint32_t max_nonfinite_steps;     /* consecutive NaN/Inf loss or gradient steps -> exit 100 (default 3) */
     uint32_t allreduce_bucket_kb;     /* gradient all-reduce buckets, KiB (0 = per layer; default 16384) */
     char *init_dir;                   /* NULL = fresh init */

@@ -13,8 +13,9 @@
  *          closed the worker is reaped and reclaimed (handoff_recover_ex over every ring,
  *          poisoned slots recorded in the ledger, ledger_reclaim_owner), THEN the policy
  *          decides. Reclaim always happens before any restart.
- *   hang:  a timer compares each heartbeat with the worker's heartbeat_timeout_ms and
- *          SIGKILLs a silent worker; the exit callback then does the rest.
+ *   hang:  a timer compares each heartbeat with the worker's heartbeat_timeout_ms (in
+ *          STARTING, before its ready, with startup_timeout_ms: a model may take minutes to
+ *          load) and SIGKILLs a silent worker; the exit callback then does the rest.
  * Restart policy: exit 0 = done (never restarted); exit 100 = permanent (never restarted;
  * the run continues only if another worker of the same role on the same rings can finish
  * the work, else it shuts down with exit 1); anything else = restart after a backoff that
@@ -800,13 +801,21 @@ static void hang_cb(uv_timer_t *t)
         uint64_t hb = atomic_load_explicit(&sl->heartbeat_ns, memory_order_acquire);
         if (atomic_load_explicit(&sl->worker_incarnation, memory_order_relaxed) != w->incarnation || hb < w->start_ns)
             hb = w->start_ns; /* nothing from this incarnation yet: count from the spawn */
+        if (w->sv == SV_UP && hb < w->ready_ns)
+            hb = w->ready_ns; /* its ready counts as a heartbeat: a long load is not a hang once it is over */
         uint64_t age_ms = now > hb ? (now - hb) / 1000000ull : 0;
-        if (age_ms > w->tw->heartbeat_timeout_ms) {
-            df_log("%s (pid %d): no heartbeat for %llu ms (timeout %u ms): SIGKILL", w->tw->name, (int)w->pid,
-                   (unsigned long long)age_ms, w->tw->heartbeat_timeout_ms);
+        int starting = w->sv == SV_STARTING;
+        uint32_t limit = starting ? w->tw->startup_timeout_ms : w->tw->heartbeat_timeout_ms;
+        if (age_ms > limit) {
+            if (starting)
+                df_log("%s (pid %d): not ready and no heartbeat for %llu ms (startup_timeout_ms %u): SIGKILL",
+                       w->tw->name, (int)w->pid, (unsigned long long)age_ms, limit);
+            else
+                df_log("%s (pid %d): no heartbeat for %llu ms (timeout %u ms): SIGKILL", w->tw->name, (int)w->pid,
+                       (unsigned long long)age_ms, limit);
             ev_worker(o, w, "hang",
-                      json_pack("{s:I, s:i}", "heartbeat_age_ms", (json_int_t)age_ms, "timeout_ms",
-                                (int)w->tw->heartbeat_timeout_ms));
+                      json_pack("{s:I, s:i, s:s}", "heartbeat_age_ms", (json_int_t)age_ms, "timeout_ms", (int)limit,
+                                "phase", starting ? "startup" : "running"));
             (void)apply(w, EV_HANG);
         }
     }
@@ -1401,8 +1410,7 @@ int supervisor_start(orch *o)
     for (int i = 0; i < o->n; i++) {
         uv_timer_init(o->loop, &o->w[i].timer);
         o->w[i].timer.data = &o->w[i];
-        if (o->w[i].tw->heartbeat_timeout_ms < min_to)
-            min_to = o->w[i].tw->heartbeat_timeout_ms;
+        min_to = DF_MIN(min_to, DF_MIN(o->w[i].tw->heartbeat_timeout_ms, o->w[i].tw->startup_timeout_ms));
     }
     uint64_t period = DF_MAX(20u, DF_MIN(1000u, min_to / 4));
     uv_timer_start(&o->hang_timer, hang_cb, period, period);

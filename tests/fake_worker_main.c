@@ -21,7 +21,8 @@
  *   DF_FAKE_EXIT=C        exit with code C right after start (100 = permanent failure)
  *   DF_FAKE_CRASH_AT=N    abort() while holding the lease of its N-th item
  *   DF_FAKE_HANG_AT=N     stop heartbeating forever at its N-th item
- *   DF_FAKE_FAULT_INCS=K  the three above apply only to incarnations <= K (default: all)
+ *   DF_FAKE_FAULT_INCS=K  the three above and DF_FAKE_LOAD_MS apply only to incarnations <= K
+ *                         (default: all)
  *   DF_FAKE_SLOW_MS=M     sleep M ms per item
  *   DF_FAKE_STEPS=N       handle at most N items, then exit 0
  *   DF_FAKE_CKPT_EVERY=K  consumer checkpoint period in steps (default 4)
@@ -295,7 +296,7 @@ int main(int argc, char **argv)
     if (worker_ring_out(&f.k, &f.rout) == 0)
         f.out = f.rout.r;
     DF_CHECK(f.in || f.out);
-    long load = env_num("DF_FAKE_LOAD_MS", 0);
+    long load = faults ? env_num("DF_FAKE_LOAD_MS", 0) : 0;
     if (load > 0)
         sleep_ms(load);
     ctl_worker *w = &f.k.ctl;

@@ -6,6 +6,8 @@
 #   exit 100 of one of two producers -> not restarted, the other finishes, run exits 0
 #   a batch whose consumer dies max_attempts times -> poisoned, counted, run still ends
 #   restart intensity exceeded -> run exits 1, message names the worker and its log tail
+#   a start-up (spawn to ready) longer than the heartbeat timeout -> not a hang; one longer
+#   than startup_timeout_ms -> killed as hung in phase "startup", restarted
 . "$(dirname "$0")/orch_lib.sh"
 
 # crash + hang + permanent failure in one run
@@ -57,4 +59,19 @@ grep -q 'DF_FAKE_CRASH_AT=1: abort' "$T/orch.out" || fail "message lacks p0's lo
 [ "$(events spawn | grep -c '"worker": "p0"')" = 4 ] || fail "p0 should have been started 4 times"
 [ -f "$RUN/ledger_audit.json" ] || fail "no audit after the failed run"
 ok "intensity limit: exit 1, message names p0 and shows its log tail"
+# start-up: a 2.5 s model load under a 1 s heartbeat timeout is not a hang (startup_timeout_ms
+# covers spawn to ready); c0's first incarnation takes 6 s against its own 1.5 s start-up limit
+topology startup '[
+  {"name":"p0","role":"test","out":"tp","heartbeat_timeout_ms":1000,"env":{"DF_FAKE_LOAD_MS":"2500"}},
+  {"name":"c0","role":"test","in":"tp","startup_timeout_ms":1500,"env":{"DF_FAKE_LOAD_MS":"6000","DF_FAKE_FAULT_INCS":"1"}}]'
+"$ORCH" "$TOPO" >"$T/orch.out" 2>&1; rc=$?
+[ $rc -eq 0 ] || fail "startup run exited $rc"
+audit_exactly_once
+events hang | grep -q '"worker": "p0"' && fail "p0's 2.5 s load was taken for a hang: $(events hang)"
+[ "$(events spawn | grep -c '"worker": "p0"')" = 1 ] || fail "p0 was restarted"
+events hang | grep '"worker": "c0"' | grep -q '"phase": "startup"' || fail "no start-up hang event for c0: $(events hang)"
+grep -q 'c0 (pid [0-9]*): not ready and no heartbeat for [0-9]* ms (startup_timeout_ms 1500): SIGKILL' \
+  "$T/orch.out" || fail "the start-up hang message does not name startup_timeout_ms"
+[ "$(events spawn | grep -c '"worker": "c0"')" = 2 ] || fail "c0 not restarted exactly once"
+ok "start-up: a 2.5 s load under a 1 s heartbeat timeout runs on; a 6 s one past startup_timeout_ms 1.5 s is killed (phase startup) and restarted"
 echo "PASS test_orch_faults"

@@ -227,6 +227,9 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P
               ",{'name':'d0','role':'drafter','in':'pd','heartbeat_timeout_ms':0}]"),
      "t: workers[2].heartbeat_timeout_ms: expected an integer 100..86400000, got 0"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P
+              ",{'name':'d0','role':'drafter','in':'pd','startup_timeout_ms':99}]"),
+     "t: workers[2].startup_timeout_ms: expected an integer 100..86400000, got 99"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','env':{'1X':'a'}}]"),
      "t: workers[2].env.1X: expected a variable name [A-Za-z_][A-Za-z0-9_]*"},
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P ",{'name':'d0','role':'drafter','in':'pd','env':{'X':1}}]"),
@@ -370,7 +373,7 @@ static void check_minimal_defaults(const topo *t)
     const topology_worker *w0 = &t->workers[0], *w1 = &t->workers[2];
     T_ASSERT_STREQ(w0->name, "t0");
     T_ASSERT(w0->role == TOPOLOGY_ROLE_TARGET && w0->gpu == -1 && w0->in_ring == -1 && w0->out_ring == 0);
-    T_ASSERT(w0->rank == -1 && w0->heartbeat_timeout_ms == 10000);
+    T_ASSERT(w0->rank == -1 && w0->heartbeat_timeout_ms == 10000 && w0->startup_timeout_ms == 600000);
     T_ASSERT(w0->env && !w0->env[0] && w0->args && !w0->args[0]);
     T_ASSERT_STREQ(w1->name, "d0");
     T_ASSERT(w1->role == TOPOLOGY_ROLE_DRAFTER && w1->in_ring == 1 && w1->out_ring == -1 && w1->rank == 0);
@@ -378,6 +381,7 @@ static void check_minimal_defaults(const topo *t)
     const topology_supervision *s = &t->sup;
     T_ASSERT(s->backoff_initial_ms == 100 && s->backoff_max_ms == 5000 && s->stable_ms == 10000);
     T_ASSERT(s->max_restarts == 5 && s->restart_window_s == 60 && s->heartbeat_timeout_ms == 10000);
+    T_ASSERT(s->startup_timeout_ms == 600000 && t->drafter.checkpoint_async == 1);
     T_ASSERT(s->shutdown_timeout_ms == 5000 && s->metrics_interval_ms == 1000);
     T_ASSERT(t->bin_dir == NULL);
     T_ASSERT_STREQ(t->source_path, "tests/topologies/good/minimal.json");
@@ -411,7 +415,10 @@ static void check_full(const topo *t)
     T_ASSERT(t->rings[1].max_attempts == 2 && t->rings[1].gpu == 1);
     T_ASSERT(t->n_workers == 5 && topology_n_drafters(t) == 2);
     T_ASSERT(t->workers[1].gpu == 2 && t->workers[1].out_ring == 0 && t->workers[1].heartbeat_timeout_ms == 60000);
-    T_ASSERT(t->workers[0].heartbeat_timeout_ms == 15000); /* from supervision */
+    T_ASSERT(t->workers[1].startup_timeout_ms == 900000);
+    T_ASSERT(t->workers[0].heartbeat_timeout_ms == 15000 &&
+             t->workers[0].startup_timeout_ms == 120000); /* supervision */
+    T_ASSERT(t->drafter.checkpoint_async == 0);
     const topology_worker *p = &t->workers[2];
     T_ASSERT(p->role == TOPOLOGY_ROLE_POSTPROC && p->in_ring == 0 && p->out_ring == 1);
     T_ASSERT(strv_len(p->env) == 2);

@@ -947,6 +947,13 @@ static int parse_worker_heartbeat(pctx *c, topo *t, void *s, const json_t *o, co
                    &((topology_worker *)s)->heartbeat_timeout_ms);
 }
 
+/* default: supervision.startup_timeout_ms */
+static int parse_worker_startup(pctx *c, topo *t, void *s, const json_t *o, const char *p)
+{
+    return get_u32(c, o, p, "startup_timeout_ms", 100, 86400000, t->sup.startup_timeout_ms,
+                   &((topology_worker *)s)->startup_timeout_ms);
+}
+
 static int parse_env(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
     topology_worker *w = s;
@@ -1113,6 +1120,10 @@ static const field worker_fields[] = {
      .type = FT_U32,
      .off = offsetof(topology_worker, heartbeat_timeout_ms),
      .parse = parse_worker_heartbeat},
+    {.key = "startup_timeout_ms",
+     .type = FT_U32,
+     .off = offsetof(topology_worker, startup_timeout_ms),
+     .parse = parse_worker_startup},
     F_CUSTOM("env", parse_env, write_env),
     F_CUSTOM("args", parse_args, write_args),
 };
@@ -1124,6 +1135,8 @@ static const field supervisor_fields[] = {
     F_U32("max_restarts", topology_supervision, max_restarts, 0, 1000000, 5),
     F_U32("restart_window_s", topology_supervision, restart_window_s, 1, 86400, 60),
     F_U32("heartbeat_timeout_ms", topology_supervision, heartbeat_timeout_ms, 100, 86400000, 10000),
+    /* from spawn to ready: loading a model may take far longer than a heartbeat interval */
+    F_U32("startup_timeout_ms", topology_supervision, startup_timeout_ms, 100, 86400000, 600000),
     F_U32("shutdown_timeout_ms", topology_supervision, shutdown_timeout_ms, 1, 3600000, 5000),
     F_U32("metrics_interval_ms", topology_supervision, metrics_interval_ms, 10, 3600000, 1000),
 };

@@ -48,6 +48,7 @@ typedef struct topology_worker {
     int in_ring, out_ring;         /* index into topo.rings or -1 */
     int rank;                      /* drafter rank 0..R-1; -1 for other roles */
     uint32_t heartbeat_timeout_ms; /* default: supervision.heartbeat_timeout_ms */
+    uint32_t startup_timeout_ms;   /* spawn to ready; default: supervision.startup_timeout_ms */
     char **env;                    /* "K=V", NULL-terminated, owned */
     char **args;                   /* NULL-terminated, owned */
 } topology_worker;
@@ -77,7 +78,7 @@ typedef struct topology_validation {
 
 typedef struct topology_supervision {
     uint32_t backoff_initial_ms, backoff_max_ms, stable_ms, max_restarts, restart_window_s, heartbeat_timeout_ms,
-        shutdown_timeout_ms, metrics_interval_ms;
+        startup_timeout_ms, shutdown_timeout_ms, metrics_interval_ms;
 } topology_supervision;
 
 typedef struct topo {

@@ -97,6 +97,9 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     oc.weight_decay = t->drafter.weight_decay;
     oc.clip_norm = t->drafter.grad_clip;
 
+    /* where the start-up goes, logged at the end (the 8B drafter took ~50 s to be ready) */
+    uint64_t t0 = df_now_ns();
+    const char *how = ckpt_dir ? "checkpoint" : t->drafter.init_dir ? "release" : "random";
     if (ckpt_dir) { /* restart: continue from the checkpoint the ledger committed */
         dflash_config saved;
         if ((rc = dflash_ckpt_load(ckpt_dir, &saved, &tr->p, &tr->opt, &tr->ts, e2, sizeof e2)) < 0) {
@@ -121,7 +124,12 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         tr->ts.seed = t->seed;
     }
     tr->n_decay = dflash_decay_segments(&tr->cfg, tr->decay, (int)DF_ARRAY_LEN(tr->decay));
-    return tr->ops->open(tr, t, total_steps, ckpt_dir != NULL, err, errlen);
+    uint64_t t1 = df_now_ns();
+    if ((rc = tr->ops->open(tr, t, total_steps, ckpt_dir != NULL, err, errlen)) < 0)
+        return rc;
+    df_log("start-up: weights and optimizer state (%s) %.2f s, %s backend open %.2f s", how, (double)(t1 - t0) * 1e-9,
+           tr->ops->name, (double)(df_now_ns() - t1) * 1e-9);
+    return 0;
 }
 
 void trainer_close(trainer *tr)

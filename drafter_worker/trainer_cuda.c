@@ -36,8 +36,10 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
     if (!g)
         return -ENOMEM;
     tr->gpu = g;
+    uint64_t t0 = df_now_ns(), t_emb, t_up, t_init;
     target_embeddings emb;
     int rc = target_load_embeddings(&emb, t->target_model_dir, 0, err, errlen);
+    t_emb = df_now_ns();
     if (rc < 0)
         return rc;
     if (emb.vocab != tr->cfg.vocab || emb.hidden != tr->cfg.hidden) {
@@ -56,6 +58,7 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
         snprintf(err, errlen, "upload of the embeddings (%zu x 2 bytes): %s", n, why);
         return rc;
     }
+    t_up = df_now_ns();
     adamw_config oc = tr->opt.cfg;
     oc.total_steps = total_steps;
     long na = (long)t->drafter.num_anchors, budget = (long)t->token_budget, seq = (long)t->max_seq_len;
@@ -65,6 +68,7 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
     rc = dflash_init_cuda(&g->ctx, &tr->cfg, &oc, g->embed, g->head, g->max_S, g->max_N, 0, err, errlen);
     if (rc < 0)
         return rc;
+    t_init = df_now_ns();
     if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data, why, sizeof why)) < 0 ||
         (rc = dflash_opt_from_host_cuda(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
                                         resumed ? tr->opt.step : 0, why, sizeof why)) < 0) {
@@ -72,9 +76,11 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
         return rc;
     }
     df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device (packed steps up to %d tokens, %d anchor "
-           "slots; attention %s)",
+           "slots; attention %s); open: embeddings read %.2f s, uploaded %.2f s, step context %.2f s, weights "
+           "uploaded %.2f s",
            tr->device, dflash_param_count_cuda(g->ctx), (double)dflash_device_bytes_cuda(g->ctx) / (1u << 30), g->max_S,
-           g->max_N, dflash_attn_name_cuda(g->ctx));
+           g->max_N, dflash_attn_name_cuda(g->ctx), (double)(t_emb - t0) * 1e-9, (double)(t_up - t_emb) * 1e-9,
+           (double)(t_init - t_up) * 1e-9, (double)(df_now_ns() - t_init) * 1e-9);
     return 0;
 }
 

@@ -44,6 +44,8 @@ import json,sys
 L=[json.loads(l) for l in sys.stdin]
 assert L and all(l['ok'] == 1 and l['async'] == 0 and l['at_step'] == l['step'] for l in L), L
 print(len(L))") || fail "sync run: checkpoint lines not all ok, synchronous, collected at their own step"
+grep -q 'start-up: weights and optimizer state (random) [0-9.]* s, cpu backend open [0-9.]* s' "$RUN/logs/drafter0.log" \
+  || fail "sync run: no start-up line in the drafter's log"
 ok "sync: $n_sync checkpoints, each written before training went on; final $(cat "$RUN/checkpoints/latest")"
 
 # 2. async, the writer held back
@@ -93,6 +95,8 @@ audit_exactly_once
 grep -q 'tidied' "$RUN/logs/drafter0.log" || fail "the restarted drafter did not tidy the leftover temp dir"
 ls -a "$RUN/checkpoints" | grep -q '^\.tmp-' && fail "temp dirs left in $RUN/checkpoints: $(ls -a "$RUN/checkpoints")"
 grep -q 'resumed from' "$RUN/logs/drafter0.log" || fail "the drafter did not resume"
+grep -q 'start-up: weights and optimizer state (checkpoint)' "$RUN/logs/drafter0.log" \
+  || fail "the resumed drafter's start-up line does not say it loaded a checkpoint"
 same_result "$SYNC" "$RUN" "killed run"
 ok "killed with the checkpoint of step $s in flight (never reported by that incarnation): temp dir tidied, resumed, exactly once, byte-identical to sync"
 echo "test_ckpt_async: ok"

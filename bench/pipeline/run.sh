@@ -22,6 +22,10 @@
 #    eager SDPA step; SKIP_PEER=1 skips the peers)
 # 5. prints the table (ours vs the peer: samples/s, tokens/s, ratio) and writes
 #    bench/results/pipeline/pipeline_<name>.json (bench/pipeline/report.py)
+# CKPT_EVERY=N (and CKPT_ASYNC=0|1): our run checkpoints every N steps (the configs say
+#    100000: none before the end), written beside training or, with CKPT_ASYNC=0, in the
+#    loop; the config is copied to gpu/runs/<name>.topology.json with those two fields set
+#    (what checkpoints cost the pipeline; docs/drafter.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shape=${1:?usage: bench/pipeline/run.sh 1.7b|8b [s768|full]}
@@ -48,9 +52,20 @@ if [ ! -f "$model/config.json" ] || [ ! -f "$data-train-000.dfs" ]; then
   $PY scripts/make_gpu_target.py --shape "$shape" --out "$model" --data "$data" $gen
 fi
 rm -rf "gpu/runs/$name"
-echo "== pipeline: $BUILD/bin/orchestrator $cfg"
+run_cfg=$cfg
+if [ -n "${CKPT_EVERY:-}" ]; then
+  mkdir -p gpu/runs; run_cfg=gpu/runs/$name.topology.json
+  python3 - "$cfg" "$run_cfg" "$CKPT_EVERY" "${CKPT_ASYNC:-1}" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+t["drafter"]["checkpoint_every"] = int(sys.argv[3])
+t["drafter"]["checkpoint_async"] = sys.argv[4] != "0"
+json.dump(t, open(sys.argv[2], "w"), indent=1)
+PY
+fi
+echo "== pipeline: $BUILD/bin/orchestrator $run_cfg"
 t0=$(date +%s)
-timeout --kill-after=10 "${PIPELINE_TIMEOUT:-400}" "$BUILD/bin/orchestrator" "$cfg" >"$res/pipeline_$name.log" 2>&1 || {
+timeout --kill-after=10 "${PIPELINE_TIMEOUT:-400}" "$BUILD/bin/orchestrator" "$run_cfg" >"$res/pipeline_$name.log" 2>&1 || {
   echo "orchestrator failed: tail of $res/pipeline_$name.log"; tail -40 "$res/pipeline_$name.log"; exit 1; }
 echo "pipeline run: $(( $(date +%s) - t0 ))s"
 extra=()

@@ -3,7 +3,8 @@
 # libuv1-dev, libjansson-dev (build), spin (ring protocol model check), python3 (scripts),
 # clang-format (tests/test_format.sh: the tree's layout, .clang-format),
 # python3-jinja2 and python3-regex (scripts/hf_tokenizer.py: chat templates and BPE split
-# patterns for scripts/prepare_data.py; tests/test_prepare_chat.sh).
+# patterns for scripts/prepare_data.py; tests/test_prepare_chat.sh), python3-numpy
+# (bench/pipeline/peer_pipeline.py reads the shards with it; tests/test_peer_pipeline.sh).
 # Idempotent and quiet when everything is there. Skipped when DEPS_PREFIX is set
 # (the GPU machine, which has no apt: see scripts/fetch_deps.sh).
 set -euo pipefail
@@ -17,8 +18,10 @@ command -v clang-format >/dev/null || missing+=(clang-format)
 command -v python3 >/dev/null || missing+=(python3)
 python3 -c 'import jinja2' 2>/dev/null || missing+=(python3-jinja2)
 python3 -c 'import regex' 2>/dev/null  || missing+=(python3-regex)
+# any Python with numpy will do: the test looks for one (a pyenv python3 does not see Debian's)
+python3 -c 'import numpy' 2>/dev/null || /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-case " ${missing[*]} " in *python3-jinja2*|*python3-regex*) [ -x /usr/bin/python3 ] || missing+=(python3) ;; esac
+case " ${missing[*]} " in *python3-jinja2*|*python3-regex*|*python3-numpy*) [ -x /usr/bin/python3 ] || missing+=(python3) ;; esac
 echo "install_deps: installing ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then SUDO=sudo; else

@@ -14,6 +14,7 @@ void ckpt_writer_init(ckpt_writer *w)
 {
     memset(w, 0, sizeof *w);
     atomic_init(&w->done, 0);
+    w->hb_limit_s = CKPT_WRITER_HB_LIMIT_S;
 }
 
 static void *writer_main(void *arg)
@@ -143,9 +144,19 @@ int ckpt_writer_collect(ckpt_writer *w, int wait, void (*hb)(void *), void *hb_a
             pthread_join(w->th, NULL);
             break;
         }
-        if (hb)
+        /* the heartbeat vouches for a write that progresses, not for one stuck on a dead
+         * disk: past hb_limit_s of waiting it stops, and the orchestrator's hang timeout
+         * ends the wait (the restart resumes from the last announced checkpoint) */
+        double waited = (double)(df_now_ns() - t0) * 1e-9;
+        if (hb && waited < w->hb_limit_s)
             hb(hb_arg);
+        else if (hb && !w->hb_stopped) {
+            w->hb_stopped = 1;
+            df_log("checkpoint of step %ld: still writing after %.1f s of waiting; no more heartbeats until it ends",
+                   w->res.step, waited);
+        }
     }
+    w->hb_stopped = 0;
     w->running = 0;
     w->res.wait_s = (double)(df_now_ns() - t0) * 1e-9;
     *out = w->res;

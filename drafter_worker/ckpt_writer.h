@@ -40,6 +40,11 @@
 #include "dflash/dflash_config.h"
 #include "dflash/dflash_model.h"
 
+/* How long ckpt_writer_collect keeps heartbeating while it waits: a 12.6 GB checkpoint takes
+ * ~25 s; a write still going after 10 minutes is taken as stuck (a dead disk), and the
+ * orchestrator's hang timeout, no longer held off, ends it. */
+#define CKPT_WRITER_HB_LIMIT_S 600.0
+
 typedef struct ckpt_result {
     long step;      /* the checkpoint's step */
     int rc;         /* dflash_ckpt_save's result */
@@ -62,6 +67,8 @@ typedef struct ckpt_writer {
     float *own_p, *own_m, *own_v; /* copy = 1 buffers, [cap] floats each */
     size_t cap;
     int fault_delay_ms; /* DF_FAULT_CKPT_DELAY_MS */
+    double hb_limit_s;  /* collect heartbeats for at most this long (CKPT_WRITER_HB_LIMIT_S) */
+    int hb_stopped;
     ckpt_result res;
 } ckpt_writer;
 
@@ -78,8 +85,9 @@ int ckpt_writer_ready(ckpt_writer *w);
 /* 1 while a write was started and not collected. */
 int ckpt_writer_pending(const ckpt_writer *w);
 /* Collect the result of the write started last: with wait = 0 only when it has finished
- * (else returns 0), with wait = 1 after waiting for it (hb every 100 ms meanwhile). Returns
- * 1 with *out filled, 0 when there was nothing to collect. */
+ * (else returns 0), with wait = 1 after waiting for it (hb every 100 ms meanwhile, for the
+ * first w->hb_limit_s seconds only). Returns 1 with *out filled, 0 when there was nothing
+ * to collect. */
 int ckpt_writer_collect(ckpt_writer *w, int wait, void (*hb)(void *), void *hb_arg, ckpt_result *out);
 /* Wait for a write in flight (its result is dropped) and free the buffers. */
 void ckpt_writer_free(ckpt_writer *w);

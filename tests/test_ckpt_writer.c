@@ -119,6 +119,17 @@ int main(void)
     printf("  copy: weights and moments overwritten during the write; step-00000012 holds the "
            "start's values bit for bit (write %.3f s, collect waited %.3f s, %d heartbeats)\n",
            res.write_s, res.wait_s, hb_calls);
+    /* the heartbeat stops after hb_limit_s of waiting (a stuck write must not hide from the
+     * hang timeout): 0.3 s of a 1.5 s wait heartbeated, the rest not, the result still comes */
+    T_ASSERT(setenv("DF_FAULT_CKPT_DELAY_MS", "1500", 1) == 0);
+    w.hb_limit_s = 0.3;
+    T_ASSERT_RC(ckpt_writer_start(&w, root, &c, &p, &opt, &ts13, 1, err, sizeof err));
+    hb_calls = 0;
+    T_ASSERT(ckpt_writer_collect(&w, 1, hb, NULL, &res) == 1 && res.rc == 0 && res.step == 13);
+    T_ASSERT(hb_calls <= 5 && res.wait_s >= 1.0); /* about 15 without the limit */
+    printf("  a 1.5 s wait with a 0.3 s heartbeat limit: %d heartbeats, then none (waited %.2f s)\n", hb_calls,
+           res.wait_s);
+    w.hb_limit_s = CKPT_WRITER_HB_LIMIT_S;
     T_ASSERT(unsetenv("DF_FAULT_CKPT_DELAY_MS") == 0);
 
     /* ---- copy = 0: the caller's buffers, unchanged until collected ---- */

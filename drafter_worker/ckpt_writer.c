@@ -5,16 +5,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "drafter_worker/hb_wait.h"
 #include "util.h"
 
 void ckpt_writer_init(ckpt_writer *w)
 {
     memset(w, 0, sizeof *w);
     atomic_init(&w->done, 0);
-    w->hb_limit_s = CKPT_WRITER_HB_LIMIT_S;
+    w->hb_limit_s = HB_WAIT_LIMIT_S;
 }
 
 static void *writer_main(void *arg)
@@ -130,35 +130,10 @@ int ckpt_writer_collect(ckpt_writer *w, int wait, void (*hb)(void *), void *hb_a
         return 0;
     if (!wait && !atomic_load_explicit(&w->done, memory_order_acquire))
         return 0;
-    uint64_t t0 = df_now_ns();
-    for (;;) { /* joined the moment the thread ends; the heartbeat every 100 ms meanwhile */
-        struct timespec dl;
-        clock_gettime(CLOCK_REALTIME, &dl);
-        dl.tv_nsec += 100000000L;
-        if (dl.tv_nsec >= 1000000000L)
-            dl.tv_sec++, dl.tv_nsec -= 1000000000L;
-        int rc = pthread_timedjoin_np(w->th, NULL, &dl);
-        if (rc == 0)
-            break;
-        if (rc != ETIMEDOUT) { /* cannot happen for a joinable thread of ours; wait plainly */
-            pthread_join(w->th, NULL);
-            break;
-        }
-        /* the heartbeat vouches for a write that progresses, not for one stuck on a dead
-         * disk: past hb_limit_s of waiting it stops, and the orchestrator's hang timeout
-         * ends the wait (the restart resumes from the last announced checkpoint) */
-        double waited = (double)(df_now_ns() - t0) * 1e-9;
-        if (hb && waited < w->hb_limit_s)
-            hb(hb_arg);
-        else if (hb && !w->hb_stopped) {
-            w->hb_stopped = 1;
-            df_log("checkpoint of step %ld: still writing after %.1f s of waiting; no more heartbeats until it ends",
-                   w->res.step, waited);
-        }
-    }
-    w->hb_stopped = 0;
+    char what[64];
+    snprintf(what, sizeof what, "checkpoint of step %ld", w->res.step);
+    w->res.wait_s = hb_wait_join(w->th, hb, hb_arg, w->hb_limit_s, what);
     w->running = 0;
-    w->res.wait_s = (double)(df_now_ns() - t0) * 1e-9;
     *out = w->res;
     return 1;
 }

@@ -40,11 +40,6 @@
 #include "dflash/dflash_config.h"
 #include "dflash/dflash_model.h"
 
-/* How long ckpt_writer_collect keeps heartbeating while it waits: a 12.6 GB checkpoint takes
- * ~25 s; a write still going after 10 minutes is taken as stuck (a dead disk), and the
- * orchestrator's hang timeout, no longer held off, ends it. */
-#define CKPT_WRITER_HB_LIMIT_S 600.0
-
 typedef struct ckpt_result {
     long step;      /* the checkpoint's step */
     int rc;         /* dflash_ckpt_save's result */
@@ -67,8 +62,7 @@ typedef struct ckpt_writer {
     float *own_p, *own_m, *own_v; /* copy = 1 buffers, [cap] floats each */
     size_t cap;
     int fault_delay_ms; /* DF_FAULT_CKPT_DELAY_MS */
-    double hb_limit_s;  /* collect heartbeats for at most this long (CKPT_WRITER_HB_LIMIT_S) */
-    int hb_stopped;
+    double hb_limit_s;  /* collect heartbeats for at most this long (HB_WAIT_LIMIT_S, hb_wait.h) */
     ckpt_result res;
 } ckpt_writer;
 

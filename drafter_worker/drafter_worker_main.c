@@ -597,7 +597,7 @@ int main(int argc, char **argv)
      * orchestrator starts the next one with a new ledger) */
     if (d->rank == 0 && !ctl_should_stop(w) && tr->ts.step > 0 && last_epoch) {
         snprintf(path, sizeof path, "%s/drafter", w->run_dir);
-        if (trainer_export(tr, path, err, sizeof err) < 0)
+        if (trainer_export(tr, path, heartbeat, d, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "export: %s", err);
         if (trainer_write_summary(tr, w->run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "%s", err);

@@ -2,6 +2,7 @@
  * backend lives here (cpu_ops); the CUDA one in trainer_cuda.c (trainer_ops_cuda), chosen
  * by trainer_open. */
 #include "drafter_worker/trainer.h"
+#include "drafter_worker/hb_wait.h"
 
 #include "dflash/dflash_batch.h"
 #include "io/hfconfig.h"
@@ -10,6 +11,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 
 static const trainer_ops cpu_ops; /* below */
 
@@ -362,12 +364,34 @@ int trainer_save_start(trainer *tr, ckpt_writer *w, const char *root, char *err,
     return ckpt_writer_start(w, root, &tr->cfg, &tr->p, &tr->opt, &tr->ts, tr->ops->host_live, err, errlen);
 }
 
-int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen)
+typedef struct export_job {
+    const char *dir;
+    trainer *tr;
+    int rc;
+    char err[1024];
+} export_job;
+
+static void *export_main(void *arg)
+{
+    export_job *j = arg; /* host work only: the cuda copy came to tr->p in the caller's thread */
+    j->rc = dflash_export_release(j->dir, &j->tr->cfg, &j->tr->p, j->err, sizeof j->err);
+    return NULL;
+}
+
+int trainer_export(trainer *tr, const char *dir, void (*hb)(void *), void *hb_arg, char *err, size_t errlen)
 {
     int rc;
     if ((rc = trainer_to_host(tr, 0, err, errlen)) < 0)
         return rc;
-    return dflash_export_release(dir, &tr->cfg, &tr->p, err, errlen);
+    export_job j = {.dir = dir, .tr = tr};
+    pthread_t th;
+    if (pthread_create(&th, NULL, export_main, &j) != 0)
+        export_main(&j); /* no thread: write it here, without heartbeats */
+    else
+        (void)hb_wait_join(th, hb, hb_arg, HB_WAIT_LIMIT_S, "release export");
+    if (j.rc < 0)
+        snprintf(err, errlen, "%s", j.err);
+    return j.rc;
 }
 
 void trainer_record(trainer *tr, const dflash_stats *st)

@@ -131,8 +131,10 @@ int trainer_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, char *
  * trainer_to_host, which must therefore not be called before w's result was collected).
  * The caller collects the result (ckpt_writer_collect) before anything else touches them. */
 int trainer_save_start(trainer *tr, ckpt_writer *w, const char *root, char *err, size_t errlen);
-/* Release-format export into dir. */
-int trainer_export(trainer *tr, const char *dir, char *err, size_t errlen);
+/* Release-format export into dir: the weights come to the host in this thread, the files
+ * are written on another while this one calls hb(hb_arg) every 100 ms (hb_wait.h; hb may
+ * be NULL). */
+int trainer_export(trainer *tr, const char *dir, void (*hb)(void *), void *hb_arg, char *err, size_t errlen);
 /* Refresh tr->p (and with with_opt tr->opt) from the backend (cuda: the device copies). */
 int trainer_to_host(trainer *tr, int with_opt, char *err, size_t errlen);
 /* Record a step's statistics for the summary; write <run_dir>/train_summary.json (loss at

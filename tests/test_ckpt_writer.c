@@ -22,6 +22,7 @@
 #include "dflash/dflash_ckpt.h"
 #include "dflash/dflash_model.h"
 #include "drafter_worker/ckpt_writer.h"
+#include "drafter_worker/hb_wait.h"
 #include "test_helpers.h"
 #include "util.h"
 
@@ -129,7 +130,7 @@ int main(void)
     T_ASSERT(hb_calls <= 5 && res.wait_s >= 1.0); /* about 15 without the limit */
     printf("  a 1.5 s wait with a 0.3 s heartbeat limit: %d heartbeats, then none (waited %.2f s)\n", hb_calls,
            res.wait_s);
-    w.hb_limit_s = CKPT_WRITER_HB_LIMIT_S;
+    w.hb_limit_s = HB_WAIT_LIMIT_S;
     T_ASSERT(unsetenv("DF_FAULT_CKPT_DELAY_MS") == 0);
 
     /* ---- copy = 0: the caller's buffers, unchanged until collected ---- */

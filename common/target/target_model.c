@@ -4,6 +4,7 @@
  * post-attention norm, SwiGLU MLP, residual). See target_model.h for the contract. */
 #include "target/target_model.h"
 
+#include "par.h"
 #include "util.h"
 
 #include <errno.h>
@@ -44,22 +45,57 @@ static const char *model_source(const safetensors_model *st)
     return access(p, F_OK) == 0 ? "model.safetensors.index.json" : "model.safetensors";
 }
 
+typedef struct finite_job {
+    const void *data;
+    int f32;                             /* else 16-bit (BF16 or F16) */
+    uint32_t exp;                        /* the exponent mask: all ones = Inf or NaN */
+    uint64_t first_bad[PAR_MAX_THREADS]; /* per part, UINT64_MAX = none */
+} finite_job;
+
+/* Elements [lo, hi): blocks of 4096 OR-reduced without a branch (vectorised), the element
+ * looked for only in a block that has one. */
+static void finite_range(void *ctx, uint64_t lo, uint64_t hi, int part)
+{
+    finite_job *j = ctx;
+    j->first_bad[part] = UINT64_MAX;
+    for (uint64_t b = lo; b < hi; b += 4096) {
+        uint64_t e = b + 4096 < hi ? b + 4096 : hi;
+        uint32_t hit = 0;
+        if (j->f32) {
+            const uint32_t *p = j->data;
+            for (uint64_t i = b; i < e; i++)
+                hit |= (p[i] & j->exp) == j->exp;
+        } else {
+            const uint16_t *p = j->data;
+            for (uint64_t i = b; i < e; i++)
+                hit |= (uint32_t)((p[i] & j->exp) == j->exp);
+        }
+        if (!hit)
+            continue;
+        for (uint64_t i = b; i < e; i++) {
+            uint32_t v = j->f32 ? ((const uint32_t *)j->data)[i] : ((const uint16_t *)j->data)[i];
+            if ((v & j->exp) == j->exp) {
+                j->first_bad[part] = i;
+                return;
+            }
+        }
+    }
+}
+
 int target_check_finite(const safetensors_tensor *t, const char *fpath, char *err, size_t errlen)
 {
-    uint64_t n = t->nbytes / (t->dtype == SAFETENSORS_F32 ? 4 : 2), bad = UINT64_MAX;
-    if (t->dtype == SAFETENSORS_F32) { /* exponent all ones: Inf or NaN */
-        const uint32_t *p = t->data;
-        for (uint64_t i = 0; i < n && bad == UINT64_MAX; i++)
-            if ((p[i] & 0x7f800000u) == 0x7f800000u)
-                bad = i;
-    } else if (t->dtype == SAFETENSORS_BF16 || t->dtype == SAFETENSORS_F16) {
-        const uint16_t *p = t->data;
-        uint16_t e = t->dtype == SAFETENSORS_BF16 ? 0x7f80u : 0x7c00u;
-        for (uint64_t i = 0; i < n && bad == UINT64_MAX; i++)
-            if ((p[i] & e) == e)
-                bad = i;
-    } else
+    finite_job j = {.data = t->data};
+    if (t->dtype == SAFETENSORS_F32)
+        j.f32 = 1, j.exp = 0x7f800000u;
+    else if (t->dtype == SAFETENSORS_BF16 || t->dtype == SAFETENSORS_F16)
+        j.exp = t->dtype == SAFETENSORS_BF16 ? 0x7f80u : 0x7c00u;
+    else
         return 0;
+    uint64_t n = t->nbytes / (j.f32 ? 4 : 2), bad = UINT64_MAX;
+    /* every CPU on a large tensor; the lowest bad index wins whatever the split */
+    int parts = par_for(n, 1ull << 22, finite_range, &j);
+    for (int k = 0; k < parts && bad == UINT64_MAX; k++)
+        bad = j.first_bad[k];
     if (bad == UINT64_MAX)
         return 0;
     float v;

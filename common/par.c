@@ -2,6 +2,7 @@
 #include "par.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 typedef struct par_part {
@@ -20,8 +21,14 @@ static void *part_main(void *arg)
 
 int par_threads(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : n > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)n;
+    static _Atomic int cached; /* sysconf reads /sys: once per process, not once per loop */
+    int c = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (c == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        c = n < 1 ? 1 : n > PAR_MAX_THREADS ? PAR_MAX_THREADS : (int)n;
+        atomic_store_explicit(&cached, c, memory_order_relaxed);
+    }
+    return c;
 }
 
 int par_for(uint64_t n, uint64_t min_per_part, void (*fn)(void *ctx, uint64_t lo, uint64_t hi, int part), void *ctx)
@@ -30,8 +37,8 @@ int par_for(uint64_t n, uint64_t min_per_part, void (*fn)(void *ctx, uint64_t lo
         return 0;
     if (min_per_part == 0)
         min_per_part = 1;
-    uint64_t k = n / min_per_part;
-    if (k > (uint64_t)par_threads())
+    uint64_t k = n / min_per_part; /* small loops (a row, a norm) stay here without asking */
+    if (k > 1 && k > (uint64_t)par_threads())
         k = (uint64_t)par_threads();
     if (k <= 1) {
         fn(ctx, 0, n, 0);

@@ -12,7 +12,7 @@
 
 #define PAR_MAX_THREADS 64
 
-/* Online CPUs, 1..PAR_MAX_THREADS. */
+/* Online CPUs, 1..PAR_MAX_THREADS (read once per process). */
 int par_threads(void);
 
 /* Call fn(ctx, lo, hi, part) over ranges covering [0, n) in order of part = 0, 1, ...,

@@ -31,7 +31,9 @@ void infer_free_cuda(infer_state_cuda *s)
     for (int i = 0; i < 65; i++)
         if (s->append_graph[i])
             cudaGraphExecDestroy(s->append_graph[i]);
-    cudaFree(s->wb), cudaFree(s->wf), cudaFree(s->kc), cudaFree(s->vc), cudaFree(s->acts), cudaFree(s->n_ctx_d);
+    if (s->own_cache)
+        cudaFree(s->kc), cudaFree(s->vc);
+    cudaFree(s->wb), cudaFree(s->wf), cudaFree(s->acts), cudaFree(s->n_ctx_d);
     cudaFree(s->sync_d);
     if (s->draft_h)
         cudaFreeHost(s->draft_h);
@@ -109,7 +111,8 @@ static int cuda_fail(infer_state_cuda *s, char *err, size_t errlen, const char *
     return rc;
 }
 
-static int alloc_state(infer_state_cuda *s, char *err, size_t errlen);
+static int alloc_state(infer_state_cuda *s, nn_bf16_cuda *kc, nn_bf16_cuda *vc, size_t lstride, char *err,
+                       size_t errlen);
 
 int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
                     const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen)
@@ -160,10 +163,13 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     free(hb), free(hf);
     if (!ok)
         return cuda_fail(s, err, errlen, "weight upload", -EIO);
-    return alloc_state(s, err, errlen);
+    return alloc_state(s, NULL, NULL, 0, err, errlen);
 }
 
-int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, int cap, char *err, size_t errlen)
+/* A context over the weights of `from`: its own caches, or (kc != NULL) a view of a
+ * batch's slab whose layers are lstride elements apart. */
+static int init_view(infer_state_cuda *s, const infer_state_cuda *from, int cap, nn_bf16_cuda *kc, nn_bf16_cuda *vc,
+                     size_t lstride, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
     if (cap < 1) {
@@ -175,14 +181,21 @@ int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, in
     s->fc = from->fc, s->hidden_norm = from->hidden_norm, s->final_norm = from->final_norm;
     s->inv_freq = from->inv_freq;
     memcpy(s->layer, from->layer, sizeof s->layer);
-    int rc = alloc_state(s, err, errlen);
+    int rc = alloc_state(s, kc, vc, lstride, err, errlen);
     if (rc == 0)
         s->fused = from->fused;
     return rc;
 }
 
-/* The caches, scratch, pinned buffers and GEMM handle of s (weights set up). */
-static int alloc_state(infer_state_cuda *s, char *err, size_t errlen)
+int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, int cap, char *err, size_t errlen)
+{
+    return init_view(s, from, cap, NULL, NULL, 0, err, errlen);
+}
+
+/* The caches (kc NULL: allocated, else borrowed slab views), scratch, pinned buffers and
+ * GEMM handle of s (weights set up). */
+static int alloc_state(infer_state_cuda *s, nn_bf16_cuda *kc, nn_bf16_cuda *vc, size_t lstride, char *err,
+                       size_t errlen)
 {
     const dflash_config *c = s->c;
     int H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, B = c->block_size, d = c->hidden;
@@ -191,9 +204,14 @@ static int alloc_state(infer_state_cuda *s, char *err, size_t errlen)
     /* caches and scratch */
     size_t rows = (size_t)cap + B, L = (size_t)c->n_layers, qkv_n = qd + 2 * kvd;
     size_t R = (size_t)DF_MAX(INFER_CUDA_CHUNK, B);
-    if (cudaMalloc((void **)&s->kc, sizeof(nn_bf16_cuda) * L * rows * kvd) != cudaSuccess ||
-        cudaMalloc((void **)&s->vc, sizeof(nn_bf16_cuda) * L * rows * kvd) != cudaSuccess)
-        return cuda_fail(s, err, errlen, "cudaMalloc(context K/V cache)", -ENOMEM);
+    if (kc) {
+        s->kc = kc, s->vc = vc, s->lstride = lstride;
+    } else {
+        s->own_cache = 1, s->lstride = rows * kvd;
+        if (cudaMalloc((void **)&s->kc, sizeof(nn_bf16_cuda) * L * rows * kvd) != cudaSuccess ||
+            cudaMalloc((void **)&s->vc, sizeof(nn_bf16_cuda) * L * rows * kvd) != cudaSuccess)
+            return cuda_fail(s, err, errlen, "cudaMalloc(context K/V cache)", -ENOMEM);
+    }
     for (int pass = 0; pass < 2; pass++) { /* measure, then carve */
         bump a = {pass ? s->acts : NULL, 0};
         s->fc_out = take(&a, sizeof(float) * INFER_CUDA_CHUNK * d);
@@ -243,7 +261,7 @@ void infer_reset_cuda(infer_state_cuda *s)
 
 static size_t layer_stride(const infer_state_cuda *s)
 {
-    return ((size_t)s->cap + (size_t)s->c->block_size) * (size_t)s->c->n_kv_heads * (size_t)s->c->head_dim;
+    return s->lstride;
 }
 
 /* nn_add_rmsnorm_cuda, launched as a programmatic dependent when decode_pdl_small_cuda is
@@ -256,8 +274,8 @@ static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda
                : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
 }
 
-static int linear(infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T, int n_in,
-                  int n_out, char *kerr, size_t kerrlen)
+static int linear(const infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T,
+                  int n_in, int n_out, char *kerr, size_t kerrlen)
 {
     if (T <= INFER_CUDA_SMALL_ROWS)
         return decode_linear_rows_cuda(out, 0, x, w, NULL, T, n_in, n_out, s->stream, kerr, kerrlen);
@@ -382,120 +400,154 @@ int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n, char *
     return 0;
 }
 
-/* Enqueue a draft of the block in draft_h / ranges_h (pinned) at context length p0 + *base. */
-static int enqueue_draft(infer_state_cuda *s, const int32_t *base, int p0, char *err, size_t errlen)
+/* Where the rows of one draft call live: R rows (blocks of B) and their scratch, device
+ * and pinned; the blocks' positions and cache rows either p0 + *base + row (a lone draft:
+ * the graph reads the context length from the device) or per row (a batch: pos / crow,
+ * uploaded with the ranges from meta_h). The logits and greedy tokens are those of rows
+ * lm_row0 .. lm_row0 + lm_rows - 1. */
+typedef struct block_io {
+    int R;
+    nn_bf16_cuda *kc, *vc; /* the context caches the rows see (a batch: the slab) */
+    size_t lstride;        /* elements from one layer's cache rows to the next's */
+    float *h;
+    nn_bf16_cuda *a, *qkv, *att, *y, *gu, *act, *z;
+    float *logits;
+    int32_t *tokens, *draft_d, *pos;
+    nn_key_ranges *ranges; /* [2, R]: full layers, sliding layers */
+    int32_t *tok_h;        /* pinned [R]: the blocks in, the greedy tokens out */
+    const void *meta_h;    /* pinned: ranges [2R] (then, batch: pos [R], crow [R]) */
+    const int32_t *base;   /* lone */
+    int p0;
+    const int32_t *crow; /* batch: device [R] (pos: device [R]) */
+    int lm_row0, lm_rows;
+} block_io;
+
+/* Enqueue a draft of the blocks in io (weights, caches and stream of s). */
+static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *err, size_t errlen)
 {
     const dflash_config *c = s->c;
-    int B = c->block_size, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+    int B = io->R, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     int I = c->intermediate, V = c->vocab, qkv_n = (H + 2 * KV) * hd;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     cudaStream_t st = s->stream;
     char kerr[256];
     int l = -1;
-    STEP(cudaMemcpyAsync(s->tokens, s->draft_h, sizeof(int32_t) * B, cudaMemcpyHostToDevice, st) == cudaSuccess ? 0
+    const int batch = io->crow != NULL;
+    const int32_t *base = io->base;
+    const int p0 = io->p0;
+    STEP(cudaMemcpyAsync(io->tokens, io->tok_h, sizeof(int32_t) * B, cudaMemcpyHostToDevice, st) == cudaSuccess ? 0
                                                                                                                 : -EIO,
          "block upload");
-    STEP(cudaMemcpyAsync(s->ranges, s->ranges_h, sizeof(nn_key_ranges) * 2 * B, cudaMemcpyHostToDevice, st) ==
-                 cudaSuccess
-             ? 0
-             : -EIO,
+    size_t meta = sizeof(nn_key_ranges) * 2 * B + (batch ? sizeof(int32_t) * 2 * B : 0);
+    STEP(cudaMemcpyAsync(io->ranges, io->meta_h, meta, cudaMemcpyHostToDevice, st) == cudaSuccess ? 0 : -EIO,
          "ranges upload");
     const int fz = DECODE_FUSE_BITS(s->fused), f_qk = fz & DECODE_FUSE_QK_APPEND;
     const int f_res = fz & DECODE_FUSE_RESIDUAL, f_glu = fz & DECODE_FUSE_SWIGLU;
-    const nn_bf16_cuda *yadd = f_res ? NULL : s->y; /* o_proj / down add into h themselves */
+    const nn_bf16_cuda *yadd = f_res ? NULL : io->y; /* o_proj / down add into h themselves */
     /* the bit-exact fusions (target_decode_cuda.c's enqueue_extend): the separate kernels' bits */
     const int ep_ok = B <= DECODE_EPI_MAX_ROWS;
     const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
     const int f_norm = ep_ok && B <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
-    const int f_amax = (fz & DECODE_FUSE_ARGMAX) && B - 1 <= DECODE_EPI_MAX_ROWS;
-    STEP(nn_embed_cuda(s->h, s->embed, s->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
-    if (!f_qk)
-        STEP(decode_positions_cuda(s->pos, base, p0, B, st, kerr, sizeof kerr), "positions");
+    const int f_amax = (fz & DECODE_FUSE_ARGMAX) && io->lm_rows <= DECODE_EPI_MAX_ROWS;
+    float *h = io->h;
+    nn_bf16_cuda *a = io->a, *att = io->att, *y = io->y, *qkv = io->qkv, *act = io->act, *z = io->z;
+    STEP(nn_embed_cuda(h, s->embed, io->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
+    if (!f_qk && !batch)
+        STEP(decode_positions_cuda(io->pos, base, p0, B, st, kerr, sizeof kerr), "positions");
     for (l = 0; l < c->n_layers; l++) {
         const infer_layer_cuda *L = &s->layer[l];
-        nn_bf16_cuda *kl = s->kc + l * layer_stride(s), *vl = s->vc + l * layer_stride(s);
+        nn_bf16_cuda *kl = io->kc + l * io->lstride, *vl = io->vc + l * io->lstride;
         if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
-            STEP(addnorm(s->h, l > 0 ? yadd : NULL, L->in_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
+            STEP(addnorm(h, l > 0 ? yadd : NULL, L->in_norm, a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
                  "input norm");
-        STEP(linear(s, s->qkv, s->a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        STEP(linear(s, qkv, a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
-        if (f_qk) {
-            STEP(decode_qk_norm_rope_append_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
+        if (f_qk && batch) {
+            STEP(decode_qk_norm_rope_append_rows_cuda(qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
+                                                      io->pos, io->crow, st, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append (blocks)");
+        } else if (f_qk) {
+            STEP(decode_qk_norm_rope_append_cuda(qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
                                                  base, p0, st, kerr, sizeof kerr),
                  "qk_norm_rope + kv append (block)");
         } else {
-            STEP(nn_qk_norm_rope_cuda(s->qkv, L->q_norm, L->k_norm, s->inv_freq, s->pos, B, H, KV, hd, eps, st, kerr,
+            STEP(nn_qk_norm_rope_cuda(qkv, L->q_norm, L->k_norm, s->inv_freq, io->pos, B, H, KV, hd, eps, st, kerr,
                                       sizeof kerr),
                  "qk_norm_rope");
-            STEP(decode_kv_append_cuda(kl, vl, s->qkv, B, H, KV, hd, base, p0, st, kerr, sizeof kerr),
-                 "kv append (block)");
+            if (batch)
+                STEP(decode_kv_append_rows_cuda(kl, vl, qkv, B, H, KV, hd, io->crow, st, kerr, sizeof kerr),
+                     "kv append (blocks)");
+            else
+                STEP(decode_kv_append_cuda(kl, vl, qkv, B, H, KV, hd, base, p0, st, kerr, sizeof kerr),
+                     "kv append (block)");
         }
-        STEP(decode_attention_cuda(s->att, s->qkv, qkv_n, kl, vl, s->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0, 0,
-                                   B, H, KV, hd, scale, st, kerr, sizeof kerr),
+        STEP(decode_attention_cuda(att, qkv, qkv_n, kl, vl, io->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0, 0, B,
+                                   H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
         /* f_res: o_proj and down add into the fp32 residual h inside the linear kernel;
          * f_norm: they add the bf16-rounded y and their last block does the next norm */
         if (f_norm) {
-            decode_norm_tail tl = {L->post_norm, s->a, 0, eps, NULL, 0, s->sync_d};
-            STEP(decode_linear_residual_rows_cuda(s->h, s->att, L->w_o, NULL, B, H * hd, d, &tl, st, kerr, sizeof kerr),
+            decode_norm_tail tl = {L->post_norm, a, 0, eps, NULL, 0, s->sync_d};
+            STEP(decode_linear_residual_rows_cuda(h, att, L->w_o, NULL, B, H * hd, d, &tl, st, kerr, sizeof kerr),
                  "linear o_proj + post norm");
         } else {
-            STEP(decode_linear_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->att, L->w_o, NULL, B,
-                                         H * hd, d, st, kerr, sizeof kerr),
+            STEP(decode_linear_rows_cuda(f_res ? (void *)h : (void *)y, f_res ? 2 : 0, att, L->w_o, NULL, B, H * hd, d,
+                                         st, kerr, sizeof kerr),
                  "linear o_proj");
-            STEP(addnorm(s->h, yadd, L->post_norm, s->a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
+            STEP(addnorm(h, yadd, L->post_norm, a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
         }
         if (f_gepi)
-            STEP(decode_linear_glu_rows_cuda(s->act, s->a, L->w_gu, NULL, B, d, I, st, kerr, sizeof kerr),
+            STEP(decode_linear_glu_rows_cuda(act, a, L->w_gu, NULL, B, d, I, st, kerr, sizeof kerr),
                  "linear gate_up + swiglu");
         else
-            STEP(linear(s, s->gu, s->a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+            STEP(linear(s, io->gu, a, L->w_gu, B, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
         if (f_norm) {
             /* down adds to h; its last block does the next layer's input norm, or the final one */
             int lastl = l == c->n_layers - 1;
             decode_norm_tail tl = {
-                lastl ? s->final_norm : s->layer[l + 1].in_norm, lastl ? s->z : s->a, 0, eps, NULL, 0, s->sync_d};
+                lastl ? s->final_norm : s->layer[l + 1].in_norm, lastl ? z : a, 0, eps, NULL, 0, s->sync_d};
             if (!f_gepi)
-                STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, kerr, sizeof kerr), "swiglu");
-            STEP(decode_linear_residual_rows_cuda(s->h, s->act, L->w_down, NULL, B, I, d, &tl, st, kerr, sizeof kerr),
+                STEP(nn_swiglu_cuda(act, io->gu, B, I, st, kerr, sizeof kerr), "swiglu");
+            STEP(decode_linear_residual_rows_cuda(h, act, L->w_down, NULL, B, I, d, &tl, st, kerr, sizeof kerr),
                  lastl ? "linear down + final norm" : "linear down + input norm");
         } else if (f_gepi) {
             if (f_res)
-                STEP(decode_linear_rows_cuda(s->h, 2, s->act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+                STEP(decode_linear_rows_cuda(h, 2, act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
                      "linear down + residual");
             else
-                STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
+                STEP(linear(s, y, act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
         } else if (f_glu) {
-            STEP(decode_linear_swiglu_rows_cuda(f_res ? (void *)s->h : (void *)s->y, f_res ? 2 : 0, s->gu, L->w_down,
-                                                NULL, B, I, d, st, kerr, sizeof kerr),
+            STEP(decode_linear_swiglu_rows_cuda(f_res ? (void *)h : (void *)y, f_res ? 2 : 0, io->gu, L->w_down, NULL,
+                                                B, I, d, st, kerr, sizeof kerr),
                  "swiglu + linear down");
         } else {
-            STEP(nn_swiglu_cuda(s->act, s->gu, B, I, st, kerr, sizeof kerr), "swiglu");
+            STEP(nn_swiglu_cuda(act, io->gu, B, I, st, kerr, sizeof kerr), "swiglu");
             if (f_res)
-                STEP(decode_linear_rows_cuda(s->h, 2, s->act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
+                STEP(decode_linear_rows_cuda(h, 2, act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
                      "linear down + residual");
             else
-                STEP(linear(s, s->y, s->act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
+                STEP(linear(s, y, act, L->w_down, B, I, d, kerr, sizeof kerr), "linear down");
         }
     }
     l = -1;
     if (!f_norm)
-        STEP(addnorm(s->h, yadd, s->final_norm, s->z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
+        STEP(addnorm(h, yadd, s->final_norm, z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
+    const nn_bf16_cuda *zl = z + (size_t)io->lm_row0 * d;
+    const int nl = io->lm_rows;
     if (f_amax) {
-        STEP(decode_linear_argmax_rows_cuda(s->logits, s->draft_d, s->z + d, s->lm_head, B - 1, d, V, s->sync_d, st,
-                                            kerr, sizeof kerr),
+        STEP(decode_linear_argmax_rows_cuda(io->logits, io->draft_d, zl, s->lm_head, nl, d, V, s->sync_d, st, kerr,
+                                            sizeof kerr),
              "lm_head + argmax");
     } else {
-        STEP(decode_linear_rows_cuda(s->logits, 1, s->z + d, s->lm_head, NULL, B - 1, d, V, st, kerr, sizeof kerr),
-             "lm_head");
-        if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && B - 1 <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
-            STEP(decode_argmax_split_rows_cuda(s->draft_d, s->logits, B - 1, V, s->sync_d, st, kerr, sizeof kerr),
+        STEP(decode_linear_rows_cuda(io->logits, 1, zl, s->lm_head, NULL, nl, d, V, st, kerr, sizeof kerr), "lm_head");
+        if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && nl <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
+            STEP(decode_argmax_split_rows_cuda(io->draft_d, io->logits, nl, V, s->sync_d, st, kerr, sizeof kerr),
                  "argmax");
         else
-            STEP(decode_argmax_rows_cuda(s->draft_d, s->logits, B - 1, V, st, kerr, sizeof kerr), "argmax");
+            STEP(decode_argmax_rows_cuda(io->draft_d, io->logits, nl, V, st, kerr, sizeof kerr), "argmax");
     }
-    STEP(cudaMemcpyAsync(s->draft_h, s->draft_d, sizeof(int32_t) * (B - 1), cudaMemcpyDeviceToHost, st) == cudaSuccess
+    STEP(cudaMemcpyAsync(io->tok_h, io->draft_d, sizeof(int32_t) * nl, cudaMemcpyDeviceToHost, st) == cudaSuccess
              ? 0
              : -EIO,
          "draft download");
@@ -521,12 +573,38 @@ int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft, char *
     dflash_mask_ranges(s->ranges_h, &a0, &keep, 1, B, S, 0);
     dflash_mask_ranges(s->ranges_h + B, &a0, &keep, 1, B, S, c->sliding_window);
     int rc;
+    block_io io = {.R = B,
+                   .kc = s->kc,
+                   .vc = s->vc,
+                   .lstride = layer_stride(s),
+                   .h = s->h,
+                   .a = s->a,
+                   .qkv = s->qkv,
+                   .att = s->att,
+                   .y = s->y,
+                   .gu = s->gu,
+                   .act = s->act,
+                   .z = s->z,
+                   .logits = s->logits,
+                   .tokens = s->tokens,
+                   .draft_d = s->draft_d,
+                   .pos = s->pos,
+                   .ranges = s->ranges,
+                   .tok_h = s->draft_h,
+                   .meta_h = s->ranges_h,
+                   .base = s->n_ctx_d,
+                   .p0 = 0,
+                   .lm_row0 = 1,
+                   .lm_rows = B - 1};
     if (s->use_graphs && !s->draft_graph)
-        CAPTURE(s->draft_graph, enqueue_draft(s, s->n_ctx_d, 0, err, errlen));
-    if (s->use_graphs && s->draft_graph)
+        CAPTURE(s->draft_graph, enqueue_block(s, &io, err, errlen));
+    if (s->use_graphs && s->draft_graph) {
         CUDA_TRY(cudaGraphLaunch(s->draft_graph, s->stream), err, errlen);
-    else if ((rc = enqueue_draft(s, NULL, S, err, errlen)) < 0)
-        return rc;
+    } else {
+        io.base = NULL, io.p0 = S;
+        if ((rc = enqueue_block(s, &io, err, errlen)) < 0)
+            return rc;
+    }
     CUDA_TRY(cudaStreamSynchronize(s->stream), err, errlen);
     memcpy(draft, s->draft_h, sizeof(int32_t) * (B - 1));
     return 0;
@@ -553,4 +631,193 @@ double infer_append_bytes_cuda(const infer_state_cuda *s, int n)
     const dflash_config *c = s->c;
     double d = c->hidden, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
     return (d * c->n_capture * d + c->n_layers * d * (qd + 2 * kvd)) * 2 + (double)n * c->n_layers * kvd * 2 * 2;
+}
+
+/* ---- several sequences drafted together ------------------------------------------------ */
+
+int infer_batch_init_cuda(infer_batch_cuda *b, const infer_state_cuda *from, int n_seq, int cap, char *err,
+                          size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    const dflash_config *c = from->c;
+    int B = c->block_size, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
+    int I = c->intermediate, V = c->vocab;
+    if (n_seq < 1 || cap < 1) {
+        snprintf(err, errlen, "infer_batch_init_cuda: %d sequences, a context cache of %d rows", n_seq, cap);
+        return -EINVAL;
+    }
+    b->from = from, b->n_seq = n_seq, b->max_blocks = DF_MAX(1, INFER_CUDA_SMALL_ROWS / B);
+    size_t rows = (size_t)cap + B, kvd = (size_t)KV * hd, L = (size_t)c->n_layers, lstride = (size_t)n_seq * rows * kvd;
+    size_t R = (size_t)b->max_blocks * B, qkv_n = (size_t)(H + 2 * KV) * hd;
+    b->seq = calloc((size_t)n_seq, sizeof *b->seq);
+    if (!b->seq) {
+        snprintf(err, errlen, "infer_batch_init_cuda: out of memory");
+        return -ENOMEM;
+    }
+    int rc = -ENOMEM;
+    const char *what = NULL;
+    if (cudaMalloc((void **)&b->kc, sizeof(nn_bf16_cuda) * L * lstride) != cudaSuccess ||
+        cudaMalloc((void **)&b->vc, sizeof(nn_bf16_cuda) * L * lstride) != cudaSuccess) {
+        what = "cudaMalloc(context K/V slab)";
+        goto fail;
+    }
+    for (int pass = 0; pass < 2; pass++) { /* measure, then carve */
+        bump a = {pass ? b->acts : NULL, 0};
+        b->h = take(&a, sizeof(float) * R * d);
+        b->a = take(&a, sizeof(nn_bf16_cuda) * R * d);
+        b->qkv = take(&a, sizeof(nn_bf16_cuda) * R * qkv_n);
+        b->att = take(&a, sizeof(nn_bf16_cuda) * R * H * hd);
+        b->y = take(&a, sizeof(nn_bf16_cuda) * R * d);
+        b->gu = take(&a, sizeof(nn_bf16_cuda) * R * 2 * I);
+        b->act = take(&a, sizeof(nn_bf16_cuda) * R * I);
+        b->z = take(&a, sizeof(nn_bf16_cuda) * R * d);
+        b->logits = take(&a, sizeof(float) * R * V);
+        b->tokens = take(&a, sizeof(int32_t) * R);
+        b->draft_d = take(&a, sizeof(int32_t) * R);
+        b->meta_d = take(&a, (sizeof(nn_key_ranges) * 2 + sizeof(int32_t) * 2) * R);
+        if (!pass && cudaMalloc(&b->acts, a.off) != cudaSuccess) {
+            what = "cudaMalloc(batch scratch)";
+            goto fail;
+        }
+    }
+    if (cudaMallocHost((void **)&b->tok_h, sizeof(int32_t) * R) != cudaSuccess ||
+        cudaMallocHost(&b->meta_h, (sizeof(nn_key_ranges) * 2 + sizeof(int32_t) * 2) * R) != cudaSuccess) {
+        what = "cudaMallocHost(batch blocks)";
+        goto fail;
+    }
+    /* sequence i's rows of layer l: kc + l * lstride + i * rows * kvd */
+    for (int i = 0; i < n_seq; i++) {
+        if ((rc = init_view(&b->seq[i], from, cap, b->kc + (size_t)i * rows * kvd, b->vc + (size_t)i * rows * kvd,
+                            lstride, err, errlen)) < 0) {
+            infer_batch_free_cuda(b);
+            return rc;
+        }
+        b->n_init = i + 1;
+    }
+    b->use_graphs = 1;
+    return 0;
+fail:
+    snprintf(err, errlen, "drafter on the GPU: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
+    infer_batch_free_cuda(b);
+    return rc;
+}
+
+void infer_batch_free_cuda(infer_batch_cuda *b)
+{
+    if (!b)
+        return;
+    for (int i = 0; b->seq && i < b->n_init; i++)
+        infer_free_cuda(&b->seq[i]);
+    free(b->seq);
+    for (int i = 0; i <= INFER_CUDA_SMALL_ROWS; i++)
+        if (b->graph[i])
+            cudaGraphExecDestroy(b->graph[i]);
+    cudaFree(b->kc), cudaFree(b->vc), cudaFree(b->acts);
+    if (b->tok_h)
+        cudaFreeHost(b->tok_h);
+    if (b->meta_h)
+        cudaFreeHost(b->meta_h);
+    memset(b, 0, sizeof *b);
+}
+
+/* One call of n blocks (n <= max_blocks): their tokens and row metadata are in the pinned
+ * buffers; a graph per n (it copies them in). */
+static int batch_call(infer_batch_cuda *b, int n, char *err, size_t errlen)
+{
+    const infer_state_cuda *s = b->from;
+    int B = s->c->block_size, R = n * B;
+    nn_key_ranges *ranges = b->meta_d;
+    int32_t *pos = (int32_t *)(ranges + 2 * R);
+    block_io io = {.R = R,
+                   .kc = b->kc,
+                   .vc = b->vc,
+                   .lstride = b->seq[0].lstride,
+                   .h = b->h,
+                   .a = b->a,
+                   .qkv = b->qkv,
+                   .att = b->att,
+                   .y = b->y,
+                   .gu = b->gu,
+                   .act = b->act,
+                   .z = b->z,
+                   .logits = b->logits,
+                   .tokens = b->tokens,
+                   .draft_d = b->draft_d,
+                   .pos = pos,
+                   .ranges = ranges,
+                   .tok_h = b->tok_h,
+                   .meta_h = b->meta_h,
+                   .crow = pos + R,
+                   .lm_row0 = 0,
+                   .lm_rows = R};
+    int rc;
+    if (b->use_graphs && !b->graph[n]) {
+        /* (CAPTURE's s: the stream) */
+        CAPTURE(b->graph[n], enqueue_block(s, &io, err, errlen));
+    }
+    if (b->use_graphs && b->graph[n])
+        CUDA_TRY(cudaGraphLaunch(b->graph[n], s->stream), err, errlen);
+    else if ((rc = enqueue_block(s, &io, err, errlen)) < 0)
+        return rc;
+    CUDA_TRY(cudaStreamSynchronize(s->stream), err, errlen);
+    return 0;
+}
+
+int infer_batch_draft_cuda(infer_batch_cuda *b, int n, const int *seqs, const int32_t *anchors, int32_t *drafts,
+                           char *err, size_t errlen)
+{
+    const dflash_config *c = b->from->c;
+    int B = c->block_size, V = c->vocab, cap = b->seq ? b->seq[0].cap : 0;
+    for (int j = 0; j < n; j++) {
+        if (seqs[j] < 0 || seqs[j] >= b->n_seq) {
+            snprintf(err, errlen, "infer_batch_draft_cuda: sequence %d of %d", seqs[j], b->n_seq);
+            return -EINVAL;
+        }
+        if (anchors[j] < 0 || anchors[j] >= V) {
+            snprintf(err, errlen, "infer_batch_draft_cuda: sequence %d: anchor token %d outside [0, %d)", seqs[j],
+                     anchors[j], V);
+            return -EINVAL;
+        }
+    }
+    for (int j0 = 0; j0 < n; j0 += b->max_blocks) {
+        int m = DF_MIN(b->max_blocks, n - j0), R = m * B;
+        nn_key_ranges *full = b->meta_h, *slide = full + R;
+        int32_t *pos = (int32_t *)(full + 2 * R), *crow = pos + R;
+        for (int j = 0; j < m; j++) {
+            /* sequence q's block as a lone draft sees it (infer_draft_cuda), shifted into
+             * the slab: its rows start at q * (cap + B) */
+            int q = seqs[j0 + j], S = b->seq[q].n_ctx, off = q * (cap + B), r = j * B;
+            int32_t a0 = S;
+            uint8_t keep = 1;
+            dflash_mask_ranges(full + r, &a0, &keep, 1, B, S, 0);
+            dflash_mask_ranges(slide + r, &a0, &keep, 1, B, S, c->sliding_window);
+            for (int k = 0; k < B; k++) {
+                nn_key_ranges *f = &full[r + k], *w = &slide[r + k];
+                f->lo0 += off, f->hi0 += off, f->lo1 += off, f->hi1 += off;
+                w->lo0 += off, w->hi0 += off, w->lo1 += off, w->hi1 += off;
+                b->tok_h[r + k] = k == 0 ? anchors[j0 + j] : c->mask_token_id;
+                pos[r + k] = S + k, crow[r + k] = off + S + k;
+            }
+        }
+        int rc = batch_call(b, m, err, errlen);
+        if (rc < 0)
+            return rc;
+        /* row k >= 1 of block j predicts the token at its anchor + k */
+        for (int j = 0; j < m; j++)
+            memcpy(drafts + (size_t)(j0 + j) * (B - 1), b->tok_h + (size_t)j * B + 1, sizeof(int32_t) * (B - 1));
+    }
+    return 0;
+}
+
+int infer_batch_logits_to_host_cuda(infer_batch_cuda *b, int j, float *out, char *err, size_t errlen)
+{
+    const dflash_config *c = b->from->c;
+    int B = c->block_size;
+    if (j < 0 || j >= b->max_blocks) {
+        snprintf(err, errlen, "infer_batch_logits_to_host_cuda: block %d of %d", j, b->max_blocks);
+        return -EINVAL;
+    }
+    size_t row = (size_t)j * B + 1, n = (size_t)(B - 1) * c->vocab;
+    CUDA_TRY(cudaMemcpy(out, b->logits + row * c->vocab, sizeof(float) * n, cudaMemcpyDeviceToHost), err, errlen);
+    return 0;
 }

@@ -63,6 +63,8 @@ typedef struct infer_state_cuda {
     float *hidden_norm, *final_norm, *inv_freq; /* [d], [d], [hd/2] */
     infer_layer_cuda layer[DFLASH_MAX_LAYERS];
     nn_bf16_cuda *kc, *vc;                    /* [n_layers, cap + B, KV*hd]: context rows, then the block's */
+    size_t lstride;                           /* elements from one layer's rows to the next's */
+    int own_cache;                            /* kc / vc allocated here (else a batch slab's view) */
     void *acts;                               /* one allocation: the scratch below */
     float *fc_out;                            /* [chunk, d] fp32 */
     nn_bf16_cuda *ctx;                        /* [chunk, d] C */
@@ -107,6 +109,44 @@ int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *H, int n, char *e
 int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft, char *err, size_t errlen);
 /* The last draft's logits [B-1, V] to host out. 0 or -EIO. */
 int infer_logits_to_host_cuda(infer_state_cuda *s, float *out, char *err, size_t errlen);
+
+/* Several sequences drafted together (speculative decoding of a batch of prompts): n_seq
+ * contexts (seq[i], the usual per-sequence state: reset, append and lone drafts work on
+ * it) whose caches are views of one slab [n_layers][n_seq][cap + B][KV*hd], so that the
+ * blocks of up to max_blocks = 64 / B sequences go through the layers as ONE call of
+ * n x B rows: every weight and the lm_head are read once for all of them, instead of once
+ * a sequence. Each row's result is the one a lone draft of its sequence gives (the
+ * row-exact linear kernels; attention over that sequence's rows only, by per-row key
+ * ranges into the slab), so the drafts are the same tokens. More sequences than
+ * max_blocks go in several calls. A graph per block count. */
+typedef struct infer_batch_cuda {
+    const infer_state_cuda *from; /* the weights (and stream) */
+    int n_seq, n_init, max_blocks;
+    infer_state_cuda *seq; /* [n_seq] */
+    nn_bf16_cuda *kc, *vc; /* the slab */
+    void *acts;            /* scratch of max_blocks * B rows: */
+    float *h, *logits;
+    nn_bf16_cuda *a, *qkv, *att, *y, *gu, *act, *z;
+    int32_t *tokens, *draft_d;
+    void *meta_d;              /* ranges [2R], pos [R], cache rows [R] */
+    int32_t *tok_h;            /* pinned [R] */
+    void *meta_h;              /* pinned, as meta_d */
+    int use_graphs;            /* 1 (default) */
+    cudaGraphExec_t graph[65]; /* [blocks] */
+} infer_batch_cuda;
+
+/* n_seq contexts of cap rows over the weights of `from` (which must outlive b). 0 or
+ * -errno (message in err). */
+int infer_batch_init_cuda(infer_batch_cuda *b, const infer_state_cuda *from, int n_seq, int cap, char *err,
+                          size_t errlen);
+void infer_batch_free_cuda(infer_batch_cuda *b);
+/* Draft the blocks anchored at anchors[j] for sequences seqs[j] (j < n, distinct, each with
+ * context): drafts[j * (B-1) ..] (host), what infer_draft_cuda on b->seq[seqs[j]] gives.
+ * 0, -EINVAL (a bad sequence or anchor), -EIO. */
+int infer_batch_draft_cuda(infer_batch_cuda *b, int n, const int *seqs, const int32_t *anchors, int32_t *drafts,
+                           char *err, size_t errlen);
+/* The logits [B-1, V] of block j of the last call (of at most max_blocks) to host out. */
+int infer_batch_logits_to_host_cuda(infer_batch_cuda *b, int j, float *out, char *err, size_t errlen);
 
 /* Bytes a draft reads at least with n_ctx context rows: every drafter weight but fc once,
  * the lm_head, the context and block K/V rows. An append of n rows: fc and the layers'

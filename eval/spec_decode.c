@@ -182,8 +182,10 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
     batch_seq *sq = calloc((size_t)n, sizeof *sq);
     int *ks = calloc((size_t)t->n_seq, sizeof(int));
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * (size_t)B), *next = malloc(sizeof(int32_t) * (size_t)n * B);
+    int *run = malloc(sizeof(int) * (size_t)n);
+    int32_t *anc = malloc(sizeof(int32_t) * (size_t)n), *dft = malloc(sizeof(int32_t) * (size_t)n * (size_t)B);
     int n_init = 0;
-    if (!sq || !ks || !tok || !next) {
+    if (!sq || !ks || !tok || !next || !run || !anc || !dft) {
         rc = -ENOMEM;
         goto out;
     }
@@ -230,15 +232,25 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
         uint64_t ta = df_now_ns();
         for (int i = 0; i < t->n_seq; i++)
             ks[i] = 0;
-        for (int i = 0; i < n; i++) {
-            if (sq[i].done)
-                continue;
-            running++;
-            int32_t *blk = tok + R;
-            blk[0] = r[i].tokens[r[i].n_tokens - 1];
-            if (drs) {
-                if ((rc = drs[i].draft(drs[i].ctx, blk[0], blk + 1)) < 0)
+        for (int i = 0; i < n; i++)
+            if (!sq[i].done)
+                run[running] = i, anc[running++] = r[i].tokens[r[i].n_tokens - 1];
+        if (!running)
+            break;
+        if (drs && drs[0].draft_batch) { /* every running sequence's block in one call */
+            if ((rc = drs[0].draft_batch(drs[0].batch_ctx, running, run, anc, dft)) < 0)
+                goto out;
+        } else {
+            for (int j = 0; drs && j < running; j++)
+                if ((rc = drs[run[j]].draft(drs[run[j]].ctx, anc[j], dft + (size_t)j * (size_t)(B - 1))) < 0)
                     goto out;
+        }
+        for (int j = 0; j < running; j++) {
+            int i = run[j];
+            int32_t *blk = tok + R;
+            blk[0] = anc[j];
+            if (drs) {
+                memcpy(blk + 1, dft + (size_t)j * (size_t)(B - 1), sizeof(int32_t) * (size_t)(B - 1));
                 sq[i].anchor_at[r[i].n_steps] = r[i].n_tokens - 1;
                 memcpy(sq[i].drafts + (size_t)r[i].n_steps * (size_t)(B - 1), blk + 1,
                        sizeof(int32_t) * (size_t)(B - 1));
@@ -246,8 +258,6 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
             ks[i] = B;
             R += B;
         }
-        if (!running)
-            break;
         uint64_t tb = df_now_ns();
         const float *feats;
         if ((rc = t->extend_batch(t->ctx, tok, ks, next, &feats)) < 0)
@@ -301,7 +311,7 @@ out:
         if (rc < 0)
             spec_result_free(&r[i]);
     }
-    free(sq), free(ks), free(tok), free(next);
+    free(sq), free(ks), free(tok), free(next), free(run), free(anc), free(dft);
     return rc;
 }
 

@@ -62,6 +62,12 @@ typedef struct spec_drafter {
     int (*append)(void *ctx, const float *feats, int n);
     /* Draft B-1 tokens for the block anchored at the next context position. 0 or -errno. */
     int (*draft)(void *ctx, int32_t anchor, int32_t *draft);
+    /* Optional (NULL: spec_generate_batch drafts one sequence after the other): the blocks
+     * of n sequences in one call, for drafters of one batch (the same batch_ctx): seqs[j]
+     * the index of sequence j's drafter in the batch, anchors[j] its anchor, drafts[j *
+     * (B-1) ..] what that drafter's draft would give. 0 or -errno. */
+    void *batch_ctx;
+    int (*draft_batch)(void *batch_ctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts);
 } spec_drafter;
 
 typedef struct spec_opts {
@@ -108,7 +114,8 @@ int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n
  * context) greedy decoding of n prompts together, prompt i as sequence i of t (n <= t->n_seq,
  * t with batch calls): each prompt is prefilled alone, then every step is one
  * extend_batch over the sequences still running (1 row each for plain, B for
- * speculative: draft per sequence, verify all in one call, then each sequence's own
+ * speculative: the drafts (one draft_batch call when the drafters have one, else one
+ * draft per sequence), verify all in one call, then each sequence's own
  * acceptance, truncation and feature append); a sequence that reaches eos or max_new
  * sits out of the later steps. r[i] is prompt i's result as spec_generate makes it, but
  * decode_s and draft_s / verify_s / accept_s are the whole batch's times (the steps are

@@ -28,9 +28,9 @@ typedef struct d_ctx {
 
 typedef struct cuda_impl {
     decode_model_cuda target;
-    infer_state_cuda drafter; /* sequence 0's drafter context: it owns the drafter weights */
+    infer_state_cuda drafter; /* owns the drafter weights; sequence 0's context when n_seq == 1 */
     int n_seq;
-    infer_state_cuda *more; /* [n_seq - 1] the other sequences' contexts (shared weights) */
+    infer_batch_cuda batch; /* n_seq > 1: the sequences' contexts, drafted together */
     spec_drafter *drafters; /* [n_seq] */
     d_ctx *dctx;            /* [n_seq] */
     char err[512];          /* the last failure's text, printed once */
@@ -39,9 +39,8 @@ typedef struct cuda_impl {
 static void cuda_close(void *impl)
 {
     cuda_impl *ci = impl;
-    for (int i = 0; ci->more && i < ci->n_seq - 1; i++)
-        infer_free_cuda(&ci->more[i]); /* before the weights they borrow */
-    free(ci->more), free(ci->drafters), free(ci->dctx);
+    infer_batch_free_cuda(&ci->batch); /* before the weights it borrows */
+    free(ci->drafters), free(ci->dctx);
     infer_free_cuda(&ci->drafter);
     decode_free_cuda(&ci->target);
     free(ci);
@@ -138,6 +137,13 @@ static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
     return report(infer_draft_cuda(dc->s, anchor, draft, ci->err, sizeof ci->err), "draft", ci->err);
 }
 
+static int d_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
+{
+    cuda_impl *ci = bctx;
+    return report(infer_batch_draft_cuda(&ci->batch, n, seqs, anchors, drafts, ci->err, sizeof ci->err), "batch draft",
+                  ci->err);
+}
+
 static int cuda_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
                      int max_ctx, int n_seq, int device, char *err, size_t errlen);
 const spec_backend_ops spec_backend_ops_cuda = {.name = "cuda", .open = cuda_open, .close = cuda_close};
@@ -183,27 +189,30 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
         cuda_close(ci);
         return rc;
     }
-    /* one drafter context per sequence over the weights of the first (drafted one after
-     * the other: each draft is a graph of its own, see docs/eval.md) */
-    ci->more = calloc((size_t)n_seq, sizeof *ci->more);
+    /* a batch: one drafter context per sequence over the weights above, their caches in
+     * one slab so that the running sequences' blocks are drafted in one call
+     * (infer_batch_cuda, docs/eval.md) */
     ci->drafters = calloc((size_t)n_seq, sizeof *ci->drafters);
     ci->dctx = calloc((size_t)n_seq, sizeof *ci->dctx);
-    if (!ci->more || !ci->drafters || !ci->dctx) {
+    if (!ci->drafters || !ci->dctx) {
         snprintf(err, errlen, "out of memory");
         cuda_close(ci);
         return -ENOMEM;
     }
+    if (n_seq > 1 && (rc = infer_batch_init_cuda(&ci->batch, &ci->drafter, n_seq, max_ctx, err, errlen)) < 0) {
+        cuda_close(ci);
+        return rc;
+    }
+    ci->n_seq = n_seq;
     for (int i = 0; i < n_seq; i++) {
-        if (i > 0) {
-            if ((rc = infer_init_shared_cuda(&ci->more[i - 1], &ci->drafter, max_ctx, err, errlen)) < 0) {
-                cuda_close(ci);
-                return rc;
-            }
-            ci->n_seq = i + 1; /* cuda_close frees what exists */
-        }
-        ci->dctx[i] = (d_ctx){i ? &ci->more[i - 1] : &ci->drafter, ci};
-        ci->drafters[i] = (spec_drafter){
-            .ctx = &ci->dctx[i], .block_size = c->block_size, .reset = d_reset, .append = d_append, .draft = d_draft};
+        ci->dctx[i] = (d_ctx){n_seq > 1 ? &ci->batch.seq[i] : &ci->drafter, ci};
+        ci->drafters[i] = (spec_drafter){.ctx = &ci->dctx[i],
+                                         .block_size = c->block_size,
+                                         .reset = d_reset,
+                                         .append = d_append,
+                                         .draft = d_draft,
+                                         .batch_ctx = n_seq > 1 ? ci : NULL,
+                                         .draft_batch = n_seq > 1 ? d_draft_batch : NULL};
     }
     b->target = (spec_target){.ctx = &ci->target,
                               .feat_dim = c->n_capture * c->hidden,

@@ -37,6 +37,9 @@
  *      plain, speculative (random / release drafter) and with oracle drafters (varied
  *      acceptance), gives every prompt exactly the tokens of lone plain greedy on the
  *      GPU, prompts of different lengths, one stopping early at eos.
+ *   h. batched drafts: infer_batch_draft_cuda (several sequences' blocks in one call) ==
+ *      each sequence's lone infer_draft_cuda bitwise (drafts and logits), random subsets
+ *      and orders of 5 sequences, graphs on and off.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
 #include "gpu_test_check.h"
 
@@ -318,6 +321,83 @@ static void test_drafter(const char *name, const dflash_config *c, const dflash_
     infer_free(&cd);
     infer_free_cuda(&gd);
     free(draft), free(next), free(ft), free(lg);
+}
+
+/* h. infer_batch_draft_cuda == infer_draft_cuda of each sequence, bitwise (drafts and
+ * logits): 5 sequences of different context lengths (features of the GPU target's
+ * prefills), drafted together in random subsets and orders (more blocks than one call
+ * takes at B=16: two calls), graphs on and off. */
+static void test_batch_draft(const char *name, const dflash_config *c, const dflash_params *p, decode_model_cuda *gpu_t)
+{
+    enum { NS = 5 };
+    int V = c->vocab, B = c->block_size;
+    infer_state_cuda gd;
+    infer_batch_cuda ib;
+    RC_CHECK(infer_init_cuda(&gd, c, p, gpu_t->tm.embed, gpu_t->lm_head, MAX_CTX, gpu_t->stream, g_err, sizeof g_err),
+             g_err);
+    RC_CHECK(infer_batch_init_cuda(&ib, &gd, NS, MAX_CTX - 64, g_err, sizeof g_err), g_err);
+    int32_t tok[MAX_CTX], next[16], seqs[NS], anc[NS];
+    int32_t *lone = xmalloc(sizeof(int32_t) * NS * B), *got = xmalloc(sizeof(int32_t) * NS * B);
+    float *l1 = xmalloc(sizeof(float) * NS * (size_t)(B - 1) * V), *l2 = xmalloc(sizeof(float) * (size_t)(B - 1) * V);
+    long blocks = 0, bad = 0, calls = 0;
+    for (int q = 0; q < NS; q++) { /* context: a prefill of 40 + 37q random tokens, then a few short appends */
+        int n = 40 + 37 * q;
+        for (int i = 0; i < n; i++)
+            tok[i] = rnd(0, V - 1);
+        decode_reset_cuda(gpu_t);
+        infer_reset_cuda(&ib.seq[q]);
+        RC_CHECK(decode_extend_cuda(gpu_t, tok, n, 1, next, g_err, sizeof g_err), g_err);
+        RC_CHECK(infer_append_cuda(&ib.seq[q], gpu_t->feat, n, g_err, sizeof g_err), g_err);
+        for (int k = 1; k <= q; k++) {
+            RC_CHECK(decode_extend_cuda(gpu_t, tok, k, 1, next, g_err, sizeof g_err), g_err);
+            RC_CHECK(infer_append_cuda(&ib.seq[q], gpu_t->feat, k, g_err, sizeof g_err), g_err);
+        }
+    }
+    for (int graphs = 1; graphs >= 0; graphs--) {
+        ib.use_graphs = graphs;
+        for (int q = 0; q < NS; q++)
+            ib.seq[q].use_graphs = graphs;
+        for (int round = 0; round < 6; round++) {
+            int n = round == 0 ? NS : rnd(1, NS); /* a random subset in a random order */
+            for (int q = 0; q < NS; q++)
+                seqs[q] = q;
+            for (int q = NS - 1; q > 0; q--) {
+                int j = rnd(0, q), t = seqs[q];
+                seqs[q] = seqs[j], seqs[j] = t;
+            }
+            for (int j = 0; j < n; j++) {
+                anc[j] = rnd(0, V - 1);
+                RC_CHECK(infer_draft_cuda(&ib.seq[seqs[j]], anc[j], lone + (size_t)j * (B - 1), g_err, sizeof g_err),
+                         g_err);
+                RC_CHECK(infer_logits_to_host_cuda(&ib.seq[seqs[j]], l1 + (size_t)j * (B - 1) * V, g_err, sizeof g_err),
+                         g_err);
+            }
+            RC_CHECK(infer_batch_draft_cuda(&ib, n, seqs, anc, got, g_err, sizeof g_err), g_err);
+            calls++;
+            for (int j = 0; j < n; j++) {
+                int same = !memcmp(lone + (size_t)j * (B - 1), got + (size_t)j * (B - 1), sizeof(int32_t) * (B - 1));
+                /* logits: the blocks of the last call (j0 = the last multiple of max_blocks) */
+                int j0 = (n - 1) / ib.max_blocks * ib.max_blocks;
+                if (j >= j0) {
+                    RC_CHECK(infer_batch_logits_to_host_cuda(&ib, j - j0, l2, g_err, sizeof g_err), g_err);
+                    same &= !memcmp(l1 + (size_t)j * (B - 1) * V, l2, sizeof(float) * (size_t)(B - 1) * V);
+                }
+                if (!same && bad < 3)
+                    printf("    (h) %s: graphs %d, round %d: block %d of %d (sequence %d, context %d) differs\n", name,
+                           graphs, round, j, n, seqs[j], ib.seq[seqs[j]].n_ctx);
+                bad += !same, blocks++;
+            }
+        }
+    }
+    int bad_seq[1] = {NS};
+    int ok_err = infer_batch_draft_cuda(&ib, 1, bad_seq, anc, got, g_err, sizeof g_err) == -EINVAL;
+    printf("%s (h) %s (B=%d): %ld blocks of 5 sequences drafted together in %ld calls == their lone drafts bitwise "
+           "(drafts, logits), graphs on and off%s\n",
+           bad == 0 && ok_err ? "PASS" : "FAIL", name, B, blocks, calls, ok_err ? "" : "; a bad sequence not refused");
+    g_fail += bad != 0 || !ok_err;
+    infer_batch_free_cuda(&ib);
+    infer_free_cuda(&gd);
+    free(lone), free(got), free(l1), free(l2);
 }
 
 /* ---- c. lossless, d. CUDA vs CPU greedy ---------------------------------------------- */
@@ -842,7 +922,7 @@ static void test_fused_kernels(void)
  * has SMs at 1..8 rows the plain kernel and the residual + norm tail. */
 static void test_two_tiles(void)
 {
-    const int R = 16, K = 4096 + 8, N = 16 * 513 + 8, I = 8 * 513, Kn = 264, Nn = 16 * 200 + 8;
+    const int R = 64, K = 4096 + 8, N = 16 * 513 + 8, I = 8 * 513, Kn = 264, Nn = 16 * 200 + 8;
     int32_t *sync, *i1, *i2;
     CUDA_CHECK(cudaMalloc((void **)&sync, DECODE_EPI_SYNC_BYTES));
     CUDA_CHECK(cudaMemset(sync, 0, DECODE_EPI_SYNC_BYTES));
@@ -861,8 +941,8 @@ static void test_two_tiles(void)
     CUDA_CHECK(cudaMalloc((void **)&i2, sizeof(int32_t) * R));
     long bad = 0, calls = 0;
     int old = decode_linear_cols_cuda(-1);
-    for (int T = 1; T <= R; T++)
-        for (int ct = 2; ct <= 3; ct++) {
+    for (int T = 1; T <= R; T += T < 17 ? 1 : 7)
+        for (int ct = 2; ct <= 4; ct++) {
             int r0 = rnd(0, R - T);
             const nn_bf16_cuda *xt = x + (size_t)r0 * K;
             decode_linear_cols_cuda(1);
@@ -904,10 +984,11 @@ static void test_two_tiles(void)
             calls += 2;
         }
     decode_linear_cols_cuda(old);
-    printf("%s linear kernels with two column tiles a block (settings 2 and 3; %d -> %d: a partial last tile; "
-           "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
-           "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
-           bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
+    printf(
+        "%s linear kernels with two column tiles a block (settings 2 to 4, 1..64 rows; %d -> %d: a partial last tile; "
+        "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
+        "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
+        bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
     g_fail += bad > 0;
     cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
     cudaFree(o1), cudaFree(o2), cudaFree(a1), cudaFree(a2), cudaFree(c1), cudaFree(c2), cudaFree(x0), cudaFree(nw);
@@ -1201,7 +1282,7 @@ int main(void)
     decode_linear_variant_cuda(dflt_variant);
     test_two_tiles();
     /* (f) with the other column-tile settings (the same bits) */
-    for (int ct = 1; ct <= 3; ct++) {
+    for (int ct = 1; ct <= 4; ct++) {
         if (ct == decode_linear_cols_cuda(-1))
             continue;
         int old_c = decode_linear_cols_cuda(ct);
@@ -1241,10 +1322,12 @@ int main(void)
     dflash_params rp, lp;
     random_drafter(&rc_, &rp, &cpu.tm.cfg, df_rng_next(&g_rng));
     test_drafter("random (full + sliding layer)", &rc_, &rp, &cpu, &gpu);
+    test_batch_draft("random drafter", &rc_, &rp, &gpu);
     int have_release = access(RELEASE "/config.json", R_OK) == 0;
     if (have_release) {
         RC_CHECK(dflash_load_release(RELEASE, &rl, &lp, g_err, sizeof g_err), g_err);
         test_drafter("release fixture", &rl, &lp, &cpu, &gpu);
+        test_batch_draft("release fixture", &rl, &lp, &gpu);
     } else {
         printf("SKIPPED one check: %s is absent (scripts/make_release_drafter.py writes it)\n", RELEASE);
     }

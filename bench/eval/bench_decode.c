@@ -169,12 +169,11 @@ static int d_append(void *ctx, const float *feats, int n)
 {
     return infer_append_cuda(((oracle *)ctx)->dr, (const nn_bf16_cuda *)feats, n, g_err, sizeof g_err);
 }
-static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
+/* The oracle's tokens over a real draft: the plain output, a fraction corrupted. */
+static void oracle_fill(oracle *o, int32_t *draft)
 {
-    oracle *o = ctx;
-    int rc = infer_draft_cuda(o->dr, anchor, draft, g_err, sizeof g_err);
-    if (rc < 0 || !o->plain)
-        return rc;
+    if (!o->plain)
+        return;
     /* the anchor is output token j = n_ctx - n_prompt; draft k predicts output j + k */
     int j = o->dr->n_ctx - o->n_prompt, B = o->dr->c->block_size;
     for (int k = 1; k < B; k++) {
@@ -184,7 +183,27 @@ static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
             t = (t + 1 + (int32_t)df_rng_below(&o->rng, (uint64_t)o->V - 1)) % o->V;
         draft[k - 1] = t;
     }
-    return 0;
+}
+static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    oracle *o = ctx;
+    int rc = infer_draft_cuda(o->dr, anchor, draft, g_err, sizeof g_err);
+    if (rc == 0)
+        oracle_fill(o, draft);
+    return rc;
+}
+/* A batch's drafts in one call (infer_batch_draft_cuda), then each sequence's oracle. */
+typedef struct oracle_batch {
+    infer_batch_cuda *ib;
+    oracle *o; /* [n_seq] */
+} oracle_batch;
+static int d_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
+{
+    oracle_batch *ob = bctx;
+    int rc = infer_batch_draft_cuda(ob->ib, n, seqs, anchors, drafts, g_err, sizeof g_err);
+    for (int j = 0; rc == 0 && j < n; j++)
+        oracle_fill(&ob->o[seqs[j]], drafts + (size_t)j * (ob->ib->from->c->block_size - 1));
+    return rc;
 }
 
 /* The target's config.json fields of a bench shape (random weights: no file). */
@@ -389,34 +408,34 @@ static void steps_under(decode_model_cuda *m, infer_state_cuda *dr, int fz, cons
 static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
 {
     int d = sh->d, H = sh->H, KV = sh->KV, hd = sh->hd, I = sh->I, V = sh->V, L = sh->L;
-    int qn = (H + 2 * KV) * hd, ctx = P + 32;
+    int qn = (H + 2 * KV) * hd, ctx = P + 64;
     size_t kvl = (size_t)ctx * KV * hd;
     float *x, *w, *fl, *logits;
     nn_bf16_cuda *y, *a, *qkv, *kc, *vc, *att, *gu, *h;
     int32_t *pos, *idx;
-    CK(cudaMalloc((void **)&x, sizeof(float) * 16 * d));
+    CK(cudaMalloc((void **)&x, sizeof(float) * 64 * d));
     CK(cudaMalloc((void **)&w, sizeof(float) * d));
     CK(cudaMalloc((void **)&fl, sizeof(float) * 3 * hd));
-    CK(cudaMalloc((void **)&logits, sizeof(float) * 16 * (size_t)V));
-    CK(cudaMalloc((void **)&y, 2 * 16 * (size_t)d));
-    CK(cudaMalloc((void **)&a, 2 * 16 * (size_t)d));
-    CK(cudaMalloc((void **)&qkv, 2 * 16 * (size_t)qn));
+    CK(cudaMalloc((void **)&logits, sizeof(float) * 64 * (size_t)V));
+    CK(cudaMalloc((void **)&y, 2 * 64 * (size_t)d));
+    CK(cudaMalloc((void **)&a, 2 * 64 * (size_t)d));
+    CK(cudaMalloc((void **)&qkv, 2 * 64 * (size_t)qn));
     CK(cudaMalloc((void **)&kc, 2 * kvl * L));
     CK(cudaMalloc((void **)&vc, 2 * kvl * L));
-    CK(cudaMalloc((void **)&att, 2 * 16 * (size_t)H * hd));
-    CK(cudaMalloc((void **)&gu, 2 * 16 * 2 * (size_t)I));
-    CK(cudaMalloc((void **)&h, 2 * 16 * (size_t)I));
-    CK(cudaMalloc((void **)&pos, sizeof(int32_t) * 16));
-    CK(cudaMalloc((void **)&idx, sizeof(int32_t) * 16));
-    RC(nn_fill_uniform_f32_cuda(x, 16 * (size_t)d, 1, 0.0f, 1.0f, s, g_err, sizeof g_err));
+    CK(cudaMalloc((void **)&att, 2 * 64 * (size_t)H * hd));
+    CK(cudaMalloc((void **)&gu, 2 * 64 * 2 * (size_t)I));
+    CK(cudaMalloc((void **)&h, 2 * 64 * (size_t)I));
+    CK(cudaMalloc((void **)&pos, sizeof(int32_t) * 64));
+    CK(cudaMalloc((void **)&idx, sizeof(int32_t) * 64));
+    RC(nn_fill_uniform_f32_cuda(x, 64 * (size_t)d, 1, 0.0f, 1.0f, s, g_err, sizeof g_err));
     RC(nn_fill_uniform_f32_cuda(w, d, 2, 1.0f, 0.1f, s, g_err, sizeof g_err));
     RC(nn_fill_uniform_f32_cuda(fl, 3 * (size_t)hd, 3, 0.5f, 0.1f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_f32_cuda(logits, 16 * (size_t)V, 4, 0.0f, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(y, 16 * (size_t)d, 5, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(qkv, 16 * (size_t)qn, 6, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_f32_cuda(logits, 64 * (size_t)V, 4, 0.0f, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(y, 64 * (size_t)d, 5, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(qkv, 64 * (size_t)qn, 6, 1.0f, s, g_err, sizeof g_err));
     RC(nn_fill_uniform_bf16_cuda(kc, kvl * L, 7, 1.0f, s, g_err, sizeof g_err));
     RC(nn_fill_uniform_bf16_cuda(vc, kvl * L, 8, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(gu, 16 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err));
+    RC(nn_fill_uniform_bf16_cuda(gu, 64 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err));
     RC(decode_positions_cuda(pos, NULL, P, 16, s, g_err, sizeof g_err));
     static const char *names[] = {"add_rmsnorm",  "qk_norm_rope",  "kv_append", "qk_rope_append", "attention k4",
                                   "attention k8", "attention k16", "swiglu",    "argmax"};
@@ -482,7 +501,7 @@ static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
 }
 
 /* Per shape: the steps (plain, verify 16, draft) under each variant, then every linear
- * shape of a step at 1 and 16 rows: GB/s of weights read and % of the copy ceiling. */
+ * shape of a step at 1, 16 and 64 rows: GB/s of weights read and % of the copy ceiling. */
 static void linear_sweep(const char *models, const int *vars, int nv, double bw, FILE *jf, int P)
 {
     int first = 1;
@@ -629,16 +648,16 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
                 CK(cudaMalloc((void **)&w[i], wbytes));
                 RC(nn_fill_uniform_bf16_cuda(w[i], wn, 77 + i, 0.02f, s, g_err, sizeof g_err));
             }
-            size_t xn = (size_t)16 * L[li].K * (L[li].swiglu ? 2 : 1);
+            size_t xn = (size_t)64 * L[li].K * (L[li].swiglu ? 2 : 1);
             nn_bf16_cuda *x;
             void *out;
             CK(cudaMalloc((void **)&x, 2 * xn));
-            CK(cudaMalloc(&out, sizeof(float) * 16 * (size_t)L[li].N));
-            CK(cudaMemset(out, 0, sizeof(float) * 16 * (size_t)L[li].N));
+            CK(cudaMalloc(&out, sizeof(float) * 64 * (size_t)L[li].N));
+            CK(cudaMemset(out, 0, sizeof(float) * 64 * (size_t)L[li].N));
             RC(nn_fill_uniform_bf16_cuda(x, xn, 5, 1.0f, s, g_err, sizeof g_err));
             int calls = nw < 48 ? 48 - 48 % nw : nw;
-            static const int rows[2] = {1, 16};
-            for (int ri = 0; ri < 2; ri++) {
+            static const int rows[3] = {1, 16, 64}; /* plain, verify, a batch of 4 verifies */
+            for (int ri = 0; ri < 3; ri++) {
                 printf("%-16s %5d %5d %6.1f %4d", L[li].name, L[li].K, L[li].N, wbytes / 1e6, rows[ri]);
                 fprintf(jf, "%s\n  {\"linear\": \"%s\", \"n_in\": %d, \"n_out\": %d, \"rows\": %d, \"by_variant\": [",
                         firstl ? "" : ",", L[li].name, L[li].K, L[li].N, rows[ri]);
@@ -665,6 +684,7 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         printf("other kernels of a step, context %d:\n", P);
         time_others(sh, P, 1, jf, s);
         time_others(sh, P, 16, jf, s);
+        time_others(sh, P, 64, jf, s);
         fprintf(jf, "]}");
         fflush(jf);
         first = 0;
@@ -808,10 +828,11 @@ int main(int argc, char **argv)
                                          sizeof g_err));
         dflash_params dp;
         drafter_params(&dp, &dc, 99 + si);
-        infer_state_cuda dr, bdr[4]; /* bdr[0] unused: sequence 0 drafts with dr */
+        infer_state_cuda dr;
+        infer_batch_cuda ib; /* the batch rows' drafter contexts (NB > 1) */
         RC(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err));
-        for (int b = 1; b < NB; b++)
-            RC(infer_init_shared_cuda(&bdr[b], &dr, max_ctx, g_err, sizeof g_err));
+        if (NB > 1)
+            RC(infer_batch_init_cuda(&ib, &dr, NB, max_ctx, g_err, sizeof g_err));
         dflash_params_free(&dp);
         printf("== %s: target %.2f GB of weights, drafter 5 layers (set up in %.1f s)\n", sh->name,
                m.tm.weight_bytes / 1e9, (now_ms() - t0) / 1e3);
@@ -943,8 +964,11 @@ int main(int argc, char **argv)
                sp_accept[3] = {0, 0, 0}, plain_tpot = 0;
         int sp_lossless[3] = {1, 1, 1};
         static const double qs[3] = {1.0, 0.12, 0.0};
-        double b_plain_tps = 0, b_spec_tps[3] = {0, 0, 0}, b_tau[3] = {0, 0, 0};
-        int b_plain_ok = 1, b_spec_ok[3] = {1, 1, 1};
+        double b_plain_tps = 0, b_spec_tps[2][3] = {{0}}, b_tau[3] = {0, 0, 0}, b_part[2][3][3] = {{{0}}};
+        /* plain step of NB rows, verify of NB blocks, NB drafts alone / together, the verify
+         * with two column tiles at 33..64 rows */
+        double b_step[5] = {0, 0, 0, 0, 0};
+        int b_plain_ok = 1, b_spec_ok[2][3] = {{1, 1, 1}, {1, 1, 1}};
         if (quick)
             goto report; /* --quick: the steps only */
         RC(spec_generate_plain(&st, prompt, P, &so, &pr));
@@ -987,33 +1011,88 @@ int main(int argc, char **argv)
             b_plain_tps = toks / br[0].decode_s;
             for (int b = 0; b < NB; b++)
                 spec_result_free(&br[b]);
-            oracle bo[4];
-            spec_drafter bsd[4];
-            for (int qi = 0; qi < 3; qi++) {
+            /* the batch's steps alone (graphs, median of 32): a plain step of NB rows, a
+             * verify of NB blocks, the NB drafts one after the other and together */
+            {
+                int ks1[4], ks16[4], lens[4];
+                int32_t btok[64], bnext[64], bdraft[64], anc[4], sq[4];
                 for (int b = 0; b < NB; b++) {
-                    bo[b] = (oracle){.dr = b ? &bdr[b] : &dr,
-                                     .plain = lone[b].tokens,
-                                     .n_plain = lone[b].n_tokens,
-                                     .n_prompt = bn[b],
-                                     .corrupt = qs[qi],
-                                     .V = sh->V};
-                    df_rng_seed(&bo[b].rng, 100 * (si + 1) + 10 * qi + b);
-                    bsd[b] = (spec_drafter){
-                        .ctx = &bo[b], .block_size = 16, .reset = d_reset, .append = d_append, .draft = d_draft};
+                    decode_reset_seq_cuda(&m, b);
+                    RC(decode_extend_seq_cuda(&m, b, bp[b], bn[b], 1, bnext, g_err, sizeof g_err));
+                    infer_reset_cuda(&ib.seq[b]);
+                    RC(infer_append_cuda(&ib.seq[b], m.feat, bn[b], g_err, sizeof g_err));
+                    ks1[b] = 1, ks16[b] = 16, lens[b] = bn[b], anc[b] = bnext[0], sq[b] = b;
                 }
-                RC(spec_generate_batch(&st, bsd, NB, (const int32_t *const *)bp, bn, &so, br, NULL));
-                long steps = 0, acc = 0;
-                double wall = br[0].decode_s; /* the batch's (every r[i] has it) */
-                toks = 0;
-                for (int b = 0; b < NB; b++) {
-                    toks += br[b].n_tokens - 1, steps += br[b].n_steps, acc += br[b].accept_sum;
-                    b_spec_ok[qi] &= br[b].n_tokens == lone[b].n_tokens &&
-                                     !memcmp(br[b].tokens, lone[b].tokens, sizeof(int32_t) * (size_t)br[b].n_tokens);
-                    spec_result_free(&br[b]);
+                for (int i = 0; i < 16 * NB; i++)
+                    btok[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+                for (int kind = 0; kind < 5; kind++) {
+                    /* kind 4: the verify again with two column tiles at 33..64 rows too */
+                    int old_cols = kind == 4 ? decode_linear_cols_cuda(4) : decode_linear_cols_cuda(-1);
+                    if (kind == 4)
+                        decode_drop_graphs_cuda(&m);
+                    for (int i = 0; i < 32 + 3; i++) {
+                        double a = now_ms();
+                        if (kind < 2 || kind == 4) {
+                            RC(decode_extend_batch_cuda(&m, btok, kind ? ks16 : ks1, bnext, g_err, sizeof g_err));
+                        } else if (kind == 2) {
+                            for (int b = 0; b < NB; b++)
+                                RC(infer_draft_cuda(&ib.seq[b], anc[b], bdraft + 15 * b, g_err, sizeof g_err));
+                        } else {
+                            RC(infer_batch_draft_cuda(&ib, NB, sq, anc, bdraft, g_err, sizeof g_err));
+                        }
+                        if (i >= 3)
+                            t_ms[i - 3] = now_ms() - a;
+                        for (int b = 0; (kind < 2 || kind == 4) && b < NB; b++)
+                            RC(decode_truncate_seq_cuda(&m, b, lens[b]));
+                    }
+                    b_step[kind] = median(t_ms, 32);
+                    if (kind == 4) {
+                        decode_linear_cols_cuda(old_cols);
+                        decode_drop_graphs_cuda(&m);
+                    }
                 }
-                b_spec_tps[qi] = toks / wall;
-                b_tau[qi] = steps ? (double)acc / steps : 0;
             }
+            oracle bo[4];
+            oracle_batch obt = {&ib, bo};
+            spec_drafter bsd[4];
+            for (int mode = 0; mode < 2; mode++) /* drafts one after the other, then together */
+                for (int qi = 0; qi < 3; qi++) {
+                    for (int b = 0; b < NB; b++) {
+                        bo[b] = (oracle){.dr = &ib.seq[b],
+                                         .plain = lone[b].tokens,
+                                         .n_plain = lone[b].n_tokens,
+                                         .n_prompt = bn[b],
+                                         .corrupt = qs[qi],
+                                         .V = sh->V};
+                        df_rng_seed(&bo[b].rng, 100 * (si + 1) + 10 * qi + b);
+                        bsd[b] = (spec_drafter){.ctx = &bo[b],
+                                                .block_size = 16,
+                                                .reset = d_reset,
+                                                .append = d_append,
+                                                .draft = d_draft,
+                                                .batch_ctx = mode ? &obt : NULL,
+                                                .draft_batch = mode ? d_draft_batch : NULL};
+                    }
+                    RC(spec_generate_batch(&st, bsd, NB, (const int32_t *const *)bp, bn, &so, br, NULL));
+                    long steps = 0, acc = 0, smax = 1;
+                    double wall = br[0].decode_s; /* the batch's (every r[i] has it) */
+                    toks = 0;
+                    for (int b = 0; b < NB; b++) {
+                        toks += br[b].n_tokens - 1, steps += br[b].n_steps, acc += br[b].accept_sum;
+                        smax = br[b].n_steps > smax ? br[b].n_steps : smax;
+                        b_spec_ok[mode][qi] &=
+                            br[b].n_tokens == lone[b].n_tokens &&
+                            !memcmp(br[b].tokens, lone[b].tokens, sizeof(int32_t) * (size_t)br[b].n_tokens);
+                    }
+                    /* per batch step (the steps of the longest-running sequence) */
+                    b_part[mode][qi][0] = br[0].draft_s * 1e3 / smax;
+                    b_part[mode][qi][1] = br[0].verify_s * 1e3 / smax;
+                    b_part[mode][qi][2] = br[0].accept_s * 1e3 / smax;
+                    for (int b = 0; b < NB; b++)
+                        spec_result_free(&br[b]);
+                    b_spec_tps[mode][qi] = toks / wall;
+                    b_tau[qi] = steps ? (double)acc / steps : 0;
+                }
             for (int b = 0; b < NB; b++) {
                 spec_result_free(&lone[b]);
                 free(bp[b]);
@@ -1058,15 +1137,25 @@ int main(int argc, char **argv)
         if (NB > 1 && !quick) {
             printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
                    P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
-            for (int qi = 0; qi < 3; qi++)
-                printf("batch of %d, speculative p = %.2f: tau %.2f, %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
-                       qs[qi], b_tau[qi], b_spec_tps[qi], 1e3 / sp_tpot[qi], b_spec_ok[qi] ? "yes" : "NO");
-            btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
-                                    "| %s | %d | %.0f%s | %.0f (tau %.2f)%s | %.0f (%.2f)%s | %.0f (%.2f)%s |\n",
-                                    sh->name, NB, b_plain_tps, b_plain_ok ? "" : " NOT LOSSLESS", b_spec_tps[0],
-                                    b_tau[0], b_spec_ok[0] ? "" : " NOT LOSSLESS", b_spec_tps[1], b_tau[1],
-                                    b_spec_ok[1] ? "" : " NOT LOSSLESS", b_spec_tps[2], b_tau[2],
-                                    b_spec_ok[2] ? "" : " NOT LOSSLESS");
+            printf("batch of %d, one step: plain (%d rows) %.3f ms, verify (%d rows) %.3f ms = %.2fx (two column tiles "
+                   "at 33..64 rows: %.3f ms), drafts one after the other %.3f ms, together %.3f ms\n",
+                   NB, NB, b_step[0], 16 * NB, b_step[1], b_step[1] / b_step[0], b_step[4], b_step[2], b_step[3]);
+            for (int mode = 0; mode < 2; mode++)
+                for (int qi = 0; qi < 3; qi++)
+                    printf("batch of %d, speculative p = %.2f, drafts %s: tau %.2f, %.0f tokens/s (batch 1: %.0f) = "
+                           "%.2fx the plain batch (draft %.3f + verify %.3f + accept %.3f ms a step), lossless %s\n",
+                           NB, qs[qi], mode ? "together" : "one after the other", b_tau[qi], b_spec_tps[mode][qi],
+                           1e3 / sp_tpot[qi], b_spec_tps[mode][qi] / b_plain_tps, b_part[mode][qi][0],
+                           b_part[mode][qi][1], b_part[mode][qi][2], b_spec_ok[mode][qi] ? "yes" : "NO");
+            for (int mode = 0; mode < 2; mode++)
+                btl += (size_t)snprintf(
+                    btable + btl, sizeof btable - btl,
+                    "| %s | %d%s | %.0f%s | %.0f (tau %.2f, %.2fx)%s | %.0f (%.2f, %.2fx)%s | %.0f (%.2f, %.2fx)%s |\n",
+                    sh->name, NB, mode ? ", drafts together" : ", drafts one by one", b_plain_tps,
+                    b_plain_ok ? "" : " NOT LOSSLESS", b_spec_tps[mode][0], b_tau[0], b_spec_tps[mode][0] / b_plain_tps,
+                    b_spec_ok[mode][0] ? "" : " NOT LOSSLESS", b_spec_tps[mode][1], b_tau[1],
+                    b_spec_tps[mode][1] / b_plain_tps, b_spec_ok[mode][1] ? "" : " NOT LOSSLESS", b_spec_tps[mode][2],
+                    b_tau[2], b_spec_tps[mode][2] / b_plain_tps, b_spec_ok[mode][2] ? "" : " NOT LOSSLESS");
         }
 
         fprintf(jf,
@@ -1101,20 +1190,27 @@ int main(int argc, char **argv)
         if (!quick)
             fprintf(jf,
                     "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
-                    "\"plain_lossless\": %s, \"spec\": [",
-                    NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false");
+                    "\"plain_lossless\": %s, \"plain_step_ms\": %.4f, \"verify_ms\": %.4f, \"verify_cols4_ms\": "
+                    "%.4f, \"drafts_one_by_one_ms\": %.4f, \"drafts_together_ms\": %.4f, \"spec\": [",
+                    NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false",
+                    b_step[0], b_step[1], b_step[4], b_step[2], b_step[3]);
         for (int qi = 0; qi < 3 && !quick; qi++)
-            fprintf(jf,
-                    "%s{\"corrupt\": %.2f, \"tau\": %.3f, \"b1_tokens_per_s\": %.2f, \"tokens_per_s\": %.2f, "
-                    "\"lossless\": %s}",
-                    qi ? ", " : "", qs[qi], NB > 1 ? b_tau[qi] : sp_tau[qi], 1e3 / sp_tpot[qi],
-                    NB > 1 ? b_spec_tps[qi] : 1e3 / sp_tpot[qi], b_spec_ok[qi] ? "true" : "false");
+            for (int mode = 0; mode < 2; mode++)
+                fprintf(jf,
+                        "%s{\"corrupt\": %.2f, \"drafts\": \"%s\", \"tau\": %.3f, \"b1_tokens_per_s\": %.2f, "
+                        "\"tokens_per_s\": %.2f, \"over_plain_batch\": %.3f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, "
+                        "\"accept_ms\": %.4f, \"lossless\": %s}",
+                        qi || mode ? ", " : "", qs[qi], mode ? "together" : "one by one",
+                        NB > 1 ? b_tau[qi] : sp_tau[qi], 1e3 / sp_tpot[qi],
+                        NB > 1 ? b_spec_tps[mode][qi] : 1e3 / sp_tpot[qi],
+                        NB > 1 ? b_spec_tps[mode][qi] / b_plain_tps : 0.0, b_part[mode][qi][0], b_part[mode][qi][1],
+                        b_part[mode][qi][2], NB > 1 ? (b_spec_ok[mode][qi] ? "true" : "false") : "true");
         fprintf(jf, "%s", quick ? "" : "]}}");
         fflush(jf);
         first_shape = 0;
         free(prompt);
-        for (int b = 1; b < NB; b++)
-            infer_free_cuda(&bdr[b]); /* before the weights they borrow */
+        if (NB > 1)
+            infer_batch_free_cuda(&ib); /* before the weights it borrows */
         infer_free_cuda(&dr);
         decode_free_cuda(&m);
     }

@@ -78,16 +78,24 @@ def main():
         merged["shapes"].append(out)
     bt = [(s["shape"], s["batch"]) for s in ours.get("shapes", []) if s.get("batch")]
     if bt:
-        print("\nours, prompts decoded together (tokens/s of all prompts; batch 1 beside it):")
-        print("| shape | batch | plain | " + " | ".join(f"spec, drafts corrupted p = {x['corrupt']:.2f}"
-                                                    for x in bt[0][1]["spec"]) + " |")
-        print("|---|---|---|" + "---|" * len(bt[0][1]["spec"]))
+        print("\nours, prompts decoded together (tokens/s of all prompts, x the plain batch; batch 1 in brackets):")
+        corr = sorted({x["corrupt"] for x in bt[0][1]["spec"]}, reverse=True)
+        print("| shape | batch | plain | " + " | ".join(f"spec, drafts corrupted p = {c:.2f}" for c in corr) + " |")
+        print("|---|---|---|" + "---|" * len(corr))
         for name, b in bt:
-            cells = [f"tau {x['tau']:.2f}: {x['tokens_per_s']:,.0f} ({x['b1_tokens_per_s']:,.0f})"
-                 f"{'' if x['lossless'] else ' NOT LOSSLESS'}"
-                     for x in b["spec"]]
-            print(f"| {name} | {b['n']} | {b['plain_tokens_per_s']:,.0f} ({b['plain_b1_tokens_per_s']:,.0f}) | "
-                  + " | ".join(cells) + " |")
+            for mode in sorted({x.get("drafts", "one by one") for x in b["spec"]}, reverse=True):
+                cells = []
+                for c in corr:
+                    x = next(y for y in b["spec"] if y["corrupt"] == c and y.get("drafts", "one by one") == mode)
+                    ratio = x.get("over_plain_batch") or x["tokens_per_s"] / b["plain_tokens_per_s"]
+                    cells.append(f"tau {x['tau']:.2f}: {x['tokens_per_s']:,.0f}, {ratio:.2f}x "
+                                 f"({x['b1_tokens_per_s']:,.0f}){'' if x['lossless'] else ' NOT LOSSLESS'}")
+                print(f"| {name} | {b['n']}, drafts {mode} | {b['plain_tokens_per_s']:,.0f} "
+                      f"({b['plain_b1_tokens_per_s']:,.0f}) | " + " | ".join(cells) + " |")
+            if "verify_ms" in b:
+                print(f"|   one step | | plain {b['n']} rows {b['plain_step_ms']:.3f} ms | verify {16 * b['n']} rows "
+                      f"{b['verify_ms']:.3f} ms ({b['verify_ms'] / b['plain_step_ms']:.2f}x) | drafts one by one "
+                      f"{b['drafts_one_by_one_ms']:.3f} ms | together {b['drafts_together_ms']:.3f} ms |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(merged, f, indent=1)

@@ -536,7 +536,7 @@ static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 int decode_linear_cols_cuda(int tiles)
 {
     int old = g_lin_cols;
-    if (tiles >= 1 && tiles <= 3)
+    if (tiles >= 1 && tiles <= 4)
         g_lin_cols = tiles;
     return old;
 }
@@ -636,7 +636,16 @@ __host__ __device__ constexpr int lin_unroll(int NT, int WARPS, bool PF)
                       : (PF ? (NT == 1   ? 4
                                : NT == 2 ? 2
                                          : 1)
-                            : (NT <= 2 ? 4 : 2));
+                            : (NT <= 2   ? 4
+                               : NT == 4 ? 2
+                                         : 1));
+}
+
+/* Row groups of 8 a reduction pass takes: NT, or NT halved until a pass's sums (per_group
+ * bytes a group) fit in 32 KB of shared memory. */
+__host__ __device__ constexpr int lin_pass_groups(int NT, int per_group)
+{
+    return NT > 1 && NT * per_group > 32768 ? lin_pass_groups(NT / 2, per_group) : NT;
 }
 
 /* The weight operands of round c0 (chunks c0 + u * WARPS): rows n0+g and n0+g+8, 16
@@ -671,8 +680,8 @@ template <bool CG> __device__ __forceinline__ float ld_bf(const bf16 *p)
  * linear kernel run this same code, so their bits are the same. */
 template <bool CG>
 __device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
-                                        bf16 *kc, bf16 *vc, int H, int KV, int hd, float eps, long r, int t, int h,
-                                        int lane)
+                                        bf16 *kc, bf16 *vc, int H, int KV, int hd, float eps, long pos, long r, int t,
+                                        int h, int lane)
 {
     int nh = H + 2 * KV;
     long kvd = (long)KV * hd;
@@ -700,7 +709,7 @@ __device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const fl
     float rr = 1.0f;
     if (nw)
         rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
-    float p = (float)r;
+    float p = (float)pos;
     bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
 #pragma unroll
     for (int k = 0; k < QKR_MAX_PAIRS; k++) {
@@ -868,6 +877,87 @@ __device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
     }
 }
 
+/* The output of rows r0 .. r0 + nr - 1 of a linear block from the warps' partial sums in
+ * red[warp][column][row - r0] (added in warp order, then the bias): by e.mode, plain (bf16,
+ * fp32, or added to an fp32 residual), GLU (SwiGLU of the gate and up columns), ARGMAX
+ * (fp32 logits and one atomicMax per 16 columns and row; the kernel's last block hands out
+ * the indices). */
+template <int WARPS, int MC, int RR>
+__device__ __forceinline__ void lin_epilogue(const float (*red)[LIN_COLS * MC][RR], void *out, int out_f32,
+                                             const bf16 *bias, int N, int n0, int r0, int nr, const lin_epi &e)
+{
+    if (e.mode == LIN_EPI_GLU) {
+        /* column c < 8 of tile m: gate 8vb + c (sums [c]), up 8vb + c (sums [c + 8]), each
+         * rounded to bf16 as the gu tensor would be, then nn_swiglu_cuda's formula */
+        int I = N / 2;
+        for (int i = threadIdx.x; i < 8 * MC * nr; i += blockDim.x) {
+            int mc = i % (8 * MC), rr = i / (8 * MC), m = mc / 8, col = mc % 8;
+            int n = (blockIdx.x * MC + m) * 8 + col;
+            if (n >= I)
+                continue;
+            float vg = red[0][16 * m + col][rr], vu = red[0][16 * m + col + 8][rr];
+#pragma unroll
+            for (int ww = 1; ww < WARPS; ww++)
+                vg += red[ww][16 * m + col][rr];
+#pragma unroll
+            for (int ww = 1; ww < WARPS; ww++)
+                vu += red[ww][16 * m + col + 8][rr];
+            if (bias)
+                vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
+            float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
+            reinterpret_cast<bf16 *>(out)[(long)(r0 + rr) * I + n] = __float2bfloat16(silu_mul(gq, uq));
+        }
+        return;
+    }
+    if (e.mode == LIN_EPI_ARGMAX) {
+        /* logits as out_f32 = 1; then per row the best key of each 16 columns (16 lanes of
+         * one row), one atomicMax per tile and row */
+        unsigned long long *keys = reinterpret_cast<unsigned long long *>(e.sync + 2);
+        for (int i0 = 0; i0 < LIN_COLS * MC * nr; i0 += blockDim.x) { /* the same trip count in every thread */
+            int i = i0 + threadIdx.x, col = i % (LIN_COLS * MC), rr = i / (LIN_COLS * MC), n = n0 + col;
+            unsigned long long key = 0ull;
+            if (rr < nr && n < N) {
+                float v = red[0][col][rr];
+#pragma unroll
+                for (int ww = 1; ww < WARPS; ww++)
+                    v += red[ww][col][rr];
+                if (bias)
+                    v += __bfloat162float(bias[n]);
+                reinterpret_cast<float *>(out)[(long)(r0 + rr) * N + n] = v;
+                key = argmax_key(v, n);
+            }
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) {
+                unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
+                key = k2 > key ? k2 : key;
+            }
+            if (col % LIN_COLS == 0 && rr < nr && key)
+                atomicMax(keys + r0 + rr, key);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < LIN_COLS * MC * nr; i += blockDim.x) {
+        int col = i % (LIN_COLS * MC), rr = i / (LIN_COLS * MC), n = n0 + col;
+        if (n >= N)
+            continue;
+        float v = red[0][col][rr];
+#pragma unroll
+        for (int ww = 1; ww < WARPS; ww++)
+            v += red[ww][col][rr];
+        if (bias)
+            v += __bfloat162float(bias[n]);
+        long o = (long)(r0 + rr) * N + n;
+        if (e.mode == LIN_EPI_RESID) /* x += float(bf16(v)): the bf16 y a separate add would read */
+            reinterpret_cast<float *>(out)[o] += __bfloat162float(__float2bfloat16(v));
+        else if (out_f32 == 2)
+            reinterpret_cast<float *>(out)[o] += v; /* the residual add, in fp32 */
+        else if (out_f32)
+            reinterpret_cast<float *>(out)[o] = v;
+        else
+            reinterpret_cast<bf16 *>(out)[o] = __float2bfloat16(v);
+    }
+}
+
 /* NT: 8-row groups of x handled per pass (1, 2, 4 or 8: T <= 8 * NT). Lane (g = lane/4,
  * t = lane%4) loads, per chunk at k, 16 bytes of w rows n0+g and n0+g+8 and of x row
  * 8j+g (group j) at k + 8t: the same k offsets in both operands, so product 1 takes their
@@ -884,8 +974,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     /* MC column tiles of 16 per block (decode_linear_cols_cuda): tile m is the one a block
      * blockIdx.x * MC + m would have alone, with the same chunks in the same order, sharing
      * the x loads; two rounds in flight instead of four keep the registers */
-    constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : (NT == 1 ? 4 : 2), STEP = WARPS * U;
-    __shared__ float red[WARPS][LIN_COLS * MC][8 * NT];
+    constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : (NT == 1 ? 4 : NT <= 2 ? 2 : 1), STEP = WARPS * U;
+    constexpr int RG = lin_pass_groups(NT, WARPS * LIN_COLS * MC * 8 * 4); /* row groups a reduction pass */
+    __shared__ float red[WARPS][LIN_COLS * MC][8 * RG];
     if (PDL)
         pdl_launch_dependents();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -963,91 +1054,34 @@ __global__ void __launch_bounds__(WARPS * 32)
                                      vec);
         }
     }
-    /* acc[m][j]: [0], [1] = (column g of tile m, rows 8j+2t, 8j+2t+1); [2], [3] = column g+8 */
-#pragma unroll
-    for (int m = 0; m < MC; m++)
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            red[warp][16 * m + g][8 * j + 2 * t] = acc[m][j][0];
-            red[warp][16 * m + g][8 * j + 2 * t + 1] = acc[m][j][1];
-            red[warp][16 * m + g + 8][8 * j + 2 * t] = acc[m][j][2];
-            red[warp][16 * m + g + 8][8 * j + 2 * t + 1] = acc[m][j][3];
-        }
-    __syncthreads();
-    if (e.mode == LIN_EPI_GLU) {
-        /* column c < 8 of tile m: gate 8vb + c (sums [c]), up 8vb + c (sums [c + 8]), each
-         * rounded to bf16 as the gu tensor would be, then nn_swiglu_cuda's formula */
-        int I = N / 2;
-        for (int i = threadIdx.x; i < 8 * MC * T; i += blockDim.x) {
-            int mc = i % (8 * MC), row = i / (8 * MC), m = mc / 8, col = mc % 8;
-            int n = (blockIdx.x * MC + m) * 8 + col;
-            if (n >= I)
-                continue;
-            float vg = red[0][16 * m + col][row], vu = red[0][16 * m + col + 8][row];
-#pragma unroll
-            for (int ww = 1; ww < WARPS; ww++)
-                vg += red[ww][16 * m + col][row];
-#pragma unroll
-            for (int ww = 1; ww < WARPS; ww++)
-                vu += red[ww][16 * m + col + 8][row];
-            if (bias)
-                vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
-            float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
-            reinterpret_cast<bf16 *>(out)[(long)row * I + n] = __float2bfloat16(silu_mul(gq, uq));
-        }
-        return;
-    }
+    /* acc[m][j]: [0], [1] = (column g of tile m, rows 8j+2t, 8j+2t+1); [2], [3] = column g+8.
+     * The warps' sums go through shared memory RG row groups at a time (all of them, or
+     * half when they would not fit in 32 KB: 64 rows at 16 warps), each pass reducing and
+     * writing its rows; a row's sums are added in warp order whichever pass it is in. */
     const int n0 = blockIdx.x * MC * LIN_COLS; /* the block's columns n0 .. n0 + 16 MC - 1 */
-    if (e.mode == LIN_EPI_ARGMAX) {
-        /* logits as out_f32 = 1; then per row the best key of each 16 columns (16 lanes of
-         * one row), one atomicMax per tile and row; the last block hands out the indices */
-        unsigned long long *keys = reinterpret_cast<unsigned long long *>(e.sync + 2);
-        for (int i0 = 0; i0 < LIN_COLS * MC * T; i0 += blockDim.x) { /* the same trip count in every thread */
-            int i = i0 + threadIdx.x, col = i % (LIN_COLS * MC), row = i / (LIN_COLS * MC), n = n0 + col;
-            unsigned long long key = 0ull;
-            if (row < T && n < N) {
-                float v = red[0][col][row];
 #pragma unroll
-                for (int ww = 1; ww < WARPS; ww++)
-                    v += red[ww][col][row];
-                if (bias)
-                    v += __bfloat162float(bias[n]);
-                reinterpret_cast<float *>(out)[(long)row * N + n] = v;
-                key = argmax_key(v, n);
-            }
+    for (int p = 0; p < NT / RG; p++) {
+        if (p)
+            __syncthreads(); /* the previous pass has read red */
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) {
-                unsigned long long k2 = __shfl_xor_sync(0xffffffffu, key, o);
-                key = k2 > key ? k2 : key;
+        for (int m = 0; m < MC; m++)
+#pragma unroll
+            for (int j = 0; j < RG; j++) {
+                red[warp][16 * m + g][8 * j + 2 * t] = acc[m][p * RG + j][0];
+                red[warp][16 * m + g][8 * j + 2 * t + 1] = acc[m][p * RG + j][1];
+                red[warp][16 * m + g + 8][8 * j + 2 * t] = acc[m][p * RG + j][2];
+                red[warp][16 * m + g + 8][8 * j + 2 * t + 1] = acc[m][p * RG + j][3];
             }
-            if (col % LIN_COLS == 0 && row < T && key)
-                atomicMax(keys + row, key);
-        }
-        if (lin_last_block(e.sync) && threadIdx.x < (unsigned)T) {
-            unsigned long long k = atomicExch(keys + threadIdx.x, 0ull);
-            e.idx[threadIdx.x] = k ? 0x7fffffff - (int)(unsigned)(k & 0xffffffffu) : 0;
-        }
-        return;
+        __syncthreads();
+        const int r0 = 8 * RG * p, nr = min(T - r0, 8 * RG); /* this pass's rows r0 .. r0 + nr - 1 */
+        if (nr > 0)
+            lin_epilogue<WARPS, MC, 8 * RG>(red, out, out_f32, bias, N, n0, r0, nr, e);
     }
-    for (int i = threadIdx.x; i < LIN_COLS * MC * T; i += blockDim.x) {
-        int col = i % (LIN_COLS * MC), row = i / (LIN_COLS * MC), n = n0 + col;
-        if (n >= N)
-            continue;
-        float v = red[0][col][row];
-#pragma unroll
-        for (int ww = 1; ww < WARPS; ww++)
-            v += red[ww][col][row];
-        if (bias)
-            v += __bfloat162float(bias[n]);
-        long o = (long)row * N + n;
-        if (e.mode == LIN_EPI_RESID) /* x += float(bf16(v)): the bf16 y a separate add would read */
-            reinterpret_cast<float *>(out)[o] += __bfloat162float(__float2bfloat16(v));
-        else if (out_f32 == 2)
-            reinterpret_cast<float *>(out)[o] += v; /* the residual add, in fp32 */
-        else if (out_f32)
-            reinterpret_cast<float *>(out)[o] = v;
-        else
-            reinterpret_cast<bf16 *>(out)[o] = __float2bfloat16(v);
+    if (e.mode == LIN_EPI_ARGMAX && lin_last_block(e.sync) && threadIdx.x < (unsigned)T) {
+        /* the last block hands out the rows' indices (and clears the keys for the next call) */
+        unsigned long long *keys = reinterpret_cast<unsigned long long *>(e.sync + 2);
+        unsigned long long k = atomicExch(keys + threadIdx.x, 0ull);
+        e.idx[threadIdx.x] = k ? 0x7fffffff - (int)(unsigned)(k & 0xffffffffu) : 0;
     }
     if (e.mode == LIN_EPI_RESID && lin_last_block(e.sync))
         lin_tail_norm(e, reinterpret_cast<const float *>(out), T, N);
@@ -1057,7 +1091,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int item = warp; item < T * nh; item += WARPS) {
             int tt = item / nh;
             qk_item<true>(reinterpret_cast<bf16 *>(out), e.q_norm, e.k_norm, e.inv_freq, e.kc, e.vc, e.H, e.KV, e.hd,
-                          e.eps, r0 + tt, tt, item - tt * nh, lane);
+                          e.eps, r0 + tt, r0 + tt, tt, item - tt * nh, lane);
         }
     }
 }
@@ -1082,9 +1116,8 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
                               K, N, vec, e);
 }
 
-/* The launches of one variant: 16-warp blocks take at most 32 rows (their shared sums of
- * 64 rows would not fit), so 33..64 rows are two calls of rows 0..31 and 32..T-1 (a row's
- * result is its own either way). */
+/* The launches of one variant: every row count in one call, so the weights are read once
+ * (33..64 rows at 16 warps reduce in two passes of 32 rows: decode_linear_mma_kernel). */
 template <bool SWIGLU, int WARPS, bool PF, bool PDL>
 static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
                                    int N, int vec, const lin_epi &ep, cudaStream_t s)
@@ -1108,16 +1141,11 @@ static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const 
     }
     if (T <= 32)
         return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
-    if (WARPS == 8)
-        return lin_launch_nt<(WARPS == 8 ? 8 : 4), SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
-    /* (the epilogues other than LIN_EPI_PLAIN take 32 rows at most: never split) */
-    cudaError_t e = lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, 32, K, N, vec, ep, s);
-    if (e != cudaSuccess)
-        return e;
-    size_t ob = out_f32 ? sizeof(float) : sizeof(bf16);
-    return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>((char *)out + 32 * (size_t)N * ob, out_f32,
-                                                    x + 32 * (size_t)K * (SWIGLU ? 2 : 1), w, b, T - 32, K, N, vec, ep,
-                                                    s);
+    /* two column tiles a block (decode_linear_cols_cuda 4): 8 warps, 33..64 rows */
+    if (WARPS == 8 && !SWIGLU && g_lin_cols == 4)
+        return lin_launch_nt < 8, SWIGLU, WARPS, PF, PDL,
+               (WARPS == 8 && !SWIGLU) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    return lin_launch_nt<8, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
 }
 
 /* PDL needs compute capability 9.0 (else the variant runs as a plain launch). */
@@ -1328,7 +1356,27 @@ __global__ void decode_qk_norm_rope_append_kernel(bf16 *__restrict__ qkv, const 
     if (item >= (long)T * nh)
         return;
     int t = (int)(item / nh), h = (int)(item - (long)t * nh);
-    qk_item<false>(qkv, q_norm, k_norm, inv_freq, kc, vc, H, KV, hd, eps, base_of(base, p0) + t, t, h, lane);
+    long r = base_of(base, p0) + t;
+    qk_item<false>(qkv, q_norm, k_norm, inv_freq, kc, vc, H, KV, hd, eps, r, r, t, h, lane);
+}
+
+/* The same with row t at position pos[t] and cache row crow[t] (a batch of sequences). */
+__global__ void decode_qk_norm_rope_append_rows_kernel(bf16 *__restrict__ qkv, const float *__restrict__ q_norm,
+                                                       const float *__restrict__ k_norm,
+                                                       const float *__restrict__ inv_freq, bf16 *__restrict__ kc,
+                                                       bf16 *__restrict__ vc, int T, int H, int KV, int hd, float eps,
+                                                       const int32_t *__restrict__ pos,
+                                                       const int32_t *__restrict__ crow)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    long item = (long)blockIdx.x * warps + (threadIdx.x >> 5);
+    int nh = H + 2 * KV;
+    if (item >= (long)T * nh)
+        return;
+    int t = (int)(item / nh), h = (int)(item - (long)t * nh);
+    qk_item<false>(qkv, q_norm, k_norm, inv_freq, kc, vc, H, KV, hd, eps, pos[t], crow[t], t, h, lane);
 }
 
 int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
@@ -1350,6 +1398,29 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
         BAD_LAUNCH("decode_qk_norm_rope_append_kernel", le);
     }
     CUDA_LAUNCHED("decode_qk_norm_rope_append_kernel", err, errlen);
+    return 0;
+}
+
+int decode_qk_norm_rope_append_rows_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm,
+                                         const float *inv_freq, nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H,
+                                         int KV, int hd, float eps, const int32_t *pos, const int32_t *crow,
+                                         cudaStream_t s, char *err, size_t errlen)
+{
+    if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || !pos || !crow ||
+        (!q_norm) != (!k_norm))
+        BAD_SHAPE("decode_qk_norm_rope_append_rows_cuda: T %d, heads %d/%d, head_dim %d", T, H, KV, hd);
+    if (T == 0)
+        return 0;
+    long items = (long)T * (H + 2 * KV);
+    int warps = 8;
+    cudaError_t le = launch_maybe_pdl(
+        decode_qk_norm_rope_append_rows_kernel, dim3((unsigned)((items + warps - 1) / warps)), dim3(warps * 32), s,
+        g_pdl_small, as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc), as_bf(vc), T, H, KV, hd, eps, pos, crow);
+    if (le != cudaSuccess) {
+        cudaGetLastError();
+        BAD_LAUNCH("decode_qk_norm_rope_append_rows_kernel", le);
+    }
+    CUDA_LAUNCHED("decode_qk_norm_rope_append_rows_kernel", err, errlen);
     return 0;
 }
 

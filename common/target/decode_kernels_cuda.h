@@ -158,8 +158,10 @@ const char *decode_linear_variant_name_cuda(int v);
  * its own block: the same bits either way): 1 never; 2 (default) in the 8-warp kernels at
  * 9..16 rows on wide shapes (at least 512 tiles) with n_in >= 4096 (the x rows read once
  * for 32 columns: half the x traffic); 3 also in the 16-warp kernels at 1..8 rows when one
- * tile a block would need more blocks than the GPU has SMs (one wave instead of two).
- * Process-wide; returns the previous value, anything else only queries. */
+ * tile a block would need more blocks than the GPU has SMs (one wave instead of two);
+ * 4 as 2, and also the 8-warp kernels at 33..64 rows (a batch's verify: there the x rows
+ * are 4x the weights' bytes a tile, two tiles halve that). Process-wide; returns the
+ * previous value, anything else only queries. */
 int decode_linear_cols_cuda(int tiles);
 
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
@@ -170,7 +172,7 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
                                    size_t errlen);
 
 /* Rows the fused-epilogue kernels below take in one call. */
-#define DECODE_EPI_MAX_ROWS 32
+#define DECODE_EPI_MAX_ROWS 64
 /* Device scratch of those kernels (a block counter, per-row argmax keys): this many bytes,
  * zeroed once (cudaMemset); every call leaves it zero again. One per stream: calls that
  * share one run one after the other. */
@@ -246,6 +248,14 @@ int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const n
 int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
                                     nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H, int KV, int hd, float eps,
                                     const int32_t *base, int p0, cudaStream_t s, char *err, size_t errlen);
+
+/* The same for a batch of sequences: row t at position pos[t] and cache row crow[t]
+ * (DEVICE arrays [T]): nn_qk_norm_rope_cuda at pos + decode_kv_append_rows_cuda at crow,
+ * bit for bit, in one launch. */
+int decode_qk_norm_rope_append_rows_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm,
+                                         const float *inv_freq, nn_bf16_cuda *kc, nn_bf16_cuda *vc, int T, int H,
+                                         int KV, int hd, float eps, const int32_t *pos, const int32_t *crow,
+                                         cudaStream_t s, char *err, size_t errlen);
 
 /* idx[r] = argmax of logits[r, 0..V) (fp32), the first index on ties, for r < rows. */
 int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, cudaStream_t s, char *err,

@@ -509,10 +509,25 @@ static int linear_exact(decode_model_cuda *m, void *out, int out_f32, const nn_b
     return 0;
 }
 
+/* decode_linear_glu_rows_cuda over T rows in pieces of DECODE_EPI_MAX_ROWS. */
+static int glu_exact(decode_model_cuda *m, nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
+                     const nn_bf16_cuda *b, int T, int n_in, int I, char *kerr, size_t kerrlen)
+{
+    for (int r0 = 0; r0 < T; r0 += DECODE_EPI_MAX_ROWS) {
+        int rc = decode_linear_glu_rows_cuda(h + (size_t)r0 * I, x + (size_t)r0 * n_in, w, b,
+                                             DF_MIN(DECODE_EPI_MAX_ROWS, T - r0), n_in, I, m->stream, kerr, kerrlen);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Enqueue a batched step of R rows: tokens in m->tok_h, row metadata in m->meta_h
  * (positions [R], cache rows [R], full-layer key ranges [R], sliding-layer ones [R]),
- * both copied inside the step. The kernels are enqueue_extend's unfused sequence for a
- * small extend, with per-row positions, cache rows and key ranges. */
+ * both copied inside the step. The kernels are enqueue_extend's for a small extend with
+ * per-row positions, cache rows and key ranges: the bit-exact fusions of m->fused (q/k +
+ * append, gate/up + SwiGLU, the split argmax), never the residual or SwiGLU-in-down ones
+ * (decode_extend_batch_cuda refuses those). */
 static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
 {
     target_model_cuda *t = &m->tm;
@@ -526,6 +541,9 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
     int l = -1;
     int32_t *pos = m->meta_d, *crow = m->meta_d + R;
     const nn_key_ranges *full = (const nn_key_ranges *)(m->meta_d + 2 * R), *slide = full + R;
+    const int fz = DECODE_FUSE_BITS(m->fused), f_qk = fz & DECODE_FUSE_QK_APPEND;
+    const int f_gepi = (fz & DECODE_FUSE_GLU) && I % 8 == 0;
+    const int f_asplit = (fz & DECODE_FUSE_ARGMAX_SPLIT) && R <= DECODE_EPI_MAX_ROWS;
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * R, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     STEP(cudaMemcpyAsync(m->meta_d, m->meta_h, sizeof(int32_t) * 10 * (size_t)R, cudaMemcpyHostToDevice, s) ==
@@ -543,18 +561,28 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
                      sizeof kerr),
              "add_rmsnorm (input)");
         STEP(linear_exact(m, t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, kerr, sizeof kerr), "linear qkv");
-        STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, pos, R, H, KV, hd, t->eps, s, kerr,
-                                  sizeof kerr),
-             "qk_norm_rope");
-        STEP(decode_kv_append_rows_cuda(kl, vl, t->qkv, R, H, KV, hd, crow, s, kerr, sizeof kerr), "kv append");
+        if (f_qk) {
+            STEP(decode_qk_norm_rope_append_rows_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, R, H, KV, hd,
+                                                      t->eps, pos, crow, s, kerr, sizeof kerr),
+                 "qk_norm_rope + kv append");
+        } else {
+            STEP(nn_qk_norm_rope_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, pos, R, H, KV, hd, t->eps, s, kerr,
+                                      sizeof kerr),
+                 "qk_norm_rope");
+            STEP(decode_kv_append_rows_cuda(kl, vl, t->qkv, R, H, KV, hd, crow, s, kerr, sizeof kerr), "kv append");
+        }
         STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, Lw->window > 0 ? slide : full, NULL, 0, 0, R, H, KV,
                                    hd, scale, s, kerr, sizeof kerr),
              "attention");
         STEP(linear_exact(m, t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, kerr, sizeof kerr), "linear o_proj");
         STEP(addnorm(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
              "add_rmsnorm (post)");
-        STEP(linear_exact(m, t->gu, 0, t->a, Lw->w_gu, Lw->b_gu, R, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
-        STEP(nn_swiglu_cuda(t->h, t->gu, R, I, s, kerr, sizeof kerr), "swiglu");
+        if (f_gepi) {
+            STEP(glu_exact(m, t->h, t->a, Lw->w_gu, Lw->b_gu, R, d, I, kerr, sizeof kerr), "linear gate_up + swiglu");
+        } else {
+            STEP(linear_exact(m, t->gu, 0, t->a, Lw->w_gu, Lw->b_gu, R, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
+            STEP(nn_swiglu_cuda(t->h, t->gu, R, I, s, kerr, sizeof kerr), "swiglu");
+        }
         STEP(linear_exact(m, t->y, 0, t->h, Lw->w_down, Lw->b_down, R, I, d, kerr, sizeof kerr), "linear down");
     }
     l = t->n_layers - 1;
@@ -564,7 +592,10 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
          "add (last layer)");
     STEP(addnorm(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr), "final norm");
     STEP(linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr), "lm_head");
-    STEP(decode_argmax_rows_cuda(m->next_d, m->logits, R, t->V, s, kerr, sizeof kerr), "argmax");
+    if (f_asplit) /* the same indices, spread */
+        STEP(decode_argmax_split_rows_cuda(m->next_d, m->logits, R, t->V, m->sync_d, s, kerr, sizeof kerr), "argmax");
+    else
+        STEP(decode_argmax_rows_cuda(m->next_d, m->logits, R, t->V, s, kerr, sizeof kerr), "argmax");
     STEP(cudaMemcpyAsync(m->next_h, m->next_d, sizeof(int32_t) * R, cudaMemcpyDeviceToHost, s) == cudaSuccess ? 0
                                                                                                               : -EIO,
          "greedy tokens download");
@@ -676,9 +707,9 @@ int decode_extend_batch_cuda(decode_model_cuda *m, const int32_t *tokens, const 
         }
         R += ks[s];
     }
-    /* a batch runs the separate kernels: the same bits as a lone extend under the q/k +
-     * append kernel (DECODE_FUSE_QK_APPEND, the same math), not under the residual or
-     * SwiGLU fusions, which round differently */
+    /* a batch runs the bit-exact fusions only (enqueue_batch): the same bits as a lone
+     * extend, which the residual and SwiGLU-in-down fusions would not give (they round
+     * differently) */
     int other_fusions = DECODE_FUSE_BITS(m->fused) & (DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU);
     if (R < 1 || R > m->max_rows || other_fusions) {
         snprintf(err, errlen, "decode_extend_batch_cuda: %d rows (1..%d)%s", R, m->max_rows,

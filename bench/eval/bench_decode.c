@@ -965,9 +965,8 @@ int main(int argc, char **argv)
         int sp_lossless[3] = {1, 1, 1};
         static const double qs[3] = {1.0, 0.12, 0.0};
         double b_plain_tps = 0, b_spec_tps[2][3] = {{0}}, b_tau[3] = {0, 0, 0}, b_part[2][3][3] = {{{0}}};
-        /* plain step of NB rows, verify of NB blocks, NB drafts alone / together, the verify
-         * with two column tiles at 33..64 rows */
-        double b_step[5] = {0, 0, 0, 0, 0};
+        /* plain step of NB rows, verify of NB blocks, NB drafts one after the other / together */
+        double b_step[4] = {0, 0, 0, 0};
         int b_plain_ok = 1, b_spec_ok[2][3] = {{1, 1, 1}, {1, 1, 1}};
         if (quick)
             goto report; /* --quick: the steps only */
@@ -1025,14 +1024,10 @@ int main(int argc, char **argv)
                 }
                 for (int i = 0; i < 16 * NB; i++)
                     btok[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
-                for (int kind = 0; kind < 5; kind++) {
-                    /* kind 4: the verify again with two column tiles at 33..64 rows too */
-                    int old_cols = kind == 4 ? decode_linear_cols_cuda(4) : decode_linear_cols_cuda(-1);
-                    if (kind == 4)
-                        decode_drop_graphs_cuda(&m);
+                for (int kind = 0; kind < 4; kind++) {
                     for (int i = 0; i < 32 + 3; i++) {
                         double a = now_ms();
-                        if (kind < 2 || kind == 4) {
+                        if (kind < 2) {
                             RC(decode_extend_batch_cuda(&m, btok, kind ? ks16 : ks1, bnext, g_err, sizeof g_err));
                         } else if (kind == 2) {
                             for (int b = 0; b < NB; b++)
@@ -1042,14 +1037,10 @@ int main(int argc, char **argv)
                         }
                         if (i >= 3)
                             t_ms[i - 3] = now_ms() - a;
-                        for (int b = 0; (kind < 2 || kind == 4) && b < NB; b++)
+                        for (int b = 0; kind < 2 && b < NB; b++)
                             RC(decode_truncate_seq_cuda(&m, b, lens[b]));
                     }
                     b_step[kind] = median(t_ms, 32);
-                    if (kind == 4) {
-                        decode_linear_cols_cuda(old_cols);
-                        decode_drop_graphs_cuda(&m);
-                    }
                 }
             }
             oracle bo[4];
@@ -1137,9 +1128,9 @@ int main(int argc, char **argv)
         if (NB > 1 && !quick) {
             printf("batch of %d (prompts %d..%d tokens): plain %.0f tokens/s (batch 1: %.0f), lossless %s\n", NB,
                    P - 8 * (NB - 1), P, b_plain_tps, 1e3 / plain_tpot, b_plain_ok ? "yes" : "NO");
-            printf("batch of %d, one step: plain (%d rows) %.3f ms, verify (%d rows) %.3f ms = %.2fx (two column tiles "
-                   "at 33..64 rows: %.3f ms), drafts one after the other %.3f ms, together %.3f ms\n",
-                   NB, NB, b_step[0], 16 * NB, b_step[1], b_step[1] / b_step[0], b_step[4], b_step[2], b_step[3]);
+            printf("batch of %d, one step: plain (%d rows) %.3f ms, verify (%d rows) %.3f ms = %.2fx, drafts one "
+                   "after the other %.3f ms, together %.3f ms\n",
+                   NB, NB, b_step[0], 16 * NB, b_step[1], b_step[1] / b_step[0], b_step[2], b_step[3]);
             for (int mode = 0; mode < 2; mode++)
                 for (int qi = 0; qi < 3; qi++)
                     printf("batch of %d, speculative p = %.2f, drafts %s: tau %.2f, %.0f tokens/s (batch 1: %.0f) = "
@@ -1190,10 +1181,10 @@ int main(int argc, char **argv)
         if (!quick)
             fprintf(jf,
                     "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
-                    "\"plain_lossless\": %s, \"plain_step_ms\": %.4f, \"verify_ms\": %.4f, \"verify_cols4_ms\": "
-                    "%.4f, \"drafts_one_by_one_ms\": %.4f, \"drafts_together_ms\": %.4f, \"spec\": [",
+                    "\"plain_lossless\": %s, \"plain_step_ms\": %.4f, \"verify_ms\": %.4f, \"drafts_one_by_one_ms\": "
+                    "%.4f, \"drafts_together_ms\": %.4f, \"spec\": [",
                     NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false",
-                    b_step[0], b_step[1], b_step[4], b_step[2], b_step[3]);
+                    b_step[0], b_step[1], b_step[2], b_step[3]);
         for (int qi = 0; qi < 3 && !quick; qi++)
             for (int mode = 0; mode < 2; mode++)
                 fprintf(jf,

@@ -536,7 +536,7 @@ static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 int decode_linear_cols_cuda(int tiles)
 {
     int old = g_lin_cols;
-    if (tiles >= 1 && tiles <= 4)
+    if (tiles >= 1 && tiles <= 3)
         g_lin_cols = tiles;
     return old;
 }
@@ -1141,10 +1141,6 @@ static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const 
     }
     if (T <= 32)
         return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
-    /* two column tiles a block (decode_linear_cols_cuda 4): 8 warps, 33..64 rows */
-    if (WARPS == 8 && !SWIGLU && g_lin_cols == 4)
-        return lin_launch_nt < 8, SWIGLU, WARPS, PF, PDL,
-               (WARPS == 8 && !SWIGLU) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
     return lin_launch_nt<8, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
 }
 

@@ -158,10 +158,8 @@ const char *decode_linear_variant_name_cuda(int v);
  * its own block: the same bits either way): 1 never; 2 (default) in the 8-warp kernels at
  * 9..16 rows on wide shapes (at least 512 tiles) with n_in >= 4096 (the x rows read once
  * for 32 columns: half the x traffic); 3 also in the 16-warp kernels at 1..8 rows when one
- * tile a block would need more blocks than the GPU has SMs (one wave instead of two);
- * 4 as 2, and also the 8-warp kernels at 33..64 rows (a batch's verify: there the x rows
- * are 4x the weights' bytes a tile, two tiles halve that). Process-wide; returns the
- * previous value, anything else only queries. */
+ * tile a block would need more blocks than the GPU has SMs (one wave instead of two).
+ * Process-wide; returns the previous value, anything else only queries. */
 int decode_linear_cols_cuda(int tiles);
 
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then

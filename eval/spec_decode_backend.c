@@ -29,6 +29,24 @@ static void cpu_close(void *impl)
 
 static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config *c, const dflash_params *p,
                     int max_ctx, int n_seq, int device, char *err, size_t errlen);
+
+/* spec_drafter.draft_batch on the CPU: the sequences' drafts one after the other (every row
+ * is computed on its own there, so one call saves nothing; it keeps spec_generate_batch on
+ * the same path as the CUDA backend's). */
+static int cpu_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
+{
+    cpu_impl *ci = bctx;
+    for (int j = 0; j < n; j++) {
+        if (seqs[j] < 0 || seqs[j] >= ci->n_seq)
+            return -EINVAL;
+        infer_state *s = &ci->drafter[seqs[j]];
+        int rc = infer_draft(s, anchors[j], drafts + (size_t)j * (size_t)(s->c->block_size - 1));
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 static const spec_backend_ops cpu_ops = {.name = "cpu", .open = cpu_open, .close = cpu_close};
 
 int spec_backend_open(spec_backend *b, const char *kind, const char *target_dir, const dflash_config *c,
@@ -95,6 +113,8 @@ static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config
             return rc;
         }
         spec_drafter_cpu(&ci->drafters[i], &ci->drafter[i]);
+        if (n_seq > 1)
+            ci->drafters[i].batch_ctx = ci, ci->drafters[i].draft_batch = cpu_draft_batch;
     }
     spec_target_cpu(&b->target, &ci->target);
     b->drafter = ci->drafters[0];

@@ -17,7 +17,10 @@
  *   6. batches: decode_extend_batch rows (several sequences, different lengths, one
  *      sitting out) have bit-identical features and logits to each sequence decoded
  *      alone; spec_generate_batch, plain and speculative, gives every prompt (different
- *      lengths, one stopping early at eos) the tokens of spec_generate_plain on it alone.
+ *      lengths, one stopping early at eos) the tokens of spec_generate_plain on it alone;
+ *      with oracle drafters, drafting one after the other and through draft_batch (the
+ *      running sequences' blocks in one call), the tokens, acceptance histograms and
+ *      drafter context rows of each alone.
  *   5. a public release-format drafter (tests/fixtures/dflash-release-tiny, written by
  *      scripts/make_release_drafter.py with transformers) loads and decodes losslessly;
  *      when the directory is absent that one check is skipped with a line saying so.
@@ -271,6 +274,21 @@ static int or_draft(void *ctx, int32_t anchor, int32_t *draft)
         if (df_rng_uniform(&o->r) < o->corrupt)
             tok = (tok + 1 + (int32_t)df_rng_below(&o->r, 200)) % 256;
         draft[k - 1] = tok;
+    }
+    return 0;
+}
+
+/* spec_drafter.draft_batch over an array of oracles: each sequence's oracle drafts its
+ * block (or_draft checks the anchor against that sequence's output, so a block handed to
+ * the wrong sequence fails). */
+static int or_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
+{
+    oracle *all = bctx;
+    for (int j = 0; j < n; j++) {
+        oracle *o = &all[seqs[j]];
+        int rc = or_draft(o, anchors[j], drafts + (size_t)j * (size_t)(o->B - 1));
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -575,27 +593,38 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
         T_ASSERT_RC(spec_generate(&one.target, &ld, pr[i], np[i], &o, &lr[i]));
         spec_result_free(&lp);
     }
-    T_ASSERT_RC(spec_generate_batch(&many.target, odr, n, pr, np, &o, br, NULL));
+    /* twice: the drafts one sequence after the other, then through draft_batch (the
+     * running sequences' blocks in one call, as the CUDA backend drafts them) */
     double otau = 0;
+    for (int mode = 0; mode < 2; mode++) {
+        for (int i = 0; i < n; i++) {
+            df_rng_seed(&orc[i].r, oseed + (uint64_t)i);
+            odr[i].batch_ctx = mode ? orc : NULL;
+            odr[i].draft_batch = mode ? or_draft_batch : NULL;
+        }
+        T_ASSERT_RC(spec_generate_batch(&many.target, odr, n, pr, np, &o, br, NULL));
+        for (int i = 0; i < n; i++) {
+            T_ASSERT(br[i].n_tokens == ref[i].n_tokens &&
+                     !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+            T_ASSERT(lr[i].n_steps == br[i].n_steps && lr[i].accept_sum == br[i].accept_sum);
+            for (int a = 0; a <= c.block_size; a++)
+                T_ASSERT(lr[i].hist[a] == br[i].hist[a]);
+            T_ASSERT(orc[i].n_ctx == lone_orc[i].n_ctx &&
+                     !memcmp(orc[i].feats, lone_orc[i].feats, sizeof(float) * (size_t)orc[i].n_ctx * orc[i].feat_dim));
+            otau += spec_result_tau(&br[i]) / n / 2;
+            spec_result_free(&br[i]);
+        }
+    }
     for (int i = 0; i < n; i++) {
-        T_ASSERT(br[i].n_tokens == ref[i].n_tokens &&
-                 !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
-        T_ASSERT(lr[i].n_steps == br[i].n_steps && lr[i].accept_sum == br[i].accept_sum);
-        for (int a = 0; a <= c.block_size; a++)
-            T_ASSERT(lr[i].hist[a] == br[i].hist[a]);
-        T_ASSERT(orc[i].n_ctx == lone_orc[i].n_ctx &&
-                 !memcmp(orc[i].feats, lone_orc[i].feats, sizeof(float) * (size_t)orc[i].n_ctx * orc[i].feat_dim));
-        otau += spec_result_tau(&br[i]) / n;
         spec_result_free(&lr[i]);
-        spec_result_free(&br[i]);
         for (int twin = 0; twin < 2; twin++) {
             oracle *q = twin ? &lone_orc[i] : &orc[i];
             free((int32_t *)q->ref), free(q->feats);
         }
     }
     printf(
-        "batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5): tokens, acceptance histograms and drafter context rows "
-        "== each alone, mean tau %.2f\n",
+        "batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5), drafting one after the other and through draft_batch: "
+        "tokens, acceptance histograms and drafter context rows == each alone, mean tau %.2f\n",
         otau);
     printf("batch of %d prompts (%d, %d, %d tokens; eos %d: %d, %d, %d new tokens): plain and "
            "speculative == each alone, tau %.2f / %.2f / %.2f\n",

@@ -510,8 +510,7 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
     /* 8 warps everywhere (the bits of variant 0): PDL, and the prefetch above 8 rows only
      * (the prefetch and unroll never change the order of the additions) */
     {"8w+pdl/pf", 8, -1, 1},
-    /* per shape as auto: 16 warps + PDL below LIN_AUTO_BLOCKS column blocks (the prefetch above 32 rows);
-     * else as 8w+pdl/pf */
+    /* per shape as auto: 16 warps + PDL below LIN_AUTO_BLOCKS column blocks; else as 8w+pdl/pf */
     {"tuned", -1, -1, 1},
 };
 #ifndef LIN_AUTO_BLOCKS
@@ -1167,9 +1166,9 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
         tv = *v;
         if (tv.warps < 0)
             tv.warps = narrow ? 16 : 8;
-        /* the prefetch (the same bits) above 8 rows at 8 warps; at 16 warps above 32 rows
-         * only, where one round of 64 rows leaves a single chunk in flight */
-        tv.pf = tv.warps == 8 ? T > 8 : T > 32;
+        /* the prefetch (the same bits) above 8 rows at 8 warps; at 16 warps it changed
+         * nothing at 64 rows (docs/eval.md, "Batches") */
+        tv.pf = tv.warps == 8 && T > 8;
         v = &tv;
     }
     int pdl = v->pdl && lin_pdl_ok();

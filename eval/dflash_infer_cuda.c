@@ -778,6 +778,11 @@ int infer_batch_draft_cuda(infer_batch_cuda *b, int n, const int *seqs, const in
                      anchors[j], V);
             return -EINVAL;
         }
+        for (int i = 0; i < j; i++)
+            if (seqs[i] == seqs[j]) { /* its two blocks would write the same cache rows */
+                snprintf(err, errlen, "infer_batch_draft_cuda: sequence %d given twice", seqs[j]);
+                return -EINVAL;
+            }
     }
     for (int j0 = 0; j0 < n; j0 += b->max_blocks) {
         int m = DF_MIN(b->max_blocks, n - j0), R = m * B;

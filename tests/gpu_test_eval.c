@@ -390,10 +390,13 @@ static void test_batch_draft(const char *name, const dflash_config *c, const dfl
         }
     }
     int bad_seq[1] = {NS};
-    int ok_err = infer_batch_draft_cuda(&ib, 1, bad_seq, anc, got, g_err, sizeof g_err) == -EINVAL;
+    int twice[2] = {1, 1};
+    int ok_err = infer_batch_draft_cuda(&ib, 1, bad_seq, anc, got, g_err, sizeof g_err) == -EINVAL &&
+                 infer_batch_draft_cuda(&ib, 2, twice, anc, got, g_err, sizeof g_err) == -EINVAL;
     printf("%s (h) %s (B=%d): %ld blocks of 5 sequences drafted together in %ld calls == their lone drafts bitwise "
            "(drafts, logits), graphs on and off%s\n",
-           bad == 0 && ok_err ? "PASS" : "FAIL", name, B, blocks, calls, ok_err ? "" : "; a bad sequence not refused");
+           bad == 0 && ok_err ? "PASS" : "FAIL", name, B, blocks, calls,
+           ok_err ? "" : "; a bad or repeated sequence not refused");
     g_fail += bad != 0 || !ok_err;
     infer_batch_free_cuda(&ib);
     infer_free_cuda(&gd);

@@ -5,7 +5,8 @@
 #   1. a clean run: exit 0, the ledger audit shows every batch exactly once, the loss falls,
 #      checkpoints, the release export, and every stage's metrics are written; the drafter's
 #      step lines count the documents they trained ("docs": all the plan's samples, once) and
-#      bench/pipeline/report.py reports that count and a steady-state samples/s from them;
+#      bench/pipeline/report.py reports that count and a steady-state samples/s from them,
+#      the drafter's start-up (from its log) and the checkpoints' cost (from its metrics);
 #   2. the same run while each stage is SIGKILLed once (target, postproc, drafter, the
 #      drafter after a checkpoint so it resumes from it): it still completes with the same
 #      audit (every batch committed exactly once, nothing poisoned).
@@ -69,6 +70,11 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 n = json.load(open(f"{sys.argv[2]}/ledger_audit.json"))["n_samples"]
 assert r["docs_trained"] == n and r["steady_samples_s"] and r["steady_samples_s"] > 0, r
+# where the drafter's start-up went (its log) and what the checkpoints cost (its metrics)
+su = r["drafter_startup"]
+assert su and all(x["ready_s"] >= 0 and x["how"] in ("random", "release", "checkpoint") for x in su), su
+cks = [json.loads(l) for l in open(f"{sys.argv[2]}/metrics/drafter0.jsonl") if '"checkpoint"' in l]
+assert cks and r["checkpoints"]["n"] == len(cks) and r["checkpoints"]["ok"] == len(cks), (r["checkpoints"], len(cks))
 PY
 # the one-GPU ceiling: stage-alone results in the benches' JSON shapes (two target layouts, the
 # drafter packed and alone), one document = target time for its tokens + drafter time for it

@@ -16,12 +16,17 @@ of its timed batches), tokens/s (the same documents' tokens) and ours / peer, fo
 state (the steps after the first 10%, the peer's timed batches being after its warmup) and
 end to end; the table goes into the JSON as "vs_peers" (the first one also as "vs_peer").
 --peer-json may be repeated (e.g. the flex_attention + torch.compile step and the eager SDPA
-step): one table per peer.
+step): one table per peer. It also reads where each drafter incarnation's start-up went (its
+log: seconds from the orchestrator's start line to the worker's ready line, and the worker's
+own "start-up:" split) and what checkpoints cost the loop (the "checkpoint" metrics lines:
+count, the loop's wait, the writes): JSON "drafter_startup" and "checkpoints".
 """
 import argparse
+import datetime
 import glob
 import json
 import os
+import re
 import sys
 
 
@@ -34,6 +39,46 @@ def lines(path):
             except ValueError:
                 pass  # a torn last line of a killed writer
     return out
+
+
+def log_time(ln):
+    """The timestamp of a worker log line (2026-12-04T14:34:58.633Z ...) in seconds, or None."""
+    try:
+        return datetime.datetime.strptime(ln[:23], "%Y-%m-%dT%H:%M:%S.%f").timestamp()
+    except ValueError:
+        return None
+
+
+STARTUP = re.compile(r"start-up: weights and optimizer state \((\w+)\) ([\d.]+) s, (\w+) backend open ([\d.]+) s")
+
+
+def startups(run_dir):
+    """Per drafter incarnation, from its log: seconds from the orchestrator's start line to the
+    worker's ready line, and the worker's own split (weights + optimizer state, backend open)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "drafter*.log"))):
+        name, start = os.path.basename(path)[:-4], None
+        cur = None
+        for ln in open(path, errors="replace"):
+            t = log_time(ln)
+            if "=== orchestrator: starting" in ln:
+                start, cur = t, {"worker": name}
+                out.append(cur)
+            elif cur is not None and (m := STARTUP.search(ln)):
+                cur.update(how=m.group(1), state_s=float(m.group(2)), backend=m.group(3), open_s=float(m.group(4)))
+            elif cur is not None and f"{name}: ready:" in ln and start is not None and t is not None:
+                cur["ready_s"] = t - start
+    return out
+
+
+def checkpoints(workers):
+    """The drafters' "checkpoint" metrics lines: how many, and what they stopped the loop for."""
+    cks = [l for ls in workers.values() for l in ls if l.get("ev") == "checkpoint"]
+    if not cks:
+        return None
+    return {"n": len(cks), "ok": sum(1 for c in cks if c.get("ok")), "async": sum(1 for c in cks if c.get("async")),
+            "wait_s": sum(c.get("wait_s") or 0 for c in cks), "max_wait_s": max(c.get("wait_s") or 0 for c in cks),
+            "write_s": sum(c.get("write_s") or 0 for c in cks)}
 
 
 def one_gpu_ceiling(res, stages, docs, run_dir):
@@ -138,6 +183,17 @@ def main():
     for name, s in stages.items():
         print(f"  {name:<12} {s['busy_frac'] or 0:>6.1%} {s['wait_frac'] or 0:>6.1%} {s['tokens'] or 0:>10} "
               f"{s['busy_tok_s'] or 0:>12,.0f}")
+    res["drafter_startup"] = startups(a.run_dir)
+    for su in res["drafter_startup"]:
+        if "ready_s" in su:
+            split = (f" (weights and optimizer state, {su['how']}: {su['state_s']:.2f} s; {su['backend']} backend open "
+                     f"{su['open_s']:.2f} s)" if "state_s" in su else "")
+            print(f"  {su['worker']} start-up: ready {su['ready_s']:.2f} s after its start{split}")
+    ck = checkpoints(workers)
+    if ck:
+        res["checkpoints"] = ck
+        print(f"  checkpoints: {ck['n']} ({ck['async']} written beside training); the loop waited {ck['wait_s']:.2f} s "
+              f"in all (at most {ck['max_wait_s']:.2f} s), writes took {ck['write_s']:.2f} s")
     if a.target_json:
         tj = json.load(open(a.target_json))
         rows = tj.get("results", tj) if isinstance(tj, dict) else tj

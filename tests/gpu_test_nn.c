@@ -331,6 +331,33 @@ static void heads_put(float *qkv, const float *src, int T, int row, int h0, int 
         memcpy(qkv + (size_t)t * row + (size_t)h0 * hd, src + (size_t)t * nh * hd, sizeof(float) * nh * hd);
 }
 
+/* nn_qk_norm_rope_cuda (the fast kernel) and nn_qk_norm_rope_ref_cuda (the kernel it
+ * replaced) on copies of the same qkv [n] (bits): every byte of the results must agree. */
+static void qk_norm_rope_same_bits(const char *what, const uint16_t *qh, size_t n, const float *dqn, const float *dkn,
+                                   const float *dinv, const int32_t *dpos, int T, int H, int KV, int hd, float eps)
+{
+    nn_bf16_cuda *fast = dev_upload(qh, 2 * n), *ref = dev_upload(qh, 2 * n);
+    RC_CHECK(nn_qk_norm_rope_cuda(fast, dqn, dkn, dinv, dpos, T, H, KV, hd, eps, 0, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_qk_norm_rope_ref_cuda(ref, dqn, dkn, dinv, dpos, T, H, KV, hd, eps, 0, g_err, sizeof g_err), g_err);
+    uint16_t *hf = NEWH(n), *hr = NEWH(n);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(hf, fast, 2 * n, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hr, ref, 2 * n, cudaMemcpyDeviceToHost));
+    long bad = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (hf[i] != hr[i] && bad++ == 0)
+            first = i;
+    if (bad)
+        printf("FAIL %-44s n=%zu: %ld bf16 differ from the reference kernel (first at %zu: %04x, reference %04x)\n",
+               what, n, bad, first, hf[first], hr[first]);
+    else
+        printf("PASS %-44s n=%zu: the same bits as the reference kernel\n", what, n);
+    g_fail += bad > 0;
+    cudaFree(fast), cudaFree(ref);
+    free(hf), free(hr);
+}
+
 static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int llama3)
 {
     const float eps = 1e-6f;
@@ -377,6 +404,24 @@ static void test_qk_norm_rope(int T, int H, int KV, int hd, int with_norm, int l
     heads_get(rv, qf, T, row, H + KV, KV, hd);
     snprintf(what, sizeof what, "qk_norm_rope hd=%d: value heads untouched", hd);
     g_fail += gt_check(what, gv, rv, (size_t)T * KV * hd, 0, 0);
+    /* the fast kernel against the one it replaced, bit for bit: on this input, then on one
+     * with far positions (the angles of sincosf's slow path) and planted specials (zeros,
+     * -0, subnormals, the largest finite, infinities, NaN; a zero head, an overflowing one) */
+    const float *dn = with_norm ? dqn : NULL, *dk = with_norm ? dkn : NULL;
+    snprintf(what, sizeof what, "qk_norm_rope T=%d H=%d KV=%d hd=%d norm=%d bits", T, H, KV, hd, with_norm);
+    qk_norm_rope_same_bits(what, qh, n, dn, dk, dinv, dpos, T, H, KV, hd, eps);
+    static const uint16_t special[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0, 0x3f80};
+    int nsp = (int)(sizeof special / sizeof special[0]);
+    for (size_t i = 0; i < n; i += 1 + df_rng_below(&g_rng, 60))
+        qh[i] = special[df_rng_below(&g_rng, (uint64_t)nsp)];
+    for (int i = 0; i < hd; i++)
+        qh[i] = 0, qh[(size_t)(T - 1) * row + (size_t)(H + KV - 1) * hd + i] = 0x7f00; /* 2^127 */
+    for (int t = 0; t < T; t++)
+        if (t % 2)
+            pos[t] = (int32_t)df_rng_below(&g_rng, (uint64_t)1 << 24);
+    CUDA_CHECK(cudaMemcpy(dpos, pos, sizeof(int32_t) * T, cudaMemcpyHostToDevice));
+    snprintf(what, sizeof what, "qk_norm_rope T=%d hd=%d norm=%d bits, specials", T, hd, with_norm);
+    qk_norm_rope_same_bits(what, qh, n, dn, dk, dinv, dpos, T, H, KV, hd, eps);
     cudaFree(dq), cudaFree(dqn), cudaFree(dkn), cudaFree(dinv), cudaFree(dpos);
     free(qh), free(qf), free(qn), free(kn), free(inv), free(starts), free(pos), free(rg), free(got), free(q), free(k);
     free(ref), free(gv), free(rv);
@@ -535,6 +580,13 @@ int main(void)
     test_qk_norm_rope(50, 6, 2, 16, 0, 1);
     test_qk_norm_rope(20, 2, 1, 256, 1, 0);
     test_qk_norm_rope(33, 4, 4, 64, 0, 0);
+    test_qk_norm_rope(300, 32, 8, 128, 1, 0); /* Qwen3-8B's heads: 5 warps of 8 heads a token */
+    test_qk_norm_rope(300, 32, 8, 128, 0, 1);
+    test_qk_norm_rope(77, 12, 2, 64, 1, 0); /* odd T, hd 64: a group of 16 heads, cut at 14 */
+    test_qk_norm_rope(41, 10, 2, 96, 1, 0); /* hd 96 (not a constant hd): a second pair in lanes 0..15 only */
+    test_qk_norm_rope(23, 6, 3, 160, 1, 1); /* 3 pairs a lane, the third in lanes 0..15 only */
+    test_qk_norm_rope(19, 3, 2, 250, 0, 0); /* 4 pairs a lane, the fourth in lanes 0..28 only */
+    test_qk_norm_rope(9, 3, 1, 2, 1, 0);    /* the smallest head */
 
     test_attention(300, 4, 2, 128, 5, 0, 0);
     test_attention(300, 4, 2, 128, 5, 0, 1);

@@ -83,6 +83,11 @@ int nn_add_rmsnorm_pdl_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_
 int nn_qk_norm_rope_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
                          const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s, char *err,
                          size_t errlen);
+/* The same by the kernel nn_qk_norm_rope_cuda ran before (one warp per token and head): the
+ * reference the fast kernel must match bit for bit; used by gpu_test_nn only. */
+int nn_qk_norm_rope_ref_cuda(nn_bf16_cuda *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
+                             const int32_t *pos, int T, int H, int KV, int hd, float eps, cudaStream_t s, char *err,
+                             size_t errlen);
 
 /* ---- swiglu.cu ------------------------------------------------------------------ */
 

@@ -92,6 +92,33 @@ __device__ __forceinline__ void store_bf16x8(bf16 *p, const float f[8])
     *reinterpret_cast<uint4 *>(p) = u;
 }
 
+/* ---- the q/k norm + RoPE arithmetic ------------------------------------------------------ */
+
+/* Every kernel that normalises and rotates a q/k head (nn_qk_norm_rope_cuda, its reference,
+ * the decode q/k kernels) does its arithmetic through these, with each rounding spelled
+ * out: nvcc may contract a * b + c into one fma differently in different kernels (it did:
+ * one bf16 in 25K differed between two kernels of the same source), and a constant head
+ * size turns x / hd + eps into an fma. So the kernels agree bit for bit by construction. */
+/* ss + a^2 + b^2: the sum of squares of one pair, added to a lane's partial */
+__device__ __forceinline__ float rope_ss(float ss, float a, float b)
+{
+    return __fadd_rn(ss, __fadd_rn(__fmul_rn(a, a), __fmul_rn(b, b)));
+}
+/* 1 / rms from the head's sum of squares */
+__device__ __forceinline__ float rope_rscale(float sum, int hd, float eps)
+{
+    return rsqrtf(__fadd_rn(__fdiv_rn(sum, (float)hd), eps));
+}
+/* the rotation of the pair (u, v) by the angle of (cs, sn) */
+__device__ __forceinline__ float rope_lo(float u, float v, float cs, float sn)
+{
+    return __fsub_rn(__fmul_rn(u, cs), __fmul_rn(v, sn));
+}
+__device__ __forceinline__ float rope_hi(float u, float v, float cs, float sn)
+{
+    return __fadd_rn(__fmul_rn(v, cs), __fmul_rn(u, sn));
+}
+
 /* ---- warp and quad reductions ----------------------------------------------------------- */
 
 __device__ __forceinline__ float warp_sum(float v)

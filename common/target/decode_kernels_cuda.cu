@@ -675,8 +675,8 @@ template <bool CG> __device__ __forceinline__ float ld_bf(const bf16 *p)
 
 /* Item (row t, head h) of the H + 2KV heads of qkv, by one warp: q and k heads are
  * RMS-normed (q_norm / k_norm, when given) and rotated exactly as nn_qk_norm_rope_cuda (the
- * same formula and order), at position r; k heads then go to cache row r of kc, v heads
- * are copied to row r of vc. decode_qk_norm_rope_append_kernel and the q/k tail of the
+ * same order, the same rope_* arithmetic), at position r; k heads then go to cache row r
+ * of kc, v heads are copied to row r of vc. decode_qk_norm_rope_append_kernel and the q/k tail of the
  * linear kernel run this same code, so their bits are the same. */
 template <bool CG>
 __device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const float *k_norm, const float *inv_freq,
@@ -703,12 +703,12 @@ __device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const fl
         if (i < half) {
             a[k] = ld_bf<CG>(x + i);
             b[k] = ld_bf<CG>(x + i + half);
-            ss += a[k] * a[k] + b[k] * b[k];
+            ss = rope_ss(ss, a[k], b[k]);
         }
     }
     float rr = 1.0f;
     if (nw)
-        rr = rsqrtf(warp_sum(ss) / (float)hd + eps);
+        rr = rope_rscale(warp_sum(ss), hd, eps);
     float p = (float)pos;
     bf16 *kd = h >= H ? kc + r * kvd + (long)(h - H) * hd : NULL;
 #pragma unroll
@@ -722,7 +722,7 @@ __device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const fl
             }
             float sn, cs;
             sincosf(p * inv_freq[i], &sn, &cs);
-            bf16 o1 = __float2bfloat16(u * cs - v * sn), o2 = __float2bfloat16(v * cs + u * sn);
+            bf16 o1 = __float2bfloat16(rope_lo(u, v, cs, sn)), o2 = __float2bfloat16(rope_hi(u, v, cs, sn));
             x[i] = o1, x[i + half] = o2;
             if (kd)
                 kd[i] = o1, kd[i + half] = o2;

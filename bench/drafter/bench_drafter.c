@@ -18,7 +18,9 @@
  * ms, the bytes it must move, GB/s) beside a device-to-device cudaMemcpy of 2 GiB measured in
  * the same process, the bandwidth ceiling of a memory-bound kernel; its fields
  * (optimizer_ms, optimizer_bytes, optimizer_gb_s, copy_ceiling_gb_s, optimizer_frac_of_copy)
- * are in every JSON row. Exit 0, 1 on failure, 77 without a GPU.
+ * are in every JSON row. Then the checkpoint's copy to the host (the weights and both moments
+ * into pageable buffers, as trainer_to_host does): ckpt_copy_bytes, ckpt_copy_s.
+ * Exit 0, 1 on failure, 77 without a GPU.
  * Plain C: the Makefile's .cu bench rule hands -Wl,--start-group to nvcc, which rejects it; so
  * this file is C and compiles to a stub that says "skipped" in builds without CUDA. */
 #ifndef DF_WITH_CUDA
@@ -496,6 +498,33 @@ int main(int argc, char **argv)
            "a device copy (%.0f GB/s, cudaMemcpy of %.1f GiB, best of %d)\n",
            opt.ms, np, opt.bytes / 1e9, ADAMW_BYTES_PER_PARAM_CUDA, opt.gb_s, 100 * opt.frac, opt.copy_gb_s,
            (double)COPY_BYTES / (1u << 30), COPY_REPS);
+    /* what a checkpoint's copy to the host costs the loop (trainer_to_host: the weights and
+     * both moments into pageable host buffers, touched before), best of 2 */
+    double ck_s = 0, ck_bytes = 3.0 * sizeof(float) * (double)np;
+    {
+        float *hp = malloc(sizeof(float) * np), *hm = malloc(sizeof(float) * np), *hv = malloc(sizeof(float) * np);
+        if (!hp || !hm || !hv) {
+            fprintf(stderr, "bench_drafter: out of host memory for the checkpoint copy\n");
+            return 1;
+        }
+        memset(hp, 0, sizeof(float) * np), memset(hm, 0, sizeof(float) * np), memset(hv, 0, sizeof(float) * np);
+        for (int r = 0; r < 2; r++) {
+            long st;
+            double t0 = (double)df_now_ns() * 1e-9;
+            if (dflash_params_to_host_cuda(ctx, hp, g_err, sizeof g_err) < 0 ||
+                dflash_opt_to_host_cuda(ctx, hm, hv, &st, g_err, sizeof g_err) < 0) {
+                fprintf(stderr, "bench_drafter: checkpoint copy: %s\n", g_err);
+                return 1;
+            }
+            double dt = (double)df_now_ns() * 1e-9 - t0;
+            if (!r || dt < ck_s)
+                ck_s = dt;
+        }
+        free(hp), free(hm), free(hv);
+    }
+    printf(
+        "bench_drafter: checkpoint copy to the host (weights + both moments, %.2f GB, pageable): %.3f s (%.1f GB/s)\n",
+        ck_bytes / 1e9, ck_s, ck_bytes / 1e9 / ck_s);
 
     printf("\n%-9s %-6s %-8s %-4s %-6s %10s %10s %10s %9s %8s %8s\n", "attention", "S", "anchors", "docs", "real",
            "ms/step", "samples/s", "TFLOP/step", "TFLOP/s", "MFU", "loss");
@@ -539,6 +568,7 @@ int main(int argc, char **argv)
             "\"backward\": %.3f, \"attention_bwd\": %.3f, \"optimizer\": %.3f}, "
             "\"optimizer_ms\": %.3f, \"optimizer_bytes\": %.0f, \"optimizer_gb_s\": %.1f, "
             "\"copy_ceiling_gb_s\": %.1f, \"optimizer_frac_of_copy\": %.4f, "
+            "\"ckpt_copy_bytes\": %.0f, \"ckpt_copy_s\": %.4f, "
             "\"step_ms_all\": [",
             res[i].attn, res[i].docs,
             tiny    ? "tiny"
@@ -548,7 +578,7 @@ int main(int argc, char **argv)
             1000.0 * res[i].docs / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk,
             warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms,
             res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms, opt.ms, opt.bytes, opt.gb_s,
-            opt.copy_gb_s, opt.frac);
+            opt.copy_gb_s, opt.frac, ck_bytes, ck_s);
         for (int k = 0; k < res[i].n_ms; k++)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
         off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < nres ? "," : "");

@@ -30,7 +30,8 @@
  *      and without CUDA graphs, separate kernels and several fused sequences (fused 1,
  *      the residual bit, q/k append + residual, the default), and graph replays == eager
  *      launches bitwise; the default and each bit-exact fusion == separate kernels
- *      bitwise (logits, features, greedy tokens); also under each attention warp count.
+ *      bitwise (logits, features, greedy tokens); also under each attention warp count
+ *      and each column-tile setting.
  *   g. batches: decode_extend_batch_cuda rows (5 sequences of different lengths, one
  *      sitting out in some steps, up to 80 rows: the 64-row pieces) == each sequence's
  *      lone extend bitwise (logits and features), graphs on and off; spec_generate_batch,

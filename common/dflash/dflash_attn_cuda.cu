@@ -263,24 +263,11 @@ template <int HDP, int ROWS, typename F> __device__ __forceinline__ void fa_load
     }
 }
 
-/* 16 bytes global -> shared without a register round trip (sm_80+), waited for by group */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
+/* 4 bytes global -> shared without a register round trip (cp_async16: nn_cuda_device.cuh) */
 __device__ __forceinline__ void cp_async4(void *dst, const void *src)
 {
     uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 /* fa_load issued asynchronously (the zero padding is stored at once) */

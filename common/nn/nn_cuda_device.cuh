@@ -31,6 +31,30 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* ---- cp.async (sm_80+): 16 bytes global -> shared without a register round trip ------
+ * cp_async16(dst, src): a plain copy; cp_async16(dst, src, valid): valid = 0 zero-fills the
+ * 16 bytes and reads nothing (src must still be a mapped address). Groups: commit after a
+ * batch of copies, cp_async_wait<N>() until at most N groups are still in flight. */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 /* ---- programmatic dependent launch (sm_90+; no-ops on older GPUs) --------------------
  * A kernel launched with the programmatic-serialisation attribute may start before the
  * kernel ahead of it in the stream has finished: it must call pdl_wait() before it reads

@@ -919,11 +919,11 @@ static void test_fused_kernels(void)
     cudaFree(sync);
 }
 
-/* e. Two column tiles a block (decode_linear_cols_cuda 2 and 3) give the bits of one tile
- * a block: on a wide shape (n_in >= 4096) at 1..16 rows the plain kernel (bias), the
+/* e. Two column tiles a block (decode_linear_cols_cuda 2, 3 and 4) give the bits of one
+ * tile a block: on a wide shape (n_in >= 4096) at 1..16 rows the plain kernel (bias), the
  * SwiGLU epilogue and the argmax one, with a partial last tile and an odd tile count (the
  * last block's second tile past the end); on a narrow shape of more tiles than the GPU
- * has SMs at 1..8 rows the plain kernel and the residual + norm tail. */
+ * has SMs at 1..16 rows the plain kernel and the residual + norm tail. */
 static void test_two_tiles(void)
 {
     const int R = 64, K = 4096 + 8, N = 16 * 513 + 8, I = 8 * 513, Kn = 264, Nn = 16 * 200 + 8;
@@ -946,7 +946,7 @@ static void test_two_tiles(void)
     long bad = 0, calls = 0;
     int old = decode_linear_cols_cuda(-1);
     for (int T = 1; T <= R; T += T < 17 ? 1 : 7)
-        for (int ct = 2; ct <= 3; ct++) {
+        for (int ct = 2; ct <= 4; ct++) {
             int r0 = rnd(0, R - T);
             const nn_bf16_cuda *xt = x + (size_t)r0 * K;
             decode_linear_cols_cuda(1);
@@ -965,7 +965,7 @@ static void test_two_tiles(void)
             RC_CHECK(decode_linear_argmax_rows_cuda(o2, i2, xt, w, T, K, N, sync, 0, g_err, sizeof g_err), g_err);
             bad += !dev_same(o1, o2, sizeof(float) * (size_t)T * N) + !dev_same(i1, i2, sizeof(int32_t) * T);
             calls += 4;
-            if (T > 8)
+            if (T > 16)
                 continue;
             /* narrow: x rows of Kn, weights the first Nn rows of w read as [Nn, Kn] */
             const nn_bf16_cuda *xn = x + (size_t)r0 * Kn;
@@ -989,7 +989,7 @@ static void test_two_tiles(void)
         }
     decode_linear_cols_cuda(old);
     printf(
-        "%s linear kernels with two column tiles a block (settings 2 and 3, 1..64 rows; %d -> %d: a partial last tile; "
+        "%s linear kernels with two column tiles a block (settings 2, 3 and 4, 1..64 rows; %d -> %d: a partial last tile; "
         "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
         "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
         bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
@@ -1286,7 +1286,7 @@ int main(void)
     decode_linear_variant_cuda(dflt_variant);
     test_two_tiles();
     /* (f) with the other column-tile settings (the same bits) */
-    for (int ct = 1; ct <= 3; ct++) {
+    for (int ct = 1; ct <= 4; ct++) {
         if (ct == decode_linear_cols_cuda(-1))
             continue;
         int old_c = decode_linear_cols_cuda(ct);

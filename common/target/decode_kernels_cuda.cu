@@ -528,17 +528,18 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #define DECODE_LINEAR_DEFAULT_VARIANT 9
 #endif
 static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
-/* 3: two tiles also in the 1-row 16-warp kernels of more than one wave (docs/eval.md: the
- * plain step 5.01 -> 4.90 ms at 8B, 1.58 -> 1.56 ms at 1.7B, the verify unchanged) */
+/* 4: two tiles also in the 16-warp kernels of more than one wave at 1..16 rows (docs/eval.md:
+ * at 1 row the plain step 5.01 -> 4.90 ms at 8B, 1.58 -> 1.56 ms at 1.7B; at 9..16 rows the
+ * 1.7B verify 1.93 -> 1.91 ms) */
 #ifndef DECODE_LINEAR_COLS_DEFAULT
-#define DECODE_LINEAR_COLS_DEFAULT 3
+#define DECODE_LINEAR_COLS_DEFAULT 4
 #endif
 static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 
 int decode_linear_cols_cuda(int tiles)
 {
     int old = g_lin_cols;
-    if (tiles >= 1 && tiles <= 3)
+    if (tiles >= 1 && tiles <= 4)
         g_lin_cols = tiles;
     return old;
 }
@@ -1127,12 +1128,16 @@ static cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const 
     if (T <= 8) {
         /* two column tiles a block (decode_linear_cols_cuda 3): 16 warps (one block an SM), when
          * one tile a block would take more than one wave of blocks */
-        if (WARPS == 16 && !SWIGLU && !PF && g_lin_cols == 3 && (N + LIN_COLS - 1) / LIN_COLS > lin_sm_count())
+        if (WARPS == 16 && !SWIGLU && !PF && g_lin_cols >= 3 && (N + LIN_COLS - 1) / LIN_COLS > lin_sm_count())
             return lin_launch_nt < 1, SWIGLU, WARPS, PF, PDL,
                    (WARPS == 16 && !SWIGLU && !PF) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
         return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     }
     if (T <= 16) {
+        /* two column tiles a block (decode_linear_cols_cuda 4): 16 warps, more tiles than SMs */
+        if (WARPS == 16 && !SWIGLU && !PF && g_lin_cols >= 4 && (N + LIN_COLS - 1) / LIN_COLS > lin_sm_count())
+            return lin_launch_nt < 2, SWIGLU, WARPS, PF, PDL,
+                   (WARPS == 16 && !SWIGLU && !PF) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
         /* two column tiles a block (decode_linear_cols_cuda): 8 warps, wide shapes, n_in >= 4096
          * (measured slower at 2048), 9..16 rows */
         if (WARPS == 8 && !SWIGLU && T > 8 && g_lin_cols >= 2 && K >= 4096 &&

@@ -157,8 +157,9 @@ const char *decode_linear_variant_name_cuda(int v);
 /* Two column tiles of 16 per block instead of one (each tile with the chunks and order of
  * its own block: the same bits either way): 1 never; 2 in the 8-warp kernels at 9..16
  * rows on wide shapes (at least 512 tiles) with n_in >= 4096 (the x rows read once for 32
- * columns: half the x traffic); 3 (default) also in the 16-warp kernels at 1..8 rows when
- * one tile a block would need more blocks than the GPU has SMs (one wave instead of two).
+ * columns: half the x traffic); 3 also in the 16-warp kernels at 1..8 rows when one tile
+ * a block would need more blocks than the GPU has SMs (one wave instead of two); 4
+ * (default) the same at 9..16 rows too.
  * Process-wide; returns the previous value, anything else only queries. */
 int decode_linear_cols_cuda(int tiles);
 

@@ -988,11 +988,11 @@ static void test_two_tiles(void)
             calls += 2;
         }
     decode_linear_cols_cuda(old);
-    printf(
-        "%s linear kernels with two column tiles a block (settings 2, 3 and 4, 1..64 rows; %d -> %d: a partial last tile; "
-        "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
-        "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
-        bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
+    printf("%s linear kernels with two column tiles a block (settings 2, 3 and 4, 1..64 rows; %d -> %d: a partial last "
+           "tile; "
+           "SwiGLU 2 x %d: an odd tile count; plain + bias, SwiGLU epilogue, argmax; narrow %d -> %d: plain, "
+           "residual + norm): %ld of %ld calls differ bitwise from one tile a block\n",
+           bad ? "FAIL" : "PASS", K, N, I, Kn, Nn, bad, calls);
     g_fail += bad > 0;
     cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(x), cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
     cudaFree(o1), cudaFree(o2), cudaFree(a1), cudaFree(a2), cudaFree(c1), cudaFree(c2), cudaFree(x0), cudaFree(nw);

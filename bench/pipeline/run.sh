@@ -26,6 +26,12 @@
 #    100000: none before the end), written beside training or, with CKPT_ASYNC=0, in the
 #    loop; the config is copied to gpu/runs/<name>.topology.json with those two fields set
 #    (what checkpoints cost the pipeline; docs/drafter.md)
+# MPS=1: our run goes under the CUDA Multi-Process Service, so the target's and the
+#    drafter's kernels may share the GPU at the same time instead of taking time slices: the
+#    script starts a control daemon of its own (pipe and log directories under gpu/mps) before
+#    the orchestrator and stops it right after; the stage-alone benches and the peers (one
+#    process each) run without it. Our files get the suffix _mps (pipeline_<name>_mps.*), so
+#    a call can run the workload both ways (docs/pipeline.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 shape=${1:?usage: bench/pipeline/run.sh 1.7b|8b [s768|full]}
@@ -63,11 +69,32 @@ t["drafter"]["checkpoint_async"] = sys.argv[4] != "0"
 json.dump(t, open(sys.argv[2], "w"), indent=1)
 PY
 fi
+ours=$name
+mps_stop() { :; }
+if [ "${MPS:-0}" = 1 ]; then
+  ours=${name}_mps
+  command -v nvidia-cuda-mps-control >/dev/null ||
+    { echo "bench/pipeline/run.sh: MPS=1, but nvidia-cuda-mps-control is not on the PATH" >&2; exit 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=$PWD/gpu/mps/pipe CUDA_MPS_LOG_DIRECTORY=$PWD/gpu/mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d ||
+    { echo "bench/pipeline/run.sh: nvidia-cuda-mps-control -d failed (logs: $CUDA_MPS_LOG_DIRECTORY)" >&2; exit 1; }
+  mps_stop() {
+    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1 || true
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    mps_stop() { :; }
+  }
+  trap 'mps_stop' EXIT
+  echo "== MPS control daemon started (gpu/mps); our run is its client"
+fi
 echo "== pipeline: $BUILD/bin/orchestrator $run_cfg"
 t0=$(date +%s)
-timeout --kill-after=10 "${PIPELINE_TIMEOUT:-400}" "$BUILD/bin/orchestrator" "$run_cfg" >"$res/pipeline_$name.log" 2>&1 || {
-  echo "orchestrator failed: tail of $res/pipeline_$name.log"; tail -40 "$res/pipeline_$name.log"; exit 1; }
+timeout --kill-after=10 "${PIPELINE_TIMEOUT:-400}" "$BUILD/bin/orchestrator" "$run_cfg" >"$res/pipeline_$ours.log" 2>&1 || {
+  echo "orchestrator failed: tail of $res/pipeline_$ours.log"; tail -40 "$res/pipeline_$ours.log"
+  [ "${MPS:-0}" = 1 ] && tail -20 "$CUDA_MPS_LOG_DIRECTORY"/*.log 2>/dev/null
+  exit 1; }
 echo "pipeline run: $(( $(date +%s) - t0 ))s"
+mps_stop
 extra=()
 if [ "${SKIP_ALONE:-0}" != 1 ]; then
   echo "== target alone"
@@ -98,4 +125,4 @@ if [ "${SKIP_PEER:-0}" != 1 ]; then
       echo "peer --attn $attn: no result (see $res/pipeline_${name}_peer$sfx.log)"
   done
 fi
-$PY bench/pipeline/report.py "gpu/runs/$name" --label "$name" --json "$res/pipeline_$name.json" ${extra[@]+"${extra[@]}"}
+$PY bench/pipeline/report.py "gpu/runs/$name" --label "$ours" --json "$res/pipeline_$ours.json" ${extra[@]+"${extra[@]}"}

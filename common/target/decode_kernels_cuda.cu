@@ -536,6 +536,20 @@ static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
 #endif
 static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 
+/* 1: every block of the linear kernel asks for its whole weight slice in L2 at its start */
+#ifndef DECODE_LINEAR_L2PF_DEFAULT
+#define DECODE_LINEAR_L2PF_DEFAULT 0
+#endif
+static int g_lin_l2pf = DECODE_LINEAR_L2PF_DEFAULT;
+
+int decode_linear_l2_prefetch_cuda(int mode)
+{
+    int old = g_lin_l2pf;
+    if (mode == 0 || mode == 1)
+        g_lin_l2pf = mode;
+    return old;
+}
+
 int decode_linear_cols_cuda(int tiles)
 {
     int old = g_lin_cols;
@@ -752,6 +766,7 @@ typedef struct lin_epi {
     bf16 *kc, *vc;
     int H, KV, hd, p0;
     const int32_t *base;
+    int l2pf; /* decode_linear_l2_prefetch_cuda's setting at the launch */
 } lin_epi;
 
 /* An fp32 logit and its column as one 64-bit key whose unsigned order is (value, then the
@@ -880,6 +895,18 @@ __device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, int d)
     }
 }
 
+/* Column col, row rr of a block's sums: the warps' partials added in warp order (the one
+ * order every epilogue uses, so a row's value does not depend on the epilogue). */
+template <int WARPS, int MC, int RR>
+__device__ __forceinline__ float lin_warp_order_sum(const float (*red)[LIN_COLS * MC][RR], int col, int rr)
+{
+    float v = red[0][col][rr];
+#pragma unroll
+    for (int ww = 1; ww < WARPS; ww++)
+        v += red[ww][col][rr];
+    return v;
+}
+
 /* The output of rows r0 .. r0 + nr - 1 of a linear block from the warps' partial sums in
  * red[warp][column][row - r0] (added in warp order, then the bias): by e.mode, plain (bf16,
  * fp32, or added to an fp32 residual), GLU (SwiGLU of the gate and up columns), ARGMAX
@@ -898,13 +925,8 @@ __device__ __forceinline__ void lin_epilogue(const float (*red)[LIN_COLS * MC][R
             int n = (blockIdx.x * MC + m) * 8 + col;
             if (n >= I)
                 continue;
-            float vg = red[0][16 * m + col][rr], vu = red[0][16 * m + col + 8][rr];
-#pragma unroll
-            for (int ww = 1; ww < WARPS; ww++)
-                vg += red[ww][16 * m + col][rr];
-#pragma unroll
-            for (int ww = 1; ww < WARPS; ww++)
-                vu += red[ww][16 * m + col + 8][rr];
+            float vg = lin_warp_order_sum<WARPS, MC, RR>(red, 16 * m + col, rr);
+            float vu = lin_warp_order_sum<WARPS, MC, RR>(red, 16 * m + col + 8, rr);
             if (bias)
                 vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
             float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
@@ -920,10 +942,7 @@ __device__ __forceinline__ void lin_epilogue(const float (*red)[LIN_COLS * MC][R
             int i = i0 + threadIdx.x, col = i % (LIN_COLS * MC), rr = i / (LIN_COLS * MC), n = n0 + col;
             unsigned long long key = 0ull;
             if (rr < nr && n < N) {
-                float v = red[0][col][rr];
-#pragma unroll
-                for (int ww = 1; ww < WARPS; ww++)
-                    v += red[ww][col][rr];
+                float v = lin_warp_order_sum<WARPS, MC, RR>(red, col, rr);
                 if (bias)
                     v += __bfloat162float(bias[n]);
                 reinterpret_cast<float *>(out)[(long)(r0 + rr) * N + n] = v;
@@ -943,10 +962,7 @@ __device__ __forceinline__ void lin_epilogue(const float (*red)[LIN_COLS * MC][R
         int col = i % (LIN_COLS * MC), rr = i / (LIN_COLS * MC), n = n0 + col;
         if (n >= N)
             continue;
-        float v = red[0][col][rr];
-#pragma unroll
-        for (int ww = 1; ww < WARPS; ww++)
-            v += red[ww][col][rr];
+        float v = lin_warp_order_sum<WARPS, MC, RR>(red, col, rr);
         if (bias)
             v += __bfloat162float(bias[n]);
         long o = (long)(r0 + rr) * N + n;
@@ -994,6 +1010,23 @@ __global__ void __launch_bounds__(WARPS * 32)
             wlo_ok[m] = whi_ok[m] = nlo < N / 2;
         }
         wlo[m] = w + (long)min(nlo, N - 1) * K, whi[m] = w + (long)min(nhi, N - 1) * K;
+    }
+    if (e.l2pf && warp == 0 && vec) {
+        /* the block's whole weight slice requested into L2 at once (the loads below keep
+         * only a few chunks a warp in flight); with PDL this runs while the kernel ahead
+         * finishes. Rows of the tiles vb0 .. vb0 + MC - 1, or their gate and up halves */
+        int vb0 = blockIdx.x * MC;
+        if (e.mode == LIN_EPI_GLU) {
+            int r0 = vb0 * 8, r1 = min(N / 2, r0 + 8 * MC);
+            if (r1 > r0) {
+                l2_prefetch_range(w + (long)r0 * K, 2L * (r1 - r0) * K, lane, 32);
+                l2_prefetch_range(w + (long)(N / 2 + r0) * K, 2L * (r1 - r0) * K, lane, 32);
+            }
+        } else {
+            int r0 = vb0 * LIN_COLS, r1 = min(N, r0 + LIN_COLS * MC);
+            if (r1 > r0)
+                l2_prefetch_range(w + (long)r0 * K, 2L * (r1 - r0) * K, lane, 32);
+        }
     }
     long xstride = SWIGLU ? 2L * K : (long)K;
     const bf16 *xr[NT];
@@ -1179,9 +1212,11 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
         v = &tv;
     }
     int pdl = v->pdl && lin_pdl_ok();
+    lin_epi e = ep;
+    e.l2pf = g_lin_l2pf && lin_pdl_ok(); /* (the bulk prefetch is sm_90) */
 #define LIN_CASE(W, PF, PDL)                        \
     if (v->warps == W && v->pf == PF && pdl == PDL) \
-        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, e, s);
     LIN_CASE(8, 0, 0)
     LIN_CASE(8, 1, 0)
     LIN_CASE(16, 1, 0)

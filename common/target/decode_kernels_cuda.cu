@@ -201,7 +201,7 @@ __device__ __forceinline__ void key_ranges(const nn_key_ranges *ranges, const in
 
 /* Keys a warp scores together (decode_attention_keys_cuda): their K and V rows are all
  * loaded before the scores' shuffles, so that many loads are in flight per lane. */
-static int g_att_keys = 8; /* measured fastest at both shapes (docs/eval.md) */
+static int g_att_keys = 8; /* measured fastest at both shapes (docs/decode_cuda.md) */
 /* Warps per (query, head) block (decode_attention_warps_cuda). */
 #ifndef DECODE_ATT_WARPS_DEFAULT
 #define DECODE_ATT_WARPS_DEFAULT 8
@@ -499,7 +499,7 @@ typedef struct lin_variant {
     int warps, pf, pdl;
 } lin_variant;
 static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
-    {"8w", 8, 0, 0},          /* the kernel measured in docs/eval.md before the variants */
+    {"8w", 8, 0, 0},          /* the kernel measured in docs/decode_cuda.md before the variants */
     {"8w+pf", 8, 1, 0},       /* prefetch */
     {"16w+pf", 16, 1, 0},     /* more warps per block: more bytes in flight per SM */
     {"8w+pf+pdl", 8, 1, 1},   /* early launch */
@@ -522,13 +522,13 @@ static const lin_variant LIN_VARIANTS[DECODE_LINEAR_VARIANTS] = {
 #ifndef LIN_AUTO_WIDE
 #define LIN_AUTO_WIDE 3
 #endif
-/* The default: tuned, the fastest plain step at the 1.7B shape on an H200 (docs/eval.md,
+/* The default: tuned, the fastest plain step at the 1.7B shape on an H200 (docs/decode_cuda.md,
  * bench_decode --linear-sweep); 8w+pdl/pf was 2% faster at 8B. */
 #ifndef DECODE_LINEAR_DEFAULT_VARIANT
 #define DECODE_LINEAR_DEFAULT_VARIANT 9
 #endif
 static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
-/* 4: two tiles also in the 16-warp kernels of more than one wave at 1..16 rows (docs/eval.md:
+/* 4: two tiles also in the 16-warp kernels of more than one wave at 1..16 rows (docs/decode_cuda.md:
  * at 1 row the plain step 5.01 -> 4.90 ms at 8B, 1.58 -> 1.56 ms at 1.7B; at 9..16 rows the
  * 1.7B verify 1.93 -> 1.91 ms) */
 #ifndef DECODE_LINEAR_COLS_DEFAULT
@@ -1207,7 +1207,7 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
         if (tv.warps < 0)
             tv.warps = narrow ? 16 : 8;
         /* the prefetch (the same bits) above 8 rows at 8 warps; at 16 warps it changed
-         * nothing at 64 rows (docs/eval.md, "Batches") */
+         * nothing at 64 rows (docs/decode_cuda.md, "Batches: the 64-row verify") */
         tv.pf = tv.warps == 8 && T > 8;
         v = &tv;
     }

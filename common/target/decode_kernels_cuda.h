@@ -114,10 +114,10 @@ int decode_pdl_small_cuda(int on);
 #endif
 #define DECODE_FUSE_BITS(f) ((f) == 1 ? (DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU) : (f))
 /* The sequence before the bit-exact fusions (the q/k kernel only; the SwiGLU inside
- * down's loads measured slower and the residual bit changed nothing, docs/eval.md). */
+ * down's loads measured slower and the residual bit changed nothing, docs/decode_cuda.md). */
 #define DECODE_FUSED_SEPARATE DECODE_FUSE_QK_APPEND
 /* The default of both (decode_init/load_cuda, infer_init_cuda): the fastest measured on
- * an H200 (docs/eval.md). The add_rmsnorm tail (NORM) lost once the small kernels were
+ * an H200 (docs/decode_cuda.md). The add_rmsnorm tail (NORM) lost once the small kernels were
  * PDL launches; ARGMAX (in the lm_head) and QK_TAIL were slower. */
 #ifndef DECODE_FUSED_DEFAULT
 #define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT)

@@ -31,8 +31,7 @@
  *      the residual bit, q/k append + residual, the default), and graph replays == eager
  *      launches bitwise; the default and each bit-exact fusion == separate kernels
  *      bitwise (logits, features, greedy tokens); also under each attention warp count
- *      and each column-tile setting; (e) and (f) again with the linear kernel's L2
- *      prefetch setting flipped.
+ *      and each column-tile setting.
  *   g. batches: decode_extend_batch_cuda rows (5 sequences of different lengths, one
  *      sitting out in some steps, up to 80 rows: the 64-row pieces) == each sequence's
  *      lone extend bitwise (logits and features), graphs on and off; spec_generate_batch,
@@ -1296,17 +1295,6 @@ int main(void)
         test_rows_and_graphs(&gpu);
         test_exact_fusions(&gpu);
         decode_linear_cols_cuda(old_c);
-    }
-    /* (e) and (f) with the other L2 prefetch setting of the linear kernel (the same bits) */
-    {
-        int old_l = decode_linear_l2_prefetch_cuda(!decode_linear_l2_prefetch_cuda(-1));
-        printf("-- linear kernel L2 prefetch %s\n", decode_linear_l2_prefetch_cuda(-1) ? "on" : "off");
-        test_linear_rows();
-        test_two_tiles();
-        decode_drop_graphs_cuda(&gpu);
-        test_rows_and_graphs(&gpu);
-        test_exact_fusions(&gpu);
-        decode_linear_l2_prefetch_cuda(old_l);
     }
     /* (f) with the small kernels launched plainly (the same bits) */
     {

@@ -313,25 +313,22 @@ static const char *fz_name(int fz)
  * flipped. fused -1: the default; pdl / cols -1: the default setting. */
 typedef struct seq_cfg {
     const char *name;
-    int fused, pdl, cols, l2pf; /* l2pf: decode_linear_l2_prefetch_cuda, -1 the default */
+    int fused, pdl, cols;
 } seq_cfg;
 static const seq_cfg SEQ_CFGS[] = {
-    {"before (separate)", DECODE_FUSED_SEPARATE, 0, 1, 0},
-    {"+ PDL small kernels", DECODE_FUSED_SEPARATE, 1, 1, 0},
-    {"+ SwiGLU epilogue", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 1, 0},
-    {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 2, 0},
-    {"+ argmax split", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 2, 0},
-    {"+ 2 tiles also 1-row", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 3, 0},
-    {"+ 2 tiles also 16w 16-row", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 4, 0},
-    {"default", -1, -1, -1, -1},
-    {"default, L2 prefetch off", -1, -1, -1, 0},
-    {"default, L2 prefetch on", -1, -1, -1, 1},
-    {"default, 16w 1 tile", -1, -1, 2, -1},
-    {"default, 1 tile", -1, -1, 1, -1},
-    {"default + argmax in lm_head", -2, -1, -1, -1},
-    {"default + q/k tail", -3, -1, -1, -1},
-    {"default + add_rmsnorm tail", -4, -1, -1, -1},
-    {"... + L2 prefetch on", -4, -1, -1, 1},
+    {"before (separate)", DECODE_FUSED_SEPARATE, 0, 1},
+    {"+ PDL small kernels", DECODE_FUSED_SEPARATE, 1, 1},
+    {"+ SwiGLU epilogue", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 1},
+    {"+ 2 column tiles", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU, 1, 2},
+    {"+ argmax split", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 2},
+    {"+ 2 tiles also 1-row", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 3},
+    {"+ 2 tiles also 16w 16-row", DECODE_FUSED_SEPARATE | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT, 1, 4},
+    {"default", -1, -1, -1},
+    {"default, 16w 1 tile", -1, -1, 2},
+    {"default, 1 tile", -1, -1, 1},
+    {"default + argmax in lm_head", -2, -1, -1},
+    {"default + q/k tail", -3, -1, -1},
+    {"default + add_rmsnorm tail", -4, -1, -1},
 };
 #define N_SEQ_CFGS ((int)(sizeof SEQ_CFGS / sizeof SEQ_CFGS[0]))
 
@@ -732,14 +729,7 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--linear-sweep"))
             sweep = 1;
-        else if (!strcmp(argv[i], "--l2-prefetch") && i + 1 < argc) {
-            int v = atoi(argv[++i]);
-            if (v != 0 && v != 1) {
-                fprintf(stderr, "bench_decode: --l2-prefetch %d: 0 or 1\n", v);
-                return 2;
-            }
-            decode_linear_l2_prefetch_cuda(v);
-        } else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
+        else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
             int v = atoi(argv[++i]);
             if (v < 0 || v >= DECODE_LINEAR_VARIANTS) {
                 fprintf(stderr, "bench_decode: --variant %d: 0 .. %d\n", v, DECODE_LINEAR_VARIANTS - 1);
@@ -749,14 +739,12 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
-                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep] [--quick] [--l2-prefetch 0|1]\n"
+                    "[--timeout S] [--batch N] [--variant V]... [--linear-sweep] [--quick]\n"
                     "  --batch N: prompts decoded together in the batch rows (default 4; 1 skips them)\n"
                     "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"
                     "  decoding bench, the sweep compares all given, default all)\n"
-                    "  --linear-sweep: steps per variant and every linear shape at 1 and 16 rows\n"
-                    "  --quick: the steps and kernel sequences only (no loops, no batches)\n"
-                    "  --l2-prefetch 0|1: the linear kernel's whole-slice L2 prefetch for every\n"
-                    "  measurement but the kernel-sequence rows that set their own\n",
+                    "  --linear-sweep: steps per variant and every linear shape at 1, 16 and 64 rows\n"
+                    "  --quick: the steps and kernel sequences only (no loops, no batches)\n",
                     DECODE_LINEAR_VARIANTS - 1);
             return 2;
         }
@@ -946,9 +934,8 @@ int main(int argc, char **argv)
         for (int fi = 0; fi < N_SEQ_CFGS; fi++) {
             const seq_cfg *sc = &SEQ_CFGS[fi];
             int old_p = decode_pdl_small_cuda(sc->pdl), old_c = decode_linear_cols_cuda(sc->cols);
-            int old_l = decode_linear_l2_prefetch_cuda(sc->l2pf);
             steps_under(&m, &dr, seq_fused(sc, dflt), prompt, P, sh->V, reps, &rng, fus[fi]);
-            decode_pdl_small_cuda(old_p), decode_linear_cols_cuda(old_c), decode_linear_l2_prefetch_cuda(old_l);
+            decode_pdl_small_cuda(old_p), decode_linear_cols_cuda(old_c);
         }
         m.fused = dflt, dr.fused = dflt_dr;
         printf("kernel sequences (graphs; plain floor %.3f ms, draft floor %.3f ms):\n", plain_floor, draft_floor);
@@ -1176,15 +1163,13 @@ int main(int argc, char **argv)
                 100 * draft_floor / draft_ms, append_ms, plain_tpot, dflt, alt_plain, alt_v16, alt_draft);
         for (int fi = 0; fi < N_SEQ_CFGS; fi++) {
             const seq_cfg *sc = &SEQ_CFGS[fi];
-            fprintf(
-                jf,
-                "%s{\"sequence\": \"%s\", \"fused\": %d, \"pdl_small\": %d, \"col_tiles\": %d, \"l2_prefetch\": %d, "
-                "\"plain_ms\": %.4f, \"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
-                "\"draft_pct_ceiling\": %.2f}",
-                fi ? ", " : "", sc->name, seq_fused(sc, dflt), sc->pdl >= 0 ? sc->pdl : decode_pdl_small_cuda(-1),
-                sc->cols >= 0 ? sc->cols : decode_linear_cols_cuda(-1),
-                sc->l2pf >= 0 ? sc->l2pf : decode_linear_l2_prefetch_cuda(-1), fus[fi][0],
-                100 * plain_floor / fus[fi][0], fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
+            fprintf(jf,
+                    "%s{\"sequence\": \"%s\", \"fused\": %d, \"pdl_small\": %d, \"col_tiles\": %d, "
+                    "\"plain_ms\": %.4f, \"plain_pct_ceiling\": %.2f, \"verify16_ms\": %.4f, \"draft_ms\": %.4f, "
+                    "\"draft_pct_ceiling\": %.2f}",
+                    fi ? ", " : "", sc->name, seq_fused(sc, dflt), sc->pdl >= 0 ? sc->pdl : decode_pdl_small_cuda(-1),
+                    sc->cols >= 0 ? sc->cols : decode_linear_cols_cuda(-1), fus[fi][0], 100 * plain_floor / fus[fi][0],
+                    fus[fi][1], fus[fi][2], 100 * draft_floor / fus[fi][2]);
         }
         fprintf(jf, "], \"quick\": %s, \"spec\": [", quick ? "true" : "false");
         if (quick) /* no loops: nothing to report (and no 0 / 0 in the JSON) */

@@ -73,21 +73,6 @@ __device__ __forceinline__ void pdl_launch_dependents()
 #endif
 }
 
-/* Ask the copy engine of the SM to bring [p, p + bytes) into L2 (sm_90 bulk prefetch: no
- * registers, no completion to wait for; a hint that changes no value). p 16-byte aligned,
- * bytes a multiple of 16. Lane i of the calling threads takes pieces i, i + n, ... */
-#define L2_PREFETCH_PIECE 16384
-__device__ __forceinline__ void l2_prefetch_range(const void *p, long bytes, int i, int n)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    for (long off = (long)i * L2_PREFETCH_PIECE; off < bytes; off += (long)n * L2_PREFETCH_PIECE) {
-        long left = bytes - off;
-        unsigned sz = (unsigned)(left < L2_PREFETCH_PIECE ? left : L2_PREFETCH_PIECE);
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)p + off), "r"(sz) : "memory");
-    }
-#endif
-}
-
 /* ---- casts -------------------------------------------------------------------------- */
 
 static inline const bf16 *as_bf(const nn_bf16_cuda *p)

@@ -528,20 +528,6 @@ static int g_lin_variant = DECODE_LINEAR_DEFAULT_VARIANT;
 #endif
 static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 
-/* 1: every block of the linear kernel asks for its whole weight slice in L2 at its start */
-#ifndef DECODE_LINEAR_L2PF_DEFAULT
-#define DECODE_LINEAR_L2PF_DEFAULT 0
-#endif
-static int g_lin_l2pf = DECODE_LINEAR_L2PF_DEFAULT;
-
-int decode_linear_l2_prefetch_cuda(int mode)
-{
-    int old = g_lin_l2pf;
-    if (mode == 0 || mode == 1)
-        g_lin_l2pf = mode;
-    return old;
-}
-
 int decode_linear_cols_cuda(int tiles)
 {
     int old = g_lin_cols;
@@ -606,11 +592,9 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
         v = &tv;
     }
     int pdl = v->pdl && lin_pdl_ok(), sms = lin_sm_count();
-    lin_epi e = ep;
-    e.l2pf = g_lin_l2pf && lin_pdl_ok(); /* (the bulk prefetch is sm_90) */
 #define LIN_CASE(W, PF, PDL)                        \
     if (v->warps == W && v->pf == PF && pdl == PDL) \
-        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, e, g_lin_cols, sms, s);
+        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, g_lin_cols, sms, s);
     LIN_CASE(8, 0, 0)
     LIN_CASE(8, 1, 0)
     LIN_CASE(16, 1, 0)

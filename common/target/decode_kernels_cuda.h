@@ -163,13 +163,6 @@ const char *decode_linear_variant_name_cuda(int v);
  * Process-wide; returns the previous value, anything else only queries. */
 int decode_linear_cols_cuda(int tiles);
 
-/* 1: each block of the linear kernel first asks for its whole weight slice in L2 (one bulk
- * prefetch a 16 KB piece, sm_90; launched as a programmatic dependent it does so while
- * the kernel ahead of it finishes); 0 (default): it loads only its next chunks. Only time
- * changes, never a value. Process-wide; returns the previous value, anything else only
- * queries. */
-int decode_linear_l2_prefetch_cuda(int mode);
-
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
  * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed
  * while loading (no pass of its own). n_in = I. */

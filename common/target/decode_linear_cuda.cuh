@@ -12,7 +12,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "nn/nn_cuda_device.cuh" /* bf16, warp_sum, pdl_*, rope_*, cp.async and L2 prefetch helpers */
+#include "nn/nn_cuda_device.cuh" /* bf16, warp_sum, pdl_*, rope_*, cp.async helpers */
 #include "target/decode_kernels_cuda.h"
 
 /* The row a cache position lands in: p0 plus the device-side length when base is given. */
@@ -210,7 +210,6 @@ typedef struct lin_epi {
     bf16 *kc, *vc;
     int H, KV, hd, p0;
     const int32_t *base;
-    int l2pf; /* decode_linear_l2_prefetch_cuda's setting at the launch */
 } lin_epi;
 
 /* An fp32 logit and its column as one 64-bit key whose unsigned order is (value, then the
@@ -454,23 +453,6 @@ __global__ void __launch_bounds__(WARPS * 32)
             wlo_ok[m] = whi_ok[m] = nlo < N / 2;
         }
         wlo[m] = w + (long)min(nlo, N - 1) * K, whi[m] = w + (long)min(nhi, N - 1) * K;
-    }
-    if (e.l2pf && warp == 0 && vec) {
-        /* the block's whole weight slice requested into L2 at once (the loads below keep
-         * only a few chunks a warp in flight); with PDL this runs while the kernel ahead
-         * finishes. Rows of the tiles vb0 .. vb0 + MC - 1, or their gate and up halves */
-        int vb0 = blockIdx.x * MC;
-        if (e.mode == LIN_EPI_GLU) {
-            int r0 = vb0 * 8, r1 = min(N / 2, r0 + 8 * MC);
-            if (r1 > r0) {
-                l2_prefetch_range(w + (long)r0 * K, 2L * (r1 - r0) * K, lane, 32);
-                l2_prefetch_range(w + (long)(N / 2 + r0) * K, 2L * (r1 - r0) * K, lane, 32);
-            }
-        } else {
-            int r0 = vb0 * LIN_COLS, r1 = min(N, r0 + LIN_COLS * MC);
-            if (r1 > r0)
-                l2_prefetch_range(w + (long)r0 * K, 2L * (r1 - r0) * K, lane, 32);
-        }
     }
     long xstride = SWIGLU ? 2L * K : (long)K;
     const bf16 *xr[NT];

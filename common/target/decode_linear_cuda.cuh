@@ -102,11 +102,22 @@ __host__ __device__ constexpr int lin_unroll(int NT, int WARPS, bool PF)
                                          : 1));
 }
 
+/* The warps' partial sums go through shared memory as red[warp][row][column], a row of
+ * 16 MC columns padded to lin_red_stride(MC) floats: with a stride of 20 (or 36) the 32
+ * lanes of a warp store their sums (lane g, t: column g, rows 2t and 2t + 1) to 32
+ * different banks, and the epilogue's reads (consecutive threads, consecutive columns)
+ * are at most 2-way conflicted. (The first layout, red[warp][column][row], put 8 lanes of
+ * every store and 16 of every read on one bank.) */
+__host__ __device__ constexpr int lin_red_stride(int MC)
+{
+    return 16 * MC + 4;
+}
+
 /* Row groups of 8 a reduction pass takes: NT, or NT halved until a pass's sums (per_group
- * bytes a group) fit in 32 KB of shared memory. */
+ * bytes a group) fit in 40 KB of shared memory (static shared memory stops at 48 KB). */
 __host__ __device__ constexpr int lin_pass_groups(int NT, int per_group)
 {
-    return NT > 1 && NT * per_group > 32768 ? lin_pass_groups(NT / 2, per_group) : NT;
+    return NT > 1 && NT * per_group > 40960 ? lin_pass_groups(NT / 2, per_group) : NT;
 }
 
 /* The weight operands of round c0 (chunks c0 + u * WARPS): rows n0+g and n0+g+8, 16
@@ -341,22 +352,22 @@ static __device__ void lin_tail_norm(const lin_epi &e, const float *x, int T, in
 /* Column col, row rr of a block's sums: the warps' partials added in warp order (the one
  * order every epilogue uses, so a row's value does not depend on the epilogue). */
 template <int WARPS, int MC, int RR>
-__device__ __forceinline__ float lin_warp_order_sum(const float (*red)[LIN_COLS * MC][RR], int col, int rr)
+__device__ __forceinline__ float lin_warp_order_sum(const float (*red)[RR][lin_red_stride(MC)], int col, int rr)
 {
-    float v = red[0][col][rr];
+    float v = red[0][rr][col];
 #pragma unroll
     for (int ww = 1; ww < WARPS; ww++)
-        v += red[ww][col][rr];
+        v += red[ww][rr][col];
     return v;
 }
 
 /* The output of rows r0 .. r0 + nr - 1 of a linear block from the warps' partial sums in
- * red[warp][column][row - r0] (added in warp order, then the bias): by e.mode, plain (bf16,
+ * red[warp][row - r0][column] (added in warp order, then the bias): by e.mode, plain (bf16,
  * fp32, or added to an fp32 residual), GLU (SwiGLU of the gate and up columns), ARGMAX
  * (fp32 logits and one atomicMax per 16 columns and row; the kernel's last block hands out
  * the indices). */
 template <int WARPS, int MC, int RR>
-__device__ __forceinline__ void lin_epilogue(const float (*red)[LIN_COLS * MC][RR], void *out, int out_f32,
+__device__ __forceinline__ void lin_epilogue(const float (*red)[RR][lin_red_stride(MC)], void *out, int out_f32,
                                              const bf16 *bias, int N, int n0, int r0, int nr, const lin_epi &e)
 {
     if (e.mode == LIN_EPI_GLU) {
@@ -437,8 +448,8 @@ __global__ void __launch_bounds__(WARPS * 32)
      * blockIdx.x * MC + m would have alone, with the same chunks in the same order, sharing
      * the x loads; two rounds in flight instead of four keep the registers */
     constexpr int U = MC == 1 ? lin_unroll(NT, WARPS, PF) : (NT == 1 ? 4 : NT <= 2 ? 2 : 1), STEP = WARPS * U;
-    constexpr int RG = lin_pass_groups(NT, WARPS * LIN_COLS * MC * 8 * 4); /* row groups a reduction pass */
-    __shared__ float red[WARPS][LIN_COLS * MC][8 * RG];
+    constexpr int RS = lin_red_stride(MC), RG = lin_pass_groups(NT, WARPS * 8 * RS * 4); /* row groups a pass */
+    __shared__ float red[WARPS][8 * RG][RS];
     if (PDL)
         pdl_launch_dependents();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -518,7 +529,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     /* acc[m][j]: [0], [1] = (column g of tile m, rows 8j+2t, 8j+2t+1); [2], [3] = column g+8.
      * The warps' sums go through shared memory RG row groups at a time (all of them, or
-     * half when they would not fit in 32 KB: 64 rows at 16 warps), each pass reducing and
+     * half when they would not fit in 40 KB: 64 rows at 16 warps), each pass reducing and
      * writing its rows; a row's sums are added in warp order whichever pass it is in. */
     const int n0 = blockIdx.x * MC * LIN_COLS; /* the block's columns n0 .. n0 + 16 MC - 1 */
 #pragma unroll
@@ -529,10 +540,10 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int m = 0; m < MC; m++)
 #pragma unroll
             for (int j = 0; j < RG; j++) {
-                red[warp][16 * m + g][8 * j + 2 * t] = acc[m][p * RG + j][0];
-                red[warp][16 * m + g][8 * j + 2 * t + 1] = acc[m][p * RG + j][1];
-                red[warp][16 * m + g + 8][8 * j + 2 * t] = acc[m][p * RG + j][2];
-                red[warp][16 * m + g + 8][8 * j + 2 * t + 1] = acc[m][p * RG + j][3];
+                red[warp][8 * j + 2 * t][16 * m + g] = acc[m][p * RG + j][0];
+                red[warp][8 * j + 2 * t + 1][16 * m + g] = acc[m][p * RG + j][1];
+                red[warp][8 * j + 2 * t][16 * m + g + 8] = acc[m][p * RG + j][2];
+                red[warp][8 * j + 2 * t + 1][16 * m + g + 8] = acc[m][p * RG + j][3];
             }
         __syncthreads();
         const int r0 = 8 * RG * p, nr = min(T - r0, 8 * RG); /* this pass's rows r0 .. r0 + nr - 1 */

@@ -185,6 +185,107 @@ void df_sha256_hex(const uint8_t dig[32], char hex[65])
 
 int df_sha256_file(const char *path, char hex[65], uint64_t *size)
 {
+    return df_sha256_file_pieces(path, hex, size, NULL);
+}
+
+int df_sha256_pieces_init(df_sha256_pieces *p, uint64_t piece_bytes)
+{
+    memset(p, 0, sizeof *p);
+    if (!piece_bytes)
+        return -EINVAL;
+    p->piece_bytes = piece_bytes;
+    df_sha256_init(&p->cur);
+    return 0;
+}
+
+/* Close the open piece into p->hex[p->n]. */
+static int pieces_close(df_sha256_pieces *p)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 16;
+        char(*h)[65] = realloc(p->hex, cap * sizeof *h);
+        if (!h)
+            return -ENOMEM;
+        p->hex = h, p->cap = cap;
+    }
+    uint8_t dig[32];
+    df_sha256_final(&p->cur, dig);
+    df_sha256_hex(dig, p->hex[p->n++]);
+    df_sha256_init(&p->cur);
+    p->in_piece = 0;
+    return 0;
+}
+
+int df_sha256_pieces_update(df_sha256_pieces *p, const void *data, size_t len)
+{
+    const uint8_t *d = data;
+    while (len) {
+        uint64_t room = p->piece_bytes - p->in_piece;
+        size_t take = len < room ? len : (size_t)room;
+        df_sha256_update(&p->cur, d, take);
+        p->in_piece += take, d += take, len -= take;
+        if (p->in_piece == p->piece_bytes) {
+            int rc = pieces_close(p);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+int df_sha256_pieces_final(df_sha256_pieces *p)
+{
+    return p->in_piece ? pieces_close(p) : 0;
+}
+
+void df_sha256_pieces_free(df_sha256_pieces *p)
+{
+    free(p->hex);
+    p->hex = NULL;
+    p->n = p->cap = 0;
+}
+
+uint64_t df_sha256_piece_count(uint64_t bytes, uint64_t piece_bytes)
+{
+    return piece_bytes ? bytes / piece_bytes + (bytes % piece_bytes != 0) : 0;
+}
+
+int df_sha256_range(int fd, uint64_t off, uint64_t len, char hex[65])
+{
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    if (!buf)
+        return -ENOMEM;
+    df_sha256 s;
+    df_sha256_init(&s);
+    int rc = 0;
+    while (len) {
+        size_t want = len < CHUNK ? (size_t)len : CHUNK;
+        ssize_t r = pread(fd, buf, want, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = -errno;
+            break;
+        }
+        if (r == 0) {
+            rc = -ENODATA; /* the file is shorter than the range */
+            break;
+        }
+        df_sha256_update(&s, buf, (size_t)r);
+        off += (uint64_t)r, len -= (uint64_t)r;
+    }
+    free(buf);
+    if (rc < 0)
+        return rc;
+    uint8_t dig[32];
+    df_sha256_final(&s, dig);
+    df_sha256_hex(dig, hex);
+    return 0;
+}
+
+int df_sha256_file_pieces(const char *path, char hex[65], uint64_t *size, df_sha256_pieces *p)
+{
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -208,9 +309,13 @@ int df_sha256_file(const char *path, char hex[65], uint64_t *size)
         if (r == 0)
             break;
         df_sha256_update(&s, buf, (size_t)r);
+        if (p && (rc = df_sha256_pieces_update(p, buf, (size_t)r)) < 0)
+            break;
     }
     free(buf);
     close(fd);
+    if (rc == 0 && p)
+        rc = df_sha256_pieces_final(p);
     if (rc < 0)
         return rc;
     uint8_t dig[32];

@@ -2,7 +2,8 @@
 # test_ckpt_verify: a committed checkpoint is verified before the drafter trusts it, and
 # what the drafter writes is private. Real pipeline (tiny target, CPU), real resumes:
 #   - a run under umask 000: every checkpoint file and every release-export file is 0600,
-#     their directories 0700; manifest.json's SHA-256 equal sha256sum's; dflash_tool
+#     their directories 0700; manifest.json's SHA-256 equal sha256sum's, and each piece's
+#     digest equals the digest of that byte range (computed here by Python); dflash_tool
 #     init/export under umask 000 and 077 give the same modes;
 #   - a symlink planted at a temp-file name (the export's model.safetensors.tmp.<pid>,
 #     config.json.tmp): the write fails and the symlink's target is untouched (O_NOFOLLOW);
@@ -11,7 +12,8 @@
 #     model.safetensors; trainer_state.json's step edited (manifest resealed); the manifest's
 #     step edited too (directory name step-N disagrees); manifest.json removed: each time the
 #     drafter exits 100 naming the file, is not restarted, the orchestrator exits 1;
-#   - the checkpoint restored: --resume completes, exactly once.
+#   - the checkpoint restored, its manifest rewritten as version 1 (whole-file digests only,
+#     as older builds wrote): --resume verifies it and completes, exactly once.
 source "$(dirname "$0")/orch_lib.sh"
 unset DF_SYNTHETIC_SAMPLES
 for b in target_worker postproc_worker drafter_worker dflash_tool; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
@@ -53,6 +55,15 @@ for d in "$RUN"/checkpoints/step-*; do
       || fail "$d/manifest.json: sha256 of $f differs from sha256sum's"
   done
   [ "$(pyjson "$d/manifest.json" "d['step']")" = "$((10#${d##*step-}))" ] || fail "$d/manifest.json: wrong step"
+  python3 - "$d" <<'PY' || fail "$d/manifest.json: a piece digest differs from the bytes' own"
+import hashlib, json, os, sys
+d = sys.argv[1]; m = json.load(open(os.path.join(d, "manifest.json")))
+assert m["version"] == 2
+for f, e in m["files"].items():
+    b = open(os.path.join(d, f), "rb").read(); p = e["piece_bytes"]
+    want = [hashlib.sha256(b[i:i + p]).hexdigest() for i in range(0, len(b), p)]
+    assert e["sha256_pieces"] == want, f
+PY
 done
 for u in 000 077; do
   (umask $u; "$BIN/dflash_tool" init --out "$T/tool$u/ck" >/dev/null && "$BIN/dflash_tool" export "$T/tool$u/ck" "$T/tool$u/rel" >/dev/null) \
@@ -105,11 +116,13 @@ rm "$CK/manifest.json"
 resume_fails "no manifest" "resume: $CK/manifest.json: missing: the checkpoint has no checksums"
 ok "at resume, exit 100 naming the file, not restarted: bit flips in optimizer/model, an edited step (resealed or not, and with the manifest's step), a missing manifest"
 
-# ---- the intact checkpoint resumes
+# ---- the intact checkpoint resumes, under a version 1 manifest
+tests/ckpt_reseal.py "$CK" --v1
+[ "$(pyjson "$CK/manifest.json" "d['version']")" = 1 ] || fail "the reseal did not write a version 1 manifest"
 rm -f "$RUN/train_summary.json"
 "$ORCH" --resume "$RUN" >"$T/orch.out" 2>&1 || fail "--resume of the restored checkpoint exited $?: $(tail -5 "$T/orch.out")"
 grep -q "resumed from $CK (step $STEP)" "$RUN/logs/drafter0.log" || fail "no resume from $CK logged"
 [ -f "$RUN/train_summary.json" ] || fail "no train_summary.json after the resume"
 audit_exactly_once
-ok "the restored checkpoint verifies and resumes (step $STEP), run exactly once"
+ok "the restored checkpoint, its manifest rewritten as version 1, verifies and resumes (step $STEP), run exactly once"
 echo "test_ckpt_verify: ok"

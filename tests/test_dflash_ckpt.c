@@ -6,7 +6,12 @@
  *    weights and the same config;
  *  - a failing save (file size limit = full disk; read-only root, skipped as root; a
  *    writer path in a missing dir)
- *    leaves the previous checkpoint as "latest", intact; a re-save of a step replaces it. */
+ *    leaves the previous checkpoint as "latest", intact; a re-save of a step replaces it;
+ *  - the manifest (pieces of 4 KiB here, so every file has several): its whole-file and
+ *    piece digests equal the files'; damage in two files is reported in the first file of
+ *    the table's order with the byte range of its damaged piece, every time; a version 1
+ *    manifest (whole-file digests only, as older builds wrote) still verifies, and damage
+ *    under it is still found. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -22,6 +27,7 @@
 
 #include "dflash/adamw.h"
 #include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_manifest.h"
 #include "dflash/dflash_model.h"
 #include "io/safetensors.h"
 #include "sha256.h"
@@ -70,6 +76,7 @@ int main(void)
     snprintf(ck, sizeof(ck), "%s/ckpt", root);
     snprintf(rel, sizeof(rel), "%s/release", root);
     printf("test_dflash_ckpt: in %s\n", root);
+    dflash_manifest_piece_bytes(DFLASH_MANIFEST_MIN_PIECE); /* several pieces a file */
 
     dflash_config_tiny(&C);
     df_rng r;
@@ -104,22 +111,44 @@ int main(void)
         fprintf(stderr, "save: %s\n", err);
         return 1;
     }
-    { /* the manifest's checksums (hashed while the files were written) are those of the files */
+    { /* the manifest's checksums (hashed while the files were written) are those of the
+       * files, whole and piece by piece */
         char mpath[700], fpath[700], hex[65];
         snprintf(mpath, sizeof mpath, "%s/step-00000003/manifest.json", ck);
         json_error_t je;
         json_t *m = json_load_file(mpath, 0, &je);
-        T_ASSERT(m);
-        const char *files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
-        for (int i = 0; i < 3; i++) {
-            json_t *e = json_object_get(json_object_get(m, "files"), files[i]);
+        T_ASSERT(m && json_integer_value(json_object_get(m, "version")) == 2);
+        size_t most = 0;
+        for (int i = 0; i < DFLASH_MANIFEST_FILES; i++) {
+            json_t *e = json_object_get(json_object_get(m, "files"), dflash_manifest_files[i]);
             uint64_t size = 0;
-            snprintf(fpath, sizeof fpath, "%s/step-00000003/%s", ck, files[i]);
-            T_ASSERT_RC(df_sha256_file(fpath, hex, &size));
-            T_ASSERT(e && !strcmp(json_string_value(json_object_get(e, "sha256")), hex));
+            df_sha256_pieces pc;
+            T_ASSERT(e && (uint64_t)json_integer_value(json_object_get(e, "piece_bytes")) == DFLASH_MANIFEST_MIN_PIECE);
+            T_ASSERT_RC(df_sha256_pieces_init(&pc, DFLASH_MANIFEST_MIN_PIECE));
+            snprintf(fpath, sizeof fpath, "%s/step-00000003/%s", ck, dflash_manifest_files[i]);
+            T_ASSERT_RC(df_sha256_file_pieces(fpath, hex, &size, &pc));
+            T_ASSERT(!strcmp(json_string_value(json_object_get(e, "sha256")), hex));
             T_ASSERT((uint64_t)json_integer_value(json_object_get(e, "bytes")) == size);
+            json_t *arr = json_object_get(e, "sha256_pieces");
+            T_ASSERT(json_array_size(arr) == pc.n && pc.n == df_sha256_piece_count(size, DFLASH_MANIFEST_MIN_PIECE));
+            for (size_t k = 0; k < pc.n; k++) { /* each piece also hashed on its own */
+                char one[65];
+                FILE *f = fopen(fpath, "rb");
+                T_ASSERT(f);
+                T_ASSERT_RC(df_sha256_range(fileno(f), k * DFLASH_MANIFEST_MIN_PIECE,
+                                            size - k * DFLASH_MANIFEST_MIN_PIECE < DFLASH_MANIFEST_MIN_PIECE
+                                                ? size - k * DFLASH_MANIFEST_MIN_PIECE
+                                                : DFLASH_MANIFEST_MIN_PIECE,
+                                            one));
+                fclose(f);
+                T_ASSERT(!strcmp(json_string_value(json_array_get(arr, k)), pc.hex[k]) && !strcmp(one, pc.hex[k]));
+            }
+            most = pc.n > most ? pc.n : most;
+            df_sha256_pieces_free(&pc);
         }
         json_decref(m);
+        T_ASSERT(most >= 4);
+        printf("  manifest version 2: whole-file and piece digests (up to %zu pieces a file) equal the files'\n", most);
     }
     double loss_mem = one_step(&p, &opt, 3);
     dflash_config c2;
@@ -228,12 +257,49 @@ int main(void)
             T_ASSERT(ch != EOF && fseek(f, -5, SEEK_END) == 0 && fputc(ch ^ 0x40, f) != EOF && fclose(f) == 0);
         }
         snprintf(path, sizeof(path), "%s/damaged", root);
+        struct stat sb;
+        char mf[800], want[160];
+        snprintf(mf, sizeof mf, "%s/model.safetensors", path);
+        T_ASSERT(stat(mf, &sb) == 0);
+        uint64_t msize = (uint64_t)sb.st_size,
+                 last = (msize - 1) / DFLASH_MANIFEST_MIN_PIECE * DFLASH_MANIFEST_MIN_PIECE;
+        snprintf(want, sizeof want,
+                 "/damaged/model.safetensors: content does not match its checksum (bytes %llu..%llu of %llu",
+                 (unsigned long long)last, (unsigned long long)msize, (unsigned long long)msize);
         for (int k = 0; k < 20; k++) {
             long vs;
-            T_ASSERT(dflash_ckpt_verify(path, &vs, err, sizeof(err)) == -EINVAL);
-            T_ASSERT(strstr(err, "/damaged/model.safetensors: content does not match its checksum") != NULL);
+            T_ASSERT(dflash_manifest_verify(path, &vs, err, sizeof(err)) == -EINVAL);
+            T_ASSERT(strstr(err, want) != NULL);
         }
-        printf("  both weight files damaged: verify names model.safetensors, 20 of 20 times\n");
+        printf("  both weight files damaged: verify names model.safetensors and its last piece, 20 of 20 times\n");
+        /* a version 1 manifest (whole-file digests only): the undamaged step verifies, the
+         * damaged copy is refused with the whole-file message */
+        const char *dirs[] = {"step-00000004", "damaged"};
+        for (int i = 0; i < 2; i++) {
+            char sd[800], mp[900];
+            snprintf(sd, sizeof sd, i ? "%s/%s" : "%s/ckpt/%s", root, dirs[i]);
+            snprintf(mp, sizeof mp, "%s/manifest.json", sd);
+            json_error_t je;
+            json_t *m = json_load_file(mp, 0, &je), *e;
+            const char *key;
+            T_ASSERT(m);
+            json_object_set_new(m, "version", json_integer(1));
+            json_object_foreach(json_object_get(m, "files"), key, e)
+            {
+                json_object_del(e, "piece_bytes");
+                json_object_del(e, "sha256_pieces");
+            }
+            T_ASSERT(json_dump_file(m, mp, JSON_INDENT(2)) == 0);
+            json_decref(m);
+            long vs = -1;
+            int rc = dflash_manifest_verify(sd, &vs, err, sizeof(err));
+            if (i == 0)
+                T_ASSERT(rc == 0 && vs == 4);
+            else
+                T_ASSERT(rc == -EINVAL && strstr(err, "/damaged/model.safetensors: content does not match its "
+                                                      "checksum (sha256 ") != NULL);
+        }
+        printf("  version 1 manifest: the intact step verifies, the damaged copy is refused\n");
     }
 
     /* ---- export the release format ---- */

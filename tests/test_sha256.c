@@ -6,6 +6,8 @@
 #include "test_helpers.h"
 #include "util.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -107,6 +109,59 @@ int main(void)
     }
     T_ASSERT(strcmp(df_sha256_impl(), impl) == 0);
     printf("test_sha256: %s == portable on %d random inputs\n", impl, cases);
+
+    /* Piece digests (the checkpoint manifest's): fed in random chunks, df_sha256_pieces
+     * gives piece k the digest of bytes [k P, (k + 1) P) and df_sha256_piece_count pieces;
+     * df_sha256_range on the file above gives the same for any range, and -ENODATA for one
+     * past its end; df_sha256_file_pieces gives the file's whole digest and its pieces. */
+    long npieces = 0;
+    for (int it = 0; it < 200; it++) {
+        size_t len = (size_t)(df_rng_next(&r) % 20001);
+        uint64_t P = 1 + df_rng_next(&r) % (it % 2 ? 64 : 6000);
+        for (size_t i = 0; i < len; i++)
+            b[i] = (unsigned char)df_rng_next(&r);
+        df_sha256_pieces pc;
+        T_ASSERT_RC(df_sha256_pieces_init(&pc, P));
+        for (size_t off = 0; off < len;) {
+            size_t want = (size_t)(df_rng_next(&r) % 3000), take = DF_MIN(len - off, want);
+            T_ASSERT_RC(df_sha256_pieces_update(&pc, b + off, take));
+            off += take;
+        }
+        T_ASSERT_RC(df_sha256_pieces_final(&pc));
+        T_ASSERT(pc.n == df_sha256_piece_count(len, P));
+        for (size_t k = 0; k < pc.n; k++) {
+            char want[65];
+            hex_of(b + k * P, DF_MIN((size_t)P, len - k * P), want);
+            T_ASSERT_STREQ(pc.hex[k], want);
+        }
+        npieces += (long)pc.n;
+        df_sha256_pieces_free(&pc);
+    }
+    T_ASSERT(df_sha256_pieces_init(&(df_sha256_pieces){0}, 0) == -EINVAL);
+    df_rng_seed(&r, 42); /* the file's bytes again */
+    for (size_t i = 0; i < fn; i++)
+        b[i] = (unsigned char)df_rng_next(&r);
+    int fd = open(path, O_RDONLY);
+    T_ASSERT(fd >= 0);
+    for (int it = 0; it < 20; it++) {
+        uint64_t off = df_rng_next(&r) % fn, len = df_rng_next(&r) % (fn - off + 1);
+        char got[65], want[65];
+        T_ASSERT_RC(df_sha256_range(fd, off, len, got));
+        hex_of(b + off, (size_t)len, want);
+        T_ASSERT_STREQ(got, want);
+    }
+    T_ASSERT(df_sha256_range(fd, fn - 10, 11, h) == -ENODATA);
+    close(fd);
+    df_sha256_pieces fp;
+    T_ASSERT_RC(df_sha256_pieces_init(&fp, 1u << 20));
+    T_ASSERT_RC(df_sha256_file_pieces(path, h, &sz, &fp));
+    hex_of(b, fn, cmd);
+    T_ASSERT(sz == fn && fp.n == 4 && !strcmp(h, cmd));
+    hex_of(b + (3u << 20), 17, cmd);
+    T_ASSERT_STREQ(fp.hex[3], cmd);
+    df_sha256_pieces_free(&fp);
+    printf("test_sha256: piece digests == the digests of their byte ranges (%ld pieces, random sizes and feeds)\n",
+           npieces);
     unlink(path);
     rmdir(dir);
     free(b);

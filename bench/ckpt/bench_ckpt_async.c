@@ -17,15 +17,17 @@
  * async: the snapshot copy, whose first also faults its buffers in, + waiting for a write
  * still in flight); final wait = the end waiting for the last write; write/ckpt = the time
  * dflash_ckpt_save took; of ceiling = ceiling wall / wall.
- * Then the resume side: dflash_ckpt_verify of the last checkpoint (every file hashed on a
- * thread of its own) beside hashing the files one after the other and beside the largest
- * file alone. Writes bench/results/ckpt/async.json (--json to change).
+ * Then the resume side: dflash_manifest_verify of the last checkpoint (the pieces of every
+ * file hashed on every core) beside hashing the files one after the other and beside the
+ * largest file alone (what a thread a file, version 1 manifests, cannot beat). Writes bench/results/ckpt/async.json (--json to change).
  * Usage: bench_ckpt_async [--shape tiny|1.7b|8b] [--steps N] [--every K] [--dir D] [--json F] */
 #include "bench/bench_env.h"
 #include "dflash/adamw.h"
 #include "dflash/dflash_ckpt.h"
+#include "dflash/dflash_manifest.h"
 #include "dflash/dflash_model.h"
 #include "drafter_worker/ckpt_writer.h"
+#include "par.h"
 #include "rng_fill.h"
 #include "sha256.h"
 #include "util.h"
@@ -200,9 +202,10 @@ int main(int argc, char **argv)
         snprintf(root, sizeof root, "%s/%s", dir, runs[i].mode);
         one_run(&runs[i], &c, &p, &opt, g, steps, every, root);
     }
-    /* the resume side: dflash_ckpt_verify of the async run's last checkpoint (its files hashed
-     * on one thread each) beside hashing them one after the other (what it did before) and
-     * beside the largest file alone (the most a thread per file can reach) */
+    /* the resume side: dflash_manifest_verify of the async run's last checkpoint (every piece
+     * of every file on every core) beside hashing the files one after the other (the first
+     * verify) and beside the largest file alone (the most a thread a file, the version 1
+     * manifest's verify, could reach) */
     char vdir[700], fp[800];
     snprintf(vdir, sizeof vdir, "%s/async/step-%08d", dir, steps);
     const char *vfiles[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
@@ -224,8 +227,8 @@ int main(int argc, char **argv)
         vseq = sum, vmax = mx;
         long vstep;
         double t0 = df_wall_s();
-        if ((rc = dflash_ckpt_verify(vdir, &vstep, g_err, sizeof g_err)) < 0)
-            die_rc("dflash_ckpt_verify", rc);
+        if ((rc = dflash_manifest_verify(vdir, &vstep, g_err, sizeof g_err)) < 0)
+            die_rc("dflash_manifest_verify", rc);
         double dt = df_wall_s() - t0;
         vpar = dt < vpar ? dt : vpar;
     }
@@ -243,9 +246,9 @@ int main(int argc, char **argv)
            " the end; sync: the whole write; async: the snapshot copy, whose first also faults its buffers in, plus\n"
            " waiting for a write still in flight; final wait: the end of the run waiting for the last write)\n");
     printf("\nverify of a %.2f GB checkpoint (resume, validator; files in the page cache, second pass):\n"
-           "  one file after the other (before): %.2f s   dflash_ckpt_verify, a thread a file: %.2f s   "
-           "largest file alone (ceiling): %.2f s\n",
-           gb, vseq, vpar, vmax);
+           "  one file after the other: %.2f s   largest file alone (the floor of a thread a file): %.2f s   "
+           "dflash_manifest_verify, pieces on %d threads: %.2f s\n",
+           gb, vseq, vmax, par_threads(), vpar);
     FILE *f = fopen(json, "w");
     if (!f) {
         fprintf(stderr, "bench_ckpt_async: %s: %s\n", json, strerror(errno));
@@ -267,8 +270,10 @@ int main(int argc, char **argv)
                 r->ckpts ? r->waitprev_s / r->ckpts : 0.0, r->final_wait_s, r->ckpts ? r->write_s / r->ckpts : 0.0,
                 i < 2 ? "," : "");
     }
-    fprintf(f, "],\n \"verify\": {\"sequential_s\": %.3f, \"threaded_s\": %.3f, \"largest_file_s\": %.3f}}\n", vseq,
-            vpar, vmax);
+    fprintf(f,
+            "],\n \"verify\": {\"sequential_s\": %.3f, \"pieces_s\": %.3f, \"threads\": %d, \"largest_file_s\": "
+            "%.3f}}\n",
+            vseq, vpar, par_threads(), vmax);
     fclose(f);
     printf("wrote %s\n", json);
     char cmd[700];

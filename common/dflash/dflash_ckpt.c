@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dflash/dflash_manifest.h"
 #include "io/safetensors.h"
 #include "sha256.h"
 
@@ -42,9 +43,9 @@ static void rm_flat_dir(const char *dir)
     rmdir(dir);
 }
 
-/* sha_hex non-NULL: also the file's SHA-256 and size, hashed while it is written */
+/* sum non-NULL: also the file's digests and size, hashed while it is written */
 static int write_params(const char *path, const dflash_config *c, const float *data, const char *prefix,
-                        safetensors_dtype dt, char *sha_hex, uint64_t *size)
+                        safetensors_dtype dt, dflash_manifest_sum *sum)
 {
     safetensors_writer *w = safetensors_writer_new();
     if (!w)
@@ -61,7 +62,8 @@ static int write_params(const char *path, const dflash_config *c, const float *d
     if (rc == 0)
         rc = safetensors_writer_set_metadata(w, "format", "pt");
     if (rc == 0)
-        rc = sha_hex ? safetensors_writer_write_sha256(w, path, sha_hex, size) : safetensors_writer_write(w, path);
+        rc = sum ? safetensors_writer_write_digests(w, path, sum->hex, &sum->size, &sum->pieces)
+                 : safetensors_writer_write(w, path);
     safetensors_writer_free(w);
     return rc;
 }
@@ -134,190 +136,6 @@ static json_t *state_to_json(const dflash_config *c, const adamw *opt, const dfl
     return o;
 }
 
-/* The files a manifest may list, in the order it lists them. */
-static const char *const ck_files[] = {"model.safetensors", "optimizer.safetensors", "trainer_state.json"};
-_Static_assert(DF_ARRAY_LEN(ck_files) <= 8, "hash_jobs_run starts at most 8 threads");
-
-/* Write dir/manifest.json (last, after every other file is durable): step and, per file,
- * its size and SHA-256. */
-/* A file's checksum when the writer already has it (hashed as written), else read back. */
-typedef struct ck_sum {
-    int have;
-    char hex[65];
-    uint64_t size;
-} ck_sum;
-
-static int write_manifest(const char *dir, long step, const ck_sum known[], char *err, size_t errlen)
-{
-    char path[4200], hex[65];
-    json_t *m = json_object(), *files = json_object();
-    int rc = 0;
-    char *js = NULL;
-    if (!m || !files) {
-        json_decref(files);
-        CK_ERR(-ENOMEM, "%s/manifest.json: out of memory", dir);
-    }
-    json_object_set_new(m, "format", json_string("dflash-pipe-checkpoint-manifest"));
-    json_object_set_new(m, "version", json_integer(1));
-    json_object_set_new(m, "step", json_integer(step));
-    json_object_set_new(m, "files", files);
-    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, ck_files[i]);
-        uint64_t size = 0;
-        if (access(path, F_OK) != 0 && errno == ENOENT)
-            continue; /* no optimizer file (dflash_tool init) */
-        if (known[i].have)
-            memcpy(hex, known[i].hex, sizeof hex), size = known[i].size;
-        else if ((rc = df_sha256_file(path, hex, &size)) < 0)
-            CK_ERR(rc, "%s: reading it back for its checksum: %s", path, strerror(-rc));
-        json_object_set_new(files, ck_files[i], json_pack("{s:I, s:s}", "bytes", (json_int_t)size, "sha256", hex));
-    }
-    js = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    if (!js)
-        CK_ERR(-ENOMEM, "%s/manifest.json: out of memory", dir);
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
-out:
-    free(js);
-    json_decref(m);
-    return rc;
-}
-
-/* One file of a checkpoint to hash (dflash_ckpt_verify). */
-typedef struct hash_job {
-    char path[4200];
-    int listed;          /* in the manifest: hash it */
-    uint64_t want_bytes; /* the manifest's */
-    char want[65];
-    int rc; /* df_sha256_file's */
-    char hex[65];
-    uint64_t size;
-} hash_job;
-
-static void *hash_job_main(void *arg)
-{
-    hash_job *j = arg;
-    j->rc = df_sha256_file(j->path, j->hex, &j->size);
-    return NULL;
-}
-
-/* Hash every listed job, each on a thread of its own (in this thread when one cannot
- * start). */
-static void hash_jobs_run(hash_job *jobs, size_t n)
-{
-    pthread_t th[8];
-    int started[8] = {0};
-    for (size_t i = 0; i < n && i < 8; i++)
-        if (jobs[i].listed)
-            started[i] = pthread_create(&th[i], NULL, hash_job_main, &jobs[i]) == 0;
-    for (size_t i = 0; i < n && i < 8; i++) {
-        if (started[i])
-            pthread_join(th[i], NULL);
-        else if (jobs[i].listed)
-            hash_job_main(&jobs[i]);
-    }
-}
-
-int dflash_ckpt_verify(const char *dir, long *step_out, char *err, size_t errlen)
-{
-    char path[4200];
-    json_t *m = NULL;
-    int rc = 0;
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    if (access(path, F_OK) != 0) {
-        if (errno != ENOENT)
-            CK_ERR(-errno, "%s: %s", path, strerror(errno));
-        CK_ERR(-EINVAL,
-               "%s: missing: the checkpoint has no checksums (written before they were recorded, or the "
-               "manifest was lost), so it cannot be verified and is not loaded; continue from the release export "
-               "instead (drafter.init_dir)",
-               path);
-    }
-    json_error_t je;
-    m = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-    if (!m)
-        CK_ERR(-EINVAL, "%s: line %d: %s", path, je.line, je.text);
-    json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step");
-    if (strcmp(json_string_value(json_object_get(m, "format")) ?: "", "dflash-pipe-checkpoint-manifest") != 0 ||
-        json_integer_value(json_object_get(m, "version")) != 1)
-        CK_ERR(-EINVAL, "%s: fields \"format\"/\"version\": not a version 1 dflash-pipe checkpoint manifest", path);
-    if (!json_is_integer(js) || json_integer_value(js) < 0)
-        CK_ERR(-EINVAL, "%s: field \"step\": expected an integer >= 0", path);
-    if (!json_is_object(files))
-        CK_ERR(-EINVAL, "%s: field \"files\": expected an object", path);
-    long step = (long)json_integer_value(js);
-    const char *key;
-    json_t *v;
-    json_object_foreach(files, key, v)
-    {
-        int known = 0;
-        for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++)
-            known |= !strcmp(key, ck_files[i]);
-        if (!known)
-            CK_ERR(-EINVAL, "%s: field \"files.%s\": not a checkpoint file", path, key);
-    }
-    /* the listed files are hashed at the same time, one thread each (the 8B-shape
-     * optimizer file is 8.4 GB, the weights 4.2 GB: the wait is the largest file's, not the
-     * sum); the results are then checked in the table's order, so the error a damaged
-     * checkpoint gets does not depend on which thread finished first */
-    hash_job jobs[DF_ARRAY_LEN(ck_files)];
-    memset(jobs, 0, sizeof jobs);
-    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
-        hash_job *j = &jobs[i];
-        snprintf(j->path, sizeof j->path, "%s/%s", dir, ck_files[i]);
-        json_t *e = json_object_get(files, ck_files[i]);
-        int present = access(j->path, F_OK) == 0;
-        if (!e) {
-            if (present || i != 1) /* only the optimizer file is optional */
-                CK_ERR(-EINVAL, "%s: %s is not listed in %s: unverifiable, not loaded", j->path,
-                       present ? "the file" : "a required file", path);
-            continue;
-        }
-        json_t *jb = json_object_get(e, "bytes");
-        const char *want = json_string_value(json_object_get(e, "sha256"));
-        if (!json_is_integer(jb) || !want || strlen(want) != 64)
-            CK_ERR(-EINVAL, "%s: field \"files.%s\": expected {\"bytes\": integer, \"sha256\": 64 hex digits}", path,
-                   ck_files[i]);
-        j->listed = 1;
-        j->want_bytes = (uint64_t)json_integer_value(jb);
-        snprintf(j->want, sizeof j->want, "%s", want);
-    }
-    hash_jobs_run(jobs, DF_ARRAY_LEN(ck_files));
-    for (size_t i = 0; i < DF_ARRAY_LEN(ck_files); i++) {
-        hash_job *j = &jobs[i];
-        if (!j->listed)
-            continue;
-        if ((rc = j->rc) < 0) {
-            if (rc == -ENOENT)
-                CK_ERR(-EINVAL, "%s: missing (listed in %s)", j->path, path);
-            CK_ERR(rc, "%s: %s", j->path, strerror(-rc)); /* an I/O error may pass: stays temporary */
-        }
-        if (j->size != j->want_bytes)
-            CK_ERR(-EINVAL, "%s: %llu bytes, %s says %llu: the file is truncated or corrupt", j->path,
-                   (unsigned long long)j->size, path, (unsigned long long)j->want_bytes);
-        if (strcmp(j->hex, j->want) != 0)
-            CK_ERR(-EINVAL, "%s: content does not match its checksum (sha256 %s, %s says %s): the file is corrupt",
-                   j->path, j->hex, path, j->want);
-    }
-    /* the directory name step-N is what `latest` and the ledger's committed step point at */
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    if (!strncmp(base, "step-", 5)) {
-        char *end;
-        errno = 0;
-        long dstep = strtol(base + 5, &end, 10);
-        if (!errno && *end == 0 && end != base + 5 && dstep != step)
-            CK_ERR(-EINVAL, "%s: field \"step\" is %ld but the directory is %s", path, step, base);
-    }
-    if (step_out)
-        *step_out = step;
-    rc = 0;
-out:
-    json_decref(m);
-    return rc;
-}
-
 int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_params *p, const adamw *opt,
                      const dflash_train_state *ts, char *err, size_t errlen)
 {
@@ -325,6 +143,12 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     char tmp[3900], fin[3900], path[4200], old[3900];
     char *js = NULL;
     json_t *st = NULL;
+    /* model and optimizer hashed while written (on threads beside the writes and fsync: no
+     * second pass over gigabytes), whole and in pieces; trainer_state.json is read back */
+    dflash_manifest_sum sums[DFLASH_MANIFEST_FILES];
+    memset(sums, 0, sizeof sums);
+    for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++)
+        df_sha256_pieces_init(&sums[i].pieces, dflash_manifest_piece_bytes(0));
     if (strlen(root) > 3000)
         CK_ERR(-ENAMETOOLONG, "checkpoint root path too long (%zu bytes)", strlen(root));
     if ((rc = df_mkdir_p(root, 0700)) < 0)
@@ -335,14 +159,10 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     if (mkdir(tmp, 0700) != 0)
         CK_ERR(-errno, "%s: mkdir: %s", tmp, strerror(errno));
     made_tmp = 1;
-    /* model and optimizer hashed while written (on a thread beside the writes and fsync: no
-     * second pass over gigabytes); trainer_state.json is read back */
-    ck_sum sums[DF_ARRAY_LEN(ck_files)];
-    memset(sums, 0, sizeof sums);
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32, sums[0].hex, &sums[0].size)) < 0)
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32, &sums[DFLASH_MANIFEST_MODEL])) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
-    sums[0].have = 1;
+    sums[DFLASH_MANIFEST_MODEL].have = 1;
     if (opt) {
         snprintf(path, sizeof(path), "%s/optimizer.safetensors", tmp);
         safetensors_writer *w = safetensors_writer_new();
@@ -360,11 +180,13 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
                 rc = safetensors_writer_add(w, name, SAFETENSORS_F32, t.ndim, t.shape, opt->v + t.offset);
         }
         if (rc == 0)
-            rc = safetensors_writer_write_sha256(w, path, sums[1].hex, &sums[1].size);
+            rc = safetensors_writer_write_digests(w, path, sums[DFLASH_MANIFEST_OPTIMIZER].hex,
+                                                  &sums[DFLASH_MANIFEST_OPTIMIZER].size,
+                                                  &sums[DFLASH_MANIFEST_OPTIMIZER].pieces);
         safetensors_writer_free(w);
         if (rc < 0)
             CK_ERR(rc, "%s: %s", path, strerror(-rc));
-        sums[1].have = 1;
+        sums[DFLASH_MANIFEST_OPTIMIZER].have = 1;
     }
     st = state_to_json(c, opt, ts);
     js = st ? json_dumps(st, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
@@ -373,7 +195,7 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     snprintf(path, sizeof(path), "%s/trainer_state.json", tmp);
     if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
-    if ((rc = write_manifest(tmp, ts->step, sums, err, errlen)) < 0)
+    if ((rc = dflash_manifest_write(tmp, ts->step, sums, err, errlen)) < 0)
         goto out;
     if ((rc = df_fsync_dir_of(path)) < 0)
         CK_ERR(rc, "%s: fsync: %s", tmp, strerror(-rc));
@@ -400,6 +222,8 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
 out:
     if (made_tmp)
         rm_flat_dir(tmp);
+    for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++)
+        df_sha256_pieces_free(&sums[i].pieces);
     free(js);
     json_decref(st);
     return rc;
@@ -563,7 +387,7 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0)
         CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir, strerror(-rc));
     long mstep;
-    if ((rc = dflash_ckpt_verify(dir, &mstep, err, errlen)) < 0)
+    if ((rc = dflash_manifest_verify(dir, &mstep, err, errlen)) < 0)
         goto out;
     snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
     json_error_t je;
@@ -643,7 +467,7 @@ int dflash_export_release(const char *dir, const dflash_config *c, const dflash_
     if ((rc = df_mkdir_p(dir, 0700)) < 0)
         CK_ERR(rc, "%s: cannot create: %s", dir, strerror(-rc));
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16, NULL, NULL)) < 0)
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16, NULL)) < 0)
         CK_ERR(rc, "%s: %s", path, strerror(-rc));
     snprintf(path, sizeof(path), "%s/dflash.py", dir);
     if ((rc = df_write_file_atomic(path, dflash_modeling_py, dflash_modeling_py_len)) < 0)

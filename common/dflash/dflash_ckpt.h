@@ -58,13 +58,8 @@ int dflash_ckpt_remove_partial(const char *root, char *err, size_t errlen);
  * trainer_state.json. Writes the path into out. 0 or -errno (-ENOENT: no checkpoint). */
 int dflash_ckpt_resolve(const char *root_or_dir, char *out, size_t outlen);
 
-/* Verify the step dir `dir` against its manifest.json: every listed file present with its
- * size and SHA-256, no unlisted model/optimizer/state file, a step-N directory name equal
- * to the manifest's step; *step (may be NULL) gets that step. 0, -EINVAL (missing manifest,
- * mismatch: err names the file) or another -errno (an I/O error while reading). */
-int dflash_ckpt_verify(const char *dir, long *step, char *err, size_t errlen);
-
-/* Load a checkpoint (root or step dir), verified first (dflash_ckpt_verify; trainer_state's
+/* Load a checkpoint (root or step dir), verified first (dflash_manifest_verify,
+ * dflash_manifest.h; trainer_state's
  * step must equal the manifest's): fills c, allocates p (dflash_params_alloc), and
  * if opt != NULL initialises it from the saved settings with m, v, step restored (opt
  * stays zeroed when the checkpoint has no optimizer file: -ENOENT). ts may be NULL.

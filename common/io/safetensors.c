@@ -793,20 +793,34 @@ static int cmp_layout(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* The SHA-256 of the file's bytes, hashed from the same buffers write() is given, on a
- * thread of its own while the writes and the fsync wait on the disk. */
+/* The SHA-256 of the file's bytes (pieces NULL) or its pieces' digests, hashed from the
+ * same buffers write() is given, on a thread of its own while the writes and the fsync
+ * wait on the disk. */
 typedef struct write_hash {
     const unsigned char *lenb;
     const char *hdr;
     size_t hlen;
     safetensors_wentry *const *order;
     int n;
+    df_sha256_pieces *pieces;
+    int rc; /* pieces: 0 or -ENOMEM */
     uint8_t dig[32];
 } write_hash;
 
 static void *write_hash_main(void *arg)
 {
     write_hash *h = arg;
+    if (h->pieces) {
+        df_sha256_pieces *p = h->pieces;
+        int rc = df_sha256_pieces_update(p, h->lenb, 8);
+        if (!rc)
+            rc = df_sha256_pieces_update(p, h->hdr, h->hlen);
+        for (int i = 0; i < h->n && !rc; i++)
+            if (h->order[i]->nbytes)
+                rc = df_sha256_pieces_update(p, h->order[i]->data, (size_t)h->order[i]->nbytes);
+        h->rc = rc ? rc : df_sha256_pieces_final(p);
+        return NULL;
+    }
     df_sha256 s;
     df_sha256_init(&s);
     df_sha256_update(&s, h->lenb, 8);
@@ -820,14 +834,15 @@ static void *write_hash_main(void *arg)
 
 int safetensors_writer_write(safetensors_writer *w, const char *path)
 {
-    return safetensors_writer_write_sha256(w, path, NULL, NULL);
+    return safetensors_writer_write_digests(w, path, NULL, NULL, NULL);
 }
 
-int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, char sha_hex[65], uint64_t *size)
+int safetensors_writer_write_digests(safetensors_writer *w, const char *path, char sha_hex[65], uint64_t *size,
+                                     df_sha256_pieces *pieces)
 {
-    int rc = 0, fd = -1, hashing = 0;
-    pthread_t hth;
-    write_hash wh;
+    int rc = 0, fd = -1, hashing = 0, phashing = 0;
+    pthread_t hth, pth;
+    write_hash wh, wp;
     char *tmp = NULL, *hdr = NULL;
     json_t *root = NULL;
     safetensors_wentry **order = calloc((size_t)(w->n ? w->n : 1), sizeof *order);
@@ -895,6 +910,11 @@ int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, cha
     if (sha_hex) {
         wh = (write_hash){.lenb = lenb, .hdr = hdr, .hlen = padded, .order = order, .n = w->n};
         hashing = pthread_create(&hth, NULL, write_hash_main, &wh) == 0 ? 1 : 2; /* 2: hash below instead */
+        if (pieces) {
+            wp = wh;
+            wp.pieces = pieces;
+            phashing = pthread_create(&pth, NULL, write_hash_main, &wp) == 0 ? 1 : 2;
+        }
     }
     if ((rc = df_write_all(fd, lenb, 8)) < 0 || (rc = df_write_all(fd, hdr, padded)) < 0)
         goto out;
@@ -910,6 +930,13 @@ int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, cha
     else if (hashing == 2)
         write_hash_main(&wh);
     hashing = 0;
+    if (phashing == 1)
+        pthread_join(pth, NULL);
+    else if (phashing == 2)
+        write_hash_main(&wp);
+    phashing = 0;
+    if (pieces && (rc = wp.rc) < 0)
+        goto out;
     if (sha_hex) {
         df_sha256_hex(wh.dig, sha_hex);
         if (size) {
@@ -931,8 +958,10 @@ int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, cha
     }
     rc = df_fsync_dir_of(path);
 out:
-    if (hashing == 1) /* a failed write: the thread still reads hdr and order */
+    if (hashing == 1) /* a failed write: the threads still read hdr and order */
         pthread_join(hth, NULL);
+    if (phashing == 1)
+        pthread_join(pth, NULL);
     if (fd >= 0)
         close(fd);
     if (rc < 0 && tmp)

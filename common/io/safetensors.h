@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sha256.h" /* df_sha256_pieces */
+
 typedef enum {
     SAFETENSORS_F32,
     SAFETENSORS_F16,
@@ -119,8 +121,11 @@ int safetensors_writer_set_metadata(safetensors_writer *w, const char *key,
 int safetensors_writer_write(safetensors_writer *w, const char *path);
 /* The same, and the SHA-256 (64 lowercase hex digits) and size of the bytes written, hashed
  * from the buffers handed to write() on a second thread while the writes and the fsync run
- * (not read back from the file). sha_hex non-NULL; size may be NULL. */
-int safetensors_writer_write_sha256(safetensors_writer *w, const char *path, char sha_hex[65], uint64_t *size);
+ * (not read back from the file); with pieces (initialised by the caller, may be NULL) also
+ * the digest of every piece of the file, on a third thread. sha_hex non-NULL; size may be
+ * NULL. */
+int safetensors_writer_write_digests(safetensors_writer *w, const char *path, char sha_hex[65], uint64_t *size,
+                                     df_sha256_pieces *pieces);
 void safetensors_writer_free(safetensors_writer *w); /* NULL is fine */
 
 /* Round to nearest even; NaN stays NaN (quiet), overflow goes to inf. */

@@ -12,6 +12,7 @@
 #     model.safetensors; trainer_state.json's step edited (manifest resealed); the manifest's
 #     step edited too (directory name step-N disagrees); manifest.json removed: each time the
 #     drafter exits 100 naming the file, is not restarted, the orchestrator exits 1;
+#     `dflash_tool verify` says the same by hand (exit 0 / 100 with the byte range);
 #   - the checkpoint restored, its manifest rewritten as version 1 (whole-file digests only,
 #     as older builds wrote): --resume verifies it and completes, exactly once.
 source "$(dirname "$0")/orch_lib.sh"
@@ -101,7 +102,14 @@ resume_fails() {
 # flip FILE: one bit in the middle of FILE
 flip() { python3 -c "
 import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[len(b)//2]^=0x10; open(p,'wb').write(b)" "$1"; }
+"$BIN/dflash_tool" verify "$CK" >"$T/v.out" 2>&1 || fail "dflash_tool verify of the intact checkpoint: $(cat "$T/v.out")"
+grep -q "verified $CK: step $STEP, manifest version 2, 3 files" "$T/v.out" || fail "dflash_tool verify said: $(cat "$T/v.out")"
 flip "$CK/optimizer.safetensors"
+rc=0; "$BIN/dflash_tool" verify "$CK" >"$T/v.out" 2>&1 || rc=$?
+[ "$rc" = 100 ] || fail "dflash_tool verify of a flipped bit exited $rc"
+grep -q "$CK/optimizer.safetensors: content does not match its checksum (bytes " "$T/v.out" \
+  || fail "dflash_tool verify does not name the file and byte range: $(cat "$T/v.out")"
+ok "dflash_tool verify: the intact checkpoint verifies (version 2, 3 files); a flipped bit exits 100 naming the file and its byte range"
 resume_fails "bit flip in optimizer.safetensors" "resume: $CK/optimizer.safetensors: content does not match its checksum"
 flip "$CK/model.safetensors"
 resume_fails "bit flip in model.safetensors" "resume: $CK/model.safetensors: content does not match its checksum"

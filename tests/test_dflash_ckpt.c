@@ -268,7 +268,7 @@ int main(void)
                  (unsigned long long)last, (unsigned long long)msize, (unsigned long long)msize);
         for (int k = 0; k < 20; k++) {
             long vs;
-            T_ASSERT(dflash_manifest_verify(path, &vs, err, sizeof(err)) == -EINVAL);
+            T_ASSERT(dflash_manifest_verify(path, &vs, NULL, err, sizeof(err)) == -EINVAL);
             T_ASSERT(strstr(err, want) != NULL);
         }
         printf("  both weight files damaged: verify names model.safetensors and its last piece, 20 of 20 times\n");
@@ -292,7 +292,7 @@ int main(void)
             T_ASSERT(json_dump_file(m, mp, JSON_INDENT(2)) == 0);
             json_decref(m);
             long vs = -1;
-            int rc = dflash_manifest_verify(sd, &vs, err, sizeof(err));
+            int rc = dflash_manifest_verify(sd, &vs, NULL, err, sizeof(err));
             if (i == 0)
                 T_ASSERT(rc == 0 && vs == 4);
             else

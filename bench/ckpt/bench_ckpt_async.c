@@ -227,7 +227,7 @@ int main(int argc, char **argv)
         vseq = sum, vmax = mx;
         long vstep;
         double t0 = df_wall_s();
-        if ((rc = dflash_manifest_verify(vdir, &vstep, g_err, sizeof g_err)) < 0)
+        if ((rc = dflash_manifest_verify(vdir, &vstep, NULL, g_err, sizeof g_err)) < 0)
             die_rc("dflash_manifest_verify", rc);
         double dt = df_wall_s() - t0;
         vpar = dt < vpar ? dt : vpar;

@@ -387,7 +387,7 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0)
         CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir, strerror(-rc));
     long mstep;
-    if ((rc = dflash_manifest_verify(dir, &mstep, err, errlen)) < 0)
+    if ((rc = dflash_manifest_verify(dir, &mstep, NULL, err, errlen)) < 0)
         goto out;
     snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
     json_error_t je;

@@ -177,7 +177,7 @@ out:
     return rc;
 }
 
-int dflash_manifest_verify(const char *dir, long *step_out, char *err, size_t errlen)
+int dflash_manifest_verify(const char *dir, long *step_out, dflash_manifest_stats *st, char *err, size_t errlen)
 {
     char path[4200];
     json_t *m = NULL;
@@ -263,7 +263,7 @@ int dflash_manifest_verify(const char *dir, long *step_out, char *err, size_t er
             j->len = f->want_bytes - j->off < f->piece_bytes ? f->want_bytes - j->off : f->piece_bytes;
         }
     }
-    par_for(njobs, 1, hash_jobs, jobs);
+    int threads = par_for(njobs, 1, hash_jobs, jobs);
     /* judged in file order, then piece order: the same message whichever thread was first */
     for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++) {
         mf_file *f = &fs[i];
@@ -308,6 +308,13 @@ int dflash_manifest_verify(const char *dir, long *step_out, char *err, size_t er
     }
     if (step_out)
         *step_out = step;
+    if (st) {
+        memset(st, 0, sizeof *st);
+        st->version = version, st->threads = threads, st->pieces = njobs;
+        for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++)
+            if (fs[i].listed)
+                st->files++, st->bytes += fs[i].want_bytes;
+    }
     rc = 0;
 out:
     for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++) {

@@ -40,13 +40,20 @@ typedef struct dflash_manifest_sum {
 int dflash_manifest_write(const char *dir, long step, const dflash_manifest_sum sums[DFLASH_MANIFEST_FILES], char *err,
                           size_t errlen);
 
+/* What a verify covered (dflash_tool verify prints it). */
+typedef struct dflash_manifest_stats {
+    int version, files, threads;
+    uint64_t bytes, pieces;
+} dflash_manifest_stats;
+
 /* Verify the step dir `dir` against its manifest.json (version 1: whole-file digests, one
  * thread a file; version 2: the pieces' digests, on every core): every listed file present
  * with its size and digests; model and trainer state listed (the optimizer file may be
  * absent, but not present and unlisted); nothing else listed; a step-N directory name
  * equal to the manifest's step. The files are judged in the table's order, whichever
- * thread finished first. 0 (*step = the manifest's step), -EINVAL with err naming the file
- * and field or byte range, or another -errno for an I/O error (temporary). */
-int dflash_manifest_verify(const char *dir, long *step, char *err, size_t errlen);
+ * thread finished first. 0 (*step = the manifest's step; st, may be NULL, filled), -EINVAL
+ * with err naming the file and field or byte range, or another -errno for an I/O error
+ * (temporary). */
+int dflash_manifest_verify(const char *dir, long *step, dflash_manifest_stats *st, char *err, size_t errlen);
 
 #endif

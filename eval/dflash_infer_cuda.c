@@ -274,6 +274,15 @@ static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda
                : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
 }
 
+/* addnorm with out chunk-major (xc: DECODE_FUSE_XC) or row-major. */
+static int addnorm_x(int xc, float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, int T, int d,
+                     float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    if (xc)
+        return nn_add_rmsnorm_xc_cuda(x, y, w, out, NULL, 0, T, d, eps, decode_pdl_small_cuda(-1), s, err, errlen);
+    return addnorm(x, y, w, out, NULL, 0, T, d, eps, s, err, errlen);
+}
+
 static int linear(const infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w, int T,
                   int n_in, int n_out, char *kerr, size_t kerrlen)
 {
@@ -449,6 +458,11 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
     const int f_gepi = ep_ok && (fz & DECODE_FUSE_GLU) && !f_glu && I % 8 == 0;
     const int f_norm = ep_ok && B <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
     const int f_amax = (fz & DECODE_FUSE_ARGMAX) && io->lm_rows <= DECODE_EPI_MAX_ROWS;
+    /* chunk-major a / att / act (and z when the lm_head takes every row) */
+    const int f_xc = (fz & DECODE_FUSE_XC) && f_gepi && !f_norm && B >= DECODE_XC_MIN_ROWS &&
+                     B <= DECODE_EPI_MAX_ROWS && d % DECODE_XC_CHUNK == 0 && (H * hd) % DECODE_XC_CHUNK == 0 &&
+                     I % DECODE_XC_CHUNK == 0;
+    const int z_xc = f_xc && !f_amax && io->lm_row0 == 0 && io->lm_rows == B;
     float *h = io->h;
     nn_bf16_cuda *a = io->a, *att = io->att, *y = io->y, *qkv = io->qkv, *act = io->act, *z = io->z;
     STEP(nn_embed_cuda(h, s->embed, io->tokens, B, d, V, NULL, st, kerr, sizeof kerr), "embed");
@@ -458,9 +472,11 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
         const infer_layer_cuda *L = &s->layer[l];
         nn_bf16_cuda *kl = io->kc + l * io->lstride, *vl = io->vc + l * io->lstride;
         if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
-            STEP(addnorm(h, l > 0 ? yadd : NULL, L->in_norm, a, NULL, 0, B, d, eps, st, kerr, sizeof kerr),
+            STEP(addnorm_x(f_xc, h, l > 0 ? yadd : NULL, L->in_norm, a, B, d, eps, st, kerr, sizeof kerr),
                  "input norm");
-        STEP(linear(s, qkv, a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        STEP(f_xc ? decode_linear_rows_xc_cuda(qkv, 0, a, L->w_qkv, NULL, B, d, qkv_n, st, kerr, sizeof kerr)
+                  : linear(s, qkv, a, L->w_qkv, B, d, qkv_n, kerr, sizeof kerr),
+             "linear qkv");
         /* the block's K/V go after the context rows: used by this draft, then dropped */
         if (f_qk && batch) {
             STEP(decode_qk_norm_rope_append_rows_cuda(qkv, L->q_norm, L->k_norm, s->inv_freq, kl, vl, B, H, KV, hd, eps,
@@ -481,8 +497,9 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
                 STEP(decode_kv_append_cuda(kl, vl, qkv, B, H, KV, hd, base, p0, st, kerr, sizeof kerr),
                      "kv append (block)");
         }
-        STEP(decode_attention_cuda(att, qkv, qkv_n, kl, vl, io->ranges + (c->layer_sliding[l] ? B : 0), NULL, 0, 0, B,
-                                   H, KV, hd, scale, st, kerr, sizeof kerr),
+        STEP((f_xc ? decode_attention_xc_cuda
+                   : decode_attention_cuda)(att, qkv, qkv_n, kl, vl, io->ranges + (c->layer_sliding[l] ? B : 0), NULL,
+                                            0, 0, B, H, KV, hd, scale, st, kerr, sizeof kerr),
              "attention");
         /* f_res: o_proj and down add into the fp32 residual h inside the linear kernel;
          * f_norm: they add the bf16-rounded y and their last block does the next norm */
@@ -491,12 +508,16 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
             STEP(decode_linear_residual_rows_cuda(h, att, L->w_o, NULL, B, H * hd, d, &tl, st, kerr, sizeof kerr),
                  "linear o_proj + post norm");
         } else {
-            STEP(decode_linear_rows_cuda(f_res ? (void *)h : (void *)y, f_res ? 2 : 0, att, L->w_o, NULL, B, H * hd, d,
-                                         st, kerr, sizeof kerr),
+            STEP((f_xc ? decode_linear_rows_xc_cuda : decode_linear_rows_cuda)(f_res ? (void *)h : (void *)y,
+                                                                               f_res ? 2 : 0, att, L->w_o, NULL, B,
+                                                                               H * hd, d, st, kerr, sizeof kerr),
                  "linear o_proj");
-            STEP(addnorm(h, yadd, L->post_norm, a, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "post norm");
+            STEP(addnorm_x(f_xc, h, yadd, L->post_norm, a, B, d, eps, st, kerr, sizeof kerr), "post norm");
         }
-        if (f_gepi)
+        if (f_xc)
+            STEP(decode_linear_glu_rows_xc_cuda(act, a, L->w_gu, NULL, B, d, I, st, kerr, sizeof kerr),
+                 "linear gate_up + swiglu");
+        else if (f_gepi)
             STEP(decode_linear_glu_rows_cuda(act, a, L->w_gu, NULL, B, d, I, st, kerr, sizeof kerr),
                  "linear gate_up + swiglu");
         else
@@ -510,6 +531,10 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
                 STEP(nn_swiglu_cuda(act, io->gu, B, I, st, kerr, sizeof kerr), "swiglu");
             STEP(decode_linear_residual_rows_cuda(h, act, L->w_down, NULL, B, I, d, &tl, st, kerr, sizeof kerr),
                  lastl ? "linear down + final norm" : "linear down + input norm");
+        } else if (f_xc) {
+            STEP(decode_linear_rows_xc_cuda(f_res ? (void *)h : (void *)y, f_res ? 2 : 0, act, L->w_down, NULL, B, I, d,
+                                            st, kerr, sizeof kerr),
+                 f_res ? "linear down + residual" : "linear down");
         } else if (f_gepi) {
             if (f_res)
                 STEP(decode_linear_rows_cuda(h, 2, act, L->w_down, NULL, B, I, d, st, kerr, sizeof kerr),
@@ -531,7 +556,7 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
     }
     l = -1;
     if (!f_norm)
-        STEP(addnorm(h, yadd, s->final_norm, z, NULL, 0, B, d, eps, st, kerr, sizeof kerr), "final norm");
+        STEP(addnorm_x(z_xc, h, yadd, s->final_norm, z, B, d, eps, st, kerr, sizeof kerr), "final norm");
     /* row k (k >= 1) predicts the token at anchor + k; row 0 predicts nothing */
     const nn_bf16_cuda *zl = z + (size_t)io->lm_row0 * d;
     const int nl = io->lm_rows;
@@ -540,7 +565,9 @@ static int enqueue_block(const infer_state_cuda *s, const block_io *io, char *er
                                             sizeof kerr),
              "lm_head + argmax");
     } else {
-        STEP(decode_linear_rows_cuda(io->logits, 1, zl, s->lm_head, NULL, nl, d, V, st, kerr, sizeof kerr), "lm_head");
+        STEP((z_xc ? decode_linear_rows_xc_cuda : decode_linear_rows_cuda)(io->logits, 1, zl, s->lm_head, NULL, nl, d,
+                                                                           V, st, kerr, sizeof kerr),
+             "lm_head");
         if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && nl <= DECODE_EPI_MAX_ROWS) /* the same indices, spread */
             STEP(decode_argmax_split_rows_cuda(io->draft_d, io->logits, nl, V, s->sync_d, st, kerr, sizeof kerr),
                  "argmax");

@@ -38,6 +38,9 @@
  *      plain, speculative (random / release drafter) and with oracle drafters (varied
  *      acceptance), gives every prompt exactly the tokens of lone plain greedy on the
  *      GPU, prompts of different lengths, one stopping early at eos.
+ *   i. chunk-major activations: every kernel that writes or reads them == its row-major
+ *      call bitwise, 1..64 rows, the linear kernels also in blocks of 8..32 rows (the whole
+ *      target under them: f and g).
  *   h. batched drafts: infer_batch_draft_cuda (several sequences' blocks in one call) ==
  *      each sequence's lone infer_draft_cuda bitwise (drafts and logits), random subsets
  *      and orders of 5 sequences, graphs on and off.
@@ -354,8 +357,12 @@ static void test_batch_draft(const char *name, const dflash_config *c, const dfl
             RC_CHECK(infer_append_cuda(&ib.seq[q], gpu_t->feat, k, g_err, sizeof g_err), g_err);
         }
     }
-    for (int graphs = 1; graphs >= 0; graphs--) {
+    for (int pass = 0; pass < 3; pass++) {
+        /* graphs on, off, then off with the batch's activations in the other layout (chunk-major
+         * or row-major: DECODE_FUSE_XC flipped on the batch side only) */
+        int graphs = pass == 0;
         ib.use_graphs = graphs;
+        gd.fused = pass == 2 ? DECODE_FUSED_DEFAULT ^ DECODE_FUSE_XC : DECODE_FUSED_DEFAULT;
         for (int q = 0; q < NS; q++)
             ib.seq[q].use_graphs = graphs;
         for (int round = 0; round < 6; round++) {
@@ -384,8 +391,9 @@ static void test_batch_draft(const char *name, const dflash_config *c, const dfl
                     same &= !memcmp(l1 + (size_t)j * (B - 1) * V, l2, sizeof(float) * (size_t)(B - 1) * V);
                 }
                 if (!same && bad < 3)
-                    printf("    (h) %s: graphs %d, round %d: block %d of %d (sequence %d, context %d) differs\n", name,
-                           graphs, round, j, n, seqs[j], ib.seq[seqs[j]].n_ctx);
+                    printf("    (h) %s: graphs %d, batch fused %d, round %d: block %d of %d (sequence %d, context %d) "
+                           "differs\n",
+                           name, graphs, gd.fused, round, j, n, seqs[j], ib.seq[seqs[j]].n_ctx);
                 bad += !same, blocks++;
             }
         }
@@ -395,7 +403,7 @@ static void test_batch_draft(const char *name, const dflash_config *c, const dfl
     int ok_err = infer_batch_draft_cuda(&ib, 1, bad_seq, anc, got, g_err, sizeof g_err) == -EINVAL &&
                  infer_batch_draft_cuda(&ib, 2, twice, anc, got, g_err, sizeof g_err) == -EINVAL;
     printf("%s (h) %s (B=%d): %ld blocks of 5 sequences drafted together in %ld calls == their lone drafts bitwise "
-           "(drafts, logits), graphs on and off%s\n",
+           "(drafts, logits), graphs on and off, the batch's activations in both layouts%s\n",
            bad == 0 && ok_err ? "PASS" : "FAIL", name, B, blocks, calls,
            ok_err ? "" : "; a bad or repeated sequence not refused");
     g_fail += bad != 0 || !ok_err;
@@ -998,14 +1006,195 @@ static void test_two_tiles(void)
     cudaFree(o1), cudaFree(o2), cudaFree(a1), cudaFree(a2), cudaFree(c1), cudaFree(c2), cudaFree(x0), cudaFree(nw);
 }
 
+/* i. Chunk-major activations (decode_kernels_cuda.h): every producer and consumer of the
+ * layout against its row-major call, bit for bit, at 1..64 rows:
+ *   decode_linear_rows_xc_cuda (bf16, fp32 and residual-add outputs, with a bias) ==
+ *     decode_linear_rows_cuda on the same rows row-major;
+ *   decode_linear_glu_rows_xc_cuda == decode_linear_glu_rows_cuda, h read back in order;
+ *   decode_attention_xc_cuda == decode_attention_cuda (the warp kernel at hd 64, the
+ *     generic one at hd 48), out read back in order;
+ *   nn_add_rmsnorm_xc_cuda == nn_add_rmsnorm_cuda (x, the capture, the norm in order),
+ *     4-wide and element-wise;
+ * and the bad shapes (a width not a multiple of 32) are -EINVAL. */
+static void chunk_major(uint16_t *dst, const uint16_t *src, int T, int n) /* row-major -> chunk-major */
+{
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < n; k++)
+            dst[((size_t)(k / DECODE_XC_CHUNK) * T + t) * DECODE_XC_CHUNK + k % DECODE_XC_CHUNK] =
+                src[(size_t)t * n + k];
+}
+
+/* 1 when device bf16 row-major a [T, n] equals device chunk-major b, element for element. */
+static int same_chunked(const nn_bf16_cuda *a, const nn_bf16_cuda *b, int T, int n)
+{
+    size_t e = (size_t)T * n;
+    uint16_t *ha = xmalloc(2 * e), *hb = xmalloc(2 * e), *hc = xmalloc(2 * e);
+    CUDA_CHECK(cudaMemcpy(ha, a, 2 * e, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(hb, b, 2 * e, cudaMemcpyDeviceToHost));
+    chunk_major(hc, ha, T, n);
+    int same = memcmp(hb, hc, 2 * e) == 0;
+    free(ha), free(hb), free(hc);
+    return same;
+}
+
+/* Device bf16 [T, n] random, and its chunk-major copy in *xc. */
+static nn_bf16_cuda *rand_rows_both(int T, int n, nn_bf16_cuda **xc)
+{
+    uint16_t *h, *hc = xmalloc(2 * (size_t)T * n);
+    nn_bf16_cuda *x = rand_bf16_dev((size_t)T * n, 1.0, &h);
+    chunk_major(hc, h, T, n);
+    CUDA_CHECK(cudaMalloc((void **)xc, 2 * (size_t)T * n));
+    CUDA_CHECK(cudaMemcpy(*xc, hc, 2 * (size_t)T * n, cudaMemcpyHostToDevice));
+    free(h), free(hc);
+    return x;
+}
+
+static void test_chunk_major(void)
+{
+    const int MT = DECODE_LINEAR_MAX_ROWS;
+    long calls = 0, bad = 0;
+    /* linear: n_in -> n_out, bias */
+    /* (128 -> 4096: more 16-warp tiles than SMs, two tiles a block at 1..16 rows; 4096 -> 8192:
+     * a wide shape with n_in >= 4096, two tiles a block at 9..16 rows) */
+    static const int lin[][3] = {{2048, 300, 1}, {96, 1000, 0}, {6144, 64, 1}, {128, 4096, 1}, {4096, 8192, 0}};
+    static const int rows_blk[] = {64, 32, 16, 8};
+    const int rb_dflt = decode_linear_rows_block_cuda(-1);
+    for (size_t si = 0; si < DF_ARRAY_LEN(lin); si++) {
+        int K = lin[si][0], N = lin[si][1];
+        nn_bf16_cuda *w = rand_bf16_dev((size_t)N * K, 0.05, NULL),
+                     *b = lin[si][2] ? rand_bf16_dev(N, 0.5, NULL) : NULL;
+        float *base = rand_f32_dev((size_t)MT * N, 0.0, 1.0), *o1, *o2;
+        CUDA_CHECK(cudaMalloc((void **)&o1, sizeof(float) * MT * N));
+        CUDA_CHECK(cudaMalloc((void **)&o2, sizeof(float) * MT * N));
+        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+            nn_bf16_cuda *xc, *x = rand_rows_both(T, K, &xc);
+            for (int of = 0; of <= 2; of++) {
+                size_t ob = (of ? sizeof(float) : 2) * (size_t)T * N;
+                decode_linear_rows_block_cuda(64);
+                CUDA_CHECK(cudaMemcpy(o1, base, ob, cudaMemcpyDeviceToDevice)); /* of 2 adds to it */
+                RC_CHECK(decode_linear_rows_cuda(o1, of, x, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+                /* chunk-major, then both layouts in blocks of fewer rows (17..64 rows) */
+                for (int ri = 0; ri < (T > 16 ? 4 : 1); ri++)
+                    for (int lay = ri ? 0 : 1; lay < 2; lay++) {
+                        decode_linear_rows_block_cuda(rows_blk[ri]);
+                        CUDA_CHECK(cudaMemcpy(o2, base, ob, cudaMemcpyDeviceToDevice));
+                        if (lay)
+                            RC_CHECK(decode_linear_rows_xc_cuda(o2, of, xc, w, b, T, K, N, 0, g_err, sizeof g_err),
+                                     g_err);
+                        else
+                            RC_CHECK(decode_linear_rows_cuda(o2, of, x, w, b, T, K, N, 0, g_err, sizeof g_err), g_err);
+                        int same = dev_same(o1, o2, ob);
+                        if (!same && bad < 4)
+                            printf("    (i) linear %d -> %d, %d rows, out_f32 %d, %s x, %d rows a block: differs\n", K,
+                                   N, T, of, lay ? "chunk-major" : "row-major", rows_blk[ri]);
+                        bad += !same, calls++;
+                    }
+            }
+            cudaFree(x), cudaFree(xc);
+        }
+        decode_linear_rows_block_cuda(rb_dflt);
+        cudaFree(w), cudaFree(b), cudaFree(base), cudaFree(o1), cudaFree(o2);
+    }
+    /* gate/up + SwiGLU: n_in -> 2 x I */
+    static const int glu[][2] = {{128, 384}, {2048, 96}};
+    for (size_t si = 0; si < DF_ARRAY_LEN(glu); si++) {
+        int K = glu[si][0], I = glu[si][1];
+        nn_bf16_cuda *w = rand_bf16_dev((size_t)2 * I * K, 0.05, NULL), *b = rand_bf16_dev(2 * (size_t)I, 0.5, NULL);
+        nn_bf16_cuda *h1, *h2;
+        CUDA_CHECK(cudaMalloc((void **)&h1, 2 * (size_t)MT * I));
+        CUDA_CHECK(cudaMalloc((void **)&h2, 2 * (size_t)MT * I));
+        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+            nn_bf16_cuda *xc, *x = rand_rows_both(T, K, &xc);
+            decode_linear_rows_block_cuda(64);
+            RC_CHECK(decode_linear_glu_rows_cuda(h1, x, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+            for (int ri = 0; ri < (T > 16 ? 4 : 1); ri++) {
+                decode_linear_rows_block_cuda(rows_blk[ri]);
+                RC_CHECK(decode_linear_glu_rows_xc_cuda(h2, xc, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+                int same = same_chunked(h1, h2, T, I);
+                if (!same && bad < 4)
+                    printf("    (i) gate/up + SwiGLU %d -> 2 x %d, %d rows, %d rows a block: chunk-major differs\n", K,
+                           I, T, rows_blk[ri]);
+                bad += !same, calls++;
+            }
+            cudaFree(x), cudaFree(xc);
+        }
+        decode_linear_rows_block_cuda(rb_dflt);
+        cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
+    }
+    /* attention: heads H / KV of hd, causal from p0 over a cache of p0 + T rows */
+    static const int att[][3] = {{4, 2, 64}, {2, 1, 48}, {16, 8, 128}};
+    for (size_t si = 0; si < DF_ARRAY_LEN(att); si++) {
+        int H = att[si][0], KV = att[si][1], hd = att[si][2], qn = (H + 2 * KV) * hd, p0 = rnd(1, 300);
+        nn_bf16_cuda *kc = rand_bf16_dev((size_t)(p0 + MT) * KV * hd, 1.0, NULL);
+        nn_bf16_cuda *vc = rand_bf16_dev((size_t)(p0 + MT) * KV * hd, 1.0, NULL), *o1, *o2;
+        CUDA_CHECK(cudaMalloc((void **)&o1, 2 * (size_t)MT * H * hd));
+        CUDA_CHECK(cudaMalloc((void **)&o2, 2 * (size_t)MT * H * hd));
+        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+            nn_bf16_cuda *q = rand_bf16_dev((size_t)T * qn, 1.0, NULL);
+            float sc = 1.0f / sqrtf((float)hd);
+            RC_CHECK(
+                decode_attention_cuda(o1, q, qn, kc, vc, NULL, NULL, p0, 0, T, H, KV, hd, sc, 0, g_err, sizeof g_err),
+                g_err);
+            RC_CHECK(decode_attention_xc_cuda(o2, q, qn, kc, vc, NULL, NULL, p0, 0, T, H, KV, hd, sc, 0, g_err,
+                                              sizeof g_err),
+                     g_err);
+            int same = same_chunked(o1, o2, T, H * hd);
+            if (!same && bad < 4)
+                printf("    (i) attention %d/%d heads of %d, %d rows: chunk-major out differs\n", H, KV, hd, T);
+            bad += !same, calls++;
+            cudaFree(q);
+        }
+        cudaFree(kc), cudaFree(vc), cudaFree(o1), cudaFree(o2);
+    }
+    /* add + RMSNorm with a capture: d, and the output at an odd element (element-wise path) */
+    static const int nrm[][2] = {{2048, 0}, {96, 0}, {128, 1}};
+    for (size_t si = 0; si < DF_ARRAY_LEN(nrm); si++) {
+        int d = nrm[si][0], odd = nrm[si][1];
+        float *w = rand_f32_dev(d, 1.0, 0.1), *x1 = rand_f32_dev((size_t)MT * d, 0.0, 1.0), *x2;
+        nn_bf16_cuda *y = rand_bf16_dev((size_t)MT * d, 1.0, NULL), *n1, *n2, *c1, *c2;
+        CUDA_CHECK(cudaMalloc((void **)&x2, sizeof(float) * MT * d));
+        CUDA_CHECK(cudaMalloc((void **)&n1, 2 * ((size_t)MT * d + 1)));
+        CUDA_CHECK(cudaMalloc((void **)&n2, 2 * ((size_t)MT * d + 1)));
+        CUDA_CHECK(cudaMalloc((void **)&c1, 2 * (size_t)MT * d));
+        CUDA_CHECK(cudaMalloc((void **)&c2, 2 * (size_t)MT * d));
+        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+            CUDA_CHECK(cudaMemcpy(x2, x1, sizeof(float) * T * d, cudaMemcpyDeviceToDevice));
+            RC_CHECK(nn_add_rmsnorm_cuda(x1, y, w, n1 + odd, c1, d, T, d, 1e-6f, 0, g_err, sizeof g_err), g_err);
+            RC_CHECK(nn_add_rmsnorm_xc_cuda(x2, y, w, n2 + odd, c2, d, T, d, 1e-6f, T & 1, 0, g_err, sizeof g_err),
+                     g_err);
+            int same = dev_same(x1, x2, sizeof(float) * T * d) && dev_same(c1, c2, 2 * (size_t)T * d) &&
+                       same_chunked(n1 + odd, n2 + odd, T, d);
+            if (!same && bad < 4)
+                printf("    (i) add + RMSNorm d %d%s, %d rows: chunk-major differs\n", d, odd ? " (odd output)" : "",
+                       T);
+            bad += !same, calls++;
+        }
+        cudaFree(w), cudaFree(x1), cudaFree(x2), cudaFree(y), cudaFree(n1), cudaFree(n2), cudaFree(c1), cudaFree(c2);
+    }
+    /* widths that are not multiples of 32 */
+    nn_bf16_cuda *t = rand_bf16_dev(64 * 100, 1.0, NULL);
+    float *tf = rand_f32_dev(64 * 100, 0.0, 1.0);
+    int ok_err = decode_linear_rows_xc_cuda(tf, 1, t, t, NULL, 4, 100, 8, 0, g_err, sizeof g_err) == -EINVAL &&
+                 decode_linear_glu_rows_xc_cuda(t, t, t, NULL, 4, 64, 40, 0, g_err, sizeof g_err) == -EINVAL &&
+                 decode_attention_xc_cuda(t, t, 6 * 20, t, t, NULL, NULL, 0, 0, 2, 2, 2, 20, 0.2f, 0, g_err,
+                                          sizeof g_err) == -EINVAL &&
+                 nn_add_rmsnorm_xc_cuda(tf, NULL, tf, t, NULL, 0, 2, 100, 1e-6f, 0, 0, g_err, sizeof g_err) == -EINVAL;
+    cudaFree(t), cudaFree(tf);
+    printf("%s (i) chunk-major activations and blocks of 8..64 rows: %ld of %ld calls (linear 5 shapes x 3 outputs, "
+           "gate/up + SwiGLU, attention at hd 64/48/128, add + RMSNorm; 1..64 rows) differ bitwise from row-major "
+           "64-row blocks; widths not a multiple of 32 %s\n",
+           bad == 0 && ok_err ? "PASS" : "FAIL", bad, calls, ok_err ? "refused" : "NOT refused");
+    g_fail += bad != 0 || !ok_err;
+}
+
 /* f. The bit-exact fusions on the whole target: every extend (a 16-row verify, a 5-row
  * one with 2 greedy rows, single rows) gives the same logits, features and greedy tokens
  * under each of them as under the separate kernels, graphs and eager. */
 static void test_exact_fusions(decode_model_cuda *gpu)
 {
     int V = gpu->tm.V, fd = gpu->n_capture * gpu->tm.d, P = rnd(20, 200);
-    int32_t *tok = xmalloc(sizeof(int32_t) * (P + 32)), nx[16];
-    for (int i = 0; i < P + 32; i++)
+    int32_t *tok = xmalloc(sizeof(int32_t) * (P + 80)), nx[16];
+    for (int i = 0; i < P + 80; i++)
         tok[i] = rnd(0, V - 1);
     static const int seqs[] = {DECODE_FUSED_SEPARATE,
                                DECODE_FUSED_DEFAULT,
@@ -1016,11 +1205,14 @@ static void test_exact_fusions(decode_model_cuda *gpu)
                                DECODE_FUSED_DEFAULT | DECODE_FUSE_QK_TAIL,
                                DECODE_FUSE_ARGMAX_SPLIT,
                                DECODE_FUSED_DEFAULT | DECODE_FUSE_ARGMAX,
-                               DECODE_FUSED_DEFAULT | DECODE_FUSE_NORM};
-    static const int steps[][2] = {{16, 16}, {5, 2}, {1, 1}, {1, 1}, {2, 0}, {1, 1}};
+                               DECODE_FUSED_DEFAULT | DECODE_FUSE_NORM,
+                               DECODE_FUSED_DEFAULT ^ DECODE_FUSE_XC,
+                               DECODE_FUSE_GLU | DECODE_FUSE_XC};
+    /* (40 rows: chunk-major activations from DECODE_XC_MIN_ROWS rows) */
+    static const int steps[][2] = {{16, 16}, {5, 2}, {1, 1}, {1, 1}, {2, 0}, {1, 1}, {40, 3}};
     const int ns = sizeof steps / sizeof steps[0];
-    float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 16 * (size_t)fd * ns);
-    float *lx = xmalloc(sizeof(float) * 16 * (size_t)V), *fx = xmalloc(sizeof(float) * 16 * (size_t)fd);
+    float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 64 * (size_t)fd * ns);
+    float *lx = xmalloc(sizeof(float) * 16 * (size_t)V), *fx = xmalloc(sizeof(float) * 64 * (size_t)fd);
     int32_t *tref = xmalloc(sizeof(int32_t) * 16 * ns);
     long bad = 0, runs = 0;
     for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
@@ -1035,7 +1227,7 @@ static void test_exact_fusions(decode_model_cuda *gpu)
                 RC_CHECK(decode_extend_cuda(gpu, tok + at, k, nn, nx, g_err, sizeof g_err), g_err);
                 RC_CHECK(decode_logits_to_host_cuda(gpu, lx, g_err, sizeof g_err), g_err);
                 RC_CHECK(decode_feats_to_host_cuda(gpu, k, fx, g_err, sizeof g_err), g_err);
-                float *lr = lref + (size_t)j * 16 * V, *fr = fref + (size_t)j * 16 * fd;
+                float *lr = lref + (size_t)j * 16 * V, *fr = fref + (size_t)j * 64 * fd;
                 int32_t *tr = tref + j * 16;
                 if (si == 0 && graphs == 1) {
                     memcpy(lr, lx, sizeof(float) * (size_t)nn * V), memcpy(fr, fx, sizeof(float) * (size_t)k * fd);
@@ -1051,8 +1243,9 @@ static void test_exact_fusions(decode_model_cuda *gpu)
                 bad += !ok, runs++;
             }
         }
-    printf("%s target: the bit-exact fusions (SwiGLU epilogue, add + RMSNorm tail, argmax in lm_head, q/k tail, and "
-           "together) == separate kernels bitwise in %ld of %ld extends (logits, features, greedy tokens; graphs "
+    printf("%s target: the bit-exact fusions (SwiGLU epilogue, add + RMSNorm tail, argmax in lm_head, q/k tail, "
+           "chunk-major activations, and together) == separate kernels bitwise in %ld of %ld extends (logits, "
+           "features, greedy tokens; graphs "
            "and eager)\n",
            bad ? "FAIL" : "PASS", runs - bad, runs);
     g_fail += bad > 0;
@@ -1073,8 +1266,13 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
         tok[i] = rnd(0, V - 1);
     float *blk = xmalloc(sizeof(float) * (size_t)k * V), *one = xmalloc(sizeof(float) * (size_t)k * V);
     float *ref = xmalloc(sizeof(float) * (size_t)k * V);
-    static const int seqs[] = {0, 1, DECODE_FUSE_RESIDUAL, DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL,
-                               DECODE_FUSED_DEFAULT};
+    static const int seqs[] = {0,
+                               1,
+                               DECODE_FUSE_RESIDUAL,
+                               DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL,
+                               DECODE_FUSED_DEFAULT,
+                               DECODE_FUSED_DEFAULT ^ DECODE_FUSE_XC,
+                               DECODE_FUSE_QK_APPEND | DECODE_FUSE_RESIDUAL | DECODE_FUSE_GLU | DECODE_FUSE_XC};
     for (size_t si = 0; si < sizeof seqs / sizeof seqs[0]; si++)
         for (int graphs = 1; graphs >= 0; graphs--) {
             int fused = seqs[si];
@@ -1125,8 +1323,11 @@ static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
     float *l1 = xmalloc(sizeof(float) * 16 * (size_t)V), *f1 = xmalloc(sizeof(float) * 16 * (size_t)fd);
     static const int KS[4][5] = {{16, 16, 16, 16, 16}, {1, 0, 1, 1, 1}, {16, 3, 0, 16, 7}, {0, 0, 0, 0, 16}};
     long rows = 0, bad = 0;
-    for (int graphs = 1; graphs >= 0; graphs--) {
+    for (int lay = 0; lay < 4; lay++) { /* graphs on / off, each with both activation layouts */
+        int graphs = lay < 2;
         bm.use_graphs = lone->use_graphs = graphs;
+        bm.fused = lay & 1 ? DECODE_FUSED_DEFAULT ^ DECODE_FUSE_XC : DECODE_FUSED_DEFAULT;
+        decode_drop_graphs_cuda(&bm);
         int np[5];
         for (int q = 0; q < NS; q++) {
             np[q] = pl->p[q % pl->n].n - 9 * q; /* different lengths */
@@ -1164,8 +1365,9 @@ static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
                 int bf = memcmp(f1, ft + (size_t)row * fd, sizeof(float) * (size_t)k * fd) != 0;
                 int bn = memcmp(nl, next + row, sizeof(int32_t) * (size_t)k) != 0;
                 if ((bl || bf || bn) && bad < 4)
-                    printf("    (g) graphs %d, step %d, sequence %d (%d rows at row %d of %d): differs in%s%s%s\n",
-                           graphs, st, q, k, row, R, bl ? " logits" : "", bf ? " features" : "",
+                    printf("    (g) graphs %d, fused %d, step %d, sequence %d (%d rows at row %d of %d): differs "
+                           "in%s%s%s\n",
+                           graphs, bm.fused, st, q, k, row, R, bl ? " logits" : "", bf ? " features" : "",
                            bn ? " greedy tokens" : "");
                 bad += bl + bf + bn;
                 rows += k;
@@ -1178,7 +1380,8 @@ static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
     int ok_err = decode_extend_batch_cuda(&bm, tok, over, next, g_err, sizeof g_err) == -ENOSPC;
     bm.fused = 1;
     ok_err &= decode_extend_batch_cuda(&bm, tok, KS[1], next, g_err, sizeof g_err) == -EINVAL;
-    printf("%s (g) batched target: %ld rows of 4 steps x 5 sequences (up to 80 rows a call, graphs on and off) == "
+    printf("%s (g) batched target: %ld rows of 4 steps x 5 sequences (up to 80 rows a call, graphs on and off, "
+           "activations row- and chunk-major) == "
            "each sequence's lone extend bitwise (logits, features, greedy tokens)%s\n",
            bad == 0 && ok_err ? "PASS" : "FAIL", rows, ok_err ? "" : "; error codes wrong");
     g_fail += bad != 0 || !ok_err;
@@ -1285,6 +1488,7 @@ int main(void)
     }
     decode_linear_variant_cuda(dflt_variant);
     test_two_tiles();
+    test_chunk_major();
     /* (f) with the other column-tile settings (the same bits) */
     for (int ct = 1; ct <= 4; ct++) {
         if (ct == decode_linear_cols_cuda(-1))

@@ -256,9 +256,10 @@ static void drafter_params(dflash_params *p, const dflash_config *c, uint64_t se
 
 /* ---- --linear-sweep: each linear shape of a step, every kernel variant ------------------ */
 
-/* ms per call of decode_linear_rows_cuda (or the SwiGLU one) at T rows, replayed in a
- * graph of `calls` launches cycling through `nw` weight copies (>= 256 MB in all, so
- * the weights come from HBM, not L2) */
+/* ms per call of decode_linear_rows_cuda (swiglu 1: the SwiGLU one; 2: the chunk-major
+ * one, decode_linear_rows_xc_cuda) at T rows, replayed in a graph of `calls` launches
+ * cycling through `nw` weight copies (>= 256 MB in all, so the weights come from HBM, not
+ * L2) */
 static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn_bf16_cuda *x, nn_bf16_cuda **w, int nw,
                           void *out, int calls, cudaStream_t s)
 {
@@ -267,8 +268,11 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     int rc = 0;
     for (int i = 0; i < calls && rc == 0; i++)
-        rc = swiglu ? decode_linear_swiglu_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err)
-                    : decode_linear_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err);
+        rc = swiglu == 1
+                 ? decode_linear_swiglu_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err)
+             : swiglu == 2
+                 ? decode_linear_rows_xc_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err)
+                 : decode_linear_rows_cuda(out, out_f32, x, w[i % nw], NULL, T, K, N, s, g_err, sizeof g_err);
     cudaError_t ce = cudaStreamEndCapture(s, &g);
     if (rc < 0 || ce != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
         printf("[failed: %s %s]", g_err, cudaGetErrorString(cudaGetLastError()));
@@ -329,6 +333,7 @@ static const seq_cfg SEQ_CFGS[] = {
     {"default + argmax in lm_head", -2, -1, -1},
     {"default + q/k tail", -3, -1, -1},
     {"default + add_rmsnorm tail", -4, -1, -1},
+    {"default ^ chunk-major x", -5, -1, -1},
 };
 #define N_SEQ_CFGS ((int)(sizeof SEQ_CFGS / sizeof SEQ_CFGS[0]))
 
@@ -340,6 +345,7 @@ static int seq_fused(const seq_cfg *c, int dflt)
     case -2: return dflt | DECODE_FUSE_ARGMAX;
     case -3: return dflt | DECODE_FUSE_QK_TAIL;
     case -4: return dflt | DECODE_FUSE_NORM;
+    case -5: return dflt ^ DECODE_FUSE_XC; /* the other activation layout */
     default: return c->fused;
     }
 }
@@ -639,7 +645,8 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         printf("%-16s %5s %5s %6s %4s", "linear", "n_in", "n_out", "MB", "rows");
         for (int vi = 0; vi < nv; vi++)
             printf(" %17s", decode_linear_variant_name_cuda(vars[vi]));
-        printf("   (us per call, GB/s, %% of copy)\n");
+        printf(" %17s   (us per call, GB/s, %% of copy; chunk-major: x in that layout, the last variant)\n",
+               "chunk-major x");
         cudaStream_t s = m.stream;
         int firstl = 1;
         for (size_t li = 0; li < DF_ARRAY_LEN(L); li++) {
@@ -674,7 +681,24 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
                             vi ? ", " : "", decode_linear_variant_name_cuda(vars[vi]), ms * 1e3, gbs,
                             100 * gbs * 1e9 / bw);
                 }
-                fprintf(jf, "]}");
+                fprintf(jf, "]");
+                if (!L[li].swiglu && L[li].K % DECODE_XC_CHUNK == 0) { /* the last variant, x chunk-major */
+                    double ms = time_linear(rows[ri], L[li].K, L[li].N, 2, L[li].out_f32, x, w, nw, out, calls, s);
+                    double gbs = wbytes / (ms * 1e-3) / 1e9;
+                    printf(" %5.1f %5.0f %4.0f%%", ms * 1e3, gbs, 100 * gbs * 1e9 / bw);
+                    fprintf(jf, ", \"chunk_major_x\": {\"us\": %.3f, \"GBps\": %.1f, \"pct_copy\": %.2f}", ms * 1e3,
+                            gbs, 100 * gbs * 1e9 / bw);
+                    /* 64 rows in blocks of 32, 16, 8 rows (the same bits) */
+                    for (int rb = 32; rows[ri] == 64 && rb >= 8; rb /= 2) {
+                        int old_rb = decode_linear_rows_block_cuda(rb);
+                        ms = time_linear(rows[ri], L[li].K, L[li].N, 2, L[li].out_f32, x, w, nw, out, calls, s);
+                        decode_linear_rows_block_cuda(old_rb);
+                        gbs = wbytes / (ms * 1e-3) / 1e9;
+                        printf("  /%d: %5.1f", rb, ms * 1e3);
+                        fprintf(jf, ", \"chunk_major_x_rows_block_%d_us\": %.3f", rb, ms * 1e3);
+                    }
+                }
+                fprintf(jf, "}");
                 printf("\n");
             }
             for (int i = 0; i < nw; i++)
@@ -968,7 +992,8 @@ int main(int argc, char **argv)
         static const double qs[3] = {1.0, 0.12, 0.0};
         double b_plain_tps = 0, b_spec_tps[2][3] = {{0}}, b_tau[3] = {0, 0, 0}, b_part[2][3][3] = {{{0}}};
         /* plain step of NB rows, verify of NB blocks, NB drafts one after the other / together */
-        double b_step[4] = {0, 0, 0, 0};
+        /* [4]: the verify in the other activation layout; [5..7]: in blocks of 32, 16, 8 rows */
+        double b_step[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int b_plain_ok = 1, b_spec_ok[2][3] = {{1, 1, 1}, {1, 1, 1}};
         if (quick)
             goto report; /* --quick: the steps only */
@@ -1026,10 +1051,16 @@ int main(int argc, char **argv)
                 }
                 for (int i = 0; i < 16 * NB; i++)
                     btok[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
-                for (int kind = 0; kind < 4; kind++) {
+                for (int kind = 0; kind < 8; kind++) {
+                    static const int rblk[8] = {64, 64, 64, 64, 64, 32, 16, 8};
+                    decode_linear_rows_block_cuda(rblk[kind]);
+                    if (kind == 4) /* the 64-row verify again, chunk-major x flipped */
+                        m.fused ^= DECODE_FUSE_XC, decode_drop_graphs_cuda(&m);
+                    if (kind >= 5) /* and in blocks of fewer rows (graphs keep their launches) */
+                        decode_drop_graphs_cuda(&m);
                     for (int i = 0; i < 32 + 3; i++) {
                         double a = now_ms();
-                        if (kind < 2) {
+                        if (kind < 2 || kind >= 4) {
                             RC(decode_extend_batch_cuda(&m, btok, kind ? ks16 : ks1, bnext, g_err, sizeof g_err));
                         } else if (kind == 2) {
                             for (int b = 0; b < NB; b++)
@@ -1039,11 +1070,15 @@ int main(int argc, char **argv)
                         }
                         if (i >= 3)
                             t_ms[i - 3] = now_ms() - a;
-                        for (int b = 0; kind < 2 && b < NB; b++)
+                        for (int b = 0; (kind < 2 || kind >= 4) && b < NB; b++)
                             RC(decode_truncate_seq_cuda(&m, b, lens[b]));
                     }
                     b_step[kind] = median(t_ms, 32);
+                    if (kind == 4)
+                        m.fused ^= DECODE_FUSE_XC, decode_drop_graphs_cuda(&m);
                 }
+                decode_linear_rows_block_cuda(64);
+                decode_drop_graphs_cuda(&m);
             }
             oracle bo[4];
             oracle_batch obt = {&ib, bo};
@@ -1133,6 +1168,10 @@ int main(int argc, char **argv)
             printf("batch of %d, one step: plain (%d rows) %.3f ms, verify (%d rows) %.3f ms = %.2fx, drafts one "
                    "after the other %.3f ms, together %.3f ms\n",
                    NB, NB, b_step[0], 16 * NB, b_step[1], b_step[1] / b_step[0], b_step[2], b_step[3]);
+            printf("batch of %d, verify (%d rows) with activations %s instead: %.3f ms = %.2fx; in blocks of 32 / 16 / "
+                   "8 rows: %.3f / %.3f / %.3f ms\n",
+                   NB, 16 * NB, (m.fused & DECODE_FUSE_XC) ? "row-major" : "chunk-major", b_step[4],
+                   b_step[4] / b_step[0], b_step[5], b_step[6], b_step[7]);
             for (int mode = 0; mode < 2; mode++)
                 for (int qi = 0; qi < 3; qi++)
                     printf("batch of %d, speculative p = %.2f, drafts %s: tau %.2f, %.0f tokens/s (batch 1: %.0f) = "
@@ -1184,9 +1223,11 @@ int main(int argc, char **argv)
             fprintf(jf,
                     "], \"batch\": {\"n\": %d, \"plain_b1_tokens_per_s\": %.2f, \"plain_tokens_per_s\": %.2f, "
                     "\"plain_lossless\": %s, \"plain_step_ms\": %.4f, \"verify_ms\": %.4f, \"drafts_one_by_one_ms\": "
-                    "%.4f, \"drafts_together_ms\": %.4f, \"spec\": [",
+                    "%.4f, \"drafts_together_ms\": %.4f, \"chunk_major_x\": %s, \"verify_other_layout_ms\": %.4f, "
+                    "\"verify_rows_block_32_16_8_ms\": [%.4f, %.4f, %.4f], \"spec\": [",
                     NB, 1e3 / plain_tpot, NB > 1 ? b_plain_tps : 1e3 / plain_tpot, b_plain_ok ? "true" : "false",
-                    b_step[0], b_step[1], b_step[2], b_step[3]);
+                    b_step[0], b_step[1], b_step[2], b_step[3], (m.fused & DECODE_FUSE_XC) ? "true" : "false",
+                    b_step[4], b_step[5], b_step[6], b_step[7]);
         for (int qi = 0; qi < 3 && !quick; qi++)
             for (int mode = 0; mode < 2; mode++)
                 fprintf(jf,

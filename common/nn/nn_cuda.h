@@ -73,6 +73,12 @@ int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16
  * kernel waits for that one before it touches memory, so only its launch overlaps). */
 int nn_add_rmsnorm_pdl_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
                             long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen);
+/* The same (a PDL launch when pdl != 0) with out chunk-major: element (t, i) at
+ * outc[((i / 32) * T + t) * 32 + i % 32], d % 32 == 0. This is the layout the decode
+ * linear kernels read at full cache lines (decode_kernels_cuda.h, "chunk-major"); the
+ * values are nn_add_rmsnorm_cuda's, bit for bit. */
+int nn_add_rmsnorm_xc_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *outc, nn_bf16_cuda *capture,
+                           long cap_stride, int T, int d, float eps, int pdl, cudaStream_t s, char *err, size_t errlen);
 
 /* ---- rope.cu -------------------------------------------------------------------- */
 

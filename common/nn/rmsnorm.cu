@@ -7,10 +7,12 @@
 /* One block per row. Pass 1: x += y, capture, sum of squares; pass 2 (re-reads the row
  * this block just wrote, from L1/L2): the normalised bf16 output. VEC = 4 when d % 4 == 0
  * and every pointer allows 16-byte fp32 / 8-byte bf16 vectors (the same arithmetic in the
- * same order as VEC = 1, only wider loads and stores). */
+ * same order as VEC = 1, only wider loads and stores). ocr > 0: out chunk-major over ocr
+ * rows (nn_add_rmsnorm_xc_cuda): element (t, i) at ((i / 32) * ocr + t) * 32 + i % 32. */
 template <int VEC>
 __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict__ y, const float *__restrict__ w,
-                                   bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d, float eps)
+                                   bf16 *__restrict__ out, bf16 *__restrict__ cap, long cap_stride, int d, float eps,
+                                   int ocr)
 {
     __shared__ float sh[32];
     pdl_launch_dependents(); /* a linear layer after us may fetch its weights now */
@@ -63,15 +65,17 @@ __global__ void add_rmsnorm_kernel(float *__restrict__ x, const bf16 *__restrict
     float r = rsqrtf(tot / (float)d + eps);
     bf16 *orow = out + (size_t)t * d;
     for (int i = threadIdx.x * VEC; i < d; i += blockDim.x * VEC) {
+        /* a vector of 4 never crosses a chunk of 32 (i % 4 == 0) */
+        bf16 *o = ocr ? out + ((size_t)(i / 32) * ocr + t) * 32 + i % 32 : orow + i;
         if (VEC == 4) {
             float4 xv = *reinterpret_cast<const float4 *>(xr + i), wv = *reinterpret_cast<const float4 *>(w + i);
             uint2 u;
             bf16 *b = reinterpret_cast<bf16 *>(&u);
             b[0] = f2bf(xv.x * r * wv.x), b[1] = f2bf(xv.y * r * wv.y);
             b[2] = f2bf(xv.z * r * wv.z), b[3] = f2bf(xv.w * r * wv.w);
-            *reinterpret_cast<uint2 *>(orow + i) = u;
+            *reinterpret_cast<uint2 *>(o) = u;
         } else {
-            orow[i] = f2bf(xr[i] * r * w[i]);
+            *o = f2bf(xr[i] * r * w[i]);
         }
     }
 }
@@ -94,13 +98,15 @@ static bool pdl_ok(void)
     return ok;
 }
 
-static int add_rmsnorm(bool pdl, float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out,
+static int add_rmsnorm(bool pdl, bool xc, float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out,
                        nn_bf16_cuda *capture, long cap_stride, int T, int d, float eps, cudaStream_t s, char *err,
                        size_t errlen)
 {
-    if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d))
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_add_rmsnorm_cuda: T %d, d %d, w and out %s, capture stride %ld",
-                            T, d, (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
+    if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d) || (xc && d % 32))
+        return df_cuda_errf(err, errlen, -EINVAL, "%s: T %d, d %d%s, w and out %s, capture stride %ld",
+                            xc ? "nn_add_rmsnorm_xc_cuda" : "nn_add_rmsnorm_cuda", T, d,
+                            xc && d % 32 ? " (not a multiple of 32)" : "",
+                            (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
     if (T == 0)
         return 0;
     int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
@@ -115,9 +121,9 @@ static int add_rmsnorm(bool pdl, float *x, const nn_bf16_cuda *y, const float *w
         cfg.attrs = at, cfg.numAttrs = 1;
     }
     cudaError_t e = vec ? cudaLaunchKernelEx(&cfg, add_rmsnorm_kernel<4>, x, as_bf(y), w, as_bf(out), as_bf(capture),
-                                             cap_stride, d, eps)
+                                             cap_stride, d, eps, xc ? T : 0)
                         : cudaLaunchKernelEx(&cfg, add_rmsnorm_kernel<1>, x, as_bf(y), w, as_bf(out), as_bf(capture),
-                                             cap_stride, d, eps);
+                                             cap_stride, d, eps, xc ? T : 0);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return df_cuda_errf(err, errlen, -EIO, "add_rmsnorm_kernel: launch: %s", cudaGetErrorString(e));
@@ -129,11 +135,17 @@ static int add_rmsnorm(bool pdl, float *x, const nn_bf16_cuda *y, const float *w
 int nn_add_rmsnorm_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
                         long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
 {
-    return add_rmsnorm(false, x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+    return add_rmsnorm(false, false, x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
 }
 
 int nn_add_rmsnorm_pdl_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
                             long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
 {
-    return add_rmsnorm(true, x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+    return add_rmsnorm(true, false, x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+}
+
+int nn_add_rmsnorm_xc_cuda(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *outc, nn_bf16_cuda *capture,
+                           long cap_stride, int T, int d, float eps, int pdl, cudaStream_t s, char *err, size_t errlen)
+{
+    return add_rmsnorm(pdl != 0, true, x, y, w, outc, capture, cap_stride, T, d, eps, s, err, errlen);
 }

@@ -222,6 +222,14 @@ int decode_attention_keys_cuda(int keys)
 
 /* DPL consecutive bf16, one load of 2 * DPL bytes when VEC (p aligned to that), else
  * element loads (the same values). */
+/* Where element (row, col) of an output [rows, ncols] goes: row-major (ocr 0), or
+ * chunk-major with ocr rows (decode_kernels_cuda.h). */
+__device__ __forceinline__ long att_out_index(int row, int col, int ncols, int ocr)
+{
+    return ocr ? ((long)(col / DECODE_XC_CHUNK) * ocr + row) * DECODE_XC_CHUNK + col % DECODE_XC_CHUNK
+               : (long)row * ncols + col;
+}
+
 template <int DPL> struct alignas(2 * DPL) bf16_dpl {
     bf16 v[DPL];
 };
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(NW * 32)
     decode_attention_warps_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                                   const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
                                   const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
-                                  int window, int H, int KV, float scale)
+                                  int window, int H, int KV, float scale, int ocr)
 {
     constexpr int hd = 32 * DPL;
     __shared__ float sm_m[NW], sm_l[NW];
@@ -324,7 +332,6 @@ __global__ void __launch_bounds__(NW * 32)
     float M = -INFINITY;
     for (int w = 0; w < NW; w++)
         M = fmaxf(M, sm_m[w]);
-    bf16 *o = out + ((long)qi * H + h) * hd;
     for (int dim = threadIdx.x; dim < hd; dim += blockDim.x) {
         float L = 0.0f, A = 0.0f;
         for (int w = 0; w < NW; w++) {
@@ -334,7 +341,7 @@ __global__ void __launch_bounds__(NW * 32)
             L += sm_l[w] * c;
             A += sm_acc[w][dim] * c;
         }
-        o[dim] = __float2bfloat16(n > 0 ? A / L : 0.0f);
+        out[att_out_index(qi, h * hd + dim, H * hd, ocr)] = __float2bfloat16(n > 0 ? A / L : 0.0f);
     }
 }
 
@@ -349,7 +356,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     decode_attention_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ q, long q_stride,
                             const bf16 *__restrict__ kc, const bf16 *__restrict__ vc,
                             const nn_key_ranges *__restrict__ ranges, const int32_t *__restrict__ base, int p0,
-                            int window, int H, int KV, int hd, float scale)
+                            int window, int H, int KV, int hd, float scale, int ocr)
 {
     __shared__ float qs[256];
     __shared__ float sc[ATT_CHUNK];
@@ -408,21 +415,20 @@ __global__ void __launch_bounds__(ATT_THREADS)
         __syncthreads(); /* everyone is done with sc[] before the next chunk */
     }
     float inv = n > 0 ? 1.0f / l_run : 0.0f;
-    bf16 *o = out + ((long)qi * H + h) * hd;
     if (tid < hd)
-        o[tid] = __float2bfloat16(acc0 * inv);
+        out[att_out_index(qi, h * hd + tid, H * hd, ocr)] = __float2bfloat16(acc0 * inv);
     if (tid + ATT_THREADS < hd)
-        o[tid + ATT_THREADS] = __float2bfloat16(acc1 * inv);
+        out[att_out_index(qi, h * hd + tid + ATT_THREADS, H * hd, ocr)] = __float2bfloat16(acc1 * inv);
 }
 
-int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc,
-                          const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
-                          int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen)
+/* decode_attention_cuda with the output row-major (ocr 0) or chunk-major over ocr = Tq rows. */
+static int attention(const char *fn, nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc,
+                     const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
+                     int Tq, int H, int KV, int hd, float scale, int ocr, cudaStream_t s, char *err, size_t errlen)
 {
     if (Tq < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 2 * ATT_THREADS || p0 < 0 || window < 0 ||
-        q_stride < (long)H * hd)
-        BAD_SHAPE("decode_attention_cuda: %d queries, heads %d/%d, head_dim %d, p0 %d, window %d", Tq, H, KV, hd, p0,
-                  window);
+        q_stride < (long)H * hd || (ocr && (H * hd) % DECODE_XC_CHUNK))
+        BAD_SHAPE("%s: %d queries, heads %d/%d, head_dim %d, p0 %d, window %d", fn, Tq, H, KV, hd, p0, window);
     if (Tq == 0)
         return 0;
     unsigned grid = (unsigned)((long)Tq * H);
@@ -431,14 +437,14 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     /* one load per key and lane when the rows are aligned to it (the same values either way) */
     int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
     cudaError_t le = cudaSuccess;
-#define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                                 \
-    do {                                                                                                             \
-        if (avec)                                                                                                    \
-            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, true, NW>, dim3(grid), dim3(NW * 32), s,  \
-                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);    \
-        else                                                                                                         \
-            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, false, NW>, dim3(grid), dim3(NW * 32), s, \
-                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale);    \
+#define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                                   \
+    do {                                                                                                               \
+        if (avec)                                                                                                      \
+            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, true, NW>, dim3(grid), dim3(NW * 32), s,    \
+                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale, ocr); \
+        else                                                                                                           \
+            le = launch_maybe_pdl(decode_attention_warps_kernel<DPL, KEYS, false, NW>, dim3(grid), dim3(NW * 32), s,   \
+                                  g_pdl_small, oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV, scale, ocr); \
     } while (0)
 #define ATT_KEYS_LAUNCH(DPL, KEYS)                \
     do {                                          \
@@ -466,7 +472,7 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     case 256: ATT_KEYS_CASE(8); break;
     default:
         decode_attention_kernel<<<grid, ATT_THREADS, 0, s>>>(oo, qq, q_stride, kk, vv, ranges, base, p0, window, H, KV,
-                                                             hd, scale);
+                                                             hd, scale, ocr);
     }
 #undef ATT_KEYS_CASE
 #undef ATT_KEYS_LAUNCH
@@ -477,6 +483,23 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
     }
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
+}
+
+int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc,
+                          const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
+                          int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen)
+{
+    return attention("decode_attention_cuda", out, q, q_stride, kc, vc, ranges, base, p0, window, Tq, H, KV, hd, scale,
+                     0, s, err, errlen);
+}
+
+int decode_attention_xc_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc,
+                             const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0,
+                             int window, int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err,
+                             size_t errlen)
+{
+    return attention("decode_attention_xc_cuda", out, q, q_stride, kc, vc, ranges, base, p0, window, Tq, H, KV, hd,
+                     scale, Tq, s, err, errlen);
 }
 
 /* ---- small-row linear layer on the tensor cores ---------------------------------------- */
@@ -536,6 +559,19 @@ int decode_linear_cols_cuda(int tiles)
     return old;
 }
 
+#ifndef DECODE_LINEAR_ROWS_BLOCK_DEFAULT
+#define DECODE_LINEAR_ROWS_BLOCK_DEFAULT 64
+#endif
+static int g_lin_rows_blk = DECODE_LINEAR_ROWS_BLOCK_DEFAULT;
+
+int decode_linear_rows_block_cuda(int rows)
+{
+    int old = g_lin_rows_blk;
+    if (rows == 8 || rows == 16 || rows == 32 || rows == 64)
+        g_lin_rows_blk = rows;
+    return old;
+}
+
 /* The device's SM count (once). */
 static int lin_sm_count(void)
 {
@@ -573,7 +609,7 @@ static int lin_pdl_ok(void)
     return major >= 9;
 }
 
-template <bool SWIGLU>
+template <bool SWIGLU, bool XC = false>
 static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
                                  int N, int vec, cudaStream_t s, const lin_epi &ep = lin_epi())
 {
@@ -592,9 +628,10 @@ static cudaError_t launch_linear(void *out, int out_f32, const bf16 *x, const bf
         v = &tv;
     }
     int pdl = v->pdl && lin_pdl_ok(), sms = lin_sm_count();
-#define LIN_CASE(W, PF, PDL)                        \
-    if (v->warps == W && v->pf == PF && pdl == PDL) \
-        return lin_launch_rows<SWIGLU, W, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, g_lin_cols, sms, s);
+#define LIN_CASE(W, PF, PDL)                                                                                \
+    if (v->warps == W && v->pf == PF && pdl == PDL)                                                         \
+        return lin_launch_rows<SWIGLU, W, PF, PDL, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, g_lin_cols, \
+                                                       g_lin_rows_blk, sms, s);
     LIN_CASE(8, 0, 0)
     LIN_CASE(8, 1, 0)
     LIN_CASE(16, 1, 0)
@@ -671,6 +708,51 @@ int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn
     if (e != cudaSuccess)
         return linear_launch_failed(e, "decode_linear_glu_rows_cuda", err, errlen);
     CUDA_LAUNCHED("decode_linear_mma_kernel (glu)", err, errlen);
+    return 0;
+}
+
+/* The chunk-major calls (decode_kernels_cuda.h): x 16-byte aligned, n_in % 32 == 0. */
+static int xc_ok(const nn_bf16_cuda *x, const nn_bf16_cuda *w, int n_in)
+{
+    return n_in % DECODE_XC_CHUNK == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
+}
+
+int decode_linear_rows_xc_cuda(void *out, int out_f32, const nn_bf16_cuda *xc, const nn_bf16_cuda *w,
+                               const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
+                               size_t errlen)
+{
+    if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || n_in <= 0 || n_out <= 0 || !out || !xc || !w || out_f32 < 0 ||
+        out_f32 > 2 || !xc_ok(xc, w, n_in))
+        BAD_SHAPE("decode_linear_rows_xc_cuda: %d rows (at most %d), %d (a multiple of %d, x and w 16-byte aligned) "
+                  "-> %d",
+                  T, DECODE_LINEAR_MAX_ROWS, n_in, DECODE_XC_CHUNK, n_out);
+    if (T == 0)
+        return 0;
+    cudaError_t e = launch_linear<false, true>(out, out_f32, as_bf(xc), as_bf(w), as_bf(bias), T, n_in, n_out, 1, s);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_rows_xc_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (chunk-major x)", err, errlen);
+    return 0;
+}
+
+int decode_linear_glu_rows_xc_cuda(nn_bf16_cuda *hc, const nn_bf16_cuda *xc, const nn_bf16_cuda *w_gu,
+                                   const nn_bf16_cuda *b_gu, int T, int n_in, int I, cudaStream_t s, char *err,
+                                   size_t errlen)
+{
+    if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || I <= 0 || I % DECODE_XC_CHUNK || !hc || !xc || !w_gu ||
+        !xc_ok(xc, w_gu, n_in))
+        BAD_SHAPE("decode_linear_glu_rows_xc_cuda: %d rows (at most %d), %d -> 2 x %d (both multiples of %d, x and "
+                  "w 16-byte aligned)",
+                  T, LIN_EPI_MAX_ROWS, n_in, I, DECODE_XC_CHUNK);
+    if (T == 0)
+        return 0;
+    lin_epi ep = lin_epi();
+    ep.mode = LIN_EPI_GLU;
+    ep.out_crow = T;
+    cudaError_t e = launch_linear<false, true>(hc, 0, as_bf(xc), as_bf(w_gu), as_bf(b_gu), T, n_in, 2 * I, 1, s, ep);
+    if (e != cudaSuccess)
+        return linear_launch_failed(e, "decode_linear_glu_rows_xc_cuda", err, errlen);
+    CUDA_LAUNCHED("decode_linear_mma_kernel (glu, chunk-major)", err, errlen);
     return 0;
 }
 

@@ -64,6 +64,13 @@ int decode_attention_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_strid
                           const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0, int window,
                           int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err, size_t errlen);
 
+/* decode_attention_cuda with out chunk-major over its Tq rows ((H * hd) % 32 == 0): the
+ * o projection's input for decode_linear_rows_xc_cuda. The same values. */
+int decode_attention_xc_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *q, long q_stride, const nn_bf16_cuda *kc,
+                             const nn_bf16_cuda *vc, const nn_key_ranges *ranges, const int32_t *base, int p0,
+                             int window, int Tq, int H, int KV, int hd, float scale, cudaStream_t s, char *err,
+                             size_t errlen);
+
 /* Keys a warp of decode_attention_cuda scores per round (4, 8 or 16; 8 at most for
  * hd = 256; default 8): more loads in flight for a few queries over a short cache, another split of
  * the keys (so other roundings; a query's bits still depend on that query alone). A
@@ -106,6 +113,18 @@ int decode_pdl_small_cuda(int on);
 #define DECODE_FUSE_ARGMAX 64
 #define DECODE_FUSE_QK_TAIL 128
 #define DECODE_FUSE_ARGMAX_SPLIT 256
+/* XC: in calls of DECODE_XC_MIN_ROWS..DECODE_EPI_MAX_ROWS rows, the linear layers' inputs chunk-major (the
+ * norms, the attention and the SwiGLU epilogue write them so, the linear kernels read
+ * them at full cache lines; below): the same values at other addresses, so the same bits.
+ * With the GLU epilogue only, not with NORM, the SwiGLU in down's loads, QK_TAIL or
+ * ARGMAX (their kernels read row-major x); shapes whose widths are not multiples of 32
+ * stay row-major. */
+#define DECODE_FUSE_XC 512
+/* From 17 rows: measured at 64 rows (the verify of a batch of 4: 8-9% faster, docs/decode_cuda.md);
+ * at 16 rows chunk-major x now keeps the two-tile kernels too, which has not been measured */
+#ifndef DECODE_XC_MIN_ROWS
+#define DECODE_XC_MIN_ROWS 17
+#endif
 #ifndef DECODE_NORM_TAIL_ROWS
 #define DECODE_NORM_TAIL_ROWS 2 /* its last block works alone: at 16 rows it cost more than it saved */
 #endif
@@ -120,11 +139,22 @@ int decode_pdl_small_cuda(int on);
  * an H200 (docs/decode_cuda.md). The add_rmsnorm tail (NORM) lost once the small kernels were
  * PDL launches; ARGMAX (in the lm_head) and QK_TAIL were slower. */
 #ifndef DECODE_FUSED_DEFAULT
-#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT)
+#define DECODE_FUSED_DEFAULT (DECODE_FUSE_QK_APPEND | DECODE_FUSE_GLU | DECODE_FUSE_ARGMAX_SPLIT | DECODE_FUSE_XC)
 #endif
 
 /* Rows one decode_linear_rows_cuda call takes. */
 #define DECODE_LINEAR_MAX_ROWS 64
+
+/* Chunk-major activations. A linear kernel's warp loads, per 32-element chunk of n_in, 16
+ * bytes of each of 8 rows (4 lanes a row): in a row-major x [T, n_in] those are 8 cache
+ * lines of which it uses 64 bytes each, and at 64 rows those x loads are most of the
+ * L1 traffic that bounds the kernel (docs/decode_cuda.md). Chunk-major x keeps the 32
+ * columns of a chunk of all T rows together: element (t, k) at
+ *     x[((k / 32) * T + t) * 32 + k % 32]            (n_in % 32 == 0)
+ * so 8 rows of a chunk are 512 contiguous bytes, 4 full lines. The _xc functions below,
+ * nn_add_rmsnorm_xc_cuda and decode_attention_xc_cuda write or read that layout; the
+ * values and the order of every sum are those of the row-major calls (the same bits). */
+#define DECODE_XC_CHUNK 32
 
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out]), bf16 x / w / bias, fp32
  * accumulation, out bf16 (out_f32 = 0), fp32 (out_f32 = 1), or added to an fp32 out
@@ -142,6 +172,12 @@ int decode_pdl_small_cuda(int on);
 int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
                             const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
                             size_t errlen);
+
+/* decode_linear_rows_cuda with x chunk-major over its T rows (16-byte aligned, n_in % 32
+ * == 0); out as there (row-major). The same bits as decode_linear_rows_cuda on x row-major. */
+int decode_linear_rows_xc_cuda(void *out, int out_f32, const nn_bf16_cuda *xc, const nn_bf16_cuda *w,
+                               const nn_bf16_cuda *bias, int T, int n_in, int n_out, cudaStream_t s, char *err,
+                               size_t errlen);
 
 /* Kernel variants of decode_linear_rows_cuda / decode_linear_swiglu_rows_cuda (block
  * size, weight prefetch, programmatic dependent launch; bench_decode --linear-sweep
@@ -162,6 +198,13 @@ const char *decode_linear_variant_name_cuda(int v);
  * (default) the same at 9..16 rows too.
  * Process-wide; returns the previous value, anything else only queries. */
 int decode_linear_cols_cuda(int tiles);
+
+/* Rows a block of the linear kernels takes in calls of 17..64 rows: 64 (default: one block
+ * a column tile), 32, 16 or 8: a call of T rows then runs T / rows blocks a tile side by side
+ * (more blocks in flight, fewer registers each; the weights come once from HBM, then from
+ * L2). A row's chunks and order of additions are the same either way: the same bits.
+ * Process-wide; returns the previous value, anything else only queries. */
+int decode_linear_rows_block_cuda(int rows);
 
 /* The same with x = SwiGLU of a fused gate/up activation gu [T, 2I] (gate columns, then
  * up): x[t, i] = bf16(silu(gu[t, i]) * gu[t, I + i]), nn_swiglu_cuda's values, computed
@@ -187,6 +230,12 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
 int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn_bf16_cuda *w_gu,
                                 const nn_bf16_cuda *b_gu, int T, int n_in, int I, cudaStream_t s, char *err,
                                 size_t errlen);
+
+/* decode_linear_glu_rows_cuda with x and h chunk-major over T rows (n_in, I multiples of
+ * 32): the down projection's input in the layout decode_linear_rows_xc_cuda reads. */
+int decode_linear_glu_rows_xc_cuda(nn_bf16_cuda *hc, const nn_bf16_cuda *xc, const nn_bf16_cuda *w_gu,
+                                   const nn_bf16_cuda *b_gu, int T, int n_in, int I, cudaStream_t s, char *err,
+                                   size_t errlen);
 
 /* What decode_linear_residual_rows_cuda does after its add. */
 typedef struct decode_norm_tail {

@@ -2,8 +2,8 @@
  * internal to common/target): the tensor-core kernel decode_linear_mma_kernel, its
  * epilogues and the templates that launch it for 1..64 rows. decode_kernels_cuda.cu picks
  * the variant and calls lin_launch_rows; the instantiations of lin_launch_rows (and so of
- * every kernel) are made in decode_linear_{w8,w16,swiglu_w8,swiglu_w16}_cuda.cu, four
- * translation units that compile side by side (the one file that held them all was the
+ * every kernel) are made in decode_linear_{w8,w16,swiglu_w8,swiglu_w16,xc_w8,xc_w16}_cuda.cu,
+ * six translation units that compile side by side (the one file that held them all was the
  * build's longest step by far). docs/decode_cuda.md describes the kernel. */
 #ifndef DF_DECODE_LINEAR_CUDA_CUH
 #define DF_DECODE_LINEAR_CUDA_CUH
@@ -207,6 +207,7 @@ __device__ __forceinline__ void qk_item(bf16 *qkv, const float *q_norm, const fl
 enum { LIN_EPI_PLAIN = 0, LIN_EPI_GLU = 1, LIN_EPI_RESID = 2, LIN_EPI_ARGMAX = 3, LIN_EPI_QK = 4 };
 typedef struct lin_epi {
     int mode;
+    int out_crow; /* LIN_EPI_GLU: h chunk-major with this many rows (the call's T), 0: row-major */
     /* LIN_EPI_RESID tail: nn_add_rmsnorm_cuda's second half in its order (nthr threads,
      * 4-wide when vec) */
     const float *norm_w;
@@ -376,7 +377,7 @@ __device__ __forceinline__ void lin_epilogue(const float (*red)[RR][lin_red_stri
         int I = N / 2;
         for (int i = threadIdx.x; i < 8 * MC * nr; i += blockDim.x) {
             int mc = i % (8 * MC), rr = i / (8 * MC), m = mc / 8, col = mc % 8;
-            int n = (blockIdx.x * MC + m) * 8 + col;
+            int n = n0 / 2 + m * 8 + col; /* (the block's tile index * MC + m) * 8 + col */
             if (n >= I)
                 continue;
             float vg = lin_warp_order_sum<WARPS, MC, RR>(red, 16 * m + col, rr);
@@ -384,7 +385,9 @@ __device__ __forceinline__ void lin_epilogue(const float (*red)[RR][lin_red_stri
             if (bias)
                 vg += __bfloat162float(bias[n]), vu += __bfloat162float(bias[I + n]);
             float gq = __bfloat162float(__float2bfloat16(vg)), uq = __bfloat162float(__float2bfloat16(vu));
-            reinterpret_cast<bf16 *>(out)[(long)(r0 + rr) * I + n] = __float2bfloat16(silu_mul(gq, uq));
+            long o = e.out_crow ? ((long)(n / LIN_CHUNK) * e.out_crow + r0 + rr) * LIN_CHUNK + n % LIN_CHUNK
+                                : (long)(r0 + rr) * I + n; /* h chunk-major or row-major */
+            reinterpret_cast<bf16 *>(out)[o] = __float2bfloat16(silu_mul(gq, uq));
         }
         return;
     }
@@ -437,12 +440,13 @@ __device__ __forceinline__ void lin_epilogue(const float (*red)[RR][lin_red_stri
  * words 0-1 and product 2 words 2-3 (a fixed permutation of k inside the chunk, the same
  * for w and x: the products summed are w[n,k] x[t,k] over every k once). The weights of
  * the first round are loaded before pdl_wait (they are constant during a step); x and out
- * are touched only after it. */
-template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC>
+ * are touched only after it. XC: x chunk-major (decode_kernels_cuda.h), so a row group's
+ * chunk is 512 contiguous bytes: the same values at other addresses, the same bits. */
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC, bool XC>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_linear_mma_kernel(void *__restrict__ out, int out_f32, const bf16 *__restrict__ x,
                              const bf16 *__restrict__ w, const bf16 *__restrict__ bias, int T, int K, int N, int vec,
-                             lin_epi e)
+                             int rsplit, lin_epi e)
 {
     /* MC column tiles of 16 per block (decode_linear_cols_cuda): tile m is the one a block
      * blockIdx.x * MC + m would have alone, with the same chunks in the same order, sharing
@@ -453,11 +457,14 @@ __global__ void __launch_bounds__(WARPS * 32)
     if (PDL)
         pdl_launch_dependents();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    /* rsplit blocks a column tile, side by side in the grid: block rb of them takes rows
+     * row0 .. row0 + 8 NT - 1 (the same chunks and order for every row: the same bits) */
+    const int bx = blockIdx.x / rsplit, row0 = (blockIdx.x - bx * rsplit) * 8 * NT;
     const bf16 *wlo[MC], *whi[MC];
     int wlo_ok[MC], whi_ok[MC];
 #pragma unroll
     for (int m = 0; m < MC; m++) {
-        int vb = blockIdx.x * MC + m, nlo = vb * LIN_COLS + g, nhi = nlo + 8;
+        int vb = bx * MC + m, nlo = vb * LIN_COLS + g, nhi = nlo + 8;
         wlo_ok[m] = nlo < N, whi_ok[m] = nhi < N;
         if (e.mode == LIN_EPI_GLU) { /* gate rows 8vb.. and the up rows I + 8vb.. (N = 2I, I % 8 == 0) */
             nlo = vb * 8 + g, nhi = N / 2 + vb * 8 + g;
@@ -465,12 +472,14 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         wlo[m] = w + (long)min(nlo, N - 1) * K, whi[m] = w + (long)min(nhi, N - 1) * K;
     }
-    long xstride = SWIGLU ? 2L * K : (long)K;
+    static_assert(!(XC && SWIGLU), "chunk-major x is plain rows");
+    /* row r of x: at x + r * K (row-major), or its chunk c at x + (c * T + r) * 32 (XC) */
+    long xstride = XC ? (long)LIN_CHUNK : SWIGLU ? 2L * K : (long)K, xcs = XC ? (long)T * LIN_CHUNK : 0;
     const bf16 *xr[NT];
     int x_ok[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-        int r = 8 * j + g;
+        int r = row0 + 8 * j + g;
         x_ok[j] = r < T;
         xr[j] = x + (long)min(r, T - 1) * xstride;
     }
@@ -495,7 +504,8 @@ __global__ void __launch_bounds__(WARPS * 32)
             int k = c * LIN_CHUNK + 8 * t, left = c < nchunks ? K - k : 0;
 #pragma unroll
             for (int j = 0; j < NT; j++)
-                b[u][j] = load_x8<SWIGLU>(xr[j], K, k, vec, x_ok[j] ? left : 0);
+                b[u][j] = XC ? load8(xr[j] + c * xcs + 8 * t, 1, x_ok[j] ? left : 0)
+                             : load_x8<SWIGLU>(xr[j], K, k, vec, x_ok[j] ? left : 0);
         }
         if (PF)
 #pragma unroll
@@ -531,7 +541,7 @@ __global__ void __launch_bounds__(WARPS * 32)
      * The warps' sums go through shared memory RG row groups at a time (all of them, or
      * half when they would not fit in 40 KB: 64 rows at 16 warps), each pass reducing and
      * writing its rows; a row's sums are added in warp order whichever pass it is in. */
-    const int n0 = blockIdx.x * MC * LIN_COLS; /* the block's columns n0 .. n0 + 16 MC - 1 */
+    const int n0 = bx * MC * LIN_COLS; /* the block's columns n0 .. n0 + 16 MC - 1 */
 #pragma unroll
     for (int p = 0; p < NT / RG; p++) {
         if (p)
@@ -546,9 +556,10 @@ __global__ void __launch_bounds__(WARPS * 32)
                 red[warp][8 * j + 2 * t + 1][16 * m + g + 8] = acc[m][p * RG + j][3];
             }
         __syncthreads();
-        const int r0 = 8 * RG * p, nr = min(T - r0, 8 * RG); /* this pass's rows r0 .. r0 + nr - 1 */
+        /* this pass's rows row0 + r0 .. row0 + r0 + nr - 1 */
+        const int r0 = 8 * RG * p, nr = min(T - row0 - r0, 8 * RG);
         if (nr > 0)
-            lin_epilogue<WARPS, MC, 8 * RG>(red, out, out_f32, bias, N, n0, r0, nr, e);
+            lin_epilogue<WARPS, MC, 8 * RG>(red, out, out_f32, bias, N, n0, row0 + r0, nr, e);
     }
     if (e.mode == LIN_EPI_ARGMAX && lin_last_block(e.sync) && threadIdx.x < (unsigned)T) {
         /* the last block hands out the rows' indices (and clears the keys for the next call) */
@@ -569,14 +580,15 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 }
 
-/* One launch of NT row groups (T <= 8 * NT), with the PDL attribute when asked. */
-template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC = 1>
+/* One launch of NT row groups a block (T <= 8 * NT * rsplit: rsplit blocks a column tile),
+ * with the PDL attribute when asked. */
+template <int NT, bool SWIGLU, int WARPS, bool PF, bool PDL, int MC = 1, bool XC = false>
 static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K,
-                                 int N, int vec, const lin_epi &e, cudaStream_t s)
+                                 int N, int vec, const lin_epi &e, cudaStream_t s, int rsplit = 1)
 {
     cudaLaunchConfig_t cfg = {};
     int tiles = (N + LIN_COLS - 1) / LIN_COLS; /* (GLU: N = 2I, I / 8 tiles) */
-    cfg.gridDim = dim3((unsigned)((tiles + MC - 1) / MC));
+    cfg.gridDim = dim3((unsigned)((tiles + MC - 1) / MC * rsplit));
     cfg.blockDim = dim3(WARPS * 32);
     cfg.stream = s;
     cudaLaunchAttribute at[1];
@@ -585,57 +597,67 @@ static cudaError_t lin_launch_nt(void *out, int out_f32, const bf16 *x, const bf
         at[0].val.programmaticStreamSerializationAllowed = 1;
         cfg.attrs = at, cfg.numAttrs = 1;
     }
-    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL, MC>, out, out_f32, x, w, b, T,
-                              K, N, vec, e);
+    return cudaLaunchKernelEx(&cfg, decode_linear_mma_kernel<NT, SWIGLU, WARPS, PF, PDL, MC, XC>, out, out_f32, x, w, b,
+                              T, K, N, vec, rsplit, e);
 }
 
 /* The launches of one variant: every row count in one call, so the weights are read once
- * (33..64 rows at 16 warps reduce in two passes of 32 rows: decode_linear_mma_kernel).
- * cols: decode_linear_cols_cuda's setting; sms: the device's multiprocessors. */
-template <bool SWIGLU, int WARPS, bool PF, bool PDL>
+ * from HBM (33..64 rows at 16 warps reduce in two passes of 32 rows: decode_linear_mma_kernel).
+ * cols: decode_linear_cols_cuda's setting; rows_blk: decode_linear_rows_block_cuda's (17..64
+ * rows in blocks of at most that many, side by side, a tile's weights read once from HBM and
+ * again from L2); sms: the device's multiprocessors. XC: x chunk-major. */
+template <bool SWIGLU, int WARPS, bool PF, bool PDL, bool XC>
 cudaError_t lin_launch_rows(void *out, int out_f32, const bf16 *x, const bf16 *w, const bf16 *b, int T, int K, int N,
-                            int vec, const lin_epi &ep, int cols, int sms, cudaStream_t s)
+                            int vec, const lin_epi &ep, int cols, int rows_blk, int sms, cudaStream_t s)
 {
+    /* the two-tile kernels: the 16-warp ones with plain x rows (a multiple of 16 warps of
+     * 128 registers: one block an SM), the 8-warp one at 9..16 rows */
+    constexpr int MC16 = WARPS == 16 && !SWIGLU && !PF ? 2 : 1, MC8 = WARPS == 8 && !SWIGLU ? 2 : 1;
     if (T <= 8) {
         /* two column tiles a block (decode_linear_cols_cuda 3): 16 warps (one block an SM), when
          * one tile a block would take more than one wave of blocks */
-        if (WARPS == 16 && !SWIGLU && !PF && cols >= 3 && (N + LIN_COLS - 1) / LIN_COLS > sms)
-            return lin_launch_nt < 1, SWIGLU, WARPS, PF, PDL,
-                   (WARPS == 16 && !SWIGLU && !PF) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
-        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        if (MC16 == 2 && cols >= 3 && (N + LIN_COLS - 1) / LIN_COLS > sms)
+            return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL, MC16, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL, 1, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     }
     if (T <= 16) {
         /* two column tiles a block (decode_linear_cols_cuda 4): 16 warps, more tiles than SMs */
-        if (WARPS == 16 && !SWIGLU && !PF && cols >= 4 && (N + LIN_COLS - 1) / LIN_COLS > sms)
-            return lin_launch_nt < 2, SWIGLU, WARPS, PF, PDL,
-                   (WARPS == 16 && !SWIGLU && !PF) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        if (MC16 == 2 && cols >= 4 && (N + LIN_COLS - 1) / LIN_COLS > sms)
+            return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL, MC16, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
         /* two column tiles a block (decode_linear_cols_cuda): 8 warps, wide shapes, n_in >= 4096
          * (measured slower at 2048), 9..16 rows */
-        if (WARPS == 8 && !SWIGLU && T > 8 && cols >= 2 && K >= 4096 &&
-            (N + LIN_COLS - 1) / LIN_COLS >= LIN_AUTO_BLOCKS)
-            return lin_launch_nt < 2, SWIGLU, WARPS, PF, PDL,
-                   (WARPS == 8 && !SWIGLU) ? 2 : 1 > (out, out_f32, x, w, b, T, K, N, vec, ep, s);
-        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        if (MC8 == 2 && T > 8 && cols >= 2 && K >= 4096 && (N + LIN_COLS - 1) / LIN_COLS >= LIN_AUTO_BLOCKS)
+            return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL, MC8, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+        return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL, 1, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
     }
-    if (T <= 32)
-        return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
-    return lin_launch_nt<8, SWIGLU, WARPS, PF, PDL>(out, out_f32, x, w, b, T, K, N, vec, ep, s);
+    int nt = T <= 32 ? 4 : 8; /* row groups of 8 a block */
+    while (nt > 1 && 8 * nt > rows_blk)
+        nt /= 2;
+    int rsplit = (T + 8 * nt - 1) / (8 * nt);
+    switch (nt) {
+    case 1: return lin_launch_nt<1, SWIGLU, WARPS, PF, PDL, 1, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s, rsplit);
+    case 2: return lin_launch_nt<2, SWIGLU, WARPS, PF, PDL, 1, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s, rsplit);
+    case 4: return lin_launch_nt<4, SWIGLU, WARPS, PF, PDL, 1, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s, rsplit);
+    default: return lin_launch_nt<8, SWIGLU, WARPS, PF, PDL, 1, XC>(out, out_f32, x, w, b, T, K, N, vec, ep, s, rsplit);
+    }
 }
 
 /* Every instantiation of lin_launch_rows: declared here (so no other file makes its own),
  * defined in decode_linear_*_cuda.cu, one per (x kind, warp count), all four (PF, PDL). */
-#define LIN_ROWS_INST(EXT, SWIGLU, WARPS, PF, PDL)                                                            \
-    EXT template cudaError_t lin_launch_rows<SWIGLU, WARPS, PF, PDL>(void *, int, const bf16 *, const bf16 *, \
-                                                                     const bf16 *, int, int, int, int,        \
-                                                                     const lin_epi &, int, int, cudaStream_t);
-#define LIN_ROWS_INST4(EXT, SWIGLU, WARPS)          \
-    LIN_ROWS_INST(EXT, SWIGLU, WARPS, false, false) \
-    LIN_ROWS_INST(EXT, SWIGLU, WARPS, true, false)  \
-    LIN_ROWS_INST(EXT, SWIGLU, WARPS, false, true)  \
-    LIN_ROWS_INST(EXT, SWIGLU, WARPS, true, true)
-LIN_ROWS_INST4(extern, false, 8)
-LIN_ROWS_INST4(extern, false, 16)
-LIN_ROWS_INST4(extern, true, 8)
-LIN_ROWS_INST4(extern, true, 16)
+#define LIN_ROWS_INST(EXT, SWIGLU, WARPS, PF, PDL, XC)                                                             \
+    EXT template cudaError_t lin_launch_rows<SWIGLU, WARPS, PF, PDL, XC>(                                          \
+        void *, int, const bf16 *, const bf16 *, const bf16 *, int, int, int, int, const lin_epi &, int, int, int, \
+        cudaStream_t);
+#define LIN_ROWS_INST4(EXT, SWIGLU, WARPS, XC)          \
+    LIN_ROWS_INST(EXT, SWIGLU, WARPS, false, false, XC) \
+    LIN_ROWS_INST(EXT, SWIGLU, WARPS, true, false, XC)  \
+    LIN_ROWS_INST(EXT, SWIGLU, WARPS, false, true, XC)  \
+    LIN_ROWS_INST(EXT, SWIGLU, WARPS, true, true, XC)
+LIN_ROWS_INST4(extern, false, 8, false)
+LIN_ROWS_INST4(extern, false, 16, false)
+LIN_ROWS_INST4(extern, true, 8, false)
+LIN_ROWS_INST4(extern, true, 16, false)
+LIN_ROWS_INST4(extern, false, 8, true)
+LIN_ROWS_INST4(extern, false, 16, true)
 
 #endif

@@ -316,6 +316,24 @@ static int addnorm(float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda
                : nn_add_rmsnorm_cuda(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
 }
 
+/* addnorm with out chunk-major (xc, DECODE_FUSE_XC) or row-major. */
+static int addnorm_x(int xc, float *x, const nn_bf16_cuda *y, const float *w, nn_bf16_cuda *out, nn_bf16_cuda *capture,
+                     long cap_stride, int T, int d, float eps, cudaStream_t s, char *err, size_t errlen)
+{
+    if (xc)
+        return nn_add_rmsnorm_xc_cuda(x, y, w, out, capture, cap_stride, T, d, eps, decode_pdl_small_cuda(-1), s, err,
+                                      errlen);
+    return addnorm(x, y, w, out, capture, cap_stride, T, d, eps, s, err, errlen);
+}
+
+/* Whether a call of T rows takes chunk-major activations (DECODE_FUSE_XC in fz, the GLU
+ * epilogue on, every width a multiple of DECODE_XC_CHUNK). */
+static int use_xc(const target_model_cuda *t, int fz, int gepi, int T)
+{
+    return (fz & DECODE_FUSE_XC) && gepi && T >= DECODE_XC_MIN_ROWS && T <= DECODE_EPI_MAX_ROWS &&
+           t->d % DECODE_XC_CHUNK == 0 && (t->H * t->hd) % DECODE_XC_CHUNK == 0 && t->I % DECODE_XC_CHUNK == 0;
+}
+
 /* out = x w^T + b over T rows: the row-exact kernel for decode-sized calls, cuBLASLt
  * (tensor cores) for prefills. */
 static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x, const nn_bf16_cuda *w,
@@ -367,6 +385,8 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
     const int f_norm = ep_ok && k <= DECODE_NORM_TAIL_ROWS && (fz & DECODE_FUSE_NORM) && !f_res && !f_glu;
     const int f_amax = (fz & DECODE_FUSE_ARGMAX) && n_next <= DECODE_EPI_MAX_ROWS;
     const int f_qkt = f_qk && (fz & DECODE_FUSE_QK_TAIL) && k <= DECODE_QK_TAIL_ROWS;
+    /* chunk-major a / att / h (and z when the argmax is its own kernel) */
+    const int f_xc = !f_norm && !f_glu && !f_qkt && use_xc(t, fz, f_gepi, k);
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * k, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     if (base)
@@ -381,14 +401,17 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
         /* x += y (previous MLP), capture layer l-1 when the caller asked for it, a = in_norm(x) */
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
         if (!f_norm || l == 0) /* (f_norm: the previous layer's down did it) */
-            STEP(addnorm(t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
-                         prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s, kerr,
-                         sizeof kerr),
+            STEP(addnorm_x(f_xc, t->x, l > 0 ? yadd : NULL, Lw->in_norm, t->a,
+                           prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, k, d, t->eps, s,
+                           kerr, sizeof kerr),
                  "add_rmsnorm (input)");
         if (f_qkt) {
             decode_qk_tail qt = {H, KV, hd, Lw->q_norm, Lw->k_norm, t->inv_freq, t->eps, kl, vl, base, p0, m->sync_d};
             STEP(decode_linear_qk_rows_cuda(t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, &qt, s, kerr, sizeof kerr),
                  "linear qkv + qk_norm_rope + kv append");
+        } else if (f_xc) {
+            STEP(decode_linear_rows_xc_cuda(t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, s, kerr, sizeof kerr),
+                 "linear qkv");
         } else {
             STEP(linear(m, t->qkv, t->a, Lw->w_qkv, Lw->b_qkv, k, d, qkv_n, kerr, sizeof kerr), "linear qkv");
         }
@@ -404,10 +427,14 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
                  "qk_norm_rope");
             STEP(decode_kv_append_cuda(kl, vl, t->qkv, k, H, KV, hd, base, p0, s, kerr, sizeof kerr), "kv append");
         }
-        STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s,
-                                   kerr, sizeof kerr),
+        STEP((f_xc ? decode_attention_xc_cuda : decode_attention_cuda)(
+                 t->att, t->qkv, qkv_n, kl, vl, NULL, base, p0, Lw->window, k, H, KV, hd, scale, s, kerr, sizeof kerr),
              "attention");
-        if (f_norm) {
+        if (f_xc) {
+            STEP(decode_linear_rows_xc_cuda(f_res ? (void *)t->x : (void *)t->y, f_res ? 2 : 0, t->att, Lw->w_o,
+                                            Lw->b_o, k, H * hd, d, s, kerr, sizeof kerr),
+                 f_res ? "linear o_proj + residual" : "linear o_proj");
+        } else if (f_norm) {
             decode_norm_tail tl = {Lw->post_norm, t->a, 0, t->eps, NULL, 0, m->sync_d};
             STEP(decode_linear_residual_rows_cuda(t->x, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, &tl, s, kerr,
                                                   sizeof kerr),
@@ -419,9 +446,12 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
             STEP(linear(m, t->y, t->att, Lw->w_o, Lw->b_o, k, H * hd, d, kerr, sizeof kerr), "linear o_proj");
         }
         if (!f_norm)
-            STEP(addnorm(t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
+            STEP(addnorm_x(f_xc, t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
                  "add_rmsnorm (post)");
-        if (f_gepi)
+        if (f_xc)
+            STEP(decode_linear_glu_rows_xc_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, k, d, I, s, kerr, sizeof kerr),
+                 "linear gate_up + swiglu");
+        else if (f_gepi)
             STEP(decode_linear_glu_rows_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, k, d, I, s, kerr, sizeof kerr),
                  "linear gate_up + swiglu");
         else
@@ -443,6 +473,10 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
             STEP(decode_linear_residual_rows_cuda(t->x, t->h, Lw->w_down, Lw->b_down, k, I, d, &tl, s, kerr,
                                                   sizeof kerr),
                  lastl ? "linear down + add (last layer) + final norm" : "linear down + add_rmsnorm (input)");
+        } else if (f_xc) {
+            STEP(decode_linear_rows_xc_cuda(f_res ? (void *)t->x : (void *)t->y, f_res ? 2 : 0, t->h, Lw->w_down,
+                                            Lw->b_down, k, I, d, s, kerr, sizeof kerr),
+                 f_res ? "linear down + residual" : "linear down");
         } else if (f_gepi) {
             if (f_res)
                 STEP(decode_linear_rows_cuda(t->x, 2, t->h, Lw->w_down, Lw->b_down, k, I, d, s, kerr, sizeof kerr),
@@ -470,10 +504,20 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
              "add (last layer)");
     if (n_next > 0) {
         float *xl = t->x + (size_t)(k - n_next) * d;
+        const int z_xc = f_xc && !f_amax; /* (one row: both layouts are the same) */
         if (!f_norm)
-            STEP(addnorm(xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr),
+            STEP(addnorm_x(z_xc, xl, NULL, m->final_norm, m->z, NULL, 0, n_next, d, t->eps, s, kerr, sizeof kerr),
                  "final norm");
-        if (f_amax) {
+        if (z_xc) {
+            STEP(
+                decode_linear_rows_xc_cuda(m->logits, 1, m->z, m->lm_head, NULL, n_next, d, t->V, s, kerr, sizeof kerr),
+                "lm_head");
+            if ((fz & DECODE_FUSE_ARGMAX_SPLIT) && n_next <= DECODE_EPI_MAX_ROWS)
+                STEP(decode_argmax_split_rows_cuda(m->next_d, m->logits, n_next, t->V, m->sync_d, s, kerr, sizeof kerr),
+                     "argmax");
+            else
+                STEP(decode_argmax_rows_cuda(m->next_d, m->logits, n_next, t->V, s, kerr, sizeof kerr), "argmax");
+        } else if (f_amax) {
             STEP(decode_linear_argmax_rows_cuda(m->logits, m->next_d, m->z, m->lm_head, n_next, d, t->V, m->sync_d, s,
                                                 kerr, sizeof kerr),
                  "lm_head + argmax");
@@ -544,6 +588,7 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
     const int fz = DECODE_FUSE_BITS(m->fused), f_qk = fz & DECODE_FUSE_QK_APPEND;
     const int f_gepi = (fz & DECODE_FUSE_GLU) && I % 8 == 0;
     const int f_asplit = (fz & DECODE_FUSE_ARGMAX_SPLIT) && R <= DECODE_EPI_MAX_ROWS;
+    const int f_xc = use_xc(t, fz, f_gepi, R); /* chunk-major a / att / h / z: one call of R rows each */
     STEP(cudaMemcpyAsync(m->tokens, m->tok_h, sizeof(int32_t) * R, cudaMemcpyHostToDevice, s) == cudaSuccess ? 0 : -EIO,
          "token upload");
     STEP(cudaMemcpyAsync(m->meta_d, m->meta_h, sizeof(int32_t) * 10 * (size_t)R, cudaMemcpyHostToDevice, s) ==
@@ -556,11 +601,13 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
         const target_layer_cuda *Lw = &t->layers[l];
         nn_bf16_cuda *kl = m->kc + l * lstride, *vl = m->vc + l * lstride;
         int prev = l > 0 ? t->capture_slot[l - 1] : -1;
-        STEP(addnorm(t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
-                     prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps, s, kerr,
-                     sizeof kerr),
+        STEP(addnorm_x(f_xc, t->x, l > 0 ? t->y : NULL, Lw->in_norm, t->a,
+                       prev >= 0 && prev < nc ? m->feat + (size_t)prev * d : NULL, cap_stride, R, d, t->eps, s, kerr,
+                       sizeof kerr),
              "add_rmsnorm (input)");
-        STEP(linear_exact(m, t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, kerr, sizeof kerr), "linear qkv");
+        STEP(f_xc ? decode_linear_rows_xc_cuda(t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, s, kerr, sizeof kerr)
+                  : linear_exact(m, t->qkv, 0, t->a, Lw->w_qkv, Lw->b_qkv, R, d, qkv_n, kerr, sizeof kerr),
+             "linear qkv");
         if (f_qk) {
             STEP(decode_qk_norm_rope_append_rows_cuda(t->qkv, Lw->q_norm, Lw->k_norm, t->inv_freq, kl, vl, R, H, KV, hd,
                                                       t->eps, pos, crow, s, kerr, sizeof kerr),
@@ -571,27 +618,37 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
                  "qk_norm_rope");
             STEP(decode_kv_append_rows_cuda(kl, vl, t->qkv, R, H, KV, hd, crow, s, kerr, sizeof kerr), "kv append");
         }
-        STEP(decode_attention_cuda(t->att, t->qkv, qkv_n, kl, vl, Lw->window > 0 ? slide : full, NULL, 0, 0, R, H, KV,
-                                   hd, scale, s, kerr, sizeof kerr),
+        STEP((f_xc ? decode_attention_xc_cuda : decode_attention_cuda)(t->att, t->qkv, qkv_n, kl, vl,
+                                                                       Lw->window > 0 ? slide : full, NULL, 0, 0, R, H,
+                                                                       KV, hd, scale, s, kerr, sizeof kerr),
              "attention");
-        STEP(linear_exact(m, t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, kerr, sizeof kerr), "linear o_proj");
-        STEP(addnorm(t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
+        STEP(f_xc ? decode_linear_rows_xc_cuda(t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, s, kerr, sizeof kerr)
+                  : linear_exact(m, t->y, 0, t->att, Lw->w_o, Lw->b_o, R, H * hd, d, kerr, sizeof kerr),
+             "linear o_proj");
+        STEP(addnorm_x(f_xc, t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
              "add_rmsnorm (post)");
-        if (f_gepi) {
+        if (f_xc) {
+            STEP(decode_linear_glu_rows_xc_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, R, d, I, s, kerr, sizeof kerr),
+                 "linear gate_up + swiglu");
+        } else if (f_gepi) {
             STEP(glu_exact(m, t->h, t->a, Lw->w_gu, Lw->b_gu, R, d, I, kerr, sizeof kerr), "linear gate_up + swiglu");
         } else {
             STEP(linear_exact(m, t->gu, 0, t->a, Lw->w_gu, Lw->b_gu, R, d, 2 * I, kerr, sizeof kerr), "linear gate_up");
             STEP(nn_swiglu_cuda(t->h, t->gu, R, I, s, kerr, sizeof kerr), "swiglu");
         }
-        STEP(linear_exact(m, t->y, 0, t->h, Lw->w_down, Lw->b_down, R, I, d, kerr, sizeof kerr), "linear down");
+        STEP(f_xc ? decode_linear_rows_xc_cuda(t->y, 0, t->h, Lw->w_down, Lw->b_down, R, I, d, s, kerr, sizeof kerr)
+                  : linear_exact(m, t->y, 0, t->h, Lw->w_down, Lw->b_down, R, I, d, kerr, sizeof kerr),
+             "linear down");
     }
     l = t->n_layers - 1;
     int last = t->capture_slot[l];
     STEP(addnorm(t->x, t->y, NULL, NULL, last >= 0 && last < nc ? m->feat + (size_t)last * d : NULL, cap_stride, R, d,
                  t->eps, s, kerr, sizeof kerr),
          "add (last layer)");
-    STEP(addnorm(t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr), "final norm");
-    STEP(linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr), "lm_head");
+    STEP(addnorm_x(f_xc, t->x, NULL, m->final_norm, m->z, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr), "final norm");
+    STEP(f_xc ? decode_linear_rows_xc_cuda(m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, s, kerr, sizeof kerr)
+              : linear_exact(m, m->logits, 1, m->z, m->lm_head, NULL, R, d, t->V, kerr, sizeof kerr),
+         "lm_head");
     if (f_asplit) /* the same indices, spread */
         STEP(decode_argmax_split_rows_cuda(m->next_d, m->logits, R, t->V, m->sync_d, s, kerr, sizeof kerr), "argmax");
     else

@@ -1,0 +1,7 @@
+/* decode_linear_xc_w16_cuda.cu: the small-row linear kernel instantiated for
+ * chunk-major x (decode_kernels_cuda.h), 16 warps a block (every row count, with and
+ * without the weight prefetch and PDL). decode_linear_cuda.cuh holds the kernel and says
+ * why the instantiations are spread over six files. */
+#include "target/decode_linear_cuda.cuh"
+
+LIN_ROWS_INST4(, false, 16, true)

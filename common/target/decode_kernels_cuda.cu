@@ -50,12 +50,18 @@ static int pdl_supported(void)
 #endif
 static int g_pdl_small = DECODE_PDL_SMALL_DEFAULT;
 
+/* The process-wide settings below: *g = v when ok; the previous value either way. */
+static int setting(int *g, int v, int ok)
+{
+    int old = *g;
+    if (ok)
+        *g = v;
+    return old;
+}
+
 int decode_pdl_small_cuda(int on)
 {
-    int old = g_pdl_small;
-    if (on == 0 || on == 1)
-        g_pdl_small = on;
-    return old;
+    return setting(&g_pdl_small, on, on == 0 || on == 1);
 }
 
 /* kernel<<<grid, block, 0, s>>>(args...), with the PDL attribute when pdl (and supported):
@@ -206,18 +212,12 @@ static int g_att_warps = DECODE_ATT_WARPS_DEFAULT;
 
 int decode_attention_warps_cuda(int warps)
 {
-    int old = g_att_warps;
-    if (warps == 4 || warps == 8 || warps == 16)
-        g_att_warps = warps;
-    return old;
+    return setting(&g_att_warps, warps, warps == 4 || warps == 8 || warps == 16);
 }
 
 int decode_attention_keys_cuda(int keys)
 {
-    int old = g_att_keys;
-    if (keys == 4 || keys == 8 || keys == 16)
-        g_att_keys = keys;
-    return old;
+    return setting(&g_att_keys, keys, keys == 4 || keys == 8 || keys == 16);
 }
 
 /* DPL consecutive bf16, one load of 2 * DPL bytes when VEC (p aligned to that), else
@@ -553,10 +553,7 @@ static int g_lin_cols = DECODE_LINEAR_COLS_DEFAULT;
 
 int decode_linear_cols_cuda(int tiles)
 {
-    int old = g_lin_cols;
-    if (tiles >= 1 && tiles <= 4)
-        g_lin_cols = tiles;
-    return old;
+    return setting(&g_lin_cols, tiles, tiles >= 1 && tiles <= 4);
 }
 
 #ifndef DECODE_LINEAR_ROWS_BLOCK_DEFAULT
@@ -566,10 +563,7 @@ static int g_lin_rows_blk = DECODE_LINEAR_ROWS_BLOCK_DEFAULT;
 
 int decode_linear_rows_block_cuda(int rows)
 {
-    int old = g_lin_rows_blk;
-    if (rows == 8 || rows == 16 || rows == 32 || rows == 64)
-        g_lin_rows_blk = rows;
-    return old;
+    return setting(&g_lin_rows_blk, rows, rows == 8 || rows == 16 || rows == 32 || rows == 64);
 }
 
 /* The device's SM count (once). */
@@ -589,10 +583,7 @@ static int lin_sm_count(void)
 
 int decode_linear_variant_cuda(int v)
 {
-    int old = g_lin_variant;
-    if (v >= 0 && v < DECODE_LINEAR_VARIANTS)
-        g_lin_variant = v;
-    return old;
+    return setting(&g_lin_variant, v, v >= 0 && v < DECODE_LINEAR_VARIANTS);
 }
 
 const char *decode_linear_variant_name_cuda(int v)

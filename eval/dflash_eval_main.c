@@ -45,8 +45,9 @@ static void usage(FILE *f)
                "  --random-drafter SEED  replace the drafter's weights by a random init (std 0.02, as a fresh\n"
                "                       training run starts) of the same shape: the untrained baseline\n"
                "  --no-plain           skip plain decoding (no speedup, no lossless check)\n"
-               "  --batch N            decode N prompts together (default 1, at most 64): plain and speculative\n"
-               "                       batches; each prompt is still checked against plain greedy decoding alone\n"
+               "  --batch N            decode N prompts together (default 1, at most 64): plain and speculative,\n"
+               "                       a queue (a prompt that finishes hands its slot to the next); each prompt is\n"
+               "                       still checked against plain greedy decoding alone\n"
                "  --backend cpu|cuda   where to run (default cpu; cuda needs a CUDA build)\n"
                "  --device N           the CUDA device of --backend cuda (default 0)\n"
                "  --label TEXT         name of this drafter in the table and the JSON\n"
@@ -318,34 +319,35 @@ int main(int argc, char **argv)
     fprintf(stderr,
             "dflash_eval: %d prompts, up to %d new tokens each, block size %d, eos %d, backend %s, drafter %s%s\n",
             pl.n, o.max_new, B, o.eos, o.backend, o.drafter, o.random_seed >= 0 ? " (random init)" : "");
-    /* wall time of the batched loops (--batch > 1): the sum over batches */
+    /* --batch > 1: every prompt through o.batch sequences as one queue (spec_generate_batch:
+     * a prompt that finishes hands its sequence to the next), after each prompt's lone plain
+     * run (the reference); the queue's decode time */
     double batch_spec_s = 0, batch_plain_s = 0;
-    const int32_t **bprompts = calloc((size_t)o.batch, sizeof *bprompts);
-    int *blens = calloc((size_t)o.batch, sizeof *blens);
-    spec_result *bres = calloc((size_t)o.batch, sizeof *bres);
-    if (!bprompts || !blens || !bres)
-        df_die(DF_EXIT_TEMP, "out of memory");
-    for (int i0 = 0; i0 < pl.n && o.batch > 1; i0 += o.batch) {
-        /* a batch: plain alone per prompt (the reference), then the batched loops */
-        int g = DF_MIN(o.batch, pl.n - i0);
-        for (int b = 0; b < g; b++) {
-            const prompts_entry *p = &pl.p[i0 + b];
-            bprompts[b] = p->tokens, blens[b] = p->n;
-            if (!o.no_plain && (rc = spec_generate_plain(&be.target, p->tokens, p->n, &so, &pe[i0 + b].plain)) < 0)
+    if (o.batch > 1) {
+        const int32_t **bprompts = calloc((size_t)pl.n, sizeof *bprompts);
+        int *blens = calloc((size_t)pl.n, sizeof *blens);
+        spec_result *bres = calloc((size_t)pl.n, sizeof *bres);
+        if (!bprompts || !blens || !bres)
+            df_die(DF_EXIT_TEMP, "out of memory");
+        for (int i = 0; i < pl.n; i++) {
+            const prompts_entry *p = &pl.p[i];
+            bprompts[i] = p->tokens, blens[i] = p->n;
+            if (!o.no_plain && (rc = spec_generate_plain(&be.target, p->tokens, p->n, &so, &pe[i].plain)) < 0)
                 df_die(DF_EXIT_TEMP, "%s: plain decoding failed: %s", p->source, strerror(-rc));
         }
-        if ((rc = spec_generate_batch(&be.target, be.drafters, g, bprompts, blens, &so, bres, NULL)) < 0)
-            df_die(DF_EXIT_TEMP, "%s: batched speculative decoding failed: %s", pl.p[i0].source, strerror(-rc));
-        batch_spec_s += bres[0].decode_s;
-        for (int b = 0; b < g; b++)
-            pe[i0 + b].spec = bres[b];
+        if ((rc = spec_generate_batch(&be.target, be.drafters, pl.n, bprompts, blens, &so, bres, NULL)) < 0)
+            df_die(DF_EXIT_TEMP, "%s: batched speculative decoding failed: %s", pl.p[0].source, strerror(-rc));
+        batch_spec_s = bres[0].decode_s;
+        for (int i = 0; i < pl.n; i++)
+            pe[i].spec = bres[i];
         if (!o.no_plain) {
-            if ((rc = spec_generate_batch(&be.target, NULL, g, bprompts, blens, &so, bres, NULL)) < 0)
-                df_die(DF_EXIT_TEMP, "%s: batched plain decoding failed: %s", pl.p[i0].source, strerror(-rc));
-            batch_plain_s += bres[0].decode_s;
-            for (int b = 0; b < g; b++)
-                pe[i0 + b].plain_batch = bres[b];
+            if ((rc = spec_generate_batch(&be.target, NULL, pl.n, bprompts, blens, &so, bres, NULL)) < 0)
+                df_die(DF_EXIT_TEMP, "%s: batched plain decoding failed: %s", pl.p[0].source, strerror(-rc));
+            batch_plain_s = bres[0].decode_s;
+            for (int i = 0; i < pl.n; i++)
+                pe[i].plain_batch = bres[i];
         }
+        free(bprompts), free(blens), free(bres);
     }
     for (int i = 0; i < pl.n; i++) {
         prompt_eval *e = &pe[i];
@@ -409,18 +411,13 @@ int main(int argc, char **argv)
     }
     double tau = tau_sum / pl.n;
     double part_d = 0, part_v = 0, part_a = 0;
-    long batch_steps = 0; /* --batch > 1: batched steps (a batch's steps = its longest member's) */
     for (int i = 0; i < pl.n; i++) {
-        if (o.batch > 1 && i % o.batch) /* a batch's parts are in each member: count them once */
-            continue;
+        if (o.batch > 1 && i) /* the queue's parts are in each member: count them once */
+            break;
         part_d += pe[i].spec.draft_s, part_v += pe[i].spec.verify_s, part_a += pe[i].spec.accept_s;
-        long most = 0;
-        for (int b = i; o.batch > 1 && b < DF_MIN(pl.n, i + o.batch); b++)
-            most = DF_MAX(most, pe[b].spec.n_steps);
-        batch_steps += most;
     }
-    long step_count = o.batch > 1 ? batch_steps : steps;
-    double per_step = step_count ? 1e3 / (double)step_count : 0; /* seconds -> ms per verify step */
+    long step_count = o.batch > 1 ? pe[0].spec.batch_steps : steps; /* --batch > 1: the queue's batched steps */
+    double per_step = step_count ? 1e3 / (double)step_count : 0;    /* seconds -> ms per verify step */
     double plain_step_ms = 0;
     long plain_steps = 0;
     for (int i = 0; i < pl.n && !o.no_plain; i++)
@@ -439,8 +436,8 @@ int main(int argc, char **argv)
             pos_hit[k] += pe[i].acc_hit[k], pos_n[k] += pe[i].acc_n[k];
             dec_hit[k] += pe[i].spec.pos_hit[k], dec_n[k] += pe[i].spec.pos_n[k];
         }
-    /* batches: every member's decode_s is its batch's, so time per token = the batches'
-     * wall time over all their new tokens (throughput); plain alone stays per prompt */
+    /* --batch > 1: every member's decode_s is the queue's, so time per token = the queue's
+     * decode time over all its new tokens (throughput); plain alone stays per prompt */
     if (o.batch > 1)
         sd = batch_spec_s;
     double tpot_p = pn ? 1e3 * pd / pn : 0, tpot_s = sn ? 1e3 * sd / sn : 0;
@@ -576,7 +573,6 @@ int main(int argc, char **argv)
         free(pe[i].acc_n);
     }
     free(pe);
-    free(bprompts), free(blens), free(bres);
     free(hist);
     free(pos_hit);
     free(pos_n);

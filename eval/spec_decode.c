@@ -161,7 +161,7 @@ int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n
     return rc;
 }
 
-/* Per-sequence state of spec_generate_batch. */
+/* Per-prompt state of spec_generate_batch. */
 typedef struct batch_seq {
     const int32_t *prompt;
     int n_prompt, done;
@@ -169,23 +169,68 @@ typedef struct batch_seq {
     int *anchor_at;  /* [max_new] */
 } batch_seq;
 
+/* The queue of spec_generate_batch: prompts wait in order for a free sequence (slot). */
+typedef struct batch_queue {
+    spec_target *t;
+    spec_drafter *drs; /* one per slot, or NULL (plain) */
+    const spec_opts *o;
+    int B, n, next; /* prompts, the next one to admit */
+    batch_seq *sq;
+    spec_result *r;
+    int *in_slot; /* [slots]: the prompt a slot decodes, -1: free */
+} batch_queue;
+
+/* Prefill prompts into free slot s until one is still running after its first token (or
+ * the queue is empty): the call a lone generation makes, on sequence s. 0 or -errno. */
+static int queue_admit(batch_queue *q, int s)
+{
+    q->in_slot[s] = -1;
+    while (q->next < q->n) {
+        int p = q->next++;
+        uint64_t t0 = df_now_ns();
+        batch_seq *b = &q->sq[p];
+        spec_drafter *dr = q->drs ? &q->drs[s] : NULL;
+        int32_t first;
+        const float *feats = NULL;
+        int rc;
+        if (b->n_prompt < 1)
+            return -EINVAL;
+        if (b->n_prompt + q->o->max_new + q->B > q->t->max_ctx)
+            return -ENOSPC;
+        if ((rc = q->t->reset_seq(q->t->ctx, s)) < 0 ||
+            (rc = q->t->extend_seq(q->t->ctx, s, b->prompt, b->n_prompt, 1, &first, &feats)) < 0)
+            return rc;
+        if (dr && ((dr->assign && (rc = dr->assign(dr->ctx, p)) < 0) || (rc = dr->reset(dr->ctx)) < 0 ||
+                   (rc = dr->append(dr->ctx, feats, b->n_prompt)) < 0))
+            return rc;
+        b->done = emit(&q->r[p], q->o, first);
+        q->r[p].prefill_s = (double)(df_now_ns() - t0) * 1e-9;
+        if (!b->done) {
+            q->in_slot[s] = p;
+            return 0;
+        }
+    }
+    return 0;
+}
+
 int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t *const *prompts, const int *n_prompt,
                         const spec_opts *o, spec_result *r, double *wall_s)
 {
     int B = drs ? drs[0].block_size : 1, rc = 0;
-    if (n < 1 || n > t->n_seq || !t->extend_batch || !t->extend_seq || !t->reset_seq || !t->truncate_seq)
+    if (n < 1 || t->n_seq < 1 || !t->extend_batch || !t->extend_seq || !t->reset_seq || !t->truncate_seq)
         return -EINVAL;
-    for (int i = 0; i < n; i++)
-        if (drs && drs[i].block_size != B)
+    const int S = n < t->n_seq ? n : t->n_seq; /* slots: sequences of t in use */
+    for (int s = 0; s < S; s++)
+        if (drs && drs[s].block_size != B)
             return -EINVAL;
     uint64_t t_start = df_now_ns();
     batch_seq *sq = calloc((size_t)n, sizeof *sq);
-    int *ks = calloc((size_t)t->n_seq, sizeof(int));
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * (size_t)B), *next = malloc(sizeof(int32_t) * (size_t)n * B);
-    int *run = malloc(sizeof(int) * (size_t)n);
-    int32_t *anc = malloc(sizeof(int32_t) * (size_t)n), *dft = malloc(sizeof(int32_t) * (size_t)n * (size_t)B);
+    int *ks = calloc((size_t)t->n_seq, sizeof(int)), *in_slot = malloc(sizeof(int) * (size_t)S);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)S * (size_t)B), *next = malloc(sizeof(int32_t) * (size_t)S * B);
+    int *run = malloc(sizeof(int) * (size_t)S);
+    int32_t *anc = malloc(sizeof(int32_t) * (size_t)S), *dft = malloc(sizeof(int32_t) * (size_t)S * (size_t)B);
     int n_init = 0;
-    if (!sq || !ks || !tok || !next || !run || !anc || !dft) {
+    if (!sq || !ks || !in_slot || !tok || !next || !run || !anc || !dft) {
         rc = -ENOMEM;
         goto out;
     }
@@ -202,42 +247,28 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
             goto out;
         }
     }
-    /* prefills, one sequence at a time (the same call as a lone generation makes) */
-    for (int i = 0; i < n; i++) {
-        uint64_t t0 = df_now_ns();
-        batch_seq *q = &sq[i];
-        int32_t first;
-        const float *feats = NULL;
-        if (q->n_prompt < 1) {
-            rc = -EINVAL;
+    batch_queue qu = {.t = t, .drs = drs, .o = o, .B = B, .n = n, .next = 0, .sq = sq, .r = r, .in_slot = in_slot};
+    /* the first prompts, one per slot, each prefilled alone */
+    for (int s = 0; s < S; s++)
+        if ((rc = queue_admit(&qu, s)) < 0)
             goto out;
-        }
-        if (q->n_prompt + o->max_new + B > t->max_ctx) {
-            rc = -ENOSPC;
-            goto out;
-        }
-        if ((rc = t->reset_seq(t->ctx, i)) < 0 ||
-            (rc = t->extend_seq(t->ctx, i, q->prompt, q->n_prompt, 1, &first, &feats)) < 0)
-            goto out;
-        if (drs && ((rc = drs[i].reset(drs[i].ctx)) < 0 || (rc = drs[i].append(drs[i].ctx, feats, q->n_prompt)) < 0))
-            goto out;
-        q->done = emit(&r[i], o, first);
-        r[i].prefill_s = (double)(df_now_ns() - t0) * 1e-9;
-    }
     uint64_t t0 = df_now_ns();
-    double draft_s = 0, verify_s = 0, accept_s = 0;
+    double draft_s = 0, verify_s = 0, accept_s = 0, admit_s = 0;
+    long n_batch_steps = 0;
     for (;;) {
-        /* the block of every running sequence: [last, drafts] (plain: [last]) */
+        /* the block of every running slot: [last, drafts] (plain: [last]) */
         int R = 0, running = 0;
         uint64_t ta = df_now_ns();
         for (int i = 0; i < t->n_seq; i++)
             ks[i] = 0;
-        for (int i = 0; i < n; i++)
-            if (!sq[i].done)
-                run[running] = i, anc[running++] = r[i].tokens[r[i].n_tokens - 1];
+        for (int s = 0; s < S; s++)
+            if (in_slot[s] >= 0) {
+                spec_result *ri = &r[in_slot[s]];
+                run[running] = s, anc[running++] = ri->tokens[ri->n_tokens - 1];
+            }
         if (!running)
             break;
-        if (drs && drs[0].draft_batch) { /* every running sequence's block in one call */
+        if (drs && drs[0].draft_batch) { /* every running slot's block in one call */
             if ((rc = drs[0].draft_batch(drs[0].batch_ctx, running, run, anc, dft)) < 0)
                 goto out;
         } else {
@@ -246,16 +277,16 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
                     goto out;
         }
         for (int j = 0; j < running; j++) {
-            int i = run[j];
+            int s = run[j], p = in_slot[s];
             int32_t *blk = tok + R;
             blk[0] = anc[j];
             if (drs) {
                 memcpy(blk + 1, dft + (size_t)j * (size_t)(B - 1), sizeof(int32_t) * (size_t)(B - 1));
-                sq[i].anchor_at[r[i].n_steps] = r[i].n_tokens - 1;
-                memcpy(sq[i].drafts + (size_t)r[i].n_steps * (size_t)(B - 1), blk + 1,
+                sq[p].anchor_at[r[p].n_steps] = r[p].n_tokens - 1;
+                memcpy(sq[p].drafts + (size_t)r[p].n_steps * (size_t)(B - 1), blk + 1,
                        sizeof(int32_t) * (size_t)(B - 1));
             }
-            ks[i] = B;
+            ks[s] = B;
             R += B;
         }
         uint64_t tb = df_now_ns();
@@ -263,37 +294,49 @@ int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t 
         if ((rc = t->extend_batch(t->ctx, tok, ks, next, &feats)) < 0)
             goto out;
         uint64_t tc = df_now_ns();
-        for (int i = 0, row = 0; i < n; i++) {
-            if (!ks[i])
+        int freed = 0;
+        for (int s = 0, row = 0; s < S; s++) {
+            if (!ks[s])
                 continue;
+            int p = in_slot[s];
             const int32_t *blk = tok + row, *nx = next + row;
-            int cached = sq[i].n_prompt + r[i].n_tokens - 1, m = 0;
+            int cached = sq[p].n_prompt + r[p].n_tokens - 1, m = 0;
             while (m < B - 1 && blk[m + 1] == nx[m])
                 m++;
             /* keep the anchor and the m accepted drafts */
             if (drs) {
                 const float *f = (const float *)(const void *)((const char *)feats + (size_t)row * t->feat_row_bytes);
-                if ((rc = t->truncate_seq(t->ctx, i, cached + m + 1)) < 0 ||
-                    (rc = drs[i].append(drs[i].ctx, f, m + 1)) < 0)
+                if ((rc = t->truncate_seq(t->ctx, s, cached + m + 1)) < 0 ||
+                    (rc = drs[s].append(drs[s].ctx, f, m + 1)) < 0)
                     goto out;
             }
-            r[i].n_steps++;
-            r[i].accept_sum += m + 1;
-            r[i].hist[m + 1]++;
-            for (int k = 1; k <= m && !sq[i].done; k++)
-                sq[i].done = emit(&r[i], o, blk[k]);
-            if (!sq[i].done)
-                sq[i].done = emit(&r[i], o, nx[m]);
+            r[p].n_steps++;
+            r[p].accept_sum += m + 1;
+            r[p].hist[m + 1]++;
+            for (int k = 1; k <= m && !sq[p].done; k++)
+                sq[p].done = emit(&r[p], o, blk[k]);
+            if (!sq[p].done)
+                sq[p].done = emit(&r[p], o, nx[m]);
+            freed += sq[p].done;
             row += B;
         }
         uint64_t td = df_now_ns();
+        /* finished prompts give their slots to the next ones in the queue (after every slot
+         * has used this step's features: a prefill replaces them) */
+        for (int s = 0; freed && s < S; s++)
+            if (ks[s] && sq[in_slot[s]].done && (rc = queue_admit(&qu, s)) < 0)
+                goto out;
+        uint64_t te = df_now_ns();
         draft_s += (double)(tb - ta) * 1e-9;
         verify_s += (double)(tc - tb) * 1e-9;
         accept_s += (double)(td - tc) * 1e-9;
+        admit_s += (double)(te - td) * 1e-9;
+        n_batch_steps++;
     }
-    double decode_s = (double)(df_now_ns() - t0) * 1e-9;
+    /* the steps' time: the prefills of prompts admitted on the way are theirs, not decoding */
+    double decode_s = (double)(df_now_ns() - t0) * 1e-9 - admit_s;
     for (int i = 0; i < n; i++) {
-        r[i].decode_s = decode_s;
+        r[i].decode_s = decode_s, r[i].batch_steps = n_batch_steps;
         if (drs)
             r[i].draft_s = draft_s, r[i].verify_s = verify_s, r[i].accept_s = accept_s;
         for (int s = 0; drs && s < r[i].n_steps; s++)
@@ -311,7 +354,7 @@ out:
         if (rc < 0)
             spec_result_free(&r[i]);
     }
-    free(sq), free(ks), free(tok), free(next), free(run), free(anc), free(dft);
+    free(sq), free(ks), free(in_slot), free(tok), free(next), free(run), free(anc), free(dft);
     return rc;
 }
 

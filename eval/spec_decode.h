@@ -68,6 +68,10 @@ typedef struct spec_drafter {
      * (B-1) ..] what that drafter's draft would give. 0 or -errno. */
     void *batch_ctx;
     int (*draft_batch)(void *batch_ctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts);
+    /* Optional (NULL: nothing to do): spec_generate_batch tells a sequence's drafter which
+     * prompt (its index in the call) it serves next, before its reset. Drafters that draft
+     * from the features alone ignore it; a test oracle that drafts a known output uses it. */
+    int (*assign)(void *ctx, int prompt);
 } spec_drafter;
 
 typedef struct spec_opts {
@@ -97,6 +101,7 @@ typedef struct spec_result {
      * (cache truncation + the accepted rows' features appended to the drafter; on a GPU
      * its device work may finish inside the next draft, which then counts it) */
     double draft_s, verify_s, accept_s;
+    long batch_steps; /* spec_generate_batch: the call's steps (extend_batch calls), in every r[i]; else 0 */
 } spec_result;
 
 void spec_result_free(spec_result *r);
@@ -110,18 +115,21 @@ int spec_generate_plain(spec_target *t, const int32_t *prompt, int n_prompt, con
 int spec_generate(spec_target *t, spec_drafter *dr, const int32_t *prompt, int n_prompt, const spec_opts *o,
                   spec_result *r);
 
-/* Plain (drs NULL) or speculative (drs[i]: sequence i's drafter, each with its own
- * context) greedy decoding of n prompts together, prompt i as sequence i of t (n <= t->n_seq,
- * t with batch calls): each prompt is prefilled alone, then every step is one
- * extend_batch over the sequences still running (1 row each for plain, B for
- * speculative: the drafts (one draft_batch call when the drafters have one, else one
- * draft per sequence), verify all in one call, then each sequence's own
- * acceptance, truncation and feature append); a sequence that reaches eos or max_new
- * sits out of the later steps. r[i] is prompt i's result as spec_generate makes it, but
- * decode_s and draft_s / verify_s / accept_s are the whole batch's times (the steps are
- * shared); *wall_s (may be NULL) = prefills + steps. Prompt i's tokens are the same as
- * spec_generate_plain on it alone whenever a row's greedy token does not depend on the
- * other rows of its call (true on the CPU and for the CUDA backend, docs/eval.md). 0 or
+/* Plain (drs NULL) or speculative greedy decoding of n prompts (any number) over the
+ * S = min(n, t->n_seq) sequences of t (t with batch calls), a queue: prompts take the
+ * sequences (slots) in order, each prefilled alone into its slot, then every step is one
+ * extend_batch over the slots still running (1 row each for plain, B for speculative: the
+ * drafts (one draft_batch call when the drafters have one, else one draft per slot),
+ * verify all in one call, then each slot's own acceptance, truncation and feature
+ * append). A prompt that reaches eos or max_new leaves its slot, and the next prompt of the
+ * queue is prefilled into it before the next step, so a long list runs S at a time without
+ * waiting for the slowest of a group. drs (speculative): one drafter per slot, drs[s] with
+ * its own context (assign, when set, names the prompt it serves next). r[i] is prompt i's
+ * result as spec_generate makes it, but decode_s and draft_s / verify_s / accept_s are the
+ * whole call's times (the steps are shared; decode_s leaves out the prefills of prompts
+ * admitted on the way); *wall_s (may be NULL) = prefills + steps. Prompt i's tokens are the
+ * same as spec_generate_plain on it alone whenever a row's greedy token does not depend on
+ * the other rows of its call (true on the CPU and for the CUDA backend, docs/eval.md). 0 or
  * -errno (then no r[i] is left allocated). */
 int spec_generate_batch(spec_target *t, spec_drafter *drs, int n, const int32_t *const *prompts, const int *n_prompt,
                         const spec_opts *o, spec_result *r, double *wall_s);

@@ -71,8 +71,9 @@ print(f"json ok: tau {a['overall']['tau']:.3f} (random drafter), hist {a['overal
       f"speedup {a['overall']['speedup']:.2f}x on this CPU")
 PY
 
-# batches: 4 prompts decoded 3 at a time (a full batch and a batch of one); same tokens as
-# decoding them one by one, lossless per prompt; an eos that stops some prompts early
+# batches: 4 prompts through 3 sequences (a queue: the fourth is prefilled into the first
+# sequence that frees up); same tokens as decoding them one by one, lossless per prompt; an
+# eos that stops some prompts early
 "$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl \
   --max-prompts 4 --max-new 40 --quiet --eos 101 --json "$tmp/d1.json" >/dev/null 2>&1
 "$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl \

@@ -281,6 +281,34 @@ static int or_draft(void *ctx, int32_t anchor, int32_t *draft)
 /* spec_drafter.draft_batch over an array of oracles: each sequence's oracle drafts its
  * block (or_draft checks the anchor against that sequence's output, so a block handed to
  * the wrong sequence fails). */
+/* A sequence's drafter in a queue (more prompts than sequences): the oracle of the prompt
+ * spec_generate_batch assigns to it. */
+typedef struct oracle_slot {
+    oracle *prompts, *cur;
+} oracle_slot;
+
+static int os_assign(void *ctx, int prompt)
+{
+    oracle_slot *s = ctx;
+    s->cur = &s->prompts[prompt];
+    return 0;
+}
+
+static int os_reset(void *ctx)
+{
+    return or_reset(((oracle_slot *)ctx)->cur);
+}
+
+static int os_append(void *ctx, const float *f, int n)
+{
+    return or_append(((oracle_slot *)ctx)->cur, f, n);
+}
+
+static int os_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    return or_draft(((oracle_slot *)ctx)->cur, anchor, draft);
+}
+
 static int or_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
 {
     oracle *all = bctx;
@@ -561,7 +589,24 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
     for (int i = 0; i < 2; i++)
         T_ASSERT(again[i].n_tokens == ref[i + 1].n_tokens &&
                  !memcmp(again[i].tokens, ref[i + 1].tokens, sizeof(int32_t) * ref[i + 1].n_tokens));
-    T_ASSERT(spec_generate_batch(&many.target, many.drafters, NS + 1, pr, np, &o, again, NULL) == -EINVAL);
+    /* a queue: the 3 prompts through 2 sequences (the third waits for the first to finish,
+     * then is prefilled into its sequence): the same tokens, and the same drafts as above */
+    const int nseq = many.target.n_seq;
+    many.target.n_seq = 2;
+    spec_result qp[3], qs[3];
+    T_ASSERT_RC(spec_generate_batch(&many.target, NULL, n, pr, np, &o, qp, NULL));
+    T_ASSERT_RC(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, qs, NULL));
+    for (int i = 0; i < n; i++) {
+        T_ASSERT(qp[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(qp[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(qs[i].n_tokens == ref[i].n_tokens &&
+                 !memcmp(qs[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
+        T_ASSERT(qs[i].n_steps == bs[i].n_steps && qs[i].accept_sum == bs[i].accept_sum);
+        T_ASSERT(qp[i].prefill_s > 0 && qs[i].prefill_s > 0);
+        spec_result_free(&qp[i]), spec_result_free(&qs[i]);
+    }
+    many.target.n_seq = nseq;
+    T_ASSERT(spec_generate_batch(&many.target, many.drafters, 0, pr, np, &o, again, NULL) == -EINVAL);
     /* oracle drafters (seeded corruption: acceptance lengths differ per sequence and step)
      * against the same oracle alone: same tokens, histogram and drafter context rows */
     oracle orc[3], lone_orc[3];
@@ -593,16 +638,27 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
         T_ASSERT_RC(spec_generate(&one.target, &ld, pr[i], np[i], &o, &lr[i]));
         spec_result_free(&lp);
     }
-    /* twice: the drafts one sequence after the other, then through draft_batch (the
-     * running sequences' blocks in one call, as the CUDA backend drafts them) */
+    /* three times: the drafts one sequence after the other, then through draft_batch (the
+     * running sequences' blocks in one call, as the CUDA backend drafts them), then as a
+     * queue of the 3 prompts through 2 sequences (each sequence's drafter told its prompt) */
     double otau = 0;
-    for (int mode = 0; mode < 2; mode++) {
+    oracle_slot oslot[2] = {{orc, NULL}, {orc, NULL}};
+    spec_drafter sdr[2];
+    for (int k = 0; k < 2; k++)
+        sdr[k] = (spec_drafter){.ctx = &oslot[k],
+                                .block_size = c.block_size,
+                                .reset = os_reset,
+                                .append = os_append,
+                                .draft = os_draft,
+                                .assign = os_assign};
+    for (int mode = 0; mode < 3; mode++) {
         for (int i = 0; i < n; i++) {
             df_rng_seed(&orc[i].r, oseed + (uint64_t)i);
-            odr[i].batch_ctx = mode ? orc : NULL;
-            odr[i].draft_batch = mode ? or_draft_batch : NULL;
+            odr[i].batch_ctx = mode == 1 ? orc : NULL;
+            odr[i].draft_batch = mode == 1 ? or_draft_batch : NULL;
         }
-        T_ASSERT_RC(spec_generate_batch(&many.target, odr, n, pr, np, &o, br, NULL));
+        many.target.n_seq = mode == 2 ? 2 : nseq;
+        T_ASSERT_RC(spec_generate_batch(&many.target, mode == 2 ? sdr : odr, n, pr, np, &o, br, NULL));
         for (int i = 0; i < n; i++) {
             T_ASSERT(br[i].n_tokens == ref[i].n_tokens &&
                      !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
@@ -611,10 +667,11 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
                 T_ASSERT(lr[i].hist[a] == br[i].hist[a]);
             T_ASSERT(orc[i].n_ctx == lone_orc[i].n_ctx &&
                      !memcmp(orc[i].feats, lone_orc[i].feats, sizeof(float) * (size_t)orc[i].n_ctx * orc[i].feat_dim));
-            otau += spec_result_tau(&br[i]) / n / 2;
+            otau += spec_result_tau(&br[i]) / n / 3;
             spec_result_free(&br[i]);
         }
     }
+    many.target.n_seq = nseq;
     for (int i = 0; i < n; i++) {
         spec_result_free(&lr[i]);
         for (int twin = 0; twin < 2; twin++) {
@@ -623,11 +680,12 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
         }
     }
     printf(
-        "batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5), drafting one after the other and through draft_batch: "
-        "tokens, acceptance histograms and drafter context rows == each alone, mean tau %.2f\n",
+        "batch with oracle drafters (corrupt 0.1 / 0.3 / 0.5), drafting one after the other, through draft_batch and "
+        "as a queue of 3 prompts through 2 sequences: tokens, acceptance histograms and drafter context rows == each "
+        "alone, mean tau %.2f\n",
         otau);
-    printf("batch of %d prompts (%d, %d, %d tokens; eos %d: %d, %d, %d new tokens): plain and "
-           "speculative == each alone, tau %.2f / %.2f / %.2f\n",
+    printf("batch of %d prompts (%d, %d, %d tokens; eos %d: %d, %d, %d new tokens), and the same as a queue through 2 "
+           "sequences: plain and speculative == each alone, tau %.2f / %.2f / %.2f\n",
            n, np[0], np[1], np[2], o.eos, ref[0].n_tokens, ref[1].n_tokens, ref[2].n_tokens, spec_result_tau(&bs[0]),
            spec_result_tau(&bs[1]), spec_result_tau(&bs[2]));
     for (int i = 0; i < n; i++) {

@@ -28,7 +28,10 @@
  * drafter context per sequence, shared weights), plain and speculative at the same
  * corruption rates; tokens/s = new tokens of all prompts over the batch's decode time,
  * beside batch 1 (the loops above); lossless = every prompt's output equals its lone
- * plain greedy run token for token.
+ * plain greedy run token for token. Then a queue: 4N prompts through the N sequences
+ * (a prompt that finishes hands its sequence to the next), plain and speculative at
+ * q = 0.12 with the drafts together: the batch rate without the ragged end of a fixed
+ * batch (its last steps run with finished sequences beside the slowest).
  *
  * Kernel sequences: the plain step, verify and draft under the sequence before the
  * bit-exact fusions (DECODE_FUSED_SEPARATE), with each of them added, and the default: the
@@ -195,15 +198,48 @@ static int d_draft(void *ctx, int32_t anchor, int32_t *draft)
 /* A batch's drafts in one call (infer_batch_draft_cuda), then each sequence's oracle. */
 typedef struct oracle_batch {
     infer_batch_cuda *ib;
-    oracle *o; /* [n_seq] */
+    oracle *o;        /* per prompt */
+    int *slot_prompt; /* a queue: [n_seq] the prompt sequence s serves; NULL: prompt s */
 } oracle_batch;
+static oracle *seq_oracle(oracle_batch *ob, int s)
+{
+    return &ob->o[ob->slot_prompt ? ob->slot_prompt[s] : s];
+}
 static int d_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
 {
     oracle_batch *ob = bctx;
     int rc = infer_batch_draft_cuda(ob->ib, n, seqs, anchors, drafts, g_err, sizeof g_err);
     for (int j = 0; rc == 0 && j < n; j++)
-        oracle_fill(&ob->o[seqs[j]], drafts + (size_t)j * (ob->ib->from->c->block_size - 1));
+        oracle_fill(seq_oracle(ob, seqs[j]), drafts + (size_t)j * (ob->ib->from->c->block_size - 1));
     return rc;
+}
+/* Sequence s's drafter in a queue (more prompts than sequences): the oracle of the prompt
+ * spec_generate_batch assigns to it, drafting with that sequence's drafter context. */
+typedef struct oracle_slot {
+    oracle_batch *ob;
+    int s;
+} oracle_slot;
+static int q_assign(void *ctx, int prompt)
+{
+    oracle_slot *q = ctx;
+    q->ob->slot_prompt[q->s] = prompt;
+    q->ob->o[prompt].dr = &q->ob->ib->seq[q->s];
+    return 0;
+}
+static int q_reset(void *ctx)
+{
+    oracle_slot *q = ctx;
+    return d_reset(seq_oracle(q->ob, q->s));
+}
+static int q_append(void *ctx, const float *feats, int n)
+{
+    oracle_slot *q = ctx;
+    return d_append(seq_oracle(q->ob, q->s), feats, n);
+}
+static int q_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    oracle_slot *q = ctx;
+    return d_draft(seq_oracle(q->ob, q->s), anchor, draft);
 }
 
 /* The target's config.json fields of a bench shape (random weights: no file). */
@@ -995,6 +1031,10 @@ int main(int argc, char **argv)
         /* [4]: the verify in the other activation layout; [5..7]: in blocks of 32, 16, 8 rows */
         double b_step[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int b_plain_ok = 1, b_spec_ok[2][3] = {{1, 1, 1}, {1, 1, 1}};
+        /* the queue of NQ prompts through NB sequences: plain, speculative (p = 0.12, together) */
+        const int NQ = 4 * NB;
+        double q_tps[2] = {0, 0}, q_tau = 0, q_part[3] = {0, 0, 0};
+        int q_ok[2] = {0, 0};
         if (quick)
             goto report; /* --quick: the steps only */
         RC(spec_generate_plain(&st, prompt, P, &so, &pr));
@@ -1081,7 +1121,7 @@ int main(int argc, char **argv)
                 decode_drop_graphs_cuda(&m);
             }
             oracle bo[4];
-            oracle_batch obt = {&ib, bo};
+            oracle_batch obt = {&ib, bo, NULL};
             spec_drafter bsd[4];
             for (int mode = 0; mode < 2; mode++) /* drafts one after the other, then together */
                 for (int qi = 0; qi < 3; qi++) {
@@ -1125,6 +1165,74 @@ int main(int argc, char **argv)
                 spec_result_free(&lone[b]);
                 free(bp[b]);
             }
+            /* a queue: NQ prompts through the NB sequences, a prompt that finishes handing its
+             * sequence to the next (spec_generate_batch), plain and speculative at p = 0.12 with
+             * the drafts together: the batch without its ragged end, where the last prompts of a
+             * fixed batch run with empty sequences beside them */
+            int32_t *qp[4 * 4];
+            int qn[4 * 4], slot_prompt[4];
+            spec_result qlone[4 * 4], *qr = calloc((size_t)NQ, sizeof *qr);
+            oracle qo[4 * 4];
+            oracle_batch qob = {&ib, qo, slot_prompt};
+            oracle_slot qslot[4];
+            spec_drafter qsd[4];
+            if (!qr) {
+                fprintf(stderr, "bench_decode: out of memory\n");
+                return 1;
+            }
+            long qtoks = 0, qsteps = 0, qacc = 0;
+            for (int q = 0; q < NQ; q++) {
+                qn[q] = P - 8 * (q % NB);
+                qp[q] = malloc(sizeof(int32_t) * (size_t)qn[q]);
+                for (int i = 0; i < qn[q]; i++)
+                    qp[q][i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
+                RC(spec_generate_plain(&st, qp[q], qn[q], &so, &qlone[q]));
+                qo[q] = (oracle){.dr = &ib.seq[0],
+                                 .plain = qlone[q].tokens,
+                                 .n_plain = qlone[q].n_tokens,
+                                 .n_prompt = qn[q],
+                                 .corrupt = qs[1],
+                                 .V = sh->V};
+                df_rng_seed(&qo[q].rng, 1000 * (si + 1) + q);
+            }
+            RC(spec_generate_batch(&st, NULL, NQ, (const int32_t *const *)qp, qn, &so, qr, NULL));
+            for (int q = 0; q < NQ; q++) {
+                qtoks += qr[q].n_tokens - 1;
+                q_ok[0] += qr[q].n_tokens == qlone[q].n_tokens &&
+                           !memcmp(qr[q].tokens, qlone[q].tokens, sizeof(int32_t) * (size_t)qr[q].n_tokens);
+            }
+            q_tps[0] = qtoks / qr[0].decode_s;
+            for (int q = 0; q < NQ; q++)
+                spec_result_free(&qr[q]);
+            for (int b = 0; b < NB; b++) {
+                qslot[b] = (oracle_slot){&qob, b};
+                slot_prompt[b] = 0;
+                qsd[b] = (spec_drafter){.ctx = &qslot[b],
+                                        .block_size = 16,
+                                        .reset = q_reset,
+                                        .append = q_append,
+                                        .draft = q_draft,
+                                        .batch_ctx = &qob,
+                                        .draft_batch = d_draft_batch,
+                                        .assign = q_assign};
+            }
+            RC(spec_generate_batch(&st, qsd, NQ, (const int32_t *const *)qp, qn, &so, qr, NULL));
+            qtoks = 0;
+            for (int q = 0; q < NQ; q++) {
+                qtoks += qr[q].n_tokens - 1, qsteps += qr[q].n_steps, qacc += qr[q].accept_sum;
+                q_ok[1] += qr[q].n_tokens == qlone[q].n_tokens &&
+                           !memcmp(qr[q].tokens, qlone[q].tokens, sizeof(int32_t) * (size_t)qr[q].n_tokens);
+            }
+            q_tps[1] = qtoks / qr[0].decode_s;
+            q_tau = qsteps ? (double)qacc / qsteps : 0;
+            q_part[0] = qr[0].draft_s * 1e3 / qr[0].batch_steps, q_part[1] = qr[0].verify_s * 1e3 / qr[0].batch_steps;
+            q_part[2] = qr[0].accept_s * 1e3 / qr[0].batch_steps;
+            for (int q = 0; q < NQ; q++) {
+                spec_result_free(&qr[q]);
+                spec_result_free(&qlone[q]);
+                free(qp[q]);
+            }
+            free(qr);
         }
 
     report:
@@ -1179,6 +1287,16 @@ int main(int argc, char **argv)
                            NB, qs[qi], mode ? "together" : "one after the other", b_tau[qi], b_spec_tps[mode][qi],
                            1e3 / sp_tpot[qi], b_spec_tps[mode][qi] / b_plain_tps, b_part[mode][qi][0],
                            b_part[mode][qi][1], b_part[mode][qi][2], b_spec_ok[mode][qi] ? "yes" : "NO");
+            printf("queue of %d prompts through %d sequences: plain %.0f tokens/s, speculative p = %.2f (drafts "
+                   "together) tau %.2f, %.0f tokens/s = %.2fx the plain queue (draft %.3f + verify %.3f + accept %.3f "
+                   "ms a step), lossless %d + %d of %d + %d\n",
+                   NQ, NB, q_tps[0], qs[1], q_tau, q_tps[1], q_tps[0] > 0 ? q_tps[1] / q_tps[0] : 0.0, q_part[0],
+                   q_part[1], q_part[2], q_ok[0], q_ok[1], NQ, NQ);
+            btl += (size_t)snprintf(btable + btl, sizeof btable - btl,
+                                    "| %s | %d, a queue of %d prompts, drafts together | %.0f%s | - | %.0f (%.2f, "
+                                    "%.2fx)%s | - |\n",
+                                    sh->name, NB, NQ, q_tps[0], q_ok[0] == NQ ? "" : " NOT LOSSLESS", q_tps[1], q_tau,
+                                    q_tps[0] > 0 ? q_tps[1] / q_tps[0] : 0.0, q_ok[1] == NQ ? "" : " NOT LOSSLESS");
             for (int mode = 0; mode < 2; mode++)
                 btl += (size_t)snprintf(
                     btable + btl, sizeof btable - btl,
@@ -1239,7 +1357,15 @@ int main(int argc, char **argv)
                         NB > 1 ? b_spec_tps[mode][qi] : 1e3 / sp_tpot[qi],
                         NB > 1 ? b_spec_tps[mode][qi] / b_plain_tps : 0.0, b_part[mode][qi][0], b_part[mode][qi][1],
                         b_part[mode][qi][2], NB > 1 ? (b_spec_ok[mode][qi] ? "true" : "false") : "true");
-        fprintf(jf, "%s", quick ? "" : "]}}");
+        if (!quick)
+            fprintf(jf,
+                    "], \"queue\": {\"prompts\": %d, \"sequences\": %d, \"plain_tokens_per_s\": %.2f, "
+                    "\"plain_lossless\": %d, \"corrupt\": %.2f, \"tau\": %.3f, \"spec_tokens_per_s\": %.2f, "
+                    "\"over_plain_queue\": %.3f, \"draft_ms\": %.4f, \"verify_ms\": %.4f, \"accept_ms\": %.4f, "
+                    "\"spec_lossless\": %d}",
+                    NB > 1 ? NQ : 0, NB, q_tps[0], q_ok[0], qs[1], q_tau, q_tps[1],
+                    q_tps[0] > 0 ? q_tps[1] / q_tps[0] : 0.0, q_part[0], q_part[1], q_part[2], q_ok[1]);
+        fprintf(jf, "%s", quick ? "" : "}}");
         fflush(jf);
         first_shape = 0;
         free(prompt);

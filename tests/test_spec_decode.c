@@ -591,11 +591,11 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
                  !memcmp(again[i].tokens, ref[i + 1].tokens, sizeof(int32_t) * ref[i + 1].n_tokens));
     /* a queue: the 3 prompts through 2 sequences (the third waits for the first to finish,
      * then is prefilled into its sequence): the same tokens, and the same drafts as above */
-    const int nseq = many.target.n_seq;
-    many.target.n_seq = 2;
+    spec_backend two;
+    T_ASSERT_RC(spec_backend_open_batch(&two, "cpu", TARGET, &c, &p, max_ctx, 2, err, sizeof err));
     spec_result qp[3], qs[3];
-    T_ASSERT_RC(spec_generate_batch(&many.target, NULL, n, pr, np, &o, qp, NULL));
-    T_ASSERT_RC(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, qs, NULL));
+    T_ASSERT_RC(spec_generate_batch(&two.target, NULL, n, pr, np, &o, qp, NULL));
+    T_ASSERT_RC(spec_generate_batch(&two.target, two.drafters, n, pr, np, &o, qs, NULL));
     for (int i = 0; i < n; i++) {
         T_ASSERT(qp[i].n_tokens == ref[i].n_tokens &&
                  !memcmp(qp[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
@@ -605,7 +605,19 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
         T_ASSERT(qp[i].prefill_s > 0 && qs[i].prefill_s > 0);
         spec_result_free(&qp[i]), spec_result_free(&qs[i]);
     }
-    many.target.n_seq = nseq;
+    /* a queue whose prompts all end at their first token (max_new 1): no step at all */
+    spec_opts one_tok = {.max_new = 1, .eos = -1};
+    T_ASSERT_RC(spec_generate_batch(&two.target, two.drafters, n, pr, np, &one_tok, qs, NULL));
+    for (int i = 0; i < n; i++) {
+        T_ASSERT(qs[i].n_tokens == 1 && qs[i].tokens[0] == ref[i].tokens[0] && qs[i].n_steps == 0 &&
+                 qs[i].batch_steps == 0);
+        spec_result_free(&qs[i]);
+    }
+    /* a queue whose last prompt does not fit the cache: -ENOSPC when it is admitted, and
+     * nothing left allocated (the leak checks of the sanitizer builds) */
+    const int32_t *lpr[3] = {pr[0], pr[1], pr[2]};
+    int lnp[3] = {np[0], np[1], max_ctx};
+    T_ASSERT(spec_generate_batch(&two.target, two.drafters, n, lpr, lnp, &o, qs, NULL) == -ENOSPC);
     T_ASSERT(spec_generate_batch(&many.target, many.drafters, 0, pr, np, &o, again, NULL) == -EINVAL);
     /* oracle drafters (seeded corruption: acceptance lengths differ per sequence and step)
      * against the same oracle alone: same tokens, histogram and drafter context rows */
@@ -657,8 +669,8 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
             odr[i].batch_ctx = mode == 1 ? orc : NULL;
             odr[i].draft_batch = mode == 1 ? or_draft_batch : NULL;
         }
-        many.target.n_seq = mode == 2 ? 2 : nseq;
-        T_ASSERT_RC(spec_generate_batch(&many.target, mode == 2 ? sdr : odr, n, pr, np, &o, br, NULL));
+        T_ASSERT_RC(spec_generate_batch(mode == 2 ? &two.target : &many.target, mode == 2 ? sdr : odr, n, pr, np, &o,
+                                        br, NULL));
         for (int i = 0; i < n; i++) {
             T_ASSERT(br[i].n_tokens == ref[i].n_tokens &&
                      !memcmp(br[i].tokens, ref[i].tokens, sizeof(int32_t) * ref[i].n_tokens));
@@ -671,7 +683,7 @@ static void batch_lossless(const char *drafter_dir, const prompts_list *pl, int 
             spec_result_free(&br[i]);
         }
     }
-    many.target.n_seq = nseq;
+    spec_backend_close(&two);
     for (int i = 0; i < n; i++) {
         spec_result_free(&lr[i]);
         for (int twin = 0; twin < 2; twin++) {

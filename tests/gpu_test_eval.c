@@ -1437,12 +1437,22 @@ static void test_batch_lossless(const char *name, const dflash_config *c, const 
     RC_CHECK(spec_generate_batch(&many.target, NULL, n, pr, np, &o, bp, &wp), "spec_generate_batch (plain)");
     RC_CHECK(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, bs, &ws), "spec_generate_batch (spec)");
     RC_CHECK(spec_generate_batch(&many.target, od, n, pr, np, &o, bo, &wo), "spec_generate_batch (oracle)");
+    /* the same prompts as a queue through 2 sequences (a finished prompt's sequence and its
+     * drafter context in the slab are reused by the next prompt), plain and speculative */
+    spec_backend two;
+    spec_result qp[4], qs[4];
+    RC_CHECK(spec_backend_open_batch(&two, "cuda", TARGET, c, p, max_ctx, 2, g_err, sizeof g_err), g_err);
+    RC_CHECK(spec_generate_batch(&two.target, NULL, n, pr, np, &o, qp, NULL), "spec_generate_batch (plain queue)");
+    RC_CHECK(spec_generate_batch(&two.target, two.drafters, n, pr, np, &o, qs, NULL), "spec_generate_batch (queue)");
+    spec_backend_close(&two);
     long same = 0, early = 0, tokens = 0;
     double tau_o = 0;
     for (int i = 0; i < n; i++) {
         long nd;
         int ok = first_diff(&ref[i], &bp[i], &nd) < 0 && first_diff(&ref[i], &bs[i], &nd) < 0 &&
-                 first_diff(&ref[i], &bo[i], &nd) < 0;
+                 first_diff(&ref[i], &bo[i], &nd) < 0 && first_diff(&ref[i], &qp[i], &nd) < 0 &&
+                 first_diff(&ref[i], &qs[i], &nd) < 0 && qs[i].n_steps == bs[i].n_steps &&
+                 qs[i].accept_sum == bs[i].accept_sum;
         same += ok;
         early += ref[i].n_tokens < max_new, tokens += ref[i].n_tokens;
         tau_o += spec_result_tau(&bo[i]) / n;
@@ -1450,10 +1460,12 @@ static void test_batch_lossless(const char *name, const dflash_config *c, const 
             printf("FAIL (g) %s: prompt %d (%d tokens): a batched output differs from lone plain greedy\n", name, i,
                    np[i]);
         spec_result_free(&ref[i]), spec_result_free(&bp[i]), spec_result_free(&bs[i]), spec_result_free(&bo[i]);
+        spec_result_free(&qp[i]), spec_result_free(&qs[i]);
         free(seqs[i]);
     }
     printf("%s (g) %s: batch of %d prompts (%d..%d tokens, eos %d: %ld stop early), plain / speculative / oracle "
-           "(tau %.2f) batched == lone plain greedy for %ld of %d; %ld tokens in %.3f / %.3f / %.3f s\n",
+           "(tau %.2f) batched, and plain / speculative as a queue through 2 sequences (the same steps as the batch), "
+           "== lone plain greedy for %ld of %d; %ld tokens in %.3f / %.3f / %.3f s\n",
            same == n ? "PASS" : "FAIL", name, n, np[n - 1], np[0], o.eos, early, tau_o, same, n, tokens, wp, ws, wo);
     g_fail += same != n;
     spec_backend_close(&many);

@@ -36,8 +36,9 @@
  *      sitting out in some steps, up to 80 rows: the 64-row pieces) == each sequence's
  *      lone extend bitwise (logits and features), graphs on and off; spec_generate_batch,
  *      plain, speculative (random / release drafter) and with oracle drafters (varied
- *      acceptance), gives every prompt exactly the tokens of lone plain greedy on the
- *      GPU, prompts of different lengths, one stopping early at eos.
+ *      acceptance), and plain and speculative as a queue through 2 sequences, gives every
+ *      prompt exactly the tokens of lone plain greedy on the GPU, prompts of different
+ *      lengths, one stopping early at eos.
  *   i. chunk-major activations: every kernel that writes or reads them == its row-major
  *      call bitwise, 1..64 rows, the linear kernels also in blocks of 8..32 rows (the whole
  *      target under them: f and g).

@@ -103,6 +103,8 @@ static int check_finite(drafter *d, double loss, const adamw_info *info, uint64_
     return 1;
 }
 
+static void checkpoint_collect(drafter *d, int wait);
+
 /* After the step's metrics line is written (so the metrics show the last count). */
 static void nonfinite_stop(drafter *d, double loss, const adamw_info *info)
 {
@@ -110,6 +112,9 @@ static void nonfinite_stop(drafter *d, double loss, const adamw_info *info)
     uint32_t max = d->w->topo.drafter.max_nonfinite_steps;
     if (d->nonfinite_consec < max)
         return;
+    /* a checkpoint still being written (of a step whose weights the skipped steps left as
+     * they were) is finished and announced first, so the stop loses nothing it holds */
+    checkpoint_collect(d, 1);
     char ck[96] = "no checkpoint was written yet";
     if (d->saved_step > 0)
         snprintf(ck, sizeof ck, "the last checkpoint (step %ld) is intact", d->saved_step);

@@ -16,7 +16,7 @@ for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fa
 
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
   --max-samples 160 --max-len 300 >/dev/null || fail "prepare_data"
-mk_topo() { # NAME
+mk_topo() { # NAME [DRAFTER_ENV_JSON]
   RUN=$T/run-$1; TOPO=$T/$1.json
   cat >"$TOPO" <<JSON
 { "version": 1, "name": "$1", "run_dir": "$RUN", "backend": "cpu", "seed": 7, "deterministic": true,
@@ -30,7 +30,7 @@ mk_topo() { # NAME
                { "name": "target1", "role": "target", "out": "tp" },
                { "name": "postproc0", "role": "postproc", "in": "tp", "out": "pd" },
                { "name": "postproc1", "role": "postproc", "in": "tp", "out": "pd" },
-               { "name": "drafter0", "role": "drafter", "in": "pd" } ],
+               { "name": "drafter0", "role": "drafter", "in": "pd"${2:+, \"env\": $2} } ],
   "supervision": { "backoff_initial_ms": 20, "backoff_max_ms": 200, "max_restarts": 20, "restart_window_s": 60,
                    "heartbeat_timeout_ms": 20000, "shutdown_timeout_ms": 5000, "metrics_interval_ms": 300 } }
 JSON
@@ -49,8 +49,12 @@ n_batches=$(pyjson "$RUN/ledger_audit.json" "d['n_batches']")
 [ "$(pyjson "$RUN/ledger_audit.json" "d['counts']['committed']")" = "$n_batches" ] || fail "clean: not every batch committed"
 ok "clean run: $n_batches batches exactly once, final checkpoint $(cat "$RUN/checkpoints/latest")"
 
-# 2. every role killed once, then the orchestrator; resume
-mk_topo kills
+# 2. every role killed once, then the orchestrator; resume. Each checkpoint is held back
+# 400 ms (DF_FAULT_CKPT_DELAY_MS: the same values, written later; training waits for the
+# previous write at each one), so trained batches wait longer for their commit and the run
+# lasts long enough for the kills on a loaded machine (it took 6.5 s without: a drafter
+# kill that landed just after a commit sent nothing back, and its retry found the run over)
+mk_topo kills '{"DF_FAULT_CKPT_DELAY_MS": "400"}'
 start_orch
 wait_for 60 steps_ge 1 || fail "no step"
 "$DFCTL" --run-dir "$RUN" kill target1 >/dev/null || fail "dfctl kill target1"

@@ -698,6 +698,19 @@ static int act_reap(orch *o, orch_worker *w)
     w->pid = 0;
 
     if (o->shutting_down) {
+        if (!ok && !w->term_signal && w->exit_status == DF_EXIT_PERM) {
+            /* a refusal while the run stops (two workers reading the same bad model: the
+             * first reaped stopped the run) is still reported as what it is, with its log */
+            char tail[2048];
+            report_log_tail(o, w->tw->name, tail, sizeof tail, 10);
+            enter(w, SV_FAILED);
+            ev_worker(o, w, "permanent_failure", NULL);
+            df_log("%s failed permanently (exit 100) while the run was stopping; last lines of %s/logs/%s.log:\n%s",
+                   w->tw->name, o->run_dir, w->tw->name, tail);
+            if (o->exit_code == 0)
+                o->exit_code = 1;
+            goto done;
+        }
         enter(w, ok ? SV_DONE : SV_STOPPED);
         goto done;
     }

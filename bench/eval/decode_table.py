@@ -96,6 +96,12 @@ def main():
                 print(f"|   one step | | plain {b['n']} rows {b['plain_step_ms']:.3f} ms | verify {16 * b['n']} rows "
                       f"{b['verify_ms']:.3f} ms ({b['verify_ms'] / b['plain_step_ms']:.2f}x) | drafts one by one "
                       f"{b['drafts_one_by_one_ms']:.3f} ms | together {b['drafts_together_ms']:.3f} ms |")
+            q = b.get("queue")
+            if q and q.get("prompts"):
+                ok = q["plain_lossless"] == q["prompts"] and q["spec_lossless"] == q["prompts"]
+                print(f"| {name} | {b['n']}, a queue of {q['prompts']} prompts, drafts together | "
+                      f"{q['plain_tokens_per_s']:,.0f} | p = {q['corrupt']:.2f}, tau {q['tau']:.2f}: "
+                      f"{q['spec_tokens_per_s']:,.0f}, {q['over_plain_queue']:.2f}x{'' if ok else ' NOT LOSSLESS'} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(merged, f, indent=1)

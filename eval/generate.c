@@ -181,56 +181,93 @@ static int take(generate_item *it, const generate_opts *o, int32_t tok)
     return it->stopped || it->n_out >= o->max_new;
 }
 
+/* The queue of generate_batch: admit the next items into free sequence s until one is
+ * still running after its first token (or none is left). 0 or -errno with err set. */
+typedef struct gen_queue {
+    generate_target *t;
+    generate_item *items;
+    int n, next, sampled;
+    const generate_opts *o;
+    sample_work *w;
+    int *on, *item_of;
+} gen_queue;
+
+static int queue_admit(gen_queue *q, int s, char *err, size_t errlen)
+{
+    q->on[s] = 0;
+    while (q->next < q->n) {
+        int i = q->next++, rc;
+        generate_item *it = &q->items[i];
+        int32_t greedy;
+        const float *logits = NULL;
+        q->t->ops->reset(q->t->impl, s);
+        if ((rc = q->t->ops->extend(q->t->impl, s, it->prompt, it->n_prompt, q->sampled, &greedy, &logits, err,
+                                    errlen)) < 0)
+            return rc;
+        int32_t tok = q->sampled ? sample_token(logits, &q->o->sample, it->rng, q->w) : greedy;
+        if (!take(it, q->o, tok)) {
+            q->on[s] = 1, q->item_of[s] = i;
+            return 0;
+        }
+    }
+    return 0;
+}
+
 int generate_batch(generate_target *t, generate_item *items, int n, const generate_opts *o, sample_work *w, char *err,
                    size_t errlen)
 {
-    if (n < 1 || n > t->n_seq || o->max_new < 1) {
-        snprintf(err, errlen, "generate_batch: %d prompts for %d sequences (max_new %d)", n, t->n_seq, o->max_new);
+    if (n < 1 || o->max_new < 1) {
+        snprintf(err, errlen, "generate_batch: %d prompts (max_new %d)", n, o->max_new);
         return -EINVAL;
     }
-    int sampled = o->sample.temperature > 0.0, on[GENERATE_MAX_BATCH] = {0}, live = 0, rc;
+    const int S = n < t->n_seq ? n : t->n_seq; /* sequences in use */
+    int on[GENERATE_MAX_BATCH] = {0}, item_of[GENERATE_MAX_BATCH] = {0}, rc;
     int32_t feed[GENERATE_MAX_BATCH], greedy[GENERATE_MAX_BATCH];
     const float *logits = NULL;
-    for (int s = 0; s < n; s++) {
-        generate_item *it = &items[s];
+    for (int i = 0; i < n; i++) {
+        generate_item *it = &items[i];
         it->n_out = it->stopped = 0;
         if (it->n_prompt < 1) {
-            snprintf(err, errlen, "prompt %d of the batch is empty", s);
+            snprintf(err, errlen, "prompt %d of the batch is empty", i);
             return -EINVAL;
         }
         if ((long)it->n_prompt + o->max_new > t->max_ctx) {
-            snprintf(err, errlen, "prompt %d of the batch: %d tokens + %d new does not fit the cache of %d", s,
+            snprintf(err, errlen, "prompt %d of the batch: %d tokens + %d new does not fit the cache of %d", i,
                      it->n_prompt, o->max_new, t->max_ctx);
             return -ENOSPC;
         }
     }
-    for (int s = n; s < t->n_seq; s++)
+    for (int s = S; s < t->n_seq; s++)
         t->ops->reset(t->impl, s); /* unused sequences sit out with nothing cached */
-    for (int s = 0; s < n; s++) {  /* prefills, one sequence at a time */
-        generate_item *it = &items[s];
-        t->ops->reset(t->impl, s);
-        if ((rc = t->ops->extend(t->impl, s, it->prompt, it->n_prompt, sampled, &greedy[0], &logits, err, errlen)) < 0)
+    gen_queue q = {t, items, n, 0, o->sample.temperature > 0.0, o, w, on, item_of};
+    for (int s = 0; s < S; s++) /* the first items, one per sequence, each prefilled alone */
+        if ((rc = queue_admit(&q, s, err, errlen)) < 0)
             return rc;
-        int32_t tok = sampled ? sample_token(logits, &o->sample, it->rng, w) : greedy[0];
-        if (!take(it, o, tok))
-            on[s] = 1, live++;
-    }
-    while (live) {
+    for (;;) {
         int R = 0;
-        for (int s = 0; s < n; s++)
-            if (on[s])
-                feed[R++] = items[s].out[items[s].n_out - 1];
-        if ((rc = t->ops->step(t->impl, feed, on, sampled, greedy, &logits, err, errlen)) < 0)
+        for (int s = 0; s < S; s++)
+            if (on[s]) {
+                generate_item *it = &items[item_of[s]];
+                feed[R++] = it->out[it->n_out - 1];
+            }
+        if (!R)
+            break;
+        if ((rc = t->ops->step(t->impl, feed, on, q.sampled, greedy, &logits, err, errlen)) < 0)
             return rc;
-        for (int s = 0, i = 0; s < n; s++) {
+        int freed = 0;
+        for (int s = 0, i = 0; s < S; s++) {
             if (!on[s])
                 continue;
-            generate_item *it = &items[s];
-            int32_t tok = sampled ? sample_token(logits + (size_t)i * t->vocab, &o->sample, it->rng, w) : greedy[i];
+            generate_item *it = &items[item_of[s]];
+            int32_t tok = q.sampled ? sample_token(logits + (size_t)i * t->vocab, &o->sample, it->rng, w) : greedy[i];
             if (take(it, o, tok))
-                on[s] = 0, live--;
+                on[s] = -1, freed++; /* ended: its sequence takes the next item below */
             i++;
         }
+        /* after every row of the step has used its logits (a prefill replaces them) */
+        for (int s = 0; freed && s < S; s++)
+            if (on[s] < 0 && (rc = queue_admit(&q, s, err, errlen)) < 0)
+                return rc;
     }
     return 0;
 }

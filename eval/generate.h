@@ -81,11 +81,14 @@ typedef struct generate_item {
     int n_out, stopped;
 } generate_item;
 
-/* The responses to items[0..n) (n <= t->n_seq) decoded together: each prompt prefilled
- * on its own sequence, then one step per token for all that have not ended (an ended one
- * sits out). Each response equals generate_one's for that prompt and rng: greedy rows are
- * bit-identical whatever else is in the step, and each prompt draws only from its rng.
- * 0 or -errno (-ENOSPC: a prompt + max_new does not fit; err names its index). */
+/* The responses to items[0..n) (any n) decoded together through min(n, t->n_seq)
+ * sequences, a queue: the items take the sequences in order, each prefilled on its own,
+ * then one step per token for all that are running; an item that ends hands its sequence to
+ * the next, prefilled before the next step, so long and short responses mix without the
+ * short ones' sequences idling until the longest ends. Each response equals generate_one's
+ * for that prompt and rng: greedy rows are bit-identical whatever else is in the step, and
+ * each prompt draws only from its rng. 0 or -errno (-ENOSPC: a prompt + max_new does not
+ * fit; err names its index, checked before anything runs). */
 int generate_batch(generate_target *t, generate_item *items, int n, const generate_opts *o, sample_work *w, char *err,
                    size_t errlen);
 

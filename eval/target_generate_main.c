@@ -27,6 +27,10 @@
 #include "json_num.h"
 #include "util.h"
 
+/* Prompts one generate_batch call takes, in --batch's: a queue through the --batch
+ * sequences, then the responses are written and the progress is logged */
+#define GEN_QUEUE_ROUNDS 4
+
 #define MAX_FILES 16
 #define MAX_EOS 16
 
@@ -39,7 +43,8 @@ static void usage(FILE *f)
                "  --out PREFIX          write PREFIX-000.dfs, PREFIX-001.dfs, ... and PREFIX.json\n"
                "  --backend B           cpu (default), cuda or cuda:N\n"
                "  --batch N             prompts decoded together, 1..64 (default 8): the same responses as\n"
-               "                        one at a time, faster (one pass over the weights per step for all)\n"
+               "                        one at a time, faster (one pass over the weights per step for all);\n"
+               "                        a prompt that ends hands its sequence to the next\n"
                "  --max-new N           response tokens at most (default: generation_config's\n"
                "                        max_new_tokens, else 512)\n"
                "  --max-prompts N       answer the first N prompts (default: all)\n"
@@ -377,10 +382,14 @@ int main(int argc, char **argv)
     if (!pl.n)
         df_die(DF_EXIT_PERM, "%s: no prompts", a.prompts[0]);
     sample_work w;
-    int32_t *resp = malloc(sizeof(int32_t) * (size_t)g.max_new * (size_t)a.batch);
-    generate_item items[GENERATE_MAX_BATCH];
-    df_rng rngs[GENERATE_MAX_BATCH];
-    if (!resp || sample_work_init(&w, t.vocab, err, sizeof err) < 0)
+    /* prompts go to generate_batch GEN_QUEUE_ROUNDS x --batch at a time: a queue through the
+     * --batch sequences (a prompt that ends hands its sequence to the next), so a long
+     * response holds up only its own sequence; the chunk bounds the responses held in memory */
+    const int chunk = a.batch * GEN_QUEUE_ROUNDS;
+    int32_t *resp = malloc(sizeof(int32_t) * (size_t)g.max_new * (size_t)chunk);
+    generate_item *items = malloc(sizeof *items * (size_t)chunk);
+    df_rng *rngs = malloc(sizeof *rngs * (size_t)chunk);
+    if (!resp || !items || !rngs || sample_work_init(&w, t.vocab, err, sizeof err) < 0)
         df_die(DF_EXIT_TEMP, "out of memory");
     df_log("%d prompts, backend %s, batch %d, %s (temperature %g, top-p %g, top-k %d), max %d new tokens, %d eos "
            "id(s)",
@@ -389,8 +398,8 @@ int main(int argc, char **argv)
     out_shard os = {0};
     long kept = 0, stopped = 0, tokens = 0;
     uint64_t t0 = df_now_ns(), last = t0;
-    for (int i0 = 0; i0 < pl.n; i0 += a.batch) {
-        int nb = pl.n - i0 < a.batch ? pl.n - i0 : a.batch;
+    for (int i0 = 0; i0 < pl.n; i0 += chunk) {
+        int nb = pl.n - i0 < chunk ? pl.n - i0 : chunk;
         for (int j = 0; j < nb; j++) {
             generate_rng(&rngs[j], a.seed, (uint64_t)(i0 + j)); /* prompt i's RNG: a function of (seed, i) */
             items[j] = (generate_item){.prompt = pl.p[i0 + j].tokens,
@@ -427,6 +436,8 @@ int main(int argc, char **argv)
            "(%ld ended on eos) in %.1f s, %.0f tok/s\n",
            pl.n, kept, os.index, a.out, tokens, stopped, secs, secs > 0 ? tokens / secs : 0.0);
     free(resp);
+    free(items);
+    free(rngs);
     free(os.off);
     free(os.tok);
     free(os.mask);

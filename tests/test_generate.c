@@ -12,8 +12,9 @@
  *      the target's logits after the tokens before it (a teacher-forced pass over prompt +
  *      response, one call); it stops on the eos it was given and keeps it; a sampled
  *      response is reproducible from (seed, index) and differs under another seed.
- *   4. generate_batch (3 sequences decoded together) gives every prompt the response
- *      generate_one gives it alone, greedy and sampled, with an eos ending some early.
+ *   4. generate_batch (3 sequences decoded together, and all 7 prompts as one queue through
+ *      them) gives every prompt the response generate_one gives it alone, greedy and
+ *      sampled, with an eos ending some early.
  */
 #include <errno.h>
 #include <math.h>
@@ -293,15 +294,31 @@ static void check_batch(df_rng *r)
                 early += sref[i] && nref[i] < g.max_new;
             }
         }
+        /* all of them in one call: a queue through the 3 sequences (a prompt that ends hands its
+         * sequence to the next, prefilled before the next step) */
+        generate_item qi[8];
+        df_rng qr[8];
+        for (int i = 0; i < pl.n; i++) {
+            generate_rng(&qr[i], 11, (uint64_t)i);
+            qi[i] = (generate_item){.prompt = pl.p[i].tokens, .n_prompt = pl.p[i].n, .rng = &qr[i], .out = got[i]};
+        }
+        T_ASSERT_RC(generate_batch(&tb, qi, pl.n, &g, &w, err, sizeof err));
+        for (int i = 0; i < pl.n; i++)
+            if (qi[i].n_out != nref[i] || qi[i].stopped != sref[i] ||
+                memcmp(got[i], ref[i], sizeof(int32_t) * (size_t)nref[i]) != 0) {
+                fprintf(stderr, "%s prompt %d: queued response (%d tokens, stopped %d) differs from alone (%d, %d)\n",
+                        mode ? "sampled" : "greedy", i, qi[i].n_out, qi[i].stopped, nref[i], sref[i]);
+                exit(1);
+            }
         T_ASSERT(sref[1] || mode); /* greedy: prompt 1 met its eos for sure */
     }
     T_ASSERT(early >= 1);
     generate_item big = {.prompt = pl.p[0].tokens, .n_prompt = pl.p[0].n, .rng = NULL, .out = got[0]};
     generate_opts huge = {{0.0, 1.0, 0}, 512, NULL, 0};
     T_ASSERT(generate_batch(&tb, &big, 1, &huge, &w, err, sizeof err) == -ENOSPC && strstr(err, "prompt 0"));
-    printf("ok: %d prompts decoded %d at a time == one at a time, greedy and sampled (%d responses ended early on "
-           "an eos while the others went on)\n",
-           pl.n, B, early);
+    printf("ok: %d prompts decoded %d at a time, and all of them as one queue through %d sequences, == one at a time, "
+           "greedy and sampled (%d responses ended early on an eos while the others went on)\n",
+           pl.n, B, B, early);
     sample_work_free(&w);
     prompts_free(&pl);
     generate_close(&t1);

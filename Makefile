@@ -190,10 +190,12 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-# The CPU reference layers are the hot loops of the CPU backend: let the compiler vectorise them.
+# The CPU reference layers are the hot loops of the CPU backend: let the compiler vectorise them,
+# and never fuse a multiply and an add (the AVX copies of the loops, common/nn/isa.c, must give the
+# baseline's bits; FMA would round once where they round twice).
 # bench_nn_cpu times them against the plain loops (tests/nn_plain.h) it compiles itself: same flags.
-$(BUILD)/common/nn/%.o: CFLAGS += -O3
-$(BUILD)/bench/bench_nn_cpu: CFLAGS += -O3
+$(BUILD)/common/nn/%.o: CFLAGS += -O3 -ffp-contract=off
+$(BUILD)/bench/bench_nn_cpu: CFLAGS += -O3 -ffp-contract=off
 
 $(BUILD)/gen/dflash_py.c: common/dflash/dflash.py scripts/embed_file.sh
 	@mkdir -p $(@D)

@@ -6,9 +6,13 @@
  *  - nn_attention and nn_attention_backward with random shapes (GQA groups, odd head
  *    sizes, key counts that are not multiples of 4), random ranges of every kind above,
  *    queries that see nothing, and values with large spread;
- *  - nn_matmul and nn_matmul_backward (dx, dw, dbias) with random shapes, gradients with
- *    exact zeros (whole rows, single entries, -0.0) and accumulation into non-zero buffers.
+ *  - nn_matmul and nn_matmul_backward (dx, dw, dbias) with random shapes (some wide enough
+ *    to be computed in several tiles), gradients with exact zeros (whole rows, single
+ *    entries, -0.0) and accumulation into non-zero buffers.
+ * All of it at every vector level this CPU has (nn_isa_set: the baseline and AVX copies of
+ * the loops), each against the plain loops; and nn_isa_set refuses what it must.
  * Any differing element fails with its index and both values. */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -154,6 +158,8 @@ static void test_matmul(void)
     long elems = 0;
     for (int it = 0; it < 80; it++) {
         int T = rnd(1, 13), n_in = rnd(1, 70), n_out = rnd(1, 23);
+        if (it % 8 == 7) /* rows wide enough that the weight rows go in several L1 tiles (nn_tile_rows) */
+            T = rnd(1, 6), n_in = rnd(700, 1300), n_out = rnd(9, 40);
         float *x = rnd_buf((size_t)T * n_in, 1.0), *w = rnd_buf((size_t)n_out * n_in, 1.0),
               *b = it % 2 ? rnd_buf((size_t)n_out, 1.0) : NULL;
         size_t no = (size_t)T * n_out, nx = (size_t)T * n_in, nw = (size_t)n_out * n_in;
@@ -201,10 +207,24 @@ int main(int argc, char **argv)
     const char *env = getenv("NN_EXACT_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : df_now_ns();
     printf("seed %llu (NN_EXACT_SEED=%llu replays)\n", (unsigned long long)seed, (unsigned long long)seed);
-    df_rng_seed(&g_rng, seed);
-    test_spans();
-    test_attention();
-    test_matmul();
-    printf("test_nn_exact: all passed\n");
+    T_ASSERT(nn_isa_set(-1) == -EINVAL && nn_isa_set(NN_ISA_COUNT) == -EINVAL);
+    T_ASSERT(strcmp(nn_isa_name(NN_ISA_AVX), "avx") == 0 && strcmp(nn_isa_name(NN_ISA_COUNT), "?") == 0);
+    int levels = 0, start = nn_isa();
+    for (int isa = 0; isa < NN_ISA_COUNT; isa++) {
+        if (!nn_isa_supported(isa)) {
+            T_ASSERT(nn_isa_set(isa) == -ENOTSUP);
+            printf("vector level %s: not on this CPU, skipped\n", nn_isa_name(isa));
+            continue;
+        }
+        T_ASSERT(nn_isa_set(isa) >= 0 && nn_isa() == isa);
+        printf("vector level %s:\n", nn_isa_name(isa));
+        df_rng_seed(&g_rng, seed + (uint64_t)isa); /* fresh inputs for each level */
+        test_spans();
+        test_attention();
+        test_matmul();
+        levels++;
+    }
+    nn_isa_set(start);
+    printf("test_nn_exact: all passed (%d vector level%s)\n", levels, levels == 1 ? "" : "s");
     return 0;
 }

@@ -8,7 +8,7 @@
  * run side by side (eight independent sums, each over d in order), which hides the
  * latency of the serial double additions. tests/test_nn_exact.c checks the results
  * against the plain one-key-at-a-time loops (tests/nn_plain.h) bit for bit. */
-#include "nn/nn.h"
+#include "nn/nn_cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -63,8 +63,8 @@ void nn_scores(double *sc, const float *qh, const float *k, int lo, int hi, int 
     }
 }
 
-void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges, int Tq,
-                  int Tk, int n_heads, int n_kv_heads, int hd, float scale)
+NN_INLINE void attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
+                         int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
 {
     int group = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
     double *sc = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
@@ -118,4 +118,31 @@ void nn_packed_causal_ranges(nn_key_ranges *ranges, int32_t *pos, const int32_t 
                 pos[t] = t - starts[d];
         }
     }
+}
+
+static void attention_base(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
+                           int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
+{
+    attention(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+}
+
+#if NN_HAVE_AVX
+NN_AVX static void attention_avx(float *out, const float *q, const float *k, const float *v,
+                                 const nn_key_ranges *ranges, int Tq, int Tk, int n_heads, int n_kv_heads, int hd,
+                                 float scale)
+{
+    attention(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+}
+#endif
+
+void nn_attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges, int Tq,
+                  int Tk, int n_heads, int n_kv_heads, int hd, float scale)
+{
+#if NN_HAVE_AVX
+    if (nn_isa() >= NN_ISA_AVX) {
+        attention_avx(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+        return;
+    }
+#endif
+    attention_base(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
 }

@@ -7,13 +7,14 @@
  * dot products eight keys at a time (nn_scores): the same bits as the plain loops
  * (tests/test_nn_exact.c). */
 #include "nn/nn_backward.h"
+#include "nn/nn_cpu.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
-                           const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads, int n_kv_heads,
-                           int hd, float scale)
+NN_INLINE void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                  const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads,
+                                  int n_kv_heads, int hd, float scale)
 {
     int group = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
     double *p = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
@@ -81,4 +82,33 @@ void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, c
     }
     free(p);
     free(dp);
+}
+
+static void attention_backward_base(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                                    const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads,
+                                    int n_kv_heads, int hd, float scale)
+{
+    attention_backward(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+}
+
+#if NN_HAVE_AVX
+NN_AVX static void attention_backward_avx(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                          const float *k, const float *v, const nn_key_ranges *ranges, int Tq, int Tk,
+                                          int n_heads, int n_kv_heads, int hd, float scale)
+{
+    attention_backward(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+}
+#endif
+
+void nn_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
+                           const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads, int n_kv_heads,
+                           int hd, float scale)
+{
+#if NN_HAVE_AVX
+    if (nn_isa() >= NN_ISA_AVX) {
+        attention_backward_avx(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+        return;
+    }
+#endif
+    attention_backward_base(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
 }

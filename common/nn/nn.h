@@ -2,6 +2,7 @@
  *   matmul.c     linear layers           rmsnorm.c   RMSNorm (whole rows and per head)
  *   rope.c       rotary embeddings        swiglu.c    silu(gate) * up
  *   attention.c  masked multi-head attention with GQA, masks as key ranges per query
+ *   isa.c        which vector instructions the loops run with (the same bits at every level)
  *
  * These are the numerics every other backend is checked against: simple loops, no
  * threads, no tricks beyond keeping accumulations in float (double where noted).
@@ -16,6 +17,25 @@
 #define DF_NN_H
 
 #include <stdint.h>
+
+/* The vector instructions the hot loops run with. Every level gives the same bits (the
+ * same operations, lanes and order; no fused multiply-add), only the speed differs. */
+enum { NN_ISA_BASE = 0, NN_ISA_AVX = 1, NN_ISA_COUNT = 2 };
+
+/* The level in use: the best this CPU has, unless DF_NN_ISA (base | avx) asks for a lower
+ * one (read at the first call; an unknown or unsupported value is said on stderr and
+ * ignored). */
+int nn_isa(void);
+
+/* Use `isa` from now on, process-wide (tests and benches compare the levels). Returns the
+ * previous level, -EINVAL for no such level, -ENOTSUP when this CPU lacks it. */
+int nn_isa_set(int isa);
+
+/* 1 when this CPU can run `isa`. */
+int nn_isa_supported(int isa);
+
+/* "base", "avx"; "?" for anything else. */
+const char *nn_isa_name(int isa);
 
 /* out[T, n_out] = x[T, n_in] @ w[n_out, n_in]^T (+ bias[n_out] if non-NULL). */
 void nn_matmul(float *out, const float *x, const float *w, const float *bias, int T, int n_in, int n_out);

@@ -1,0 +1,63 @@
+/* nn_cpu.h: what the CPU layers' two copies share (internal to common/nn; isa.c says why
+ * there are two). */
+#ifndef DF_NN_CPU_H
+#define DF_NN_CPU_H
+
+#include "nn/nn.h"
+
+/* The body of a loop compiled into both copies: always inlined, so it takes the target of
+ * the function it is inlined into (the baseline, or target("avx")). */
+#define NN_INLINE static inline __attribute__((always_inline))
+
+#if defined(__x86_64__) || defined(__i386__)
+#define NN_HAVE_AVX 1
+#define NN_AVX __attribute__((target("avx")))
+#else
+#define NN_HAVE_AVX 0
+#endif
+
+#if NN_HAVE_AVX
+/* Eight float lanes (GCC/Clang vector extension): lane-wise products and sums, rounded as
+ * the scalar operations are (common/nn is built with -ffp-contract=off). v8u is the same
+ * vector at a float's alignment, for unaligned loads and stores. Vectors are only used
+ * inside always-inlined AVX code, so no vector calling convention is involved. */
+typedef float nn_v8 __attribute__((vector_size(32)));
+typedef float nn_v8u __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double nn_v4d __attribute__((vector_size(32)));
+typedef double nn_v4du __attribute__((vector_size(32), aligned(8), may_alias));
+typedef float nn_v4f __attribute__((vector_size(16)));
+
+#define NN_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+
+/* The 8 x 8 transpose: on return v[l][r] is what v[r][l] was. */
+NN_INLINE NN_AVX void nn_transpose8(nn_v8 v[8])
+{
+    nn_v8 lo[4], hi[4], q[8];
+    for (int p = 0; p < 4; p++) { /* rows 2p, 2p + 1: lanes 0, 1, 4, 5 and lanes 2, 3, 6, 7 interleaved */
+        lo[p] = NN_SHUF(v[2 * p], v[2 * p + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+        hi[p] = NN_SHUF(v[2 * p], v[2 * p + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h + 3: q[4h + m] holds their lanes m and m + 4 */
+        q[4 * h + 0] = NN_SHUF(lo[2 * h], lo[2 * h + 1], 0, 1, 8, 9, 4, 5, 12, 13);
+        q[4 * h + 1] = NN_SHUF(lo[2 * h], lo[2 * h + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+        q[4 * h + 2] = NN_SHUF(hi[2 * h], hi[2 * h + 1], 0, 1, 8, 9, 4, 5, 12, 13);
+        q[4 * h + 3] = NN_SHUF(hi[2 * h], hi[2 * h + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+    for (int m = 0; m < 4; m++) {
+        v[m] = NN_SHUF(q[m], q[4 + m], 0, 1, 2, 3, 8, 9, 10, 11);
+        v[m + 4] = NN_SHUF(q[m], q[4 + m], 4, 5, 6, 7, 12, 13, 14, 15);
+    }
+}
+#endif
+
+/* Rows of a [rows, n] float matrix that fit in about 24 KB of L1: a tile of weight (or
+ * weight-gradient) rows stays there while every row of the activations passes over it;
+ * untiled, each activation row streams the whole matrix from L2. A multiple of 8, at
+ * least 8. Tiles change when an element is computed, never how. */
+static inline int nn_tile_rows(int n)
+{
+    long rows = (24L << 10) / ((long)(n > 0 ? n : 1) * (long)sizeof(float));
+    return rows < 8 ? 8 : (int)(rows & ~7L);
+}
+
+#endif

@@ -64,13 +64,22 @@ void nn_scores(double *sc, const float *qh, const float *k, int lo, int hi, int 
 }
 
 NN_INLINE void attention(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
-                         int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
+                         int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale, int keys_t)
 {
     int group = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
     double *sc = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
     double *acc = malloc(sizeof(double) * (size_t)hd);
     if (!sc || !acc)
-        abort(); /* reference code: allocation failure is not recoverable here */
+        abort();       /* reference code: allocation failure is not recoverable here */
+    double *kt = NULL; /* the keys per kv head as [hd, Tk] (nn_scores_t), when worth it */
+    long kt_n = (long)n_kv_heads * hd * Tk;
+    if (keys_t && (long)Tq * group >= NN_KEYS_T_MIN_QUERIES && kt_n > 0 &&
+        kt_n * (long)sizeof(double) <= NN_KEYS_T_MAX_BYTES) {
+        if (!(kt = malloc(sizeof(double) * (size_t)kt_n)))
+            abort();
+        for (int kh = 0; kh < n_kv_heads; kh++)
+            nn_keys_t(kt + (long)kh * hd * Tk, k + (long)kh * hd, Tk, kv_stride, hd);
+    }
     for (int t = 0; t < Tq; t++) {
         int lo[2], hi[2];
         int ns = nn_key_spans(&ranges[t], Tk, lo, hi);
@@ -84,7 +93,10 @@ NN_INLINE void attention(float *out, const float *q, const float *k, const float
             }
             double mx = -INFINITY;
             for (int s = 0; s < ns; s++) {
-                nn_scores(sc, qh, k + (long)kh * hd, lo[s], hi[s], kv_stride, hd, scale);
+                if (kt)
+                    nn_scores_t(sc, qh, kt + (long)kh * hd * Tk, Tk, lo[s], hi[s], hd, scale);
+                else
+                    nn_scores(sc, qh, k + (long)kh * hd, lo[s], hi[s], kv_stride, hd, scale);
                 for (int j = lo[s]; j < hi[s]; j++)
                     if (sc[j] > mx)
                         mx = sc[j];
@@ -107,6 +119,7 @@ NN_INLINE void attention(float *out, const float *q, const float *k, const float
     }
     free(sc);
     free(acc);
+    free(kt);
 }
 
 void nn_packed_causal_ranges(nn_key_ranges *ranges, int32_t *pos, const int32_t *starts, int n_docs)
@@ -123,7 +136,7 @@ void nn_packed_causal_ranges(nn_key_ranges *ranges, int32_t *pos, const int32_t 
 static void attention_base(float *out, const float *q, const float *k, const float *v, const nn_key_ranges *ranges,
                            int Tq, int Tk, int n_heads, int n_kv_heads, int hd, float scale)
 {
-    attention(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+    attention(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale, 0);
 }
 
 #if NN_HAVE_AVX
@@ -131,7 +144,7 @@ NN_AVX static void attention_avx(float *out, const float *q, const float *k, con
                                  const nn_key_ranges *ranges, int Tq, int Tk, int n_heads, int n_kv_heads, int hd,
                                  float scale)
 {
-    attention(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+    attention(out, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale, 1);
 }
 #endif
 

@@ -14,13 +14,25 @@
 
 NN_INLINE void attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                                   const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads,
-                                  int n_kv_heads, int hd, float scale)
+                                  int n_kv_heads, int hd, float scale, int keys_t)
 {
     int group = n_heads / n_kv_heads, kv_stride = n_kv_heads * hd;
     double *p = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
     double *dp = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
     if (!p || !dp)
-        abort(); /* reference code: allocation failure is not recoverable here */
+        abort();                   /* reference code: allocation failure is not recoverable here */
+    double *kt = NULL, *vt = NULL; /* keys and values per kv head as [hd, Tk] (nn_scores_t), when worth it */
+    long kt_n = (long)n_kv_heads * hd * Tk;
+    if (keys_t && (long)Tq * group >= NN_KEYS_T_MIN_QUERIES && kt_n > 0 &&
+        kt_n * (long)sizeof(double) <= NN_KEYS_T_MAX_BYTES) {
+        kt = malloc(sizeof(double) * (size_t)kt_n), vt = malloc(sizeof(double) * (size_t)kt_n);
+        if (!kt || !vt)
+            abort();
+        for (int kh = 0; kh < n_kv_heads; kh++) {
+            nn_keys_t(kt + (long)kh * hd * Tk, k + (long)kh * hd, Tk, kv_stride, hd);
+            nn_keys_t(vt + (long)kh * hd * Tk, v + (long)kh * hd, Tk, kv_stride, hd);
+        }
+    }
     for (int t = 0; t < Tq; t++) {
         int lo[2], hi[2];
         int ns = nn_key_spans(&ranges[t], Tk, lo, hi);
@@ -32,7 +44,10 @@ NN_INLINE void attention_backward(float *dq, float *dk, float *dv, const float *
             const float *gh = dout + ((long)t * n_heads + h) * hd;
             double mx = -INFINITY;
             for (int s = 0; s < ns; s++) {
-                nn_scores(p, qh, k + (long)kh * hd, lo[s], hi[s], kv_stride, hd, scale);
+                if (kt)
+                    nn_scores_t(p, qh, kt + (long)kh * hd * Tk, Tk, lo[s], hi[s], hd, scale);
+                else
+                    nn_scores(p, qh, k + (long)kh * hd, lo[s], hi[s], kv_stride, hd, scale);
                 for (int j = lo[s]; j < hi[s]; j++)
                     if (p[j] > mx)
                         mx = p[j];
@@ -48,8 +63,12 @@ NN_INLINE void attention_backward(float *dq, float *dk, float *dv, const float *
                     den += p[j];
                 }
             /* dp_j = dout . v_j (for every allowed key: a key with p_j = 0 is skipped below) */
-            for (int s = 0; s < ns; s++)
-                nn_scores(dp, gh, v + (long)kh * hd, lo[s], hi[s], kv_stride, hd, 1.0);
+            for (int s = 0; s < ns; s++) {
+                if (vt)
+                    nn_scores_t(dp, gh, vt + (long)kh * hd * Tk, Tk, lo[s], hi[s], hd, 1.0);
+                else
+                    nn_scores(dp, gh, v + (long)kh * hd, lo[s], hi[s], kv_stride, hd, 1.0);
+            }
             double pdp = 0; /* sum_j p_j dp_j */
             for (int s = 0; s < ns; s++)
                 for (int j = lo[s]; j < hi[s]; j++) {
@@ -82,13 +101,15 @@ NN_INLINE void attention_backward(float *dq, float *dk, float *dv, const float *
     }
     free(p);
     free(dp);
+    free(kt);
+    free(vt);
 }
 
 static void attention_backward_base(float *dq, float *dk, float *dv, const float *dout, const float *q, const float *k,
                                     const float *v, const nn_key_ranges *ranges, int Tq, int Tk, int n_heads,
                                     int n_kv_heads, int hd, float scale)
 {
-    attention_backward(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+    attention_backward(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale, 0);
 }
 
 #if NN_HAVE_AVX
@@ -96,7 +117,7 @@ NN_AVX static void attention_backward_avx(float *dq, float *dk, float *dv, const
                                           const float *k, const float *v, const nn_key_ranges *ranges, int Tq, int Tk,
                                           int n_heads, int n_kv_heads, int hd, float scale)
 {
-    attention_backward(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale);
+    attention_backward(dq, dk, dv, dout, q, k, v, ranges, Tq, Tk, n_heads, n_kv_heads, hd, scale, 1);
 }
 #endif
 

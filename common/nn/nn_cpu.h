@@ -16,16 +16,17 @@
 #define NN_HAVE_AVX 0
 #endif
 
-#if NN_HAVE_AVX
-/* Eight float lanes (GCC/Clang vector extension): lane-wise products and sums, rounded as
- * the scalar operations are (common/nn is built with -ffp-contract=off). v8u is the same
- * vector at a float's alignment, for unaligned loads and stores. Vectors are only used
- * inside always-inlined AVX code, so no vector calling convention is involved. */
+/* Eight float and four double lanes (GCC/Clang vector extension): lane-wise products and
+ * sums, rounded as the scalar operations are (common/nn is built with -ffp-contract=off).
+ * The baseline copy holds one in two SSE registers, the AVX copy in one. The u types are
+ * the same vectors at an element's alignment, for unaligned loads and stores. Vectors are
+ * only used inside always-inlined code, so no vector calling convention is involved. */
 typedef float nn_v8 __attribute__((vector_size(32)));
 typedef float nn_v8u __attribute__((vector_size(32), aligned(4), may_alias));
 typedef double nn_v4d __attribute__((vector_size(32)));
 typedef double nn_v4du __attribute__((vector_size(32), aligned(8), may_alias));
-typedef float nn_v4f __attribute__((vector_size(16)));
+
+#if NN_HAVE_AVX
 
 #define NN_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
 
@@ -49,6 +50,65 @@ NN_INLINE NN_AVX void nn_transpose8(nn_v8 v[8])
     }
 }
 #endif
+
+/* Attention's q.k (and dout.v) dot products from keys laid out per kv head as [hd, Tk] in
+ * double, so that 16 keys' sums are the lanes of four 4-double vectors: enough independent
+ * sums to keep the adder busy and nothing to shuffle. Worth it when many queries read the
+ * same keys: a call with at least NN_KEYS_T_MIN_QUERIES queries per kv head, whose
+ * transposed keys take at most NN_KEYS_T_MAX_BYTES. */
+#define NN_KEYS_T_MIN_QUERIES 8
+#define NN_KEYS_T_MAX_BYTES (64L << 20)
+
+/* kt[d * Tk + j] = k[j * kv_stride + d] for j < Tk, d < hd (k: the head's first key) */
+NN_INLINE void nn_keys_t(double *kt, const float *k, int Tk, int kv_stride, int hd)
+{
+    for (int j = 0; j < Tk; j++) {
+        const float *kj = k + (long)j * kv_stride;
+        for (int d = 0; d < hd; d++)
+            kt[(long)d * Tk + j] = kj[d];
+    }
+}
+
+/* sc[j] = (qh . k_j) * scale in double for j in [lo, hi), kt from nn_keys_t: the bits of
+ * nn_scores (each key's sum adds (double)q[d] * k[d] in ascending d, then one product by
+ * scale), 16 keys at a time, then 4, then one. */
+NN_INLINE void nn_scores_t(double *sc, const float *qh, const double *kt, int Tk, int lo, int hi, int hd, double scale)
+{
+    nn_v4d sc4 = {scale, scale, scale, scale};
+    int j = lo;
+    for (; j + 16 <= hi; j += 16) {
+        nn_v4d s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+        const double *c = kt + j;
+        for (int d = 0; d < hd; d++, c += Tk) {
+            double qd = qh[d];
+            nn_v4d q4 = {qd, qd, qd, qd};
+            s0 += q4 * *(const nn_v4du *)c;
+            s1 += q4 * *(const nn_v4du *)(c + 4);
+            s2 += q4 * *(const nn_v4du *)(c + 8);
+            s3 += q4 * *(const nn_v4du *)(c + 12);
+        }
+        *(nn_v4du *)(sc + j) = s0 * sc4;
+        *(nn_v4du *)(sc + j + 4) = s1 * sc4;
+        *(nn_v4du *)(sc + j + 8) = s2 * sc4;
+        *(nn_v4du *)(sc + j + 12) = s3 * sc4;
+    }
+    for (; j + 4 <= hi; j += 4) {
+        nn_v4d s0 = {0};
+        const double *c = kt + j;
+        for (int d = 0; d < hd; d++, c += Tk) {
+            double qd = qh[d];
+            nn_v4d q4 = {qd, qd, qd, qd};
+            s0 += q4 * *(const nn_v4du *)c;
+        }
+        *(nn_v4du *)(sc + j) = s0 * sc4;
+    }
+    for (; j < hi; j++) {
+        double s0 = 0;
+        for (int d = 0; d < hd; d++)
+            s0 += (double)qh[d] * kt[(long)d * Tk + j];
+        sc[j] = s0 * scale;
+    }
+}
 
 /* Rows of a [rows, n] float matrix that fit in about 24 KB of L1: a tile of weight (or
  * weight-gradient) rows stays there while every row of the activations passes over it;

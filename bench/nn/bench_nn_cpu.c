@@ -258,6 +258,12 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("\nwrote %s\n", out);
+    float *bufs[] = {in.x,  in.w,  in.out,  in.g,    in.dx, in.dw, in.q,  in.k,  in.v,  in.att, in.qb,
+                     in.kb, in.vb, in.attb, in.datt, in.dq, in.dk, in.dv, in.xw, in.ww, in.outw};
+    for (size_t b = 0; b < sizeof bufs / sizeof bufs[0]; b++)
+        free(bufs[b]);
+    free(in.causal);
+    free(in.dflash);
     int all_same = 1;
     for (int r = 0; r < NROWS; r++)
         all_same &= rows[r].same[NN_ISA_BASE] && rows[r].same[NN_ISA_AVX];

@@ -74,7 +74,8 @@ print(f"    untrained {acc(u)}")
 print(f"    trained   {acc(t)}")
 print(f"  speculative output == plain greedy output for {t['n_prompts'] - t['mismatches']} of {t['n_prompts']} "
       f"prompts; speedup on this CPU {t['speedup']:.2f}x (time per output token, plain / speculative; "
-      f"a CPU verify of B rows costs ~B plain steps, docs/eval.md)")
+      f"a CPU verify of {len(t['hist']) - 1} rows costs {t['verify_ms_per_step'] / t['plain_step_ms']:.1f} plain "
+      f"steps here, on a GPU about one, docs/eval.md)")
 print(f"  details: {run}/eval_trained.txt, {run}/eval_trained.json, {run}/eval_untrained.json")
 PY
 

@@ -7,7 +7,9 @@
  * ascending order as a loop over every key would, and the q.k dot products of eight keys
  * run side by side (eight independent sums, each over d in order), which hides the
  * latency of the serial double additions. tests/test_nn_exact.c checks the results
- * against the plain one-key-at-a-time loops (tests/nn_plain.h) bit for bit. */
+ * against the plain one-key-at-a-time loops (tests/nn_plain.h) bit for bit. The AVX copy
+ * (isa.c) takes the q.k products from the keys laid out per kv head as [hd, keys]
+ * (nn_keys_t, nn_scores_t in nn_cpu.h), 16 keys at a time, the same sums. */
 #include "nn/nn_cpu.h"
 
 #include <math.h>
@@ -71,7 +73,7 @@ NN_INLINE void attention(float *out, const float *q, const float *k, const float
     double *acc = malloc(sizeof(double) * (size_t)hd);
     if (!sc || !acc)
         abort();       /* reference code: allocation failure is not recoverable here */
-    double *kt = NULL; /* the keys per kv head as [hd, Tk] (nn_scores_t), when worth it */
+    double *kt = NULL; /* the AVX copy: the keys per kv head as [hd, Tk] (nn_scores_t), when worth it */
     long kt_n = (long)n_kv_heads * hd * Tk;
     if (keys_t && (long)Tq * group >= NN_KEYS_T_MIN_QUERIES && kt_n > 0 &&
         kt_n * (long)sizeof(double) <= NN_KEYS_T_MAX_BYTES) {

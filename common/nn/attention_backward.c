@@ -5,7 +5,8 @@
  * pass no gradient. Several query heads share a kv head (GQA): their dk/dv add up.
  * Like the forward, it visits only the allowed keys, in ascending order, and computes the
  * dot products eight keys at a time (nn_scores): the same bits as the plain loops
- * (tests/test_nn_exact.c). */
+ * (tests/test_nn_exact.c). The AVX copy (isa.c) takes the products from the keys and values
+ * laid out per kv head as [hd, keys] (nn_keys_t, nn_scores_t in nn_cpu.h), 16 keys a time. */
 #include "nn/nn_backward.h"
 #include "nn/nn_cpu.h"
 
@@ -20,8 +21,9 @@ NN_INLINE void attention_backward(float *dq, float *dk, float *dv, const float *
     double *p = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
     double *dp = malloc(sizeof(double) * (size_t)(Tk > 0 ? Tk : 1));
     if (!p || !dp)
-        abort();                   /* reference code: allocation failure is not recoverable here */
-    double *kt = NULL, *vt = NULL; /* keys and values per kv head as [hd, Tk] (nn_scores_t), when worth it */
+        abort(); /* reference code: allocation failure is not recoverable here */
+    /* the AVX copy: keys and values per kv head as [hd, Tk] (nn_scores_t), when worth it */
+    double *kt = NULL, *vt = NULL;
     long kt_n = (long)n_kv_heads * hd * Tk;
     if (keys_t && (long)Tq * group >= NN_KEYS_T_MIN_QUERIES && kt_n > 0 &&
         kt_n * (long)sizeof(double) <= NN_KEYS_T_MAX_BYTES) {

@@ -28,7 +28,14 @@ typedef double nn_v4du __attribute__((vector_size(32), aligned(8), may_alias));
 
 #if NN_HAVE_AVX
 
+/* lanes of a (0..7) and b (8..15) picked by constant indices; GCC before 12 has only
+ * __builtin_shuffle, Clang only __builtin_shufflevector */
+#if defined(__clang__)
 #define NN_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int nn_v8i __attribute__((vector_size(32)));
+#define NN_SHUF(a, b, ...) __builtin_shuffle(a, b, (nn_v8i){__VA_ARGS__})
+#endif
 
 /* The 8 x 8 transpose: on return v[l][r] is what v[r][l] was. */
 NN_INLINE NN_AVX void nn_transpose8(nn_v8 v[8])

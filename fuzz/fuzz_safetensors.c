@@ -22,6 +22,7 @@
     } while (0)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int fuzz_accepted; /* inputs the parser accepted (fuzz/replay_main.c prints it) */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -44,6 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         ORACLE(ts == NULL && n == 0);
         ORACLE(memchr(err, '\0', sizeof err) != NULL && err[0] != '\0');
     } else {
+        fuzz_accepted++;
         ORACLE(n >= 0 && (n == 0) == (ts == NULL));
         for (int i = 0; i < n; i++) {
             const safetensors_tensor *t = &ts[i];

@@ -167,7 +167,9 @@ static json_t *request(int fd, const char *sock_path, json_t *req)
 
 static void fmt_dur(char *out, size_t cap, double s)
 {
-    if (s < 60)
+    if (!(s >= 0 && s < 1e9)) /* NaN, negative or past ~30 years: unknown ((int)s would overflow) */
+        snprintf(out, cap, "-");
+    else if (s < 60)
         snprintf(out, cap, "%.1fs", s);
     else if (s < 3600)
         snprintf(out, cap, "%dm%02ds", (int)s / 60, (int)s % 60);

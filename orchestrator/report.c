@@ -166,8 +166,8 @@ void report_train_line(json_t *tr, char *out, size_t cap)
 {
     json_t *st = json_object_get(tr, "step"), *eta = json_object_get(tr, "eta_s");
     char e[32] = "-";
-    if (json_is_number(eta)) {
-        double x = json_number_value(eta);
+    if (json_is_number(eta) && json_number_value(eta) >= 0 && json_number_value(eta) < 1e9) {
+        double x = json_number_value(eta); /* past 1e9 s (or NaN) it stays "-": (int)x would overflow */
         if (x < 60)
             snprintf(e, sizeof e, "%.0fs", x);
         else if (x < 3600)

@@ -1,31 +1,42 @@
 #!/usr/bin/env bash
-# Builds and runs the libFuzzer target for the safetensors header parser
-# (fuzz/fuzz_safetensors.c over common/io/safetensors.c) with ASan + UBSan.
+# Builds and runs the libFuzzer targets (fuzz/fuzz_<target>.c) with ASan + UBSan, one after
+# the other, each over the parser that reads one kind of untrusted input:
+#   safetensors   safetensors_parse_header (model files)        common/io/safetensors.c
+#   topology      topology_parse (the orchestrator's topology)   common/io/topology.c
+#   shard         dataset_open (token shards, .dfs)              common/io/shard.c
+#   hfconfig      hfconfig_parse (a model's config.json)         common/io/hfconfig.c
+# Each target checks an oracle on every input it accepts (its file's header says which).
 #
-#   scripts/fuzz.sh [seconds]        run for `seconds` (default 60); `make fuzz` calls this
+#   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all four
+#                                            when none is named); `make fuzz` calls this
 #   FUZZ_DIR=dir                     build and corpus dir (default build-fuzz)
 #   FUZZ_JOBS=n                      parallel fuzzing processes (default 1)
+#   FUZZ_SEEDS_ONLY=1                only write the seed corpora (tests/test_fuzz_replay.sh
+#                                    replays them without libFuzzer); no clang needed
 #
-# The seed corpus (valid headers, plus every crafted bad file of tests/bad_safetensors/
-# turned into the target's input format: 8-byte data_len + header) is regenerated each
-# run into $FUZZ_DIR/seeds; what the fuzzer finds grows $FUZZ_DIR/corpus. A crash leaves
-# $FUZZ_DIR/crash-* and exits non-zero; reproduce with: $FUZZ_DIR/fuzz_safetensors <file>.
+# Seed corpora are regenerated each run into $FUZZ_DIR/<target>/seeds (valid inputs from the
+# repository and crafted bad ones: for safetensors every file of tests/bad_safetensors/ in
+# the target's input format, 8-byte data_len + header); what the fuzzer finds grows
+# $FUZZ_DIR/<target>/corpus. A crash leaves $FUZZ_DIR/<target>/crash-* and exits non-zero;
+# reproduce with: $FUZZ_DIR/<target>/fuzz_<target> <file>.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds]" >&2; exit 2 ;; esac
-dir=${FUZZ_DIR:-build-fuzz}
+case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [safetensors|topology|shard|hfconfig ...]" >&2; exit 2 ;; esac
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors topology shard hfconfig)
+root=${FUZZ_DIR:-build-fuzz}
 jobs=${FUZZ_JOBS:-1}
 CLANG=${CLANG:-clang}
-command -v "$CLANG" >/dev/null || { echo "fuzz.sh: $CLANG not found (needs clang with libFuzzer)" >&2; exit 2; }
-mkdir -p "$dir/seeds" "$dir/corpus"
+seeds_only=${FUZZ_SEEDS_ONLY:-0}
+[ "$seeds_only" = 1 ] || command -v "$CLANG" >/dev/null ||
+  { echo "fuzz.sh: $CLANG not found (needs clang with libFuzzer)" >&2; exit 2; }
+inc=()
+[ -d .deps/root/usr/include ] && inc=(-I.deps/root/usr/include -L.deps/root/usr/lib/x86_64-linux-gnu)
 
-"$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon \
-  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  fuzz/fuzz_safetensors.c common/io/safetensors.c common/util.c \
-  -ljansson -lm -o "$dir/fuzz_safetensors"
-
-python3 - "$dir/seeds" <<'PY'
+seeds_safetensors() { # dir
+python3 - "$1" <<'PY'
 import os, struct, sys
 out = sys.argv[1]
 def seed(name, header, data_len):
@@ -50,10 +61,69 @@ for f in sorted(os.listdir(bad)):
                 g.write(struct.pack('<Q', max(0, len(b) - 8 - len(h))) + h)
 PY
 
-echo "fuzz.sh: fuzzing safetensors_parse_header for ${secs}s ($jobs job(s)), corpus $dir/corpus"
-par=()
-[ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
-dict=$PWD/fuzz/safetensors.dict
-cd "$dir"   # crash-* files land here
-./fuzz_safetensors -max_total_time="$secs" -dict="$dict" -max_len=4096 -print_final_stats=1 \
-  "${par[@]+"${par[@]}"}" corpus seeds
+}
+
+seeds_topology() { # dir: every topology of the repository, good and bad
+  cp configs/*.json tests/topologies/good/*.json tests/topologies/bad/*.json "$1"/ 2>/dev/null || true
+}
+
+seeds_hfconfig() { # dir: every model config.json of the repository, and a few broken ones
+  local n=0 f
+  for f in models/*/config.json tests/fixtures/*/config.json; do
+    [ -f "$f" ] && cp "$f" "$1/config_$((n += 1)).json"
+  done
+  printf '{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"}' > "$1/missing_sizes.json"
+  printf '{"num_attention_heads": 0}' > "$1/zero_heads.json"
+}
+
+seeds_shard() { # dir: small valid shards (the harness writes their checksums) and broken ones
+python3 - "$1" <<'PY'
+import os, struct, sys
+out = sys.argv[1]
+def shard(name, vocab, samples, magic=b'DFSHARD1', version=1):
+    offs = [0]
+    for s in samples:
+        offs.append(offs[-1] + len(s))
+    toks = [t for s in samples for t, _ in s]
+    mask = bytes(m for s in samples for _, m in s)
+    b = magic + struct.pack('<IIQQQQ', version, vocab, len(samples), len(toks), 0, 0) + bytes(16)
+    b += struct.pack('<%dQ' % len(offs), *offs) + struct.pack('<%dI' % len(toks), *toks)
+    b += bytes(-len(b) % 8) + mask + bytes(-len(mask) % 8)
+    open(os.path.join(out, name), 'wb').write(b)
+shard('empty', 10, [])
+shard('one', 300, [[(5, 0), (17, 1), (299, 1)]])
+shard('three', 64, [[(1, 0)], [], [(2, 1), (3, 1), (63, 0), (0, 1)]])
+shard('bad_token', 8, [[(9, 1)]])
+shard('bad_mask', 8, [[(1, 2)]])
+shard('bad_version', 8, [[(1, 1)]], version=2)
+PY
+}
+
+dict_args() { # target: its dictionary, when it has one
+  [ -f "fuzz/$1.dict" ] && echo "-dict=$PWD/fuzz/$1.dict"
+  return 0
+}
+
+declare -A src=(
+  [safetensors]="common/io/safetensors.c common/sha256.c common/par.c" [topology]="common/io/topology.c"
+  [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c")
+declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096)
+for t in "${targets[@]}"; do
+  [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (safetensors, topology, shard, hfconfig)" >&2; exit 2; }
+done
+
+for t in "${targets[@]}"; do
+  dir=$root/$t
+  mkdir -p "$dir/seeds" "$dir/corpus"
+  if [ "$seeds_only" = 1 ]; then "seeds_$t" "$dir/seeds"; continue; fi
+  "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    "fuzz/fuzz_$t.c" ${src[$t]} common/util.c -ljansson -lm -pthread -o "$dir/fuzz_$t"
+  "seeds_$t" "$dir/seeds"
+  echo "fuzz.sh: fuzzing $t for ${secs}s ($jobs job(s)), corpus $dir/corpus"
+  par=()
+  [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
+  d=$(dict_args "$t")
+  (cd "$dir" && ./"fuzz_$t" -max_total_time="$secs" ${d:+"$d"} -max_len="${maxlen[$t]}" -print_final_stats=1 \
+    "${par[@]+"${par[@]}"}" corpus seeds)   # crash-* files land in $dir
+done

@@ -194,6 +194,19 @@ static void bad(void)
          " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
          " \"high_freq_factor\": 4}}",
          "cfg.json: rope_scaling.original_max_position_embeddings: missing (required for rope_type llama3)"},
+        /* found by fuzz/fuzz_hfconfig.c: a value past int was converted to int (undefined behaviour) */
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
+         " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 10,"
+         " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
+         " \"high_freq_factor\": 4, \"original_max_position_embeddings\": 642147483648}}",
+         "cfg.json: rope_scaling.original_max_position_embeddings: expected a whole number up to 1073741824, got "
+         "6.42147e+11"},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
+         " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 10,"
+         " \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8, \"low_freq_factor\": 1,"
+         " \"high_freq_factor\": 4, \"original_max_position_embeddings\": 8192.5}}",
+         "cfg.json: rope_scaling.original_max_position_embeddings: expected a whole number up to 1073741824, got "
+         "8192.5"},
         {"{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 64,"
          " \"intermediate_size\": 128, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 10,"
          " \"rope_scaling\": [8]}",

@@ -200,6 +200,9 @@ static int parse_rope(parser *p, json_t *root, hfconfig *c)
     }
     if (!(vals[2] > vals[1]))
         return perr(p, "%shigh_freq_factor: %g must exceed low_freq_factor (%g)", path, vals[2], vals[1]);
+    if (!(vals[3] <= (double)(1 << 30)) || vals[3] != (double)(long long)vals[3])
+        return perr(p, "%soriginal_max_position_embeddings: expected a whole number up to %d, got %g", path, 1 << 30,
+                    vals[3]);
     c->rope_scaling.factor = vals[0];
     c->rope_scaling.low_freq_factor = vals[1];
     c->rope_scaling.high_freq_factor = vals[2];

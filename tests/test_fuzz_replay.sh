@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test_fuzz_replay: the fuzz targets of fuzz/ (their oracles and the parsers under them)
+# replayed without libFuzzer, with ASan + UBSan (GCC's undefined set does not include
+# float-cast-overflow: added; any sanitizer report or failed oracle aborts), over:
+#   - the seed corpora scripts/fuzz.sh writes (FUZZ_SEEDS_ONLY=1): the repository's model
+#     configs and topologies, crafted bad safetensors headers, small shards;
+#   - fuzz/regress/<target>/: inputs a fuzzer found that broke a parser once;
+#   - a real shard (data/tiny/heldout-000.dfs).
+# Each target must accept at least one input (so its oracle ran) and refuse at least one.
+# Then it must fail where it should: the hfconfig target built over hfconfig.c with the
+# check that fuzz/regress/hfconfig/ is about taken out must abort on that input.
+set -u
+cd "$(dirname "$0")/.."
+CC=${CC:-cc}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+inc=()
+[ -d .deps/root/usr/include ] && inc=(-I.deps/root/usr/include -L.deps/root/usr/lib/x86_64-linux-gnu)
+FUZZ_DIR=$tmp/seeds FUZZ_SEEDS_ONLY=1 scripts/fuzz.sh 1 >/dev/null || fail "scripts/fuzz.sh could not write the seeds"
+
+build() { # target output [parser source]
+  local t=$1 out=$2 src=${3:-}
+  case $t in
+    safetensors) src=${src:-common/io/safetensors.c}; src="$src common/sha256.c common/par.c" ;; topology) src=${src:-common/io/topology.c} ;;
+    shard) src=${src:-common/io/shard.c} ;; hfconfig) src=${src:-common/io/hfconfig.c} ;;
+  esac
+  "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
+    -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer \
+    "fuzz/fuzz_$t.c" fuzz/replay_main.c $src common/util.c -ljansson -lm -pthread -o "$out" 2>"$out.log" ||
+    { cat "$out.log"; fail "$t: the replay build failed"; }
+}
+
+for t in safetensors topology shard hfconfig; do
+  build "$t" "$tmp/$t"
+  inputs=("$tmp/seeds/$t/seeds")
+  [ -d "fuzz/regress/$t" ] && inputs+=("fuzz/regress/$t")
+  [ "$t" = shard ] && inputs+=(data/tiny/heldout-000.dfs)
+  ASAN_OPTIONS=detect_leaks=1 "$tmp/$t" "${inputs[@]}" >"$tmp/$t.out" 2>&1 ||
+    { tail -20 "$tmp/$t.out"; fail "$t: an input aborted the replay (sanitizer report or oracle)"; }
+  line=$(tail -1 "$tmp/$t.out")
+  read -r n _ acc _ ref _ <<<"$line"
+  [ "${acc:-0}" -ge 1 ] && [ "${ref:-0}" -ge 1 ] || fail "$t: expected inputs both accepted and refused, got: $line"
+  echo "ok: $t: $line"
+done
+grep -q "accepted" "$tmp/shard.out" && grep -q "heldout-000.dfs: accepted" "$tmp/shard.out" ||
+  fail "shard: the real shard data/tiny/heldout-000.dfs was refused"
+
+# the regression input must catch the bug it was found with
+python3 - common/io/hfconfig.c "$tmp/hfconfig_old.c" <<'PY' || fail "could not take the check out of a copy of hfconfig.c"
+import sys
+s = open(sys.argv[1]).read()
+a = "    if (!(vals[3] <= (double)(1 << 30)) || vals[3] != (double)(long long)vals[3])\n"
+assert s.count(a) == 1, "the check is not where this test expects it"
+i = s.index(a)
+j = s.index(";\n", i) + 2  # the return statement that follows
+s = s[:i] + s[j:]
+open(sys.argv[2], "w").write(s)
+PY
+build hfconfig "$tmp/hfconfig_old" "$tmp/hfconfig_old.c"
+if "$tmp/hfconfig_old" fuzz/regress/hfconfig >"$tmp/old.out" 2>&1; then
+  fail "hfconfig without its check still passes fuzz/regress/hfconfig (the regression input catches nothing)"
+fi
+grep -q "runtime error" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "hfconfig without its check failed, but not with UBSan's report"; }
+echo "ok: without its check, hfconfig.c fails fuzz/regress/hfconfig (UBSan: $(grep -o 'runtime error: [^\n]*' "$tmp/old.out" | head -1 | cut -c1-70))"
+echo "PASS: the fuzz targets replay clean over their seeds, the regression inputs and a real shard"

@@ -5,10 +5,12 @@
 #   topology      topology_parse (the orchestrator's topology)   common/io/topology.c
 #   shard         dataset_open (token shards, .dfs)              common/io/shard.c
 #   hfconfig      hfconfig_parse (a model's config.json)         common/io/hfconfig.c
+#   dflash_config dflash_config_read_release / _from_json (a drafter's config.json, the
+#                 config of a checkpoint's trainer_state.json)  common/dflash/dflash_config.c
 # Each target checks an oracle on every input it accepts (its file's header says which).
 #
-#   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all four
-#                                            when none is named); `make fuzz` calls this
+#   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all of
+#                                            them when none is named); `make fuzz` calls this
 #   FUZZ_DIR=dir                     build and corpus dir (default build-fuzz)
 #   FUZZ_JOBS=n                      parallel fuzzing processes (default 1)
 #   FUZZ_SEEDS_ONLY=1                only write the seed corpora (tests/test_fuzz_replay.sh
@@ -22,10 +24,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [safetensors|topology|shard|hfconfig ...]" >&2; exit 2 ;; esac
+case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [safetensors|topology|shard|hfconfig|dflash_config ...]" >&2; exit 2 ;; esac
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors topology shard hfconfig)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors topology shard hfconfig dflash_config)
 root=${FUZZ_DIR:-build-fuzz}
 jobs=${FUZZ_JOBS:-1}
 CLANG=${CLANG:-clang}
@@ -76,6 +78,18 @@ seeds_hfconfig() { # dir: every model config.json of the repository, and a few b
   printf '{"num_attention_heads": 0}' > "$1/zero_heads.json"
 }
 
+seeds_dflash_config() { # dir: the fixtures' release config (trainer_state.json holds the same form), broken ones
+  cp tests/fixtures/dflash-release-tiny/config.json "$1/release.json"
+  python3 - "$1" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+rel = json.load(open('tests/fixtures/dflash-release-tiny/config.json'))
+bad = dict(rel); bad['num_attention_heads'] = 0
+json.dump(bad, open(os.path.join(out, 'release_zero_heads.json'), 'w'))
+open(os.path.join(out, 'not_json.json'), 'w').write('{"hidden": ')
+PY
+}
+
 seeds_shard() { # dir: small valid shards (the harness writes their checksums) and broken ones
 python3 - "$1" <<'PY'
 import os, struct, sys
@@ -106,10 +120,10 @@ dict_args() { # target: its dictionary, when it has one
 
 declare -A src=(
   [safetensors]="common/io/safetensors.c common/sha256.c common/par.c" [topology]="common/io/topology.c"
-  [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c")
-declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096)
+  [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c" [dflash_config]="common/dflash/dflash_config.c")
+declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096)
 for t in "${targets[@]}"; do
-  [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (safetensors, topology, shard, hfconfig)" >&2; exit 2; }
+  [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (safetensors, topology, shard, hfconfig, dflash_config)" >&2; exit 2; }
 done
 
 for t in "${targets[@]}"; do

@@ -7,6 +7,7 @@
 #   hfconfig      hfconfig_parse (a model's config.json)         common/io/hfconfig.c
 #   dflash_config dflash_config_read_release / _from_json (a drafter's config.json, the
 #                 config of a checkpoint's trainer_state.json)  common/dflash/dflash_config.c
+#   ledger        ledger_snapshot_open (ledger.bin, read at a resume) common/ipc/ledger.c
 # Each target checks an oracle on every input it accepts (its file's header says which).
 #
 #   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all of
@@ -24,10 +25,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [safetensors|topology|shard|hfconfig|dflash_config ...]" >&2; exit 2 ;; esac
+all=(safetensors topology shard hfconfig dflash_config ledger)
+case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [${all[*]} ...]" >&2; exit 2 ;; esac
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors topology shard hfconfig dflash_config)
+[ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 root=${FUZZ_DIR:-build-fuzz}
 jobs=${FUZZ_JOBS:-1}
 CLANG=${CLANG:-clang}
@@ -90,6 +92,11 @@ open(os.path.join(out, 'not_json.json'), 'w').write('{"hidden": ')
 PY
 }
 
+seeds_ledger() { # dir: snapshots of a small plan (fresh, mid-epoch, finished) from the harness's seed writer
+  "${CC:-cc}" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon -DFUZZ_LEDGER_SEEDS fuzz/fuzz_ledger.c common/util.c \
+    -lm -pthread -o "$1/../seed_writer" && "$1/../seed_writer" "$1"
+}
+
 seeds_shard() { # dir: small valid shards (the harness writes their checksums) and broken ones
 python3 - "$1" <<'PY'
 import os, struct, sys
@@ -120,10 +127,11 @@ dict_args() { # target: its dictionary, when it has one
 
 declare -A src=(
   [safetensors]="common/io/safetensors.c common/sha256.c common/par.c" [topology]="common/io/topology.c"
-  [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c" [dflash_config]="common/dflash/dflash_config.c")
-declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096)
+  [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c" [dflash_config]="common/dflash/dflash_config.c"
+  [ledger]=" ") # the ledger harness includes common/ipc/ledger.c itself
+declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096 [ledger]=4096)
 for t in "${targets[@]}"; do
-  [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (safetensors, topology, shard, hfconfig, dflash_config)" >&2; exit 2; }
+  [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (${all[*]})" >&2; exit 2; }
 done
 
 for t in "${targets[@]}"; do

@@ -25,6 +25,7 @@ build() { # target output [parser source]
     safetensors) src=${src:-common/io/safetensors.c}; src="$src common/sha256.c common/par.c" ;; topology) src=${src:-common/io/topology.c} ;;
     shard) src=${src:-common/io/shard.c} ;; hfconfig) src=${src:-common/io/hfconfig.c} ;;
     dflash_config) src=${src:-common/dflash/dflash_config.c} ;;
+    ledger) src=${src:-} ;; # the harness includes common/ipc/ledger.c
   esac
   "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
     -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer \
@@ -32,7 +33,7 @@ build() { # target output [parser source]
     { cat "$out.log"; fail "$t: the replay build failed"; }
 }
 
-for t in safetensors topology shard hfconfig dflash_config; do
+for t in safetensors topology shard hfconfig dflash_config ledger; do
   build "$t" "$tmp/$t"
   inputs=("$tmp/seeds/$t/seeds")
   [ -d "fuzz/regress/$t" ] && inputs+=("fuzz/regress/$t")

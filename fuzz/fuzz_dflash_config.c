@@ -10,7 +10,7 @@
  * refusal comes with a message.
  * Run with scripts/fuzz.sh (make fuzz).
  */
-#define _GNU_SOURCE
+#include "fuzz/fuzz.h"
 #include "dflash/dflash_config.h"
 
 #include <jansson.h>
@@ -18,18 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#define ORACLE(cond)                                                           \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "oracle failed: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int fuzz_accepted; /* inputs a reader accepted (fuzz/replay_main.c prints it) */
 
 /* an accepted config: valid, and its JSON reads back to itself */
@@ -70,10 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(o);
     }
     /* the release config.json, as a file */
-    int fd = memfd_create("config.json", MFD_CLOEXEC);
-    if (fd >= 0 && (size == 0 || write(fd, data, size) == (ssize_t)size)) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    char path[64];
+    int fd = fuzz_memfd(data, size, path);
+    if (fd >= 0) {
         err[0] = 0;
         if (dflash_config_read_release(&c, path, err, sizeof err) == 0) {
             check(&c);
@@ -81,9 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } else {
             ORACLE(err[0] != 0);
         }
-    }
-    if (fd >= 0)
         close(fd);
+    }
     fuzz_accepted += accepted;
     return 0;
 }

@@ -6,6 +6,7 @@
  * for every layer, eos ids within HFCONFIG_MAX_EOS; a refusal comes with a message.
  * Run with scripts/fuzz.sh (make fuzz).
  */
+#include "fuzz/fuzz.h"
 #include "io/hfconfig.h"
 
 #include <stdint.h>
@@ -13,15 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ORACLE(cond)                                                           \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "oracle failed: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int fuzz_accepted; /* inputs the parser accepted (fuzz/replay_main.c prints it) */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -14,6 +14,7 @@
  * mid-epoch with every state, finished) into the directory it is given (scripts/fuzz.sh).
  * Run with scripts/fuzz.sh (make fuzz).
  */
+#include "fuzz/fuzz.h"
 #include "ipc/ledger.c"
 
 #include <stdint.h>
@@ -21,16 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ORACLE(cond)                                                           \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "oracle failed: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
 #ifndef FUZZ_LEDGER_SEEDS
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int fuzz_accepted; /* inputs the parser accepted (fuzz/replay_main.c prints it) */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -10,7 +10,7 @@
  * message that names the file.
  * Run with scripts/fuzz.sh (make fuzz).
  */
-#define _GNU_SOURCE
+#include "fuzz/fuzz.h"
 #include "io/shard.h"
 #include "util.h"
 
@@ -19,18 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
-#define ORACLE(cond)                                                           \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "oracle failed: %s (line %d)\n", #cond, __LINE__); \
-            abort();                                                           \
-        }                                                                      \
-    } while (0)
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int fuzz_accepted; /* inputs the parser accepted (fuzz/replay_main.c prints it) */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -45,16 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint64_t hdr = df_fnv1a64(buf, 40, 0);
         memcpy(buf + 40, &hdr, 8);
     }
-    int fd = memfd_create("fuzz.dfs", MFD_CLOEXEC);
-    if (fd < 0 || (size && write(fd, buf, size) != (ssize_t)size)) {
-        free(buf);
-        if (fd >= 0)
-            close(fd);
-        return 0;
-    }
-    free(buf);
     char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    int fd = fuzz_memfd(buf, size, path);
+    free(buf);
+    if (fd < 0)
+        return 0;
     char *paths[1] = {path};
     dataset *ds = NULL;
     char err[512] = "";

@@ -30,6 +30,7 @@ CUDA      ?= 0
 CUDA_ARCH ?= 90
 CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
+comma := ,
 DEPS_PREFIX ?=
 OPT       ?= -O2
 CC        ?= cc
@@ -67,8 +68,11 @@ else
 LDLIBS  += -luv -ljansson
 endif
 ifneq ($(SANITIZE),)
-CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
-LDFLAGS += -fsanitize=$(SANITIZE)
+# GCC's "undefined" leaves out float-cast-overflow (a double past int converted to int), the
+# bug class fuzz/fuzz_hfconfig.c found: ask for it too
+SANITIZE_FLAGS := -fsanitize=$(SANITIZE)$(if $(filter undefined,$(SANITIZE)),$(comma)float-cast-overflow)
+CFLAGS  += $(SANITIZE_FLAGS) -fno-omit-frame-pointer
+LDFLAGS += $(SANITIZE_FLAGS)
 endif
 
 NVCCFLAGS := -O3 -g -std=c++17 -arch=sm_$(CUDA_ARCH) -I. -Icommon -Xcompiler -Wall,-fno-strict-aliasing -MMD -MP \

@@ -47,11 +47,6 @@ static int replay_file(const char *path)
     return 0;
 }
 
-static int cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help")) {
@@ -70,12 +65,11 @@ int main(int argc, char **argv)
             continue;
         }
         struct dirent **names = NULL;
-        int n = scandir(argv[i], &names, NULL, NULL);
+        int n = scandir(argv[i], &names, NULL, alphasort); /* by name: the same order on every machine */
         if (n < 0) {
             perror(argv[i]);
             return 2;
         }
-        qsort(names, (size_t)n, sizeof *names, cmp);
         for (int k = 0; k < n; k++) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", argv[i], names[k]->d_name);

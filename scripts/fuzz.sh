@@ -8,6 +8,8 @@
 #   dflash_config dflash_config_read_release / _from_json (a drafter's config.json, the
 #                 config of a checkpoint's trainer_state.json)  common/dflash/dflash_config.c
 #   ledger        ledger_snapshot_open (ledger.bin, read at a resume) common/ipc/ledger.c
+#   manifest      dflash_manifest_verify (a checkpoint step dir's manifest.json, read at a
+#                 resume, over files the harness writes)        common/dflash/dflash_manifest.c
 # Each target checks an oracle on every input it accepts (its file's header says which).
 #
 #   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all of
@@ -25,7 +27,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-all=(safetensors topology shard hfconfig dflash_config ledger)
+all=(safetensors topology shard hfconfig dflash_config ledger manifest)
 case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [${all[*]} ...]" >&2; exit 2 ;; esac
 shift || true
 targets=("$@")
@@ -97,6 +99,12 @@ seeds_ledger() { # dir: snapshots of a small plan (fresh, mid-epoch, finished) f
     -lm -pthread -o "$1/../seed_writer" && "$1/../seed_writer" "$1"
 }
 
+seeds_manifest() { # dir: manifests of the harness's step dir (version 2, 1, bad ones) from its seed writer
+  "${CC:-cc}" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" -DFUZZ_MANIFEST_SEEDS \
+    fuzz/fuzz_manifest.c ${src[manifest]} common/util.c -ljansson -lm -pthread -o "$1/../seed_writer" &&
+    "$1/../seed_writer" "$1"
+}
+
 seeds_shard() { # dir: small valid shards (the harness writes their checksums) and broken ones
 python3 - "$1" <<'PY'
 import os, struct, sys
@@ -128,8 +136,10 @@ dict_args() { # target: its dictionary, when it has one
 declare -A src=(
   [safetensors]="common/io/safetensors.c common/sha256.c common/par.c" [topology]="common/io/topology.c"
   [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c" [dflash_config]="common/dflash/dflash_config.c"
-  [ledger]=" ") # the ledger harness includes common/ipc/ledger.c itself
-declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096 [ledger]=4096)
+  [ledger]=" " # the ledger harness includes common/ipc/ledger.c itself
+  [manifest]="common/dflash/dflash_manifest.c common/sha256.c common/par.c")
+declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096 [ledger]=4096
+  [manifest]=4096)
 for t in "${targets[@]}"; do
   [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (${all[*]})" >&2; exit 2; }
 done

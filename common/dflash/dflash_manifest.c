@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,12 +203,16 @@ int dflash_manifest_verify(const char *dir, long *step_out, dflash_manifest_stat
     if (!m)
         MF_ERR(-EINVAL, "%s: line %d: %s", path, je.line, je.text);
     json_t *files = json_object_get(m, "files"), *js = json_object_get(m, "step");
-    int version = (int)json_integer_value(json_object_get(m, "version"));
+    /* compared as the JSON integer it is: cast to int first, 4294967297 would read as 1 */
+    const json_t *jv = json_object_get(m, "version");
+    json_int_t jversion = json_is_integer(jv) ? json_integer_value(jv) : 0;
     if (strcmp(json_string_value(json_object_get(m, "format")) ?: "", "dflash-pipe-checkpoint-manifest") != 0 ||
-        (version != 1 && version != 2))
+        (jversion != 1 && jversion != 2))
         MF_ERR(-EINVAL, "%s: fields \"format\"/\"version\": not a version 1 or 2 dflash-pipe checkpoint manifest",
                path);
-    if (!json_is_integer(js) || json_integer_value(js) < 0)
+    int version = (int)jversion;
+    /* the step is a long from here on: one past LONG_MAX (where long is 32 bits) is refused */
+    if (!json_is_integer(js) || json_integer_value(js) < 0 || json_integer_value(js) > LONG_MAX)
         MF_ERR(-EINVAL, "%s: field \"step\": expected an integer >= 0", path);
     if (!json_is_object(files))
         MF_ERR(-EINVAL, "%s: field \"files\": expected an object", path);

@@ -56,6 +56,31 @@ void df_die(int code, const char *fmt, ...)
     exit(code);
 }
 
+int df_parse_int(const char *s, long long lo, long long hi, long long *out)
+{
+    if (!s)
+        return -EINVAL;
+    int hex = (s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) ||
+              ((s[0] == '-' || s[0] == '+') && s[1] == '0' && (s[2] == 'x' || s[2] == 'X'));
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, hex ? 16 : 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+long long df_arg_int(const char *prog, const char *opt, const char *s, long long lo, long long hi)
+{
+    long long v;
+    if (df_parse_int(s, lo, hi, &v) < 0) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer in [%lld, %lld]\n", prog, opt, s ? s : "", lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
 int df_write_all(int fd, const void *buf, size_t len)
 {
     const char *p = buf;

@@ -56,6 +56,14 @@ size_t df_log_stamp(char *out, size_t cap);
 /* Log and exit(code). */
 void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+/* An integer given on a command line: all of s, decimal (or hex after 0x), in [lo, hi].
+ * 0 with *out set, or -EINVAL (not an integer, past long long, outside the range): a
+ * value is never cut or wrapped into range the way atoi and an (int) cast would. */
+int df_parse_int(const char *s, long long lo, long long hi, long long *out);
+/* df_parse_int for an option that must be right: on bad input prints
+ * "<prog>: <opt>: '<s>' is not an integer in [lo, hi]" to stderr and exits 2 (bad usage). */
+long long df_arg_int(const char *prog, const char *opt, const char *s, long long lo, long long hi);
+
 /* Worker-side checks. DF_CHECK(expr): expr must be true. DF_CHECK_ERR(rc_expr): rc must be
  * >= 0; a negative value is printed as -errno text. Both exit DF_EXIT_TEMP. */
 #define DF_CHECK(expr)                                                                  \

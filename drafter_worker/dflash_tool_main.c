@@ -125,8 +125,25 @@ int main(int argc, char **argv)
             switch (o) {
             case 'o': out = optarg; break;
             case 'c': cfg = optarg; break;
-            case 's': seed = strtoull(optarg, NULL, 0); break;
-            case 'd': std = atof(optarg); break;
+            case 's': {
+                char *end;
+                errno = 0;
+                seed = strtoull(optarg, &end, 0);
+                if (errno || end == optarg || *end || optarg[0] == '-') {
+                    fprintf(stderr, "dflash_tool init: --seed: '%s' is not an integer in [0, 2^64)\n", optarg);
+                    return DF_EXIT_USAGE;
+                }
+                break;
+            }
+            case 'd': {
+                char *end;
+                std = strtod(optarg, &end);
+                if (end == optarg || *end || !(std > 0 && std < 1e6)) {
+                    fprintf(stderr, "dflash_tool init: --std: '%s' is not a number in (0, 1e6)\n", optarg);
+                    return DF_EXIT_USAGE;
+                }
+                break;
+            }
             case 'h': usage(stdout); return 0;
             default: usage(stderr); return DF_EXIT_USAGE;
             }

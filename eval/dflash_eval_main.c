@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,16 +74,13 @@ typedef struct eval_opts {
     long long random_seed; /* -1: keep the trained weights */
 } eval_opts;
 
-static int parse_int(const char *s, const char *opt, long long lo, long long *out)
+/* an option's integer in [lo, hi] (an int option: hi = INT_MAX, so nothing wraps) */
+static int parse_int(const char *s, const char *opt, long long lo, long long hi, long long *out)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 0);
-    if (errno || *end || end == s || v < lo) {
-        fprintf(stderr, "dflash_eval: %s: '%s' is not an integer >= %lld\n", opt, s, lo);
+    if (df_parse_int(s, lo, hi, out) < 0) {
+        fprintf(stderr, "dflash_eval: %s: '%s' is not an integer in [%lld, %lld]\n", opt, s, lo, hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 
@@ -127,33 +125,33 @@ static int parse_args(int argc, char **argv, eval_opts *o)
             o->prompts[o->n_prompts_files++] = optarg;
             break;
         case 'n':
-            if (parse_int(optarg, "--max-prompts", 1, &v))
+            if (parse_int(optarg, "--max-prompts", 1, INT_MAX, &v))
                 return -1;
             o->max_prompts = (int)v;
             break;
         case 'm':
-            if (parse_int(optarg, "--max-new", 1, &v))
+            if (parse_int(optarg, "--max-new", 1, INT_MAX, &v))
                 return -1;
             o->max_new = (int)v;
             break;
         case 'L':
-            if (parse_int(optarg, "--max-prompt-len", 1, &v))
+            if (parse_int(optarg, "--max-prompt-len", 1, INT_MAX, &v))
                 return -1;
             o->max_prompt_len = (int)v;
             break;
         case 'e':
-            if (parse_int(optarg, "--eos", -1, &v))
+            if (parse_int(optarg, "--eos", -1, INT_MAX, &v))
                 return -1;
             o->eos = (int)v, o->eos_given = 1;
             break;
         case 'r':
-            if (parse_int(optarg, "--random-drafter", 0, &v))
+            if (parse_int(optarg, "--random-drafter", 0, LLONG_MAX, &v))
                 return -1;
             o->random_seed = v;
             break;
         case 'P': o->no_plain = 1; break;
         case 'B':
-            if (parse_int(optarg, "--batch", 1, &v))
+            if (parse_int(optarg, "--batch", 1, INT_MAX, &v))
                 return -1;
             if (v > SPEC_MAX_BATCH) {
                 fprintf(stderr, "dflash_eval: --batch: %lld prompts, at most %d are decoded together\n", v,
@@ -164,7 +162,7 @@ static int parse_args(int argc, char **argv, eval_opts *o)
             break;
         case 'b': o->backend = optarg; break;
         case 'D':
-            if (parse_int(optarg, "--device", 0, &v))
+            if (parse_int(optarg, "--device", 0, INT_MAX, &v))
                 return -1;
             o->device = (int)v;
             break;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,8 +110,11 @@ static int read_byte_tok(byte_tok *bt, const char *dir, char *err, size_t errlen
     int *dst[4] = {&bt->bos, &bt->user, &bt->assistant, &bt->eos};
     for (int i = 0; i < 4; i++) {
         json_t *v = json_object_get(o, keys[i]);
-        if (!json_is_integer(v)) {
-            snprintf(err, errlen, "%s: field \"%s\" missing or not an integer", path, keys[i]);
+        /* a token id is a row of the embedding: a negative one would be read before the
+         * table, and one past int would wrap (the vocabulary check comes per prompt) */
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
+            snprintf(err, errlen, "%s: field \"%s\" missing or not a token id (an integer in [0, %d])", path, keys[i],
+                     INT32_MAX);
             rc = -EINVAL;
             break;
         }
@@ -261,7 +265,7 @@ static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_d
             break;
         }
         for (int j = 0; j < n; j++)
-            if (t[j] >= vocab) {
+            if (t[j] < 0 || t[j] >= vocab) {
                 snprintf(err, errlen, "%s:%ld: token %d is outside the target's vocabulary (%d)", path, lineno, t[j],
                          vocab);
                 rc = -EINVAL;

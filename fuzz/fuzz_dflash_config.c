@@ -6,14 +6,17 @@
  *
  * Beyond "no crash, no sanitizer report", the oracle: every config either reader accepts
  * passes dflash_config_validate (what dflash_config.h promises the math code), and
- * dflash_config_to_json of it is read back by dflash_config_from_json to the same JSON; a
- * refusal comes with a message.
+ * dflash_config_to_json of it is read back by dflash_config_from_json to the same JSON; every
+ * integer the input gives for a field is the field's value (a number outside int must be
+ * refused, not wrapped: "hidden_size": 4294967424 once read as 128); a refusal comes with
+ * a message.
  * Run with scripts/fuzz.sh (make fuzz).
  */
 #include "fuzz/fuzz.h"
 #include "dflash/dflash_config.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +44,42 @@ static void check(const dflash_config *c)
     json_decref(j2);
 }
 
+/* every integer of the input o that c was read from is c's value: nothing wrapped */
+static void check_ints(const dflash_config *c, const json_t *o)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } f[] = {{"hidden_size", offsetof(dflash_config, hidden)},
+             {"intermediate_size", offsetof(dflash_config, intermediate)},
+             {"num_hidden_layers", offsetof(dflash_config, n_layers)},
+             {"num_attention_heads", offsetof(dflash_config, n_heads)},
+             {"num_key_value_heads", offsetof(dflash_config, n_kv_heads)},
+             {"vocab_size", offsetof(dflash_config, vocab)},
+             {"block_size", offsetof(dflash_config, block_size)},
+             {"num_target_layers", offsetof(dflash_config, num_target_layers)},
+             {"sliding_window", offsetof(dflash_config, sliding_window)},
+             {"tie_word_embeddings", offsetof(dflash_config, tie_word_embeddings)},
+             {"max_position_embeddings", offsetof(dflash_config, max_position_embeddings)},
+             {"head_dim", offsetof(dflash_config, head_dim)}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const json_t *v = json_object_get(o, f[i].key);
+        int got;
+        memcpy(&got, (const char *)c + f[i].off, sizeof got);
+        if (json_is_integer(v) && json_integer_value(v) != got)
+            fprintf(stderr, "%s: the input says %lld, the config holds %d\n", f[i].key,
+                    (long long)json_integer_value(v), got);
+        ORACLE(!json_is_integer(v) || json_integer_value(v) == got);
+    }
+    const json_t *dc = json_object_get(o, "dflash_config");
+    const json_t *m = json_object_get(dc, "mask_token_id");
+    ORACLE(!json_is_integer(m) || json_integer_value(m) == c->mask_token_id);
+    const json_t *ids = json_object_get(dc, "target_layer_ids");
+    ORACLE(json_array_size(ids) == (size_t)c->n_capture);
+    for (int i = 0; i < c->n_capture; i++)
+        ORACLE(json_integer_value(json_array_get(ids, (size_t)i)) == c->target_layer_ids[i]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[512] = "";
@@ -52,11 +91,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (o) {
         if (dflash_config_from_json(&c, o, "trainer_state.json", err, sizeof err) == 0) {
             check(&c);
+            check_ints(&c, o);
             accepted = 1;
         } else {
             ORACLE(err[0] != 0);
         }
-        json_decref(o);
     }
     /* the release config.json, as a file */
     char path[64];
@@ -65,12 +104,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         err[0] = 0;
         if (dflash_config_read_release(&c, path, err, sizeof err) == 0) {
             check(&c);
+            json_t *r = json_loadb((const char *)data, size, 0, &je); /* the release reader's flags */
+            ORACLE(r);
+            check_ints(&c, r);
+            json_decref(r);
             accepted = 1;
         } else {
             ORACLE(err[0] != 0);
         }
         close(fd);
     }
+    json_decref(o);
     fuzz_accepted += accepted;
     return 0;
 }

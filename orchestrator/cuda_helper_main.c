@@ -18,6 +18,7 @@
 #include "ipc/fdpass.h"
 #include "util.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,9 +61,9 @@ int main(int argc, char **argv)
         }
         char *end = NULL;
         if (!strcmp(argv[i], "--sock"))
-            sock = (int)strtol(argv[++i], &end, 10);
+            sock = (int)df_arg_int("cuda_helper", "--sock", argv[++i], 0, INT_MAX);
         else if (!strcmp(argv[i], "--device"))
-            device = (int)strtol(argv[++i], &end, 10);
+            device = (int)df_arg_int("cuda_helper", "--device", argv[++i], 0, INT_MAX);
         else if (!strcmp(argv[i], "--bytes"))
             bytes = strtoull(argv[++i], &end, 10);
         else if (!strcmp(argv[i], "--name"))

@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -330,12 +331,12 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc) {
             run_opt = argv[++i];
         } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
-            char *end;
-            count = strtol(argv[++i], &end, 10);
-            if (*end || count < 1) {
+            long long n;
+            if (df_parse_int(argv[++i], 1, LONG_MAX, &n) < 0) {
                 fprintf(stderr, "dfctl: --count %s: expected a positive integer\n", argv[i]);
                 return 2;
             }
+            count = (long)n;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "dfctl: unknown option %s (dfctl --help)\n", argv[i]);
             return 2;

@@ -379,6 +379,28 @@ int main(void)
     double l = one_step(&pr, &fresh, 0);
     T_ASSERT(isfinite(l));
     printf("  release dir loads back (bf16-rounded weights, same config) and trains on (loss %.4f)\n", l);
+    /* a number past int in the release config is refused naming the field, not wrapped
+     * (2^32 + hidden once read as hidden) */
+    {
+        char cpath[4300];
+        snprintf(cpath, sizeof cpath, "%s/config.json", rel);
+        const char *keys[2] = {"hidden_size", "num_hidden_layers"};
+        for (int k = 0; k < 2; k++) {
+            json_t *o = json_load_file(cpath, 0, NULL);
+            T_ASSERT(o != NULL);
+            long long v = json_integer_value(json_object_get(o, keys[k]));
+            json_object_set_new(o, keys[k], json_integer(v + (1ll << 32)));
+            char wpath[4300];
+            snprintf(wpath, sizeof wpath, "%s/wrapped.json", root);
+            T_ASSERT(json_dump_file(o, wpath, 0) == 0);
+            json_decref(o);
+            dflash_config cw;
+            err[0] = 0;
+            T_ASSERT(dflash_config_read_release(&cw, wpath, err, sizeof err) == -EINVAL);
+            T_ASSERT(strstr(err, keys[k]) != NULL && strstr(err, "in [") != NULL);
+            printf("  %s + 2^32 refused: %s\n", keys[k], err);
+        }
+    }
     adamw_free(&fresh);
     dflash_params_free(&pr);
     dflash_params_free(&p);

@@ -103,12 +103,14 @@ expect() { # expect CODE PATTERN -- command...
   grep -q -- "$pat" "$tmp/e.err" || { cat "$tmp/e.err"; fail "$*: message lacks '$pat'"; }
   echo "error ok ($code): $(tail -n1 "$tmp/e.err")"
 }
-expect 2 "--batch: '0' is not an integer >= 1" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
+expect 2 "--batch: '0' is not an integer in \[1, " -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
   --prompts data/tiny/heldout-000.dfs --batch 0
 expect 2 "--batch: 65 prompts, at most 64" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
   --prompts data/tiny/heldout-000.dfs --batch 65
 expect 2 "--batch: 'two' is not an integer" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
   --prompts data/tiny/heldout-000.dfs --batch two
+expect 2 "--max-new: '4294967297' is not an integer in \[1, 2147483647\]" -- "$EVAL" --target models/tiny-target \
+  --drafter "$tmp/rel" --prompts data/tiny/heldout-000.dfs --max-new 4294967297
 expect 100 "$tmp/none/config.json" -- "$EVAL" --target models/tiny-target --drafter "$tmp/none" --prompts data/tiny/heldout-000.dfs
 expect 100 "hidden_size = 128 does not match the target tests/fixtures/tiny-qwen3" -- \
   "$EVAL" --target tests/fixtures/tiny-qwen3 --drafter "$tmp/rel" --prompts data/tiny/heldout-000.dfs
@@ -121,6 +123,15 @@ sed -e 's/"hidden_size": 128/"hidden_size": 64/; s/"intermediate_size": 384/"int
 "$BUILD/bin/dflash_tool" init --out "$tmp/ck64" --config "$tmp/cfg64.json" >/dev/null
 expect 100 "tiny-qwen3/byte_tokenizer.json" -- \
   "$EVAL" --target tests/fixtures/tiny-qwen3 --drafter "$tmp/ck64" --prompts data/tiny/chat-heldout.jsonl
+# a token id in byte_tokenizer.json that is not a row of the embedding: refused, never
+# read before the table (-1) or wrapped (2^32 + 256 read as 256)
+for bad in -1 4294967552; do
+  mkdir -p "$tmp/tt$bad" && ln -sf "$PWD"/models/tiny-target/{config.json,model.safetensors} "$tmp/tt$bad/"
+  sed "s/\"bos\": 256/\"bos\": $bad/" models/tiny-target/byte_tokenizer.json >"$tmp/tt$bad/byte_tokenizer.json"
+  grep -q "\"bos\": $bad" "$tmp/tt$bad/byte_tokenizer.json" || fail "could not plant bos $bad"
+  expect 100 "byte_tokenizer.json: field \"bos\" missing or not a token id" -- \
+    "$EVAL" --target "$tmp/tt$bad" --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl --max-new 4
+done
 if [[ $BUILD != *cuda* ]]; then # a CPU-only build refuses the cuda backend
   expect 2 "this build has no CUDA" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
     --prompts data/tiny/heldout-000.dfs --backend cuda

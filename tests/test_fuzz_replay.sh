@@ -3,12 +3,13 @@
 # replayed without libFuzzer, with ASan + UBSan (GCC's undefined set does not include
 # float-cast-overflow: added; any sanitizer report or failed oracle aborts), over:
 #   - the seed corpora scripts/fuzz.sh writes (FUZZ_SEEDS_ONLY=1): the repository's model
-#     configs and topologies, crafted bad safetensors headers, small shards;
+#     configs and topologies, crafted bad safetensors headers, small shards, checkpoint
+#     manifests (versions 1 and 2, and ones a resume must refuse);
 #   - fuzz/regress/<target>/: inputs a fuzzer found that broke a parser once;
 #   - a real shard (data/tiny/heldout-000.dfs).
 # Each target must accept at least one input (so its oracle ran) and refuse at least one.
-# Then it must fail where it should: the hfconfig target built over hfconfig.c with the
-# check that fuzz/regress/hfconfig/ is about taken out must abort on that input.
+# Then it must fail where it should: the hfconfig and dflash_config targets built over their
+# parsers with the check that fuzz/regress/<target>/ is about taken out must abort on it.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
@@ -26,6 +27,7 @@ build() { # target output [parser source]
     shard) src=${src:-common/io/shard.c} ;; hfconfig) src=${src:-common/io/hfconfig.c} ;;
     dflash_config) src=${src:-common/dflash/dflash_config.c} ;;
     ledger) src=${src:-} ;; # the harness includes common/ipc/ledger.c
+    manifest) src=${src:-common/dflash/dflash_manifest.c}; src="$src common/sha256.c common/par.c" ;;
   esac
   "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
     -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer \
@@ -33,7 +35,7 @@ build() { # target output [parser source]
     { cat "$out.log"; fail "$t: the replay build failed"; }
 }
 
-for t in safetensors topology shard hfconfig dflash_config ledger; do
+for t in safetensors topology shard hfconfig dflash_config ledger manifest; do
   build "$t" "$tmp/$t"
   inputs=("$tmp/seeds/$t/seeds")
   [ -d "fuzz/regress/$t" ] && inputs+=("fuzz/regress/$t")
@@ -65,4 +67,19 @@ if "$tmp/hfconfig_old" fuzz/regress/hfconfig >"$tmp/old.out" 2>&1; then
 fi
 grep -q "runtime error" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "hfconfig without its check failed, but not with UBSan's report"; }
 echo "ok: without its check, hfconfig.c fails fuzz/regress/hfconfig (UBSan: $(grep -o 'runtime error: [^\n]*' "$tmp/old.out" | head -1 | cut -c1-70))"
+# and the wrap of a config integer (fuzz/regress/dflash_config): dflash_config.c without its
+# range check must fail the oracle (4294967424 read as 128), the fixed one passes it above
+python3 - common/dflash/dflash_config.c "$tmp/dflash_config_old.c" <<'PY' || fail "could not take the range check out of a copy of dflash_config.c"
+import sys
+s = open(sys.argv[1]).read()
+a = " || json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)"
+assert s.count(a) == 1, "the check is not where this test expects it"
+open(sys.argv[2], "w").write(s.replace(a, ")"))
+PY
+build dflash_config "$tmp/dflash_config_old" "$tmp/dflash_config_old.c"
+if ("$tmp/dflash_config_old" fuzz/regress/dflash_config >"$tmp/old.out" 2>&1; exit $?) 2>/dev/null; then # the subshell says "Aborted", into /dev/null
+  fail "dflash_config without its range check still passes fuzz/regress/dflash_config"
+fi
+grep -q "oracle failed" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "dflash_config without its check failed, but not by the oracle"; }
+echo "ok: without its range check, dflash_config.c fails fuzz/regress/dflash_config ($(grep -m1 'the input says' "$tmp/old.out"))"
 echo "PASS: the fuzz targets replay clean over their seeds, the regression inputs and a real shard"

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -304,8 +305,8 @@ int main(int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, "n:k:s:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'n': nbatches = strtoull(optarg, NULL, 10); break;
-        case 'k': kills_planned = atoi(optarg); break;
+        case 'n': nbatches = (uint64_t)df_arg_int("test_ring_stress", "-n", optarg, 1, INT64_MAX); break;
+        case 'k': kills_planned = (int)df_arg_int("test_ring_stress", "-k", optarg, 0, INT_MAX); break;
         case 's': seed = strtoull(optarg, NULL, 10); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -1,7 +1,9 @@
-/* test_util: the PRNG is deterministic and unbiased enough, atomic writes replace whole files. */
+/* test_util: the PRNG is deterministic and unbiased enough, atomic writes replace whole files,
+ * command-line integers are read whole and in range. */
 #include "util.h"
 #include "test_helpers.h"
 
+#include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +51,20 @@ int main(void)
     T_ASSERT(access(tmp, F_OK) != 0); /* no temp file left behind */
     T_ASSERT(df_read_file("/nonexistent/x", &buf, &len) == -ENOENT);
     T_ASSERT(df_write_file_atomic("/nonexistent/dir/x", "a", 1) == -ENOENT);
+    /* command-line integers: whole, in range, never wrapped or cut */
+    long long v = 0;
+    T_ASSERT(df_parse_int("42", 1, 100, &v) == 0 && v == 42);
+    T_ASSERT(df_parse_int("-1", -1, 5, &v) == 0 && v == -1);
+    T_ASSERT(df_parse_int("0x10", 0, 100, &v) == 0 && v == 16);
+    T_ASSERT(df_parse_int("010", 0, 100, &v) == 0 && v == 10); /* decimal, not octal */
+    T_ASSERT(df_parse_int("9223372036854775807", 0, INT64_MAX, &v) == 0 && v == INT64_MAX);
+    const char *bad[] = {"", "x", "12x", "1.5", " ", "0x", "4294967297", "9223372036854775808", "101", "0", "-3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        v = 7;
+        long long hi = i == 7 ? INT64_MAX : (i == 6 ? 2147483647 : 100);
+        T_ASSERT(df_parse_int(bad[i], 1, hi, &v) == -EINVAL && v == 7);
+    }
+    T_ASSERT(df_parse_int(NULL, 0, 1, &v) == -EINVAL);
     printf("test_util: ok\n");
     return 0;
 }

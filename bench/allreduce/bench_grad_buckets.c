@@ -14,6 +14,7 @@
  *                                  [--anchors N] [--steps K] [--warmup W] [--out PATH] */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,13 +145,13 @@ int main(int argc, char **argv)
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
-        case 'r': o.ranks = atoi(optarg); break;
-        case 'l': o.layers = atoi(optarg); break;
-        case 'd': o.hidden = atoi(optarg); break;
-        case 's': o.seq = atoi(optarg); break;
-        case 'a': o.anchors = atoi(optarg); break;
-        case 'k': o.steps = atoi(optarg); break;
-        case 'w': o.warmup = atoi(optarg); break;
+        case 'r': o.ranks = (int)df_arg_int("bench_grad_buckets", "--ranks", optarg, 1, 64); break;
+        case 'l': o.layers = (int)df_arg_int("bench_grad_buckets", "--layers", optarg, 1, 1024); break;
+        case 'd': o.hidden = (int)df_arg_int("bench_grad_buckets", "--hidden", optarg, 1, 1 << 16); break;
+        case 's': o.seq = (int)df_arg_int("bench_grad_buckets", "--seq", optarg, 1, 1 << 20); break;
+        case 'a': o.anchors = (int)df_arg_int("bench_grad_buckets", "--anchors", optarg, 1, 1 << 20); break;
+        case 'k': o.steps = (int)df_arg_int("bench_grad_buckets", "--steps", optarg, 1, INT_MAX); break;
+        case 'w': o.warmup = (int)df_arg_int("bench_grad_buckets", "--warmup", optarg, 0, INT_MAX); break;
         case 'o': o.out = optarg; break;
         case 'h':
             printf("usage: %s [--ranks R] [--layers L] [--hidden D] [--seq S] [--anchors N] [--steps K] [--warmup W] "

@@ -33,6 +33,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 static char g_err[1024];
@@ -150,9 +151,9 @@ int main(int argc, char **argv)
         } else if (i + 1 < argc && !strcmp(argv[i], "--shape"))
             shape_name = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--steps"))
-            steps = atoi(argv[++i]);
+            steps = (int)df_arg_int("bench_ckpt_async", "--steps", argv[++i], 1, INT_MAX);
         else if (i + 1 < argc && !strcmp(argv[i], "--every"))
-            every = atoi(argv[++i]);
+            every = (int)df_arg_int("bench_ckpt_async", "--every", argv[++i], 1, INT_MAX);
         else if (i + 1 < argc && !strcmp(argv[i], "--dir"))
             dir = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--json"))

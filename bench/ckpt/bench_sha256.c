@@ -77,7 +77,7 @@ static void time_cmd(row *r, const char *fmt, const char *path, double bytes)
 int main(int argc, char **argv)
 {
     const char *out = argc > 1 ? argv[1] : "bench/results/ckpt/sha256.json";
-    long mib = argc > 2 ? atol(argv[2]) : 512;
+    long mib = argc > 2 ? (long)df_arg_int("bench_sha256", "MIB", argv[2], 1, 1 << 20) : 512;
     if (mib < 1) {
         fprintf(stderr, "usage: bench_sha256 [OUT.json] [MiB >= 1]\n");
         return 2;

@@ -40,6 +40,7 @@ int main(int argc, char **argv)
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,16 +239,16 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--seq")) {
             while (i + 1 < argc && argv[i + 1][0] != '-' && nseq < MAXCFG)
-                seqs[nseq++] = atoi(argv[++i]);
+                seqs[nseq++] = (int)df_arg_int("bench_drafter", "--seq", argv[++i], 1, 1 << 20);
         } else if (!strcmp(argv[i], "--anchors")) {
             while (i + 1 < argc && argv[i + 1][0] != '-' && nanc < MAXCFG)
-                anch[nanc++] = atoi(argv[++i]);
+                anch[nanc++] = (int)df_arg_int("bench_drafter", "--anchors", argv[++i], 1, 1 << 20);
         } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
-            iters = atoi(argv[++i]);
+            iters = (int)df_arg_int("bench_drafter", "--iters", argv[++i], 1, INT_MAX);
         } else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) {
-            warmup = atoi(argv[++i]);
+            warmup = (int)df_arg_int("bench_drafter", "--warmup", argv[++i], 0, INT_MAX);
         } else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) {
-            chunk = atoi(argv[++i]);
+            chunk = (int)df_arg_int("bench_drafter", "--chunk", argv[++i], 0, INT_MAX);
         } else if (!strcmp(argv[i], "--json") && i + 1 < argc) {
             json = argv[++i];
         } else if (!strcmp(argv[i], "--check") && i + 1 < argc) {
@@ -266,7 +267,7 @@ int main(int argc, char **argv)
                 schemes[nsch++] = t;
             }
         } else if (!strcmp(argv[i], "--docs") && i + 1 < argc) {
-            docs = atoi(argv[++i]);
+            docs = (int)df_arg_int("bench_drafter", "--docs", argv[++i], 1, 1 << 16);
             if (docs < 1 || docs > DFLASH_MAX_DOCS_CUDA) {
                 fprintf(stderr, "bench_drafter: --docs must be 1..%d\n", DFLASH_MAX_DOCS_CUDA);
                 return 2;

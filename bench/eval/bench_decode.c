@@ -49,6 +49,7 @@ int main(void)
 #else
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -778,19 +779,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--models") && i + 1 < argc)
             models = argv[++i];
         else if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
-            P = atoi(argv[++i]);
+            P = (int)df_arg_int("bench_decode", "--prompt", argv[++i], 1, 1 << 20);
         else if (!strcmp(argv[i], "--new") && i + 1 < argc)
-            NEW = atoi(argv[++i]);
+            NEW = (int)df_arg_int("bench_decode", "--new", argv[++i], 1, 1 << 20);
         else if (!strcmp(argv[i], "--timeout") && i + 1 < argc)
-            timeout_s = atoi(argv[++i]);
+            timeout_s = (int)df_arg_int("bench_decode", "--timeout", argv[++i], 1, INT_MAX);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-            NB = atoi(argv[++i]);
+            NB = (int)df_arg_int("bench_decode", "--batch", argv[++i], 1, INT_MAX);
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
         else if (!strcmp(argv[i], "--linear-sweep"))
             sweep = 1;
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc && nv < DECODE_LINEAR_VARIANTS) {
-            int v = atoi(argv[++i]);
+            int v = (int)df_arg_int("bench_decode", "--variant", argv[++i], 0, INT_MAX);
             if (v < 0 || v >= DECODE_LINEAR_VARIANTS) {
                 fprintf(stderr, "bench_decode: --variant %d: 0 .. %d\n", v, DECODE_LINEAR_VARIANTS - 1);
                 return 2;

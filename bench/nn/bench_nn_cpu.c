@@ -10,6 +10,7 @@
  * cpus, commit, every figure) to --out (default bench/results/nn_cpu.json).
  *   build/bench/bench_nn_cpu [--iters N] [--out PATH] */
 #include <getopt.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +130,7 @@ int main(int argc, char **argv)
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         if (ch == 'i')
-            iters = atoi(optarg);
+            iters = (int)df_arg_int("bench_nn_cpu", "--iters", optarg, 1, INT_MAX);
         else if (ch == 'o')
             out = optarg;
         else if (ch == 'h') {

@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -235,9 +236,9 @@ int main(int argc, char **argv)
     int o;
     while ((o = getopt_long(argc, argv, "n:i:r:o:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'n': handoffs = strtoull(optarg, NULL, 10); break;
-        case 'i': iters = atoi(optarg); break;
-        case 'r': repeat = atoi(optarg); break;
+        case 'n': handoffs = (uint64_t)df_arg_int("bench_ring", "--handoffs", optarg, 1, INT64_MAX); break;
+        case 'i': iters = (int)df_arg_int("bench_ring", "--iters", optarg, 1, INT_MAX); break;
+        case 'r': repeat = (int)df_arg_int("bench_ring", "--repeat", optarg, 1, INT_MAX); break;
         case 'o': out = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

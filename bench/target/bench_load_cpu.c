@@ -18,6 +18,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 
 static double median_of(double *t, int n)
 {
@@ -70,7 +71,7 @@ int main(int argc, char **argv)
         else if (i + 1 < argc && !strcmp(argv[i], "--cols"))
             cols = atoll(argv[++i]);
         else if (i + 1 < argc && !strcmp(argv[i], "--iters"))
-            iters = atoi(argv[++i]);
+            iters = (int)df_arg_int("bench_load_cpu", "--iters", argv[++i], 1, INT_MAX);
         else if (i + 1 < argc && !strcmp(argv[i], "--json"))
             json = argv[++i];
         else {

@@ -27,6 +27,7 @@ int main(void)
 #include "util.h"
 
 #include <cuda_runtime_api.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -413,19 +414,19 @@ int main(int argc, char **argv)
         } else if (i + 1 < argc && !strcmp(argv[i], "--json"))
             json = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--tokens"))
-            tokens = atoi(argv[++i]);
+            tokens = (int)df_arg_int("bench_target", "--tokens", argv[++i], 1, 1 << 24);
         else if (i + 1 < argc && !strcmp(argv[i], "--iters"))
-            iters = atoi(argv[++i]);
+            iters = (int)df_arg_int("bench_target", "--iters", argv[++i], 1, INT_MAX);
         else if (i + 1 < argc && !strcmp(argv[i], "--models"))
             models = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--timeout"))
-            limit = atoi(argv[++i]);
+            limit = (int)df_arg_int("bench_target", "--timeout", argv[++i], 1, INT_MAX);
         else if (i + 1 < argc && !strcmp(argv[i], "--check"))
             check = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--variants"))
             variants = argv[++i];
         else if (i + 1 < argc && !strcmp(argv[i], "--doc-len"))
-            doc_len = atoi(argv[++i]);
+            doc_len = (int)df_arg_int("bench_target", "--doc-len", argv[++i], 1, 1 << 24);
         else if (!strcmp(argv[i], "--breakdown"))
             do_breakdown = 1;
         else {

@@ -405,8 +405,11 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     if (ts) {
         memset(ts, 0, sizeof(*ts));
         ts->step = (long)json_integer_value(json_object_get(st, "step"));
-        ts->epoch = (long)json_integer_value(json_object_get(st, "epoch"));
-        ts->ledger_committed_step = (long)json_integer_value(json_object_get(st, "ledger_committed_step"));
+        json_t *jep = json_object_get(st, "epoch"), *jl = json_object_get(st, "ledger_committed_step");
+        if (!json_is_integer(jep) || json_integer_value(jep) < 0 || !json_is_integer(jl) || json_integer_value(jl) < 0)
+            CK_ERR(-EINVAL, "%s: fields \"epoch\"/\"ledger_committed_step\" must be integers >= 0", path);
+        ts->epoch = (long)json_integer_value(jep);
+        ts->ledger_committed_step = (long)json_integer_value(jl);
         json_t *r = json_object_get(st, "rng");
         if (parse_hex(json_object_get(st, "seed"), &ts->seed) < 0 || json_array_size(r) != 4)
             CK_ERR(-EINVAL, "%s: fields \"seed\"/\"rng\" must be hex strings (rng: 4 of them)", path);
@@ -434,6 +437,8 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
                         "warmup_frac", &a.warmup_frac, "clip_norm", &a.clip_norm, "total_steps", &total, "step",
                         &ostep) != 0)
             CK_ERR(-EINVAL, "%s/trainer_state.json: object \"optimizer\" lacks a field or has a wrong type", dir);
+        if (total < 0 || ostep < 0)
+            CK_ERR(-EINVAL, "%s/trainer_state.json: \"optimizer.total_steps\"/\"optimizer.step\" must be >= 0", dir);
         a.total_steps = (long)total;
         if ((rc = adamw_init(opt, &a, p->n)) < 0)
             CK_ERR(rc, "%s/trainer_state.json: optimizer settings rejected", dir);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -180,8 +181,9 @@ static int get_int(const json_t *o, const char *key, int *out, int required, con
         *out = json_is_true(v);
         return 0;
     }
-    if (!json_is_integer(v))
-        CFG_ERR("%s: field \"%s\" must be an integer", what, key);
+    /* a number past int is refused, not wrapped (4294967424 would read as 128) */
+    if (!json_is_integer(v) || json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)
+        CFG_ERR("%s: field \"%s\" must be an integer in [%d, %d]", what, key, INT_MIN, INT_MAX);
     *out = (int)json_integer_value(v);
     return 0;
 }
@@ -248,8 +250,8 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
     c->n_capture = (int)json_array_size(ids);
     for (int i = 0; i < c->n_capture; i++) {
         json_t *v = json_array_get(ids, (size_t)i);
-        if (!json_is_integer(v))
-            CFG_ERR("%s: dflash_config.target_layer_ids[%d] must be an integer", what, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
+            CFG_ERR("%s: dflash_config.target_layer_ids[%d] must be an integer in [0, %d]", what, i, INT_MAX);
         c->target_layer_ids[i] = (int)json_integer_value(v);
     }
     if ((rc = get_int(dc, "mask_token_id", &c->mask_token_id, 1, what, err, errlen)) < 0)

@@ -53,7 +53,9 @@ static int load_shard(prompts_list *l, const char *path, int vocab, int max_tota
     int rc = dataset_open(&ds, paths, 1, err, errlen);
     if (rc < 0)
         return rc;
-    if ((int)dataset_vocab_size(ds) > vocab) {
+    /* compared unsigned: a header vocab_size past 2^31 cast to int was negative and passed,
+     * letting token ids past the target's table through as negative int32 */
+    if (vocab <= 0 || dataset_vocab_size(ds) > (uint32_t)vocab) {
         snprintf(err, errlen, "%s: header vocab_size %u exceeds the target's vocab_size %d", path,
                  dataset_vocab_size(ds), vocab);
         dataset_close(ds);

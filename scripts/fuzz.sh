@@ -10,6 +10,8 @@
 #   ledger        ledger_snapshot_open (ledger.bin, read at a resume) common/ipc/ledger.c
 #   manifest      dflash_manifest_verify (a checkpoint step dir's manifest.json, read at a
 #                 resume, over files the harness writes)        common/dflash/dflash_manifest.c
+#   prompts       prompts_load (chat JSONL + byte_tokenizer.json, or a .dfs shard: what
+#                 dflash_eval and target_generate decode)       eval/eval_prompts.c
 # Each target checks an oracle on every input it accepts (its file's header says which).
 #
 #   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all of
@@ -27,7 +29,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-all=(safetensors topology shard hfconfig dflash_config ledger manifest)
+all=(safetensors topology shard hfconfig dflash_config ledger manifest prompts)
 case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [${all[*]} ...]" >&2; exit 2 ;; esac
 shift || true
 targets=("$@")
@@ -125,7 +127,28 @@ shard('three', 64, [[(1, 0)], [], [(2, 1), (3, 1), (63, 0), (0, 1)]])
 shard('bad_token', 8, [[(9, 1)]])
 shard('bad_mask', 8, [[(1, 2)]])
 shard('bad_version', 8, [[(1, 1)]], version=2)
+# prompt-shaped (a prompt, then a loss-1 response) for the prompts target too: one in the
+# tiny target's vocabulary, one whose header vocab_size (2^32 - 1) lets a token past int in
+shard('prompt_pair', 264, [[(256, 0), (258, 0), (65, 0), (259, 0), (66, 1), (257, 1)], [(256, 0), (7, 1)]])
+shard('prompt_vocab_wraps', 0xFFFFFFFF, [[(4000000000, 0), (5, 1)]])
 PY
+}
+
+seeds_prompts() { # dir: chat JSONL (the tiny tokenizer; others given before a NUL) and 'S' + shards
+  head -n 3 data/tiny/chat-heldout.jsonl > "$1/chat3.jsonl"
+  printf '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "h\u00e9\u4e16"}]}\n' \
+    > "$1/system_user.jsonl"
+  printf '{"conversations": [{"from": "human", "value": "x"}, {"from": "gpt", "value": "y"}]}\n' > "$1/sharegpt.jsonl"
+  printf '{"messages": [{"role": "robot", "content": "a"}]}\n' > "$1/bad_role.jsonl"
+  local tok='{"type": "bytes", "vocab_size": 264, "bos": 256, "eos": 257, "user": 258, "assistant": 259}'
+  local b
+  for b in 256 -1 4294967552 '"x"'; do
+    { printf '%s' "${tok/\"bos\": 256/\"bos\": $b}"; printf '\0{"messages": [{"role": "user", "content": "hi"}]}\n'; } \
+      > "$1/tok_bos_${b//\"/}.bin"
+  done
+  mkdir -p "$1/../shards" && seeds_shard "$1/../shards"
+  local f
+  for f in "$1"/../shards/*; do { printf S; cat "$f"; } > "$1/S_$(basename "$f")"; done
 }
 
 dict_args() { # target: its dictionary, when it has one
@@ -137,9 +160,10 @@ declare -A src=(
   [safetensors]="common/io/safetensors.c common/sha256.c common/par.c" [topology]="common/io/topology.c"
   [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c" [dflash_config]="common/dflash/dflash_config.c"
   [ledger]=" " # the ledger harness includes common/ipc/ledger.c itself
-  [manifest]="common/dflash/dflash_manifest.c common/sha256.c common/par.c")
+  [manifest]="common/dflash/dflash_manifest.c common/sha256.c common/par.c"
+  [prompts]="eval/eval_prompts.c common/io/shard.c")
 declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096 [ledger]=4096
-  [manifest]=4096)
+  [manifest]=4096 [prompts]=4096)
 for t in "${targets[@]}"; do
   [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (${all[*]})" >&2; exit 2; }
 done

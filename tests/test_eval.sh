@@ -132,6 +132,13 @@ for bad in -1 4294967552; do
   expect 100 "byte_tokenizer.json: field \"bos\" missing or not a token id" -- \
     "$EVAL" --target "$tmp/tt$bad" --drafter "$tmp/rel" --prompts data/tiny/chat-heldout.jsonl --max-new 4
 done
+# a prompt shard whose header vocab_size is past 2^31 (read as a negative int, it passed the
+# vocabulary check and let token 4000000000 through as a negative id): refused
+python3 -c "
+import sys; sys.path.insert(0, 'scripts'); from prepare_data import write_shard
+write_shard('$tmp/wide.dfs', 0xFFFFFFFF, [([4000000000, 5], [0, 1])])"
+expect 100 "wide.dfs: header vocab_size 4294967295 exceeds the target's vocab_size 264" -- \
+  "$EVAL" --target models/tiny-target --drafter "$tmp/rel" --prompts "$tmp/wide.dfs" --max-new 4
 if [[ $BUILD != *cuda* ]]; then # a CPU-only build refuses the cuda backend
   expect 2 "this build has no CUDA" -- "$EVAL" --target models/tiny-target --drafter "$tmp/rel" \
     --prompts data/tiny/heldout-000.dfs --backend cuda

@@ -4,12 +4,14 @@
 # float-cast-overflow: added; any sanitizer report or failed oracle aborts), over:
 #   - the seed corpora scripts/fuzz.sh writes (FUZZ_SEEDS_ONLY=1): the repository's model
 #     configs and topologies, crafted bad safetensors headers, small shards, checkpoint
-#     manifests (versions 1 and 2, and ones a resume must refuse);
+#     manifests (versions 1 and 2, and ones a resume must refuse), chat JSONL with tokenizers,
+#     prompt shards;
 #   - fuzz/regress/<target>/: inputs a fuzzer found that broke a parser once;
 #   - a real shard (data/tiny/heldout-000.dfs).
 # Each target must accept at least one input (so its oracle ran) and refuse at least one.
-# Then it must fail where it should: the hfconfig and dflash_config targets built over their
-# parsers with the check that fuzz/regress/<target>/ is about taken out must abort on it.
+# Then it must fail where it should: the hfconfig, dflash_config and prompts targets built
+# over their parsers with the check that fuzz/regress/<target>/ is about taken out must
+# abort on it.
 set -u
 cd "$(dirname "$0")/.."
 CC=${CC:-cc}
@@ -28,6 +30,7 @@ build() { # target output [parser source]
     dflash_config) src=${src:-common/dflash/dflash_config.c} ;;
     ledger) src=${src:-} ;; # the harness includes common/ipc/ledger.c
     manifest) src=${src:-common/dflash/dflash_manifest.c}; src="$src common/sha256.c common/par.c" ;;
+    prompts) src=${src:-eval/eval_prompts.c}; src="$src common/io/shard.c" ;;
   esac
   "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
     -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer \
@@ -35,7 +38,7 @@ build() { # target output [parser source]
     { cat "$out.log"; fail "$t: the replay build failed"; }
 }
 
-for t in safetensors topology shard hfconfig dflash_config ledger manifest; do
+for t in safetensors topology shard hfconfig dflash_config ledger manifest prompts; do
   build "$t" "$tmp/$t"
   inputs=("$tmp/seeds/$t/seeds")
   [ -d "fuzz/regress/$t" ] && inputs+=("fuzz/regress/$t")
@@ -82,4 +85,19 @@ if ("$tmp/dflash_config_old" fuzz/regress/dflash_config >"$tmp/old.out" 2>&1; ex
 fi
 grep -q "oracle failed" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "dflash_config without its check failed, but not by the oracle"; }
 echo "ok: without its range check, dflash_config.c fails fuzz/regress/dflash_config ($(grep -m1 'the input says' "$tmp/old.out"))"
+# and the prompts' shard vocabulary compared as int (fuzz/regress/prompts/shard_vocab_wraps.bin:
+# a header vocab_size of 2^32 - 1 let token 4000000000 through as a negative id)
+python3 - eval/eval_prompts.c "$tmp/eval_prompts_old.c" <<'PY' || fail "could not put the int comparison back in a copy of eval_prompts.c"
+import sys
+s = open(sys.argv[1]).read()
+a = "if (vocab <= 0 || dataset_vocab_size(ds) > (uint32_t)vocab) {"
+assert s.count(a) == 1, "the check is not where this test expects it"
+open(sys.argv[2], "w").write(s.replace(a, "if ((int)dataset_vocab_size(ds) > vocab) {"))
+PY
+build prompts "$tmp/prompts_old" "$tmp/eval_prompts_old.c"
+if ("$tmp/prompts_old" fuzz/regress/prompts/shard_vocab_wraps.bin >"$tmp/old.out" 2>&1; exit $?) 2>/dev/null; then
+  fail "eval_prompts.c comparing the vocabulary as int still passes fuzz/regress/prompts/shard_vocab_wraps.bin"
+fi
+grep -q "oracle failed" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "the old prompts reader failed, but not by the oracle"; }
+echo "ok: with the int comparison, eval_prompts.c fails shard_vocab_wraps.bin ($(grep -m1 'outside' "$tmp/old.out"))"
 echo "PASS: the fuzz targets replay clean over their seeds, the regression inputs and a real shard"

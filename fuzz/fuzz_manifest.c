@@ -26,7 +26,6 @@
 #include "dflash/dflash_manifest.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -67,71 +66,26 @@ static const uint8_t *file_bytes(size_t i, uint64_t *len)
     }
 }
 
-/* The harness cannot run without its directory: stop, loudly (not an oracle failure). */
-static void die(const char *what, const char *path)
-{
-    fprintf(stderr, "fuzz_manifest: %s %s: %s\n", what, path, strerror(errno));
-    abort();
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        die("cannot create", path);
-    int short_write = len && fwrite(data, 1, len, f) != len;
-    if (fclose(f) != 0 || short_write) /* closed either way */
-        die("cannot write", path);
-}
-
 /* dir, a step directory with the three checkpoint files and no manifest yet. */
 static void make_step_dir(const char *dir)
 {
     if (mkdir(dir, 0700) < 0)
-        die("cannot make", dir);
+        fuzz_die("cannot make", dir);
     for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++) {
         char path[4300];
         uint64_t len;
         const uint8_t *b = file_bytes(i, &len);
         snprintf(path, sizeof path, "%s/%s", dir, dflash_manifest_files[i]);
-        write_file(path, b, (size_t)len);
+        fuzz_write_file(path, b, (size_t)len);
     }
 }
 
-static char g_root[4096], g_step[4200]; /* the private temp directory, its step-00000007 */
-
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    if (remove(path) < 0)
-        perror(path); /* at exit: say so, remove the rest */
-    return 0;
-}
-
-static void remove_root(void)
-{
-    if (nftw(g_root, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
-        perror(g_root);
-}
+static char g_step[4200]; /* step-00000007 in the private temp directory */
 
 /* Once per process: the temp directory (removed at exit) and its step directory. */
 static void setup(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp)
-        tmp = "/tmp";
-    if ((size_t)snprintf(g_root, sizeof g_root, "%s/fuzz_manifest.XXXXXX", tmp) >= sizeof g_root) {
-        errno = ENAMETOOLONG;
-        die("temp directory", tmp);
-    }
-    if (!mkdtemp(g_root))
-        die("cannot make", g_root);
-    if (atexit(remove_root) != 0) {
-        remove_root();
-        errno = ENOMEM;
-        die("cannot register the removal of", g_root);
-    }
-    snprintf(g_step, sizeof g_step, "%s/step-%08d", g_root, STEP);
+    snprintf(g_step, sizeof g_step, "%s/step-%08d", fuzz_tmpdir("fuzz_manifest"), STEP);
     make_step_dir(g_step);
     dflash_manifest_piece_bytes(PIECE); /* what the seed writer's dflash_manifest_write uses */
 }
@@ -228,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         setup();
     char mpath[4300];
     snprintf(mpath, sizeof mpath, "%s/manifest.json", g_step);
-    write_file(mpath, data, size);
+    fuzz_write_file(mpath, data, size);
     long step = -1;
     dflash_manifest_stats st;
     char err[1024] = "";
@@ -253,7 +207,7 @@ static void write_seed(const char *name, const json_t *m)
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", g_out, name);
     if (json_dump_file(m, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0)
-        die("cannot write", path);
+        fuzz_die("cannot write", path);
 }
 
 /* A copy of m with member key of files.<file> (of m itself when file is NULL) set to v,
@@ -341,7 +295,7 @@ int main(int argc, char **argv)
     char path[4200];
     snprintf(path, sizeof path, "%s/bad_not_json.json", g_out);
     static const char cut[] = "{\"format\": ";
-    write_file(path, cut, sizeof cut - 1);
+    fuzz_write_file(path, cut, sizeof cut - 1);
     json_decref(v1);
     json_decref(v2);
     return 0;

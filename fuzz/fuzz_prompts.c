@@ -6,7 +6,8 @@
  *   anything else: chat JSONL. If the input holds a NUL byte, what comes before it is the
  *       tokenizer directory's byte_tokenizer.json and what follows the JSONL; without one,
  *       the tiny target's tokenizer (models/tiny-target) with the whole input as JSONL.
- * Files live in a private temp directory made once per process and removed at exit.
+ * Files live in a private temp directory made once per process and removed at exit
+ * (fuzz_tmpdir).
  *
  * Beyond "no crash, no sanitizer report", the oracle for accepted prompts, which go
  * straight into the target's embedding: at most MAX_TOTAL of them, each 1..MAX_LEN tokens,
@@ -21,7 +22,6 @@
 #include "util.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,62 +37,6 @@ static const char default_tokenizer[] = "{\"type\": \"bytes\", \"vocab_size\": 2
 
 int fuzz_accepted; /* inputs prompts_load accepted (fuzz/replay_main.c prints it) */
 
-static char g_root[4096];
-
-/* The harness cannot run without its files: stop, loudly (not an oracle failure). */
-static void die(const char *what, const char *path)
-{
-    fprintf(stderr, "fuzz_prompts: %s %s: %s\n", what, path, strerror(errno));
-    abort();
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        die("cannot create", path);
-    int short_write = len && fwrite(data, 1, len, f) != len;
-    if (fclose(f) != 0 || short_write)
-        die("cannot write", path);
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw)
-{
-    (void)sb, (void)type, (void)ftw;
-    if (remove(path) < 0)
-        perror(path);
-    return 0;
-}
-
-static void remove_root(void)
-{
-    if (nftw(g_root, remove_entry, 8, FTW_DEPTH | FTW_PHYS) != 0)
-        perror(g_root);
-}
-
-/* Once per process: the temp directory (removed at exit) and its tok/ subdirectory. */
-static void setup(void)
-{
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp)
-        tmp = "/tmp";
-    if ((size_t)snprintf(g_root, sizeof g_root, "%s/fuzz_prompts.XXXXXX", tmp) >= sizeof g_root - 64) {
-        errno = ENAMETOOLONG;
-        die("temp directory", tmp);
-    }
-    if (!mkdtemp(g_root))
-        die("cannot make", g_root);
-    if (atexit(remove_root) != 0) {
-        remove_root();
-        errno = ENOMEM;
-        die("cannot register the removal of", g_root);
-    }
-    char tok[4200];
-    snprintf(tok, sizeof tok, "%s/tok", g_root);
-    if (mkdir(tok, 0700) < 0)
-        die("cannot make", tok);
-}
-
 /* The tokenizer's id for key, or -1 when the tokenizer JSON does not give an int for it. */
 static long long tok_id(const json_t *tj, const char *key)
 {
@@ -102,10 +46,11 @@ static long long tok_id(const json_t *tj, const char *key)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!g_root[0])
-        setup();
+    const char *root = fuzz_tmpdir("fuzz_prompts");
     char path[4200], tokdir[4200];
-    snprintf(tokdir, sizeof tokdir, "%s/tok", g_root);
+    snprintf(tokdir, sizeof tokdir, "%s/tok", root);
+    if (mkdir(tokdir, 0700) < 0 && errno != EEXIST)
+        fuzz_die("cannot make", tokdir);
     int shard_mode = size > 0 && data[0] == 'S';
     json_t *tj = NULL; /* the tokenizer as jansson reads it (JSONL mode) */
     if (shard_mode) {
@@ -120,8 +65,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             uint64_t hdr = df_fnv1a64(buf, 40, 0);
             memcpy(buf + 40, &hdr, 8);
         }
-        snprintf(path, sizeof path, "%s/in.dfs", g_root);
-        write_file(path, buf, n);
+        snprintf(path, sizeof path, "%s/in.dfs", root);
+        fuzz_write_file(path, buf, n);
         free(buf);
     } else {
         const uint8_t *nul = memchr(data, 0, size);
@@ -131,10 +76,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t jsonl_len = nul ? size - (size_t)(nul - data) - 1 : size;
         char tpath[4300];
         snprintf(tpath, sizeof tpath, "%s/byte_tokenizer.json", tokdir);
-        write_file(tpath, tok, tok_len);
+        fuzz_write_file(tpath, tok, tok_len);
         tj = json_loadb(tok, tok_len, 0, NULL);
-        snprintf(path, sizeof path, "%s/in.jsonl", g_root);
-        write_file(path, jsonl, jsonl_len);
+        snprintf(path, sizeof path, "%s/in.jsonl", root);
+        fuzz_write_file(path, jsonl, jsonl_len);
     }
     prompts_list l = {0};
     char err[512] = "";

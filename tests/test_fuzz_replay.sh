@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 CC=${CC:-cc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+export TMPDIR=$tmp # the harnesses' own temp dirs (manifest, prompts): an aborted one leaves its dir here
 fail() { echo "FAIL: $*"; exit 1; }
 inc=()
 [ -d .deps/root/usr/include ] && inc=(-I.deps/root/usr/include -L.deps/root/usr/lib/x86_64-linux-gnu)

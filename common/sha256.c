@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,26 +109,35 @@ static int cpu_has_shani(void)
 #define blocks_shani blocks_portable
 #endif
 
-/* The block function, chosen once (benign race: every thread picks the same one). */
-static void (*blocks)(uint32_t h[8], const uint8_t *p, size_t n);
-static int force_portable;
+/* The block function, chosen on first use. Several threads may choose at once (the
+ * checkpoint writer hashes a file whole and in pieces on two threads): they choose the
+ * same one, and the atomics make that a race the C memory model allows, not undefined
+ * behaviour (the thread sanitizer reported the plain pointer). Relaxed: the value is all
+ * that is shared, and it is read once per update call, not per block. */
+typedef void (*blocks_fn)(uint32_t h[8], const uint8_t *p, size_t n);
+static _Atomic(blocks_fn) blocks_impl;
+static atomic_int force_portable;
 
-static void pick(void)
+static blocks_fn pick(void)
 {
-    if (!blocks)
-        blocks = !force_portable && cpu_has_shani() ? blocks_shani : blocks_portable;
+    blocks_fn f = atomic_load_explicit(&blocks_impl, memory_order_relaxed);
+    if (!f) {
+        f = !atomic_load_explicit(&force_portable, memory_order_relaxed) && cpu_has_shani() ? blocks_shani
+                                                                                            : blocks_portable;
+        atomic_store_explicit(&blocks_impl, f, memory_order_relaxed);
+    }
+    return f;
 }
 
 const char *df_sha256_impl(void)
 {
-    pick();
-    return blocks == blocks_portable ? "portable" : "sha-ni";
+    return pick() == blocks_portable ? "portable" : "sha-ni";
 }
 
 void df_sha256_force_portable(int force)
 {
-    force_portable = force;
-    blocks = NULL;
+    atomic_store_explicit(&force_portable, force, memory_order_relaxed);
+    atomic_store_explicit(&blocks_impl, NULL, memory_order_relaxed);
 }
 
 void df_sha256_init(df_sha256 *s)
@@ -149,13 +159,11 @@ void df_sha256_update(df_sha256 *s, const void *data, size_t len)
         s->nbuf += take, p += take, len -= take;
         if (s->nbuf < 64)
             return;
-        pick();
-        blocks(s->h, s->buf, 1);
+        pick()(s->h, s->buf, 1);
         s->nbuf = 0;
     }
     if (len >= 64) {
-        pick();
-        blocks(s->h, p, len / 64);
+        pick()(s->h, p, len / 64);
         p += len / 64 * 64, len %= 64;
     }
     memcpy(s->buf, p, len);

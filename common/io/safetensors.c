@@ -908,13 +908,14 @@ int safetensors_writer_write_digests(safetensors_writer *w, const char *path, ch
         goto out;
     }
     if (sha_hex) {
+        /* both set up before either thread starts: copying wh while its thread writes
+         * wh.dig was a data race (the thread sanitizer found it) */
         wh = (write_hash){.lenb = lenb, .hdr = hdr, .hlen = padded, .order = order, .n = w->n};
+        wp = wh;
+        wp.pieces = pieces;
         hashing = pthread_create(&hth, NULL, write_hash_main, &wh) == 0 ? 1 : 2; /* 2: hash below instead */
-        if (pieces) {
-            wp = wh;
-            wp.pieces = pieces;
+        if (pieces)
             phashing = pthread_create(&pth, NULL, write_hash_main, &wp) == 0 ? 1 : 2;
-        }
     }
     if ((rc = df_write_all(fd, lenb, 8)) < 0 || (rc = df_write_all(fd, hdr, padded)) < 0)
         goto out;

@@ -6,7 +6,10 @@
  * {"cmd":"shutdown"}. Replies: the status object for status, else {"ok":true,"msg":...};
  * errors are {"ok":false,"error":"...","code":2} (2 = bad request: unknown command or
  * worker; 1 = the request is valid but cannot be done now). Clients may send several
- * requests on one connection; replies come in order.
+ * requests on one connection; replies come in order, one per non-empty line (an empty line
+ * gets none). The whole line is the request (a NUL byte in it makes it bad). A client is
+ * dropped when it sends a megabyte without a newline, or leaves a megabyte of replies unread.
+ * tests/test_ctl_garbage.sh attacks a live run's socket with all of this and worse.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -17,6 +20,8 @@
 
 #include "orch.h"
 #include "util.h"
+
+#define CTL_MAX_UNSENT (1u << 20) /* bytes of replies queued for one client before it is dropped */
 
 typedef struct ctl_client {
     uv_pipe_t pipe;
@@ -68,7 +73,12 @@ static void reply(ctl_client *c, json_t *r)
     if (uv_write(&wr->req, (uv_stream_t *)&c->pipe, &b, 1, write_done) < 0) {
         free(d);
         free(wr);
+        return;
     }
+    /* a client that sends requests and never reads the replies would have them queued here
+     * without bound (a status reply is ~100 times its request): a megabyte unsent, drop it */
+    if (c->pipe.write_queue_size > CTL_MAX_UNSENT && !uv_is_closing((uv_handle_t *)&c->pipe))
+        uv_close((uv_handle_t *)&c->pipe, client_closed);
 }
 
 static json_t *err_reply(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -77,8 +87,18 @@ static json_t *err_reply(int code, const char *fmt, ...)
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof msg) {
+        /* a long name is cut, maybe inside a multibyte character; jansson refuses a string that
+         * is not UTF-8 (json_pack gives NULL and the client got no reply): end before it */
+        size_t len = sizeof msg - 1, k = len;
+        while (k > 0 && ((unsigned char)msg[k - 1] & 0xC0) == 0x80)
+            k--; /* continuation bytes at the end */
+        unsigned char lead = k > 0 ? (unsigned char)msg[k - 1] : 0;
+        if (lead >= 0xC0 && len - (k - 1) < (lead >= 0xF0 ? 4u : lead >= 0xE0 ? 3u : 2u))
+            msg[k - 1] = 0;
+    }
     return json_pack("{s:b, s:s, s:i}", "ok", 0, "error", msg, "code", code);
 }
 
@@ -124,10 +144,10 @@ static json_t *worker_cmd(orch *o, const char *cmd, const char *name)
     return ok_reply(msg);
 }
 
-static json_t *handle(orch *o, const char *line)
+static json_t *handle(orch *o, const char *line, size_t len)
 {
     json_error_t jerr;
-    json_t *req = json_loads(line, 0, &jerr);
+    json_t *req = json_loadb(line, len, 0, &jerr); /* the whole line: json_loads stopped at a NUL byte */
     if (!json_is_object(req)) {
         json_decref(req);
         return err_reply(2, "request is not a JSON object: %s", jerr.text);
@@ -190,15 +210,20 @@ static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         return;
     }
     c->len += (size_t)n;
+    /* every complete line, then one move of the rest: a move per line made a read of many
+     * short lines quadratic (8 MB of empty lines after a long line held the loop for 36 s) */
+    size_t off = 0;
     char *nl;
-    while ((nl = memchr(c->buf, '\n', c->len)) != NULL) {
-        *nl = 0;
-        if (nl > c->buf)
-            reply(c, handle(c->o, c->buf));
-        size_t used = (size_t)(nl - c->buf) + 1;
-        memmove(c->buf, nl + 1, c->len - used);
-        c->len -= used;
+    while (!uv_is_closing((uv_handle_t *)s) && (nl = memchr(c->buf + off, '\n', c->len - off)) != NULL) {
+        size_t n_line = (size_t)(nl - (c->buf + off));
+        if (n_line > 0)
+            reply(c, handle(c->o, c->buf + off, n_line));
+        off += n_line + 1;
     }
+    if (uv_is_closing((uv_handle_t *)s)) /* reply() dropped it, or the run is stopping */
+        return;
+    memmove(c->buf, c->buf + off, c->len - off);
+    c->len -= off;
     if (c->len >= (1u << 20) - 4096) { /* a megabyte without a newline: not a client of ours */
         uv_close((uv_handle_t *)s, client_closed);
     }

@@ -31,17 +31,26 @@
  *      the residual bit, q/k append + residual, the default), and graph replays == eager
  *      launches bitwise; the default and each bit-exact fusion == separate kernels
  *      bitwise (logits, features, greedy tokens); also under each attention warp count
- *      and each column-tile setting.
+ *      and each column-tile setting; extends of 17, 40 and 64 rows with the linear kernels
+ *      in blocks of 32 / 16 / 8 rows == one block of 64, bitwise.
  *   g. batches: decode_extend_batch_cuda rows (5 sequences of different lengths, one
  *      sitting out in some steps, up to 80 rows: the 64-row pieces) == each sequence's
  *      lone extend bitwise (logits and features), graphs on and off; spec_generate_batch,
  *      plain, speculative (random / release drafter) and with oracle drafters (varied
- *      acceptance), and plain and speculative as a queue through 2 sequences, gives every
+ *      acceptance), each as a batch and as a queue through 2 sequences, gives every
  *      prompt exactly the tokens of lone plain greedy on the GPU, prompts of different
- *      lengths, one stopping early at eos.
+ *      lengths, one stopping early at eos; and what depends on the drafter state, against
+ *      each prompt's lone spec_generate: every draft of the real drafter (batch and queue,
+ *      draft for draft), and the steps, acceptance sums and histograms of the real and the
+ *      oracle drafters (a drafter context reset on the wrong sequence, left stale or
+ *      appended to another prompt's changes them).
  *   i. chunk-major activations: every kernel that writes or reads them == its row-major
- *      call bitwise, 1..64 rows, the linear kernels also in blocks of 8..32 rows (the whole
- *      target under them: f and g).
+ *      call bitwise, 1..64 rows (64 itself included); the linear and gate/up kernels also in
+ *      blocks of 8..32 rows (decode_linear_rows_block_cuda) in both layouts, a gate/up shape
+ *      that takes the two-tile chunk-major kernel at 9..16 rows (against one tile a block),
+ *      and the fused epilogues (argmax, residual + norm tail, q/k tail) split over blocks of
+ *      8..32 rows == one block a tile. The whole target runs chunk-major in f and g, and
+ *      under rows blocks of 32 / 16 / 8 in f (17..64-row extends == rows block 64).
  *   h. batched drafts: infer_batch_draft_cuda (several sequences' blocks in one call) ==
  *      each sequence's lone infer_draft_cuda bitwise (drafts and logits), random subsets
  *      and orders of 5 sequences, graphs on and off.
@@ -448,6 +457,144 @@ static int or_draft(void *ctx, int32_t anchor, int32_t *draft)
         draft[k - 1] = t;
     }
     return 0;
+}
+
+/* A sequence's drafter in a queue (more prompts than sequences): the oracle of the prompt
+ * spec_generate_batch assigns to it (as test_spec_decode's os_assign). A slot that keeps
+ * the last prompt's oracle, or one reset or appended on the wrong slot, drafts from the
+ * wrong output position, and its acceptances change. */
+typedef struct oracle_slot {
+    oracle *prompts, *cur;
+} oracle_slot;
+
+static int os_assign(void *ctx, int prompt)
+{
+    oracle_slot *s = ctx;
+    s->cur = &s->prompts[prompt];
+    return 0;
+}
+
+static int os_reset(void *ctx)
+{
+    oracle_slot *s = ctx;
+    return s->cur ? or_reset(s->cur) : -EINVAL;
+}
+
+static int os_append(void *ctx, const float *feats, int n)
+{
+    oracle_slot *s = ctx;
+    return s->cur ? or_append(s->cur, feats, n) : -EINVAL;
+}
+
+static int os_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    oracle_slot *s = ctx;
+    return s->cur ? or_draft(s->cur, anchor, draft) : -EINVAL;
+}
+
+/* Every draft a real (CUDA) drafter makes, logged per prompt: a wrapper around a backend's
+ * drafter (its draft_batch too) that follows the prompt each slot serves (assign). The
+ * drafts depend on the drafter's context (the target's features of that prompt), so a
+ * context reset on the wrong sequence, left stale or appended to the wrong slot gives other
+ * drafts, whatever the acceptance. */
+#define DLOG_PROMPTS 4
+typedef struct draft_log {
+    int32_t *d[DLOG_PROMPTS]; /* [cap * (B - 1)] prompt i's drafts in order */
+    int n[DLOG_PROMPTS], cap, Bm1;
+    int lost; /* drafts for no prompt (never assigned) or past cap */
+} draft_log;
+
+typedef struct rec_slot {
+    spec_drafter in; /* the backend's drafter of this slot */
+    draft_log *log;
+    int prompt; /* the prompt this slot serves (-1: none yet) */
+} rec_slot;
+
+static void dlog_init(draft_log *l, int cap, int Bm1)
+{
+    *l = (draft_log){.cap = cap, .Bm1 = Bm1};
+    for (int i = 0; i < DLOG_PROMPTS; i++)
+        l->d[i] = xmalloc(sizeof(int32_t) * (size_t)cap * (size_t)Bm1);
+}
+
+static void dlog_free(draft_log *l)
+{
+    for (int i = 0; i < DLOG_PROMPTS; i++)
+        free(l->d[i]);
+}
+
+static void dlog_put(draft_log *l, int prompt, const int32_t *draft)
+{
+    if (prompt < 0 || prompt >= DLOG_PROMPTS || l->n[prompt] >= l->cap) {
+        l->lost++;
+        return;
+    }
+    memcpy(l->d[prompt] + (size_t)l->n[prompt]++ * (size_t)l->Bm1, draft, sizeof(int32_t) * (size_t)l->Bm1);
+}
+
+/* Index of the first draft of prompt i where a and b differ (a count that differs counts
+ * from the shorter), -1 when equal. */
+static int dlog_first_diff(const draft_log *a, const draft_log *b, int i)
+{
+    int n = DF_MIN(a->n[i], b->n[i]);
+    for (int s = 0; s < n; s++)
+        if (memcmp(a->d[i] + (size_t)s * a->Bm1, b->d[i] + (size_t)s * b->Bm1, sizeof(int32_t) * (size_t)a->Bm1))
+            return s;
+    return a->n[i] != b->n[i] ? n : -1;
+}
+
+static int rec_assign(void *ctx, int prompt)
+{
+    rec_slot *s = ctx;
+    s->prompt = prompt;
+    return s->in.assign ? s->in.assign(s->in.ctx, prompt) : 0;
+}
+
+static int rec_reset(void *ctx)
+{
+    rec_slot *s = ctx;
+    return s->in.reset(s->in.ctx);
+}
+
+static int rec_append(void *ctx, const float *feats, int n)
+{
+    rec_slot *s = ctx;
+    return s->in.append(s->in.ctx, feats, n);
+}
+
+static int rec_draft(void *ctx, int32_t anchor, int32_t *draft)
+{
+    rec_slot *s = ctx;
+    int rc = s->in.draft(s->in.ctx, anchor, draft);
+    if (rc == 0)
+        dlog_put(s->log, s->prompt, draft);
+    return rc;
+}
+
+static int rec_draft_batch(void *bctx, int n, const int *seqs, const int32_t *anchors, int32_t *drafts)
+{
+    rec_slot *all = bctx;
+    int rc = all[0].in.draft_batch(all[0].in.batch_ctx, n, seqs, anchors, drafts);
+    for (int j = 0; rc == 0 && j < n; j++)
+        dlog_put(all[seqs[j]].log, all[seqs[j]].prompt, drafts + (size_t)j * (size_t)all[0].log->Bm1);
+    return rc;
+}
+
+/* Wraps the n drafters in[] into out[] (slots in rs[]) logging into l; prompt: the prompt
+ * of a lone run (spec_generate assigns none), -1 for a batch (assign sets it). */
+static void rec_wrap(rec_slot *rs, spec_drafter *out, const spec_drafter *in, int n, draft_log *l, int prompt)
+{
+    for (int s = 0; s < n; s++) {
+        rs[s] = (rec_slot){.in = in[s], .log = l, .prompt = prompt};
+        out[s] = (spec_drafter){.ctx = &rs[s],
+                                .block_size = in[s].block_size,
+                                .reset = rec_reset,
+                                .append = rec_append,
+                                .draft = rec_draft,
+                                .batch_ctx = in[s].draft_batch ? rs : NULL, /* draft_batch's seqs index rs */
+                                .draft_batch = in[s].draft_batch ? rec_draft_batch : NULL,
+                                .assign = rec_assign};
+    }
 }
 
 static double tpot_ms(const spec_result *r)
@@ -1016,7 +1163,9 @@ static void test_two_tiles(void)
  *     generic one at hd 48), out read back in order;
  *   nn_add_rmsnorm_xc_cuda == nn_add_rmsnorm_cuda (x, the capture, the norm in order),
  *     4-wide and element-wise;
- * and the bad shapes (a width not a multiple of 32) are -EINVAL. */
+ * the linear and gate/up kernels also with their rows in blocks of 32, 16 and 8
+ * (decode_linear_rows_block_cuda) in both layouts, and the fused epilogues split that way
+ * == one block a tile; and the bad shapes (a width not a multiple of 32) are -EINVAL. */
 static void chunk_major(uint16_t *dst, const uint16_t *src, int T, int n) /* row-major -> chunk-major */
 {
     for (int t = 0; t < T; t++)
@@ -1050,6 +1199,24 @@ static nn_bf16_cuda *rand_rows_both(int T, int n, nn_bf16_cuda **xc)
     return x;
 }
 
+/* The row counts (i) runs: 1..18 one by one, then every 7th, and exactly 64 (a batch of 4
+ * verifies: the largest call, two reduction passes at 16 warps, 8 blocks a tile in blocks of
+ * 8 rows). */
+static int next_rows(int T)
+{
+    const int MT = DECODE_LINEAR_MAX_ROWS;
+    return T < 18 ? T + 1 : T + 7 < MT || T == MT ? T + 7 : MT;
+}
+
+/* The variant called name (-1 when there is none). */
+static int variant_named(const char *name)
+{
+    for (int v = 0; v < DECODE_LINEAR_VARIANTS; v++)
+        if (!strcmp(decode_linear_variant_name_cuda(v), name))
+            return v;
+    return -1;
+}
+
 static void test_chunk_major(void)
 {
     const int MT = DECODE_LINEAR_MAX_ROWS;
@@ -1067,7 +1234,7 @@ static void test_chunk_major(void)
         float *base = rand_f32_dev((size_t)MT * N, 0.0, 1.0), *o1, *o2;
         CUDA_CHECK(cudaMalloc((void **)&o1, sizeof(float) * MT * N));
         CUDA_CHECK(cudaMalloc((void **)&o2, sizeof(float) * MT * N));
-        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+        for (int T = 1; T <= MT; T = next_rows(T)) {
             nn_bf16_cuda *xc, *x = rand_rows_both(T, K, &xc);
             for (int of = 0; of <= 2; of++) {
                 size_t ob = (of ? sizeof(float) : 2) * (size_t)T * N;
@@ -1096,32 +1263,165 @@ static void test_chunk_major(void)
         decode_linear_rows_block_cuda(rb_dflt);
         cudaFree(w), cudaFree(b), cudaFree(base), cudaFree(o1), cudaFree(o2);
     }
-    /* gate/up + SwiGLU: n_in -> 2 x I */
-    static const int glu[][2] = {{128, 384}, {2048, 96}};
+    /* gate/up + SwiGLU: n_in -> 2 x I. Which kernel each shape reaches (the tuned variant,
+     * forced here: 16 warps below 512 column tiles, else 8 with the prefetch above 8 rows;
+     * GLU has I / 8 tiles):
+     *   128 -> 2 x 384 (48 tiles) and 2048 -> 2 x 96 (12 tiles): 16 warps, one tile a block
+     *     (fewer tiles than SMs, so no two-tile setting applies), 8..64 rows a block;
+     *   4096 -> 2 x 4096 (512 tiles, n_in >= 4096): 8 warps, and at 9..16 rows two column
+     *     tiles a block (the chunk-major two-tile kernel, lin_launch_rows' MC8 branch; column
+     *     tiles forced to 2, the least setting that takes it); its reference is the row-major
+     *     call with one tile a block (setting 1), so the two-tile kernel is checked in both
+     *     layouts; at 17..64 rows one tile, 8 warps, in row blocks of 64..8.
+     * Every shape: chunk-major under rows blocks 64..8 and row-major under 32..8 == the
+     * row-major call in one block of 64 rows. */
+    static const int glu[][2] = {{128, 384}, {2048, 96}, {4096, 4096}};
+    const int v_tuned = variant_named("tuned"), old_v = decode_linear_variant_cuda(-1),
+              old_cols = decode_linear_cols_cuda(-1);
+    if (v_tuned < 0) {
+        printf("FAIL (i) no linear kernel variant named tuned: the GLU shapes would not reach their kernels\n");
+        g_fail++;
+    }
+    decode_linear_variant_cuda(v_tuned);
     for (size_t si = 0; si < DF_ARRAY_LEN(glu); si++) {
-        int K = glu[si][0], I = glu[si][1];
+        int K = glu[si][0], I = glu[si][1], two = K >= 4096; /* two tiles a block at 9..16 rows */
         nn_bf16_cuda *w = rand_bf16_dev((size_t)2 * I * K, 0.05, NULL), *b = rand_bf16_dev(2 * (size_t)I, 0.5, NULL);
         nn_bf16_cuda *h1, *h2;
         CUDA_CHECK(cudaMalloc((void **)&h1, 2 * (size_t)MT * I));
         CUDA_CHECK(cudaMalloc((void **)&h2, 2 * (size_t)MT * I));
-        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+        for (int T = 1; T <= MT; T = next_rows(T)) {
             nn_bf16_cuda *xc, *x = rand_rows_both(T, K, &xc);
             decode_linear_rows_block_cuda(64);
+            decode_linear_cols_cuda(two ? 1 : old_cols);
             RC_CHECK(decode_linear_glu_rows_cuda(h1, x, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
-            for (int ri = 0; ri < (T > 16 ? 4 : 1); ri++) {
-                decode_linear_rows_block_cuda(rows_blk[ri]);
-                RC_CHECK(decode_linear_glu_rows_xc_cuda(h2, xc, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
-                int same = same_chunked(h1, h2, T, I);
-                if (!same && bad < 4)
-                    printf("    (i) gate/up + SwiGLU %d -> 2 x %d, %d rows, %d rows a block: chunk-major differs\n", K,
-                           I, T, rows_blk[ri]);
-                bad += !same, calls++;
-            }
+            decode_linear_cols_cuda(two ? 2 : old_cols);
+            /* chunk-major in blocks of 64..8 rows, row-major in blocks of fewer than 64 (and,
+             * for the two-tile shape, row-major with two tiles at 64) */
+            for (int ri = 0; ri < (T > 16 ? 4 : 1); ri++)
+                for (int lay = ri || two ? 0 : 1; lay < 2; lay++) {
+                    decode_linear_rows_block_cuda(rows_blk[ri]);
+                    CUDA_CHECK(cudaMemset(h2, 0xff, 2 * (size_t)T * I));
+                    int same;
+                    if (lay) {
+                        RC_CHECK(decode_linear_glu_rows_xc_cuda(h2, xc, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+                        same = same_chunked(h1, h2, T, I);
+                    } else {
+                        RC_CHECK(decode_linear_glu_rows_cuda(h2, x, w, b, T, K, I, 0, g_err, sizeof g_err), g_err);
+                        same = dev_same(h1, h2, 2 * (size_t)T * I);
+                    }
+                    if (!same && bad < 4)
+                        printf("    (i) gate/up + SwiGLU %d -> 2 x %d, %d rows, %d rows a block: %s differs\n", K, I, T,
+                               rows_blk[ri], lay ? "chunk-major" : "row-major");
+                    bad += !same, calls++;
+                }
             cudaFree(x), cudaFree(xc);
         }
         decode_linear_rows_block_cuda(rb_dflt);
+        decode_linear_cols_cuda(old_cols);
         cudaFree(w), cudaFree(b), cudaFree(h1), cudaFree(h2);
     }
+    /* the fused epilogues with a column tile's rows split over blocks (rows blocks 32, 16 and
+     * 8 at 17..64 rows: 2..8 blocks a tile; each block folds its rows' argmax keys, and the
+     * grid's last block hands out all T indices, or runs the residual's capture + norm tail
+     * or the q/k norm + RoPE + cache append over all T rows) == the same call with one block
+     * a tile (rows block 64), bitwise: logits and indices; x, the normalised rows (from row
+     * 0 or a later one) and the capture; qkv and both caches. Argmax 256 -> 8200 (513 tiles:
+     * 8 warps with the prefetch, a partial last tile, tied columns), residual 512 -> 2048
+     * and q/k 128 -> heads 4/2 of 32 (16 warps, two reduction passes at 33..64 rows). */
+    {
+        const int Ka = 256, Va = 8200, Kr = 512, d = 2048, Kq = 128, H = 4, KV = 2, hd = 32, Nq = (H + 2 * KV) * hd;
+        const int crows = 20 + 20 + MT; /* cache rows: p0 + *base + T */
+        const long cs = 3L * d + 4;
+        const size_t cb = 2 * (size_t)crows * KV * hd;
+        int32_t *sync, *i1, *i2, *base, hb = rnd(0, 20);
+        uint16_t *hwa;
+        CUDA_CHECK(cudaMalloc((void **)&sync, DECODE_EPI_SYNC_BYTES));
+        CUDA_CHECK(cudaMemset(sync, 0, DECODE_EPI_SYNC_BYTES));
+        CUDA_CHECK(cudaMalloc((void **)&base, sizeof(int32_t)));
+        CUDA_CHECK(cudaMemcpy(base, &hb, sizeof(int32_t), cudaMemcpyHostToDevice));
+        nn_bf16_cuda *xa = rand_bf16_dev((size_t)MT * Ka, 1.0, NULL), *wa = rand_bf16_dev((size_t)Va * Ka, 0.05, &hwa);
+        for (int i = 0; i < 8; i++) { /* tied columns */
+            int src = rnd(0, Va - 1), dst = rnd(0, Va - 1);
+            CUDA_CHECK(
+                cudaMemcpy(wa + (size_t)dst * Ka, hwa + (size_t)src * Ka, 2 * (size_t)Ka, cudaMemcpyHostToDevice));
+        }
+        free(hwa);
+        nn_bf16_cuda *xr = rand_bf16_dev((size_t)MT * Kr, 1.0, NULL), *wr = rand_bf16_dev((size_t)d * Kr, 0.05, NULL);
+        nn_bf16_cuda *br = rand_bf16_dev((size_t)d, 0.5, NULL), *xq = rand_bf16_dev((size_t)MT * Kq, 1.0, NULL);
+        nn_bf16_cuda *wq = rand_bf16_dev((size_t)Nq * Kq, 0.05, NULL), *a1, *a2, *c1, *c2, *q1, *q2, *k1, *k2, *v1, *v2;
+        float *x0 = rand_f32_dev((size_t)MT * d, 0.0, 2.0), *nw = rand_f32_dev((size_t)d, 1.0, 0.2);
+        float *qn = rand_f32_dev((size_t)hd, 1.0, 0.2), *kn = rand_f32_dev((size_t)hd, 1.0, 0.2);
+        float *inv = rand_f32_dev((size_t)hd / 2, 0.5, 0.5), *l1, *l2, *x1, *x2;
+        CUDA_CHECK(cudaMalloc((void **)&l1, sizeof(float) * MT * Va));
+        CUDA_CHECK(cudaMalloc((void **)&l2, sizeof(float) * MT * Va));
+        CUDA_CHECK(cudaMalloc((void **)&i1, sizeof(int32_t) * MT));
+        CUDA_CHECK(cudaMalloc((void **)&i2, sizeof(int32_t) * MT));
+        CUDA_CHECK(cudaMalloc((void **)&x1, sizeof(float) * MT * d));
+        CUDA_CHECK(cudaMalloc((void **)&x2, sizeof(float) * MT * d));
+        CUDA_CHECK(cudaMalloc((void **)&a1, 2 * (size_t)MT * d));
+        CUDA_CHECK(cudaMalloc((void **)&a2, 2 * (size_t)MT * d));
+        CUDA_CHECK(cudaMalloc((void **)&c1, 2 * (size_t)MT * cs));
+        CUDA_CHECK(cudaMalloc((void **)&c2, 2 * (size_t)MT * cs));
+        CUDA_CHECK(cudaMalloc((void **)&q1, 2 * (size_t)MT * Nq));
+        CUDA_CHECK(cudaMalloc((void **)&q2, 2 * (size_t)MT * Nq));
+        CUDA_CHECK(cudaMalloc((void **)&k1, cb));
+        CUDA_CHECK(cudaMalloc((void **)&k2, cb));
+        CUDA_CHECK(cudaMalloc((void **)&v1, cb));
+        CUDA_CHECK(cudaMalloc((void **)&v2, cb));
+        long ebad[3] = {0, 0, 0}, ecalls = 0;
+        for (int T = 17; T <= MT; T = next_rows(T)) {
+            int n0 = T & 1 ? rnd(1, T) : 0, p0 = rnd(0, 20); /* norm rows n0..T-1 */
+            for (int ri = 0; ri < 4; ri++) {
+                decode_linear_rows_block_cuda(rows_blk[ri]);
+                float *l = ri ? l2 : l1, *xx = ri ? x2 : x1;
+                int32_t *ix = ri ? i2 : i1;
+                nn_bf16_cuda *a = ri ? a2 : a1, *cc = ri ? c2 : c1, *q = ri ? q2 : q1, *kc = ri ? k2 : k1,
+                             *vc = ri ? v2 : v1;
+                CUDA_CHECK(cudaMemset(l, 0xff, sizeof(float) * (size_t)T * Va));
+                CUDA_CHECK(cudaMemset(ix, 0xff, sizeof(int32_t) * MT));
+                CUDA_CHECK(cudaMemcpy(xx, x0, sizeof(float) * (size_t)T * d, cudaMemcpyDeviceToDevice));
+                CUDA_CHECK(cudaMemset(a, 0xff, 2 * (size_t)MT * d));
+                CUDA_CHECK(cudaMemset(cc, 0xff, 2 * (size_t)MT * cs));
+                CUDA_CHECK(cudaMemset(q, 0xff, 2 * (size_t)MT * Nq));
+                CUDA_CHECK(cudaMemset(kc, 0, cb));
+                CUDA_CHECK(cudaMemset(vc, 0, cb));
+                RC_CHECK(decode_linear_argmax_rows_cuda(l, ix, xa, wa, T, Ka, Va, sync, 0, g_err, sizeof g_err), g_err);
+                decode_norm_tail tl = {nw, a, n0, 1e-6f, cc, cs, sync};
+                RC_CHECK(decode_linear_residual_rows_cuda(xx, xr, wr, br, T, Kr, d, &tl, 0, g_err, sizeof g_err),
+                         g_err);
+                decode_qk_tail qt = {H, KV, hd, qn, kn, inv, 1e-6f, kc, vc, T & 1 ? base : NULL, p0, sync};
+                RC_CHECK(decode_linear_qk_rows_cuda(q, xq, wq, NULL, T, Kq, &qt, 0, g_err, sizeof g_err), g_err);
+                if (!ri)
+                    continue;
+                int cap_ok = 1;
+                for (int t = 0; t < T && cap_ok; t++)
+                    cap_ok = dev_same(c1 + (size_t)t * cs, c2 + (size_t)t * cs, 2 * (size_t)d);
+                int ok[3] = {dev_same(l1, l2, sizeof(float) * (size_t)T * Va) && dev_same(i1, i2, sizeof(int32_t) * MT),
+                             dev_same(x1, x2, sizeof(float) * (size_t)T * d) &&
+                                 dev_same(a1, a2, 2 * (size_t)(T - n0) * d) && cap_ok,
+                             dev_same(q1, q2, 2 * (size_t)T * Nq) && dev_same(k1, k2, cb) && dev_same(v1, v2, cb)};
+                static const char *what[3] = {"argmax", "residual + norm tail", "q/k tail"};
+                for (int e = 0; e < 3; e++) {
+                    if (!ok[e] && ebad[0] + ebad[1] + ebad[2] < 4)
+                        printf("    (i) fused %s, %d rows in blocks of %d: differs from one block a tile\n", what[e], T,
+                               rows_blk[ri]);
+                    ebad[e] += !ok[e];
+                }
+                ecalls++;
+            }
+        }
+        decode_linear_rows_block_cuda(rb_dflt);
+        printf("%s (i) fused epilogues split over rows blocks of 32 / 16 / 8 at 17..64 rows: argmax %ld, residual + "
+               "norm tail %ld, q/k tail %ld of %ld calls each differ bitwise from one block a tile\n",
+               ebad[0] + ebad[1] + ebad[2] ? "FAIL" : "PASS", ebad[0], ebad[1], ebad[2], ecalls);
+        g_fail += ebad[0] + ebad[1] + ebad[2] > 0;
+        cudaFree(sync), cudaFree(i1), cudaFree(i2), cudaFree(base), cudaFree(xa), cudaFree(wa), cudaFree(xr);
+        cudaFree(wr), cudaFree(br), cudaFree(xq), cudaFree(wq), cudaFree(a1), cudaFree(a2), cudaFree(c1);
+        cudaFree(c2), cudaFree(q1), cudaFree(q2), cudaFree(k1), cudaFree(k2), cudaFree(v1), cudaFree(v2);
+        cudaFree(x0), cudaFree(nw), cudaFree(qn), cudaFree(kn), cudaFree(inv), cudaFree(l1), cudaFree(l2);
+        cudaFree(x1), cudaFree(x2);
+    }
+    decode_linear_variant_cuda(old_v);
     /* attention: heads H / KV of hd, causal from p0 over a cache of p0 + T rows */
     static const int att[][3] = {{4, 2, 64}, {2, 1, 48}, {16, 8, 128}};
     for (size_t si = 0; si < DF_ARRAY_LEN(att); si++) {
@@ -1130,7 +1430,7 @@ static void test_chunk_major(void)
         nn_bf16_cuda *vc = rand_bf16_dev((size_t)(p0 + MT) * KV * hd, 1.0, NULL), *o1, *o2;
         CUDA_CHECK(cudaMalloc((void **)&o1, 2 * (size_t)MT * H * hd));
         CUDA_CHECK(cudaMalloc((void **)&o2, 2 * (size_t)MT * H * hd));
-        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+        for (int T = 1; T <= MT; T = next_rows(T)) {
             nn_bf16_cuda *q = rand_bf16_dev((size_t)T * qn, 1.0, NULL);
             float sc = 1.0f / sqrtf((float)hd);
             RC_CHECK(
@@ -1158,7 +1458,7 @@ static void test_chunk_major(void)
         CUDA_CHECK(cudaMalloc((void **)&n2, 2 * ((size_t)MT * d + 1)));
         CUDA_CHECK(cudaMalloc((void **)&c1, 2 * (size_t)MT * d));
         CUDA_CHECK(cudaMalloc((void **)&c2, 2 * (size_t)MT * d));
-        for (int T = 1; T <= MT; T += (T < 18 ? 1 : 7)) {
+        for (int T = 1; T <= MT; T = next_rows(T)) {
             CUDA_CHECK(cudaMemcpy(x2, x1, sizeof(float) * T * d, cudaMemcpyDeviceToDevice));
             RC_CHECK(nn_add_rmsnorm_cuda(x1, y, w, n1 + odd, c1, d, T, d, 1e-6f, 0, g_err, sizeof g_err), g_err);
             RC_CHECK(nn_add_rmsnorm_xc_cuda(x2, y, w, n2 + odd, c2, d, T, d, 1e-6f, T & 1, 0, g_err, sizeof g_err),
@@ -1182,8 +1482,9 @@ static void test_chunk_major(void)
                  nn_add_rmsnorm_xc_cuda(tf, NULL, tf, t, NULL, 0, 2, 100, 1e-6f, 0, 0, g_err, sizeof g_err) == -EINVAL;
     cudaFree(t), cudaFree(tf);
     printf("%s (i) chunk-major activations and blocks of 8..64 rows: %ld of %ld calls (linear 5 shapes x 3 outputs, "
-           "gate/up + SwiGLU, attention at hd 64/48/128, add + RMSNorm; 1..64 rows) differ bitwise from row-major "
-           "64-row blocks; widths not a multiple of 32 %s\n",
+           "gate/up + SwiGLU 3 shapes (4096 -> 2 x 4096: two tiles a block at 9..16 rows), attention at hd "
+           "64/48/128, add + RMSNorm; 1..18, 25..60 and 64 rows) differ bitwise from row-major 64-row blocks; widths "
+           "not a multiple of 32 %s\n",
            bad == 0 && ok_err ? "PASS" : "FAIL", bad, calls, ok_err ? "refused" : "NOT refused");
     g_fail += bad != 0 || !ok_err;
 }
@@ -1311,6 +1612,68 @@ static void test_rows_and_graphs(decode_model_cuda *gpu)
     free(tok), free(blk), free(one), free(ref);
 }
 
+/* f. The whole target with the linear kernels' rows in blocks of 32, 16 and 8
+ * (decode_linear_rows_block_cuda; at most 64 a block, the default, leaves them one block a
+ * column tile): after a prefill, extends of 17, 40 and 64 rows (every linear layer of the
+ * extend split over 1..8 blocks a tile; the lm_head takes the n_next <= 16 greedy rows, so
+ * it is not split) give the same logits, features (every row) and greedy tokens, bit for
+ * bit, as rows block 64; for the default kernel sequence (chunk-major activations) and the
+ * row-major one, graphs on and off. */
+static void test_rows_blocks(decode_model_cuda *gpu)
+{
+    int V = gpu->tm.V, fd = gpu->n_capture * gpu->tm.d, P = rnd(20, 200);
+    static const int steps[][2] = {{17, 16}, {40, 3}, {64, 16}};
+    static const int rows_blk[] = {64, 32, 16, 8};
+    const int ns = DF_ARRAY_LEN(steps), rb_dflt = decode_linear_rows_block_cuda(-1);
+    int32_t *tok = xmalloc(sizeof(int32_t) * (size_t)(P + 17 + 40 + 64)), nx[16], tref[3][16];
+    for (int i = 0; i < P + 17 + 40 + 64; i++)
+        tok[i] = rnd(0, V - 1);
+    float *lref = xmalloc(sizeof(float) * 16 * (size_t)V * ns), *fref = xmalloc(sizeof(float) * 64 * (size_t)fd * ns);
+    float *lx = xmalloc(sizeof(float) * 16 * (size_t)V), *fx = xmalloc(sizeof(float) * 64 * (size_t)fd);
+    static const int seqs[] = {DECODE_FUSED_DEFAULT, DECODE_FUSED_DEFAULT ^ DECODE_FUSE_XC};
+    long bad = 0, runs = 0;
+    for (int ri = 0; ri < 4; ri++)
+        for (size_t si = 0; si < DF_ARRAY_LEN(seqs); si++)
+            for (int graphs = 1; graphs >= 0; graphs--) {
+                decode_linear_rows_block_cuda(rows_blk[ri]);
+                gpu->fused = seqs[si];
+                gpu->use_graphs = graphs;
+                decode_drop_graphs_cuda(gpu); /* graphs keep the launches they were captured with */
+                decode_reset_cuda(gpu);
+                RC_CHECK(decode_extend_cuda(gpu, tok, P, 1, nx, g_err, sizeof g_err), g_err);
+                for (int j = 0, at = P; j < ns; at += steps[j][0], j++) {
+                    int k = steps[j][0], nn = steps[j][1];
+                    RC_CHECK(decode_extend_cuda(gpu, tok + at, k, nn, nx, g_err, sizeof g_err), g_err);
+                    RC_CHECK(decode_logits_to_host_cuda(gpu, lx, g_err, sizeof g_err), g_err);
+                    RC_CHECK(decode_feats_to_host_cuda(gpu, k, fx, g_err, sizeof g_err), g_err);
+                    float *lr = lref + (size_t)j * 16 * V, *fr = fref + (size_t)j * 64 * fd;
+                    if (ri == 0 && si == 0 && graphs == 1) {
+                        memcpy(lr, lx, sizeof(float) * (size_t)nn * V), memcpy(fr, fx, sizeof(float) * (size_t)k * fd);
+                        memcpy(tref[j], nx, sizeof(int32_t) * nn);
+                        continue;
+                    }
+                    int ok = !memcmp(lr, lx, sizeof(float) * (size_t)nn * V) &&
+                             !memcmp(fr, fx, sizeof(float) * (size_t)k * fd) &&
+                             !memcmp(tref[j], nx, sizeof(int32_t) * nn);
+                    if (!ok && bad < 4)
+                        printf("    (f) rows block %d, fused %d, graphs %d: the %d-row extend differs from rows block "
+                               "64\n",
+                               rows_blk[ri], seqs[si], graphs, k);
+                    bad += !ok, runs++;
+                }
+            }
+    printf("%s target: extends of 17, 40 and 64 rows with the linear kernels in blocks of 32 / 16 / 8 rows == one "
+           "block of 64 bitwise in %ld of %ld (logits, features, greedy tokens; chunk-major and row-major, graphs and "
+           "eager)\n",
+           bad ? "FAIL" : "PASS", runs - bad, runs);
+    g_fail += bad > 0;
+    decode_linear_rows_block_cuda(rb_dflt);
+    gpu->use_graphs = 1;
+    gpu->fused = DECODE_FUSED_DEFAULT;
+    decode_drop_graphs_cuda(gpu);
+    free(tok), free(lref), free(fref), free(lx), free(fx);
+}
+
 /* g. batched target rows == lone extends, bitwise. */
 static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
 {
@@ -1391,18 +1754,35 @@ static void test_batch_rows(decode_model_cuda *lone, const prompts_list *pl)
     free(lg), free(ft), free(l1), free(f1);
 }
 
-/* g. spec_generate_batch on the GPU == lone plain greedy on the GPU, per prompt, exactly. */
+/* 1 when a and b took the same steps with the same acceptances (count, sum, histogram). */
+static int same_steps(const spec_result *a, const spec_result *b)
+{
+    if (a->n_steps != b->n_steps || a->accept_sum != b->accept_sum || a->block_size != b->block_size)
+        return 0;
+    for (int k = 0; k <= a->block_size; k++)
+        if (a->hist[k] != b->hist[k])
+            return 0;
+    return 1;
+}
+
+/* g. spec_generate_batch on the GPU against lone decoding on the GPU, per prompt, exactly:
+ * the tokens of plain, speculative and oracle batches, and of plain, speculative and oracle
+ * queues through 2 sequences, == lone plain greedy; and what depends on each prompt's
+ * drafter state (the tokens do not: decoding is lossless whatever the drafts): every draft
+ * of the real drafter in the batch and in the queue == the drafts of lone spec_generate,
+ * draft for draft, and the steps, acceptance sums and histograms of the real and the oracle
+ * drafters in the batch and in the queue == lone spec_generate's. */
 static void test_batch_lossless(const char *name, const dflash_config *c, const dflash_params *p,
                                 const prompts_list *pl, int max_new)
 {
-    const int n = 4;
+    const int n = 4, B = c->block_size;
     spec_backend one, many;
     int max_ctx = 1024 + max_new + c->block_size;
     RC_CHECK(spec_backend_open(&one, "cuda", TARGET, c, p, max_ctx, g_err, sizeof g_err), g_err);
     RC_CHECK(spec_backend_open_batch(&many, "cuda", TARGET, c, p, max_ctx, n, g_err, sizeof g_err), g_err);
     const int32_t *pr[4];
     int np[4];
-    spec_result ref[4], bp[4], bs[4], bo[4];
+    spec_result ref[4], bp[4], bs[4], bo[4], ls[4], lo[4];
     spec_opts free_run = {.max_new = max_new, .eos = -1};
     for (int i = 0; i < n; i++) {
         pr[i] = pl->p[i % pl->n].tokens, np[i] = pl->p[i % pl->n].n - 11 * i;
@@ -1419,56 +1799,117 @@ static void test_batch_lossless(const char *name, const dflash_config *c, const 
                 if (!seen)
                     o.eos = ref[a].tokens[j];
             }
-    /* oracle drafters: each prompt's free-running output, 30% of drafts corrupted */
+    /* oracle drafters: each prompt's free-running output, 30% of drafts corrupted; every
+     * run starts each prompt's oracle from the same seed, so its drafts depend only on the
+     * context it is given */
     oracle orc[4];
     spec_drafter od[4];
     int32_t *seqs[4];
+    uint64_t oseed[4];
     for (int i = 0; i < n; i++) {
         seqs[i] = xmalloc(sizeof(int32_t) * (size_t)(np[i] + max_new));
         memcpy(seqs[i], pr[i], sizeof(int32_t) * np[i]);
         memcpy(seqs[i] + np[i], ref[i].tokens, sizeof(int32_t) * max_new);
-        orc[i] = (oracle){.seq = seqs[i], .n_seq = np[i] + max_new, .B = c->block_size, .V = c->vocab};
-        df_rng_seed(&orc[i].rng, df_rng_next(&g_rng));
-        od[i] = (spec_drafter){
-            .ctx = &orc[i], .block_size = c->block_size, .reset = or_reset, .append = or_append, .draft = or_draft};
+        orc[i] = (oracle){.seq = seqs[i], .n_seq = np[i] + max_new, .B = B, .V = c->vocab};
+        oseed[i] = df_rng_next(&g_rng);
+        od[i] =
+            (spec_drafter){.ctx = &orc[i], .block_size = B, .reset = or_reset, .append = or_append, .draft = or_draft};
         spec_result_free(&ref[i]);
         RC_CHECK(spec_generate_plain(&one.target, pr[i], np[i], &o, &ref[i]), "spec_generate_plain (eos)");
     }
+    /* each prompt alone: the real drafter (every draft logged) and the oracle */
+    draft_log dl_lone, dl_bs, dl_qs;
+    dlog_init(&dl_lone, max_new, B - 1), dlog_init(&dl_bs, max_new, B - 1), dlog_init(&dl_qs, max_new, B - 1);
+    for (int i = 0; i < n; i++) {
+        rec_slot rs1;
+        spec_drafter w1;
+        rec_wrap(&rs1, &w1, &one.drafter, 1, &dl_lone, i);
+        RC_CHECK(spec_generate(&one.target, &w1, pr[i], np[i], &o, &ls[i]), "spec_generate (lone)");
+        df_rng_seed(&orc[i].rng, oseed[i]);
+        RC_CHECK(spec_generate(&one.target, &od[i], pr[i], np[i], &o, &lo[i]), "spec_generate (lone oracle)");
+    }
     double wp, ws, wo;
+    rec_slot rsb[4];
+    spec_drafter wb[4];
+    rec_wrap(rsb, wb, many.drafters, n, &dl_bs, -1);
     RC_CHECK(spec_generate_batch(&many.target, NULL, n, pr, np, &o, bp, &wp), "spec_generate_batch (plain)");
-    RC_CHECK(spec_generate_batch(&many.target, many.drafters, n, pr, np, &o, bs, &ws), "spec_generate_batch (spec)");
+    RC_CHECK(spec_generate_batch(&many.target, wb, n, pr, np, &o, bs, &ws), "spec_generate_batch (spec)");
+    for (int i = 0; i < n; i++)
+        df_rng_seed(&orc[i].rng, oseed[i]);
     RC_CHECK(spec_generate_batch(&many.target, od, n, pr, np, &o, bo, &wo), "spec_generate_batch (oracle)");
     /* the same prompts as a queue through 2 sequences (a finished prompt's sequence and its
-     * drafter context in the slab are reused by the next prompt), plain and speculative */
+     * drafter context in the slab are reused by the next prompt), plain, speculative and
+     * with the oracles (each slot told the prompt it serves next) */
     spec_backend two;
-    spec_result qp[4], qs[4];
+    spec_result qp[4], qs[4], qo[4];
+    rec_slot rsq[2];
+    spec_drafter wq[2], qd[2];
+    oracle_slot oslot[2] = {{orc, NULL}, {orc, NULL}};
+    for (int k = 0; k < 2; k++)
+        qd[k] = (spec_drafter){.ctx = &oslot[k],
+                               .block_size = B,
+                               .reset = os_reset,
+                               .append = os_append,
+                               .draft = os_draft,
+                               .assign = os_assign};
     RC_CHECK(spec_backend_open_batch(&two, "cuda", TARGET, c, p, max_ctx, 2, g_err, sizeof g_err), g_err);
+    rec_wrap(rsq, wq, two.drafters, 2, &dl_qs, -1);
     RC_CHECK(spec_generate_batch(&two.target, NULL, n, pr, np, &o, qp, NULL), "spec_generate_batch (plain queue)");
-    RC_CHECK(spec_generate_batch(&two.target, two.drafters, n, pr, np, &o, qs, NULL), "spec_generate_batch (queue)");
+    RC_CHECK(spec_generate_batch(&two.target, wq, n, pr, np, &o, qs, NULL), "spec_generate_batch (queue)");
+    for (int i = 0; i < n; i++)
+        df_rng_seed(&orc[i].rng, oseed[i]);
+    RC_CHECK(spec_generate_batch(&two.target, qd, n, pr, np, &o, qo, NULL), "spec_generate_batch (oracle queue)");
     spec_backend_close(&two);
-    long same = 0, early = 0, tokens = 0;
-    double tau_o = 0;
+    long same = 0, early = 0, tokens = 0, drafts = 0;
+    double tau_o = 0, tau_s = 0;
     for (int i = 0; i < n; i++) {
         long nd;
-        int ok = first_diff(&ref[i], &bp[i], &nd) < 0 && first_diff(&ref[i], &bs[i], &nd) < 0 &&
-                 first_diff(&ref[i], &bo[i], &nd) < 0 && first_diff(&ref[i], &qp[i], &nd) < 0 &&
-                 first_diff(&ref[i], &qs[i], &nd) < 0 && qs[i].n_steps == bs[i].n_steps &&
-                 qs[i].accept_sum == bs[i].accept_sum;
+        int tok_ok = first_diff(&ref[i], &bp[i], &nd) < 0 && first_diff(&ref[i], &bs[i], &nd) < 0 &&
+                     first_diff(&ref[i], &bo[i], &nd) < 0 && first_diff(&ref[i], &qp[i], &nd) < 0 &&
+                     first_diff(&ref[i], &qs[i], &nd) < 0 && first_diff(&ref[i], &qo[i], &nd) < 0 &&
+                     first_diff(&ref[i], &ls[i], &nd) < 0 && first_diff(&ref[i], &lo[i], &nd) < 0;
+        int db = dlog_first_diff(&dl_lone, &dl_bs, i), dq = dlog_first_diff(&dl_lone, &dl_qs, i);
+        int drafts_ok = db < 0 && dq < 0 && dl_lone.n[i] == ls[i].n_steps;
+        int steps_ok = same_steps(&ls[i], &bs[i]) && same_steps(&ls[i], &qs[i]);
+        int orc_ok = same_steps(&lo[i], &bo[i]) && same_steps(&lo[i], &qo[i]);
+        int ok = tok_ok && drafts_ok && steps_ok && orc_ok;
         same += ok;
-        early += ref[i].n_tokens < max_new, tokens += ref[i].n_tokens;
-        tau_o += spec_result_tau(&bo[i]) / n;
-        if (!ok)
-            printf("FAIL (g) %s: prompt %d (%d tokens): a batched output differs from lone plain greedy\n", name, i,
-                   np[i]);
+        early += ref[i].n_tokens < max_new, tokens += ref[i].n_tokens, drafts += dl_lone.n[i];
+        tau_o += spec_result_tau(&lo[i]) / n, tau_s += spec_result_tau(&ls[i]) / n;
+        if (!tok_ok)
+            printf("FAIL (g) %s: prompt %d (%d tokens): a batched, queued or lone speculative output differs from "
+                   "lone plain greedy\n",
+                   name, i, np[i]);
+        if (!drafts_ok)
+            printf("FAIL (g) %s: prompt %d: drafter drafts differ from its lone run: batch from draft %d, queue from "
+                   "draft %d (-1: none; lone %d drafts for %d steps)\n",
+                   name, i, db, dq, dl_lone.n[i], ls[i].n_steps);
+        if (!steps_ok)
+            printf("FAIL (g) %s: prompt %d: drafter steps / acceptance sum lone %d / %ld, batch %d / %ld, queue "
+                   "%d / %ld (or the histograms differ)\n",
+                   name, i, ls[i].n_steps, ls[i].accept_sum, bs[i].n_steps, bs[i].accept_sum, qs[i].n_steps,
+                   qs[i].accept_sum);
+        if (!orc_ok)
+            printf("FAIL (g) %s: prompt %d: oracle steps / acceptance sum lone %d / %ld, batch %d / %ld, queue "
+                   "%d / %ld (or the histograms differ)\n",
+                   name, i, lo[i].n_steps, lo[i].accept_sum, bo[i].n_steps, bo[i].accept_sum, qo[i].n_steps,
+                   qo[i].accept_sum);
         spec_result_free(&ref[i]), spec_result_free(&bp[i]), spec_result_free(&bs[i]), spec_result_free(&bo[i]);
-        spec_result_free(&qp[i]), spec_result_free(&qs[i]);
+        spec_result_free(&qp[i]), spec_result_free(&qs[i]), spec_result_free(&qo[i]);
+        spec_result_free(&ls[i]), spec_result_free(&lo[i]);
         free(seqs[i]);
     }
+    int lost = dl_lone.lost + dl_bs.lost + dl_qs.lost;
+    if (lost)
+        printf("FAIL (g) %s: %d drafts logged for no prompt or past max_new\n", name, lost);
     printf("%s (g) %s: batch of %d prompts (%d..%d tokens, eos %d: %ld stop early), plain / speculative / oracle "
-           "(tau %.2f) batched, and plain / speculative as a queue through 2 sequences (the same steps as the batch), "
-           "== lone plain greedy for %ld of %d; %ld tokens in %.3f / %.3f / %.3f s\n",
-           same == n ? "PASS" : "FAIL", name, n, np[n - 1], np[0], o.eos, early, tau_o, same, n, tokens, wp, ws, wo);
-    g_fail += same != n;
+           "batched and as a queue through 2 sequences == lone plain greedy for %ld of %d (tokens; %ld drafts of the "
+           "drafter and its steps, tau %.3f, and the oracle's steps, tau %.2f, == each prompt's lone "
+           "spec_generate); %ld tokens in %.3f / %.3f / %.3f s\n",
+           same == n && !lost ? "PASS" : "FAIL", name, n, np[n - 1], np[0], o.eos, early, same, n, drafts, tau_s, tau_o,
+           tokens, wp, ws, wo);
+    g_fail += same != n || lost;
+    dlog_free(&dl_lone), dlog_free(&dl_bs), dlog_free(&dl_qs);
     spec_backend_close(&many);
     spec_backend_close(&one);
 }
@@ -1502,6 +1943,8 @@ int main(void)
     decode_linear_variant_cuda(dflt_variant);
     test_two_tiles();
     test_chunk_major();
+    decode_drop_graphs_cuda(&gpu);
+    test_rows_blocks(&gpu);
     /* (f) with the other column-tile settings (the same bits) */
     for (int ct = 1; ct <= 4; ct++) {
         if (ct == decode_linear_cols_cuda(-1))

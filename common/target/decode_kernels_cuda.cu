@@ -680,7 +680,12 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
     return 0;
 }
 
-/* Rows of the fused epilogues (one launch of at most 4 row groups: never split). */
+/* Rows of the fused epilogues in one launch: up to 64 (8 row groups of 8). They take the
+ * plain kernel's row split: at 17..64 rows with decode_linear_rows_block_cuda below 64 a
+ * column tile's rows are spread over several blocks (the argmax keys and the GLU output at
+ * each block's own rows), and the argmax hand-out, the residual's capture + norm tail and
+ * the q/k tail run in the grid's last block (lin_last_block counts every block, those of a
+ * split included) over all T rows. */
 #define LIN_EPI_MAX_ROWS DECODE_EPI_MAX_ROWS
 
 int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn_bf16_cuda *w_gu,

@@ -66,15 +66,14 @@ static void layout_weights(infer_state_cuda *s, bump *bb, bump *bf, const dflash
     const dflash_config *c = s->c;
     size_t d = (size_t)c->hidden, I = (size_t)c->intermediate, hd = (size_t)c->head_dim;
     size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd, nin = (size_t)c->n_capture * d;
-#define BF(dst, src, n)                                      \
-    do {                                                     \
-        uint16_t *h_ = take(bb, sizeof(uint16_t) * (n));     \
-        if (hb) {                                            \
-            size_t o_ = (size_t)((char *)h_ - (char *)hb);   \
-            for (size_t i_ = 0; i_ < (n); i_++)              \
-                h_[i_] = safetensors_f32_to_bf16((src)[i_]); \
-            (dst) = (nn_bf16_cuda *)(db + o_);               \
-        }                                                    \
+#define BF(dst, src, n)                                    \
+    do {                                                   \
+        uint16_t *h_ = take(bb, sizeof(uint16_t) * (n));   \
+        if (hb) {                                          \
+            size_t o_ = (size_t)((char *)h_ - (char *)hb); \
+            safetensors_f32_to_bf16_n(h_, (src), (n));     \
+            (dst) = (nn_bf16_cuda *)(db + o_);             \
+        }                                                  \
     } while (0)
 #define F32(dst, src, n)                                   \
     do {                                                   \

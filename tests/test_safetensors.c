@@ -58,6 +58,28 @@ static void conversions(void)
     T_ASSERT(safetensors_f32_to_f16(ldexpf(1023.5f, -24)) == 0x0400); /* rounds up into the normals */
     T_ASSERT(safetensors_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
     T_ASSERT(isnan(safetensors_f16_to_f32(safetensors_f32_to_f16(NAN))));
+    /* the bulk conversion (threads past 2^22 values) == the scalar one, every element: random
+     * bit patterns (NaNs, infinities, subnormals and ties among them), an odd length */
+    size_t n = 3 * (1u << 22) + 5;
+    float *src = malloc(n * sizeof *src);
+    uint16_t *dst = malloc(n * sizeof *dst);
+    T_ASSERT(src && dst);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t u = (uint32_t)(x >> 32);
+        if (i % 7 == 0)
+            u = (u & 0xffff0000u) | 0x8000u; /* a tie */
+        memcpy(&src[i], &u, 4);
+    }
+    memset(dst, 0xa5, n * sizeof *dst);
+    safetensors_f32_to_bf16_n(dst, src, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += dst[i] != safetensors_f32_to_bf16(src[i]);
+    T_ASSERT(bad == 0);
+    free(src);
+    free(dst);
     printf("conversions: all 65536 f16 and bf16 patterns round-trip, RNE ties ok\n");
 }
 

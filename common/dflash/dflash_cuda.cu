@@ -1321,8 +1321,9 @@ int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n, 
     dflash_bf16_cuda *h = (dflash_bf16_cuda *)malloc(sizeof(dflash_bf16_cuda) * (n ? n : 1));
     if (!h)
         return df_cuda_errf(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: out of host memory for %zu values", n);
-    for (size_t i = 0; i < n; i++)
-        h[i] = safetensors_f32_to_bf16(src[i]);
+    /* on every core: one thread took ~2.3 s a table at the 8B shape (622 M values; the
+     * embedding and the lm_head were 4.6 s of the drafter's start-up) */
+    safetensors_f32_to_bf16_n(h, src, n);
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, sizeof(dflash_bf16_cuda) * (n ? n : 1));
     if (e != cudaSuccess) {

@@ -130,6 +130,9 @@ void safetensors_writer_free(safetensors_writer *w); /* NULL is fine */
 
 /* Round to nearest even; NaN stays NaN (quiet), overflow goes to inf. */
 uint16_t safetensors_f32_to_bf16(float x);
+/* dst[i] = safetensors_f32_to_bf16(src[i]) for i < n; large n on every CPU (element-wise:
+ * the same bits whatever the split). What the CUDA loaders upload a 622 M-value table with. */
+void safetensors_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
 float safetensors_bf16_to_f32(uint16_t x);
 uint16_t safetensors_f32_to_f16(float x);
 float safetensors_f16_to_f32(uint16_t x);

@@ -249,8 +249,7 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
             src = sg->f;
             bytes = n * sizeof(float);
         } else {
-            for (size_t i = 0; i < n; i++)
-                sg->h[i] = safetensors_f32_to_bf16(sg->f[i]);
+            safetensors_f32_to_bf16_n(sg->h, sg->f, n);
             src = sg->h;
             bytes = n * 2;
         }

@@ -1,4 +1,6 @@
-/* test_rng_fill: df_rng_fill_normal gives the plain df_rng_normal loop's values bit for bit,
+/* test_rng_fill: df_rng_jump moves the generator as that many steps would (counts around the
+ * polynomial's 256, 2^128 as the published jump); df_rng_fill_normal gives the plain
+ * df_rng_normal loop's values bit for bit,
  * and leaves the generator where that loop leaves it, for sizes around the chunk boundary and
  * any thread count; dflash_params_init_random (which uses it) gives what its definition says:
  * norms 1, every other tensor std * df_rng_normal in tensor order. */
@@ -19,8 +21,44 @@ static float *ref_fill(uint64_t seed, size_t n, double std, uint64_t *next)
     return v;
 }
 
+/* df_rng_jump == that many df_rng_next calls; 2^128 == the authors' published jump */
+static void jumps(void)
+{
+    const uint64_t counts[] = {0, 1, 2, 255, 256, 257, 1000, 65537, (1u << 20) + 3, 2000003};
+    for (size_t i = 0; i < DF_ARRAY_LEN(counts); i++) {
+        df_rng a, b;
+        df_rng_seed(&a, 7 + i);
+        b = a;
+        for (uint64_t k = 0; k < counts[i]; k++)
+            (void)df_rng_next(&a);
+        T_ASSERT(df_rng_jump(&b, counts[i], 0) == 0);
+        if (memcmp(a.s, b.s, sizeof a.s)) {
+            fprintf(stderr, "test_rng_fill: a jump of %llu is not %llu steps\n", (unsigned long long)counts[i],
+                    (unsigned long long)counts[i]);
+            exit(1);
+        }
+    }
+    static const uint64_t JUMP[4] = {0x180ec6d33cfd0abaull, 0xd5a61266f0c9392cull, 0xa9582618e03fc9aaull,
+                                     0x39abdc4529b1661cull}; /* xoshiro256's jump(): 2^128 steps */
+    df_rng a;
+    df_rng_seed(&a, 99);
+    uint64_t acc[4] = {0};
+    for (int w = 0; w < 4; w++)
+        for (int bit = 0; bit < 64; bit++) {
+            if (JUMP[w] & (1ull << bit))
+                for (int k = 0; k < 4; k++)
+                    acc[k] ^= a.s[k];
+            (void)df_rng_next(&a);
+        }
+    df_rng c;
+    df_rng_seed(&c, 99);
+    T_ASSERT(df_rng_jump(&c, 0, 1ull << 63) == 0 && df_rng_jump(&c, 0, 1ull << 63) == 0); /* 2 x 2^127 */
+    T_ASSERT(memcmp(c.s, acc, sizeof acc) == 0);
+}
+
 int main(void)
 {
+    jumps();
     const size_t CH = DF_RNG_FILL_CHUNK;
     const size_t sizes[] = {0, 1, 1000, CH - 1, CH, CH + 1, 2 * CH + 12345};
     const int threads[] = {1, 2, 3, 5, 0, DF_RNG_FILL_MAX_THREADS + 7};

@@ -1,7 +1,10 @@
 /* test_hfconfig.c: config.json parsing for Qwen3 / Llama targets.
  *   - real-world layouts: Qwen3 (transformers 4), Llama 3.1 with llama3 rope scaling,
  *     the transformers 5 layout (rope_parameters, dtype), Qwen3 sliding-window rules
- *   - the fixture configs tests/fixtures/tiny-{qwen3,llama}/config.json when present
+ *   - Qwen3-MoE: Qwen3-30B-A3B's config (every layer sparse), a transformers-5 style one
+ *     (num_local_experts, no head_dim, mlp_only_layers + decoder_sparse_step), the rule of
+ *     hfconfig_layer_is_moe, and the MoE fields of other families refused by name
+ *   - the fixture configs tests/fixtures/tiny-{qwen3,llama,qwen3-moe}/config.json when present
  *   - bad configs: each gives its exact message naming the file and the field
  */
 #include "io/hfconfig.h"
@@ -48,6 +51,65 @@ static const char *llama_v5 =
     " \"mlp_bias\": true, \"rope_parameters\": {\"rope_type\": \"llama3\", \"rope_theta\": 500000.0,"
     " \"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0,"
     " \"original_max_position_embeddings\": 8192}, \"pad_token_id\": null}";
+
+static const char *qwen3_30b_a3b =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 151643, \"decoder_sparse_step\": 1, \"eos_token_id\": 151645, \"head_dim\": 128,"
+    " \"hidden_act\": \"silu\", \"hidden_size\": 2048, \"initializer_range\": 0.02, \"intermediate_size\": 6144,"
+    " \"max_position_embeddings\": 40960, \"max_window_layers\": 48, \"mlp_only_layers\": [],"
+    " \"model_type\": \"qwen3_moe\", \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"
+    " \"num_attention_heads\": 32, \"num_experts\": 128, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 48,"
+    " \"num_key_value_heads\": 4, \"output_router_logits\": false, \"rms_norm_eps\": 1e-06, \"rope_scaling\": null,"
+    " \"rope_theta\": 1000000.0, \"router_aux_loss_coef\": 0.001, \"sliding_window\": null,"
+    " \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\","
+    " \"use_cache\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}";
+
+/* transformers 5 style: num_local_experts, rope_parameters, no head_dim (hidden / heads), no
+ * intermediate_size (6144), norm_topk_prob absent (false), a listed dense layer and step 2 */
+static const char *qwen3_moe_v5 =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 64,"
+    " \"num_hidden_layers\": 6, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 300,"
+    " \"num_local_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 32,"
+    " \"decoder_sparse_step\": 2, \"mlp_only_layers\": [3], \"dtype\": \"bfloat16\","
+    " \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 1000000.0}, \"scoring_func\": \"softmax\","
+    " \"shared_expert_intermediate_size\": 0, \"router_jitter_noise\": 0.0}";
+
+static void moe(void)
+{
+    hfconfig c;
+    char err[512] = "";
+    int rc = parse(&c, qwen3_30b_a3b, err, sizeof err);
+    if (rc < 0)
+        fprintf(stderr, "%s\n", err);
+    T_ASSERT_RC(rc);
+    T_ASSERT(c.arch == HFCONFIG_ARCH_QWEN3_MOE && !strcmp(c.architecture, "Qwen3MoeForCausalLM") &&
+             !strcmp(c.model_type, "qwen3_moe"));
+    T_ASSERT(c.num_hidden_layers == 48 && c.hidden_size == 2048 && c.num_attention_heads == 32 &&
+             c.num_key_value_heads == 4 && c.head_dim == 128 && c.vocab_size == 151936);
+    T_ASSERT(c.num_experts == 128 && c.num_experts_per_tok == 8 && c.moe_intermediate_size == 768 &&
+             c.norm_topk_prob == 1 && c.decoder_sparse_step == 1 && c.n_moe_layers == 48);
+    T_ASSERT(c.qk_norm == 1 && c.mlp_bias == 0 && c.tie_word_embeddings == 0 && c.sliding_window == 0);
+    for (int l = 0; l < 48; l++)
+        T_ASSERT(hfconfig_layer_is_moe(&c, l) == 1);
+    T_ASSERT(hfconfig_layer_is_moe(&c, 48) == 0 && hfconfig_layer_is_moe(&c, -1) == 0);
+    hfconfig_free(&c);
+    T_ASSERT(c.moe_layer == NULL);
+
+    T_ASSERT_RC(parse(&c, qwen3_moe_v5, err, sizeof err));
+    T_ASSERT(c.num_experts == 8 && c.head_dim == 16 && c.intermediate_size == 6144 && c.norm_topk_prob == 0);
+    T_ASSERT(c.rope_theta == 1e6 && c.decoder_sparse_step == 2 && c.n_moe_layers == 2);
+    /* (l + 1) % 2 == 0 gives 1, 3, 5; 3 is listed in mlp_only_layers */
+    static const int want[6] = {0, 1, 0, 0, 0, 1};
+    for (int l = 0; l < 6; l++)
+        T_ASSERT(hfconfig_layer_is_moe(&c, l) == want[l]);
+    hfconfig_free(&c);
+
+    /* a dense architecture has no sparse layer, whatever MoE-looking fields it carries */
+    T_ASSERT_RC(parse(&c, qwen3_06b, err, sizeof err));
+    T_ASSERT(c.n_moe_layers == 0 && c.moe_layer == NULL && hfconfig_layer_is_moe(&c, 0) == 0);
+    hfconfig_free(&c);
+    printf("MoE configs: Qwen3-30B-A3B, transformers-5 layout, sparse-layer rule ok\n");
+}
 
 static void good(void)
 {
@@ -134,8 +196,24 @@ static void fixtures(void)
         hfconfig_free(&c);
         n++;
     }
-    printf("fixture configs: %d of 2 present and checked\n", n);
+    if (access("tests/fixtures/tiny-qwen3-moe/config.json", F_OK) == 0) {
+        T_ASSERT_RC(hfconfig_load(&c, "tests/fixtures/tiny-qwen3-moe", err, sizeof err));
+        T_ASSERT(c.arch == HFCONFIG_ARCH_QWEN3_MOE && c.num_experts == 8 && c.num_experts_per_tok == 2);
+        T_ASSERT(c.moe_intermediate_size == 32 && c.norm_topk_prob == 1 && c.head_dim == 16);
+        /* make_moe_fixture.py: mlp_only_layers [0], decoder_sparse_step 2 */
+        T_ASSERT(!hfconfig_layer_is_moe(&c, 0) && hfconfig_layer_is_moe(&c, 1) && !hfconfig_layer_is_moe(&c, 2) &&
+                 hfconfig_layer_is_moe(&c, 3));
+        hfconfig_free(&c);
+        n++;
+    }
+    printf("fixture configs: %d of 3 present and checked\n", n);
 }
+
+/* a qwen3_moe config without its expert fields, and one with them */
+#define MOE_BASE                                                                                         \
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 64," \
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 10"
+#define MOE_OK MOE_BASE ", \"num_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16"
 
 /* bad configs: the base is a valid small Qwen3 config with one field replaced */
 static void bad(void)
@@ -146,7 +224,54 @@ static void bad(void)
         {"[1]", "cfg.json: expected a JSON object, got an array"},
         {"{\"architectures\": [\"MistralForCausalLM\"]}",
          "cfg.json: architectures: unsupported architecture MistralForCausalLM (supported: Qwen3ForCausalLM, "
-         "LlamaForCausalLM)"},
+         "Qwen3MoeForCausalLM, LlamaForCausalLM)"},
+        {"{\"architectures\": [\"Qwen2MoeForCausalLM\"]}",
+         "cfg.json: architectures: unsupported architecture Qwen2MoeForCausalLM (supported: Qwen3ForCausalLM, "
+         "Qwen3MoeForCausalLM, LlamaForCausalLM)"},
+        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3\"}",
+         "cfg.json: model_type: \"qwen3\" does not match architecture Qwen3MoeForCausalLM (expected \"qwen3_moe\")"},
+        /* qwen3_moe: the expert fields (the base: 2 layers, 8 experts) */
+        {MOE_BASE "}", "cfg.json: num_experts: missing (required)"},
+        {MOE_BASE ", \"num_experts\": 8}", "cfg.json: num_experts_per_tok: missing (required)"},
+        {MOE_BASE ", \"num_experts\": 8, \"num_experts_per_tok\": 2}",
+         "cfg.json: moe_intermediate_size: missing (required)"},
+        {MOE_BASE ", \"num_experts\": 8, \"num_experts_per_tok\": 9, \"moe_intermediate_size\": 16}",
+         "cfg.json: num_experts_per_tok: 9 is more than num_experts (8)"},
+        {MOE_BASE ", \"num_experts\": 8, \"num_local_experts\": 16, \"num_experts_per_tok\": 2}",
+         "cfg.json: num_local_experts: 16 disagrees with num_experts (8)"},
+        {MOE_OK ", \"decoder_sparse_step\": 0}",
+         "cfg.json: decoder_sparse_step: expected an integer in [1, 1073741824], got 0"},
+        {MOE_OK ", \"norm_topk_prob\": 1}", "cfg.json: norm_topk_prob: expected true or false, got 1"},
+        {MOE_OK ", \"mlp_only_layers\": [0, 2]}", "cfg.json: mlp_only_layers[1]: expected a layer id in [0, 2), got 2"},
+        {MOE_OK ", \"mlp_only_layers\": 0}", "cfg.json: mlp_only_layers: expected a list of layer ids, got 0"},
+        {MOE_OK ", \"shared_expert_intermediate_size\": 5632}",
+         "cfg.json: shared_expert_intermediate_size: 5632 is not supported (shared experts (Qwen2-MoE); only "
+         "qwen3_moe's routed experts are implemented)"},
+        {MOE_OK ", \"n_shared_experts\": 2}",
+         "cfg.json: n_shared_experts: 2 is not supported (shared experts (DeepSeek-MoE); only qwen3_moe's routed "
+         "experts are implemented)"},
+        {MOE_OK ", \"scoring_func\": \"sigmoid\"}",
+         "cfg.json: scoring_func: \"sigmoid\" is not supported (a router scoring function other than softmax; only "
+         "qwen3_moe's routed experts are implemented)"},
+        {MOE_OK ", \"routed_scaling_factor\": 2.5}",
+         "cfg.json: routed_scaling_factor: 2.5 is not supported (a routed scaling factor; only qwen3_moe's routed "
+         "experts are implemented)"},
+        {MOE_OK ", \"topk_group\": 4}",
+         "cfg.json: topk_group: 4 is not supported (grouped top-k routing; only qwen3_moe's routed experts are "
+         "implemented)"},
+        {MOE_OK ", \"router_bias\": true}",
+         "cfg.json: router_bias: true is not supported (the qwen3_moe router has no bias)"},
+        {MOE_OK ", \"use_sliding_window\": true, \"sliding_window\": 64}",
+         "cfg.json: use_sliding_window: true is not supported for qwen3_moe (which layers slide differs between "
+         "transformers versions)"},
+        {MOE_BASE ", \"num_experts\": 65536, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 1073741824}",
+         "cfg.json: num_experts x 2 x moe_intermediate_size x hidden_size: 9007199254740992 elements in one "
+         "weight, above the limit of 68719476736"},
+        {"{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 64,"
+         " \"num_hidden_layers\": 64, \"num_attention_heads\": 4, \"vocab_size\": 10, \"num_experts\": 4096,"
+         " \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 131072}",
+         "cfg.json: num_hidden_layers: 64 layers (64 of 4096 experts of moe_intermediate_size 131072) of hidden_size "
+         "64 and vocab_size 10 are more than 4398046511104 parameters"},
         {"{\"model_type\": \"qwen3\"}", "cfg.json: architectures: expected a list of one string, got nothing"},
         {"{\"architectures\": \"Qwen3ForCausalLM\"}",
          "cfg.json: architectures: expected a list of one string, got \"Qwen3ForCausalLM\""},
@@ -267,7 +392,7 @@ static void bad(void)
         char err[512] = "";
         int rc = parse(&c, cases[i].json, err, sizeof err);
         if (rc != -EINVAL)
-            fprintf(stderr, "case %u: rc %d, err %s\n", i, rc, err);
+            fprintf(stderr, "case %u: rc %d, err %s\n  json %s\n", i, rc, err, cases[i].json);
         T_ASSERT(rc == -EINVAL);
         T_ASSERT(c.layer_types == NULL); /* freed on error */
         size_t ml = strlen(cases[i].msg);
@@ -300,6 +425,7 @@ static void bad(void)
 int main(void)
 {
     good();
+    moe();
     fixtures();
     bad();
     printf("test_hfconfig: ok\n");

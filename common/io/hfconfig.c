@@ -1,7 +1,7 @@
-/* hfconfig.c: config.json of Qwen3 / Llama -> hfconfig. Small typed getters do the
- * work so that every field reports its own name and the value it found; the defaults
- * mirror transformers' Qwen3Config / LlamaConfig so a config that loads there means the
- * same thing here. */
+/* hfconfig.c: config.json of Qwen3 / Qwen3-MoE / Llama -> hfconfig. Small typed getters do
+ * the work so that every field reports its own name and the value it found; the defaults
+ * mirror transformers' Qwen3Config / Qwen3MoeConfig / LlamaConfig so a config that loads
+ * there means the same thing here. */
 #include "io/hfconfig.h"
 
 #include "ckmath.h"
@@ -268,9 +268,14 @@ static int parse_layer_types(parser *p, json_t *root, hfconfig *c)
         return rc;
     if ((rc = get_int(p, root, "max_window_layers", 0, L, 0, 1 << 30, &mwl)) < 0)
         return rc;
-    /* Qwen3Config drops the window unless use_sliding_window is set */
-    if (c->arch == HFCONFIG_ARCH_QWEN3 && !use_sw)
+    /* Qwen3Config (and Qwen3MoeConfig) drop the window unless use_sliding_window is set */
+    if ((c->arch == HFCONFIG_ARCH_QWEN3 || c->arch == HFCONFIG_ARCH_QWEN3_MOE) && !use_sw)
         c->sliding_window = 0;
+    /* Qwen3MoeConfig has no max_window_layers / layer_types of its own and transformers
+     * versions differ on which of its layers would slide: refused rather than guessed */
+    if (c->arch == HFCONFIG_ARCH_QWEN3_MOE && use_sw)
+        return perr(p, "use_sliding_window: true is not supported for qwen3_moe (which layers slide differs "
+                       "between transformers versions)");
 
     json_t *lt = json_object_get(root, "layer_types");
     if (lt && !json_is_null(lt)) {
@@ -317,31 +322,147 @@ static int check_sizes(parser *p, const hfconfig *c)
     if (H > HFCONFIG_MAX_WIDTH)
         return perr(p, "hidden_size: %d is above the limit of %llu", c->hidden_size,
                     (unsigned long long)HFCONFIG_MAX_WIDTH);
-    /* the largest matrices: embed_tokens / lm_head, gate/up/down, q/o */
+    /* the largest matrices: embed_tokens / lm_head, gate/up/down, q/o, the fused experts */
     static const char *const names[] = {"vocab_size x hidden_size", "intermediate_size x hidden_size",
-                                        "hidden_size x num_attention_heads x head_dim"};
-    uint64_t el[3];
+                                        "hidden_size x num_attention_heads x head_dim",
+                                        "num_experts x 2 x moe_intermediate_size x hidden_size"};
+    uint64_t el[4];
     el[0] = (uint64_t)c->vocab_size * H; /* each factor <= 2^30: no overflow */
     el[1] = (uint64_t)c->intermediate_size * H;
     el[2] = H * qd;
-    for (int i = 0; i < 3; i++)
+    /* E <= 2^16, F <= 2^30, H <= 2^20: their product can pass 2^64, so it is checked */
+    uint64_t ef = 0;
+    if (ckmath_mul((uint64_t)c->num_experts * 2, (uint64_t)c->moe_intermediate_size, &ef) || ckmath_mul(ef, H, &el[3]))
+        el[3] = UINT64_MAX;
+    for (int i = 0; i < 4; i++)
         if (el[i] > HFCONFIG_MAX_TENSOR)
             return perr(p, "%s: %llu elements in one weight, above the limit of %llu", names[i],
                         (unsigned long long)el[i], (unsigned long long)HFCONFIG_MAX_TENSOR);
     /* per layer: q, k, v, o + gate, up, down (biases and norms are smaller than one row
-     * each, counted by the + 16 * width slack) */
-    uint64_t layer, total, embeds;
-    if (ckmath_mul(2 * H, qd + kvd, &layer) || ckmath_muladd(3, el[1], layer, &layer) ||
-        ckmath_add(layer, 16 * (H + qd + (uint64_t)c->intermediate_size), &layer) ||
-        ckmath_mul(layer, (uint64_t)c->num_hidden_layers, &total) ||
+     * each, counted by the + 16 * width slack); a sparse layer: the router [E, d] and E
+     * experts' gate, up, down instead of the dense MLP */
+    uint64_t attn, dense, sparse = 0, total = 0, embeds, part;
+    if (ckmath_mul(2 * H, qd + kvd, &attn) || ckmath_add(attn, 16 * (H + qd + (uint64_t)c->intermediate_size), &attn))
+        goto too_many;
+    dense = 3 * el[1]; /* <= 3 * 2^36 */
+    if (c->n_moe_layers &&
+        (ckmath_muladd(3, el[3] / 2, (uint64_t)c->num_experts * H, &sparse) || ckmath_add(sparse, attn, &sparse)))
+        goto too_many;
+    if (ckmath_mul(attn + dense, (uint64_t)(c->num_hidden_layers - c->n_moe_layers), &total) ||
+        ckmath_mul(sparse, (uint64_t)c->n_moe_layers, &part) || ckmath_add(total, part, &total) ||
         ckmath_mul(el[0], c->tie_word_embeddings ? 1 : 2, &embeds) || ckmath_add(total, embeds, &total) ||
         total > HFCONFIG_MAX_PARAMS)
-        return perr(p,
-                    "num_hidden_layers: %d layers of hidden_size %d, intermediate_size %d and vocab_size %d "
-                    "are more than %llu parameters",
-                    c->num_hidden_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
-                    (unsigned long long)HFCONFIG_MAX_PARAMS);
+        goto too_many;
     return 0;
+too_many:
+    if (c->n_moe_layers)
+        return perr(p,
+                    "num_hidden_layers: %d layers (%d of %d experts of moe_intermediate_size %d) of hidden_size %d "
+                    "and vocab_size %d are more than %llu parameters",
+                    c->num_hidden_layers, c->n_moe_layers, c->num_experts, c->moe_intermediate_size, c->hidden_size,
+                    c->vocab_size, (unsigned long long)HFCONFIG_MAX_PARAMS);
+    return perr(p,
+                "num_hidden_layers: %d layers of hidden_size %d, intermediate_size %d and vocab_size %d "
+                "are more than %llu parameters",
+                c->num_hidden_layers, c->hidden_size, c->intermediate_size, c->vocab_size,
+                (unsigned long long)HFCONFIG_MAX_PARAMS);
+}
+
+/* Fields of other mixture-of-experts families (Qwen2-MoE's shared expert, DeepSeek's shared
+ * experts, grouped top-k, sigmoid scoring, routed scaling, leading dense layers): a config
+ * that sets one to anything but the value that means "off" would be run with the wrong
+ * math, so it is refused by name. `off` is what the field may hold: an integer 0 / 1, the
+ * number 1.0, a string, or null / absent. */
+static int refuse_foreign_moe(parser *p, json_t *root)
+{
+    static const struct {
+        const char *key;
+        const char *off_str; /* string fields: the one accepted value */
+        double off_num;      /* numeric fields: the one accepted value */
+        const char *what;
+    } f[] = {
+        {"shared_expert_intermediate_size", NULL, 0, "shared experts (Qwen2-MoE)"},
+        {"n_shared_experts", NULL, 0, "shared experts (DeepSeek-MoE)"},
+        {"num_shared_experts", NULL, 0, "shared experts"},
+        {"moe_shared_expert_intermediate_size", NULL, 0, "shared experts"},
+        {"first_k_dense_replace", NULL, 0, "leading dense layers by count (DeepSeek-MoE)"},
+        {"n_group", NULL, 1, "grouped top-k routing"},
+        {"topk_group", NULL, 1, "grouped top-k routing"},
+        {"routed_scaling_factor", NULL, 1, "a routed scaling factor"},
+        {"moe_layer_freq", NULL, 1, "a MoE layer frequency other than decoder_sparse_step"},
+        {"scoring_func", "softmax", 0, "a router scoring function other than softmax"},
+        {"topk_method", "greedy", 0, "a top-k method other than greedy"},
+    };
+    char b[64];
+    for (unsigned i = 0; i < DF_ARRAY_LEN(f); i++) {
+        json_t *v = json_object_get(root, f[i].key);
+        if (!v || json_is_null(v))
+            continue;
+        int off = f[i].off_str ? json_is_string(v) && strcmp(json_string_value(v), f[i].off_str) == 0
+                               : json_is_number(v) && json_number_value(v) == f[i].off_num;
+        if (!off)
+            return perr(p, "%s: %s is not supported (%s; only qwen3_moe's routed experts are implemented)", f[i].key,
+                        jshow(v, b, sizeof b), f[i].what);
+    }
+    json_t *rb = json_object_get(root, "router_bias");
+    if (rb && !json_is_null(rb) && !json_is_false(rb))
+        return perr(p, "router_bias: %s is not supported (the qwen3_moe router has no bias)", jshow(rb, b, sizeof b));
+    return 0;
+}
+
+/* qwen3_moe: the expert fields and which layers are sparse (hfconfig_layer_is_moe). */
+static int parse_moe(parser *p, json_t *root, hfconfig *c)
+{
+    int L = c->num_hidden_layers, rc;
+    char b[64];
+    long long v;
+    if ((rc = refuse_foreign_moe(p, root)) < 0)
+        return rc;
+    /* transformers 5 maps num_experts onto num_local_experts; either name, equal if both */
+    json_t *ne = json_object_get(root, "num_experts"), *nl = json_object_get(root, "num_local_experts");
+    const char *ekey = (!ne || json_is_null(ne)) && nl && !json_is_null(nl) ? "num_local_experts" : "num_experts";
+    if ((rc = get_int(p, root, ekey, 1, 0, 0, 1 << 16, &v)) < 0)
+        return rc;
+    c->num_experts = (int)v;
+    if (ne && !json_is_null(ne) && nl && !json_is_null(nl) &&
+        (!json_is_integer(nl) || json_integer_value(nl) != json_integer_value(ne)))
+        return perr(p, "num_local_experts: %s disagrees with num_experts (%d)", jshow(nl, b, sizeof b), c->num_experts);
+    if (c->num_experts > 0) {
+        if ((rc = get_i32(p, root, "num_experts_per_tok", 1, 0, 1, &c->num_experts_per_tok)) < 0 ||
+            (rc = get_i32(p, root, "moe_intermediate_size", 1, 0, 1, &c->moe_intermediate_size)) < 0)
+            return rc;
+        if (c->num_experts_per_tok > c->num_experts)
+            return perr(p, "num_experts_per_tok: %d is more than num_experts (%d)", c->num_experts_per_tok,
+                        c->num_experts);
+    }
+    if ((rc = get_bool(p, root, "norm_topk_prob", 0, &c->norm_topk_prob)) < 0 ||
+        (rc = get_i32(p, root, "decoder_sparse_step", 0, 1, 1, &c->decoder_sparse_step)) < 0)
+        return rc;
+    c->moe_layer = calloc((size_t)L, 1);
+    if (!c->moe_layer)
+        return -ENOMEM;
+    for (int l = 0; l < L; l++)
+        c->moe_layer[l] = c->num_experts > 0 && (l + 1) % c->decoder_sparse_step == 0;
+    json_t *mo = json_object_get(root, "mlp_only_layers");
+    if (mo && !json_is_null(mo)) {
+        if (!json_is_array(mo))
+            return perr(p, "mlp_only_layers: expected a list of layer ids, got %s", jshow(mo, b, sizeof b));
+        for (size_t i = 0; i < json_array_size(mo); i++) {
+            json_t *x = json_array_get(mo, i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= L)
+                return perr(p, "mlp_only_layers[%zu]: expected a layer id in [0, %d), got %s", i, L,
+                            jshow(x, b, sizeof b));
+            c->moe_layer[json_integer_value(x)] = 0;
+        }
+    }
+    for (int l = 0; l < L; l++)
+        c->n_moe_layers += c->moe_layer[l];
+    return 0;
+}
+
+int hfconfig_layer_is_moe(const hfconfig *c, int layer)
+{
+    return c->moe_layer && layer >= 0 && layer < c->num_hidden_layers && c->moe_layer[layer];
 }
 
 static int parse_root(parser *p, json_t *root, hfconfig *c)
@@ -360,13 +481,16 @@ static int parse_root(parser *p, json_t *root, hfconfig *c)
     if (strcmp(a, "Qwen3ForCausalLM") == 0) {
         c->arch = HFCONFIG_ARCH_QWEN3;
         want_type = "qwen3";
+    } else if (strcmp(a, "Qwen3MoeForCausalLM") == 0) {
+        c->arch = HFCONFIG_ARCH_QWEN3_MOE;
+        want_type = "qwen3_moe";
     } else if (strcmp(a, "LlamaForCausalLM") == 0) {
         c->arch = HFCONFIG_ARCH_LLAMA;
         want_type = "llama";
     } else {
         return perr(p,
                     "architectures: unsupported architecture %.60s (supported: Qwen3ForCausalLM, "
-                    "LlamaForCausalLM)",
+                    "Qwen3MoeForCausalLM, LlamaForCausalLM)",
                     a);
     }
     snprintf(c->architecture, sizeof c->architecture, "%s", a);
@@ -382,7 +506,9 @@ static int parse_root(parser *p, json_t *root, hfconfig *c)
         return perr(p, "hidden_act: unsupported \"%s\" (only silu)", act);
 
     if ((rc = get_i32(p, root, "hidden_size", 1, 0, 1, &c->hidden_size)) < 0 ||
-        (rc = get_i32(p, root, "intermediate_size", 1, 0, 1, &c->intermediate_size)) < 0 ||
+        /* qwen3_moe: Qwen3MoeConfig's default; only its dense layers use it */
+        (rc = get_i32(p, root, "intermediate_size", c->arch != HFCONFIG_ARCH_QWEN3_MOE, 6144, 1,
+                      &c->intermediate_size)) < 0 ||
         (rc = get_i32(p, root, "num_hidden_layers", 1, 0, 1, &c->num_hidden_layers)) < 0 ||
         (rc = get_i32(p, root, "num_attention_heads", 1, 0, 1, &c->num_attention_heads)) < 0 ||
         (rc = get_i32(p, root, "num_key_value_heads", 0, c->num_attention_heads, 1, &c->num_key_value_heads)) < 0 ||
@@ -392,8 +518,10 @@ static int parse_root(parser *p, json_t *root, hfconfig *c)
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return perr(p, "num_key_value_heads: %d does not divide num_attention_heads (%d)", c->num_key_value_heads,
                     c->num_attention_heads);
+    /* Qwen3Config defaults head_dim to 128; Qwen3MoeConfig has no such field and its
+     * attention takes hidden_size / num_attention_heads, as Llama's does */
     int hd_default = c->arch == HFCONFIG_ARCH_QWEN3 ? 128 : c->hidden_size / c->num_attention_heads;
-    if (c->arch == HFCONFIG_ARCH_LLAMA && c->hidden_size % c->num_attention_heads != 0 &&
+    if (c->arch != HFCONFIG_ARCH_QWEN3 && c->hidden_size % c->num_attention_heads != 0 &&
         (!json_object_get(root, "head_dim") || json_is_null(json_object_get(root, "head_dim"))))
         return perr(p, "head_dim: missing and hidden_size (%d) is not a multiple of num_attention_heads (%d)",
                     c->hidden_size, c->num_attention_heads);
@@ -413,9 +541,9 @@ static int parse_root(parser *p, json_t *root, hfconfig *c)
         (rc = get_bool(p, root, "attention_bias", 0, &c->attention_bias)) < 0 ||
         (rc = get_bool(p, root, "mlp_bias", 0, &c->mlp_bias)) < 0)
         return rc;
-    if (c->arch == HFCONFIG_ARCH_QWEN3)
-        c->mlp_bias = 0; /* Qwen3MLP has no bias whatever the config says */
-    c->qk_norm = c->arch == HFCONFIG_ARCH_QWEN3;
+    if (c->arch != HFCONFIG_ARCH_LLAMA)
+        c->mlp_bias = 0; /* Qwen3MLP / Qwen3MoeMLP have no bias whatever the config says */
+    c->qk_norm = c->arch != HFCONFIG_ARCH_LLAMA;
 
     if ((rc = get_str(p, root, "", "torch_dtype", 0, c->dtype, sizeof c->dtype)) < 0)
         return rc;
@@ -424,6 +552,8 @@ static int parse_root(parser *p, json_t *root, hfconfig *c)
     if (c->dtype[0] && strcmp(c->dtype, "bfloat16") && strcmp(c->dtype, "float16") && strcmp(c->dtype, "float32"))
         return perr(p, "torch_dtype: unsupported \"%s\" (bfloat16, float16 or float32)", c->dtype);
 
+    if (c->arch == HFCONFIG_ARCH_QWEN3_MOE && (rc = parse_moe(p, root, c)) < 0)
+        return rc;
     if ((rc = check_sizes(p, c)) < 0)
         return rc;
     if ((rc = parse_token_ids(p, root, c)) < 0)
@@ -480,6 +610,7 @@ void hfconfig_free(hfconfig *c)
     if (!c)
         return;
     free(c->layer_types);
+    free(c->moe_layer);
     memset(c, 0, sizeof *c);
 }
 

@@ -2,6 +2,7 @@
  *   matmul.c     linear layers           rmsnorm.c   RMSNorm (whole rows and per head)
  *   rope.c       rotary embeddings        swiglu.c    silu(gate) * up
  *   attention.c  masked multi-head attention with GQA, masks as key ranges per query
+ *   moe.c        mixture-of-experts: softmax top-k routing and the routed SwiGLU experts
  *   isa.c        which vector instructions the loops run with (the same bits at every level)
  *
  * These are the numerics every other backend is checked against: simple loops, no
@@ -16,6 +17,7 @@
 #ifndef DF_NN_H
 #define DF_NN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The vector instructions the hot loops run with. Every level gives the same bits (the
@@ -58,6 +60,33 @@ void nn_rope(float *x, const int32_t *pos, int T, int n_heads, int head_dim, con
 
 /* out[n] = silu(gate[n]) * up[n]. out may alias gate or up. */
 void nn_swiglu(float *out, const float *gate, const float *up, long n);
+
+/* ---- mixture of experts (Qwen3-MoE) ---------------------------------------------
+ * Weights, each expert contiguous: router w_router [E, d]; w_gate [E, F, d], w_up [E, F, d]
+ * (expert e's HF gate_proj / up_proj [F, d] at e * F * d), w_down [E, d, F] (down_proj).
+ *
+ * nn_moe_route: for each token t, logits[t] = x[t] w_router^T (fp32, nn_matmul), probs[t] =
+ * softmax(logits[t]) in fp32 (max subtracted, sum in index order), then the k experts of
+ * largest probability in descending order: idx[t, 0..k-1], wts[t, j] = probs[t, idx[t, j]],
+ * divided by their sum when norm_topk (Qwen3-MoE's norm_topk_prob). Ties: the lower expert
+ * index first. torch.topk does not promise any order among equal values, so an exact tie
+ * is the one case where this and transformers may pick differently; the fixtures are made
+ * with no near tie (scripts/make_moe_fixture.py). Selection is on the probabilities, as
+ * transformers does (two logits can round to the same probability).
+ * logits, probs [T, E] are the caller's (outputs); idx [T, k], wts [T, k].
+ *
+ * nn_moe_experts: out[t] = sum_j wts[t, j] * down_e(silu(gate_e x[t]) * up_e x[t]), e =
+ * idx[t, j], the terms added in ascending expert order into zero (transformers' loop over
+ * experts with index_add_). Tokens are gathered per expert and run through nn_matmul
+ * together; each row's sums do not depend on which rows share a call, so a token's output
+ * is bit-identical whether it runs alone or in any batch. out [T, d] must not alias x.
+ * scratch: nn_moe_scratch_floats(T, d, F) floats; rows: T int32. */
+void nn_moe_route(int32_t *idx, float *wts, float *logits, float *probs, const float *x, const float *w_router, int T,
+                  int d, int E, int k, int norm_topk);
+size_t nn_moe_scratch_floats(int T, int d, int F);
+void nn_moe_experts(float *out, const float *x, const int32_t *idx, const float *wts, const float *w_gate,
+                    const float *w_up, const float *w_down, int T, int d, int F, int E, int k, float *scratch,
+                    int32_t *rows);
 
 /* The keys query q may attend: the union of [lo0, hi0) and [lo1, hi1) (empty when
  * lo >= hi). A query whose ranges are both empty gets an all-zero output row (padding). */

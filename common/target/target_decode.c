@@ -163,7 +163,7 @@ static int extend_rows(decode_model *m, const int32_t *tokens)
     target_model *tm = &m->tm;
     const hfconfig *c = &tm->cfg;
     target_workspace *w = &tm->ws;
-    int d = c->hidden_size, I = c->intermediate_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int d = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int hd = c->head_dim, kvd = KV * hd, nc = m->n_capture, Tk = m->n_seq * m->max_ctx;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
     (void)NL;
@@ -213,12 +213,9 @@ static int extend_rows(decode_model *m, const int32_t *tokens)
         for (long i = 0; i < (long)R * d; i++)
             w->x[i] += w->a[i];
         nn_rmsnorm(w->a, w->x, L->post_norm, R, d, eps);
-        nn_matmul(w->g, w->a, L->w_gate, L->b_gate, R, d, I);
-        nn_matmul(w->u, w->a, L->w_up, L->b_up, R, d, I);
-        nn_swiglu(w->g, w->g, w->u, (long)R * I);
-        nn_matmul(w->a, w->g, L->w_down, L->b_down, R, I, d);
+        const float *mo = target_mlp_cpu(tm, l, R); /* dense or routed experts, row by row */
         for (long i = 0; i < (long)R * d; i++)
-            w->x[i] += w->a[i];
+            w->x[i] += mo[i];
         int slot = tm->capture_slot[l];
         if (slot >= 0 && slot < nc) /* slot nc is the last layer added by decode_load */
             for (int t = 0; t < R; t++)

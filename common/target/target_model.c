@@ -1,7 +1,8 @@
-/* target_model.c: loading a Qwen3 / Llama target and its CPU reference forward, wired
- * from the layers of common/nn (one decoder layer = the HF module order: input norm,
+/* target_model.c: loading a Qwen3 / Qwen3-MoE / Llama target and its CPU reference forward,
+ * wired from the layers of common/nn (one decoder layer = the HF module order: input norm,
  * q/k/v projections, per-head q/k norm (Qwen3), RoPE, GQA attention, o_proj, residual,
- * post-attention norm, SwiGLU MLP, residual). See target_model.h for the contract. */
+ * post-attention norm, SwiGLU MLP or routed experts, residual). See target_model.h for the
+ * contract. */
 #include "target/target_model.h"
 
 #include "par.h"
@@ -154,6 +155,79 @@ static int load_f32(const safetensors_model *st, const char *name, int64_t d0, i
     return 0;
 }
 
+/* Convert elements [off, off + n) of t into out (a one-dimensional view into the mapping). */
+static void slice_to_f32(const safetensors_tensor *t, size_t off, size_t n, float *out)
+{
+    safetensors_tensor r = *t;
+    size_t es = safetensors_dtype_size(t->dtype);
+    r.ndim = 1;
+    r.shape[0] = (int64_t)n;
+    r.nbytes = n * es;
+    r.data = (const char *)t->data + off * es;
+    safetensors_tensor_to_f32(&r, out);
+}
+
+/* The router and all experts of sparse layer l, from either layout (target_model.h). */
+static int load_experts(target_model *m, int l, char *err, size_t errlen)
+{
+    const hfconfig *c = &m->cfg;
+    const safetensors_model *st = &m->st;
+    target_layer *L = &m->layers[l];
+    int64_t d = c->hidden_size, E = c->num_experts, F = c->moe_intermediate_size;
+    size_t fd = (size_t)F * (size_t)d;
+    char n[SAFETENSORS_MAX_NAME], fused[SAFETENSORS_MAX_NAME], per[SAFETENSORS_MAX_NAME];
+    int rc;
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
+    if ((rc = load_f32(st, n, E, d, &L->w_router, err, errlen)) < 0)
+        return rc;
+    L->w_gate = malloc(sizeof(float) * (size_t)E * fd);
+    L->w_up = malloc(sizeof(float) * (size_t)E * fd);
+    L->w_down = malloc(sizeof(float) * (size_t)E * fd);
+    if (!L->w_gate || !L->w_up || !L->w_down)
+        return lerr(err, errlen, -ENOMEM, "%s: out of memory for the %lld experts of layer %d", st->dir, (long long)E,
+                    l);
+    snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(per, sizeof per, "model.layers.%d.mlp.experts.0.gate_proj.weight", l);
+    int has_fused = safetensors_model_find(st, fused, NULL) != NULL;
+    int has_per = safetensors_model_find(st, per, NULL) != NULL;
+    if (has_fused && has_per)
+        return lerr(err, errlen, -EINVAL, "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected",
+                    st->dir, l, fused, per);
+    if (!has_fused && !has_per)
+        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s; nor is the fused \"%s\" there)",
+                    st->dir, per, model_source(st), fused);
+    const char *layout = has_fused ? "fused" : "per-expert";
+    if (!m->expert_layout)
+        m->expert_layout = layout;
+    if (has_fused) {
+        const safetensors_tensor *gu, *dn;
+        int64_t sgu[3] = {E, 2 * F, d}, sdn[3] = {E, d, F};
+        if ((rc = find_checked(st, fused, 3, sgu, &gu, err, errlen)) < 0)
+            return rc;
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj", l);
+        if ((rc = find_checked(st, n, 3, sdn, &dn, err, errlen)) < 0)
+            return rc;
+        for (int64_t e = 0; e < E; e++) { /* expert e: gate rows first, then up */
+            slice_to_f32(gu, (size_t)e * 2 * fd, fd, L->w_gate + (size_t)e * fd);
+            slice_to_f32(gu, (size_t)e * 2 * fd + fd, fd, L->w_up + (size_t)e * fd);
+        }
+        slice_to_f32(dn, 0, (size_t)E * fd, L->w_down);
+        return 0;
+    }
+    static const char *const proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    float *dst[3] = {L->w_gate, L->w_up, L->w_down};
+    for (int64_t e = 0; e < E; e++)
+        for (int i = 0; i < 3; i++) {
+            const safetensors_tensor *t;
+            int64_t shape[2] = {i == 2 ? d : F, i == 2 ? F : d};
+            snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%lld.%s.weight", l, (long long)e, proj[i]);
+            if ((rc = find_checked(st, n, 2, shape, &t, err, errlen)) < 0)
+                return rc;
+            slice_to_f32(t, 0, fd, dst[i] + (size_t)e * fd);
+        }
+    return 0;
+}
+
 static int load_layer(target_model *m, int l, char *err, size_t errlen)
 {
     const hfconfig *c = &m->cfg;
@@ -185,6 +259,10 @@ static int load_layer(target_model *m, int l, char *err, size_t errlen)
         LOAD(k_norm, "self_attn.k_norm.weight", hd, 0);
     }
     LOAD(post_norm, "post_attention_layernorm.weight", d, 0);
+    if (hfconfig_layer_is_moe(c, l)) {
+        L->moe = 1;
+        return load_experts(m, l, err, errlen);
+    }
     LOAD(w_gate, "mlp.gate_proj.weight", I, d);
     LOAD(w_up, "mlp.up_proj.weight", I, d);
     LOAD(w_down, "mlp.down_proj.weight", d, I);
@@ -201,6 +279,8 @@ static void ws_free(target_workspace *w)
 {
     free(w->x), free(w->a), free(w->q), free(w->att), free(w->k), free(w->v), free(w->g), free(w->u);
     free(w->full), free(w->sliding), free(w->pos);
+    free(w->moe_logits), free(w->moe_probs), free(w->moe_idx), free(w->moe_w), free(w->moe_out);
+    free(w->moe_scratch), free(w->moe_rows);
     memset(w, 0, sizeof *w);
 }
 
@@ -229,6 +309,21 @@ int target_reserve(target_model *m, int max_T)
         ws_free(w);
         return -ENOMEM;
     }
+    if (c->n_moe_layers) {
+        size_t E = (size_t)c->num_experts, k = (size_t)c->num_experts_per_tok;
+        w->moe_logits = malloc(sizeof(float) * T * E);
+        w->moe_probs = malloc(sizeof(float) * T * E);
+        w->moe_idx = malloc(sizeof(int32_t) * T * k);
+        w->moe_w = malloc(sizeof(float) * T * k);
+        w->moe_out = malloc(sizeof(float) * T * d);
+        w->moe_scratch = malloc(sizeof(float) * nn_moe_scratch_floats(max_T, (int)d, c->moe_intermediate_size));
+        w->moe_rows = malloc(sizeof(int32_t) * T);
+        if (!w->moe_logits || !w->moe_probs || !w->moe_idx || !w->moe_w || !w->moe_out || !w->moe_scratch ||
+            !w->moe_rows) {
+            ws_free(w);
+            return -ENOMEM;
+        }
+    }
     w->max_T = max_T;
     return 0;
 }
@@ -239,9 +334,9 @@ void target_free(target_model *m)
         return;
     for (int l = 0; m->layers && l < m->n_layers; l++) {
         target_layer *L = &m->layers[l];
-        float *all[] = {L->in_norm, L->wq,   L->wk,     L->wv,     L->wo,     L->bq,
-                        L->bk,      L->bv,   L->bo,     L->q_norm, L->k_norm, L->post_norm,
-                        L->w_gate,  L->w_up, L->w_down, L->b_gate, L->b_up,   L->b_down};
+        float *all[] = {L->in_norm, L->wq,     L->wk,     L->wv,     L->wo,        L->bq,     L->bk,
+                        L->bv,      L->bo,     L->q_norm, L->k_norm, L->post_norm, L->w_gate, L->w_up,
+                        L->w_down,  L->b_gate, L->b_up,   L->b_down, L->w_router};
         for (unsigned i = 0; i < DF_ARRAY_LEN(all); i++)
             free(all[i]);
     }
@@ -335,6 +430,28 @@ int target_embed(const target_model *m, const int32_t *tokens, int T, float *out
     return 0;
 }
 
+const float *target_mlp_cpu(target_model *m, int l, int T)
+{
+    const hfconfig *c = &m->cfg;
+    const target_layer *L = &m->layers[l];
+    target_workspace *w = &m->ws;
+    int d = c->hidden_size;
+    if (L->moe) {
+        int E = c->num_experts, k = c->num_experts_per_tok, F = c->moe_intermediate_size;
+        nn_moe_route(w->moe_idx, w->moe_w, w->moe_logits, w->moe_probs, w->a, L->w_router, T, d, E, k,
+                     c->norm_topk_prob);
+        nn_moe_experts(w->moe_out, w->a, w->moe_idx, w->moe_w, L->w_gate, L->w_up, L->w_down, T, d, F, E, k,
+                       w->moe_scratch, w->moe_rows);
+        return w->moe_out;
+    }
+    int I = c->intermediate_size;
+    nn_matmul(w->g, w->a, L->w_gate, L->b_gate, T, d, I);
+    nn_matmul(w->u, w->a, L->w_up, L->b_up, T, d, I);
+    nn_swiglu(w->g, w->g, w->u, (long)T * I);
+    nn_matmul(w->a, w->g, L->w_down, L->b_down, T, I, d);
+    return w->a;
+}
+
 int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs,
                        float *out_capture)
 {
@@ -348,7 +465,7 @@ int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *do
         return rc;
     const hfconfig *c = &m->cfg;
     target_workspace *w = &m->ws;
-    int d = c->hidden_size, I = c->intermediate_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
+    int d = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads;
     int hd = c->head_dim, nc = m->n_capture;
     float eps = (float)c->rms_norm_eps, scale = 1.0f / sqrtf((float)hd);
 
@@ -380,14 +497,11 @@ int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *do
         nn_matmul(w->a, w->att, L->wo, L->bo, T, H * hd, d);
         for (long i = 0; i < (long)T * d; i++)
             w->x[i] += w->a[i];
-        /* MLP block */
+        /* MLP block (dense or routed experts) */
         nn_rmsnorm(w->a, w->x, L->post_norm, T, d, eps);
-        nn_matmul(w->g, w->a, L->w_gate, L->b_gate, T, d, I);
-        nn_matmul(w->u, w->a, L->w_up, L->b_up, T, d, I);
-        nn_swiglu(w->g, w->g, w->u, (long)T * I);
-        nn_matmul(w->a, w->g, L->w_down, L->b_down, T, I, d);
+        const float *mo = target_mlp_cpu(m, l, T);
         for (long i = 0; i < (long)T * d; i++)
-            w->x[i] += w->a[i];
+            w->x[i] += mo[i];
 
         int slot = m->capture_slot[l];
         if (slot >= 0) /* the residual stream after layer l = HF hidden_states[l+1] */

@@ -1,5 +1,5 @@
-/* target_model.h: the frozen target LLM (Qwen3 / Llama, HF format), its weights and
- * its CPU forward (prefix target_).
+/* target_model.h: the frozen target LLM (Qwen3 / Qwen3-MoE / Llama, HF format), its weights
+ * and its CPU forward (prefix target_).
  *
  * The target worker only needs the features of a few layers (docs/dflash_spec.md: "layer l"
  * is the OUTPUT of decoder layer l, HF hidden_states[l+1], before any final norm), so
@@ -21,6 +21,17 @@
  * out[(t * n_capture + c) * d + i] = output of decoder layer capture_layers[c] at token t.
  * Row t is then exactly the drafter's fc input concat_c H_c for that token.
  *
+ * Mixture of experts (Qwen3-MoE, hfconfig_layer_is_moe): a sparse layer's MLP is the routed
+ * experts of common/nn/moe.c (nn_moe_route + nn_moe_experts). Its weights come from either
+ * layout, detected per layer and recorded in expert_layout:
+ *   per-expert (published checkpoints): model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight
+ *              [F, d], [F, d], [d, F]
+ *   fused (transformers 5 in memory):   model.layers.L.mlp.experts.gate_up_proj [E, 2F, d]
+ *              (rows 0..F-1 of expert e are gate_proj, F..2F-1 up_proj: transformers splits
+ *              linear(x, gate_up_proj[e]) with .chunk(2) as gate, up), mlp.experts.down_proj [E, d, F]
+ * and the router model.layers.L.mlp.gate.weight [E, d] in both. A layer holding both layouts
+ * is refused; a missing expert tensor is an error naming it.
+ *
  * Ownership: target_model owns its weights, workspace and the open safetensors_model; target_free
  * releases all of it (safe on a zeroed or failed model). Not thread-safe: one forward
  * at a time per model (the workspace is shared).
@@ -41,8 +52,11 @@ typedef struct target_layer {
     float *bq, *bk, *bv, *bo;      /* biases or NULL (attention_bias) */
     float *q_norm, *k_norm;        /* [hd] or NULL (Qwen3 only) */
     float *post_norm;              /* [d] post_attention_layernorm */
-    float *w_gate, *w_up, *w_down; /* [I, d], [I, d], [d, I] */
+    float *w_gate, *w_up, *w_down; /* dense: [I, d], [I, d], [d, I]; sparse (moe): every expert,
+                                    * [E, F, d], [E, F, d], [E, d, F] (nn.h's MoE layout) */
     float *b_gate, *b_up, *b_down; /* biases or NULL (Llama mlp_bias) */
+    int moe;                       /* 1: routed experts (hfconfig_layer_is_moe) */
+    float *w_router;               /* [E, d] mlp.gate.weight (moe only) */
 } target_layer;
 
 /* Activations for max_T tokens, allocated once (target_reserve); the forward never allocates
@@ -56,6 +70,14 @@ typedef struct target_workspace {
     float *g, *u;                  /* [T, I] */
     nn_key_ranges *full, *sliding; /* [T] attention ranges per query */
     int32_t *pos;                  /* [T] position inside the document */
+    /* routed experts (NULL for a dense model). After a forward they hold the routing of the
+     * LAST sparse layer run (tests load a model up to one layer to read that layer's). */
+    float *moe_logits, *moe_probs; /* [T, E] */
+    int32_t *moe_idx;              /* [T, k] experts, descending probability */
+    float *moe_w;                  /* [T, k] their weights */
+    float *moe_out;                /* [T, d] */
+    float *moe_scratch;            /* nn_moe_scratch_floats(T, d, F) */
+    int32_t *moe_rows;             /* [T] */
 } target_workspace;
 
 typedef struct target_model {
@@ -64,10 +86,11 @@ typedef struct target_model {
     const safetensors_tensor *embed; /* model.embed_tokens.weight [V, d] (borrowed from st) */
     int n_layers;                    /* layers run = max(capture) + 1 */
     int n_capture;
-    int *capture;         /* [n_capture] layer ids in the caller's order */
-    int *capture_slot;    /* [n_layers] slot in the output or -1 */
-    target_layer *layers; /* [n_layers] */
-    float *inv_freq;      /* [hd/2] */
+    int *capture;              /* [n_capture] layer ids in the caller's order */
+    int *capture_slot;         /* [n_layers] slot in the output or -1 */
+    target_layer *layers;      /* [n_layers] */
+    float *inv_freq;           /* [hd/2] */
+    const char *expert_layout; /* "per-expert" / "fused" (first sparse layer loaded), NULL when dense */
     target_workspace ws;
 } target_model;
 
@@ -95,6 +118,13 @@ int target_embed(const target_model *m, const int32_t *tokens, int T, float *out
  * doc_starts[n_docs]. 0, -EINVAL (bad doc_starts), -ERANGE (bad token id), -ENOMEM. */
 int target_forward_cpu(target_model *m, const int32_t *tokens, const int32_t *doc_starts, int n_docs,
                        float *out_capture);
+
+/* The MLP block of loaded layer l over rows 0..T-1 of the workspace: reads the
+ * post-attention-normed rows ws.a, returns the block's output [T, d] (ws.a itself for a
+ * dense layer, ws.moe_out for routed experts); the caller adds it to the residual stream.
+ * Shared by target_forward_cpu and target_decode.c so the two run the same math. The
+ * workspace must hold T rows (target_reserve). */
+const float *target_mlp_cpu(target_model *m, int l, int T);
 
 /* What the drafter takes from the target, as fp32: embed [V, d]; lm_head [V, d], the
  * same pointer as embed when the target ties them; final_norm [d] when asked (else NULL).

@@ -100,6 +100,14 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
         return df_cuda_errf(err, errlen, -EINVAL, "no layers to capture");
     if (max_T < 1)
         return df_cuda_errf(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
+    /* routed experts have no CUDA kernels yet (common/nn/moe.c is the CPU reference): refused
+     * here, where every CUDA target path (forward, decode, generate, eval) starts */
+    if (c->n_moe_layers > 0)
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "%s: %d of %d layers are mixture-of-experts (%d experts, top %d): MoE targets run on the "
+                            "CPU backend only for now (no CUDA expert kernels yet)",
+                            c->architecture, c->n_moe_layers, c->num_hidden_layers, c->num_experts,
+                            c->num_experts_per_tok);
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 256)
         return df_cuda_errf(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256",
                             c->head_dim);

@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""make_gpu_target.py: a random-weight Qwen3 target of a real shape, and data for it (GPU machine).
+"""make_gpu_target.py: a random-weight Qwen3 / Qwen3-MoE target of a real shape, and data for it (GPU machine).
 
     python3 scripts/make_gpu_target.py --shape 1.7b --out gpu/models/qwen3-1.7b \\
         --data gpu/data/qwen3-1.7b --train 1024 --heldout 32 --generate 256
+    python3 scripts/make_gpu_target.py --shape 30b-a3b --out gpu/models/qwen3-30b-a3b \\
+        --data gpu/data/qwen3-30b-a3b --train 1024 --heldout 32 --generate 0
 
 Nothing can be downloaded on the GPU machine, so the big targets are made there with
-transformers (Qwen3Config + Qwen3ForCausalLM, HF's own random init, std 0.02), in bf16, on
-the GPU, and saved with save_pretrained (config.json + safetensors).
+transformers (Qwen3Config + Qwen3ForCausalLM, or Qwen3MoeConfig + Qwen3MoeForCausalLM for the
+mixture-of-experts shapes; HF's own random init, std 0.02), in bf16, on the GPU, and saved
+with save_pretrained (config.json + safetensors). The 30b-a3b shape is Qwen3-30B-A3B's (and
+Qwen3-Coder-30B-A3B's): 48 layers, all sparse, 128 experts of width 768, top 8, 30.5B
+parameters, about 61 GB in bf16, so it needs a GPU with that much free memory (an H100 holds
+it); HF's expert loop makes its --generate slow: use --generate 0 (random tokens) for
+throughput runs. The expert layout written is whatever this transformers saves (the loader
+reads both, docs/target.md).
 
 Data (token shards, the format of common/io/shard.h, written by prepare_data.write_shard):
   --generate M   each sample is a random prompt of --prompt-len tokens followed by the
@@ -35,6 +43,11 @@ SHAPES = {
                  num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
                num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    # Qwen3-30B-A3B / Qwen3-Coder-30B-A3B (mixture of experts: the "moe" entries)
+    "30b-a3b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=48, num_attention_heads=32,
+                    num_key_value_heads=4, head_dim=128, tie_word_embeddings=False,
+                    moe=dict(num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, norm_topk_prob=True,
+                             decoder_sparse_step=1, mlp_only_layers=[])),
 }
 
 
@@ -59,16 +72,19 @@ def main():
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("make_gpu_target: needs a GPU (this is a GPU-machine script)")
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
     torch.manual_seed(a.seed)
-    cfg = Qwen3Config(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
-                      torch_dtype="bfloat16", **SHAPES[a.shape])
+    shape = dict(SHAPES[a.shape])
+    moe = shape.pop("moe", None)
+    cfg_cls, model_cls = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if moe else (Qwen3Config, Qwen3ForCausalLM)
+    cfg = cfg_cls(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
+                  torch_dtype="bfloat16", **shape, **(moe or {}))
     t0 = time.time()
     with torch.device("cuda"):
-        model = Qwen3ForCausalLM(cfg).to(torch.bfloat16).eval()
+        model = model_cls(cfg).to(torch.bfloat16).eval()
     n = sum(p.numel() for p in model.parameters())
-    log(f"Qwen3-{a.shape} shape, {n / 1e9:.2f}B parameters, made in {time.time() - t0:.1f}s")
+    log(f"Qwen3-{a.shape} shape ({model_cls.__name__}), {n / 1e9:.2f}B parameters, made in {time.time() - t0:.1f}s")
     if not os.path.exists(os.path.join(a.out, "config.json")):
         t0 = time.time()
         model.save_pretrained(a.out, safe_serialization=True)

@@ -12,6 +12,10 @@ common/io/shard.h), and writes a topology the orchestrator accepts. The reasonin
 data, rates, split, expected bottleneck, cadence) goes to stderr; --print also writes the
 topology to stdout. Python 3 standard library only.
 
+Targets: Qwen3ForCausalLM, Qwen3MoeForCausalLM (mixture of experts, e.g. Qwen3-30B-A3B and
+Qwen3-Coder-30B-A3B: the expert fields are read as common/io/hfconfig.c reads them) and
+LlamaForCausalLM.
+
 What it decides, and from what:
   capture layers  the DFlash default spread for the target's depth L, the rule of
                   dflash_default_layer_ids (common/dflash/dflash_config.c, docs/dflash_spec.md):
@@ -19,7 +23,7 @@ What it decides, and from what:
                   n = --capture, by default the drafter's layer count (as the public drafters
                   do: 5 layers, 5 captured); 36 layers -> 1, 9, 17, 25, 33.
   mask token id   --mask-token-id, else per family: a byte-level target of this repository
-                  (DIR/byte_tokenizer.json) uses its "mask" entry; Qwen3 (151936-row
+                  (DIR/byte_tokenizer.json) uses its "mask" entry; Qwen3 and Qwen3-MoE (151936-row
                   vocabulary) uses 151669, the id of the public Qwen3 DFlash drafters (the
                   "<|MASK|>" token added after the tokenizer's 151669 entries). Llama has no
                   id we could confirm from the public drafters: --mask-token-id is required.
@@ -28,10 +32,21 @@ What it decides, and from what:
                   anchors (pd ring only), features T x n_capture x hidden in bf16 (cuda) or
                   fp32 (cpu); rounded up to a MiB.
   gamma           dflash_default_gamma(block size): 7 for 16, 5 for 10, 4 for 8.
+  memory          per GPU (stderr): the target's bf16 weights of the layers it runs (the
+                  embedding and layers 0..max(capture); for a mixture of experts EVERY
+                  expert of every sparse layer, since any token may be routed to any of
+                  them: Qwen3-30B-A3B holds 30.5B parameters, 3.3B of them active per
+                  token), a rough bound on its fp32 workspace for token_budget tokens, the
+                  drafter (18 bytes a trained parameter: fp32 weights, gradient, AdamW m and
+                  v, the bf16 mirror; plus the bf16 embedding / lm_head), and the ring slots
+                  placed on that GPU. A GPU whose estimate passes --gpu-mem-gib (default 80,
+                  an H100) is refused with the numbers (cuda backend).
   GPU split       from per-GPU stage rates in tokens/s: the H200 measurements of
                   bench/results/pipeline/ (Qwen3-1.7B: target 173K, drafter 29.8K; Qwen3-8B:
                   40.5K and 12.0K; postproc about 10M), scaled to this target by FLOPs per
-                  token, or --rates. Two layouts are compared: "split" (t GPUs run targets,
+                  token (a MoE target: its ACTIVE parameters, the router and k experts per
+                  sparse layer; routing costs more than that count says, so take it as an
+                  upper bound), or --rates. Two layouts are compared: "split" (t GPUs run targets,
                   the other n - t each a postproc + drafter rank) and "shared" (every GPU runs
                   a target, a postproc and a drafter rank); the higher predicted rate wins,
                   "shared" only by more than 10% (its processes also lose time to switching,
@@ -119,21 +134,62 @@ def batch_bytes(T, n_capture, d, esz, n_docs=0, anchors=0, pd=False):
     return o + T * n_capture * d * esz
 
 
-def layer_params(c):
+def layer_params(c, layer=None, active=False):
+    """Weights of one decoder layer (norms left out). A sparse MoE layer: the router and all E
+    experts as stored, or (active) the router and the k experts one token runs."""
     d, hd = c["hidden_size"], c["head_dim"]
     H, KV, I = c["num_attention_heads"], c["num_key_value_heads"], c["intermediate_size"]
-    return d * H * hd * 2 + d * KV * hd * 2 + 3 * d * I
+    attn = d * H * hd * 2 + d * KV * hd * 2
+    moe = c.get("moe")
+    if moe and layer is not None and moe["sparse"][layer]:
+        return attn + moe["E"] * d + (moe["k"] if active else moe["E"]) * 3 * d * moe["F"]
+    return attn + 3 * d * I
 
 
 def target_flops(c, capture):
-    """Forward FLOPs per token up to the last captured layer (docs/performance.md)."""
-    return 2 * (max(capture) + 1) * layer_params(c)
+    """Forward FLOPs per token up to the last captured layer (docs/performance.md); a MoE
+    layer counts what one token runs (router + k experts)."""
+    return 2 * sum(layer_params(c, l, active=True) for l in range(max(capture) + 1))
+
+
+def drafter_params(c, layers, n_capture):
+    """The drafter's trained weights: dense layers of the target's width and intermediate_size
+    (drafter_worker/trainer.c build_config), the fc projection of the captured features."""
+    return layers * layer_params(c) + n_capture * c["hidden_size"] * c["hidden_size"]
 
 
 def drafter_flops(c, layers, n_capture):
     """Relative drafter cost per token: its layers, the fc projection and the vocabulary head."""
-    d = c["hidden_size"]
-    return layers * layer_params(c) + n_capture * d * d + d * c["vocab_size"]
+    return drafter_params(c, layers, n_capture) + c["hidden_size"] * c["vocab_size"]
+
+
+def memory_per_gpu(c, capture, drafter_layers, budget, workers, rings, cpu):
+    """{gpu: (total bytes, [(what, bytes)])}: the estimate the docstring describes."""
+    d, V = c["hidden_size"], c["vocab_size"]
+    wsz = 4 if cpu else 2  # the CPU target converts its weights to fp32
+    run = max(capture) + 1
+    tgt_params = V * d + sum(layer_params(c, l) for l in range(run))
+    qd, kvd = c["num_attention_heads"] * c["head_dim"], c["num_key_value_heads"] * c["head_dim"]
+    moe = c.get("moe")
+    wide = max(c["intermediate_size"], moe["k"] * moe["F"] if moe else 0)
+    tgt_ws = budget * (4 * d + 2 * qd + 2 * kvd + 2 * wide + (2 * moe["E"] if moe else 0)) * 4
+    n_emb = 1 if c["tie_word_embeddings"] else 2
+    drf = 18 * drafter_params(c, drafter_layers, len(capture)) + 2 * n_emb * V * d
+    out = {}
+    for w in workers:
+        items = out.setdefault(w["gpu"], [])
+        if w["role"] == "target":
+            what = f"target weights ({tgt_params / 1e9:.2f}B parameters of {run} layers"
+            if moe:
+                ns = sum(moe["sparse"][:run])
+                what += f", all {moe['E']} experts of {ns} sparse layers"
+            items.append((what + ")", tgt_params * wsz))
+            items.append(("target workspace (rough)", tgt_ws))
+        elif w["role"] == "drafter":
+            items.append(("drafter (weights + AdamW, embedding / lm_head)", drf))
+    for r in rings:
+        out.setdefault(r["gpu"], []).append((f"ring {r['name']} slots", r["slots"] * r["slot_bytes"]))
+    return {g: (sum(b for _, b in items), items) for g, items in out.items()}
 
 
 # --- inputs ------------------------------------------------------------------------------------
@@ -151,12 +207,14 @@ def read_config(target):
     arch = cfg.get("architectures")
     if not (isinstance(arch, list) and len(arch) == 1 and isinstance(arch[0], str)):
         raise Bad(f"{path}: architectures: expected a list of one string, got {json.dumps(arch)}")
-    fam = {"Qwen3ForCausalLM": "qwen3", "LlamaForCausalLM": "llama"}.get(arch[0])
+    fam = {"Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe", "LlamaForCausalLM": "llama"}.get(arch[0])
     if fam is None:
-        raise Bad(f"{path}: architectures: unknown family {arch[0]} (the pipeline runs Qwen3ForCausalLM and "
-                  f"LlamaForCausalLM)")
+        raise Bad(f"{path}: architectures: unknown family {arch[0]} (the pipeline runs Qwen3ForCausalLM, "
+                  f"Qwen3MoeForCausalLM and LlamaForCausalLM)")
     if cfg.get("model_type") != fam:
         raise Bad(f"{path}: model_type: expected \"{fam}\" for {arch[0]}, got {json.dumps(cfg.get('model_type'))}")
+    if fam == "qwen3_moe" and "intermediate_size" not in cfg:
+        cfg = dict(cfg, intermediate_size=6144)  # Qwen3MoeConfig's default; only dense layers use it
     for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
         v = cfg.get(k)
         if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
@@ -169,8 +227,40 @@ def read_config(target):
         raise Bad(f"{path}: torch_dtype: unsupported {json.dumps(dtype)} (bfloat16, float16 or float32)")
     shape = dict(hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
                  num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=H, num_key_value_heads=kv,
-                 head_dim=hd, vocab_size=cfg["vocab_size"])
+                 head_dim=hd, vocab_size=cfg["vocab_size"], tie_word_embeddings=bool(cfg.get("tie_word_embeddings")))
+    if fam == "qwen3_moe":
+        shape["moe"] = read_moe(path, cfg)
     return path, cfg, fam, shape, dtype
+
+
+def read_moe(path, cfg):
+    """The qwen3_moe expert fields, as common/io/hfconfig.c reads them (it refuses the same)."""
+    for k, off in (("shared_expert_intermediate_size", 0), ("n_shared_experts", 0), ("num_shared_experts", 0),
+                   ("first_k_dense_replace", 0), ("n_group", 1), ("topk_group", 1), ("routed_scaling_factor", 1),
+                   ("scoring_func", "softmax"), ("topk_method", "greedy")):
+        if cfg.get(k) not in (None, off):
+            raise Bad(f"{path}: {k}: {json.dumps(cfg[k])} is not supported (only qwen3_moe's routed experts are "
+                      f"implemented)")
+    key = "num_experts" if cfg.get("num_experts") is not None or cfg.get("num_local_experts") is None \
+        else "num_local_experts"
+
+    def pos(k, v):
+        if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+            raise Bad(f"{path}: {k}: expected a positive integer, got {json.dumps(v)}")
+        return v
+    E = pos(key, cfg.get(key))
+    k = pos("num_experts_per_tok", cfg.get("num_experts_per_tok"))
+    F = pos("moe_intermediate_size", cfg.get("moe_intermediate_size"))
+    step = pos("decoder_sparse_step", cfg.get("decoder_sparse_step", 1))
+    if k > E:
+        raise Bad(f"{path}: num_experts_per_tok: {k} is more than num_experts ({E})")
+    L = cfg["num_hidden_layers"]
+    only = cfg.get("mlp_only_layers") or []
+    if not (isinstance(only, list) and all(isinstance(x, int) and 0 <= x < L for x in only)):
+        raise Bad(f"{path}: mlp_only_layers: expected a list of layer ids in [0, {L}), got {json.dumps(only)}")
+    # transformers' rule (Qwen3MoeDecoderLayer): sparse iff not listed and (l + 1) % step == 0
+    sparse = [l not in only and (l + 1) % step == 0 for l in range(L)]
+    return dict(E=E, k=k, F=F, norm_topk_prob=bool(cfg.get("norm_topk_prob", False)), sparse=sparse)
 
 
 def mask_token(target, fam, vocab, given, cfg_path):
@@ -189,8 +279,9 @@ def mask_token(target, fam, vocab, given, cfg_path):
         if not (isinstance(m, int) and 0 <= m < vocab):
             raise Bad(f"{bt}: mask: expected a token id 0..{vocab - 1}, got {json.dumps(m)}")
         return m, f"the byte tokenizer's mask token ({bt})"
-    if fam == "qwen3" and vocab == QWEN3_VOCAB:
-        return QWEN3_MASK, "Qwen3 family: <|MASK|> of the public Qwen3 DFlash drafters"
+    if fam in ("qwen3", "qwen3_moe") and vocab == QWEN3_VOCAB:
+        return QWEN3_MASK, "Qwen3 family (the MoE models share its tokenizer): <|MASK|> of the public Qwen3 DFlash " \
+                           "drafters"
     if fam == "llama":
         raise Bad(f"{cfg_path}: architectures: Llama family: no mask token id could be confirmed from the public "
                   f"Llama DFlash drafters; pass --mask-token-id (an id of a token no text uses, e.g. a reserved "
@@ -425,6 +516,8 @@ def build(a):
             workers += [{"name": f"postproc{r}", "role": "postproc", "gpu": g, "in": f"tp{r % n_t}", "out": f"pd{r}"},
                         {"name": f"drafter{r}", "role": "drafter", "gpu": g, "in": f"pd{r}", "rank": r}]
 
+    mem = memory_per_gpu(shape, capture, a.drafter_layers, budget, workers, rings, cpu)
+
     # steps and checkpoint cadence
     nb, tokens = plan_batches(lens, msl, budget)
     steps_epoch = -(-nb // n_d)
@@ -468,6 +561,18 @@ def build(a):
     # the reasoning
     log(f"make_topology: target {cfg_path}: {arch_name(cfg)}, {L} layers, hidden {d}, heads "
         f"{shape['num_attention_heads']}/{shape['num_key_value_heads']}, vocab {V}, {dtype}")
+    moe = shape.get("moe")
+    if moe:
+        total = V * d * (1 if shape["tie_word_embeddings"] else 2) + sum(layer_params(shape, l) for l in range(L))
+        active = V * d * (1 if shape["tie_word_embeddings"] else 2) + \
+            sum(layer_params(shape, l, active=True) for l in range(L))
+        log(f"  mixture of experts: {sum(moe['sparse'])} of {L} layers sparse, {moe['E']} experts of width "
+            f"{moe['F']}, top {moe['k']}{' renormalised' if moe['norm_topk_prob'] else ''}; {total / 1e9:.2f}B "
+            f"parameters, {active / 1e9:.2f}B active per token")
+        if not cpu:
+            log("  note: the CUDA target has no expert kernels yet and refuses MoE checkpoints "
+                "(common/target/target_model_cuda.cu); this topology is for when it does. The cpu backend runs "
+                "MoE targets today (small ones: fp32 weights)")
     log(f"  capture layers {capture}: {why_capture}")
     log(f"  mask token id {mask}: {why_mask}")
     log(f"  data: {len(shards)} shard(s), {len(lens)} samples, {sum(lens)} tokens, longest {longest}; "
@@ -493,6 +598,17 @@ def build(a):
         else:
             log(f"  expected bottleneck: {slow[0]} ({slow[1]:.0f} tok/s in all); about {rate:.0f} tok/s, "
                 f"{rate / tok_step * 3600:.0f} steps/hour, {steps * tok_step / rate / 3600:.2f} h for the run")
+    GiB = 1 << 30
+    over = []
+    for g, (tot, items) in sorted(mem.items()):
+        where = "host (cpu backend)" if g < 0 else f"GPU {g}"
+        log(f"  memory {where}: {tot / GiB:.1f} GiB = " + " + ".join(f"{w} {b / GiB:.2f}" for w, b in items))
+        if not cpu and tot > a.gpu_mem_gib * GiB:
+            over.append(f"GPU {g}: {tot / GiB:.1f} GiB")
+    if over:
+        raise Bad(f"{cfg_path}: the estimate passes --gpu-mem-gib {a.gpu_mem_gib:g} on {', '.join(over)} (see the "
+                  f"lines above); use more GPUs (--gpus), fewer captured layers, a smaller --token-budget, or raise "
+                  f"--gpu-mem-gib for a larger card")
     log(f"  checkpoint_every {ck}: {why_ck}")
     return topo
 
@@ -542,6 +658,8 @@ def main():
     ap.add_argument("--mask-token-id", type=int)
     ap.add_argument("--checkpoint-every", type=int, help="optimizer steps between checkpoints")
     ap.add_argument("--checkpoint-minutes", type=float, default=30.0, help="target cadence in minutes (default 30)")
+    ap.add_argument("--gpu-mem-gib", type=float, default=80.0,
+                    help="memory of one GPU for the per-GPU estimate (default 80, an H100; 141 for an H200)")
     ap.add_argument("--print", action="store_true", help="also write the topology to stdout")
     a = ap.parse_args()
     try:

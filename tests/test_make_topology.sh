@@ -13,6 +13,9 @@
 #      runs), the ledger audit, metrics, plot_run.py, dflash_tool export, dflash_eval; the
 #      tp slot size matches what target_worker itself computes for the same shapes.
 #   4. every shipped config in configs/ says what it is (description).
+#   5. a mixture-of-experts target (the Qwen3-30B-A3B config): capture layers for 48 layers,
+#      total vs active parameters, a memory estimate that counts every expert (computed here
+#      independently), a GPU over --gpu-mem-gib refused, a shared-expert config refused.
 source "$(dirname "$0")/orch_lib.sh"
 unset DF_SYNTHETIC_SAMPLES
 MT="python3 scripts/make_topology.py"
@@ -234,6 +237,43 @@ start_orch; wait_orch 200
 grep -q "rings\[0\].slot_bytes 4096 is too small for a batch of [0-9]* tokens ($tp_need bytes needed)" "$RUN/logs/target0.log" ||
   { tail -5 "$RUN/logs/target0.log"; fail "target_worker's own size differs from make_topology's $tp_need"; }
 ok "tp slot: make_topology's $tp_need bytes = target_worker's batch_layout"
+
+# --- 5. a mixture-of-experts target, config.json only ----------------------------------------------
+mkdir -p "$T/a3b" "$T/q2moe"
+python3 - "$T" <<'PY' || fail "writing the MoE config dirs"
+import json, sys
+T = sys.argv[1]
+a3b = dict(architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", hidden_act="silu", attention_bias=False,
+           decoder_sparse_step=1, head_dim=128, hidden_size=2048, intermediate_size=6144,
+           max_position_embeddings=40960, mlp_only_layers=[], moe_intermediate_size=768, norm_topk_prob=True,
+           num_attention_heads=32, num_experts=128, num_experts_per_tok=8, num_hidden_layers=48,
+           num_key_value_heads=4, rms_norm_eps=1e-6, rope_theta=1000000.0, router_aux_loss_coef=0.001,
+           tie_word_embeddings=False, torch_dtype="bfloat16", vocab_size=151936)
+json.dump(a3b, open(f"{T}/a3b/config.json", "w"))
+json.dump(dict(a3b, shared_expert_intermediate_size=5632), open(f"{T}/q2moe/config.json", "w"))
+PY
+gen a3b a3b 1
+python3 - "$T/a3b.json" "$T/a3b.err" <<'PY' || { cat "$T/a3b.err"; fail "MoE topology"; }
+import json, re, sys
+t, err = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+assert t["target"]["capture_layers"] == [1, 12, 23, 34, 45] and t["drafter"]["mask_token_id"] == 151669, t
+# parameters by hand: attention 2048 x (32 + 4 + 4 + 32) x 128, router 128 x 2048, experts 128 x 3 x 2048 x 768
+d, V, E, k, F = 2048, 151936, 128, 8, 768
+attn = d * (32 + 4 + 4 + 32) * 128
+total = 2 * V * d + 48 * (attn + E * d + E * 3 * d * F)
+active = 2 * V * d + 48 * (attn + E * d + k * 3 * d * F)
+assert f"{total / 1e9:.2f}B parameters, {active / 1e9:.2f}B active" in err, err
+assert abs(total / 1e9 - 30.53) < 0.01 and abs(active / 1e9 - 3.35) < 0.01, (total, active)
+run = V * d + 46 * (attn + E * d + E * 3 * d * F)  # layers 0..45 run, every expert resident, bf16
+m = re.search(r"target weights \(([0-9.]+)B parameters of 46 layers, all 128 experts of 46 sparse layers\) ([0-9.]+)", err)
+assert m and abs(float(m.group(2)) - 2 * run / 2**30) < 0.01, (m and m.groups(), 2 * run / 2**30)
+print(f"ok: 30B-A3B: {total / 1e9:.2f}B parameters, {active / 1e9:.2f}B active, {2 * run / 2**30:.2f} GiB of target weights")
+PY
+expect_bad "the estimate passes --gpu-mem-gib 40 on GPU 0" $MT --target "$T/a3b" --data "$T/big-000.dfs" --gpus 1 \
+  --gpu-mem-gib 40
+expect_bad "$T/q2moe/config.json: shared_expert_intermediate_size: 5632 is not supported" \
+  $MT --target "$T/q2moe" --data "$T/big-000.dfs" --gpus 1
+ok "MoE target: capture layers, total / active parameters, every expert in the memory estimate, refusals"
 
 # --- 4. the shipped configs say what they are --------------------------------------------------------
 python3 - <<'PY' || fail "configs/ descriptions"

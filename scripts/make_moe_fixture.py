@@ -116,8 +116,11 @@ class Capture:
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
             ints = [t for t in outs if torch.is_tensor(t) and not t.is_floating_point()]
             flts = [t for t in outs if torch.is_tensor(t) and t.is_floating_point()]
-            logits = flts[0].detach().float().reshape(-1, E)
-            if ints:  # transformers 5.x: the router returns (logits, weights or scores, indices)
+            # the logits from the router's own input and weight: some transformers 5 versions
+            # return the softmax probabilities in the "router_logits" slot
+            x = inp[0].detach().float().reshape(-1, mod.weight.shape[-1])
+            logits = x @ mod.weight.detach().float().t()
+            if ints:  # transformers 5.x: the router returns (logits or probs, weights or scores, indices)
                 idx = ints[0].detach().reshape(-1, k).long()
                 w = None
                 for t in flts[1:]:
@@ -126,7 +129,8 @@ class Capture:
                     elif t.shape[-1] == E:  # scores scattered over all experts
                         w = t.detach().float().reshape(-1, E).gather(1, idx)
                 self.router_kind = "router module (logits, weights, indices)"
-            else:  # transformers 4.x: the gate is a plain Linear; the block does this itself
+            else:  # transformers 4.x: the gate is a plain Linear (its output: the logits)
+                logits = flts[0].detach().float().reshape(-1, E)
                 probs = torch.softmax(logits, dim=-1, dtype=torch.float)
                 w, idx = torch.topk(probs, k, dim=-1)
                 if self.cfg.norm_topk_prob:
@@ -276,7 +280,7 @@ def load_ref_model(path):
     kw = {"dtype": torch.float32, "attn_implementation": "eager"}
     try:
         m = Qwen3MoeForCausalLM.from_pretrained(path, experts_implementation="eager", **kw)
-    except (TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - an older transformers without the option
         print(f"  (experts_implementation not taken: {e}; default experts)")
         m = Qwen3MoeForCausalLM.from_pretrained(path, **kw)
     m.config._attn_implementation = "eager"

@@ -47,7 +47,7 @@
 
 #define METRICS_LINE_MAX 4096
 #define METRICS_NAME_MAX 64
-#define METRICS_SCALARS_MAX 64 /* numeric fields of one line that reach the TensorBoard event */
+#define METRICS_SCALARS_MAX 128 /* numeric fields of one line that reach the TensorBoard event (more: left out of it) */
 
 struct tfevents_writer;
 

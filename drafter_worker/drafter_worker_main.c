@@ -375,10 +375,12 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
 
     dflash_stats s;
     adamw_info info;
+    double t0 = df_wall_s();
     int rc = trainer_step(tr, b, (const char *)d->A->base + rd->offset, d->R > 1 ? &d->ar : NULL, heartbeat, d, &s,
                           &info, err, sizeof err);
     if (rc < 0)
         df_die(rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "step %ld: %s", tr->ts.step + 1, err);
+    double step_s = df_wall_s() - t0; /* the step itself: forward, backward, reduction, update */
     DF_CHECK_ERR(handoff_finish(d->H, (uint16_t)w->id, w->incarnation, d->in, p->slot));
     stage_count(&d->wk->st, 1, T);
     stage_busy(&d->wk->st);
@@ -390,10 +392,16 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_int(&ml, "step", tr->ts.step);
     metrics_u64(&ml, "batch", bid);
     metrics_num(&ml, "loss", s.loss);
-    metrics_num(&ml, "acc1", dflash_stats_acc(&s, 1));
+    for (int k = 1; k < tr->cfg.block_size; k++) { /* accuracy at each block position: acc1 .. acc<B-1> */
+        char key[16];
+        snprintf(key, sizeof key, "acc%d", k);
+        metrics_num(&ml, key, dflash_stats_acc(&s, k));
+    }
     metrics_num(&ml, "tau", dflash_stats_tau(&s, tr->cfg.block_size));
     metrics_num(&ml, "lr", info.lr);
     metrics_num(&ml, "grad_norm", info.grad_norm);
+    metrics_num(&ml, "step_s", step_s);
+    metrics_num(&ml, "tok_s", step_s > 0 ? T / step_s : 0.0); /* this rank's tokens over its step time */
     metrics_int(&ml, "tokens", T);
     metrics_int(&ml, "docs", n_docs); /* samples trained by this step (report.py's samples/s) */
     metrics_int(&ml, "nonfinite", nonfinite);
@@ -531,6 +539,11 @@ int main(int argc, char **argv)
     d->slot_bytes = ri.slot_bytes;
     d->H = ctl_handoff(w);
     DF_CHECK_ERR(worker_ready(&wk, d->in, NULL));
+    /* the metrics lines with a step also go to TensorBoard event files; a new file per
+     * incarnation, whose START marker drops the steps a resumed run redoes (io/tfevents.h) */
+    snprintf(path, sizeof path, "%s/tensorboard/%s", w->run_dir, w->name);
+    if ((rc = metrics_open_tfevents(&wk.mw, path, 1, err, sizeof err)) < 0)
+        df_log("no TensorBoard events: %s", err); /* the JSONL metrics go on */
     df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
            "rank %d of %d, %s mode",
            tr->ops->name, tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,

@@ -36,6 +36,11 @@
  * like any worker and, once its restart budget is spent, gives up on it and lets the run go
  * on (docs/operations.md, "Supervision rules").
  *
+ * The same figures go to TensorBoard: <run_dir>/tensorboard/<name>/events.out.tfevents.*,
+ * a new file per incarnation, one Event per line at its step with the scalars
+ * validation/val_loss, validation/val_acc_<k> (k = 1..B-1), validation/val_exp_tau,
+ * validation/samples and validation/eval_s (io/tfevents.h, docs/operations.md "TensorBoard").
+ *
  * Fault switches (tests): DF_FAULT_VALIDATOR=crash exits 1 right after ready, every
  * incarnation; DF_FAULT_VALIDATOR_SAMPLE_MS=N sleeps N ms (heartbeating) after each sample
  * of an evaluation, so that a test can kill it in the middle of one.
@@ -63,6 +68,7 @@
 #include "eval/eval_pair.h"
 #include "io/hfconfig.h"
 #include "io/shard.h"
+#include "io/tfevents.h"
 #include "ipc/worker.h"
 #include "json_num.h"
 #include "target/target_model.h"
@@ -100,7 +106,8 @@ typedef struct validator {
     int n_failed;
     uint64_t scored; /* evaluations of this incarnation (heartbeat items) */
     long last_step;
-    long sample_ms; /* DF_FAULT_VALIDATOR_SAMPLE_MS */
+    long sample_ms;     /* DF_FAULT_VALIDATOR_SAMPLE_MS */
+    tfevents_writer tb; /* <run_dir>/tensorboard/<name>: the same figures for TensorBoard (fd -1: none) */
 } validator;
 
 static void heartbeat(validator *v)
@@ -274,7 +281,8 @@ static int evaluate(validator *v, long step)
     for (int k = 1; k < B; k++)
         json_array_append_new(acc, df_json_num_or_null(dflash_stats_acc(&all, k)));
     json_t *j = json_object();
-    json_object_set_new(j, "t", json_real(df_wall_s()));
+    double t_line = df_wall_s();
+    json_object_set_new(j, "t", json_real(t_line));
     json_object_set_new(j, "worker", json_string(v->k.ctl.name));
     json_object_set_new(j, "inc", json_integer(v->k.ctl.incarnation));
     json_object_set_new(j, "pid", json_integer(getpid()));
@@ -298,6 +306,24 @@ static int evaluate(validator *v, long step)
     close(fd);
     free(line);
     DF_CHECK_ERR(rc);
+    if (v->tb.fd >= 0) { /* after the line, like every metrics line with a step: tags validation/<field> */
+        tfevents_summary ts;
+        tfevents_summary_init(&ts);
+        char tag[64];
+#define TB_ADD(name, val) tfevents_summary_add(&ts, name, strlen(name), val)
+        TB_ADD("validation/val_loss", all.sum_w > 0 ? all.wce / all.sum_w : 0.0);
+        for (int k = 1; k < B; k++) { /* the val_acc array: validation/val_acc_1 .. _<B-1> */
+            snprintf(tag, sizeof tag, "validation/val_acc_%d", k);
+            TB_ADD(tag, dflash_stats_acc(&all, k));
+        }
+        TB_ADD("validation/val_exp_tau", dflash_stats_tau(&all, B));
+        TB_ADD("validation/samples", v->n);
+        TB_ADD("validation/eval_s", eval_s);
+#undef TB_ADD
+        if (tfevents_write(&v->tb, t_line, step, &ts) < 0)
+            df_log("%s: an event could not be written (%llu so far)", v->tb.path,
+                   (unsigned long long)v->tb.write_errors);
+    }
     df_log("step %ld: val_loss %.4f, acc_1 %.3f, expected tau %.3f (%d samples, %.2fs)", step,
            all.sum_w > 0 ? all.wce / all.sum_w : 0.0, dflash_stats_acc(&all, 1), dflash_stats_tau(&all, B), v->n,
            eval_s);
@@ -385,6 +411,10 @@ int main(int argc, char **argv)
     v.last_step = -1;
     load_heldout(&v);
     read_done(&v);
+    char tbdir[1200], err[1300];
+    snprintf(tbdir, sizeof tbdir, "%s/tensorboard/%s", v.k.ctl.run_dir, v.k.ctl.name);
+    if (tfevents_open(&v.tb, tbdir, 0, err, sizeof err) < 0) /* a new file per incarnation */
+        df_log("no TensorBoard events: %s", err);            /* the JSONL lines go on */
     DF_CHECK_ERR(ctl_ready(&v.k.ctl));
     df_log("ready: %d held-out samples (%ld tokens) from %s%s; %d steps already scored; scoring %s", v.n, v.tokens,
            v.t->val.shards[0], v.t->val.n_shards > 1 ? " ..." : "", v.n_done,
@@ -424,6 +454,7 @@ int main(int argc, char **argv)
     free(v.s);
     target_embeddings_free(&v.emb);
     hfconfig_free(&v.hc);
+    tfevents_close(&v.tb);
     worker_close(&v.k);
     return 0;
 }

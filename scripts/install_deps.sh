@@ -4,7 +4,11 @@
 # clang-format (tests/test_format.sh: the tree's layout, .clang-format),
 # python3-jinja2 and python3-regex (scripts/hf_tokenizer.py: chat templates and BPE split
 # patterns for scripts/prepare_data.py; tests/test_prepare_chat.sh), python3-numpy
-# (bench/pipeline/peer_pipeline.py reads the shards with it; tests/test_peer_pipeline.sh).
+# (bench/pipeline/peer_pipeline.py reads the shards with it; tests/test_peer_pipeline.sh),
+# protobuf-compiler and python3-protobuf (tests/check_tfevents.py compiles tests/tfevents.proto
+# with protoc and reads the workers' TensorBoard event files with the protobuf runtime).
+# Not python3-matplotlib: 42 packages, 289 MB installed, for PNG curves only; the same figures
+# are in the TensorBoard event files, and scripts/plot_run.py prints the command that gets it.
 # Idempotent and quiet when everything is there. Skipped when DEPS_PREFIX is set
 # (the GPU machine, which has no apt: see scripts/fetch_deps.sh).
 set -euo pipefail
@@ -20,8 +24,11 @@ python3 -c 'import jinja2' 2>/dev/null || missing+=(python3-jinja2)
 python3 -c 'import regex' 2>/dev/null  || missing+=(python3-regex)
 # any Python with numpy will do: the test looks for one (a pyenv python3 does not see Debian's)
 python3 -c 'import numpy' 2>/dev/null || /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
+command -v protoc >/dev/null   || missing+=(protobuf-compiler)
+python3 -c 'import google.protobuf' 2>/dev/null || /usr/bin/python3 -c 'import google.protobuf' 2>/dev/null ||
+  missing+=(python3-protobuf)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-case " ${missing[*]} " in *python3-jinja2*|*python3-regex*|*python3-numpy*) [ -x /usr/bin/python3 ] || missing+=(python3) ;; esac
+case " ${missing[*]} " in *python3-jinja2*|*python3-regex*|*python3-numpy*|*python3-protobuf*) [ -x /usr/bin/python3 ] || missing+=(python3) ;; esac
 echo "install_deps: installing ${missing[*]}"
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then SUDO=sudo; else

@@ -14,15 +14,25 @@ RUN_DIR/curves):
                    held-out accuracy per block position at a few checkpoints
     stages.png     each worker's busy and waiting share over time
     accuracy.png   held-out accuracy per block position, trained vs untrained
-Needs matplotlib (Debian: python3-matplotlib); exits 3 with a message without it, so a
-caller can treat curves as optional. Exit 2 on a bad command line or a run dir without
-metrics.
+Needs matplotlib. When the Python running it has none (a pyenv or venv python3 does not
+see Debian's python3-matplotlib), it runs itself again under the first of these that
+has it: the python3 on PATH, /usr/bin/python3, /usr/local/bin/python3 (PLOT_RUN_PYTHONS,
+colon-separated, replaces that list). With none, it exits 3 with one command that works as
+printed, e.g. "apt-get install python3-matplotlib && /usr/bin/python3 scripts/plot_run.py
+run/tiny", so a caller can treat curves as optional. The same figures are in the run's
+TensorBoard event files: tensorboard --logdir RUN_DIR/tensorboard. Exit 2 on a bad command
+line or a run dir without metrics.
 """
 import argparse
 import glob
 import json
 import os
+import shlex
+import shutil
+import subprocess
 import sys
+
+REEXEC_ENV = "PLOT_RUN_REEXEC"  # set for the interpreter it re-runs under: never twice
 
 
 def read_jsonl(path):
@@ -49,6 +59,51 @@ def smooth(xs, k):
     return out
 
 
+def candidates():
+    """The interpreters to try, in order, each once."""
+    env = os.environ.get("PLOT_RUN_PYTHONS")
+    names = env.split(":") if env else ["python3", "/usr/bin/python3", "/usr/local/bin/python3"]
+    out = []
+    for n in names:
+        p = shutil.which(n) if n and os.sep not in n else n
+        if p and os.access(p, os.X_OK) and p not in out:
+            out.append(p)
+    return out
+
+
+def has_matplotlib(py):
+    try:
+        r = subprocess.run([py, "-c", "import matplotlib"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def no_matplotlib(run_dir):
+    """Run again under an interpreter that has matplotlib, or say how to get one; exit 3."""
+    tried = candidates()
+    if not os.environ.get(REEXEC_ENV):
+        for py in tried:
+            if has_matplotlib(py):
+                print(f"plot_run: {sys.executable} has no matplotlib; running under {py}", file=sys.stderr)
+                sys.stdout.flush()
+                os.execve(py, [py, os.path.abspath(__file__)] + sys.argv[1:], dict(os.environ, **{REEXEC_ENV: "1"}))
+    script = shlex.quote(sys.argv[0])
+    run = shlex.quote(run_dir)
+    if os.access("/usr/bin/python3", os.X_OK) and shutil.which("apt-get"):
+        # Debian's package is for Debian's interpreter: name it, whatever python3 is on PATH
+        root = "" if os.geteuid() == 0 else "sudo "
+        cmd = f"{root}apt-get install python3-matplotlib && /usr/bin/python3 {script} {run}"
+    else:
+        py = shlex.quote(sys.executable)
+        cmd = f"{py} -m pip install matplotlib && {py} {script} {run}"
+    print(f"plot_run: no curves: no Python here has matplotlib (tried {', '.join(tried) or 'none'}); "
+          f"to draw them:\n  {cmd}\n(or read the same figures in TensorBoard: tensorboard --logdir "
+          f"{shlex.quote(os.path.join(run_dir, 'tensorboard'))})", file=sys.stderr)
+    return 3
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,9 +120,7 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("plot_run: matplotlib is not installed (Debian: apt-get install python3-matplotlib); no curves",
-              file=sys.stderr)
-        return 3
+        return no_matplotlib(a.run_dir)
     out = a.out or os.path.join(a.run_dir, "curves")
     os.makedirs(out, exist_ok=True)
     rows = {os.path.basename(f)[:-6]: read_jsonl(f) for f in files}

@@ -79,12 +79,7 @@ print(f"  speculative output == plain greedy output for {t['n_prompts'] - t['mis
 print(f"  details: {run}/eval_trained.txt, {run}/eval_trained.json, {run}/eval_untrained.json")
 PY
 
-# Curves (scripts/plot_run.py): with whichever Python has matplotlib; optional.
-plotted=0
-for py in python3 /usr/bin/python3; do
-  if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib' >/dev/null 2>&1; then
-    "$py" scripts/plot_run.py "$RUN_DIR" && plotted=1
-    break
-  fi
-done
-[ $plotted = 1 ] || echo "run: no curves (matplotlib not found: apt-get install python3-matplotlib, then python3 scripts/plot_run.py $RUN_DIR)"
+# Curves: plot_run.py runs itself under a Python that has matplotlib, or prints the one
+# command that gets them; the same figures are always in the TensorBoard event files.
+python3 scripts/plot_run.py "$RUN_DIR" || true # without matplotlib it printed the command that draws them
+echo "run: TensorBoard: tensorboard --logdir $RUN_DIR/tensorboard   (training and validation scalars per step)"

@@ -90,6 +90,15 @@ audit_exactly_once() {
   [ -f "$RUN/ledger_audit.json" ] || fail "no ledger_audit.json"
   [ "$(pyjson "$RUN/ledger_audit.json" "d['exactly_once']")" = True ] || fail "audit: exactly_once is not true: $(head -c 800 "$RUN/ledger_audit.json")"
 }
+# tb_check RUN_DIR [ARGS]: the run's TensorBoard event files, every record, against its JSONL
+# metrics (tests/check_tfevents.py), with a Python that has the protobuf module when there is one
+tb_check() {
+  local py=python3 p
+  for p in python3 /usr/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import google.protobuf' >/dev/null 2>&1; then py=$p; break; fi
+  done
+  "$py" tests/check_tfevents.py "$@" || fail "TensorBoard event files of $1"
+}
 # final_ckpt RUN_DIR: the run's latest checkpoint directory
 final_ckpt() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 # same_result CLEAN_RUN_DIR RUN_DIR WHAT: the two runs' final checkpoints (same step; model,

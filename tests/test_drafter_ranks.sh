@@ -9,7 +9,8 @@
 #      all-reduce, restarts the group (the whole pipeline in this mode) from the checkpoint,
 #      the audit is still exactly once and the final checkpoint and export are byte-identical
 #      to run 1's, although this run all-reduces in per-layer buckets handed over during the
-#      backward (drafter.allreduce_bucket_kb 0) and run 1 in one bucket;
+#      backward (drafter.allreduce_bucket_kb 0) and run 1 in one bucket; both ranks'
+#      TensorBoard event files match their metrics lines (tests/check_tfevents.py);
 #   3. fast mode (any ready slot per rank), rank 0 SIGKILLed after a checkpoint: exactly once,
 #      the ranks' hashes agree.
 source "$(dirname "$0")/orch_lib.sh"
@@ -87,6 +88,9 @@ s=[json.loads(l) for l in open(sys.argv[1]) if '\"ev\":\"step\"' in l]
 print(min(x['allreduce_buckets_overlapped'] for x in s), max(x['allreduce_buckets_overlapped'] for x in s))" "$RUN/metrics/drafter0.jsonl")
 # (a batch without loss positions has no backward: 0 overlapped, all handed over at the end)
 [ "${ov#* }" = 3 ] || fail "killed run: steps handed over $ov (min max) buckets from inside the backward, expected 3 (1 layer + final norm + context)"
+# both ranks' TensorBoard files (empty steps, the bucket figures, a second file per rank
+# after the group restart) against their metrics lines
+tb_check "$RUN" --workers drafter0,drafter1
 ok "rank 1 killed: group restarted from its checkpoint, exactly once; per-layer buckets (3 a step, overlapped with the backward); final checkpoint and export byte-identical to the clean (one-bucket) run's"
 
 # 3. fast mode, rank 0 killed after a checkpoint

@@ -6,7 +6,8 @@
 #     them; the skipped steps did not touch the weights (the checkpoint after two skipped
 #     steps has the same model and optimizer bytes as the one before them);
 #   - one non-finite step near the end: the run completes, train_summary.json is valid JSON
-#     with "loss_end": null, "loss_end_nonfinite": true, "nonfinite_steps": 1;
+#     with "loss_end": null, "loss_end_nonfinite": true, "nonfinite_steps": 1; its TensorBoard
+#     events hold the NaN loss where the metrics line has null (tests/check_tfevents.py);
 #   - a target whose weights hold a NaN (a layer) or an Inf (the embedding): target exit 100
 #     naming the file, the tensor and the element, not restarted, orchestrator exit 1.
 source "$(dirname "$0")/orch_lib.sh"
@@ -74,6 +75,8 @@ assert isinstance(s["loss_start"], float) and "loss_start_nonfinite" not in s, s
 PY
 grep -q "out of memory" "$RUN/logs/drafter0.log" && fail "the drafter reports out of memory"
 [ "$(steplines nonfinite_steps | tail -1)" = 1 ] || fail "metrics: nonfinite_steps $(steplines nonfinite_steps | tail -1)"
+# the TensorBoard events carry the NaN loss where the JSONL line has null
+tb_check "$RUN" --workers drafter0
 ok "one non-finite step (step $n of $n) -> run completes, train_summary.json valid: loss_end null + loss_end_nonfinite, nonfinite_steps 1"
 
 # ---- target weights with NaN / Inf: refused at load

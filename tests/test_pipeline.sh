@@ -10,6 +10,8 @@
 #   2. the same run while each stage is SIGKILLed once (target, postproc, drafter, the
 #      drafter after a checkpoint so it resumes from it): it still completes with the same
 #      audit (every batch committed exactly once, nothing poisoned).
+# Both runs' TensorBoard event files are read record by record and checked against the
+# drafter's metrics lines (tests/check_tfevents.py; after the kills with its self-test too).
 source "$(dirname "$0")/orch_lib.sh"
 unset DF_SYNTHETIC_SAMPLES
 for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
@@ -128,6 +130,7 @@ for py in python3 /usr/bin/python3; do
   fi
 done
 python3 scripts/plot_run.py "$T/nowhere" 2>/dev/null; [ $? -eq 2 ] || fail "plot_run.py on a run dir without metrics: expected exit 2"
+tb_check "$RUN" --workers drafter0
 ok "clean run: $n_batches batches exactly once, checkpoint, export, metrics"
 
 # 2. each stage killed once during the run
@@ -155,5 +158,8 @@ restarts=$(events restart | wc -l)
 [ "$restarts" -ge 3 ] || fail "expected >= 3 restarts, saw $restarts"
 grep -q 'resumed from' "$RUN/logs/drafter0.log" || fail "drafter did not resume from its checkpoint"
 rewound=$(pyjson "$RUN/ledger_audit.json" "d['stats']['rewound']")
+# the restarted drafter wrote a second event file, whose SessionLog START drops the redone steps
+[ "$(ls "$RUN/tensorboard/drafter0" | wc -l)" -ge 2 ] || fail "one event file for two drafter incarnations"
+tb_check "$RUN" --workers drafter0 --selftest
 ok "chaos run: 3 kills, $restarts restarts, $rewound batches rewound and retrained, $n_batches batches exactly once"
 echo "test_pipeline: ok"

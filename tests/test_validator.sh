@@ -15,6 +15,8 @@
 #   3. a validator that always crashes (DF_FAULT_VALIDATOR=crash): the supervisor gives up
 #      on it after its restart budget, says so, and training completes with exit 0,
 #      exactly once.
+# Parts 1 and 2 also read every record of the drafter's and the validator's TensorBoard event
+# files and compare them with their metrics lines (tests/check_tfevents.py).
 # How each part can fail: without the supervisor's validator case in give_up (part 3) the
 # run ends 1; without read_done (part 2) the restarted validator scores steps again
 # (duplicates); a wrong tau formula or step filter fails part 1.
@@ -85,6 +87,8 @@ wait_orch 300
 [ "$ORCH_RC" = 0 ] || fail "clean run exited $ORCH_RC"
 audit_exactly_once
 check_steps
+tb_check "$RUN" --workers drafter0,validator # two files each: one per epoch
+[ "$(ls "$RUN/tensorboard/validator" | wc -l)" = 2 ] || fail "expected one validator event file per epoch"
 python3 - "$RUN" <<'PY' || fail "summary.jsonl does not carry the validator's metrics"
 import json, sys
 run = sys.argv[1]
@@ -134,6 +138,7 @@ audit_exactly_once
 [ -z "$(events group_restart)" ] || fail "killing the validator restarted the pipeline: $(events group_restart)"
 grep -q 'cutting a torn' "$RUN/logs/validator.log" && fail "a torn line was found (one write per line)"
 check_steps
+tb_check "$RUN" --workers drafter0,validator --parser wire # the restarted validator: a file of its own
 ok "validator killed mid-evaluation (after $lines lines): restarted alone, each step exactly once"
 
 # 3. a validator that always crashes

@@ -1,6 +1,7 @@
 /* metrics.c: JSON-lines metrics writer and tail-style reader (see metrics.h for the
  * format, the one-write-per-line rule and the truncation rule). */
 #include "io/metrics.h"
+#include "io/tfevents.h"
 #include "util.h"
 
 #include <errno.h>
@@ -125,6 +126,7 @@ int metrics_open(metrics_writer *w, const char *dir, const char *worker, uint32_
 {
     w->fd = -1;
     w->lines_written = w->write_errors = 0;
+    w->tb = NULL;
     if (!dir || !worker || !valid_worker_name(worker))
         return -EINVAL;
     int rc = df_mkdir_p(dir, 0700);
@@ -142,11 +144,59 @@ int metrics_open(metrics_writer *w, const char *dir, const char *worker, uint32_
     return 0;
 }
 
+int metrics_open_tfevents(metrics_writer *w, const char *dir, int session_start, char *err, size_t errcap)
+{
+    if (w->tb) {
+        snprintf(err, errcap, "%s: an event file is open already", dir);
+        return -EBUSY;
+    }
+    tfevents_writer *tb = malloc(sizeof *tb);
+    if (!tb) {
+        snprintf(err, errcap, "%s: out of memory", dir);
+        return -ENOMEM;
+    }
+    int rc = tfevents_open(tb, dir, session_start, err, errcap);
+    if (rc < 0) {
+        free(tb);
+        return rc;
+    }
+    w->tb = tb;
+    return 0;
+}
+
 void metrics_close(metrics_writer *w)
 {
     if (w->fd >= 0)
         close(w->fd);
     w->fd = -1;
+    if (w->tb) {
+        tfevents_close(w->tb);
+        free(w->tb);
+        w->tb = NULL;
+    }
+}
+
+/* The line's TensorBoard event: its numeric fields at its step, tagged "<ev>/<key>". */
+static void write_event(metrics_line *l)
+{
+    char tag[2 * METRICS_LINE_MAX]; /* ev and key both come from buf: they fit */
+    size_t pl;
+    if (l->ev_len == 4 && !memcmp(l->buf + l->ev_off, "step", 4)) {
+        memcpy(tag, "train", 5); /* the drafter's training step */
+        pl = 5;
+    } else {
+        memcpy(tag, l->buf + l->ev_off, l->ev_len);
+        pl = l->ev_len;
+    }
+    tag[pl++] = '/';
+    tfevents_summary s;
+    tfevents_summary_init(&s);
+    for (uint32_t i = 0; i < l->n_scalars; i++) {
+        memcpy(tag + pl, l->buf + l->scalars[i].key_off, l->scalars[i].key_len);
+        tfevents_summary_add(&s, tag, pl + l->scalars[i].key_len, l->scalars[i].v);
+    }
+    if (s.n > 0)
+        tfevents_write(l->w->tb, l->t, l->step, &s); /* a failure is counted there, never fails the line */
 }
 
 static int put(metrics_line *l, const char *s, size_t n)
@@ -167,14 +217,44 @@ static int put_str(metrics_line *l, const char *s)
     return 1;
 }
 
-/* Append ,"key":<raw value> whole, or nothing (and count it dropped). */
-static void field_raw(metrics_line *l, const char *key, const char *val)
+/* Append ,"key":<raw value> whole, or nothing (and count it dropped). Returns 1 if it was
+ * appended; *key_off, *key_len: where the escaped key stands in buf, between its quotes. */
+static int field_raw_at(metrics_line *l, const char *key, const char *val, size_t *key_off, size_t *key_len)
 {
     size_t mark = l->len;
-    if (put(l, ",", 1) && put_str(l, key) && put(l, ":", 1) && put(l, val, strlen(val)))
-        return;
+    if (put(l, ",", 1) && put_str(l, key)) {
+        *key_off = mark + 2;
+        *key_len = l->len - mark - 3;
+        if (put(l, ":", 1) && put(l, val, strlen(val)))
+            return 1;
+    }
     l->len = mark;
     l->dropped++;
+    return 0;
+}
+
+static void field_raw(metrics_line *l, const char *key, const char *val)
+{
+    size_t off, len;
+    field_raw_at(l, key, val, &off, &len);
+}
+
+/* A numeric field that was written: remember it for the TensorBoard event ("step" is the
+ * event's step, not a scalar). */
+static void scalar_field(metrics_line *l, const char *key, const char *val, double v, int is_int, int64_t iv)
+{
+    size_t off, len;
+    if (!field_raw_at(l, key, val, &off, &len) || !l->w->tb)
+        return;
+    if (is_int && !strcmp(key, "step")) {
+        l->has_step = 1;
+        l->step = iv;
+    } else if (l->n_scalars < METRICS_SCALARS_MAX) {
+        l->scalars[l->n_scalars].key_off = (uint16_t)off; /* < METRICS_LINE_MAX */
+        l->scalars[l->n_scalars].key_len = (uint16_t)len;
+        l->scalars[l->n_scalars].v = v;
+        l->n_scalars++;
+    }
 }
 
 void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev)
@@ -183,13 +263,19 @@ void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev)
     l->w = w;
     l->dropped = 0;
     l->len = 0;
-    snprintf(head, sizeof head, "{\"t\":%.6f,\"worker\":", df_wall_s());
+    l->t = df_wall_s();
+    l->has_step = 0;
+    l->n_scalars = 0;
+    snprintf(head, sizeof head, "{\"t\":%.6f,\"worker\":", l->t);
     put(l, head, strlen(head));
     put_str(l, w->worker); /* validated short name: always fits */
     snprintf(head, sizeof head, ",\"inc\":%u,\"pid\":%d,\"ev\":", w->incarnation, (int)getpid());
     put(l, head, strlen(head));
+    size_t mark = l->len;
     if (!put_str(l, ev ? ev : "")) /* an absurdly long event name: keep the line valid */
         put(l, "\"?\"", 3);
+    l->ev_off = (uint16_t)(mark + 1);
+    l->ev_len = (uint16_t)(l->len - mark - 2);
 }
 
 void metrics_num(metrics_line *l, const char *key, double v)
@@ -204,14 +290,14 @@ void metrics_num(metrics_line *l, const char *key, double v)
         if (!strpbrk(num, ".e")) /* keep it a real for typed readers (jansson): 42 -> 42.0 */
             strcat(num, ".0");
     }
-    field_raw(l, key, num);
+    scalar_field(l, key, num, v, 0, 0);
 }
 
 void metrics_int(metrics_line *l, const char *key, int64_t v)
 {
     char num[32];
     snprintf(num, sizeof num, "%lld", (long long)v);
-    field_raw(l, key, num);
+    scalar_field(l, key, num, (double)v, 1, v);
 }
 
 void metrics_u64(metrics_line *l, const char *key, uint64_t v)
@@ -267,6 +353,8 @@ int metrics_end(metrics_line *l)
         return -ENOSPC;
     }
     w->lines_written++;
+    if (w->tb && l->has_step) /* after the line: the event never holds what the JSONL lacks */
+        write_event(l);
     return 0;
 }
 

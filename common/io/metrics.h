@@ -27,6 +27,15 @@
  *   metrics_line l; metrics_begin(&l, &w, "step");
  *   metrics_int(&l, "batch", id); metrics_num(&l, "tok_s", tps); metrics_end(&l);
  * A writer is for one thread (or lock around it); lines are built on the caller's stack.
+ *
+ * TensorBoard (optional, metrics_open_tfevents): every line that has an integer "step"
+ * field (metrics_int) also becomes one TensorBoard Event at that step, after its JSONL line
+ * is written, with wall_time = the line's "t" and one scalar per metrics_num / metrics_int
+ * field other than "step", tagged "<ev>/<key>" ("train/<key>" for the "step" event: the
+ * drafter's training step). metrics_u64, metrics_bool and metrics_str fields (ids, flags,
+ * names) and fields the truncation rule dropped are not in it; null (NaN, inf) is kept as
+ * the float NaN/inf. A line without "step" (the stage figures) has no event. A failed event
+ * write is counted in the tfevents writer and never fails the line (io/tfevents.h).
  */
 #ifndef DF_METRICS_H
 #define DF_METRICS_H
@@ -38,12 +47,16 @@
 
 #define METRICS_LINE_MAX 4096
 #define METRICS_NAME_MAX 64
+#define METRICS_SCALARS_MAX 128 /* numeric fields of one line that reach the TensorBoard event (more: left out of it) */
+
+struct tfevents_writer;
 
 typedef struct metrics_writer {
     int fd; /* O_APPEND, close-on-exec; -1 when closed */
     uint32_t incarnation;
     char worker[METRICS_NAME_MAX]; /* validated: [A-Za-z0-9_.-], not starting with '.' */
     uint64_t lines_written, write_errors;
+    struct tfevents_writer *tb; /* NULL, or the event file every line with a step also goes to */
 } metrics_writer;
 
 typedef struct metrics_line {
@@ -51,13 +64,28 @@ typedef struct metrics_line {
     size_t len;       /* bytes used in buf */
     uint32_t dropped; /* fields dropped by the truncation rule */
     char buf[METRICS_LINE_MAX];
+    /* for the TensorBoard event (only kept while w->tb is set) */
+    double t;                /* the line's "t" */
+    uint16_t ev_off, ev_len; /* the event name as written in buf (between its quotes) */
+    int has_step;            /* an integer "step" field was added */
+    int64_t step;
+    uint32_t n_scalars;
+    struct {
+        uint16_t key_off, key_len; /* the key as written in buf (between its quotes) */
+        double v;
+    } scalars[METRICS_SCALARS_MAX];
 } metrics_line;
 
 /* Open (create 0600, append) <dir>/<worker>.jsonl; dir is created (0700) if missing.
  * worker: 1..63 chars of [A-Za-z0-9_.-], not starting with '.' (-EINVAL otherwise).
  * 0 or -errno. */
 int metrics_open(metrics_writer *w, const char *dir, const char *worker, uint32_t incarnation);
-void metrics_close(metrics_writer *w);
+/* Also write the lines with a step as TensorBoard events: a new event file in dir (created,
+ * with parents), owned by w from now on. session_start: see io/tfevents.h (a worker that
+ * resumes from a checkpoint, so TensorBoard drops the steps it redoes). 0 or -errno (err
+ * says what failed; the JSONL lines go on without events then). */
+int metrics_open_tfevents(metrics_writer *w, const char *dir, int session_start, char *err, size_t errcap);
+void metrics_close(metrics_writer *w); /* closes the event file too */
 
 /* Start a line for event `ev` with the common fields (t, worker, inc, pid, ev). */
 void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev);

@@ -9,20 +9,35 @@
 # weights: the same random init, same seed), printing both taus.
 #   scripts/run_default.sh            (BUILD=build by default; CONFIG=configs/tiny.json,
 #                                      whose run_dir is run/tiny)
+# The data come from the config: its first training shard (DATA_DIR/train[N]-000.dfs, made
+# here from DATA_DIR/chat-train.jsonl when missing: the first N answers, 1600 when the
+# name has no N), its validation shard (from DATA_DIR/chat-heldout.jsonl) and the held-out
+# prompts DATA_DIR/chat-heldout.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 CONFIG=${CONFIG:-configs/tiny.json}
-cfg() { # cfg KEY [KEY...]: a field of the run config
+cfg() { # cfg KEY [KEY...]: a field of the run config (a number indexes a list)
   python3 -c 'import json, sys
 v = json.load(open(sys.argv[1]))
-for k in sys.argv[2:]: v = v[k]
+for k in sys.argv[2:]: v = v[int(k)] if isinstance(v, list) else v[k]
 print(v)' "$CONFIG" "$@"; }
 RUN_DIR=$(cfg run_dir)
-if [ ! -f data/tiny/train-000.dfs ]; then
-  echo "run: preparing data/tiny/train-000.dfs from data/tiny/chat-train.jsonl"
-  python3 scripts/prepare_data.py --tokenizer models/tiny-target --out data/tiny/train \
-    data/tiny/chat-train.jsonl --max-samples 1600 --max-len 512
+MODEL=$(cfg target model_dir)
+SHARD=$(cfg data shards 0)
+VSHARD=$(cfg validation shards 0)
+DATA_DIR=$(dirname "$SHARD")
+if [ ! -f "$SHARD" ]; then
+  n=$(basename "$SHARD" | sed -n 's/^train\([0-9][0-9]*\)-000\.dfs$/\1/p')
+  n=${n:-1600}
+  echo "run: preparing $SHARD from $DATA_DIR/chat-train.jsonl (the first $n answers)"
+  python3 scripts/prepare_data.py --tokenizer "$MODEL" --out "${SHARD%-000.dfs}" \
+    "$DATA_DIR/chat-train.jsonl" --max-samples "$n" --max-len 512
+fi
+if [ ! -f "$VSHARD" ]; then
+  echo "run: preparing $VSHARD from $(dirname "$VSHARD")/chat-heldout.jsonl"
+  python3 scripts/prepare_data.py --tokenizer "$MODEL" --out "${VSHARD%-000.dfs}" \
+    "$(dirname "$VSHARD")/chat-heldout.jsonl"
 fi
 if [ -e "$RUN_DIR" ]; then
   old="$RUN_DIR.$(date +%Y%m%d-%H%M%S)"
@@ -52,9 +67,9 @@ PY
 # baseline is this run's own starting point: the drafter worker initialises with the run
 # seed (std 0.02), and --random-drafter SEED rebuilds exactly those weights.
 echo
-echo "run: evaluating on held-out prompts (data/tiny/chat-heldout.jsonl): untrained vs trained drafter"
-EVAL=("$BUILD/bin/dflash_eval" --target "$(cfg target model_dir)" --drafter "$RUN_DIR/drafter"
-      --prompts data/tiny/chat-heldout.jsonl --max-prompts 32 --max-new 128 --quiet)
+echo "run: evaluating on held-out prompts ($DATA_DIR/chat-heldout.jsonl): untrained vs trained drafter"
+EVAL=("$BUILD/bin/dflash_eval" --target "$MODEL" --drafter "$RUN_DIR/drafter"
+      --prompts "$DATA_DIR/chat-heldout.jsonl" --max-prompts 32 --max-new 128 --quiet)
 "${EVAL[@]}" --random-drafter "$(cfg seed)" --label "untrained (initial weights)" \
   --json "$RUN_DIR/eval_untrained.json" >"$RUN_DIR/eval_untrained.txt"
 "${EVAL[@]}" --label "trained" --json "$RUN_DIR/eval_trained.json" | tee "$RUN_DIR/eval_trained.txt"

@@ -347,6 +347,9 @@ def main():
     ap.add_argument("--batch", type=int, default=None)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--with-tests", action="store_true", help="train on the stdlib's test files too")
+    ap.add_argument("--corpus", default="stdlib",
+                    help="stdlib (default), or demo:F: F of the documents are structured text from "
+                         "scripts/demo_corpus.py (logs, tables, records, generated code), drawn with --seed")
     ap.add_argument("--n-train", type=int, default=4000)
     ap.add_argument("--n-heldout", type=int, default=64)
     ap.add_argument("--resp-len", type=int, default=224, help="greedy bytes per answer")
@@ -364,6 +367,13 @@ def main():
         sys.exit("train_target: no Python standard library sources found")
     log(f"corpus: {len(train)} train files ({sum(map(len, train)) / 1e6:.1f} MB), {len(held)} held-out "
         f"({sum(map(len, held)) / 1e6:.1f} MB) from {sysconfig.get_paths()['stdlib']}")
+    if a.corpus != "stdlib":  # structured documents beside (or instead of) the stdlib
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import demo_corpus
+        try:
+            train, held = demo_corpus.mix(a.corpus, train, held, a.seed)
+        except ValueError as e:
+            ap.error(str(e))
     model = Model(c).to(dev)
     model.set_rope(dev)
     n_params = sum(p.numel() for p in model.parameters())

@@ -12,6 +12,8 @@
 #                 resume, over files the harness writes)        common/dflash/dflash_manifest.c
 #   prompts       prompts_load (chat JSONL + byte_tokenizer.json, or a .dfs shard: what
 #                 dflash_eval and target_generate decode)       eval/eval_prompts.c
+#   tokvocab      tokvocab_parse (a byte_tokenizer.json or tokenizer.json, what
+#                 dflash_tool shard show decodes with)          common/io/tokvocab.c
 # Each target checks an oracle on every input it accepts (its file's header says which).
 #
 #   scripts/fuzz.sh [seconds] [target ...]   each target for `seconds` (default 60; all of
@@ -29,7 +31,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
-all=(safetensors topology shard hfconfig dflash_config ledger manifest prompts)
+all=(safetensors topology shard hfconfig dflash_config ledger manifest prompts tokvocab)
 case $secs in ''|*[!0-9]*) echo "usage: $0 [seconds] [${all[*]} ...]" >&2; exit 2 ;; esac
 shift || true
 targets=("$@")
@@ -151,6 +153,19 @@ seeds_prompts() { # dir: chat JSONL (the tiny tokenizer; others given before a N
   for f in "$1"/../shards/*; do { printf S; cat "$f"; } > "$1/S_$(basename "$f")"; done
 }
 
+seeds_tokvocab() { # dir: the repository's tokenizers ('B' + a byte_tokenizer.json) and broken ones
+  local n=0 f
+  for f in models/*/byte_tokenizer.json; do { printf B; cat "$f"; } > "$1/bytes_$((n += 1)).json"; done
+  for f in models/*/tokenizer.json tests/fixtures/tokenizers/*/tokenizer.json; do
+    [ -f "$f" ] && cp "$f" "$1/bpe_$((n += 1)).json"
+  done
+  printf 'B{"vocab_size": 264, "bos": 256, "eos": 257, "user": 258, "assistant": 259, "pad": 257}' > "$1/bytes_same_id.json"
+  printf '{"model": {"type": "BPE", "vocab": {"a": 0, "\\u00ff\\u0120b": 3}}, "added_tokens": [{"id": 1, "content": "\\u001b[2J"}]}' \
+    > "$1/bpe_small.json"
+  printf '{"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}}}' > "$1/bpe_same_id.json"
+  printf '{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}' > "$1/unigram.json"
+}
+
 dict_args() { # target: its dictionary, when it has one
   [ -f "fuzz/$1.dict" ] && echo "-dict=$PWD/fuzz/$1.dict"
   return 0
@@ -161,9 +176,9 @@ declare -A src=(
   [shard]="common/io/shard.c" [hfconfig]="common/io/hfconfig.c" [dflash_config]="common/dflash/dflash_config.c"
   [ledger]=" " # the ledger harness includes common/ipc/ledger.c itself
   [manifest]="common/dflash/dflash_manifest.c common/sha256.c common/par.c"
-  [prompts]="eval/eval_prompts.c common/io/shard.c")
+  [prompts]="eval/eval_prompts.c common/io/shard.c" [tokvocab]="common/io/tokvocab.c")
 declare -A maxlen=([safetensors]=4096 [topology]=8192 [shard]=4096 [hfconfig]=4096 [dflash_config]=4096 [ledger]=4096
-  [manifest]=4096 [prompts]=4096)
+  [manifest]=4096 [prompts]=4096 [tokvocab]=4096)
 for t in "${targets[@]}"; do
   [ -n "${src[$t]:-}" ] || { echo "fuzz.sh: no target '$t' (${all[*]})" >&2; exit 2; }
 done

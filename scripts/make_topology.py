@@ -23,7 +23,9 @@ What it decides, and from what:
                   n = --capture, by default the drafter's layer count (as the public drafters
                   do: 5 layers, 5 captured); 36 layers -> 1, 9, 17, 25, 33.
   mask token id   --mask-token-id, else per family: a byte-level target of this repository
-                  (DIR/byte_tokenizer.json) uses its "mask" entry; Qwen3 and Qwen3-MoE (151936-row
+                  (DIR/byte_tokenizer.json) uses its "mask" entry; a tokenizer directory
+                  whose tokenizer_config.json names a mask_token (an added token of its
+                  tokenizer.json, e.g. models/tiny-chat's <|MASK|>) uses that; Qwen3 and Qwen3-MoE (151936-row
                   vocabulary) uses 151669, the id of the public Qwen3 DFlash drafters (the
                   "<|MASK|>" token added after the tokenizer's 151669 entries). Llama has no
                   id we could confirm from the public drafters: --mask-token-id is required.
@@ -263,6 +265,29 @@ def read_moe(path, cfg):
     return dict(E=E, k=k, F=F, norm_topk_prob=bool(cfg.get("norm_topk_prob", False)), sparse=sparse)
 
 
+def tokenizer_mask(target, vocab):
+    """(id, why) of the mask token a tokenizer directory names (tokenizer_config.json
+    mask_token, an added token of tokenizer.json: models/tiny-chat's <|MASK|>), or None."""
+    tc, tj = os.path.join(target, "tokenizer_config.json"), os.path.join(target, "tokenizer.json")
+    if not (os.path.exists(tc) and os.path.exists(tj)):
+        return None
+    try:
+        with open(tc, encoding="utf-8") as f:
+            name = json.load(f).get("mask_token")
+        if isinstance(name, dict):
+            name = name.get("content")
+        if not isinstance(name, str):
+            return None
+        with open(tj, encoding="utf-8") as f:
+            added = json.load(f).get("added_tokens") or []
+    except (OSError, ValueError, AttributeError) as e:
+        raise Bad(f"{tc}: cannot read: {e}")
+    ids = [t.get("id") for t in added if isinstance(t, dict) and t.get("content") == name]
+    if not ids or not isinstance(ids[0], int) or not 0 <= ids[0] < vocab:
+        raise Bad(f"{tc}: mask_token {json.dumps(name)} is not an added token of {tj} with an id 0..{vocab - 1}")
+    return ids[0], f"the tokenizer's mask_token {name} ({tc})"
+
+
 def mask_token(target, fam, vocab, given, cfg_path):
     """(id, why)."""
     if given is not None:
@@ -279,6 +304,9 @@ def mask_token(target, fam, vocab, given, cfg_path):
         if not (isinstance(m, int) and 0 <= m < vocab):
             raise Bad(f"{bt}: mask: expected a token id 0..{vocab - 1}, got {json.dumps(m)}")
         return m, f"the byte tokenizer's mask token ({bt})"
+    got = tokenizer_mask(target, vocab)
+    if got is not None:
+        return got
     if fam in ("qwen3", "qwen3_moe") and vocab == QWEN3_VOCAB:
         return QWEN3_MASK, "Qwen3 family (the MoE models share its tokenizer): <|MASK|> of the public Qwen3 DFlash " \
                            "drafters"

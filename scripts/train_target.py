@@ -29,23 +29,36 @@ Byte vocabulary: ids 0..255 are bytes; 256 <|bos|>, 257 <|eos|>, 258 <|user|>,
 259 <|assistant|>, 260 <|pad|>, 261 <|mask|> (DFlash's mask token); vocab_size 264.
 Chat layout: <|bos|> <|user|> prompt <|assistant|> response <|eos|>.
 
+With a BPE tokenizer (--tokenizer DIR, made by scripts/train_bpe.py on the same text):
+the model learns the corpus through that tokenizer (windows of --seq tokens) and is written
+into --out beside the tokenizer files (copied there when --out is another directory):
+config.json with the tokenizer's vocabulary size, bos/pad <|endoftext|>, eos <|im_end|>
+(generation_config.json: eos <|im_end|> and <|endoftext|>, as Qwen3's), no byte_tokenizer.json;
+the mask token's row (tokenizer_config.json mask_token, <|MASK|>) gets a fresh random draw
+(reset_mask_row); no answers are generated (target_generate answers prompts in C). The tiny chat
+target models/tiny-chat was made on one CPU core (docs/data.md):
+    python3 scripts/train_bpe.py --out models/tiny-chat
+    python3 scripts/train_target.py --tokenizer models/tiny-chat --out models/tiny-chat \
+        --shape tiny --batch 16 --time-budget 900
+
 Seeded (--seed): corpus split, batches, init and prompts are drawn from it; GPU kernels
 are not bit-deterministic, so two runs on a GPU agree in quality, not in bits.
 """
 import argparse
-import glob
 import json
 import math
 import os
 import random
+import shutil
 import struct
 import sys
-import sysconfig
 import time
-import zlib
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stdlib_corpus import load_corpus, stdlib_root  # noqa: E402
 
 BOS, EOS, USER, ASSISTANT, PAD, MASK, VOCAB = 256, 257, 258, 259, 260, 261, 264
 
@@ -152,7 +165,7 @@ class Model(torch.nn.Module):
     def __init__(self, c):
         super().__init__()
         self.c = c
-        self.embed_tokens = torch.nn.Embedding(VOCAB, c["hidden"])
+        self.embed_tokens = torch.nn.Embedding(c.get("vocab", VOCAB), c["hidden"])
         self.layers = torch.nn.ModuleList(Layer(c) for _ in range(c["layers"]))
         self.norm = RMSNorm(c["hidden"])
         for name, p in self.named_parameters():
@@ -174,7 +187,7 @@ class Model(torch.nn.Module):
         self.rope = rope_tables(self.c["head_dim"], self.c["theta"], self.c["max_pos"], device)
 
 
-def reset_mask_row(model, seed):
+def reset_mask_row(model, seed, mask=MASK):
     """Give the mask token's embedding row a fresh random draw (std 0.02), as an unused
     row of a real vocabulary has. Training never feeds the mask token, but the tied head
     pushes every unused row towards the mean of the byte embeddings (measured on the
@@ -184,7 +197,7 @@ def reset_mask_row(model, seed):
     g = torch.Generator().manual_seed(seed + 7)
     with torch.no_grad():
         w = model.embed_tokens.weight
-        w[MASK] = (torch.randn(w.shape[1], generator=g) * 0.02).to(w.device, w.dtype)
+        w[mask] = (torch.randn(w.shape[1], generator=g) * 0.02).to(w.device, w.dtype)
 
 
 def hf_state(model):
@@ -219,13 +232,16 @@ def save_safetensors(path, tensors):
     os.replace(path + ".tmp", path)
 
 
-def save_model(model, out, shape):
+def save_model(model, out, shape, bpe=None):
+    """config.json, generation_config.json, model.safetensors; byte_tokenizer.json for the
+    byte vocabulary, or, with bpe (a BpeVocab), the ids of its tokenizer (already in out)."""
     c = model.c
     os.makedirs(out, exist_ok=True)
+    bos, eos, pad = (BOS, EOS, PAD) if bpe is None else (bpe.endoftext, bpe.eos, bpe.endoftext)
     cfg = {
         "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "dtype": "bfloat16",
         "torch_dtype": "bfloat16", "attention_bias": False, "attention_dropout": 0.0,
-        "bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "hidden_act": "silu",
+        "bos_token_id": bos, "eos_token_id": eos, "pad_token_id": pad, "hidden_act": "silu",
         "hidden_size": c["hidden"], "intermediate_size": c["inter"], "num_hidden_layers": c["layers"],
         "num_attention_heads": c["heads"], "num_key_value_heads": c["kv"], "head_dim": c["head_dim"],
         "initializer_range": 0.02, "max_position_embeddings": c["max_pos"], "max_window_layers": c["layers"],
@@ -233,49 +249,62 @@ def save_model(model, out, shape):
         "rope_parameters": {"rope_theta": c["theta"], "rope_type": "default"},
         "layer_types": ["full_attention"] * c["layers"], "sliding_window": None,
         "use_sliding_window": False, "tie_word_embeddings": True, "use_cache": True,
-        "vocab_size": VOCAB, "byte_target_shape": shape,
+        "vocab_size": c.get("vocab", VOCAB), ("byte_target_shape" if bpe is None else "bpe_target_shape"): shape,
     }
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     with open(os.path.join(out, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": BOS, "eos_token_id": EOS, "pad_token_id": PAD, "do_sample": False}, f, indent=2)
-    with open(os.path.join(out, "byte_tokenizer.json"), "w") as f:
-        json.dump({"type": "bytes", "vocab_size": VOCAB, "bos": BOS, "eos": EOS, "user": USER,
-                   "assistant": ASSISTANT, "pad": PAD, "mask": MASK,
-                   "chat": "<|bos|> <|user|> prompt <|assistant|> response <|eos|>"}, f, indent=1)
+        # Qwen3's generation config stops at <|im_end|> and <|endoftext|>
+        json.dump({"bos_token_id": bos, "eos_token_id": eos if bpe is None else [eos, bpe.endoftext],
+                   "pad_token_id": pad, "do_sample": False}, f, indent=2)
+    if bpe is None:
+        with open(os.path.join(out, "byte_tokenizer.json"), "w") as f:
+            json.dump({"type": "bytes", "vocab_size": VOCAB, "bos": BOS, "eos": EOS, "user": USER,
+                       "assistant": ASSISTANT, "pad": PAD, "mask": MASK,
+                       "chat": "<|bos|> <|user|> prompt <|assistant|> response <|eos|>"}, f, indent=1)
     save_safetensors(os.path.join(out, "model.safetensors"), hf_state(model))
 
 
 # ---- data -----------------------------------------------------------------------------
 
-def load_corpus(with_tests):
-    root = sysconfig.get_paths()["stdlib"]
-    files = sorted(glob.glob(os.path.join(root, "**", "*.py"), recursive=True))
-    train, held = [], []
-    for f in files:
-        rel = os.path.relpath(f, root)
-        if "site-packages" in rel or "dist-packages" in rel:
-            continue
-        if not with_tests and ("test" in rel.split(os.sep)[0] or "/test" in rel):
-            continue
-        try:
-            b = open(f, "rb").read()
-        except OSError:
-            continue
-        if len(b) < 2048:
-            continue
-        (held if zlib.crc32(rel.encode()) % 20 == 0 else train).append(b)
-    return train, held
-
-
 def batches(corpus, seq, bs, rng):
+    """Windows of seq tokens at random places of random documents: bytes (the byte
+    vocabulary) or token tensors (a BPE tokenizer's ids)."""
     while True:
         out = torch.empty((bs, seq), dtype=torch.long)
         for i in range(bs):
             doc = corpus[rng.randrange(len(corpus))]
             s = rng.randrange(0, len(doc) - seq)
-            out[i] = torch.frombuffer(bytearray(doc[s:s + seq]), dtype=torch.uint8).long()
+            if isinstance(doc, bytes):
+                out[i] = torch.frombuffer(bytearray(doc[s:s + seq]), dtype=torch.uint8).long()
+            else:
+                out[i] = doc[s:s + seq]
         yield out
+
+
+class BpeVocab:
+    """A byte-level BPE tokenizer directory (scripts/train_bpe.py): the ids the model needs."""
+
+    def __init__(self, path):
+        from hf_tokenizer import HFDirTokenizer
+        self.tok = HFDirTokenizer(path)
+        self.size = self.tok.vocab_size
+        ids = self.tok.added_by_content
+        mask = self.tok.special_token("mask_token")
+        for name in ("<|endoftext|>", "<|im_end|>", mask):
+            if name not in ids:
+                sys.exit(f"train_target: {path}/tokenizer.json: no added token {name!r} (make it with "
+                         "scripts/train_bpe.py)")
+        self.endoftext, self.eos, self.mask = ids["<|endoftext|>"], ids["<|im_end|>"], ids[mask]
+
+    def encode_docs(self, docs, min_len):
+        """Each document's ids as a tensor (documents of fewer than min_len tokens left out)."""
+        out = []
+        for d in docs:
+            t = torch.tensor(self.tok.encode(d.decode("utf-8", errors="replace")), dtype=torch.long)
+            if len(t) >= min_len:
+                out.append(t)
+        return out
 
 
 def prompt_from(doc, rng, n):
@@ -339,7 +368,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="tiny")
     ap.add_argument("--out", required=True, help="model directory to write")
-    ap.add_argument("--data", required=True, help="directory for chat-train.jsonl / chat-heldout.jsonl")
+    ap.add_argument("--data", help="directory for chat-train.jsonl / chat-heldout.jsonl (byte vocabulary)")
+    ap.add_argument("--tokenizer", metavar="DIR",
+                    help="a byte-level BPE tokenizer directory (scripts/train_bpe.py): train on its tokens "
+                         "instead of bytes; --out gets the model beside the tokenizer files; no answers")
     ap.add_argument("--steps", type=int, default=None, help="optimizer steps (default: the shape's)")
     ap.add_argument("--time-budget", type=float, default=0,
                     help="seconds of training: the step count is set from the first steps' speed")
@@ -357,6 +389,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
+    if not a.tokenizer and not a.data:
+        ap.error("--data is required (the byte target answers prompts into it)")
     c = dict(SHAPES[a.shape])
     seq, bs, lr = a.seq or c["seq"], a.batch or c["batch"], a.lr or c["lr"]
     dev = a.device
@@ -366,7 +400,7 @@ def main():
     if not train or not held:
         sys.exit("train_target: no Python standard library sources found")
     log(f"corpus: {len(train)} train files ({sum(map(len, train)) / 1e6:.1f} MB), {len(held)} held-out "
-        f"({sum(map(len, held)) / 1e6:.1f} MB) from {sysconfig.get_paths()['stdlib']}")
+        f"({sum(map(len, held)) / 1e6:.1f} MB) from {stdlib_root()}")
     if a.corpus != "stdlib":  # structured documents beside (or instead of) the stdlib
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import demo_corpus
@@ -374,10 +408,22 @@ def main():
             train, held = demo_corpus.mix(a.corpus, train, held, a.seed)
         except ValueError as e:
             ap.error(str(e))
+    bpe, unit = None, "bytes"
+    if a.tokenizer:
+        bpe, unit = BpeVocab(a.tokenizer), "tokens"
+        n_bytes = sum(map(len, train))
+        train, held = bpe.encode_docs(train, seq + 2), bpe.encode_docs(held, seq + 2)
+        n_tok = sum(map(len, train))
+        log(f"{a.tokenizer}: vocab {bpe.size}; {n_tok} training tokens ({n_bytes / max(n_tok, 1):.2f} bytes "
+            f"per token), {len(train)} + {len(held)} files of at least {seq + 2} tokens")
+        if not train or not held:
+            sys.exit("train_target: no document is long enough for --seq")
+        c["vocab"] = bpe.size
+    V = c.get("vocab", VOCAB)
     model = Model(c).to(dev)
     model.set_rope(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: shape {a.shape}, {n_params / 1e6:.2f}M params on {dev}; batch {bs} x {seq} bytes, lr {lr}")
+    log(f"model: shape {a.shape}, {n_params / 1e6:.2f}M params on {dev}; batch {bs} x {seq} {unit}, lr {lr}")
     kw = {"fused": True} if dev.startswith("cuda") else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **kw)
     it = batches(train, seq + 1, bs, rng)
@@ -394,7 +440,7 @@ def main():
         with torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
                             enabled=dev.startswith("cuda")):
             logits = model(b[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), b[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits.float().reshape(-1, V), b[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -412,7 +458,7 @@ def main():
                 torch.cuda.synchronize()
             t_probe = time.time()
         if step % max(1, steps // 12) == 0 or step == steps:
-            log(f"step {step:5d}/{steps} loss {loss.item():.3f} ({loss.item() / math.log(2):.2f} bits/byte) "
+            log(f"step {step:5d}/{steps} loss {loss.item():.3f} ({loss.item() / math.log(2):.2f} bits/{unit[:-1]}) "
                 f"lr {cur:.2e} {time.time() - t0:.0f}s")
     model.eval()
     # held-out loss on a fixed sample of held-out files
@@ -420,11 +466,19 @@ def main():
     with torch.no_grad(), torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
                                          enabled=dev.startswith("cuda")):
         hb = next(batches(held, seq + 1, min(bs, 64), hrng)).to(dev)
-        hl = F.cross_entropy(model(hb[:, :-1]).float().reshape(-1, VOCAB), hb[:, 1:].reshape(-1)).item()
-    log(f"held-out loss {hl:.3f} ({hl / math.log(2):.2f} bits/byte)")
-    reset_mask_row(model, a.seed)
-    save_model(model, a.out, a.shape)
+        hl = F.cross_entropy(model(hb[:, :-1]).float().reshape(-1, V), hb[:, 1:].reshape(-1)).item()
+    log(f"held-out loss {hl:.3f} ({hl / math.log(2):.2f} bits/{unit[:-1]})")
+    reset_mask_row(model, a.seed, MASK if bpe is None else bpe.mask)
+    if bpe is not None and os.path.realpath(a.out) != os.path.realpath(a.tokenizer):
+        os.makedirs(a.out, exist_ok=True)
+        for fn in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            if os.path.exists(os.path.join(a.tokenizer, fn)):
+                shutil.copyfile(os.path.join(a.tokenizer, fn), os.path.join(a.out, fn))
+    save_model(model, a.out, a.shape, bpe)
     log(f"wrote {a.out} (bf16)")
+    if bpe is not None:  # the chat target answers through target_generate or dflash_eval, in C
+        log(f"done in {time.time() - t0:.0f}s")
+        return
 
     # the target answers, greedily, from its bf16 weights (what the pipeline will load)
     model = model.to(torch.bfloat16) if dev.startswith("cuda") else model

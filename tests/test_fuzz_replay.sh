@@ -5,11 +5,11 @@
 #   - the seed corpora scripts/fuzz.sh writes (FUZZ_SEEDS_ONLY=1): the repository's model
 #     configs and topologies, crafted bad safetensors headers, small shards, checkpoint
 #     manifests (versions 1 and 2, and ones a resume must refuse), chat JSONL with tokenizers,
-#     prompt shards;
+#     prompt shards, the repository's tokenizers;
 #   - fuzz/regress/<target>/: inputs a fuzzer found that broke a parser once;
 #   - a real shard (data/tiny/heldout-000.dfs).
 # Each target must accept at least one input (so its oracle ran) and refuse at least one.
-# Then it must fail where it should: the hfconfig, dflash_config and prompts targets built
+# Then it must fail where it should: the hfconfig, dflash_config, prompts and tokvocab targets built
 # over their parsers with the check that fuzz/regress/<target>/ is about taken out must
 # abort on it.
 set -u
@@ -32,6 +32,7 @@ build() { # target output [parser source]
     ledger) src=${src:-} ;; # the harness includes common/ipc/ledger.c
     manifest) src=${src:-common/dflash/dflash_manifest.c}; src="$src common/sha256.c common/par.c" ;;
     prompts) src=${src:-eval/eval_prompts.c}; src="$src common/io/shard.c" ;;
+    tokvocab) src=${src:-common/io/tokvocab.c} ;;
   esac
   "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
     -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer \
@@ -39,7 +40,7 @@ build() { # target output [parser source]
     { cat "$out.log"; fail "$t: the replay build failed"; }
 }
 
-for t in safetensors topology shard hfconfig dflash_config ledger manifest prompts; do
+for t in safetensors topology shard hfconfig dflash_config ledger manifest prompts tokvocab; do
   build "$t" "$tmp/$t"
   inputs=("$tmp/seeds/$t/seeds")
   [ -d "fuzz/regress/$t" ] && inputs+=("fuzz/regress/$t")
@@ -101,4 +102,19 @@ if ("$tmp/prompts_old" fuzz/regress/prompts/shard_vocab_wraps.bin >"$tmp/old.out
 fi
 grep -q "oracle failed" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "the old prompts reader failed, but not by the oracle"; }
 echo "ok: with the int comparison, eval_prompts.c fails shard_vocab_wraps.bin ($(grep -m1 'outside' "$tmp/old.out"))"
+# and two names of a byte_tokenizer.json on one id (fuzz/regress/tokvocab): tokvocab.c without
+# its check writes "<|assistant|>" into the 7 bytes of "<|pad|>", past the end of the blob
+python3 - common/io/tokvocab.c "$tmp/tokvocab_old.c" <<'PY' || fail "could not take the check out of a copy of tokvocab.c"
+import sys
+s = open(sys.argv[1]).read()
+a = "            if (ids[q] == ids[k])\n"
+assert s.count(a) == 1, "the check is not where this test expects it"
+open(sys.argv[2], "w").write(s.replace(a, "            if (0)\n"))
+PY
+build tokvocab "$tmp/tokvocab_old" "$tmp/tokvocab_old.c"
+if ("$tmp/tokvocab_old" fuzz/regress/tokvocab >"$tmp/old.out" 2>&1; exit $?) 2>/dev/null; then
+  fail "tokvocab.c without its same-id check still passes fuzz/regress/tokvocab"
+fi
+grep -q "heap-buffer-overflow" "$tmp/old.out" || { tail -5 "$tmp/old.out"; fail "the old tokvocab.c failed, but not with ASan's report"; }
+echo "ok: without its same-id check, tokvocab.c fails fuzz/regress/tokvocab (ASan: heap-buffer-overflow)"
 echo "PASS: the fuzz targets replay clean over their seeds, the regression inputs and a real shard"

@@ -77,9 +77,11 @@ endif
 
 NVCCFLAGS := -O3 -g -std=c++17 -arch=sm_$(CUDA_ARCH) -I. -Icommon -Xcompiler -Wall,-fno-strict-aliasing -MMD -MP \
              -D_GNU_SOURCE --expt-relaxed-constexpr -lineinfo
+# The CUDA libraries go only to the programs that use the GPU (prog_ldlibs, below).
+CUDA_LDLIBS :=
 ifeq ($(CUDA),1)
 CFLAGS  += -DDF_WITH_CUDA=1 -I$(CUDA_HOME)/include
-LDLIBS  += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lcuda -lnccl -lstdc++ -ldl
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lcuda -lnccl -lstdc++ -ldl
 endif
 
 # --- source discovery and layers -------------------------------------------
@@ -134,6 +136,18 @@ dflash_O += $(BUILD)/gen/dflash_py.o
 # what a room's programs link, in order: its own library, then its _USES
 $(foreach r,$(ROOMS),$(eval $(r)_LINK := $($(r)_LIB) $(foreach u,$($(r)_USES),$($(u)_LIB))))
 
+# Host-only programs: they never load CUDA, in either build, so they start on a host without
+# a GPU driver (libcuda.so.1) and a GPU fault cannot take them down. The orchestrator hands
+# every GPU job to cuda_helper (a separate process, which links CUDA), and dfctl only talks
+# to its socket. In a CUDA=1 build they link the "not built with CUDA" side of common/'s
+# seams (common/**/*_nocuda.c, compiled for them under $(BUILD)/host/) ahead of libcommon.a,
+# so the CUDA side in the archive is never pulled in; an object that still wanted a CUDA
+# symbol would fail their link (no CUDA library on it). tests/test_host_only.sh checks with ldd.
+HOST_ONLY_BINS := orchestrator dfctl
+HOST_SEAM_O    := $(if $(filter 1,$(CUDA)),$(patsubst %.c,$(BUILD)/host/%.o,$(call room_find,common,*_nocuda.c)))
+prog_seams      = $(if $(filter $(1),$(HOST_ONLY_BINS)),$(HOST_SEAM_O))
+prog_ldlibs     = $(LDLIBS) $(if $(filter $(1),$(HOST_ONLY_BINS)),,$(CUDA_LDLIBS))
+
 define lib_rule
 ifneq ($$($(1)_LIB),)
 $$($(1)_LIB): $$($(1)_O)
@@ -144,9 +158,10 @@ endif
 # moved to another room can never satisfy it
 $$($(1)_BINS): $$(BUILD)/bin/%: $$(BUILD)/$$($(1)_DIR)/%_main.o $$($(1)_LINK)
 	@mkdir -p $$(@D)
-	$$(CC) $$(LDFLAGS) -o $$@ $$< $$($(1)_LINK) $$(LDLIBS)
+	$$(CC) $$(LDFLAGS) -o $$@ $$< $$(call prog_seams,$$*) $$($(1)_LINK) $$(call prog_ldlibs,$$*)
 endef
 $(foreach r,$(ROOMS),$(eval $(call lib_rule,$(r))))
+$(foreach b,$(HOST_ONLY_BINS),$(BUILD)/bin/$(b)): $(HOST_SEAM_O)
 
 # Tests, benchmarks and test programs may use every layer: highest first.
 ALL_LIBS  := $(foreach r,$(ROLES) eval dflash target common,$($(r)_LIB))
@@ -194,6 +209,11 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+# the host-only programs' side of common/'s CUDA seams (HOST_SEAM_O, CUDA=1 builds only)
+$(BUILD)/host/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
 # The CPU reference layers are the hot loops of the CPU backend: let the compiler vectorise them,
 # and never fuse a multiply and an add (the AVX copies of the loops, common/nn/isa.c, must give the
 # baseline's bits; FMA would round once where they round twice).
@@ -223,23 +243,23 @@ endif
 
 $(BUILD)/bin/%: tests/%_main.c $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS) $(CUDA_LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(ALL_LIBS) | $(BINS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS) $(CUDA_LDLIBS)
 
 $(BUILD)/tests/gpu_test_%: tests/gpu_test_%.cu $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(NV_LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(NV_LINK_LIBS) $(filter-out -pthread,$(LDLIBS) $(CUDA_LDLIBS)) -Xcompiler -pthread
 
 $(BUILD)/bench/%: bench/*/%.c $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS) $(CUDA_LDLIBS)
 
 $(BUILD)/bench/%: bench/*/%.cu $(ALL_LIBS)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(NV_LINK_LIBS) $(filter-out -pthread,$(LDLIBS)) -Xcompiler -pthread
+	$(NVCC) $(NVCCFLAGS) -o $@ $< $(NV_LINK_LIBS) $(filter-out -pthread,$(LDLIBS) $(CUDA_LDLIBS)) -Xcompiler -pthread
 
 # --- entry points -------------------------------------------------------------
 deps:

@@ -28,6 +28,14 @@ size_t df_log_stamp(char *out, size_t cap)
     return n < 0 ? 0 : DF_MIN((size_t)n, cap ? cap - 1 : 0);
 }
 
+static void (*g_log_before)(void), (*g_log_after)(void);
+
+void df_log_set_hook(void (*before)(void), void (*after)(void))
+{
+    g_log_before = before;
+    g_log_after = after;
+}
+
 static void vlog(const char *fmt, va_list ap)
 {
     char line[2048], stamp[40];
@@ -36,7 +44,11 @@ static void vlog(const char *fmt, va_list ap)
     int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
     size_t len = (size_t)n + (m < 0 ? 0 : DF_MIN((size_t)m, sizeof line - (size_t)n - 2));
     line[len++] = '\n';
+    if (g_log_before)
+        g_log_before();
     (void)df_write_all(2, line, len); /* one write: lines from several processes don't mix */
+    if (g_log_after)
+        g_log_after();
 }
 
 void df_log(const char *fmt, ...)

@@ -53,6 +53,10 @@ void df_log_init(const char *prog);
 void df_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The line prefix's time, "2026-12-03T10:11:12.345Z", into out; returns its length. */
 size_t df_log_stamp(char *out, size_t cap);
+/* For a program that keeps a line of its own on the terminal (the orchestrator's progress
+ * line): df_log calls before() ahead of each line it writes (clear that line) and after()
+ * once it is written (draw it again). NULL, NULL: none. Set from the thread that logs. */
+void df_log_set_hook(void (*before)(void), void (*after)(void));
 /* Log and exit(code). */
 void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 

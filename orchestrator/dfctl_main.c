@@ -2,8 +2,9 @@
  *
  * Talks newline-delimited JSON over <run dir>/ctl.sock (protocol: orchestrator/control.c).
  * Deliberately plain blocking sockets, no libuv: one request, one reply (top: one per
- * second). Exit codes: 0 ok, 1 cannot connect or the orchestrator refused, 2 bad usage,
- * unknown command or unknown worker.
+ * second). Exit codes (exit_codes.h): 0 ok, 1 cannot connect (then it reads the run dir and
+ * says how a finished run ended and where its results are) or the orchestrator refused,
+ * 2 bad usage, unknown command or unknown worker.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -16,8 +17,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "exit_codes.h"
 #include "util.h"
 
 static void usage(FILE *f)
@@ -40,7 +43,7 @@ static void usage(FILE *f)
                "  --run-dir DIR      the run (default: $DF_RUN_DIR, else the only directory under ./run/)\n"
                "  --json             print the orchestrator's JSON reply instead of a table\n"
                "  -h, --help         this text\n"
-               "exit codes: 0 ok, 1 cannot connect / request refused, 2 bad usage, unknown command or worker\n");
+               "\n" DF_EXIT_CODES_TEXT);
 }
 
 static int pick_run_dir(const char *opt, char *out, size_t cap)
@@ -85,6 +88,113 @@ static int pick_run_dir(const char *opt, char *out, size_t cap)
     return 0;
 }
 
+/* The last "start" and the last "finish" event of <run_dir>/metrics/orchestrator.jsonl (new
+ * references, NULL when none); -errno when the file cannot be read. Each event is one line,
+ * written compact with sorted keys, so a cheap substring test picks the lines to parse. */
+static int last_start_finish(const char *run_dir, json_t **start, json_t **finish)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/metrics/orchestrator.jsonl", run_dir);
+    *start = *finish = NULL;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -errno;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        int is_start = strstr(line, "\"ev\":\"start\"") != NULL;
+        if (!is_start && !strstr(line, "\"ev\":\"finish\""))
+            continue;
+        json_t *e = json_loads(line, 0, NULL);
+        if (!e) /* a line cut by a crash */
+            continue;
+        json_t **slot = is_start ? start : finish;
+        json_decref(*slot);
+        *slot = e;
+        if (is_start) { /* a finish before this start belongs to an earlier orchestrator */
+            json_decref(*finish);
+            *finish = NULL;
+        }
+    }
+    free(line);
+    fclose(f);
+    return 0;
+}
+
+/* The socket is gone (or nobody listens): say what the run dir tells of how the run ended,
+ * and where its results are. 0 when it said something, -1 when the run dir has no record. */
+static int explain_not_running(const char *run_dir, const char *sock_path, int err)
+{
+    json_t *start, *fin;
+    if (last_start_finish(run_dir, &start, &fin) < 0 || !start) {
+        json_decref(start);
+        json_decref(fin);
+        return -1;
+    }
+    fprintf(stderr, "dfctl: cannot connect to %s: %s: the orchestrator of this run is not running\n", sock_path,
+            strerror(err));
+    if (!fin) {
+        fprintf(stderr,
+                "dfctl: its last orchestrator (pid %lld) recorded no end: it was killed or crashed (or is still "
+                "starting)\n"
+                "  continue it with: orchestrator --resume %s\n"
+                "  its log lines:    %s/metrics/orchestrator.jsonl, %s/logs/\n",
+                (long long)json_integer_value(json_object_get(start, "pid")), run_dir, run_dir, run_dir);
+        json_decref(start);
+        return 0;
+    }
+    char when[40] = "?";
+    double t = json_number_value(json_object_get(fin, "t"));
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if (t > 0 && gmtime_r(&tt, &tm))
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int code = (int)json_integer_value(json_object_get(fin, "exit_code"));
+    const char *state = json_string_value(json_object_get(fin, "state"));
+    const char *reason = json_string_value(json_object_get(fin, "reason"));
+    long long batches = json_integer_value(json_object_get(fin, "batches"));
+    long long done =
+        json_integer_value(json_object_get(fin, "committed")) + json_integer_value(json_object_get(fin, "poisoned"));
+    if (!state) /* written by an older orchestrator: no state, no batch total */
+        state = code ? "failed" : json_integer_value(json_object_get(fin, "pending")) ? "incomplete" : "complete";
+    char where[300] = "";
+    if (json_object_get(fin, "epochs")) /* epochs counted from 1 for people, as everywhere */
+        snprintf(where, sizeof where, " of epoch %lld of %lld",
+                 (long long)json_integer_value(json_object_get(fin, "epoch")) + 1,
+                 (long long)json_integer_value(json_object_get(fin, "epochs")));
+    if (!strcmp(state, "complete"))
+        fprintf(stderr, "dfctl: the run finished at %s with exit %d: complete, every batch%s committed (step %lld)\n",
+                when, code, where, (long long)json_integer_value(json_object_get(fin, "committed_step")));
+    else if (json_is_true(json_object_get(fin, "complete"))) /* its work done, its end failed */
+        fprintf(stderr,
+                "dfctl: the run failed at %s with exit %d, at the end: %s; every batch%s committed (step %lld)\n", when,
+                code, reason ? reason : "?", where,
+                (long long)json_integer_value(json_object_get(fin, "committed_step")));
+    else
+        fprintf(stderr,
+                "dfctl: the run %s at %s with exit %d, before the end%s%s: %lld%s%lld batches%s committed "
+                "(step %lld)\n",
+                strcmp(state, "failed") ? "stopped" : "failed", when, code, reason && *reason ? ": " : "",
+                reason ? reason : "", done, batches ? " of " : "", batches ? batches : done, where,
+                (long long)json_integer_value(json_object_get(fin, "committed_step")));
+    char p[1200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/train_summary.json", run_dir);
+    if (!strcmp(state, "complete") && stat(p, &st) == 0)
+        fprintf(stderr, "  training summary: %s\n", p);
+    snprintf(p, sizeof p, "%s/drafter", run_dir);
+    if (!strcmp(state, "complete") && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        fprintf(stderr, "  release export:   %s/\n", p);
+    const char *audit = json_string_value(json_object_get(fin, "audit"));
+    fprintf(stderr, "  ledger audit:     %s%s\n", audit ? audit : run_dir, audit ? "" : "/ledger_audit.json");
+    fprintf(stderr, "  logs:             %s/logs/, metrics: %s/metrics/\n", run_dir, run_dir);
+    if (strcmp(state, "complete"))
+        fprintf(stderr, "  continue it with: orchestrator --resume %s\n", run_dir);
+    json_decref(start);
+    json_decref(fin);
+    return 0;
+}
+
 static int connect_ctl(const char *run_dir, char *path, size_t cap)
 {
     snprintf(path, cap, "%s/ctl.sock", run_dir);
@@ -102,9 +212,12 @@ static int connect_ctl(const char *run_dir, char *path, size_t cap)
         return -1;
     }
     if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-        fprintf(stderr, "dfctl: cannot connect to %s: %s (is the orchestrator of this run running?)\n", path,
-                strerror(errno));
+        int e = errno;
         close(fd);
+        if ((e == ENOENT || e == ECONNREFUSED) && explain_not_running(run_dir, path, e) == 0)
+            return -1;
+        fprintf(stderr, "dfctl: cannot connect to %s: %s (is the orchestrator of this run running?)\n", path,
+                strerror(e));
         return -1;
     }
     return fd;

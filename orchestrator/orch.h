@@ -32,10 +32,11 @@
 /* What to do once a worker's process is gone (its exit intent, set by the state table's
  * actions before we signal it; read by the "reap" action). */
 typedef enum {
-    AFTER_POLICY = 0, /* it died by itself (or `dfctl kill`): the restart policy decides */
+    AFTER_POLICY = 0, /* it died by itself (or we killed it as hung): the restart policy decides */
     AFTER_STOP,       /* `dfctl stop` / shutdown: stay down */
     AFTER_RESTART,    /* `dfctl restart`: restart at once, no backoff */
     AFTER_GROUP,      /* killed because a group peer died: restart with the group */
+    AFTER_KILL,       /* `dfctl kill`: restarted as after a crash, but not counted against max_restarts */
 } orch_after;
 
 /* plan_source.c: the data's fingerprint: per file its path, size and content hash, and one
@@ -225,5 +226,20 @@ void report_stop(orch *o);
 void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines);
 /* One line of the training figures of a status object's "train" (progress line, dfctl top). */
 void report_train_line(json_t *train, char *out, size_t cap);
+/* One field of the progress line: its text and how much it matters (0 most). */
+#define REPORT_MAX_FIELDS (TOPOLOGY_MAX_WORKERS + TOPOLOGY_MAX_RINGS + 16)
+typedef struct report_field {
+    char text[200];
+    int prio;
+} report_field;
+/* The fields' texts joined with " | " in their order into out (NUL-terminated); with width > 0
+ * the least important fields (the highest prio; of equals, the later one) are left out until
+ * the line is at most width characters, then those left out that still fit in the rest of the
+ * line come back, the most important first; a single field longer than the width is cut.
+ * Empty texts are skipped. Returns the length. */
+size_t report_fit_fields(const report_field *f, int n, size_t width, char *out, size_t cap);
+/* Where a run's results are, for its last line: "ledger audit: <path>" and, when they exist,
+ * the training summary and the release export. */
+void report_results(const orch *o, char *out, size_t cap);
 
 #endif

@@ -2,12 +2,13 @@
  *
  * Validates the topology (exit 2 with the JSON path of the error, nothing started), prepares
  * the run (setup.c), starts the control socket, the metrics and every worker, and runs the
- * libuv loop until the run ends. Exit codes: 0 the epoch finished, or a requested shutdown
- * drained cleanly; 1 the run failed (a worker hit its restart limit or failed permanently
- * with nobody to take over, a shutdown had to SIGKILL, the workers ended with batches left,
- * or the final audit / ledger.bin could not be written); 2 bad command line, topology or
- * data, a run dir in use by another orchestrator, or a --resume whose ledger.bin, plan or
- * data files do not verify (nothing started). docs/operations.md.
+ * libuv loop until the run ends. Exit codes (exit_codes.h, the list --help prints): 0 the run
+ * is complete, or a requested shutdown drained cleanly; 1 the run failed (a worker hit its
+ * restart limit or failed permanently with nobody to take over, a shutdown had to SIGKILL,
+ * the workers ended with batches left, or the final audit / ledger.bin could not be
+ * written); 2 bad command line, topology or data, a run dir in use by another orchestrator,
+ * or a --resume whose ledger.bin, plan or data files do not verify (nothing started); never
+ * 100. docs/operations.md.
  */
 #include <libgen.h>
 #include <limits.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "exit_codes.h"
 #include "orch.h"
 #include "util.h"
 
@@ -32,7 +34,7 @@ static void usage(FILE *f)
                "  -h, --help this text\n"
                "\n"
                "Control it with dfctl (dfctl --help). SIGINT/SIGTERM: drain and stop (twice: faster).\n"
-               "Exit codes: 0 done or clean shutdown, 1 run failed, 2 bad usage/topology/data.\n");
+               "\n" DF_EXIT_CODES_TEXT);
 }
 
 int main(int argc, char **argv)

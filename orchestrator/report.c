@@ -8,7 +8,12 @@
  *                               throughput from its status slot and the last line of its own
  *                               metrics/<name>.jsonl (tailed with metrics_reader)
  *   metrics/pipeline.prom       the same figures as a Prometheus textfile, written atomically
- *   stdout                      one progress line per interval
+ *   stdout                      the progress line: not a terminal, one full line per interval
+ *                               (every figure, with the time stamp); a terminal, one line
+ *                               rewritten in place ("\r" + clear to the end of the line)
+ *                               that fits the terminal's width: the least important fields
+ *                               are left out first (report_fit_fields), and every log line
+ *                               clears it before and draws it again after (df_log's hook)
  * The training figures (status object "train", the progress line, dfctl top, pipeline.prom):
  * loss, lr and step from drafter rank 0's last "step" line, total steps from the plan,
  * tokens/s summed over the drafters, the validator's last "validation" line, and the ETA:
@@ -22,7 +27,11 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "orch.h"
@@ -30,6 +39,7 @@
 
 static double num_or(json_t *o, const char *k, double def);
 static json_t *train_json(orch *o);
+static void progress_line(orch *o, json_t *s, uint64_t now);
 
 void orch_event(orch *o, json_t *ev)
 {
@@ -89,6 +99,8 @@ void report_log_tail(orch *o, const char *name, char *out, size_t cap, int lines
         }
         out[o_len++] = *p++;
     }
+    if (o_len && out[o_len - 1] == '\n') /* the caller's df_log ends the line */
+        o_len--;
     out[o_len] = 0;
 }
 
@@ -463,38 +475,233 @@ void report_tick(orch *o)
     }
     write_prom(o, s);
 
-    /* one progress line */
-    char line[2048];
-    size_t len = df_log_stamp(line, sizeof line);
-    json_t *l = json_object_get(s, "ledger");
-    len += (size_t)snprintf(
-        line + len, sizeof line - len, " [%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)",
-        (double)(now - o->start_ns) * 1e-9, (long long)json_integer_value(json_object_get(l, "committed")),
-        (long long)json_integer_value(json_object_get(l, "batches")),
-        (long long)json_integer_value(json_object_get(l, "committed_step")),
-        (long long)(json_integer_value(json_object_get(l, "claimed")) +
-                    json_integer_value(json_object_get(l, "in_ring")) +
-                    json_integer_value(json_object_get(l, "trained"))));
-    for (int i = 0; i < o->n && len < sizeof line - 100; i++)
-        len += (size_t)snprintf(line + len, sizeof line - len, " | %s %s %.1f/s", o->w[i].tw->name,
-                                status_state_name(o->w[i].state), o->w[i].items_per_s);
-    for (int r = 0; r < o->t.n_rings && len < sizeof line - 100; r++) {
-        ring_stats st;
-        ring_stats_read(&o->rings[r], &st);
-        len += (size_t)snprintf(line + len, sizeof line - len, " | %s %u/%u", o->t.rings[r].name,
-                                st.ready + st.reading + st.writing, o->rings[r].nslots);
-    }
-    if (len < sizeof line - 60)
-        len += (size_t)snprintf(line + len, sizeof line - len, " | restarts %llu poisoned %llu",
-                                (unsigned long long)o->restarts_total, (unsigned long long)o->poisoned_total);
-    if (len < sizeof line - 200) {
-        char t1[160];
-        report_train_line(json_object_get(s, "train"), t1, sizeof t1);
-        len += (size_t)snprintf(line + len, sizeof line - len, " | %s", t1);
-    }
-    printf("%s\n", line);
-    fflush(stdout);
+    progress_line(o, s, now);
     json_decref(s);
+}
+
+/* ---- the progress line -------------------------------------------------------------- */
+
+size_t report_fit_fields(const report_field *f, int n, size_t width, char *out, size_t cap)
+{
+    static const char sep[] = " | ";
+    const size_t seplen = sizeof sep - 1;
+    unsigned char keep[REPORT_MAX_FIELDS];
+    size_t total = 0;
+    int kept = 0;
+    if (n > REPORT_MAX_FIELDS)
+        n = REPORT_MAX_FIELDS;
+    for (int i = 0; i < n; i++) {
+        keep[i] = f[i].text[0] != 0;
+        if (keep[i]) {
+            total += (kept ? seplen : 0) + strlen(f[i].text);
+            kept++;
+        }
+    }
+    /* drop the least important field (the highest prio; of equals the last) until it fits */
+    int dropped[REPORT_MAX_FIELDS], nd = 0;
+    while (width && total > width && kept > 1) {
+        int worst = -1;
+        for (int i = 0; i < n; i++)
+            if (keep[i] && (worst < 0 || f[i].prio >= f[worst].prio))
+                worst = i;
+        keep[worst] = 0;
+        dropped[nd++] = worst;
+        total -= strlen(f[worst].text) + seplen;
+        kept--;
+    }
+    /* then fill what is left of the line: a dropped field that fits comes back, the most
+     * important first (a short figure may fit where a longer, more important one did not) */
+    for (int k = nd - 1; k >= 0 && total <= width; k--) {
+        size_t add = strlen(f[dropped[k]].text) + seplen;
+        if (total + add <= width) {
+            keep[dropped[k]] = 1;
+            total += add;
+        }
+    }
+    size_t len = 0, limit = width && width < cap ? width : cap - 1;
+    int first = 1;
+    out[0] = 0;
+    for (int i = 0; i < n && len < limit; i++) {
+        if (!keep[i])
+            continue;
+        int k = snprintf(out + len, limit + 1 - len, "%s%s", first ? "" : sep, f[i].text);
+        len += k > 0 ? DF_MIN((size_t)k, limit - len) : 0; /* a last field too long for the line is cut */
+        first = 0;
+    }
+    out[len] = 0;
+    return len;
+}
+
+/* "12.3s", "4m05s", "2h07m" */
+static void fmt_elapsed(char *out, size_t cap, double x)
+{
+    if (x < 60)
+        snprintf(out, cap, "%.1fs", x);
+    else if (x < 3600)
+        snprintf(out, cap, "%dm%02ds", (int)x / 60, (int)x % 60);
+    else
+        snprintf(out, cap, "%dh%02dm", (int)(x / 3600), ((int)x % 3600) / 60);
+}
+
+#define FIELD(pr, ...)                                            \
+    do {                                                          \
+        if (nf < REPORT_MAX_FIELDS) {                             \
+            snprintf(f[nf].text, sizeof f[nf].text, __VA_ARGS__); \
+            f[nf++].prio = (pr);                                  \
+        }                                                         \
+    } while (0)
+
+/* The terminal's fields, in the order shown; prio says what goes first when the line is too
+ * long: 0 stays longest (elapsed time, batches committed), then step and ETA, loss, a worker
+ * that is not up, restarts and poisoned batches, tokens/s, validation, lr, the workers that
+ * are up, the rings. */
+static int progress_fields(orch *o, json_t *s, uint64_t now, report_field *f)
+{
+    int nf = 0;
+    json_t *l = json_object_get(s, "ledger"), *tr = json_object_get(s, "train");
+    char t[32];
+    fmt_elapsed(t, sizeof t, (double)(now - o->start_ns) * 1e-9);
+    FIELD(0, "[%s]", t);
+    uint32_t epochs = DF_MAX(o->t.drafter.epochs, 1u);
+    if (epochs > 1)
+        FIELD(1, "epoch %u/%u", o->epoch + 1, epochs);
+    FIELD(0, "ledger %lld/%lld", (long long)json_integer_value(json_object_get(l, "committed")),
+          (long long)json_integer_value(json_object_get(l, "batches")));
+    json_t *st = json_object_get(tr, "step"), *eta = json_object_get(tr, "eta_s");
+    if (json_is_integer(st))
+        FIELD(1, "step %lld/%lld", (long long)json_integer_value(st),
+              (long long)json_integer_value(json_object_get(tr, "total_steps")));
+    if (json_is_number(json_object_get(tr, "loss")))
+        FIELD(2, "loss %.3f", json_number_value(json_object_get(tr, "loss")));
+    if (json_is_number(eta) && json_number_value(eta) >= 0 && json_number_value(eta) < 1e9) {
+        fmt_elapsed(t, sizeof t, json_number_value(eta));
+        FIELD(1, "ETA %s", t);
+    }
+    if (o->restarts_total || o->poisoned_total)
+        FIELD(3, "restarts %llu poisoned %llu", (unsigned long long)o->restarts_total,
+              (unsigned long long)o->poisoned_total);
+    if (json_number_value(json_object_get(tr, "tokens_per_s")) > 0)
+        FIELD(4, "%.0f tok/s", json_number_value(json_object_get(tr, "tokens_per_s")));
+    if (json_is_number(json_object_get(tr, "val_loss")))
+        FIELD(5, "val %.3f tau %.2f", json_number_value(json_object_get(tr, "val_loss")),
+              json_number_value(json_object_get(tr, "val_exp_tau")));
+    if (json_is_number(json_object_get(tr, "lr")))
+        FIELD(6, "lr %.1e", json_number_value(json_object_get(tr, "lr")));
+    for (int i = 0; i < o->n; i++) {
+        const orch_worker *w = &o->w[i];
+        int up = w->state == STATUS_UP || w->state == STATUS_DONE;
+        FIELD(up ? 7 : 3, "%s %s %.1f/s", w->tw->name, status_state_name(w->state), w->items_per_s);
+    }
+    for (int r = 0; r < o->t.n_rings; r++) {
+        ring_stats rs;
+        ring_stats_read(&o->rings[r], &rs);
+        FIELD(8, "%s %u/%u", o->t.rings[r].name, rs.ready + rs.reading + rs.writing, o->rings[r].nslots);
+    }
+    return nf;
+}
+
+/* The log file's fields: every figure (the full line, one per interval). */
+static int progress_fields_full(orch *o, json_t *s, uint64_t now, report_field *f)
+{
+    int nf = 0;
+    json_t *l = json_object_get(s, "ledger");
+    FIELD(0, "[%7.1fs] ledger %lld/%lld committed (step %lld, %lld in flight)", (double)(now - o->start_ns) * 1e-9,
+          (long long)json_integer_value(json_object_get(l, "committed")),
+          (long long)json_integer_value(json_object_get(l, "batches")),
+          (long long)json_integer_value(json_object_get(l, "committed_step")),
+          (long long)(json_integer_value(json_object_get(l, "claimed")) +
+                      json_integer_value(json_object_get(l, "in_ring")) +
+                      json_integer_value(json_object_get(l, "trained"))));
+    for (int i = 0; i < o->n; i++)
+        FIELD(0, "%s %s %.1f/s", o->w[i].tw->name, status_state_name(o->w[i].state), o->w[i].items_per_s);
+    for (int r = 0; r < o->t.n_rings; r++) {
+        ring_stats rs;
+        ring_stats_read(&o->rings[r], &rs);
+        FIELD(0, "%s %u/%u", o->t.rings[r].name, rs.ready + rs.reading + rs.writing, o->rings[r].nslots);
+    }
+    FIELD(0, "restarts %llu poisoned %llu", (unsigned long long)o->restarts_total,
+          (unsigned long long)o->poisoned_total);
+    if (nf < REPORT_MAX_FIELDS) {
+        report_train_line(json_object_get(s, "train"), f[nf].text, sizeof f[nf].text);
+        f[nf++].prio = 0;
+    }
+    return nf;
+}
+#undef FIELD
+
+/* The terminal line: what is on the screen now (shown), to clear it around a log line. */
+static struct {
+    int on;    /* stdout and stderr are a terminal: draw in place */
+    int shown; /* a line is on the screen, the cursor after it */
+    char line[1024];
+    size_t len;
+} g_tty;
+
+static void tty_clear(void)
+{
+    if (g_tty.shown)
+        (void)df_write_all(STDOUT_FILENO, "\r\033[K", 4);
+}
+
+static void tty_draw(void)
+{
+    if (!g_tty.shown)
+        return;
+    char buf[sizeof g_tty.line + 8];
+    memcpy(buf, "\r\033[K", 4);
+    memcpy(buf + 4, g_tty.line, g_tty.len);
+    (void)df_write_all(STDOUT_FILENO, buf, 4 + g_tty.len); /* one write: no half-drawn line */
+}
+
+/* Columns of the terminal on stdout: TIOCGWINSZ, else $COLUMNS, else 80. */
+static size_t tty_width(void)
+{
+    struct winsize ws;
+    if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    long long c;
+    if (df_parse_int(getenv("COLUMNS"), 1, 10000, &c) == 0)
+        return (size_t)c;
+    return 80;
+}
+
+static void progress_line(orch *o, json_t *s, uint64_t now)
+{
+    report_field f[REPORT_MAX_FIELDS];
+    if (g_tty.on) {
+        int nf = progress_fields(o, s, now, f);
+        /* one column short of the width: a line that fills the last column leaves the cursor
+         * waiting to wrap, and some terminals then scroll on the "\r" */
+        size_t w = tty_width();
+        g_tty.len = report_fit_fields(f, nf, w > 1 ? w - 1 : 1, g_tty.line, sizeof g_tty.line);
+        g_tty.shown = 1;
+        tty_draw();
+        if (o->finished) { /* the last figures stay on the screen */
+            (void)df_write_all(STDOUT_FILENO, "\n", 1);
+            g_tty.shown = 0;
+        }
+        return;
+    }
+    int nf = progress_fields_full(o, s, now, f);
+    char line[REPORT_MAX_FIELDS * 64];
+    size_t len = df_log_stamp(line, sizeof line);
+    line[len++] = ' ';
+    len += report_fit_fields(f, nf, 0, line + len, sizeof line - len - 1);
+    line[len++] = '\n';
+    (void)df_write_all(STDOUT_FILENO, line, len);
+}
+
+void report_results(const orch *o, char *out, size_t cap)
+{
+    char p[1200];
+    struct stat st;
+    int n = snprintf(out, cap, "ledger audit: %s/ledger_audit.json", o->run_dir);
+    snprintf(p, sizeof p, "%s/train_summary.json", o->run_dir);
+    if (n >= 0 && (size_t)n < cap && stat(p, &st) == 0)
+        n += snprintf(out + n, cap - (size_t)n, ", training summary: %s", p);
+    snprintf(p, sizeof p, "%s/drafter", o->run_dir);
+    if (n >= 0 && (size_t)n < cap && stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+        (void)snprintf(out + n, cap - (size_t)n, ", release export: %s/", p);
 }
 
 static void metrics_cb(uv_timer_t *t)
@@ -513,6 +720,11 @@ int report_start(orch *o)
     o->metrics_timer.data = o;
     uint64_t ms = o->t.sup.metrics_interval_ms ? o->t.sup.metrics_interval_ms : 1000;
     uv_timer_start(&o->metrics_timer, metrics_cb, ms, ms);
+    /* in place only when the log lines land on the same terminal (they clear and redraw it) */
+    memset(&g_tty, 0, sizeof g_tty);
+    g_tty.on = isatty(STDOUT_FILENO) && isatty(STDERR_FILENO);
+    if (g_tty.on)
+        df_log_set_hook(tty_clear, tty_draw);
     return 0;
 }
 
@@ -523,6 +735,12 @@ static void noop_close(uv_handle_t *h)
 
 void report_stop(orch *o)
 {
+    if (g_tty.on) {
+        if (g_tty.shown)
+            (void)df_write_all(STDOUT_FILENO, "\n", 1);
+        g_tty.shown = 0;
+        df_log_set_hook(NULL, NULL);
+    }
     if (!uv_is_closing((uv_handle_t *)&o->metrics_timer))
         uv_close((uv_handle_t *)&o->metrics_timer, noop_close);
     for (int i = 0; i < o->n; i++) {

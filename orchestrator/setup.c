@@ -460,7 +460,7 @@ static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int 
         ledger_plan_free(&plan);
         return rc;
     }
-    df_log("plan: epoch %u of %u: %u samples -> %u batches (token budget %llu, seed %llu)", epoch,
+    df_log("plan: epoch %u of %u: %u samples -> %u batches (token budget %llu, seed %llu)", epoch + 1, /* from 1 */
            DF_MAX(o->t.drafter.epochs, 1u), plan.n_samples, plan.n_batches, (unsigned long long)o->t.token_budget,
            (unsigned long long)o->t.seed);
     ledger_plan_free(&plan);

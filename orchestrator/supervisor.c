@@ -21,7 +21,11 @@
  * the work, else it shuts down with exit 1); anything else = restart after a backoff that
  * starts at backoff_initial_ms, doubles up to backoff_max_ms and resets once the worker
  * was up for stable_ms; more than max_restarts restarts of one worker within
- * restart_window_s -> the run shuts down, exit 1, naming the worker and its log tail.
+ * restart_window_s -> the run shuts down, exit 1, naming the worker and its log tail (once).
+ * Only failures count: a `dfctl kill` restarts the worker after backoff_initial_ms without
+ * counting (exit intent AFTER_KILL), and dfctl restart / stop / start never count.
+ * The run's last line says how it ended (complete; stopped or failed before the end, with
+ * `orchestrator --resume <run dir>`), and the finish event carries the same for dfctl.
  * Drafter ranks are one group: when one dies the group's all-reduce is aborted, the others
  * are SIGKILLed, all are reclaimed, the ledger rewinds to the last committed step, and all
  * restart together (group.c re-formats the all-reduce segment). In deterministic mode the
@@ -591,21 +595,22 @@ static uint64_t next_backoff(orch *o, orch_worker *w)
     return d;
 }
 
+/* The log tail is printed here, once; the shutdown (and the run's last line) repeat only the
+ * one-line reason. */
 static void give_up(orch *o, orch_worker *w, const char *what)
 {
-    char tail[2048], msg[3072];
+    char tail[2048], why[400];
     report_log_tail(o, w->tw->name, tail, sizeof tail, 10);
-    int n = snprintf(msg, sizeof msg, "worker %s %s; last lines of %s/logs/%s.log:\n%s", w->tw->name, what, o->run_dir,
-                     w->tw->name, tail);
-    if (n < 0)
-        msg[0] = 0;
+    snprintf(why, sizeof why, "worker %s %s", w->tw->name, what);
     enter(w, SV_FAILED);
     if (w->tw->role == TOPOLOGY_ROLE_VALIDATOR) { /* validation is optional: training goes on */
-        df_log("giving up on the validator: %s; training goes on without validation", msg);
+        df_log("giving up on the validator: %s; training goes on without validation; last lines of %s/logs/%s.log:\n%s",
+               why, o->run_dir, w->tw->name, tail);
         ev_worker(o, w, "gave_up", NULL);
         return;
     }
-    supervisor_begin_shutdown(o, 1, msg);
+    df_log("%s; last lines of %s/logs/%s.log:\n%s", why, o->run_dir, w->tw->name, tail);
+    supervisor_begin_shutdown(o, 1, why);
 }
 
 static int has_replacement(orch *o, orch_worker *w)
@@ -686,7 +691,8 @@ static int act_reap(orch *o, orch_worker *w)
     if (!ok && w->tw->role == TOPOLOGY_ROLE_DRAFTER)
         group_abort_allreduce(o); /* its peers return -ECANCELED now instead of timing out */
     /* a member that died by itself while its group is being taken down joins the group */
-    if (!ok && w->after == AFTER_POLICY && o->group_pending && group_in(o, w) && w->tw->role != TOPOLOGY_ROLE_DRAFTER)
+    if (!ok && (w->after == AFTER_POLICY || w->after == AFTER_KILL) && o->group_pending && group_in(o, w) &&
+        w->tw->role != TOPOLOGY_ROLE_DRAFTER)
         w->after = AFTER_GROUP;
     reclaim(o, w);
     describe_exit(w);
@@ -714,6 +720,7 @@ static int act_reap(orch *o, orch_worker *w)
         enter(w, ok ? SV_DONE : SV_STOPPED);
         goto done;
     }
+    int deliberate = 0; /* killed by `dfctl kill`: restarted, but not counted as a failure */
     switch (w->after) {
     case AFTER_STOP:
         /* stopped by the operator even if it exited 0: it did not finish its work, so it
@@ -736,6 +743,10 @@ static int act_reap(orch *o, orch_worker *w)
             spawn_worker(o, w);
         }
         goto done;
+    case AFTER_KILL:
+        /* it died of our SIGKILL (not of something of its own just before it landed) */
+        deliberate = w->term_signal == SIGKILL;
+        break;
     case AFTER_POLICY: break;
     }
     if (ok) {
@@ -753,7 +764,7 @@ static int act_reap(orch *o, orch_worker *w)
         }
         goto done;
     }
-    if (note_restart(o, w) < 0) {
+    if (!deliberate && note_restart(o, w) < 0) {
         char what[256];
         snprintf(what, sizeof what, "restarted more than %u times within %u s (last: %s)", o->t.sup.max_restarts,
                  o->t.sup.restart_window_s, w->last_exit);
@@ -761,10 +772,12 @@ static int act_reap(orch *o, orch_worker *w)
         give_up(o, w, what);
         goto done;
     }
-    uint64_t delay = next_backoff(o, w);
+    /* a deliberate kill is no sign of a failing worker: the first delay, and the crash
+     * backoff sequence left as it was */
+    uint64_t delay = deliberate ? o->t.sup.backoff_initial_ms : next_backoff(o, w);
     ev_worker(o, w, "restart",
-              json_pack("{s:I, s:i, s:s}", "delay_ms", (json_int_t)delay, "next_inc", (int)w->incarnation + 1, "why",
-                        w->last_exit));
+              json_pack("{s:I, s:i, s:s, s:b}", "delay_ms", (json_int_t)delay, "next_inc", (int)w->incarnation + 1,
+                        "why", w->last_exit, "counted", !deliberate));
     if (w->tw->role == TOPOLOGY_ROLE_DRAFTER) {
         group_fail(o, w, delay);
     } else {
@@ -870,7 +883,7 @@ static void on_signal(uv_signal_t *h, int signum)
         return;
     }
     char why[64];
-    snprintf(why, sizeof why, "%s", strsignal(signum));
+    snprintf(why, sizeof why, "interrupted by %s", signum == SIGINT ? "SIGINT (Ctrl-C)" : "SIGTERM");
     supervisor_begin_shutdown(o, 0, why);
 }
 
@@ -920,8 +933,10 @@ static int advance_epoch(orch *o)
         supervisor_begin_shutdown(o, 1, err);
         return -1;
     }
-    df_log("epoch %u done (every batch committed, step %llu): starting epoch %u of %u", done,
-           (unsigned long long)o->committed_step, o->epoch, DF_MAX(o->t.drafter.epochs, 1u));
+    /* epochs are counted from 1 in what people read (0-based in the JSON and file names) */
+    df_log("epoch %u of %u done (every batch committed, step %llu): starting epoch %u of %u", done + 1,
+           DF_MAX(o->t.drafter.epochs, 1u), (unsigned long long)o->committed_step, o->epoch + 1,
+           DF_MAX(o->t.drafter.epochs, 1u));
     orch_event(o, json_pack("{s:s, s:i, s:i, s:I, s:i}", "ev", "epoch", "done", (int)done, "epoch", (int)o->epoch,
                             "step", (json_int_t)o->committed_step, "batches", (int)ledger_n_batches(&o->led)));
     return 0;
@@ -963,9 +978,11 @@ static void maybe_finish(orch *o)
         } else {
             ledger_counts_t c;
             ledger_counts(&o->led, &c);
-            df_log("every worker has exited but the epoch is not done (%u pending, %u claimed, %u in a ring, %u "
-                   "trained but not committed)",
-                   c.pending, c.claimed, c.in_ring, c.trained);
+            snprintf(o->shutdown_reason, sizeof o->shutdown_reason,
+                     "every worker has exited but the epoch is not done (%u pending, %u claimed, %u in a ring, %u "
+                     "trained but not committed)",
+                     c.pending, c.claimed, c.in_ring, c.trained);
+            df_log("%s", o->shutdown_reason);
             o->exit_code = 1;
         }
     } else if (o->forced && o->exit_code == 0) {
@@ -985,20 +1002,42 @@ static void maybe_finish(orch *o)
     snprintf(lpath, sizeof lpath, "%s/ledger.bin", o->run_dir);
     if ((rc = setup_persist_ledger(o)) < 0)
         record_failed(o, lpath, rc, msg, sizeof msg);
-    if (msg[0]) {
-        df_log("%s", msg);
+    if (msg[0]) { /* record_failed said what, and how to write it later */
         if (o->exit_code == 0)
             o->exit_code = 1;
+        if (!o->shutdown_reason[0])
+            snprintf(o->shutdown_reason, sizeof o->shutdown_reason, "the run's record could not be written (above)");
     }
     ledger_counts_t c;
     ledger_counts(&o->led, &c);
-    orch_event(o, json_pack("{s:s, s:i, s:s, s:i, s:i, s:i, s:b}", "ev", "finish", "exit_code", o->exit_code, "audit",
-                            path, "committed", (int)c.committed, "pending", (int)c.pending, "poisoned", (int)c.poisoned,
-                            "exactly_once", ledger_exactly_once(&o->led)));
+    uint32_t epochs = DF_MAX(o->t.drafter.epochs, 1u);
+    int epoch_done = ledger_epoch_done(&o->led);
+    int complete = epoch_done && o->epoch + 1 >= epochs;
+    /* exactly_once is a verdict on a finished epoch: null while batches are left (an
+     * interrupted run is incomplete, not wrong), false only for a real violation */
+    json_t *ex = epoch_done ? json_boolean(ledger_exactly_once(&o->led) == 1) : json_null();
+    const char *state = o->exit_code != 0 ? "failed" : complete ? "complete" : "incomplete";
+    orch_event(o, json_pack("{s:s, s:i, s:s, s:s, s:b, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:o}", "ev", "finish",
+                            "exit_code", o->exit_code, "state", state, "audit", path, "complete", complete, "reason",
+                            o->shutdown_reason, "epoch", (int)o->epoch, "epochs", (int)epochs, "batches",
+                            (int)ledger_n_batches(&o->led), "committed", (int)c.committed, "pending", (int)c.pending,
+                            "poisoned", (int)c.poisoned, "committed_step", (json_int_t)ledger_committed_step(&o->led),
+                            "exactly_once", ex));
     report_tick(o);
-    if (o->shutdown_reason[0] && o->exit_code != 0)
-        df_log("%s", o->shutdown_reason);
-    df_log("finished (exit %d); ledger audit: %s", o->exit_code, path);
+    char results[3000];
+    report_results(o, results, sizeof results);
+    if (complete && o->exit_code == 0)
+        df_log("finished (exit 0): the run is complete: every batch of epoch %u of %u committed (step %llu); %s",
+               o->epoch + 1, epochs, (unsigned long long)ledger_committed_step(&o->led), results);
+    else if (complete) /* the work is done, but something at its end failed */
+        df_log("failed (exit %d) at the end: %s; every batch of epoch %u of %u committed (step %llu); %s", o->exit_code,
+               o->shutdown_reason, o->epoch + 1, epochs, (unsigned long long)ledger_committed_step(&o->led), results);
+    else
+        df_log("%s (exit %d) before the end%s%s: %u of %u batches of epoch %u of %u committed (step %llu); %s; "
+               "continue with: orchestrator --resume %s",
+               o->exit_code ? "failed" : "stopped", o->exit_code, o->shutdown_reason[0] ? ": " : "", o->shutdown_reason,
+               c.committed + c.poisoned, ledger_n_batches(&o->led), o->epoch + 1, epochs,
+               (unsigned long long)ledger_committed_step(&o->led), results, o->run_dir);
 
     /* close every handle: uv_run returns once they are gone */
     uv_close((uv_handle_t *)&o->hang_timer, close_cb_noop);
@@ -1132,6 +1171,11 @@ static int act_cancel(orch *o, orch_worker *w) /* drop a pending restart */
 static int act_kill(orch *o, orch_worker *w)
 {
     (void)o;
+    /* an operator's kill of a worker that was running normally: the reap restarts it without
+     * counting it against max_restarts. One already being stopped keeps its intent, and one
+     * we already killed for a reason of ours (a hang) stays a failure. */
+    if (w->after == AFTER_POLICY && !w->reason[0])
+        w->after = AFTER_KILL;
     signal_worker(w, SIGKILL, "dfctl kill");
     return 0;
 }

@@ -770,8 +770,17 @@ int ledger_audit_write(ledger *l, const char *path)
             atomic_load(&h->stats.claims), atomic_load(&h->stats.trained), atomic_load(&h->stats.rewound),
             atomic_load(&h->stats.reclaimed), atomic_load(&h->stats.poisoned), atomic_load(&h->stats.double_train),
             atomic_load(&h->stats.replayed));
-    fprintf(f, "  \"plan_covers_every_sample_once\": %s,\n  \"epoch_done\": %s,\n  \"exactly_once\": %s,\n",
-            cover ? "true" : "false", done ? "true" : "false", cover && done ? "true" : "false");
+    /* The verdict is only due once the epoch is over: an interrupted run's audit says
+     * "incomplete" with exactly_once null (resume it), and false is kept for a plan that does
+     * not cover every sample once, whatever the state of the batches. */
+    const char *status = !cover ? "violated" : done ? "complete" : "incomplete";
+    fprintf(f,
+            "  \"plan_covers_every_sample_once\": %s,\n  \"epoch_done\": %s,\n  \"status\": \"%s\",\n"
+            "  \"exactly_once\": %s,\n",
+            cover ? "true" : "false", done ? "true" : "false", status,
+            !cover ? "false"
+            : done ? "true"
+                   : "null");
     fprintf(f, "  \"poisoned\": [");
     for (uint64_t id = 0, k = 0; id < l->n_batches; id++)
         if (w_state(load_word(l, id)) == LEDGER_POISONED)

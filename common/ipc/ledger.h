@@ -197,7 +197,9 @@ int ledger_mark_poisoned(ledger *l, uint64_t batch_id);
 int ledger_batch_status_get(ledger *l, uint64_t batch_id, ledger_batch_status *st);
 void ledger_counts(ledger *l, ledger_counts_t *c);
 /* JSON audit (written atomically): seed, epoch, counts, every batch's state and step,
- * poisoned ids and the "exactly_once" verdict. 0 or -errno. */
+ * poisoned ids, "status" ("complete", "incomplete": batches left, "violated": the plan does
+ * not cover every sample once) and the "exactly_once" verdict (true, false, or null while
+ * incomplete). 0 or -errno. */
 int ledger_audit_write(ledger *l, const char *path);
 /* The verdict alone: 1 iff every batch is COMMITTED or POISONED and every sample index
  * 0..n_samples-1 is in exactly one batch of the plan. */

@@ -114,8 +114,8 @@ int dflash_config_validate(const dflash_config *c, char *err, size_t errlen)
         CFG_ERR("gamma must be > 0 (got %g)", c->gamma);
     if (!dflash_loss_name(c->loss))
         CFG_ERR("loss must be decay (%d) or dpace (%d) (got %d)", DFLASH_LOSS_DECAY, DFLASH_LOSS_DPACE, c->loss);
-    /* alpha = 0 would make a position's weight its raw confidence product: one confident miss
-     * early in a block zeroes every later weight for good (nothing pulls them back) */
+    /* alpha = 0 leaves the raw confidence product: a block whose first position the drafter
+     * misses (q ~ 0) weighs ~0 everywhere, so the positions it most needs are never learned */
     if (c->loss == DFLASH_LOSS_DPACE && !(c->dpace_alpha > 0 && c->dpace_alpha <= 1))
         CFG_ERR("dpace_alpha must be in (0, 1] (got %g)", c->dpace_alpha);
     return 0;

@@ -1,6 +1,7 @@
 /* drafter_worker: trains the DFlash drafter on PD batches. One optimizer step per batch:
  * every document of the batch is one sequence (its context features, tokens and anchors);
- * the loss is normalised by the batch's total weight, gradients summed over documents,
+ * the loss (drafter.loss: the decay or the D-PACE objective, docs/dflash_spec.md) is
+ * normalised over the whole batch, gradients summed over documents,
  * then AdamW with clipping and the warmup + cosine schedule. Every checkpoint_every steps
  * (and on `dfctl checkpoint`, and at the end) rank 0 writes a checkpoint and tells the
  * orchestrator, which commits the ledger up to that step.
@@ -406,6 +407,11 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_int(&ml, "docs", n_docs); /* samples trained by this step (report.py's samples/s) */
     metrics_int(&ml, "nonfinite", nonfinite);
     metrics_int(&ml, "nonfinite_steps", tr->nonfinite_steps);
+    /* each block position's share of this step's loss weight (decay: fixed; dpace: from the
+     * drafter's confidence), positions 1..B-1, summing to 1 */
+    double wpos[DFLASH_MAX_BLOCK];
+    dflash_stats_wpos(&s, tr->cfg.block_size, wpos);
+    metrics_nums(&ml, "w_pos", wpos, tr->cfg.block_size - 1);
     if (d->R > 1 && tr->ops->bucketed) { /* the bucketed reduction: what the backward did not hide */
         metrics_num(&ml, "allreduce_wait_ms", (double)tr->allreduce_wait_ns * 1e-6);
         metrics_int(&ml, "allreduce_buckets_overlapped", tr->allreduce_early);

@@ -15,6 +15,14 @@
 
 static const trainer_ops cpu_ops; /* below */
 
+/* The training objective is the topology's (drafter.loss, drafter.dpace_alpha), whatever a
+ * release the run starts from was trained with. */
+static void set_objective(dflash_config *c, const topo *t)
+{
+    c->loss = t->drafter.loss == TOPOLOGY_LOSS_DPACE ? DFLASH_LOSS_DPACE : DFLASH_LOSS_DECAY;
+    c->dpace_alpha = t->drafter.dpace_alpha;
+}
+
 /* The drafter's shape: the target's width and heads, the topology's depth and block. */
 static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
 {
@@ -37,6 +45,7 @@ static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
     c->rms_norm_eps = hc->rms_norm_eps;
     c->rope_theta = hc->rope_theta;
     c->gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(c->block_size);
+    set_objective(c, t);
 }
 
 /* DF_FAULT_NONFINITE="S[:N]" (trainer.h). A malformed value is an error: a test that meant
@@ -116,6 +125,7 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
             if ((rc = dflash_load_release(t->drafter.init_dir, &tr->cfg, &tr->p, err, errlen)) < 0)
                 return rc;
             tr->cfg.gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(tr->cfg.block_size);
+            set_objective(&tr->cfg, t);
         } else {
             if ((rc = dflash_params_alloc(&tr->p, &tr->cfg)) < 0)
                 return rc;
@@ -126,6 +136,10 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         tr->ts.seed = t->seed;
     }
     tr->n_decay = dflash_decay_segments(&tr->cfg, tr->decay, (int)DF_ARRAY_LEN(tr->decay));
+    if (tr->cfg.loss == DFLASH_LOSS_DPACE)
+        df_log("objective: dpace (alpha %g): position weights from the drafter's confidence", tr->cfg.dpace_alpha);
+    else
+        df_log("objective: decay (gamma %g)", tr->cfg.gamma);
     uint64_t t1 = df_now_ns();
     if ((rc = tr->ops->open(tr, t, total_steps, ckpt_dir != NULL, err, errlen)) < 0)
         return rc;
@@ -217,7 +231,10 @@ int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, co
                 dflash_batch_free(&seq[j]);
             return -EINVAL;
         }
-        *norm += seq[k].sum_w;
+        /* decay: the weights' sum; D-PACE: the blocks with a loss position (dflash_loss.h) */
+        *norm += c->loss == DFLASH_LOSS_DECAY
+                     ? seq[k].sum_w
+                     : dflash_loss_norm(c->loss, seq[k].weights, seq[k].N * c->block_size, c->block_size);
     }
     if (ar && ar->world > 1) /* each rank's gradient / n: the all-reduced sum is the mean of n batches */
         *norm *= tr->ranks_with_batch > 0 ? tr->ranks_with_batch : ar->world;
@@ -430,7 +447,16 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
         bad = df_json_set_num(j, "expected_tau", dflash_stats_tau(&end, B)) < 0 ||
               df_json_set_num(j, "seconds", secs) < 0 || json_object_set_new(j, "block_size", json_integer(B)) < 0 ||
               json_object_set_new(j, "release_dir", json_string("drafter")) < 0 ||
-              json_object_set_new(j, "backend", json_string(tr->ops->name)) < 0;
+              json_object_set_new(j, "backend", json_string(tr->ops->name)) < 0 ||
+              json_object_set_new(j, "loss", json_string(dflash_loss_name(tr->cfg.loss))) < 0;
+    if (!bad) { /* each position's share of the loss weight over the last steps */
+        double wpos[DFLASH_MAX_BLOCK];
+        json_t *wj = json_array();
+        dflash_stats_wpos(&end, B, wpos);
+        for (int k = 1; k < B && wj; k++)
+            json_array_append_new(wj, df_json_num_or_null(wpos[k - 1]));
+        bad = !wj || json_object_set_new(j, "w_pos", wj) < 0;
+    }
     char path[1200];
     snprintf(path, sizeof path, "%s/train_summary.json", run_dir);
     char *txt = j && !bad ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;

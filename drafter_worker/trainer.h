@@ -3,8 +3,9 @@
  * batch, when to checkpoint, the ledger); this file owns the model.
  *
  * One step: every document of the batch is one training sequence (its context features,
- * tokens and anchors); gradients are summed over the documents with the loss normalised by
- * the batch's total weight; with several drafter ranks the gradients are then summed over
+ * tokens and anchors); gradients are summed over the documents with the loss normalised
+ * over the batch (decay: its total weight; dpace: its blocks with a loss position,
+ * dflash_loss.h); with several drafter ranks the gradients are then summed over
  * the ranks (cpu: in buckets handed over during the last document's backward,
  * grad_buckets.h; cuda: one allreduce_sum) and divided by the world size; then AdamW with clipping and
  * the warmup + cosine schedule.
@@ -145,7 +146,8 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double seconds, char
 /* ---- shared by the backends (trainer.c, trainer_cuda.c) ---- */
 /* Both backends: the batch's documents as training sequences from the host view h (anchors,
  * keep, labels and weights; feat: the fp32 features in host memory, or NULL when they stay on
- * the device), and the loss normaliser (the batch's total weight, times the world size so an
+ * the device), and the loss normaliser (dflash_loss_norm summed over the documents: decay
+ * the batch's total weight, dpace its blocks with a loss position; times the world size so an
  * all-reduced sum of gradients is the mean). The caller frees seq[0..h->n_docs). */
 int trainer_docs(const trainer *tr, const batch_header *h, const float *feat, const allreduce_comm *ar,
                  dflash_batch *seq, double *norm, char *err, size_t errlen);

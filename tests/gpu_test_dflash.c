@@ -4,9 +4,13 @@
  *         H uploaded as fp32 (device conversion path), one loss chunk per 16 rows;
  *   mid   d 256, H 8 / KV 2 / hd 32, I 512, V 1000, B 16, 3 captured layers, 2 layers with
  *         layer 1 sliding (W 48), S 300, 16 anchor slots + 2 pads, H as bf16, weight decay.
+ *   tiny-dpace, mid-dpace  the same shapes under the D-PACE objective (alpha 0.3 / 0.5), with
+ *         a sharper head (tiny) and about half the labels set to the drafter's own argmax, so
+ *         that confidences, and with them the position weights, spread out.
  * Checks, each printed with its numbers:
  *   - loss rel err < 1e-2; per-position weighted-row counts equal; accuracy counts close
- *     (bf16 logits may flip near-ties);
+ *     (bf16 logits may flip near-ties); per-position loss weight sums (decay: the fixed
+ *     weights; D-PACE: the confidence weights) rel err < 1e-2, the normaliser equal;
  *   - EVERY parameter tensor's gradient: ||g - ref|| / ||ref|| < 3e-2 (table of all tensors);
  *   - padding slots: attention output rows of every layer exactly 0, everything finite;
  *   - determinism: a second step gives bit-identical gradients and loss;
@@ -15,7 +19,8 @@
  *     bit-identical; a NaN gradient skips the update and leaves the weights untouched.
  * The reference sees exactly the device's inputs: weights, features and the frozen tensors
  * are rounded to bf16 values first. No GPU: prints SKIPPED and exits 77.
- * Seed: DFLASH_SEED (default 1), printed. */
+ * Packed documents run under both objectives (D-PACE: the global normaliser is the blocks
+ * with a loss position). Seed: DFLASH_SEED (default 1), printed. */
 #include "dflash/adamw.h"
 #include "dflash/dflash_batch.h"
 #include "dflash/dflash_cuda.h"
@@ -94,10 +99,48 @@ static void *dev_copy(const void *src, size_t bytes)
 
 typedef struct tcase {
     const char *name;
-    dflash_config c;
+    dflash_config c; /* c.loss / c.dpace_alpha: the objective */
     int S, anchors, pads, chunk, H_bf16;
     double wd;
+    double head_std; /* lm_head init std (0: 0.08) */
+    int confident;   /* set about half the labels to the drafter's own argmax */
 } tcase;
+
+/* Labels the drafter already predicts: for kept rows with (j + k) even whose position is no
+ * anchor (the block inputs stay as they are, so z does not change), x[a_j + k] becomes the
+ * argmax of the CPU logits; then labels and weights are made again. Gives the D-PACE
+ * confidences q = exp(-CE) a spread instead of all ~1/V. Returns the rows changed. */
+static int make_confident(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, dflash_batch *b,
+                          int32_t *x, const int32_t *anc, const uint8_t *keep, int N)
+{
+    int B = c->block_size, d = c->hidden, V = c->vocab, changed = 0;
+    dflash_acts a;
+    memset(&a, 0, sizeof a);
+    T_ASSERT_RC(dflash_forward(c, p, f, b, &a));
+    for (int r = 0; r < N * B; r++) {
+        int j = r / B, k = r % B, pos = anc[j] + k, is_anchor = 0;
+        if (!(b->weights[r] > 0) || (j + k) % 2)
+            continue;
+        for (int i = 0; i < N; i++)
+            is_anchor |= keep[i] && anc[i] == pos;
+        if (is_anchor)
+            continue;
+        int best = 0;
+        double bv = -INFINITY;
+        for (int v = 0; v < V; v++) {
+            double l = 0;
+            for (int e = 0; e < d; e++)
+                l += (double)a.z[(size_t)r * d + e] * f->lm_head[(size_t)v * d + e];
+            if (l > bv)
+                bv = l, best = v;
+        }
+        x[pos] = best;
+        changed++;
+    }
+    dflash_acts_free(&a);
+    T_ASSERT_RC(dflash_batch_set_anchors(b, c, anc, keep, N));
+    return changed;
+}
 
 static void run_case(const tcase *tc, uint64_t seed)
 {
@@ -108,7 +151,11 @@ static void run_case(const tcase *tc, uint64_t seed)
            c->n_kv_heads, c->head_dim, c->intermediate, V, B, c->n_layers);
     for (int l = 0; l < c->n_layers; l++)
         printf(" %d", c->layer_sliding[l]);
-    printf(", W %d) S %d anchors %d + %d pads, %zu params\n", c->sliding_window, S, tc->anchors, tc->pads, np);
+    printf(", W %d) S %d anchors %d + %d pads, %zu params, loss %s", c->sliding_window, S, tc->anchors, tc->pads, np,
+           dflash_loss_name(c->loss));
+    if (c->loss == DFLASH_LOSS_DPACE)
+        printf(" (alpha %g)", c->dpace_alpha);
+    printf("\n");
 
     df_rng r;
     df_rng_seed(&r, seed * 7919 + (uint64_t)d);
@@ -127,7 +174,7 @@ static void run_case(const tcase *tc, uint64_t seed)
     uint8_t *lm = malloc((size_t)S);
     T_ASSERT(embed && head && H && x && lm);
     fill_normal(embed, (size_t)V * d, &r, 1.0);
-    fill_normal(head, (size_t)V * d, &r, 0.08);
+    fill_normal(head, (size_t)V * d, &r, tc->head_std > 0 ? tc->head_std : 0.08);
     fill_normal(H, nH, &r, 1.0);
     for (int i = 0; i < S; i++) {
         x[i] = (int32_t)df_rng_below(&r, (uint64_t)V);
@@ -141,10 +188,13 @@ static void run_case(const tcase *tc, uint64_t seed)
     for (int j = 0; j < n_real; j++)
         anc[j] = b.anchors[j], keep[j] = 1;
     T_ASSERT_RC(dflash_batch_set_anchors(&b, c, anc, keep, N));
-    printf("  %d real anchors, %d slots, sum_w %.4f\n", n_real, N, b.sum_w);
+    dflash_frozen f = {embed, head};
+    if (tc->confident)
+        printf("  %d labels set to the drafter's argmax\n", make_confident(c, &p, &f, &b, x, anc, keep, N));
+    printf("  %d real anchors, %d slots, sum_w %.4f, normaliser %.4f\n", n_real, N, b.sum_w,
+           dflash_loss_norm(c->loss, b.weights, N * B, B));
 
     /* CPU reference */
-    dflash_frozen f = {embed, head};
     dflash_acts acts;
     memset(&acts, 0, sizeof acts);
     dflash_params gref;
@@ -216,6 +266,15 @@ static void run_case(const tcase *tc, uint64_t seed)
     }
     printf("  acc_1 gpu %.3f cpu %.3f, tau gpu %.3f cpu %.3f\n", dflash_stats_acc(&st, 1),
            dflash_stats_acc(&safetensors_ref, 1), dflash_stats_tau(&st, B), dflash_stats_tau(&safetensors_ref, B));
+    /* the loss weight each position carried (D-PACE: from the confidences of each side) */
+    printf("  per-position weight sums gpu / cpu:");
+    for (int k = 1; k < B; k++) {
+        printf(" %.4f/%.4f", st.wpos[k], safetensors_ref.wpos[k]);
+        CHECK(fabs(st.wpos[k] - safetensors_ref.wpos[k]) <= 1e-2 * safetensors_ref.wpos[k] + 1e-9,
+              "wpos[%d] gpu %.6f cpu %.6f", k, st.wpos[k], safetensors_ref.wpos[k]);
+    }
+    printf("\n");
+    CHECK(st.wpos[0] == 0 && safetensors_ref.wpos[0] == 0, "position 0 carries weight");
 
     /* every gradient tensor */
     int nt = dflash_tensor_count(c);
@@ -397,7 +456,7 @@ static void run_packed(const tcase *tc, uint64_t seed, const char *scheme)
     starts[K] = S;
     size_t np = dflash_config_param_count(c);
     setenv("DFLASH_ATTN", scheme, 1);
-    printf("== packed (%s attention): %d documents (lengths", scheme, K);
+    printf("== packed (%s attention, loss %s): %d documents (lengths", scheme, dflash_loss_name(c->loss), K);
     for (int k = 0; k < K; k++)
         printf(" %d", lens[k]);
     printf("), %d slots each, S %d\n", per, S);
@@ -427,7 +486,8 @@ static void run_packed(const tcase *tc, uint64_t seed, const char *scheme)
             dflash_sample_anchors(anc + k * per, keep + k * per, per, lm + starts[k], lens[k], seed, (uint64_t)k);
         sw[k] = dflash_labels_weights(lab, wt, anc + k * per, keep + k * per, per, B, x + starts[k], lm + starts[k],
                                       lens[k], c->gamma);
-        norm += sw[k];
+        /* the objective's normaliser: decay the weights' sum, D-PACE the blocks with a loss position */
+        norm += c->loss == DFLASH_LOSS_DPACE ? dflash_loss_norm(c->loss, wt, per * B, B) : sw[k];
         printf("  document %d: %d anchors, sum_w %.4f\n", k, nreal[k], sw[k]);
     }
     uint16_t *Hb = malloc(sizeof(uint16_t) * (size_t)S * ncd);
@@ -495,8 +555,12 @@ static void run_packed(const tcase *tc, uint64_t seed, const char *scheme)
         cnt_same &= sp.count[k] == ss.count[k];
         acc_diff = fmax(acc_diff, fabs(sp.correct[k] - ss.correct[k]));
     }
-    printf("  per-position counts %s, largest accuracy-count difference %.0f\n", cnt_same ? "equal" : "DIFFER",
-           acc_diff);
+    double wpos_rel = 0;
+    for (int k = 1; k < B; k++)
+        wpos_rel = fmax(wpos_rel, fabs(sp.wpos[k] - ss.wpos[k]) / (ss.wpos[k] > 0 ? ss.wpos[k] : 1.0));
+    printf("  per-position counts %s, largest accuracy-count difference %.0f, weight sums rel %.2e; norm %.4f\n",
+           cnt_same ? "equal" : "DIFFER", acc_diff, wpos_rel, norm);
+    CHECK(wpos_rel < 1e-3, "packed per-position weight sums rel err %.3e >= 1e-3", wpos_rel);
     CHECK(cnt_same, "per-position counts differ");
     CHECK(acc_diff <= 2, "accuracy counts differ by %.0f", acc_diff);
     int nt = dflash_tensor_count(c);
@@ -606,10 +670,21 @@ int main(int argc, char **argv)
             unsetenv("DFLASH_ATTN");
     }
 
+    /* D-PACE: the same shapes, confidences spread by a sharper head (tiny) and labels the
+     * drafter predicts; alpha 0.3 (not 0.5, where alpha and 1 - alpha give the same weights) */
+    tcase tiny_dp = tiny, mid_dp = mid;
+    tiny_dp.name = "tiny-dpace", tiny_dp.c.loss = DFLASH_LOSS_DPACE, tiny_dp.c.dpace_alpha = 0.3;
+    tiny_dp.head_std = 0.3, tiny_dp.confident = 1;
+    mid_dp.name = "mid-dpace", mid_dp.c.loss = DFLASH_LOSS_DPACE, mid_dp.c.dpace_alpha = 0.5;
+    mid_dp.confident = 1;
+
     run_case(&tiny, seed);
     run_case(&mid, seed);
+    run_case(&tiny_dp, seed);
+    run_case(&mid_dp, seed);
     run_packed(&mid, seed, "fused");
     run_packed(&mid, seed, "gemm");
+    run_packed(&mid_dp, seed, "fused");
     if (keep_env[0])
         setenv("DFLASH_ATTN", keep_env, 1);
     if (failures) {

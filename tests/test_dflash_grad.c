@@ -7,8 +7,15 @@
  *  - mask: strict "< anchor" (the anchor's own feature row is invisible to its block),
  *    blocks independent, padding blocks exact zeros and no effect on loss/gradients,
  *    sliding window and in-block causality;
- *  - labels unshifted, loss weights, anchor sampling, chunked loss == unchunked reference.
+ *  - labels unshifted, loss weights, anchor sampling, chunked loss == unchunked reference;
+ *  - D-PACE: the position weights against their definition written as plain sums (gaps stop
+ *    a block, padding, alpha = 1, bad alpha refused); the gradient is the one of the loss with
+ *    the weights frozen at the current point (detached): equal to the decay path's gradient
+ *    with those weights, and to finite differences of that frozen loss (not of the D-PACE
+ *    loss itself, whose weights move with the parameters: tests/reference/dflash_torch.py
+ *    shows the two apart on its fixture).
  * Seed from the clock (printed; DFLASH_SEED replays). */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -433,6 +440,179 @@ static void test_labels_anchors_loss(void)
     dflash_batch_free(&b);
 }
 
+/* ---- D-PACE ------------------------------------------------------------------- */
+
+/* u_k by the definition: the sum over m = k..L of prod_{i=1..m} ((1-alpha) e^{-ce_i} + alpha),
+ * L the last position before the block's first non-loss one (O(B^2) products, no reuse) */
+static double dpace_def(const double *ce, const float *mask, int r0, int B, double alpha, int k)
+{
+    int L = 0;
+    while (L + 1 < B && mask[r0 + L + 1] > 0)
+        L++;
+    if (k < 1 || k > L)
+        return 0.0;
+    double u = 0;
+    for (int m = k; m <= L; m++) {
+        double prod = 1;
+        for (int i = 1; i <= m; i++)
+            prod *= (1 - alpha) * exp(-ce[r0 + i]) + alpha;
+        u += prod;
+    }
+    return u;
+}
+
+static void test_dpace_rule(void)
+{
+    enum { BB = 6, NB = 5, RR = BB * NB };
+    /* block 0 every position; 1 a gap at k = 3 (4 and 5 are loss positions after it); 2
+     * padding; 3 no loss position at k = 1 (2.. are); 4 the sequence ends after k = 2 */
+    static const uint8_t m[NB][BB] = {
+        {0, 1, 1, 1, 1, 1}, {0, 1, 1, 0, 1, 1}, {0, 0, 0, 0, 0, 0}, {0, 0, 1, 1, 1, 1}, {0, 1, 1, 0, 0, 0}};
+    static const int L[NB] = {5, 2, 0, 0, 2};
+    double ce[RR], wd[RR];
+    float mask[RR];
+    for (int r = 0; r < RR; r++) {
+        mask[r] = m[r / BB][r % BB] ? (float)(0.3 + r % 4) : 0.0f; /* any positive weight marks a loss row */
+        ce[r] = mask[r] > 0 ? 4.0 * df_rng_uniform(&g_rng) : NAN;  /* non-loss CEs must never be read */
+    }
+    const double alphas[] = {0.5, 0.3, 0.9, 1e-3, 1.0};
+    for (size_t ai = 0; ai < DF_ARRAY_LEN(alphas); ai++) {
+        double al = alphas[ai];
+        T_ASSERT(dflash_dpace_weights(wd, ce, mask, RR, BB, al) == 3);
+        for (int r = 0; r < RR; r++) {
+            int j = r / BB, k = r % BB;
+            double want = dpace_def(ce, mask, j * BB, BB, al, k);
+            T_ASSERT(isfinite(wd[r]) && fabs(wd[r] - want) <= 1e-12 * want);
+            T_ASSERT((wd[r] > 0) == (k >= 1 && k <= L[j]));
+            if (al == 1.0) /* no confidence left: the positions still ahead in the run */
+                T_ASSERT(wd[r] == (k >= 1 && k <= L[j] ? L[j] - k + 1 : 0));
+            if (k >= 2 && k <= L[j]) /* u_{k-1} - u_k = P_{k-1} > 0 */
+                T_ASSERT(wd[r - 1] > wd[r]);
+        }
+    }
+    const double bad[] = {0.0, -0.25, 1.0000001, NAN};
+    for (size_t i = 0; i < DF_ARRAY_LEN(bad); i++)
+        T_ASSERT(dflash_dpace_weights(wd, ce, mask, RR, BB, bad[i]) == -EINVAL);
+    T_ASSERT(dflash_loss_norm(DFLASH_LOSS_DPACE, mask, RR, BB) == 3);
+    double sm = 0;
+    for (int r = 0; r < RR; r++)
+        sm += mask[r];
+    T_ASSERT(dflash_loss_norm(DFLASH_LOSS_DECAY, mask, RR, BB) == sm);
+    dflash_config cc;
+    char e[256];
+    dflash_config_tiny(&cc);
+    cc.loss = DFLASH_LOSS_DPACE;
+    cc.dpace_alpha = 0;
+    T_ASSERT(dflash_config_validate(&cc, e, sizeof e) == -EINVAL && strstr(e, "dpace_alpha"));
+    printf("  D-PACE weights == their definition (alpha 0.5/0.3/0.9/1e-3/1), gaps stop a block, padding 0, "
+           "alpha = 1 gives run lengths, alpha 0 / > 1 / NaN refused\n");
+}
+
+/* sum(w CE) / norm with the batch's weights replaced by w (the decay path: fixed weights) */
+static double frozen_loss(const dflash_params *p, dflash_batch *b, dflash_acts *a, float *w, double norm,
+                          dflash_params *g)
+{
+    dflash_config cd = C;
+    cd.loss = DFLASH_LOSS_DECAY;
+    float *keep_w = b->weights;
+    b->weights = w;
+    dflash_stats st;
+    T_ASSERT_RC(dflash_loss_and_grad(&cd, p, &FZ, b, a, g, norm, 64, &st));
+    b->weights = keep_w;
+    return st.loss;
+}
+
+static void test_dpace_grad(void)
+{
+    dflash_config saved = C;
+    C.loss = DFLASH_LOSS_DPACE;
+    C.dpace_alpha = 0.4;
+    int B = C.block_size, R = NA * B, d = C.hidden;
+    dflash_params p, g, g1, gf;
+    dflash_acts a = {0};
+    dflash_batch b;
+    init_params(&p, df_rng_next(&g_rng));
+    T_ASSERT_RC(dflash_params_alloc(&g, &C));
+    T_ASSERT_RC(dflash_params_alloc(&g1, &C));
+    T_ASSERT_RC(dflash_params_alloc(&gf, &C));
+    /* anchor 12: 13, then the hole at 14 stops the block (15 is a loss position, weight 0);
+     * anchor 21: 24 is past the end */
+    const int32_t anc[NA] = {4, 9, 12, 21};
+    const uint8_t keep[NA] = {1, 1, 1, 1};
+    make_batch(&b, anc, keep, NA);
+    dflash_stats st, s1;
+    T_ASSERT_RC(dflash_loss_and_grad(&C, &p, &FZ, &b, &a, &g, 0, 64, &st));
+    T_ASSERT(st.sum_w == 4 && st.loss > 0 && isfinite(st.loss));
+    T_ASSERT(b.weights[2 * B + 3] > 0); /* position 15: a loss position ... */
+    for (int e = 0; e < d; e++)         /* ... after the block's gap: no gradient */
+        T_ASSERT(a.dz[(2 * B + 3) * d + e] == 0.0f);
+    /* chunking changes nothing, bit for bit */
+    T_ASSERT_RC(dflash_loss_and_grad(&C, &p, &FZ, &b, &a, &g1, 0, 1, &s1));
+    T_ASSERT(s1.loss == st.loss && memcmp(g.data, g1.data, sizeof(float) * g.n) == 0);
+    /* the weights of this point; with them frozen, the decay path gives the same loss and gradient */
+    float *u = malloc(sizeof(float) * (size_t)R);
+    T_ASSERT(u);
+    T_ASSERT_RC(dflash_forward(&C, &p, &FZ, &b, &a));
+    T_ASSERT_RC(dflash_loss_dpace_chunked(NULL, a.z, FZ.lm_head, b.labels, b.weights, R, d, C.vocab, B, 5,
+                                          C.dpace_alpha, 0, u, NULL));
+    T_ASSERT(u[2 * B + 3] == 0.0f && u[2 * B + 1] > 0 && u[0] == 0.0f);
+    double A = dflash_loss_norm(C.loss, b.weights, R, B);
+    T_ASSERT(A == 4);
+    double lf = frozen_loss(&p, &b, &a, u, A, &gf);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < g.n; i++)
+        num += ((double)gf.data[i] - g.data[i]) * ((double)gf.data[i] - g.data[i]),
+            den += (double)g.data[i] * g.data[i];
+    printf("  D-PACE loss %.6f (A = %.0f); frozen-weight loss %.6f; gradient vs frozen-weight gradient rel %.2e\n",
+           st.loss, A, lf, sqrt(num / den));
+    T_ASSERT(fabs(lf - st.loss) <= 1e-6 * st.loss && sqrt(num / den) < 1e-5);
+    /* a given normaliser scales loss and gradient */
+    T_ASSERT_RC(dflash_loss_and_grad(&C, &p, &FZ, &b, &a, NULL, 2 * A, 64, &s1));
+    T_ASSERT(fabs(s1.loss - st.loss / 2) <= 1e-12 * st.loss);
+    /* finite differences of the frozen-weight loss along each tensor's gradient == |g| */
+    int nt = dflash_tensor_count(&C);
+    double worst = 0;
+    for (int i = 0; i < nt; i++) {
+        dflash_tensor t;
+        dflash_tensor_info(&C, i, &t);
+        float *w = p.data + t.offset, *gw = g.data + t.offset;
+        double gn = 0;
+        for (size_t e = 0; e < t.numel; e++)
+            gn += (double)gw[e] * gw[e];
+        gn = sqrt(gn);
+        T_ASSERT(gn > 0);
+        float *w0 = malloc(sizeof(float) * t.numel);
+        T_ASSERT(w0);
+        memcpy(w0, w, sizeof(float) * t.numel);
+        const double de = 1e-2;
+        for (size_t e = 0; e < t.numel; e++)
+            w[e] = w0[e] + (float)(de * gw[e] / gn);
+        double lp = frozen_loss(&p, &b, &a, u, A, NULL);
+        for (size_t e = 0; e < t.numel; e++)
+            w[e] = w0[e] - (float)(de * gw[e] / gn);
+        double lm = frozen_loss(&p, &b, &a, u, A, NULL);
+        memcpy(w, w0, sizeof(float) * t.numel);
+        free(w0);
+        double dd = (lp - lm) / (2 * de);
+        if (fabs(dd - gn) > 2e-2 * gn + 1e-4) {
+            fprintf(stderr, "D-PACE %s: directional derivative of the frozen-weight loss %.6g vs |g| %.6g\n", t.name,
+                    dd, gn);
+            exit(1);
+        }
+        worst = fmax(worst, fabs(dd - gn) / gn);
+    }
+    printf("  D-PACE gradient == finite differences of the frozen-weight loss, %d tensors (worst rel %.2e)\n", nt,
+           worst);
+    free(u);
+    dflash_params_free(&p);
+    dflash_params_free(&g);
+    dflash_params_free(&g1);
+    dflash_params_free(&gf);
+    dflash_acts_free(&a);
+    dflash_batch_free(&b);
+    C = saved;
+}
+
 int main(void)
 {
     uint64_t seed = getenv("DFLASH_SEED") ? strtoull(getenv("DFLASH_SEED"), NULL, 0) : (uint64_t)time(NULL);
@@ -442,6 +622,8 @@ int main(void)
     test_labels_anchors_loss();
     test_mask();
     test_param_grads();
+    test_dpace_rule();
+    test_dpace_grad();
     free(E);
     free(Hf);
     printf("test_dflash_grad: OK\n");

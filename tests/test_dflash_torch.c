@@ -6,8 +6,12 @@
  *
  * The fixtures are made on a machine with torch (none here):
  *   python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors
- * which also writes dflash-torch-tied.safetensors (tied embeddings, other mask rules).
- * Without the first one the test is SKIPPED (exit 77); the tied one is checked when present.
+ * which also writes dflash-torch-tied.safetensors (tied embeddings, other mask rules), and
+ *   python3 tests/reference/dflash_torch.py fixture --loss dpace --out tests/fixtures/dflash-torch-dpace.safetensors
+ * the same two cases under the D-PACE objective (config "loss": "dpace", "dpace_alpha"; alpha
+ * 0.5 untied, 0.3 tied), with the expected position weights ("dpace_weights") and the
+ * normaliser ("dpace_norm": blocks with a loss position) besides.
+ * Without the first one the test is SKIPPED (exit 77); the others are checked when present.
  *
  * The fixture holds the config as JSON in the safetensors metadata ("config"), the
  * weights under their release names (F32), "embed_tokens" and (untied) "lm_head", the
@@ -15,9 +19,11 @@
  * acc/acc_count, labels, weights, z, grad.<name>, grad.H). Anchors are given, not sampled:
  * dflash_batch_set_anchors replays them.
  *
- * Tolerances (float32 C vs float64 truth): loss rel 1e-5; z rel 1e-5 (whole tensor,
- * ||got - ref|| / ||ref||); every gradient rel 1e-4; labels exact; weights rel 1e-6;
- * accuracies and counts exact (the fixture's argmax margins are far above fp32 noise). */
+ * Tolerances (float32 C vs float64 truth), the same for both objectives: loss rel 1e-5; z
+ * rel 1e-5 (whole tensor, ||got - ref|| / ||ref||); every gradient rel 1e-4; labels exact;
+ * weights rel 1e-6; D-PACE weights rel 1e-5 (products of exp(-CE) of fp32 logits) and
+ * normaliser exact; accuracies and counts exact (the fixture's argmax margins are far above
+ * fp32 noise). */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -36,6 +42,8 @@
 
 #define FIXTURE "tests/fixtures/dflash-torch.safetensors"
 #define FIXTURE_TIED "tests/fixtures/dflash-torch-tied.safetensors"
+#define FIXTURE_DPACE "tests/fixtures/dflash-torch-dpace.safetensors"
+#define FIXTURE_DPACE_TIED "tests/fixtures/dflash-torch-dpace-tied.safetensors"
 
 static int g_fail; /* failed checks of the current fixture */
 
@@ -176,6 +184,13 @@ static void config_from_json(dflash_config *c, const json_t *o, const char *path
     c->rms_norm_eps = json_num(o, "rms_norm_eps", path);
     c->rope_theta = json_num(o, "rope_theta", path);
     c->max_position_embeddings = 4096;
+    const json_t *lo = json_object_get(o, "loss"); /* absent: the decay fixtures */
+    c->loss = DFLASH_LOSS_DECAY;
+    if (lo) {
+        T_ASSERT(json_is_string(lo) && dflash_loss_parse(json_string_value(lo)) >= 0);
+        c->loss = dflash_loss_parse(json_string_value(lo));
+        c->dpace_alpha = json_num(o, "dpace_alpha", path);
+    }
     const json_t *tie = json_object_get(o, "tie_word_embeddings");
     T_ASSERT(json_is_boolean(tie));
     c->tie_word_embeddings = json_is_true(tie);
@@ -220,8 +235,11 @@ static int run_fixture(const char *path)
            c.intermediate, V, B, c.n_layers);
     for (int l = 0; l < c.n_layers; l++)
         printf("%s%s", l ? "," : "", c.layer_sliding[l] ? "sliding" : "full");
-    printf(") W=%d S=%d N=%d gamma=%g %s; torch %s, %s attention\n", c.sliding_window, S, N, c.gamma,
-           c.tie_word_embeddings ? "tied" : "untied", tv ? tv : "?", attn ? attn : "?");
+    printf(") W=%d S=%d N=%d gamma=%g %s; loss %s", c.sliding_window, S, N, c.gamma,
+           c.tie_word_embeddings ? "tied" : "untied", dflash_loss_name(c.loss));
+    if (c.loss == DFLASH_LOSS_DPACE)
+        printf(" (alpha %g)", c.dpace_alpha);
+    printf("; torch %s, %s attention\n", tv ? tv : "?", attn ? attn : "?");
 
     /* weights under their release names; every grad.* of the file must be one of ours */
     dflash_params p, g;
@@ -288,7 +306,26 @@ static int run_fixture(const char *path)
     T_ASSERT_RC(dflash_loss_and_grad(&c, &p, &fz, &b, &a, &g, 0, 8, &st));
     float *ref_z = load_f32(&f, "z", R, d);
     check_rel("z (final norm output)", a.z, ref_z, (size_t)R * d, 1e-5);
-    check_scalar("loss = sum(w CE) / sum(w)", st.loss, load_f64_scalar(&f, "loss"), 1e-5);
+    check_scalar(c.loss == DFLASH_LOSS_DPACE ? "loss = sum(u CE) / A (D-PACE)" : "loss = sum(w CE) / sum(w)", st.loss,
+                 load_f64_scalar(&f, "loss"), 1e-5);
+    float *ref_u = NULL, *u = NULL;
+    if (c.loss == DFLASH_LOSS_DPACE) { /* the position weights and the normaliser */
+        double A = dflash_loss_norm(c.loss, b.weights, R, B);
+        check_scalar("D-PACE normaliser A (blocks)", A, load_f64_scalar(&f, "dpace_norm"), 1e-12);
+        check_scalar("stats sum_w == A", st.sum_w, load_f64_scalar(&f, "dpace_norm"), 1e-12);
+        ref_u = load_f32(&f, "dpace_weights", R, -1);
+        u = malloc(sizeof(float) * (size_t)R);
+        T_ASSERT(u);
+        T_ASSERT_RC(dflash_loss_dpace_chunked(NULL, a.z, fz.lm_head, b.labels, b.weights, R, d, V, B, 8, c.dpace_alpha,
+                                              0, u, NULL));
+        check_rel("D-PACE weights u", u, ref_u, (size_t)R, 1e-5);
+        int zero_bad = 0; /* exactly 0 where torch has 0: past a block's first gap, padding, k = 0 */
+        for (int r = 0; r < R; r++)
+            zero_bad += (ref_u[r] == 0.0f) != (u[r] == 0.0f);
+        printf("  %-46s %8d  %10s  %9d  %s\n", "D-PACE zero weights (mismatches)", R, "", zero_bad,
+               zero_bad ? "FAIL" : "ok");
+        g_fail += zero_bad != 0;
+    }
     float *ref_acc = load_f32(&f, "acc", B - 1, -1), *ref_cnt = load_f32(&f, "acc_count", B - 1, -1);
     for (int k = 1; k < B; k++) {
         char what[64];
@@ -314,7 +351,7 @@ static int run_fixture(const char *path)
     T_ASSERT(dH);
     T_ASSERT_RC(dflash_params_alloc(&g2, &c));
     T_ASSERT_RC(dflash_forward(&c, &p, &fz, &b, &a));
-    T_ASSERT_RC(dflash_loss_chunked(a.dz, a.z, fz.lm_head, b.labels, b.weights, R, d, V, B, 8, 0, NULL));
+    T_ASSERT_RC(dflash_loss_config(&c, a.dz, a.z, fz.lm_head, b.labels, b.weights, R, 8, 0, NULL));
     T_ASSERT_RC(dflash_backward(&c, &p, &fz, &b, &a, a.dz, &g2, dH));
     float *ref_dH = load_f32(&f, "grad.H", S, nd);
     check_rel("grad.H (captured target features)", dH, ref_dH, (size_t)S * nd, 1e-4);
@@ -323,6 +360,8 @@ static int run_fixture(const char *path)
     printf("%s: %s (%d failed checks)\n", path, g_fail ? "FAIL" : "PASS", g_fail);
     free(ref_dH);
     free(dH);
+    free(ref_u);
+    free(u);
     free(ref_acc);
     free(ref_cnt);
     free(ref_z);
@@ -352,8 +391,9 @@ int main(int argc, char **argv)
     if (argc > 1) { /* explicit fixtures (e.g. made with a deliberately broken reference) */
         if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
             printf("usage: %s [fixture.safetensors ...]\n"
-                   "Checks the C drafter against tests/reference/dflash_torch.py fixtures (default: %s and %s).\n",
-                   argv[0], FIXTURE, FIXTURE_TIED);
+                   "Checks the C drafter against tests/reference/dflash_torch.py fixtures (default: %s, %s,\n"
+                   "%s and %s).\n",
+                   argv[0], FIXTURE, FIXTURE_TIED, FIXTURE_DPACE, FIXTURE_DPACE_TIED);
             return 0;
         }
         int fails = 0;
@@ -367,15 +407,19 @@ int main(int argc, char **argv)
         T_SKIP("%s not made yet (run tests/reference/dflash_torch.py fixture on a machine with torch)", FIXTURE);
     }
     int fails = run_fixture(FIXTURE);
-    if (access(FIXTURE_TIED, R_OK) == 0)
-        fails += run_fixture(FIXTURE_TIED);
-    else
-        printf("note: %s not present, tied case not checked\n", FIXTURE_TIED);
+    const char *more[] = {FIXTURE_TIED, FIXTURE_DPACE, FIXTURE_DPACE_TIED};
+    for (int i = 0; i < 3; i++) {
+        if (access(more[i], R_OK) == 0)
+            fails += run_fixture(more[i]);
+        else
+            printf("note: %s not present, not checked\n", more[i]);
+    }
     if (fails) {
         fprintf(stderr, "test_dflash_torch: %d checks failed: the C drafter disagrees with the PyTorch reference\n",
                 fails);
         return 1;
     }
-    printf("test_dflash_torch: C drafter == PyTorch reference (loss, acc, z, every gradient, grad.H)\n");
+    printf("test_dflash_torch: C drafter == PyTorch reference (loss, acc, z, every gradient, grad.H; decay and "
+           "D-PACE)\n");
     return 0;
 }

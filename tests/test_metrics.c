@@ -295,6 +295,9 @@ static void test_escaping_and_numbers(void)
     metrics_int(&l, "imax", INT64_MAX);
     metrics_u64(&l, "u", 1234567890123ull);
     metrics_bool(&l, "yes", 1);
+    const double arr[4] = {0.25, 1.0 / 3.0, NAN, 7.0};
+    metrics_nums(&l, "arr", arr, 4);
+    metrics_nums(&l, "empty", arr, 0);
     T_ASSERT(l.dropped == 0);
     T_ASSERT_RC(metrics_end(&l));
     T_ASSERT(w.lines_written == 1);
@@ -326,6 +329,13 @@ static void test_escaping_and_numbers(void)
     T_ASSERT(jint(o, "imin") == INT64_MIN && jint(o, "imax") == INT64_MAX);
     T_ASSERT(jint(o, "u") == 1234567890123ll);
     T_ASSERT(json_is_true(json_object_get(o, "yes")));
+    const json_t *ja = json_object_get(o, "arr");
+    T_ASSERT(json_is_array(ja) && json_array_size(ja) == 4);
+    T_ASSERT(json_number_value(json_array_get(ja, 0)) == 0.25);
+    T_ASSERT(json_number_value(json_array_get(ja, 1)) == 1.0 / 3.0);
+    T_ASSERT(json_is_null(json_array_get(ja, 2)));
+    T_ASSERT(json_is_real(json_array_get(ja, 3)) && json_real_value(json_array_get(ja, 3)) == 7.0);
+    T_ASSERT(json_is_array(json_object_get(o, "empty")) && json_array_size(json_object_get(o, "empty")) == 0);
     double t = json_real_value(json_object_get(o, "t"));
     T_ASSERT(fabs(t - df_wall_s()) < 3600); /* it is wall time, not monotonic */
     /* the common fields come first, in order */
@@ -353,6 +363,10 @@ static void test_truncation_rule(void)
     huge[9999] = 0;
     metrics_int(&l, "before", 1);
     metrics_str(&l, "huge", huge);
+    double many[300]; /* an array too long for any line: dropped whole as well */
+    for (int i = 0; i < 300; i++)
+        many[i] = 1.0 / (i + 3);
+    metrics_nums(&l, "many", many, 300);
     metrics_int(&l, "after", 2); /* a smaller field after a dropped one still fits */
     char key[16], val[128];
     memset(val, 'v', sizeof val - 1);
@@ -370,7 +384,7 @@ static void test_truncation_rule(void)
     json_t *o = read_only_line("trunc", raw, sizeof raw);
     T_ASSERT(strlen(raw) <= METRICS_LINE_MAX);
     T_ASSERT(jint(o, "before") == 1 && jint(o, "after") == 2);
-    T_ASSERT(json_object_get(o, "huge") == NULL);
+    T_ASSERT(json_object_get(o, "huge") == NULL && json_object_get(o, "many") == NULL);
     T_ASSERT(jint(o, "dropped") == dropped);
     int present = 0;
     for (int i = 0; i < 100; i++) {
@@ -382,7 +396,7 @@ static void test_truncation_rule(void)
             present++;
         }
     }
-    T_ASSERT(present + (int)dropped == added + 1); /* +1: "huge" */
+    T_ASSERT(present + (int)dropped == added + 2); /* +2: "huge", "many" */
     json_decref(o);
 
     /* an absurd event name still yields a valid line */

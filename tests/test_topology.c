@@ -90,6 +90,11 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD ",'drafter':{'lr':0}"), "t: drafter.lr: expected a number in (0, 10], got 0"},
     {DOC(HEAD ",'drafter':{'warmup_frac':1.5}"), "t: drafter.warmup_frac: expected a number 0..1, got 1.5"},
     {DOC(HEAD ",'drafter':{'gamma':'7'}"), "t: drafter.gamma: expected a number > 0, got \"7\""},
+    {DOC(HEAD ",'drafter':{'loss':'DPACE'}"), "t: drafter.loss: expected \"decay\" or \"dpace\", got \"DPACE\""},
+    {DOC(HEAD ",'drafter':{'loss':1}"), "t: drafter.loss: expected \"decay\" or \"dpace\", got 1"},
+    {DOC(HEAD ",'drafter':{'loss':'dpace','dpace_alpha':0}"),
+     "t: drafter.dpace_alpha: expected a number in (0, 1], got 0"},
+    {DOC(HEAD ",'drafter':{'dpace_alpha':1.5}"), "t: drafter.dpace_alpha: expected a number in (0, 1], got 1.5"},
     {DOC(HEAD ",'drafter':{'block_size':1}"), "t: drafter.block_size: expected an integer 2..1024, got 1"},
     {DOC(HEAD ",'drafter':{'mask_token_id':-2}"),
      "t: drafter.mask_token_id: expected an integer 0..2147483647 or null, got -2"},
@@ -356,6 +361,7 @@ static void check_minimal_defaults(const topo *t)
     const topology_drafter *d = &t->drafter;
     T_ASSERT(d->num_layers == 1 && d->block_size == 16 && d->num_anchors == 64);
     T_ASSERT(d->gamma == 7.0 && d->lr == 6e-4 && d->warmup_frac == 0.04);
+    T_ASSERT(d->loss == TOPOLOGY_LOSS_DECAY && d->dpace_alpha == 0.5);
     T_ASSERT(d->weight_decay == 0.0 && d->grad_clip == 1.0 && d->noise_std == 0.0);
     T_ASSERT(d->epochs == 1 && d->checkpoint_every == 50);
     T_ASSERT(d->keep_checkpoints == 3 && d->max_checkpoint_failures == 3 && d->allreduce_bucket_kb == 16384);
@@ -402,6 +408,7 @@ static void check_full(const topo *t)
     T_ASSERT(d->num_layers == 5 && d->block_size == 10 && d->num_anchors == 512);
     T_ASSERT(d->gamma == 4.5 && d->lr == 0.0003 && d->warmup_frac == 0.1 && d->weight_decay == 0.01);
     T_ASSERT(d->grad_clip == 0.5 && d->noise_std == 0.25 && d->epochs == 3 && d->checkpoint_every == 200);
+    T_ASSERT(d->loss == TOPOLOGY_LOSS_DPACE && d->dpace_alpha == 0.25);
     T_ASSERT_STREQ(d->init_dir, "ckpt/init");
     T_ASSERT(d->mask_token_id == 151669);
     T_ASSERT(t->n_shards == 2);
@@ -458,6 +465,7 @@ static void check_round_trip(const topo *t)
     json_t *j2 = topology_to_json(&t2);
     T_ASSERT(j2 && json_equal(j1, j2));
     T_ASSERT(t2.drafter.lr == t->drafter.lr && t2.drafter.gamma == t->drafter.gamma);
+    T_ASSERT(t2.drafter.loss == t->drafter.loss && t2.drafter.dpace_alpha == t->drafter.dpace_alpha);
     T_ASSERT(t2.drafter.keep_checkpoints == t->drafter.keep_checkpoints &&
              t2.drafter.max_checkpoint_failures == t->drafter.max_checkpoint_failures &&
              t2.drafter.max_nonfinite_steps == t->drafter.max_nonfinite_steps &&

@@ -58,6 +58,21 @@ void dflash_config_tiny(dflash_config *c)
     c->rms_norm_eps = 1e-6;
     c->rope_theta = 1e6;
     c->gamma = dflash_default_gamma(c->block_size);
+    c->dpace_alpha = DFLASH_DPACE_ALPHA_DEFAULT;
+}
+
+const char *dflash_loss_name(int loss)
+{
+    return loss == DFLASH_LOSS_DECAY ? "decay" : loss == DFLASH_LOSS_DPACE ? "dpace" : NULL;
+}
+
+int dflash_loss_parse(const char *name)
+{
+    if (name && !strcmp(name, "decay"))
+        return DFLASH_LOSS_DECAY;
+    if (name && !strcmp(name, "dpace"))
+        return DFLASH_LOSS_DPACE;
+    return -1;
 }
 
 #define CFG_ERR(...)                        \
@@ -97,6 +112,12 @@ int dflash_config_validate(const dflash_config *c, char *err, size_t errlen)
         CFG_ERR("rms_norm_eps and rope_theta must be > 0");
     if (!(c->gamma > 0))
         CFG_ERR("gamma must be > 0 (got %g)", c->gamma);
+    if (!dflash_loss_name(c->loss))
+        CFG_ERR("loss must be decay (%d) or dpace (%d) (got %d)", DFLASH_LOSS_DECAY, DFLASH_LOSS_DPACE, c->loss);
+    /* alpha = 0 leaves the raw confidence product: a block whose first position the drafter
+     * misses (q ~ 0) weighs ~0 everywhere, so the positions it most needs are never learned */
+    if (c->loss == DFLASH_LOSS_DPACE && !(c->dpace_alpha > 0 && c->dpace_alpha <= 1))
+        CFG_ERR("dpace_alpha must be in (0, 1] (got %g)", c->dpace_alpha);
     return 0;
 }
 
@@ -157,6 +178,10 @@ json_t *dflash_config_to_json(const dflash_config *c)
     json_object_set_new(o, "dtype", json_string("bfloat16"));       /* transformers >= 4.56 */
     json_object_set_new(o, "torch_dtype", json_string("bfloat16")); /* older transformers */
     json_object_set_new(o, "dflash_gamma", json_real(c->gamma));    /* ours; ignored by HF */
+    if (c->loss != DFLASH_LOSS_DECAY) { /* the default is left out: decay files stay as they were */
+        json_object_set_new(o, "dflash_loss", json_string(dflash_loss_name(c->loss)));
+        json_object_set_new(o, "dflash_dpace_alpha", json_real(c->dpace_alpha));
+    }
     return o;
 fail:
     json_decref(o);
@@ -241,6 +266,17 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
     c->rms_norm_eps = eps;
     c->rope_theta = theta;
     c->gamma = gamma > 0 ? gamma : dflash_default_gamma(c->block_size);
+    json_t *lv = json_object_get(o, "dflash_loss");
+    if (lv && !json_is_null(lv)) {
+        if (!json_is_string(lv) || dflash_loss_parse(json_string_value(lv)) < 0)
+            CFG_ERR("%s: field \"dflash_loss\" must be \"decay\" or \"dpace\"", what);
+        c->loss = dflash_loss_parse(json_string_value(lv));
+    }
+    c->dpace_alpha = DFLASH_DPACE_ALPHA_DEFAULT;
+    if ((rc = get_num(o, "dflash_dpace_alpha", &c->dpace_alpha, 0, what, err, errlen)) < 0)
+        return rc;
+    if (!(c->dpace_alpha > 0 && c->dpace_alpha <= 1))
+        CFG_ERR("%s: field \"dflash_dpace_alpha\" must be in (0, 1] (got %g)", what, c->dpace_alpha);
     json_t *dc = json_object_get(o, "dflash_config");
     if (!json_is_object(dc))
         CFG_ERR("%s: missing object \"dflash_config\"", what);

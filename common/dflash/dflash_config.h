@@ -10,6 +10,13 @@
 #define DFLASH_MAX_LAYERS 64
 #define DFLASH_MAX_CAPTURE 32
 
+/* The training objective (docs/dflash_spec.md "Loss weights"): the fixed exponential decay
+ * exp(-(k-1)/gamma), or D-PACE (position weights from the drafter's own detached confidence,
+ * dflash_loss.h). A training setting like gamma: in trainer_state.json and the release
+ * config only when it is not the default (decay). */
+typedef enum { DFLASH_LOSS_DECAY = 0, DFLASH_LOSS_DPACE = 1 } dflash_loss_kind;
+#define DFLASH_DPACE_ALPHA_DEFAULT 0.5
+
 typedef struct dflash_config {
     int hidden;       /* d */
     int intermediate; /* I (SwiGLU width) */
@@ -27,8 +34,14 @@ typedef struct dflash_config {
     int max_position_embeddings;
     double rms_norm_eps; /* used as float in the math */
     double rope_theta;
-    double gamma; /* loss decay exp(-(k-1)/gamma); not in the release config */
+    double gamma;       /* loss decay exp(-(k-1)/gamma); not in the release config */
+    int loss;           /* dflash_loss_kind; 0 (memset) = decay */
+    double dpace_alpha; /* D-PACE smoothing, (0, 1]; read only when loss is DPACE */
 } dflash_config;
+
+/* "decay" / "dpace" (NULL for a value outside the enum) and back (-1: unknown name). */
+const char *dflash_loss_name(int loss);
+int dflash_loss_parse(const char *name);
 
 /* Loss decay constant of the paper: 7 for B=16, 5 for B=10, 4 for B=8, else B/2.3 rounded
  * to the nearest 0.1 (our choice for other block sizes). */

@@ -20,6 +20,9 @@
  *   - loss: rows with weight > 0 are compacted on the device; chunks of chunk_rows rows go
  *     through logits GEMM (fp32) -> one CE/softmax/dlogits kernel per row -> dz GEMM; the
  *     chunk count comes from the host-known bound n_real*(B-1), so the host never waits.
+ *     D-PACE (c.loss, dflash_loss.h): the same pass with unit row weights keeps each row's
+ *     CE; then one thread per block turns its CEs into the detached position weights and a
+ *     last kernel scales the rows of dz (a row's gradient is linear in its weight).
  *   - reductions that produce gradients of norm weights and the global norm go through
  *     fixed-size partial buffers summed in a fixed order: bit-identical runs.
  */
@@ -49,8 +52,8 @@ enum { ERR_ANCHOR = 1, ERR_TOKEN = 2, ERR_ROWS = 4 };
 #define COL_CHUNK 256 /* rows per partial of a column sum */
 
 typedef struct dev_stats {
-    double wce, sum_w, norm;
-    double count[DFLASH_MAX_BLOCK], correct[DFLASH_MAX_BLOCK];
+    double wce, sum_w, norm; /* sum_w: the normaliser's share (decay: sum of w; dpace: loss blocks) */
+    double count[DFLASH_MAX_BLOCK], correct[DFLASH_MAX_BLOCK], wpos[DFLASH_MAX_BLOCK];
     int n_kept, err;
 } dev_stats;
 
@@ -103,6 +106,7 @@ struct dflash_ctx_cuda {
     float *logits, *dzc, *dz;
     double *row_wce;
     uint8_t *row_ok;
+    double *ce_row, *wrow; /* D-PACE: CE and weight per block row [max_R] */
     /* backward */
     float *dh, *dh2, *dn, *da, *dctx, *dfc, *contrib, *partial;
     bf16 *dhb, *dh2b, *dact, *dgu, *datt, *dqkv, *dkvc, *dfcb;
@@ -232,7 +236,7 @@ __device__ __forceinline__ int slot_info(const doc_table &D, const int32_t *anch
 __global__ void __launch_bounds__(1024)
     k_batch_prep(int32_t *labels, float *wts, int32_t *pos, int32_t *idx, int32_t *ahi, int32_t *alo, uint8_t *ekeep,
                  dev_stats *ds, const int32_t *x, const uint8_t *lmask, const int32_t *anchors, const uint8_t *keep,
-                 doc_table D, int S, int N, int B, int V, double gamma, double norm_arg, int rows_max)
+                 doc_table D, int S, int N, int B, int V, double gamma, double norm_arg, int rows_max, int dpace)
 {
     __shared__ int scan[1024];
     __shared__ double shd[32];
@@ -259,7 +263,7 @@ __global__ void __launch_bounds__(1024)
             pos[t] = a + r % B;
         }
     }
-    double sw = 0;
+    double sw = 0, nblk = 0; /* nblk: blocks whose k = 1 row is a loss row (D-PACE's normaliser) */
     int base = 0;
     for (int r0 = 0; r0 < R; r0 += blockDim.x) {
         int r = r0 + tid, flag = 0;
@@ -281,6 +285,7 @@ __global__ void __launch_bounds__(1024)
             wts[r] = w;
             flag = w > 0.0f;
             sw += (double)w;
+            nblk += k == 1 && flag;
         }
         scan[tid] = flag;
         __syncthreads();
@@ -298,14 +303,15 @@ __global__ void __launch_bounds__(1024)
     if (err)
         atomicOr(&err_sh, err);
     double total = block_sum<double>(sw, shd);
+    double blocks = block_sum<double>(nblk, shd); /* small integers: exact in any order */
     __syncthreads();
     if (tid == 0) {
         if (base > rows_max)
             err_sh |= ERR_ROWS;
         ds->n_kept = base;
         ds->err = err_sh;
-        ds->sum_w = total;
-        ds->norm = norm_arg > 0 ? norm_arg : total;
+        ds->sum_w = dpace ? blocks : total;
+        ds->norm = norm_arg > 0 ? norm_arg : ds->sum_w;
     }
 }
 
@@ -578,8 +584,8 @@ __device__ __forceinline__ void ce_acc(float x, int v, float &mx, float &se, int
 }
 
 __global__ void __launch_bounds__(1024)
-    k_ce(bf16 *dlog, double *row_wce, uint8_t *row_ok, const float *logits, const int32_t *idx, const int32_t *labels,
-         const float *wts, const dev_stats *ds, int c0, int V, int Vp)
+    k_ce(bf16 *dlog, double *row_wce, uint8_t *row_ok, double *ce_row, const float *logits, const int32_t *idx,
+         const int32_t *labels, const float *wts, const dev_stats *ds, int c0, int V, int Vp)
 {
     __shared__ float shv[32];
     __shared__ int shi[32];
@@ -588,7 +594,7 @@ __global__ void __launch_bounds__(1024)
     if (ci >= ds->n_kept)
         return;
     int row = idx[ci], y = labels[row];
-    float w = wts[row];
+    float w = ce_row ? 1.0f : wts[row]; /* D-PACE (ce_row given): unit weight, scaled later */
     const float *l = logits + (long)blockIdx.x * Vp;
     const int V4 = V / 4;
     float mx = -INFINITY, se = 0.0f;
@@ -628,6 +634,53 @@ __global__ void __launch_bounds__(1024)
     if (threadIdx.x == 0) {
         row_wce[ci] = (double)w * ((double)lse - (double)l[y]);
         row_ok[ci] = am == y;
+        if (ce_row)
+            ce_row[row] = (double)lse - (double)l[y];
+    }
+}
+
+/* D-PACE weights, one thread per block j (dflash_dpace_weights' rule): walk k = 1.. while
+ * the row is a loss row (wts > 0), s_k = (1 - alpha) exp(-CE_k) + alpha, P_k = s_1 ... s_k;
+ * the weight of k is P_k + ... + P_L (L: the last position walked), 0 for every other row. */
+__global__ void k_dpace_weights(double *wrow, const double *ce_row, const float *wts, int N, int B, double alpha)
+{
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= N)
+        return;
+    const long r0 = (long)j * B;
+    double P[DFLASH_MAX_BLOCK];
+    double p = 1.0;
+    int L = 0;
+    for (int k = 1; k < B && wts[r0 + k] > 0.0f; k++) {
+        p *= (1.0 - alpha) * exp(-ce_row[r0 + k]) + alpha;
+        P[k] = p;
+        L = k;
+    }
+    double tail = 0;
+    for (int k = B - 1; k >= 0; k--) {
+        if (k >= 1 && k <= L)
+            tail += P[k];
+        wrow[r0 + k] = k >= 1 && k <= L ? tail : 0.0;
+    }
+}
+
+/* D-PACE: dz rows of the loss rows scaled by their weight; row_wce (unit-weight CE) becomes
+ * the weighted CE, by the thread of each row's first element */
+__global__ void k_dpace_scale(float *dz, double *row_wce, const double *wrow, const int32_t *idx, const dev_stats *ds,
+                              int rows_max, int d)
+{
+    long n = (long)rows_max * d;
+    int kept = ds->n_kept;
+    for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
+        long ci = e / d;
+        if (ci >= kept)
+            continue;
+        long row = idx[ci];
+        double w = wrow[row];
+        float *p = dz + row * d + e % d;
+        *p = (float)((double)*p * w);
+        if (e % d == 0)
+            row_wce[ci] *= w;
     }
 }
 
@@ -642,8 +695,8 @@ __global__ void k_scatter_dz(float *dz, const float *dzc, const int32_t *idx, co
     }
 }
 
-__global__ void __launch_bounds__(1024)
-    k_stats(dev_stats *ds, const double *row_wce, const uint8_t *row_ok, const int32_t *idx, int B)
+__global__ void __launch_bounds__(1024) k_stats(dev_stats *ds, const double *row_wce, const uint8_t *row_ok,
+                                                const int32_t *idx, const float *wts, const double *wrow, int B)
 {
     __shared__ int cnt[DFLASH_MAX_BLOCK], ok[DFLASH_MAX_BLOCK];
     __shared__ double shd[32];
@@ -665,6 +718,20 @@ __global__ void __launch_bounds__(1024)
     if (tid < DFLASH_MAX_BLOCK) {
         ds->count[tid] = cnt[tid];
         ds->correct[tid] = ok[tid];
+        ds->wpos[tid] = 0;
+    }
+    /* per position, the loss weight its rows carried (decay wts, D-PACE wrow): one fixed-order
+     * block sum per position */
+    for (int k = 1; k < B; k++) {
+        double wk = 0;
+        for (int ci = tid; ci < kept; ci += blockDim.x) {
+            int row = idx[ci];
+            if (row % B == k)
+                wk += wrow ? wrow[row] : (double)wts[row];
+        }
+        double t = block_sum<double>(wk, shd);
+        if (tid == 0)
+            ds->wpos[k] = t;
     }
 }
 
@@ -729,6 +796,8 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
     TAKE(x->dz, float, R *d);
     TAKE(x->row_wce, double, R);
     TAKE(x->row_ok, uint8_t, R);
+    TAKE(x->ce_row, double, R);
+    TAKE(x->wrow, double, R);
     TAKE(x->dh, float, R *d);
     TAKE(x->dh2, float, R *d);
     TAKE(x->dn, float, R *d);
@@ -1152,8 +1221,10 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
 
     CUDA_TRY_RC(mark(x, x->ev_ph[0], err, errlen));
     /* batch: labels, weights, positions, loss rows */
+    const int dpace = x->c.loss == DFLASH_LOSS_DPACE;
     k_batch_prep<<<1, 1024, 0, s>>>(x->labels, x->wts, x->pos, x->idx, x->ahi, x->alo, x->ekeep, x->ds, b->x,
-                                    b->loss_mask, b->anchors, b->keep, D, S, N, B, x->V, x->c.gamma, norm, rows_max);
+                                    b->loss_mask, b->anchors, b->keep, D, S, N, B, x->V, x->c.gamma, norm, rows_max,
+                                    dpace);
     CUDA_LAUNCHED("k_batch_prep", err, errlen);
     const bf16 *Hb = (const bf16 *)b->H;
     if (!b->H_bf16) {
@@ -1209,15 +1280,22 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         int m = DF_MIN(x->CH, rows_max - c0);
         CUDA_TRY_RC(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, NN_GEMM_F32, 1.0f,
                        0.0f, NULL, err, errlen));
-        k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V,
-                                x->Vp);
+        k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, dpace ? x->ce_row : NULL, x->logits, x->idx, x->labels,
+                                x->wts, x->ds, c0, x->V, x->Vp);
         CUDA_LAUNCHED("k_ce", err, errlen);
         CUDA_TRY_RC(
             mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
         k_scatter_dz<<<grid_for((long)m * d), 256, 0, s>>>(x->dz, x->dzc, x->idx, x->ds, c0, m, d);
         CUDA_LAUNCHED("k_scatter_dz", err, errlen);
     }
-    k_stats<<<1, 1024, 0, s>>>(x->ds, x->row_wce, x->row_ok, x->idx, B);
+    if (dpace && rows_max > 0) { /* every row's CE is known: the weights, then dz and wce scaled */
+        k_dpace_weights<<<cdiv(N, 128), 128, 0, s>>>(x->wrow, x->ce_row, x->wts, N, B, x->c.dpace_alpha);
+        CUDA_LAUNCHED("k_dpace_weights", err, errlen);
+        k_dpace_scale<<<grid_for((long)rows_max * d), 256, 0, s>>>(x->dz, x->row_wce, x->wrow, x->idx, x->ds, rows_max,
+                                                                   d);
+        CUDA_LAUNCHED("k_dpace_scale", err, errlen);
+    }
+    k_stats<<<1, 1024, 0, s>>>(x->ds, x->row_wce, x->row_ok, x->idx, x->wts, dpace ? x->wrow : NULL, B);
     CUDA_LAUNCHED("k_stats", err, errlen);
     CUDA_TRY_RC(mark(x, x->ev_ph[2], err, errlen));
 
@@ -1281,6 +1359,7 @@ int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st, char *err, size
     for (int k = 0; k < DFLASH_MAX_BLOCK; k++) {
         st->count[k] = ds.count[k];
         st->correct[k] = ds.correct[k];
+        st->wpos[k] = ds.wpos[k];
     }
     if (ds.err)
         return df_cuda_errf(err, errlen, -EINVAL, "bad batch:%s%s%s",

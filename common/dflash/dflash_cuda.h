@@ -107,8 +107,11 @@ int dflash_opt_from_host_cuda(dflash_ctx_cuda *ctx, const float *m, const float 
  * numbers as the CPU), resets AdamW. For benchmarks. */
 int dflash_params_init_device_cuda(dflash_ctx_cuda *ctx, uint64_t seed, float std, char *err, size_t errlen);
 
-/* Forward + chunked loss + backward of one sequence; gradients ADDED to the buffer.
- * norm: the loss normaliser (<= 0: this sequence's sum of weights, as dflash_loss_chunked).
+/* Forward + chunked loss + backward of one sequence; gradients ADDED to the buffer. The
+ * objective is the config's (c.loss: decay, or D-PACE with c.dpace_alpha; dflash_loss.h).
+ * norm: the loss normaliser (<= 0: this call's own, dflash_loss_norm: decay the sum of
+ * weights as dflash_loss_chunked, D-PACE the blocks with a loss position). st->wpos gets the
+ * per-position weight sums.
  * st: if non-NULL, synchronises and fills it (else use dflash_stats_read_cuda later).
  * 0 or -EINVAL (shape beyond the init sizes), -EIO. Bad tokens/labels/anchors are detected
  * on the device and reported by dflash_stats_read_cuda as -EINVAL. */

@@ -417,8 +417,8 @@ int dflash_loss_and_grad_hooked(const dflash_config *c, const dflash_params *p, 
     if (rc < 0)
         return rc;
     int R = b->N * c->block_size;
-    rc = dflash_loss_chunked(g ? a->dz : NULL, a->z, f->lm_head, b->labels, b->weights, R, c->hidden, c->vocab,
-                             c->block_size, chunk_rows, norm, st);
+    /* the objective c->loss picks (decay or D-PACE: dflash_loss.h) */
+    rc = dflash_loss_config(c, g ? a->dz : NULL, a->z, f->lm_head, b->labels, b->weights, R, chunk_rows, norm, st);
     if (rc < 0 || !g)
         return rc;
     return dflash_backward_hooked(c, p, f, b, a, a->dz, g, NULL, hook);

@@ -147,7 +147,8 @@ int dflash_backward_hooked(const dflash_config *c, const dflash_params *p, const
                            const dflash_batch *b, dflash_acts *a, const float *dz, dflash_params *g, float *dH,
                            const dflash_grad_hook *hook);
 
-/* forward + chunked loss (norm as in dflash_loss_chunked) + backward into g (added; g
+/* forward + chunked loss of the objective c->loss (dflash_loss_config; norm <= 0: this
+ * sequence's dflash_loss_norm, as dflash_loss_chunked) + backward into g (added; g
  * may be NULL for evaluation only). st gets loss and accuracies. 0 or -errno. */
 int dflash_loss_and_grad(const dflash_config *c, const dflash_params *p, const dflash_frozen *f, const dflash_batch *b,
                          dflash_acts *a, dflash_params *g, double norm, int chunk_rows, dflash_stats *st);

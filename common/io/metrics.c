@@ -278,19 +278,47 @@ void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev)
     l->ev_len = (uint16_t)(l->len - mark - 2);
 }
 
-void metrics_num(metrics_line *l, const char *key, double v)
+/* v as metrics_num writes it, into num[40] */
+static void fmt_num(char *num, double v)
 {
-    char num[40];
     if (!isfinite(v))
-        snprintf(num, sizeof num, "null");
+        snprintf(num, 40, "null");
     else {
-        snprintf(num, sizeof num, "%.15g", v);
+        snprintf(num, 40, "%.15g", v);
         if (strtod(num, NULL) != v) /* shortest form that reads back exactly */
-            snprintf(num, sizeof num, "%.17g", v);
+            snprintf(num, 40, "%.17g", v);
         if (!strpbrk(num, ".e")) /* keep it a real for typed readers (jansson): 42 -> 42.0 */
             strcat(num, ".0");
     }
+}
+
+void metrics_num(metrics_line *l, const char *key, double v)
+{
+    char num[40];
+    fmt_num(num, v);
     scalar_field(l, key, num, v, 0, 0);
+}
+
+void metrics_nums(metrics_line *l, const char *key, const double *v, int n)
+{
+    char arr[METRICS_LINE_MAX], num[40];
+    size_t len = 0;
+    arr[len++] = '[';
+    for (int i = 0; i < n; i++) {
+        fmt_num(num, v[i]);
+        size_t k = strlen(num);
+        if (len + k + 2 >= sizeof arr) { /* cannot fit any line: dropped whole */
+            l->dropped++;
+            return;
+        }
+        if (i)
+            arr[len++] = ',';
+        memcpy(arr + len, num, k);
+        len += k;
+    }
+    arr[len++] = ']';
+    arr[len] = 0;
+    field_raw(l, key, arr);
 }
 
 void metrics_int(metrics_line *l, const char *key, int64_t v)

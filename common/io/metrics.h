@@ -90,6 +90,9 @@ void metrics_close(metrics_writer *w); /* closes the event file too */
 /* Start a line for event `ev` with the common fields (t, worker, inc, pid, ev). */
 void metrics_begin(metrics_line *l, metrics_writer *w, const char *ev);
 void metrics_num(metrics_line *l, const char *key, double v); /* NaN/inf -> null */
+/* An array of n numbers, each written as metrics_num writes one (dropped whole if it does
+ * not fit, as any field) */
+void metrics_nums(metrics_line *l, const char *key, const double *v, int n);
 void metrics_int(metrics_line *l, const char *key, int64_t v);
 void metrics_u64(metrics_line *l, const char *key, uint64_t v);
 void metrics_bool(metrics_line *l, const char *key, int v);

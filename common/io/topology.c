@@ -688,6 +688,29 @@ static json_t *write_mask_token_id(const topo *t, const void *s, int *omit)
     return d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id);
 }
 
+/* drafter.loss: "decay" (default) or "dpace" */
+static int parse_loss(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topology_drafter *d = s;
+    json_t *v = json_object_get(o, "loss");
+    d->loss = TOPOLOGY_LOSS_DECAY;
+    if (!v)
+        return 0;
+    if (json_is_string(v) && strcmp(json_string_value(v), "dpace") == 0)
+        d->loss = TOPOLOGY_LOSS_DPACE;
+    else if (!(json_is_string(v) && strcmp(json_string_value(v), "decay") == 0)) {
+        char got[GOT_LEN];
+        describe(v, got, sizeof got);
+        return fail(c, "drafter.loss", "expected \"decay\" or \"dpace\", got %s", got);
+    }
+    return 0;
+}
+
+static json_t *write_loss(const topo *t, const void *s, int *omit)
+{
+    return json_string(((const topology_drafter *)s)->loss == TOPOLOGY_LOSS_DPACE ? "dpace" : "decay");
+}
+
 /* "shards" of path (data, validation): a non-empty array of non-empty strings */
 static int parse_shard_list(pctx *c, const json_t *o, const char *path, char ***out, int *n_out)
 {
@@ -1066,6 +1089,10 @@ static const field drafter_fields[] = {
     F_U32("block_size", topology_drafter, block_size, 2, 1024, 16),
     F_U32("num_anchors", topology_drafter, num_anchors, 1, 65536, 64),
     F_NUM("gamma", topology_drafter, gamma, 0, 1, 1e6, "a number > 0", 7.0),
+    /* the objective: "decay" (the fixed exp(-(k-1)/gamma)) or "dpace" (weights from the
+     * drafter's own confidence); alpha 0 would let one early miss zero a block's weights */
+    F_CUSTOM("loss", parse_loss, write_loss),
+    F_NUM("dpace_alpha", topology_drafter, dpace_alpha, 0, 1, 1, "a number in (0, 1]", 0.5),
     F_NUM("lr", topology_drafter, lr, 0, 1, 10, "a number in (0, 10]", 6e-4),
     F_NUM("warmup_frac", topology_drafter, warmup_frac, 0, 0, 1, "a number 0..1", 0.04),
     F_NUM("weight_decay", topology_drafter, weight_decay, 0, 0, 10, "a number 0..10", 0.0),

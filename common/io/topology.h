@@ -53,9 +53,14 @@ typedef struct topology_worker {
     char **args;                   /* NULL-terminated, owned */
 } topology_worker;
 
+/* drafter.loss: the training objective (docs/dflash_spec.md "Loss weights") */
+typedef enum { TOPOLOGY_LOSS_DECAY = 0, TOPOLOGY_LOSS_DPACE = 1 } topology_loss;
+
 typedef struct topology_drafter {
     uint32_t num_layers, block_size, num_anchors;
     double gamma, lr, warmup_frac, weight_decay, grad_clip, noise_std;
+    topology_loss loss; /* "decay" (default: exp(-(k-1)/gamma)) or "dpace" */
+    double dpace_alpha; /* D-PACE confidence smoothing, (0, 1], default 0.5 (read with "dpace" only) */
     uint32_t epochs, checkpoint_every;
     uint32_t keep_checkpoints;        /* newest step dirs kept (0 = all; default 3) */
     uint32_t max_checkpoint_failures; /* consecutive failed checkpoints -> exit 100 (default 3) */

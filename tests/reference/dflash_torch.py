@@ -11,6 +11,11 @@ It exists for two jobs:
               safetensors file that tests/test_dflash_torch.c replays.
                   python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors
               (also writes <out stem>-tied.safetensors: tied embeddings, other mask rules).
+              With --loss dpace the objective is D-PACE (below) instead of the decay loss:
+                  python3 tests/reference/dflash_torch.py fixture --loss dpace \
+                      --out tests/fixtures/dflash-torch-dpace.safetensors
+              (alpha 0.5 untied, 0.3 tied: at 0.5 the smoothing (1-a) q + a cannot tell a from
+              1-a, so the tied case uses another value).
               Before writing, it checks itself: SDPA against an explicit masked softmax,
               the chunked head+CE against a plain full-logits autograd loss, a two-sided
               finite difference of the loss along a random direction, its vectorised mask
@@ -33,6 +38,13 @@ kv >= a_j + k - (W-1) and in-block causality; padding blocks see nothing and out
 zeros), o_proj residual, SwiGLU residual; z = RMSNorm_final(h); logits = z W_lm^T with the
 frozen target head. Labels y_{j,k} = x[a_j + k] (no shift), weights
 w = keep * [a_j+k < S] * loss_mask[a_j+k] * exp(-(k-1)/gamma), k >= 1; L = sum(w CE)/sum(w).
+
+D-PACE (docs/dflash_spec.md, "Loss weights"; the paper's equations, written here from their
+text): per block, over k = 1..B-1 while position k is a loss position (w > 0 above; the walk
+stops at the first one that is not), q_k = exp(-CE_k) detached, s_k = (1 - alpha) q_k + alpha,
+P_m = prod_{i <= m} s_i, weight u_k = sum_{m >= k} P_m (0 past the stop, at k = 0, in padding
+blocks); L = sum(u CE) / A with A the blocks whose position 1 is a loss position. The weights
+are constants of the gradient.
 
 Exit status: 0 on success, 1 on any failure (with a line starting "dflash_torch: error:").
 """
@@ -407,6 +419,56 @@ def accuracy(correct, sel, B):
     return acc[1:], count[1:]
 
 
+def dpace_weights_loop(ce, w, B, alpha):
+    """D-PACE weights [N*B] float64 by the letter of the equations, one block and one position
+    at a time (plain Python floats): walk k = 1.. while w > 0, s_k = (1 - alpha) exp(-CE_k) +
+    alpha, P_m the running product, u_k = P_k + ... + P_L. Also returns A, the blocks with a
+    loss position at k = 1."""
+    ce, w = ce.tolist(), w.tolist()
+    u = [0.0] * len(ce)
+    A = 0
+    for j in range(len(ce) // B):
+        P = []
+        k = 1
+        while k < B and w[j * B + k] > 0:
+            q = math.exp(-ce[j * B + k])
+            P.append((P[-1] if P else 1.0) * ((1.0 - alpha) * q + alpha))
+            k += 1
+        for i in range(len(P)):                 # position i + 1
+            u[j * B + i + 1] = sum(P[i:])
+        A += len(P) > 0
+    return torch.tensor(u, dtype=torch.float64), A
+
+
+def dpace_weights(ce, w, B, alpha):
+    """The same weights with tensor ops (cumulative product / reversed cumulative sum), the way
+    a trainer would write them; checked against dpace_weights_loop."""
+    ce, w = ce.detach().to(torch.float64).view(-1, B), w.view(-1, B)
+    loss_pos = w > 0
+    loss_pos[:, 0] = False
+    run = torch.cumprod(loss_pos[:, 1:].to(torch.float64), dim=1)     # 1 up to the first gap
+    s = (1.0 - alpha) * torch.exp(-ce[:, 1:]) + alpha
+    P = torch.cumprod(torch.where(run > 0, s, torch.ones_like(s)), dim=1) * run
+    u = torch.flip(torch.cumsum(torch.flip(P, [1]), dim=1), [1]) * run
+    out = torch.zeros_like(ce)
+    out[:, 1:] = u
+    return out.reshape(-1), int((run[:, 0] > 0).sum().item())
+
+
+def dpace_loss_plain(z, lm_head, labels, w, B, alpha):
+    """D-PACE over full logits under autograd: CE of every loss row, the detached weights,
+    L = sum(u CE) / A. Returns loss, per-row hits, the weights u [N*B] and A."""
+    sel = torch.nonzero(w > 0)[:, 0]
+    logits = z[sel] @ lm_head.t()
+    ce_sel = F.cross_entropy(logits, labels[sel], reduction="none")
+    ce = torch.zeros(w.shape[0], dtype=ce_sel.dtype)
+    ce = ce.index_put((sel,), ce_sel.detach())
+    with torch.no_grad():
+        u, A = dpace_weights(ce, w, B, alpha)
+    loss = (u[sel] * ce_sel).sum() / A
+    return loss, logits.argmax(-1) == labels[sel], u, A
+
+
 def loss_plain(z, lm_head, labels, w):
     """Unchunked reference: full logits and F.cross_entropy under autograd (self-check only)."""
     sel = torch.nonzero(w > 0)[:, 0]
@@ -466,8 +528,11 @@ FIXTURE_INPUTS = {
 }
 
 
-def make_fixture_case(tied, seed, chunk):
+def make_fixture_case(tied, seed, chunk, loss_kind="decay", alpha=0.5):
     cfg = tiny_config(tied)
+    dpace = loss_kind == "dpace"
+    if dpace:
+        cfg.update(loss="dpace", dpace_alpha=alpha)
     S, N, B, d, V = cfg["S"], cfg["N"], cfg["B"], cfg["d"], cfg["V"]
     gen = torch.Generator().manual_seed(seed + (1 if tied else 0))
     # weights: F32 values are the truth; the math runs on their exact float64 upcast
@@ -535,10 +600,16 @@ def make_fixture_case(tied, seed, chunk):
         log(f"{tag}: torch {torch.__version__} has no SDPA: explicit softmax attention used")
 
     # primary evaluation: loss, accuracy, gradients w.r.t. every trainable tensor and H
+    # (decay: the chunked head; D-PACE: full logits under autograd, weights detached)
+    dp = {}
+
     def run(sdpa):
         probe_ = {}
         z_ = drafter_forward(P, cfg, Hd, ids, anchors, keep, embed, sdpa, probe_)
-        loss_, correct = head_loss(z_, lm_head, labels, w, sel, norm, chunk, head_ce)
+        if dpace:
+            loss_, correct, dp["u"], dp["A"] = dpace_loss_plain(z_, lm_head, labels, w, B, alpha)
+        else:
+            loss_, correct = head_loss(z_, lm_head, labels, w, sel, norm, chunk, head_ce)
         acc_, cnt_ = accuracy(correct, sel, B)
         grads_ = torch.autograd.grad(loss_, [P[n] for n in names] + [Hd])
         return probe_, z_, loss_, acc_, cnt_, grads_
@@ -570,16 +641,42 @@ def make_fixture_case(tied, seed, chunk):
     for lt, m in probe["masks"].items():
         if not torch.equal(m.row_any.cpu(), ~pad_rows):
             raise AssertionError(f"{tag}: {lt}: a kept query row has no key (or a padding row has one)")
-    # self-check 4: chunked head+CE vs plain autograd over full logits (loss and grads)
+    # self-check 4: chunked head+CE vs plain autograd over full logits (loss and grads).
+    # D-PACE: the chunked head with the detached weights as row weights and A as the
+    # normaliser is the same loss and gradient (how the C code computes it: a row's gradient
+    # is linear in its weight)
     z3 = drafter_forward(P, cfg, Hd, ids, anchors, keep, embed, use_sdpa)
-    lp = loss_plain(z3, lm_head, labels, w)
+    if dpace:
+        u, A = dp["u"], dp["A"]
+        # the weights: tensor ops == the loop version; alpha = 1 gives the remaining run length
+        ce_all = torch.zeros(N * B, dtype=torch.float64)
+        with torch.no_grad():
+            lg = z3[sel] @ lm_head.t()
+            ce_all[sel] = F.cross_entropy(lg, labels[sel], reduction="none")
+        u_loop, A_loop = dpace_weights_loop(ce_all, w, B, alpha)
+        werr = (u - u_loop).abs().max().item()
+        if A != A_loop or werr > 1e-14:
+            raise AssertionError(f"{tag}: D-PACE weights: tensor ops vs loop differ by {werr:g} (A {A} vs {A_loop})")
+        u1, _ = dpace_weights(ce_all, w, B, 1.0)
+        u1_loop, _ = dpace_weights_loop(ce_all, w, B, 1.0)
+        if not torch.equal(u1, u1_loop) or any(x != round(x) for x in u1.tolist()):
+            raise AssertionError(f"{tag}: D-PACE weights at alpha = 1 are not the remaining run lengths")
+        log(f"{tag}: D-PACE weights: tensor ops vs loop max |du| = {werr:.1e}, A = {A}, "
+            f"weights {[round(x, 4) for x in u.tolist()]}")
+        lp, _ = head_ce.apply(z3[sel], lm_head, labels[sel], u[sel], torch.tensor(float(A), dtype=torch.float64),
+                              chunk)
+    else:
+        lp = loss_plain(z3, lm_head, labels, w)
     gp = torch.autograd.grad(lp, [P[n] for n in names] + [Hd])
     worst = max(((a - b).norm() / b.norm().clamp(min=1e-300)).item() for a, b in zip(grads, gp))
     if abs(lp.item() - loss.item()) > 1e-12 * abs(lp.item()) or worst > 1e-10:
         raise AssertionError(f"{tag}: chunked CE differs from plain CE: loss {loss.item()} vs {lp.item()}, "
                              f"worst grad rel err {worst:g}")
     log(f"{tag}: chunked vs plain CE: |dloss| = {abs(lp.item() - loss.item()):.2e}, worst grad rel {worst:.2e}")
-    # self-check 5: two-sided finite difference along a random direction (params and H)
+    # self-check 5: two-sided finite difference along a random direction (params and H).
+    # D-PACE: of the loss with the weights frozen at their values here (what "detached"
+    # means); the finite difference of the full D-PACE loss, whose weights move with the
+    # parameters, is another number (logged, not a check)
     dgen = torch.Generator().manual_seed(seed + 99)
     dirs = [torch.randn(t.shape, generator=dgen, dtype=torch.float64) for t in grads]
     analytic = sum((a * u).sum().item() for a, u in zip(grads, dirs))
@@ -590,9 +687,21 @@ def make_fixture_case(tied, seed, chunk):
             Pm = {n: P[n] + sign * eps * u for n, u in zip(names, dirs[:-1])}
             Hm = Hd + sign * eps * dirs[-1]
             zz = drafter_forward(Pm, cfg, Hm, ids, anchors, keep, embed, use_sdpa)
+            if dpace:
+                return (loss_plain(zz, lm_head, labels, dp["u"]) * dp["u"].sum() / dp["A"]).item()
             return loss_plain(zz, lm_head, labels, w).item()
 
+    def dpace_full_at(sign):
+        with torch.no_grad():
+            Pm = {n: P[n] + sign * eps * u for n, u in zip(names, dirs[:-1])}
+            zz = drafter_forward(Pm, cfg, Hd + sign * eps * dirs[-1], ids, anchors, keep, embed, use_sdpa)
+            return dpace_loss_plain(zz, lm_head, labels, w, B, alpha)[0].item()
+
     numeric = (loss_at(+1) - loss_at(-1)) / (2 * eps)
+    if dpace:
+        full = (dpace_full_at(+1) - dpace_full_at(-1)) / (2 * eps)
+        log(f"{tag}: D-PACE: finite difference of the loss with weights frozen {numeric:.10g}, with weights "
+            f"recomputed {full:.10g}, gradient {analytic:.10g}")
     fd_rel = abs(numeric - analytic) / max(abs(analytic), 1e-30)
     if fd_rel > 1e-6:
         raise AssertionError(f"{tag}: finite difference {numeric:.12g} vs analytic {analytic:.12g} "
@@ -615,6 +724,9 @@ def make_fixture_case(tied, seed, chunk):
     out["labels"] = labels.to(torch.int32)
     out["weights"] = w.float()
     out["sum_w"] = w.sum().reshape(1)
+    if dpace:
+        out["dpace_weights"] = dp["u"].float()
+        out["dpace_norm"] = torch.tensor([float(dp["A"])], dtype=torch.float64)
     out["loss"] = loss.detach().reshape(1).double()
     out["acc"] = acc.float()
     out["acc_count"] = cnt.float()
@@ -631,6 +743,8 @@ def make_fixture_case(tied, seed, chunk):
 
 def cmd_fixture(args):
     import_torch()
+    if not 0.0 < args.alpha <= 1.0 or not 0.0 < args.alpha_tied <= 1.0:
+        die(f"--alpha {args.alpha} / --alpha-tied {args.alpha_tied}: D-PACE's alpha must be in (0, 1]")
     t0 = time.time()
     torch.set_num_threads(max(1, min(8, os.cpu_count() or 1)))
     torch.manual_seed(args.seed)
@@ -639,9 +753,10 @@ def cmd_fixture(args):
         stem, ext = os.path.splitext(args.out)
         outs.append((f"{stem}-tied{ext or '.safetensors'}", True))
     for path, tied in outs:
-        log(f"building the {'tied' if tied else 'untied'} fixture (float64, CPU) ...")
+        log(f"building the {'tied' if tied else 'untied'} {args.loss} fixture (float64, CPU) ...")
         try:
-            tensors, meta = make_fixture_case(tied, args.seed, args.chunk)
+            tensors, meta = make_fixture_case(tied, args.seed, args.chunk, args.loss,
+                                              args.alpha_tied if tied else args.alpha)
         except AssertionError as e:
             die(f"self-check failed, nothing written: {e}")
         try:
@@ -875,6 +990,8 @@ def main(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
                "  python3 tests/reference/dflash_torch.py fixture --out tests/fixtures/dflash-torch.safetensors\n"
+               "  python3 tests/reference/dflash_torch.py fixture --loss dpace "
+               "--out tests/fixtures/dflash-torch-dpace.safetensors\n"
                "  python3 tests/reference/dflash_torch.py step-bench --seq 768 2048 --anchors 256 512 \\\n"
                "      --json-out bench/results/drafter-torch.json\n")
     sub = ap.add_subparsers(dest="cmd")
@@ -883,6 +1000,11 @@ def main(argv=None):
     fx.add_argument("--seed", type=int, default=1234, help="weights/inputs seed (default 1234)")
     fx.add_argument("--chunk", type=int, default=7, help="rows per lm_head chunk (default 7: several chunks)")
     fx.add_argument("--no-tied", action="store_true", help="do not write the tied-embedding variant")
+    fx.add_argument("--loss", default="decay", choices=["decay", "dpace"],
+                    help="the objective: decay (default; exp(-(k-1)/gamma)) or dpace (D-PACE)")
+    fx.add_argument("--alpha", type=float, default=0.5, help="D-PACE smoothing of the untied case (default 0.5)")
+    fx.add_argument("--alpha-tied", type=float, default=0.3,
+                    help="D-PACE smoothing of the tied case (default 0.3: not 0.5, where a and 1-a look alike)")
     sb = sub.add_parser("step-bench", help="time the eager PyTorch training step on one GPU (JSON lines on stdout)")
     sb.add_argument("--shape", default="qwen3-8b-b16", help="model shape: qwen3-8b-b16 (default) or tiny")
     sb.add_argument("--seq", type=int, nargs="+", default=[768], help="context lengths S (default 768)")

@@ -2,6 +2,8 @@
  *
  * The orchestrator is one libuv loop in one thread. Files by concept:
  *   setup.c        run dir, topology.json, shm segments, arenas, ledger (+ resume)
+ *   resume.c       what --resume checks first: the topology against the run's record,
+ *                  ledger.bin against the checkpoints on disk
  *   plan_source.c  sample lengths for the ledger plan (the one call into the shard reader)
  *   supervisor.c   spawn, hello, exit/hang handling, reclaim, restart policy, groups, shutdown
  *   group.c        restart groups' shared memory: all-reduce segment, deterministic reset
@@ -164,6 +166,15 @@ typedef struct orch {
     double samples_total, samples_done, samples_per_s, eta_s; /* eta_s < 0: unknown */
     int lock_fd;     /* <run_dir>/orchestrator.lock, flock'ed for our whole life */
     plan_fp data_fp; /* the data the plan is built from (plan_source.c) */
+    uint32_t *lens;  /* every sample's token length, read once at start (each epoch's plan) */
+    uint32_t n_lens;
+    int target_vocab, target_layers, target_hidden; /* from model_dir/config.json; 0 when not read */
+
+    /* --resume (setup.c, resume.c) */
+    const char *resume_topology; /* --topology FILE (or the file given to --resume); NULL: the run dir's */
+    int accept_changes;          /* --accept-changes */
+    int fresh_resume;            /* nothing was ever committed: planned anew, ledger.bin rewritten */
+    json_t *topo_changes;        /* the accepted changes ([{field, old, new}]) or NULL */
 } orch;
 
 /* setup.c */
@@ -201,8 +212,42 @@ int helper_call(const orch *o, const char *const *args, char *answer, size_t cap
 
 int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen);
 uint64_t plan_source_digest(const plan_fp *fp); /* over f[0..n) */
-/* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees) */
-int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen);
+/* What plan_source_lengths saw besides the lengths. */
+typedef struct plan_data_info {
+    uint64_t n_truncated;  /* samples longer than data.max_seq_len (the plan truncates them) */
+    uint32_t longest;      /* the longest sample's token count */
+    char longest_at[1300]; /* where it is: "data.shards[0] /x.dfs: sample 5" */
+} plan_data_info;
+/* plan_source.c: per-sample token lengths of the topology's data (malloc'd, caller frees),
+ * after checking every sample: -EINVAL naming the shard and the sample for an empty one, or
+ * for a token id >= vocab (vocab 0: not checked; vocab_src names where vocab came from). */
+int plan_source_lengths(const topo *t, uint32_t vocab, const char *vocab_src, uint32_t **lens, uint32_t *n,
+                        plan_data_info *info, char *err, size_t errlen);
+/* The token ids of the first max_samples (0: all) samples of other shards (the validation
+ * set, whose empty samples the validator skips), `field` naming them in messages. */
+int plan_source_check_shards(char *const *paths, int n_paths, const char *field, uint64_t max_samples, uint32_t vocab,
+                             const char *vocab_src, char *err, size_t errlen);
+
+/* resume.c: --resume's checks before it trusts the run dir (docs/operations.md, "Resume").
+ * The record of the topology a run was started with (or last accepted on a resume): */
+#define RESUME_RECORD "topology.recorded.json"
+/* The state on disk: ledger.bin (verified) and the checkpoints. Contradictions (checkpoints
+ * or a final audit without ledger.bin; the committed step's checkpoint missing, checked when
+ * checkpoints/ exists or writes_checkpoints: the real drafter runs) are refused with -EINVAL
+ * and err naming what is missing; *fresh = nothing was ever committed (every topology field
+ * may still change). 0 or -errno. */
+int resume_check_state(orch *o, int writes_checkpoints, int *fresh, char *err, size_t errlen);
+/* setup.c: read and verify <run_dir>/ledger.bin into *snap (backed by *mem, which the
+ * caller frees): 0, -ENOENT when there is none, other -errno with err saying what is wrong. */
+int setup_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen);
+/* Compare the topology to resume with (o->t) with the record rec: every difference is
+ * logged (field: old -> new); 0 when none, or when all may change and o->accept_changes
+ * (then o->topo_changes holds them), else -EINVAL with err saying how to proceed. */
+int resume_check_topology(orch *o, const topo *rec, const char *rec_path, const char *cand_path, int fresh, char *err,
+                          size_t errlen);
+/* A resume with accepted changes: append a "topology_changed" event to
+ * metrics/orchestrator.jsonl (before the report opens it). 0 or -errno. */
+int resume_log_changes(orch *o, const char *record_path);
 
 /* supervisor.c */
 int supervisor_start(orch *o); /* spawn everyone, start timers and signals */

@@ -1,4 +1,5 @@
-/* orchestrator_main.c: `orchestrator [--resume] <topology.json | run dir>`.
+/* orchestrator_main.c: `orchestrator <topology.json>`, or
+ * `orchestrator --resume <run dir | topology.json> [--topology FILE] [--accept-changes]`.
  *
  * Validates the topology (exit 2 with the JSON path of the error, nothing started), prepares
  * the run (setup.c), starts the control socket, the metrics and every worker, and runs the
@@ -7,8 +8,9 @@
  * restart limit or failed permanently with nobody to take over, a shutdown had to SIGKILL,
  * the workers ended with batches left, or the final audit / ledger.bin could not be
  * written); 2 bad command line, topology or data, a run dir in use by another orchestrator,
- * or a --resume whose ledger.bin, plan or data files do not verify (nothing started); never
- * 100. docs/operations.md.
+ * or a --resume whose ledger.bin, plan or data files do not verify, whose run dir contradicts
+ * itself (checkpoints without ledger.bin) or whose topology differs from the run's record in
+ * a way not accepted (nothing started); never 100. docs/operations.md.
  */
 #include <libgen.h>
 #include <limits.h>
@@ -23,14 +25,22 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: orchestrator [--resume] <topology.json | run dir>\n"
+    fprintf(f, "usage: orchestrator <topology.json>\n"
+               "       orchestrator --resume <run dir | topology.json> [--topology FILE] [--accept-changes]\n"
                "\n"
                "Starts a dflash-pipe run: validates the topology, creates the run dir (0700) with\n"
                "topology.json, logs/, metrics/ and the control socket ctl.sock, creates the shared\n"
                "segments and arenas, spawns and supervises every worker until the epoch is done.\n"
                "\n"
                "  --resume   continue the run in <run dir> (or the run_dir of <topology.json>) from its\n"
-               "             last committed checkpoint (ledger.bin); uncommitted batches are redone\n"
+               "             last committed checkpoint (ledger.bin); uncommitted batches are redone. It runs\n"
+               "             with the topology given (<topology.json> or --topology FILE), else the run dir's\n"
+               "             topology.json; any difference from what the run was started with is listed\n"
+               "             (field: old -> new) and refused unless accepted\n"
+               "  --topology FILE   with --resume <run dir>: the topology to resume with\n"
+               "  --accept-changes  with --resume: apply the differences listed, if every one of them may\n"
+               "             change on resume (cadences, limits, timeouts, worker counts; before anything\n"
+               "             is committed, any field); the run's record is updated (docs/operations.md)\n"
                "  -h, --help this text\n"
                "\n"
                "Control it with dfctl (dfctl --help). SIGINT/SIGTERM: drain and stop (twice: faster).\n"
@@ -39,8 +49,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    int resume = 0;
-    const char *path = NULL;
+    int resume = 0, accept = 0;
+    const char *path = NULL, *topology = NULL;
     df_log_init("orchestrator");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -48,6 +58,14 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--resume")) {
             resume = 1;
+        } else if (!strcmp(argv[i], "--accept-changes")) {
+            accept = 1;
+        } else if (!strcmp(argv[i], "--topology")) {
+            if (i + 1 >= argc || topology) {
+                df_log("--topology needs one FILE");
+                return DF_EXIT_USAGE;
+            }
+            topology = argv[++i];
         } else if (argv[i][0] == '-') {
             df_log("unknown option %s", argv[i]);
             usage(stderr);
@@ -63,6 +81,11 @@ int main(int argc, char **argv)
         usage(stderr);
         return DF_EXIT_USAGE;
     }
+    if (!resume && (accept || topology)) {
+        df_log("%s goes with --resume (a new run takes its topology file as the argument)",
+               accept ? "--accept-changes" : "--topology");
+        return DF_EXIT_USAGE;
+    }
     signal(SIGPIPE, SIG_IGN);
 
     static orch o; /* large: keep it off the stack */
@@ -75,6 +98,8 @@ int main(int argc, char **argv)
     }
     self[n] = 0;
     snprintf(o.self_dir, sizeof o.self_dir, "%s", dirname(self));
+    o.resume_topology = topology;
+    o.accept_changes = accept;
 
     char err[1024] = "";
     char note[1300];

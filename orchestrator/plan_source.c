@@ -10,6 +10,11 @@
  * and refuses a shard that changed since the plan was made (setup.c). The shards are hashed
  * in parallel (one thread per shard up to the CPU count, at most 16; ~1.7 GB/s each).
  *
+ * The lengths are read once per start (the orchestrator keeps them for every epoch's plan),
+ * and that same pass checks what the workers would otherwise find only mid-run: an empty
+ * sample, and a token id outside the target's vocabulary (naming the shard, the sample and
+ * the id; plan_source_check_shards does the same for the validation shards).
+ *
  * Test hook: DF_SYNTHETIC_SAMPLES=N replaces the shards by N synthetic samples whose
  * lengths are drawn from the topology's seed (16..max_seq_len tokens). The supervision
  * tests use it with fake workers, which never read tokens; a real run never sets it.
@@ -54,36 +59,129 @@ static int synthetic_lengths(const topo *t, const char *spec, uint32_t **lens, u
     return 0;
 }
 
-int plan_source_lengths(const topo *t, uint32_t **lens, uint32_t *n, char *err, size_t errlen)
+#if HAVE_SHARD
+/* "data.shards[2] /x/b.dfs: sample 17" for dataset sample idx (paths: the dataset's files) */
+static void where(const dataset *ds, char *const *paths, const char *field, uint64_t idx, char *out, size_t cap)
+{
+    int si = 0;
+    uint64_t local = idx;
+    if (dataset_locate(ds, idx, &si, &local) < 0)
+        si = 0;
+    snprintf(out, cap, "%s[%d] %s: sample %llu", field, si, paths[si], (unsigned long long)local);
+}
+
+/* The first n samples of ds (paths, named `field` in messages): none empty (if no_empty), and
+ * every token id below vocab (0: not checked, no model is read). The shard reader has already checked
+ * every id against the shards' own vocab_size, so the tokens are scanned only when that is
+ * larger than the target's. 0 or -EINVAL with err naming the shard, the sample and the id. */
+static int check_samples(const dataset *ds, char *const *paths, const char *field, uint64_t n, int no_empty,
+                         uint32_t vocab, const char *vocab_src, char *err, size_t errlen)
+{
+    char at[1300];
+    uint32_t svocab = dataset_vocab_size(ds);
+    int scan = vocab > 0 && svocab > vocab;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint32_t *tok;
+        const uint8_t *mask;
+        uint32_t len = 0;
+        if (dataset_sample(ds, i, &tok, &mask, &len) < 0)
+            len = 0;
+        if (len == 0 && no_empty) {
+            where(ds, paths, field, i, at, sizeof at);
+            snprintf(err, errlen, "%s is empty (0 tokens): every sample needs at least one token", at);
+            return -EINVAL;
+        }
+        for (uint32_t k = 0; scan && k < len; k++) {
+            if (tok[k] >= vocab) {
+                where(ds, paths, field, i, at, sizeof at);
+                snprintf(err, errlen,
+                         "%s: token id %u (position %u) is outside the target's vocabulary 0..%u (%s: vocab_size "
+                         "%u; the shard header says vocab_size %u: was it tokenised for another model?)",
+                         at, tok[k], k, vocab - 1, vocab_src, vocab, svocab);
+                return -EINVAL;
+            }
+        }
+    }
+    if (scan)
+        df_log("%s: the shard header says vocab_size %u, more than the target's %u (%s), but every token id of "
+               "the %llu samples used is below %u",
+               field, svocab, vocab, vocab_src, (unsigned long long)n, vocab);
+    return 0;
+}
+#endif
+
+int plan_source_check_shards(char *const *paths, int n_paths, const char *field, uint64_t max_samples, uint32_t vocab,
+                             const char *vocab_src, char *err, size_t errlen)
+{
+#if HAVE_SHARD
+    dataset *ds = NULL;
+    char e[1024];
+    int rc = dataset_open(&ds, paths, n_paths, e, sizeof e);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: %s", field, e);
+        return rc;
+    }
+    uint64_t n = dataset_n_samples(ds);
+    if (max_samples > 0 && n > max_samples)
+        n = max_samples;
+    rc = check_samples(ds, paths, field, n, 0, vocab, vocab_src, err, errlen); /* the validator skips empty ones */
+    dataset_close(ds);
+    return rc;
+#else
+    (void)paths, (void)n_paths, (void)max_samples, (void)vocab, (void)vocab_src;
+    snprintf(err, errlen, "%s: this build has no shard reader (common/io/shard.h)", field);
+    return -ENOTSUP;
+#endif
+}
+
+int plan_source_lengths(const topo *t, uint32_t vocab, const char *vocab_src, uint32_t **lens, uint32_t *n,
+                        plan_data_info *info, char *err, size_t errlen)
 {
     *lens = NULL;
     *n = 0;
+    memset(info, 0, sizeof *info);
     const char *synth = getenv("DF_SYNTHETIC_SAMPLES");
     if (synth && *synth)
         return synthetic_lengths(t, synth, lens, n, err, errlen);
 #if HAVE_SHARD
     dataset *ds = NULL;
-    int rc = dataset_open(&ds, t->shards, t->n_shards, err, errlen);
-    if (rc < 0)
+    char e[1024];
+    int rc = dataset_open(&ds, t->shards, t->n_shards, e, sizeof e);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s", e);
         return rc;
+    }
     uint64_t count = dataset_n_samples(ds);
     if (count == 0 || count > UINT32_MAX) {
         snprintf(err, errlen, "%s: %llu samples (expected 1..2^32-1)", t->shards[0], (unsigned long long)count);
         dataset_close(ds);
         return -EINVAL;
     }
+    if ((rc = check_samples(ds, t->shards, "data.shards", count, 1, vocab, vocab_src, err, errlen)) < 0) {
+        dataset_close(ds);
+        return rc;
+    }
     uint32_t *l = malloc(count * sizeof *l);
     if (!l) {
         dataset_close(ds);
         return -ENOMEM;
     }
-    for (uint64_t i = 0; i < count; i++)
+    uint64_t longest = 0;
+    for (uint64_t i = 0; i < count; i++) {
         l[i] = dataset_sample_len(ds, i);
+        info->n_truncated += l[i] > t->max_seq_len;
+        if (l[i] > l[longest])
+            longest = i;
+    }
+    /* the plan truncates these to max_seq_len (docs/topology.md): say so, and where */
+    info->longest = l[longest];
+    where(ds, t->shards, "data.shards", longest, info->longest_at, sizeof info->longest_at);
     dataset_close(ds);
     *lens = l;
     *n = (uint32_t)count;
     return 0;
 #else
+    (void)vocab, (void)vocab_src;
     snprintf(err, errlen, "%s: this build has no shard reader (common/io/shard.h)",
              t->n_shards > 0 ? t->shards[0] : "data.shards");
     return -ENOTSUP;

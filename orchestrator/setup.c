@@ -37,6 +37,7 @@
 #include <ftw.h>
 #include <stdlib.h>
 
+#include "io/hfconfig.h"
 #include "io/shard.h"
 #include "ipc/fdpass.h"
 #include "ipc/shm.h"
@@ -178,15 +179,200 @@ static int lock_write_pid(orch *o, char *err, size_t errlen)
 
 /* The binary a worker runs: <bin_dir>/<role>_worker, role "test" -> fake_worker, role
  * "validator" -> validator. */
-static void worker_binary(const orch *o, const topology_worker *tw, char *out, size_t cap)
+static void worker_binary_of(const orch *o, const topo *t, const topology_worker *tw, char *out, size_t cap)
 {
-    const char *dir = o->t.bin_dir ? o->t.bin_dir : o->self_dir;
+    const char *dir = t->bin_dir ? t->bin_dir : o->self_dir;
     int n = tw->role == TOPOLOGY_ROLE_TEST ? snprintf(out, cap, "%s/fake_worker", dir)
             : tw->role == TOPOLOGY_ROLE_VALIDATOR
                 ? snprintf(out, cap, "%s/validator", dir)
                 : snprintf(out, cap, "%s/%s_worker", dir, topology_role_name(tw->role));
     if (n < 0 || (size_t)n >= cap)
         out[0] = 0; /* too long: access() then fails with a message naming the worker */
+}
+
+static void worker_binary(const orch *o, const topology_worker *tw, char *out, size_t cap)
+{
+    worker_binary_of(o, &o->t, tw, out, cap);
+}
+
+/* Whether t runs the real drafter (which writes checkpoints/step-N): a drafter whose binary
+ * is drafter_worker once symlinks are resolved (the tests link the fake worker there). */
+static int runs_real_drafter(const orch *o, const topo *t)
+{
+    for (int i = 0; i < t->n_workers; i++) {
+        char bin[1024], real[PATH_MAX];
+        if (t->workers[i].role != TOPOLOGY_ROLE_DRAFTER)
+            continue;
+        worker_binary_of(o, t, &t->workers[i], bin, sizeof bin);
+        const char *base = realpath(bin, real) ? strrchr(real, '/') : NULL;
+        if (base && !strcmp(base + 1, "drafter_worker"))
+            return 1;
+    }
+    return 0;
+}
+
+/* t's normalised text, as the run dir stores it (topology.json and its record): malloc'd,
+ * ends with a newline; NULL on allocation failure */
+static char *topology_text(const topo *t)
+{
+    json_t *j = topology_to_json(t);
+    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    if (!text)
+        return NULL;
+    size_t tl = strlen(text);
+    char *out = realloc(text, tl + 2);
+    if (!out) {
+        free(text);
+        return NULL;
+    }
+    out[tl] = '\n';
+    out[tl + 1] = 0;
+    return out;
+}
+
+/* <run_dir>/<name> = text, crash-safely; nothing written when it holds that already. */
+static int write_run_file(orch *o, const char *name, const char *text, char *err, size_t errlen)
+{
+    char path[1200], *old = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/%s", o->run_dir, name);
+    if (df_read_file(path, &old, &len) == 0 && len == strlen(text) && !memcmp(old, text, len)) {
+        free(old);
+        return 0;
+    }
+    free(old);
+    int rc = df_write_file_atomic(path, text, strlen(text));
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+    return rc;
+}
+
+/* --resume: find and lock the run dir, then decide the topology to run with. The record
+ * (RESUME_RECORD; topology.json for a run dir an older build started) is what the run was
+ * started with; the topology to resume with is the file given (--topology FILE, or a file
+ * instead of the run dir), else the run dir's topology.json, which the operator may have
+ * edited. The state on disk is checked first (resume_check_state), then every difference
+ * (resume_check_topology). */
+static int resume_open(orch *o, const char *path, int *record_missing, char *err, size_t errlen)
+{
+    int rc;
+    char dir[1024];
+    const char *file = o->resume_topology;
+    if (is_dir(path)) {
+        snprintf(dir, sizeof dir, "%s", path);
+    } else {
+        if (file) {
+            snprintf(err, errlen,
+                     "--resume %s --topology %s: give the run dir with --topology, or the topology file "
+                     "alone",
+                     path, file);
+            return -EINVAL;
+        }
+        file = path;
+        topo tmp;
+        if ((rc = topology_load(&tmp, path, err, errlen)) < 0)
+            return rc;
+        snprintf(dir, sizeof dir, "%s", tmp.run_dir);
+        topology_free(&tmp);
+    }
+    int prc = resolve_path(dir, o->run_dir, sizeof o->run_dir);
+    if (prc < 0) {
+        snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(-prc));
+        return prc;
+    }
+    if ((rc = check_run_dir_owner(o->run_dir, err, errlen)) < 0)
+        return rc;
+    if ((rc = lock_run_dir(o, err, errlen)) < 0)
+        return rc;
+    snprintf(o->topology_path, sizeof o->topology_path, "%s/topology.json", o->run_dir);
+    char rec_path[1200];
+    snprintf(rec_path, sizeof rec_path, "%s/" RESUME_RECORD, o->run_dir);
+    *record_missing = access(rec_path, F_OK) != 0;
+    if (*record_missing) {
+        snprintf(rec_path, sizeof rec_path, "%s", o->topology_path);
+        df_log("resume: %s has no %s (an older build started it): its topology.json is taken as what the run was "
+               "started with",
+               o->run_dir, RESUME_RECORD);
+    }
+    topo rec;
+    memset(&rec, 0, sizeof rec);
+    if ((rc = topology_load(&rec, rec_path, err, errlen)) < 0)
+        return rc;
+    if (file) {
+        if ((rc = topology_load(&o->t, file, err, errlen)) < 0)
+            goto out;
+        char here[1024];
+        if ((rc = absolutise_paths(&o->t)) < 0) {
+            snprintf(err, errlen, "%s: making paths absolute: %s", file, strerror(-rc));
+            goto out;
+        }
+        if (resolve_path(o->t.run_dir, here, sizeof here) < 0 || strcmp(here, o->run_dir)) {
+            snprintf(err, errlen, "--resume: %s names run_dir %s, not the run dir being resumed (%s)", file,
+                     o->t.run_dir, o->run_dir);
+            rc = -EINVAL;
+            goto out;
+        }
+        char *same = strdup(rec.run_dir); /* one spelling of the same directory: no change */
+        if (!same) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        free(o->t.run_dir);
+        o->t.run_dir = same;
+        topo cur; /* the run dir's copy: replaced by the file given, which should not go unsaid */
+        memset(&cur, 0, sizeof cur);
+        if (!*record_missing && topology_load(&cur, o->topology_path, err, errlen) == 0) {
+            char *a = topology_text(&cur), *b = topology_text(&rec);
+            if (a && b && strcmp(a, b))
+                df_log("resume: %s was edited since the run started; resuming with %s instead, which replaces it",
+                       o->topology_path, file);
+            free(a), free(b);
+            topology_free(&cur);
+        }
+        err[0] = 0;
+    } else if ((rc = topology_load(&o->t, o->topology_path, err, errlen)) < 0) {
+        goto out;
+    }
+    int fresh = 0;
+    if ((rc = resume_check_state(o, runs_real_drafter(o, &rec), &fresh, err, errlen)) < 0)
+        goto out;
+    o->fresh_resume = fresh;
+    rc = resume_check_topology(o, &rec, rec_path, file ? file : o->topology_path, fresh, err, errlen);
+out:
+    topology_free(&rec);
+    return rc;
+}
+
+static int write_data_files(orch *o, char *err, size_t errlen);
+
+/* A resume whose checks all passed: bring the run dir's records up to what runs now. */
+static int resume_record(orch *o, int record_missing, char *err, size_t errlen)
+{
+    int rc;
+    if (o->fresh_resume) { /* planned anew: the data and the (empty) ledger of this plan */
+        if ((rc = write_data_files(o, err, errlen)) < 0)
+            return rc;
+        if ((rc = setup_persist_ledger(o)) < 0) {
+            snprintf(err, errlen, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
+            return rc;
+        }
+    }
+    char *text = topology_text(&o->t);
+    if (!text)
+        return -ENOMEM;
+    rc = write_run_file(o, "topology.json", text, err, errlen);
+    /* the record last: a failure before it leaves the change to be made again */
+    if (!rc && (record_missing || o->topo_changes))
+        rc = write_run_file(o, RESUME_RECORD, text, err, errlen);
+    free(text);
+    if (rc < 0)
+        return rc;
+    char rec[1200];
+    snprintf(rec, sizeof rec, "%s/" RESUME_RECORD, o->run_dir);
+    if ((rc = resume_log_changes(o, rec)) < 0)
+        snprintf(err, errlen, "%s/metrics/orchestrator.jsonl: %s", o->run_dir, strerror(-rc));
+    return rc;
 }
 
 /* A GPU ring's arena: cuda_helper creates the VMM allocation on the ring's GPU and sends
@@ -240,7 +426,7 @@ static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
 /* Read <run_dir>/ledger.bin into aligned memory (ledger_snapshot_open wants it) and verify
  * it. 0 (snap open on *mem, caller frees *mem), -ENOENT when there is none, other -errno
  * with err naming the file and what is wrong. */
-static int load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen)
+int setup_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
@@ -281,11 +467,9 @@ static int resume_ledger(orch *o, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
     ledger snap;
     void *mem = NULL;
-    int rc = load_snapshot(o, &snap, &mem, err, errlen);
-    if (rc == -ENOENT) {
-        df_log("resume: no %s (no checkpoint was committed): every batch starts pending", path);
-        return 0;
-    }
+    int rc = setup_load_snapshot(o, &snap, &mem, err, errlen);
+    if (rc == -ENOENT) /* resume_check_state saw it a moment ago: someone is changing the run dir */
+        snprintf(err, errlen, "%s: vanished while the resume was being prepared; refusing to resume", path);
     if (rc < 0)
         return rc;
     if (ledger_data_digest(&snap) != o->data_fp.digest) {
@@ -428,17 +612,13 @@ static int check_data_files(orch *o, char *err, size_t errlen)
  * plan's batch count. */
 static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int quiet, char *err, size_t errlen)
 {
-    uint32_t *lens = NULL, n = 0;
+    uint32_t n = o->n_lens;
     ledger_plan plan;
     memset(&plan, 0, sizeof plan);
-    int rc = plan_source_lengths(&o->t, &lens, &n, err, errlen);
-    if (rc < 0)
-        return rc;
     uint32_t msl = o->t.max_seq_len;
     if (msl > o->t.token_budget)
         msl = (uint32_t)o->t.token_budget;
-    rc = ledger_plan_build(&plan, lens, n, o->t.seed, epoch, o->t.token_budget, msl);
-    free(lens);
+    int rc = ledger_plan_build(&plan, o->lens, n, o->t.seed, epoch, o->t.token_budget, msl);
     if (rc < 0) {
         snprintf(err, errlen, "ledger plan of epoch %u over %u samples: %s", epoch, n, strerror(-rc));
         return rc;
@@ -475,7 +655,7 @@ static uint32_t snapshot_epoch(orch *o)
     void *mem = NULL;
     char err[16];
     uint32_t e = 0;
-    if (load_snapshot(o, &snap, &mem, err, sizeof err) == 0)
+    if (setup_load_snapshot(o, &snap, &mem, err, sizeof err) == 0)
         e = ledger_epoch(&snap);
     free(mem);
     return e;
@@ -506,14 +686,32 @@ static int setup_ledger(orch *o, char *err, size_t errlen)
     int rc = plan_source_fingerprint(&o->t, &o->data_fp, err, errlen);
     if (rc < 0)
         return rc;
-    if (o->resume && (rc = check_data_files(o, err, errlen)) < 0)
+    int resumed = o->resume && !o->fresh_resume; /* a fresh resume is planned like a new run */
+    if (resumed && (rc = check_data_files(o, err, errlen)) < 0)
         return rc;
+    if (o->resume && o->fresh_resume && check_data_files(o, err, errlen) < 0) { /* rewritten below */
+        df_log("resume: %s; but nothing was committed yet, so the run is planned anew over the data as it is now", err);
+        err[0] = 0;
+    }
+    /* every sample's length, once (each epoch's plan shuffles the same lengths), with the
+     * checks against the target's vocabulary */
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s/config.json", o->t.target_model_dir ? o->t.target_model_dir : "");
+    plan_data_info info;
+    if ((rc = plan_source_lengths(&o->t, (uint32_t)o->target_vocab, cfg, &o->lens, &o->n_lens, &info, err, errlen)) < 0)
+        return rc;
+    if (info.n_truncated > 0)
+        df_log("plan: %llu of %u samples are longer than data.max_seq_len %u and are truncated to it (the longest: "
+               "%s, %u tokens)",
+               (unsigned long long)info.n_truncated, o->n_lens, o->t.max_seq_len, info.longest_at, info.longest);
     if ((rc = count_total_steps(o, err, errlen)) < 0)
         return rc;
-    o->epoch = o->resume ? snapshot_epoch(o) : 0;
+    o->epoch = resumed ? snapshot_epoch(o) : 0;
     if ((rc = build_epoch_ledger(o, o->epoch, &nb, 0, err, errlen)) < 0)
         return rc;
-    return o->resume ? resume_ledger(o, err, errlen) : 0;
+    if (o->resume && o->fresh_resume)
+        df_log("resume: nothing was committed yet: every batch starts pending (step 0)");
+    return resumed ? resume_ledger(o, err, errlen) : 0;
 }
 
 int setup_next_epoch(orch *o, char *err, size_t errlen)
@@ -637,13 +835,86 @@ void setup_remove_new_run_dir(orch *o, char *note, size_t cap)
     o->created_run_dir = 0;
 }
 
-/* Inputs checked before anything is created: the target's model directory exists when a
- * worker reads it (its files are the target worker's to check: it exits 100 naming the
- * file) and the validation
- * shards are valid (the data shards are read by the plan). */
+/* drafter.init_dir: a release directory (config.json + model.safetensors) whose shape the
+ * drafter takes as it is, so it must be the one the topology describes: the layers, the
+ * block, the captured layers and the mask token of its config.json against the topology's,
+ * its width and vocabulary against the target's. */
+static int check_init_dir(orch *o, char *err, size_t errlen)
+{
+    const topology_drafter *d = &o->t.drafter;
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.json", d->init_dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) {
+        snprintf(err, errlen, "drafter.init_dir: %s: %s (a release directory holds config.json and model.safetensors)",
+                 path, je.text);
+        return -EINVAL;
+    }
+    json_t *dc = json_object_get(j, "dflash_config");
+    json_t *ids = json_object_get(dc, "target_layer_ids");
+    int rc = 0;
+    struct {
+        const char *key, *topo_field;
+        json_t *v;
+        long long want;
+    } f[] = {
+        {"num_hidden_layers", "drafter.num_layers", json_object_get(j, "num_hidden_layers"), d->num_layers},
+        {"block_size", "drafter.block_size", json_object_get(j, "block_size"), d->block_size},
+        {"dflash_config.mask_token_id", "drafter.mask_token_id", json_object_get(dc, "mask_token_id"),
+         d->mask_token_id >= 0 ? d->mask_token_id
+         : o->target_vocab > 0 ? o->target_vocab - 1
+                               : -1},
+        {"hidden_size", "the target's hidden_size", json_object_get(j, "hidden_size"), o->target_hidden},
+        {"vocab_size", "the target's vocab_size", json_object_get(j, "vocab_size"), o->target_vocab},
+        {"num_target_layers", "the target's num_hidden_layers", json_object_get(j, "num_target_layers"),
+         o->target_layers},
+    };
+    for (size_t i = 0; !rc && i < DF_ARRAY_LEN(f); i++) {
+        if (f[i].want < 0 || (f[i].want == 0 && strstr(f[i].topo_field, "target")))
+            continue; /* the target's config was not read (test workers only) */
+        if (!json_is_integer(f[i].v)) {
+            snprintf(err, errlen, "drafter.init_dir: %s: %s: expected an integer", path, f[i].key);
+            rc = -EINVAL;
+        } else if (json_integer_value(f[i].v) != f[i].want) {
+            snprintf(err, errlen,
+                     "drafter.init_dir: %s: %s is %lld, but %s is %lld: the drafter would take the init_dir's "
+                     "shape; make the topology match it (or use another init_dir)",
+                     path, f[i].key, (long long)json_integer_value(f[i].v), f[i].topo_field, f[i].want);
+            rc = -EINVAL;
+        }
+    }
+    int same = json_is_array(ids) && (int)json_array_size(ids) == o->t.n_capture;
+    for (int i = 0; same && i < o->t.n_capture; i++)
+        same = json_integer_value(json_array_get(ids, (size_t)i)) == o->t.capture_layers[i];
+    if (!rc && !same) {
+        char *s = json_dumps(ids, JSON_ENCODE_ANY | JSON_COMPACT), mine[400];
+        size_t len = 0;
+        for (int i = 0; i < o->t.n_capture && len < sizeof mine; i++) {
+            int n = snprintf(mine + len, sizeof mine - len, "%s%d", i ? "," : "[", o->t.capture_layers[i]);
+            len += n > 0 ? (size_t)n : 0;
+        }
+        if (len < sizeof mine - 1)
+            snprintf(mine + len, sizeof mine - len, "]");
+        snprintf(err, errlen,
+                 "drafter.init_dir: %s: dflash_config.target_layer_ids is %s, but target.capture_layers is %s: the "
+                 "drafter was trained on the features of its layers; make them match",
+                 path, s ? s : "absent", mine);
+        free(s);
+        rc = -EINVAL;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* Inputs checked before anything is created (exit 2, the message names the file and the
+ * field): the target's config.json and what depends on it (capture layers within its depth,
+ * the mask token within its vocabulary, drafter.init_dir's shape), and the validation
+ * shards (empty samples, token ids outside the vocabulary). The data shards get the same
+ * checks where their lengths are read (plan_source_lengths); the weights are the target
+ * worker's to check (it exits 100 naming the file). */
 static int check_inputs(orch *o, char *err, size_t errlen)
 {
-    char e[1024];
     int rc;
     struct stat st;
     int reads_model = 0; /* the fake test workers read none */
@@ -654,14 +925,40 @@ static int check_inputs(orch *o, char *err, size_t errlen)
         snprintf(err, errlen, "target.model_dir: %s: %s", o->t.target_model_dir, strerror(-rc));
         return rc;
     }
-    if (o->t.val.enabled) {
-        dataset *ds = NULL;
-        if ((rc = dataset_open(&ds, o->t.val.shards, o->t.val.n_shards, e, sizeof e)) < 0) {
-            snprintf(err, errlen, "validation.shards: %s", e);
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s/config.json", o->t.target_model_dir);
+    if (reads_model) {
+        hfconfig hc;
+        char e[1024];
+        if ((rc = hfconfig_load(&hc, o->t.target_model_dir, e, sizeof e)) < 0) { /* its config.json */
+            snprintf(err, errlen, "target.model_dir: %s", e);
             return rc;
         }
-        dataset_close(ds);
+        o->target_vocab = hc.vocab_size;
+        o->target_layers = hc.num_hidden_layers;
+        o->target_hidden = hc.hidden_size;
+        hfconfig_free(&hc);
+        for (int i = 0; i < o->t.n_capture; i++)
+            if (o->t.capture_layers[i] >= o->target_layers) {
+                snprintf(err, errlen,
+                         "target.capture_layers[%d]: layer %d does not exist: the target has %d layers, 0..%d (%s: "
+                         "num_hidden_layers %d)",
+                         i, o->t.capture_layers[i], o->target_layers, o->target_layers - 1, cfg, o->target_layers);
+                return -EINVAL;
+            }
+        if (o->t.drafter.mask_token_id >= o->target_vocab) {
+            snprintf(err, errlen,
+                     "drafter.mask_token_id: %lld is outside the target's vocabulary 0..%d (%s: vocab_size %d)",
+                     (long long)o->t.drafter.mask_token_id, o->target_vocab - 1, cfg, o->target_vocab);
+            return -EINVAL;
+        }
     }
+    if (o->t.drafter.init_dir && (rc = check_init_dir(o, err, errlen)) < 0)
+        return rc;
+    if (o->t.val.enabled &&
+        (rc = plan_source_check_shards(o->t.val.shards, o->t.val.n_shards, "validation.shards", o->t.val.max_samples,
+                                       (uint32_t)o->target_vocab, cfg, err, errlen)) < 0)
+        return rc;
     return 0;
 }
 
@@ -684,29 +981,9 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
         snprintf(err, errlen, "%s is a directory: to continue that run use `orchestrator --resume %s`", path, path);
         return -EINVAL;
     }
+    int record_missing = 0;
     if (resume) {
-        /* --resume <run dir> or --resume <topology.json>: the run dir's topology.json wins */
-        char dir[1024];
-        if (is_dir(path)) {
-            snprintf(dir, sizeof dir, "%s", path);
-        } else {
-            topo tmp;
-            if ((rc = topology_load(&tmp, path, err, errlen)) < 0)
-                return rc;
-            snprintf(dir, sizeof dir, "%s", tmp.run_dir);
-            topology_free(&tmp);
-        }
-        int prc = resolve_path(dir, o->run_dir, sizeof o->run_dir);
-        if (prc < 0) {
-            snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(-prc));
-            return prc;
-        }
-        if ((rc = check_run_dir_owner(o->run_dir, err, errlen)) < 0)
-            return rc;
-        if ((rc = lock_run_dir(o, err, errlen)) < 0)
-            return rc;
-        snprintf(o->topology_path, sizeof o->topology_path, "%s/topology.json", o->run_dir);
-        if ((rc = topology_load(&o->t, o->topology_path, err, errlen)) < 0)
+        if ((rc = resume_open(o, path, &record_missing, err, errlen)) < 0)
             return rc;
     } else {
         if ((rc = topology_load(&o->t, path, err, errlen)) < 0)
@@ -751,17 +1028,21 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
         if ((rc = write_data_files(o, err, errlen)) < 0)
             return rc;
         snprintf(o->topology_path, sizeof o->topology_path, "%s/topology.json", o->run_dir);
-        json_t *j = topology_to_json(&o->t);
-        char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-        json_decref(j);
+        /* topology.json, which the operator may edit for a --resume, and the record of what
+         * the run was started with, which a --resume compares it with */
+        char *text = topology_text(&o->t);
         if (!text)
             return -ENOMEM;
-        size_t tl = strlen(text);
-        text[tl] = '\n'; /* replace the NUL: write tl + 1 bytes */
-        rc = df_write_file_atomic(o->topology_path, text, tl + 1);
+        rc = write_run_file(o, "topology.json", text, err, errlen);
+        if (!rc)
+            rc = write_run_file(o, RESUME_RECORD, text, err, errlen);
         free(text);
-        if (rc < 0) {
-            snprintf(err, errlen, "%s: %s", o->topology_path, strerror(-rc));
+        if (rc < 0)
+            return rc;
+        /* ledger.bin from the start (nothing committed): a run dir without one is then
+         * always a damaged one, which --resume refuses instead of starting over */
+        if ((rc = setup_persist_ledger(o)) < 0) {
+            snprintf(err, errlen, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
             return rc;
         }
     }
@@ -772,6 +1053,8 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     snprintf(sub, sizeof sub, "%s/metrics", o->run_dir);
     if ((rc = df_mkdir_p(sub, 0700)) < 0)
         goto dir_fail;
+    if (resume && (rc = resume_record(o, record_missing, err, errlen)) < 0)
+        return rc;
     return lock_write_pid(o, err, errlen);
 dir_fail:
     snprintf(err, errlen, "%s: %s", sub, strerror(-rc));
@@ -838,6 +1121,11 @@ void setup_teardown(orch *o)
     }
     o->status = NULL;
     topology_free(&o->t);
+    free(o->lens);
+    o->lens = NULL;
+    o->n_lens = 0;
+    json_decref(o->topo_changes);
+    o->topo_changes = NULL;
     if (o->lock_fd >= 0) /* last: the run dir is ours until everything is released */
         close(o->lock_fd);
     o->lock_fd = -1;

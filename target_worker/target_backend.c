@@ -51,6 +51,7 @@ static int cpu_open(target_backend **out, const topo *t, int device, char *err, 
     b->base.hidden = b->m.cfg.hidden_size;
     b->base.n_layers_run = b->m.n_layers;
     b->base.n_layers = b->m.cfg.num_hidden_layers;
+    b->base.vocab = b->m.cfg.vocab_size;
     b->base.ops = &cpu_ops;
     *out = &b->base;
     return 0;
@@ -87,6 +88,10 @@ int backend_n_layers_run(const target_backend *b)
 int backend_n_layers(const target_backend *b)
 {
     return b->n_layers;
+}
+int backend_vocab(const target_backend *b)
+{
+    return b->vocab;
 }
 uint32_t backend_feat_dtype(const target_backend *b)
 {

@@ -30,6 +30,7 @@ void backend_close(target_backend *b); /* NULL is fine */
 int backend_hidden(const target_backend *b);
 int backend_n_layers_run(const target_backend *b);
 int backend_n_layers(const target_backend *b);
+int backend_vocab(const target_backend *b);           /* the target's vocab_size, 0 if unknown */
 uint32_t backend_feat_dtype(const target_backend *b); /* BATCH_FEAT_F32 (cpu) or BATCH_FEAT_BF16 (cuda) */
 /* Where to build the metadata of the batch for the slot at arena offset off. */
 batch_header *backend_meta_buffer(target_backend *b, const arena *A, uint64_t off);

@@ -106,7 +106,9 @@ fail:
     char path[1200], e2[256];
     memset(&hc, 0, sizeof hc);
     snprintf(path, sizeof path, "%s/config.json", t->target_model_dir);
-    b->base.n_layers = hfconfig_load(&hc, path, e2, sizeof e2) == 0 ? hc.num_hidden_layers : b->m.n_layers;
+    int have_cfg = hfconfig_load(&hc, path, e2, sizeof e2) == 0;
+    b->base.n_layers = have_cfg ? hc.num_hidden_layers : b->m.n_layers;
+    b->base.vocab = have_cfg ? hc.vocab_size : 0;
     hfconfig_free(&hc);
     *out = &b->base;
     return 0;

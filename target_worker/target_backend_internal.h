@@ -20,6 +20,7 @@ typedef struct backend_ops {
 struct target_backend {
     const backend_ops *ops;
     int hidden, n_layers_run, n_layers;
+    int vocab; /* the target's vocab_size (0: unknown) */
 };
 
 extern const backend_ops backend_ops_cuda;

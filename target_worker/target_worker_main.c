@@ -24,6 +24,32 @@ static const char usage[] = "usage: target_worker   (started by the orchestrator
                             "captured layers in a ring slot. Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID,\n"
                             "DF_INCARNATION, DF_RUN_DIR (see common/ipc/ctl.h). Exit 0 done, 100 bad model/data.\n";
 
+/* The target refused batch b for a token id outside its vocabulary: name the first such id,
+ * where it is in the batch, and the shard and sample it came from. The orchestrator checks
+ * every shard against the vocabulary before it starts anything, so this means a shard was
+ * changed under a running pipeline (or a backend refused an id the check let through). err
+ * keeps the backend's message when no such id is found. */
+static void name_bad_token(batch_header *b, const dataset *ds, const topo *t, int vocab, char *err, size_t errlen)
+{
+    const int32_t *tok = batch_tokens(b);
+    for (uint32_t k = 0; k < b->n_docs; k++)
+        for (int32_t i = b->doc_starts[k]; i < b->doc_starts[k + 1]; i++) {
+            if (tok[i] >= 0 && (vocab <= 0 || tok[i] < vocab))
+                continue;
+            int si = 0;
+            uint64_t local = 0;
+            if (dataset_locate(ds, b->sample_idx[k], &si, &local) < 0)
+                return;
+            snprintf(err, errlen,
+                     "batch %llu: token id %u (position %d) of data.shards[%d] %s: sample %llu is outside the "
+                     "target's vocabulary 0..%d (%s/config.json: vocab_size %d); the orchestrator checked the shards "
+                     "at start: was this one changed since?",
+                     (unsigned long long)b->batch_id, (uint32_t)tok[i], i - b->doc_starts[k], si, t->shards[si],
+                     (unsigned long long)local, vocab - 1, t->target_model_dir, vocab);
+            return;
+        }
+}
+
 int main(int argc, char **argv)
 {
     if (worker_help(argc, argv, usage))
@@ -138,7 +164,9 @@ int main(int argc, char **argv)
             }
         }
         b->checksum = batch_checksum(b);
-        if ((rc = backend_forward(m, A, off, b, err, sizeof err)) < 0) /* bad token: bad data, do not retry */
+        if ((rc = backend_forward(m, A, off, b, err, sizeof err)) < 0 && rc == -ERANGE)
+            name_bad_token(b, ds, t, backend_vocab(m), err, sizeof err);
+        if (rc < 0) /* bad token: bad data, do not retry */
             df_die(rc == -ERANGE || rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s", err);
 
         ring_desc *desc = ring_desc_at(out, slot);

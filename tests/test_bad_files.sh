@@ -8,8 +8,8 @@
 #     file, a data shard, config.json, model.safetensors and the dflash_eval prompts file ->
 #     refused at once naming the path and what it is (a FIFO must not block the open)
 #   - numbers whose products overflow: config.json dimensions, a safetensors shape, shard
-#     counts with valid checksums -> refused naming the field (exit 2 for data at start,
-#     100 from the target worker for the model)
+#     counts with valid checksums -> refused naming the field (exit 2 for data and the
+#     model's config.json at start, 100 from the target worker for the weights)
 #   - non-zero reserved bytes in a shard header -> refused with the byte offset
 # Every command runs under `timeout`: a case that blocks (as a FIFO did before) fails instead
 # of hanging the suite. docs/reliability.md lists every case.
@@ -122,7 +122,8 @@ expect 2 "$T/reserved.dfs: offset 57: reserved header byte is 0xff, expected 0" 
 no_run_dir "reserved bytes"
 ok "shard header: n_samples 2^63, n_tokens that wrap 4 x n_tokens, a non-zero reserved byte (checksums valid) -> exit 2 naming the offset and field"
 
-# ---- model files: the target worker exits 100 naming the file and field; not restarted
+# ---- model files: config.json is read by the orchestrator at start (exit 2, nothing created);
+# the weights by the target worker, which exits 100 naming the file and field, not restarted
 model_copy mdims
 python3 - "$T/mdims/config.json" <<'PY' || fail "mdims"
 import json, sys
@@ -131,8 +132,8 @@ c.update(num_attention_heads=1073741824, num_key_value_heads=1073741824, head_di
 json.dump(c, open(sys.argv[1], "w"))
 PY
 real3 mdims "$T/mdims" "$DATA"
-expect 1 "$T/mdims/config.json: num_attention_heads x head_dim: 1073741824 x 1073741824 = 1152921504606846976, above the limit of 1048576" "$ORCH" "$TOPO"
-target_refused "overflowing config dims"
+expect 2 "target.model_dir: $T/mdims/config.json: num_attention_heads x head_dim: 1073741824 x 1073741824 = 1152921504606846976, above the limit of 1048576" "$ORCH" "$TOPO"
+no_run_dir "overflowing config dims"
 model_copy mvocab
 python3 - "$T/mvocab/config.json" <<'PY' || fail "mvocab"
 import json, sys
@@ -140,21 +141,21 @@ c = json.load(open(sys.argv[1])); c.update(vocab_size=1073741824, hidden_size=10
 json.dump(c, open(sys.argv[1], "w"))
 PY
 real3 mvocab "$T/mvocab" "$DATA"
-expect 1 "$T/mvocab/config.json: vocab_size x hidden_size: 1125899906842624 elements in one weight, above the limit of 68719476736" "$ORCH" "$TOPO"
-target_refused "vocab x hidden"
+expect 2 "target.model_dir: $T/mvocab/config.json: vocab_size x hidden_size: 1125899906842624 elements in one weight, above the limit of 68719476736" "$ORCH" "$TOPO"
+no_run_dir "vocab x hidden"
 model_copy mshape
 cp tests/bad_safetensors/shape_overflow.safetensors "$T/mshape/model.safetensors"
 real3 mshape "$T/mshape" "$DATA"
 expect 1 "$T/mshape/model.safetensors: tensor \".*\": shape \[.*\] of .* overflows 64 bits" "$ORCH" "$TOPO"
 target_refused "overflowing safetensors shape"
-ok "model: config.json heads x head_dim and vocab x hidden beyond the limits, a safetensors shape overflowing 64 bits -> target exit 100 naming the file and field, not restarted"
+ok "model: config.json heads x head_dim and vocab x hidden beyond the limits -> exit 2 naming the file and field, nothing created (the orchestrator reads config.json first); a safetensors shape overflowing 64 bits -> target exit 100 naming the file and field, not restarted"
 
 model_copy mcfifo; rm "$T/mcfifo/config.json"; mkfifo "$T/mcfifo/config.json"
 real3 mcfifo "$T/mcfifo" "$DATA"
-expect 1 "$T/mcfifo/config.json: is a FIFO (named pipe), not a regular file" "$ORCH" "$TOPO"; target_refused "config FIFO"
+expect 2 "$T/mcfifo/config.json: is a FIFO (named pipe), not a regular file" "$ORCH" "$TOPO"; no_run_dir "config FIFO"
 model_copy mcdir; rm "$T/mcdir/config.json"; mkdir "$T/mcdir/config.json"
 real3 mcdir "$T/mcdir" "$DATA"
-expect 1 "$T/mcdir/config.json: is a directory, not a regular file" "$ORCH" "$TOPO"; target_refused "config directory"
+expect 2 "$T/mcdir/config.json: is a directory, not a regular file" "$ORCH" "$TOPO"; no_run_dir "config directory"
 model_copy msfifo; rm "$T/msfifo/model.safetensors"; mkfifo "$T/msfifo/model.safetensors"
 real3 msfifo "$T/msfifo" "$DATA"
 expect 1 "$T/msfifo/model.safetensors: is a FIFO (named pipe), not a regular file" "$ORCH" "$TOPO"; target_refused "safetensors FIFO"
@@ -164,7 +165,7 @@ expect 1 "$T/msdev/model.safetensors: is a character device, not a regular file"
 model_copy msdir; rm "$T/msdir/model.safetensors"; mkdir "$T/msdir/model.safetensors"
 real3 msdir "$T/msdir" "$DATA"
 expect 1 "$T/msdir/model.safetensors: is a directory, not a regular file" "$ORCH" "$TOPO"; target_refused "safetensors directory"
-ok "model: config.json as a FIFO or a directory, model.safetensors as a FIFO, /dev/zero or a directory -> target exit 100 naming the file and its kind"
+ok "model: config.json as a FIFO or a directory -> exit 2 naming it, nothing created; model.safetensors as a FIFO, /dev/zero or a directory -> target exit 100 naming the file and its kind"
 
 # ---- dflash_eval's prompts file: exit 100 naming it
 # a drafter that fits the tiny target (as in test_eval), so that the prompts file is reached

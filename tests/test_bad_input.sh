@@ -105,6 +105,7 @@ fi
 
 # ---- bad model files: the target worker exits 100 (permanent), the orchestrator does not
 # restart it, shuts the run down and exits 1 with the worker's log tail naming the file
+# (a bad config.json is found before that, by the orchestrator)
 mkdir -p "$T/mtrunc" "$T/mcfg"; cp "$M"/* "$T/mtrunc/"; cp "$M"/* "$T/mcfg/"
 truncate -s 1000000 "$T/mtrunc/model.safetensors"
 echo '{"hidden_size": "x"}' >"$T/mcfg/config.json"
@@ -113,9 +114,12 @@ expect 1 "target0 failed permanently (exit 100).*" "$ORCH" "$TOPO"
 grep -q "$T/mtrunc/model.safetensors: tensor \".*\": data_offsets .* exceed the data section" "$T/out" || fail "truncated model: $(cat "$T/out")"
 events exit | grep '"worker": "target0"' | grep -q '"status": 100' || fail "target0 did not exit 100"
 [ "$(events spawn | grep -c '"worker": "target0"')" = 1 ] || fail "target0 was restarted after exit 100"
+ok "bad model (truncated safetensors) -> target exit 100, not restarted, orchestrator exit 1 naming the file"
+# config.json is read by the orchestrator too (capture layers, vocabulary): refused at start
 real3 mcfg "$T/run-mcfg" "$T/mcfg" "$DATA"
-expect 1 "$T/mcfg/config.json: architectures: expected a list of one string" "$ORCH" "$TOPO"
-ok "bad model (truncated safetensors, bad config.json) -> target exit 100, not restarted, orchestrator exit 1 naming the file"
+expect 2 "target.model_dir: $T/mcfg/config.json: architectures: expected a list of one string" "$ORCH" "$TOPO"
+no_run_dir "bad config.json"
+ok "bad model config.json -> exit 2 naming target.model_dir and the file, nothing created"
 
 # ---- corrupt checkpoints read by dflash_tool: exit 100 naming the file
 "$BIN/dflash_tool" init --out "$T/ck" >/dev/null || fail "dflash_tool init"

@@ -116,6 +116,14 @@ int main(int argc, char **argv)
     T_ASSERT_RC(dataset_sample(ds, 11, &t, &m, &len));
     T_ASSERT(len == 3 && t[0] == df_hash64(2) % 100 && m[0] == 1 && m[1] == 0);
     T_ASSERT(dataset_sample(ds, 13, &t, &m, &len) == -ERANGE);
+    /* where a sample lives: shard index and the index inside that file */
+    int si = -1;
+    uint64_t local = 99;
+    T_ASSERT_RC(dataset_locate(ds, 9, &si, &local));
+    T_ASSERT(si == 0 && local == 9);
+    T_ASSERT_RC(dataset_locate(ds, 11, &si, &local));
+    T_ASSERT(si == 1 && local == 1);
+    T_ASSERT(dataset_locate(ds, 13, &si, &local) == -ERANGE);
     dataset_close(ds);
 
     /* every corruption gives its own message */

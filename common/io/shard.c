@@ -229,6 +229,15 @@ int dataset_sample(const dataset *ds, uint64_t idx, const uint32_t **tokens, con
     return 0;
 }
 
+int dataset_locate(const dataset *ds, uint64_t idx, int *shard_i, uint64_t *local)
+{
+    if (idx >= ds->n_samples)
+        return -ERANGE;
+    const shard *s = find(ds, idx, local);
+    *shard_i = (int)(s - ds->shards);
+    return 0;
+}
+
 int shard_write(const char *path, uint32_t vocab_size, uint64_t n_samples, const uint64_t *offsets,
                 const uint32_t *tokens, const uint8_t *loss_mask)
 {

@@ -49,6 +49,10 @@ uint32_t dataset_vocab_size(const dataset *ds);
 uint32_t dataset_sample_len(const dataset *ds, uint64_t idx);
 /* Borrowed pointers into the mapping, valid until dataset_close. -ERANGE for a bad idx. */
 int dataset_sample(const dataset *ds, uint64_t idx, const uint32_t **tokens, const uint8_t **loss_mask, uint32_t *len);
+/* Where dataset sample idx lives, for messages that name it: the shard's index among the
+ * paths given to dataset_open (*shard) and the sample's index inside that file (*local).
+ * 0, or -ERANGE for a bad idx. */
+int dataset_locate(const dataset *ds, uint64_t idx, int *shard, uint64_t *local);
 
 /* Writes a shard atomically (tmp, fsync, rename). offsets[n_samples + 1]. 0 or -errno. */
 int shard_write(const char *path, uint32_t vocab_size, uint64_t n_samples, const uint64_t *offsets,

@@ -25,6 +25,19 @@ Writes
     <data>/chat-train.jsonl, <data>/chat-heldout.jsonl   {"messages": [user, assistant]}
 Text fields hold bytes decoded as latin-1, so every byte maps to one character and back.
 
+--prompts-only: the same prompts, but no answers here: <data>/prompts-train.jsonl and
+<data>/prompts-heldout.jsonl ({"messages": [user]}) for the product's own target_generate
+to answer (eval/target_generate_main.c, docs/generate.md; bench/eval/trained_target.sh
+does so). PyTorch's KV-cached loop below is fine for the tiny target on a CPU but far too
+slow for the 0.6B shape on a GPU (4000 answers did not finish in 200 s on an H100).
+
+Memory: --batch sequences make one optimizer step; --micro-batch of them go through the
+model at a time and their gradients are summed (gradient accumulation), so the step's
+math does not depend on the card. The 0.6B shape steps on 32 x 1024 bytes in micro-batches
+of 8: its autocast activations cost about 2.7 GiB per sequence (docs/drafter_quality.md
+has the arithmetic), so 32 at once need ~87 GiB and run out of memory on an 80 GB H100,
+while 8 need ~22 GiB beside ~7.4 GiB of weights, gradients, AdamW state and bf16 copies.
+
 Byte vocabulary: ids 0..255 are bytes; 256 <|bos|>, 257 <|eos|>, 258 <|user|>,
 259 <|assistant|>, 260 <|pad|>, 261 <|mask|> (DFlash's mask token); vocab_size 264.
 Chat layout: <|bos|> <|user|> prompt <|assistant|> response <|eos|>.
@@ -70,7 +83,7 @@ SHAPES = {
     "tiny-deep": dict(hidden=128, inter=384, layers=6, heads=4, kv=2, head_dim=32, max_pos=1024,
                       seq=256, batch=128, lr=2e-3, steps=6000, theta=10000.0),
     "0.6b": dict(hidden=1024, inter=3072, layers=28, heads=16, kv=8, head_dim=128, max_pos=4096,
-                 seq=1024, batch=32, lr=6e-4, steps=0, theta=1000000.0),
+                 seq=1024, batch=32, micro=8, lr=6e-4, steps=0, theta=1000000.0),
 }
 EPS = 1e-6
 
@@ -342,23 +355,40 @@ def write_chat(path, prompts, answers):
     os.replace(path + ".tmp", path)
 
 
-def make_chat(model, corpus, n, rng, lens, n_new, batch, dev, path):
-    """n prompts whose lengths are drawn from `lens`; prompts of one length are answered
-    together (so no padding is needed)."""
+def draw_prompts(corpus, n, rng, lens):
+    """n prompts whose lengths are drawn from `lens`, grouped by length (shortest first)."""
     by_len = {}
     for _ in range(n):
         L = rng.choice(lens)
         p = prompt_from(corpus[rng.randrange(len(corpus))], rng, L)
         assert len(p) == L  # prompt_from never cuts short: files are >= 2048 bytes
         by_len.setdefault(L, []).append(p)
+    return [by_len[L] for L in sorted(by_len)]
+
+
+def make_chat(model, corpus, n, rng, lens, n_new, batch, dev, path):
+    """n prompts (draw_prompts); prompts of one length are answered together (so no padding
+    is needed)."""
     prompts, answers, t0 = [], [], time.time()
-    for L in sorted(by_len):
-        for i in range(0, len(by_len[L]), batch):
-            chunk = by_len[L][i:i + batch]
+    for group in draw_prompts(corpus, n, rng, lens):
+        for i in range(0, len(group), batch):
+            chunk = group[i:i + batch]
             prompts += chunk
             answers += answer(model, chunk, n_new, dev)
     write_chat(path, prompts, answers)
     log(f"{path}: {len(prompts)} prompts, {n_new} greedy bytes each, {time.time() - t0:.0f}s")
+
+
+def write_prompts(corpus, n, rng, lens, path):
+    """The prompts make_chat would answer (the same draws from rng), as chat JSONL with the
+    user turn only: target_generate and dflash_eval render them as <|bos|> <|user|> prompt
+    <|assistant|>, the layout the answers of make_chat follow."""
+    prompts = [p for group in draw_prompts(corpus, n, rng, lens) for p in group]
+    with open(path + ".tmp", "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"messages": [{"role": "user", "content": p.decode("latin-1")}]}) + "\n")
+    os.replace(path + ".tmp", path)
+    log(f"{path}: {len(prompts)} prompts (no answers: target_generate writes them)")
 
 
 # ---- main -----------------------------------------------------------------------------
@@ -376,7 +406,10 @@ def main():
     ap.add_argument("--time-budget", type=float, default=0,
                     help="seconds of training: the step count is set from the first steps' speed")
     ap.add_argument("--seq", type=int, default=None)
-    ap.add_argument("--batch", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=None, help="sequences per optimizer step (default: the shape's)")
+    ap.add_argument("--micro-batch", type=int, default=None,
+                    help="sequences per forward/backward pass; --batch / this many passes are summed into "
+                         "one step (gradient accumulation; default: the shape's, 8 for 0.6b, else --batch)")
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--with-tests", action="store_true", help="train on the stdlib's test files too")
     ap.add_argument("--corpus", default="stdlib",
@@ -384,6 +417,9 @@ def main():
                          "scripts/demo_corpus.py (logs, tables, records, generated code), drawn with --seed")
     ap.add_argument("--n-train", type=int, default=4000)
     ap.add_argument("--n-heldout", type=int, default=64)
+    ap.add_argument("--prompts-only", action="store_true",
+                    help="write the prompts only (prompts-train.jsonl, prompts-heldout.jsonl: chat JSONL with "
+                         "the user turn) for target_generate to answer; no answers here")
     ap.add_argument("--resp-len", type=int, default=224, help="greedy bytes per answer")
     ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
@@ -393,6 +429,11 @@ def main():
         ap.error("--data is required (the byte target answers prompts into it)")
     c = dict(SHAPES[a.shape])
     seq, bs, lr = a.seq or c["seq"], a.batch or c["batch"], a.lr or c["lr"]
+    mb = a.micro_batch or min(bs, c.get("micro", bs))
+    if mb < 1 or bs % mb:
+        ap.error(f"--micro-batch {mb} must divide the batch {bs}")
+    if a.prompts_only and a.tokenizer:
+        ap.error("--prompts-only writes byte-vocabulary prompts; a --tokenizer target writes none")
     dev = a.device
     rng = random.Random(a.seed)
     torch.manual_seed(a.seed)
@@ -423,7 +464,8 @@ def main():
     model = Model(c).to(dev)
     model.set_rope(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"model: shape {a.shape}, {n_params / 1e6:.2f}M params on {dev}; batch {bs} x {seq} {unit}, lr {lr}")
+    log(f"model: shape {a.shape}, {n_params / 1e6:.2f}M params on {dev}; batch {bs} x {seq} {unit}"
+        + (f" in micro-batches of {mb}" if mb < bs else "") + f", lr {lr}")
     kw = {"fused": True} if dev.startswith("cuda") else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **kw)
     it = batches(train, seq + 1, bs, rng)
@@ -436,16 +478,24 @@ def main():
         cur = lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = cur
-        b = next(it).to(dev, non_blocking=True)
-        with torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
-                            enabled=dev.startswith("cuda")):
-            logits = model(b[:, :-1])
-        loss = F.cross_entropy(logits.float().reshape(-1, V), b[:, 1:].reshape(-1))
+        b = next(it).to(dev, non_blocking=True)  # the whole batch: the same draws whatever mb is
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = 0.0
+        for m in range(0, bs, mb):  # gradient accumulation: the mean over bs is the sum of mean/(bs/mb)
+            with torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
+                                enabled=dev.startswith("cuda")):
+                logits = model(b[m:m + mb, :-1])
+            part = F.cross_entropy(logits.float().reshape(-1, V), b[m:m + mb, 1:].reshape(-1)) * (mb / bs)
+            part.backward()
+            loss += part.detach()
+            del logits, part  # this micro-batch's activations go before the next one's
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
+        if step == 1 and dev.startswith("cuda"):  # what the recipe's memory arithmetic predicts
+            free, total = torch.cuda.mem_get_info()
+            log(f"GPU memory: peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB allocated in the first step "
+                f"({mb} sequences of {seq} at a time), {free / 2**30:.1f} of {total / 2**30:.1f} GiB free after it")
         if a.time_budget and step == 20:  # 20 steps timed after the first 10 (warm-up)
             if dev.startswith("cuda"):
                 torch.cuda.synchronize()
@@ -466,7 +516,8 @@ def main():
     with torch.no_grad(), torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
                                          enabled=dev.startswith("cuda")):
         hb = next(batches(held, seq + 1, min(bs, 64), hrng)).to(dev)
-        hl = F.cross_entropy(model(hb[:, :-1]).float().reshape(-1, V), hb[:, 1:].reshape(-1)).item()
+        hl = sum(F.cross_entropy(model(hb[m:m + mb, :-1]).float().reshape(-1, V), hb[m:m + mb, 1:].reshape(-1),
+                                 reduction="sum").item() for m in range(0, len(hb), mb)) / hb[:, 1:].numel()
     log(f"held-out loss {hl:.3f} ({hl / math.log(2):.2f} bits/{unit[:-1]})")
     reset_mask_row(model, a.seed, MASK if bpe is None else bpe.mask)
     if bpe is not None and os.path.realpath(a.out) != os.path.realpath(a.tokenizer):
@@ -480,10 +531,15 @@ def main():
         log(f"done in {time.time() - t0:.0f}s")
         return
 
-    # the target answers, greedily, from its bf16 weights (what the pipeline will load)
-    model = model.to(torch.bfloat16) if dev.startswith("cuda") else model
     os.makedirs(a.data, exist_ok=True)
     lens = [64, 96, 128]
+    if a.prompts_only:  # target_generate answers them from the saved weights
+        write_prompts(train, a.n_train, rng, lens, os.path.join(a.data, "prompts-train.jsonl"))
+        write_prompts(held, a.n_heldout, rng, lens, os.path.join(a.data, "prompts-heldout.jsonl"))
+        log(f"done in {time.time() - t0:.0f}s")
+        return
+    # the target answers, greedily, from its bf16 weights (what the pipeline will load)
+    model = model.to(torch.bfloat16) if dev.startswith("cuda") else model
     make_chat(model, train, a.n_train, rng, lens, a.resp_len, a.gen_batch, dev,
               os.path.join(a.data, "chat-train.jsonl"))
     make_chat(model, held, a.n_heldout, rng, lens, a.resp_len, a.gen_batch, dev,

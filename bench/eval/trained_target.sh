@@ -1,58 +1,177 @@
 #!/usr/bin/env bash
-# bench/eval/trained_target.sh: a drafter that works, at a real shape, on the GPU machine.
-# No weights can be downloaded there, so the target is trained in the same call:
-#   1. scripts/train_target.py --shape 0.6b: a byte-level Qwen3 with Qwen3-0.6B's body
-#      (28 layers, d 1024, 16/8 heads, MLP 3072, tied embeddings) trained from scratch on
-#      the Python standard library shipped on the machine (TB seconds, default 200), then
-#      it answers NTRAIN training prompts and 64 held-out prompts greedily (224 bytes each);
-#   2. scripts/prepare_data.py: the answers to token shards;
-#   3. the whole pipeline, CUDA backend (configs/qwen3-0.6b-bytes.json): a 5-layer drafter,
-#      EPOCHS passes over the data;
-#   4. dflash_eval --backend cuda on PROMPTS held-out prompts: the trained drafter, then the
-#      same drafter at its initial weights (--random-drafter <run seed>): tau pooled per
-#      verify step, per response and median, the per-position accuracy curve, the lossless
-#      check, plain vs speculative time per token.
-# Prints a table; writes bench/results/eval/trained_0.6b_*.json (RES to change).
-# Env: TB (200), NTRAIN (8000), EPOCHS (2), PROMPTS (32), MAX_NEW (128), BUILD (build-cuda),
-#      BATCH (4: the trained drafter again with BATCH prompts decoded together; 1 skips it).
-# Time on the H200: about 8 min for step 1 (the answers take longer than the training), 2.5
-# min for the rest. Step 1 is skipped when gpu/models/qwen3-0.6b-bytes and its data exist, so
-# under a per-command limit of 10 min run it twice on the same machine.
+# bench/eval/trained_target.sh: a drafter that works, at a real shape, on the GPU machine, in
+# one device call (10 min limit). No weights can be downloaded there, so the target is
+# trained in the same call:
+#   1. train:    scripts/train_target.py --shape 0.6b --prompts-only: a byte-level Qwen3 with
+#                Qwen3-0.6B's body (28 layers, d 1024, 16/8 heads, MLP 3072, tied embeddings)
+#                trained from scratch on the Python standard library shipped on the machine
+#                for TB seconds (batches of 32 x 1024 bytes in micro-batches of 8: fits an
+#                80 GB H100), then NTRAIN training prompts and 64 held-out prompts are written
+#                (chat JSONL, the user turn only);
+#   2. answer:   the product's target_generate --backend cuda --batch GEN_BATCH --greedy answers
+#                the training prompts (RESP_LEN bytes each) straight into the drafter's training
+#                shards (prompt at loss mask 0, response at loss mask 1);
+#   3. pipeline: the whole pipeline, CUDA backend (configs/qwen3-0.6b-bytes.json): a 5-layer
+#                drafter, EPOCHS passes over the shards;
+#   4. eval:     dflash_eval --backend cuda on PROMPTS held-out prompts: the trained drafter,
+#                again with BATCH prompts decoded together, then the same drafter at its
+#                initial weights (--random-drafter <run seed>): tau pooled per verify step, per
+#                response and median, the per-position accuracy curve, the lossless check,
+#                plain vs speculative time per token.
+# Prints a stamp per phase ("== [elapsed s, left s] ..."), then the tables; writes
+# RES/trained_<shape>_*.json and logs (RES: bench/results/eval).
+# Env: TB (150) seconds of target training, NTRAIN (5000), RESP_LEN (224), GEN_BATCH (64),
+#      EPOCHS (2), PROMPTS (32), MAX_NEW (128), BATCH (4; 1 skips the batched evaluation),
+#      BUDGET (540): seconds the whole script may take; each phase's timeout leaves the
+#      later phases their share of what is left, so a slow phase ends with a message and the
+#      results so far instead of the device call being cut off.
+#      Switches for a dry run without a GPU (tests/test_trained_target_smoke.sh):
+#      BACKEND (cuda | cpu: target_generate, pipeline and dflash_eval on the CPU, the target
+#      trained with --device cpu), SHAPE (0.6b | tiny: configs/tiny.json's drafter),
+#      WORK (gpu: models/, data/, runs/ go under it), PY (python3: a Python with torch),
+#      TRAIN_ARGS (extra train_target.py options, e.g. "--steps 3 --seq 64 --batch 4"),
+#      GEN_ARGS (extra target_generate options, e.g. "--shard-samples 20"),
+#      BUILD (build-cuda; build with BACKEND=cpu).
+# Steps 1 and 2 are skipped when WORK already holds their outputs (a second call on a warm
+# machine goes straight to the pipeline).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-BUILD=${BUILD:-build-cuda}
-TB=${TB:-200} NTRAIN=${NTRAIN:-8000} EPOCHS=${EPOCHS:-2} PROMPTS=${PROMPTS:-32} MAX_NEW=${MAX_NEW:-128}
-BATCH=${BATCH:-4}
-res=${RES:-bench/results/eval}; mkdir -p "$res" gpu/models gpu/data gpu/runs
-for b in orchestrator target_worker postproc_worker drafter_worker cuda_helper dflash_eval; do
-  [ -x "$BUILD/bin/$b" ] || { echo "trained_target: missing $BUILD/bin/$b: make CUDA=1 first"; exit 2; }
-done
-model=gpu/models/qwen3-0.6b-bytes data=gpu/data/qwen3-0.6b-bytes run=gpu/runs/qwen3-0.6b-bytes
 t0=$(date +%s)
-stamp() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
-if [ ! -f "$model/model.safetensors" ] || [ ! -f "$data/chat-heldout.jsonl" ]; then
-  stamp "training the target (${TB}s) and answering $NTRAIN + 64 prompts"
-  python3 scripts/train_target.py --shape 0.6b --time-budget "$TB" --with-tests --n-train "$NTRAIN" \
-    --n-heldout 64 --out "$model" --data "$data" 2>&1 | tee "$res/trained_0.6b_target.log"
+BACKEND=${BACKEND:-cuda} SHAPE=${SHAPE:-0.6b} WORK=${WORK:-gpu} PY=${PY:-python3}
+case "$BACKEND" in
+  cuda) BUILD=${BUILD:-build-cuda} dev=cuda ;;
+  cpu) BUILD=${BUILD:-build} dev=cpu ;;
+  *) echo "trained_target: BACKEND=$BACKEND: expected cuda or cpu"; exit 2 ;;
+esac
+case "$SHAPE" in
+  0.6b) name=qwen3-0.6b-bytes base=configs/qwen3-0.6b-bytes.json ;;
+  tiny) name=tiny-bytes base=configs/tiny.json ;;
+  *) echo "trained_target: SHAPE=$SHAPE: expected 0.6b or tiny"; exit 2 ;;
+esac
+TB=${TB:-150} NTRAIN=${NTRAIN:-5000} RESP_LEN=${RESP_LEN:-224} GEN_BATCH=${GEN_BATCH:-64}
+EPOCHS=${EPOCHS:-2} PROMPTS=${PROMPTS:-32} MAX_NEW=${MAX_NEW:-128} BATCH=${BATCH:-4}
+BUDGET=${BUDGET:-540} TRAIN_ARGS=${TRAIN_ARGS:-} GEN_ARGS=${GEN_ARGS:-}
+res=${RES:-bench/results/eval}
+tag=trained_$SHAPE
+model=$WORK/models/$name data=$WORK/data/$name run=$WORK/runs/$name
+bins="orchestrator target_worker postproc_worker drafter_worker dflash_eval target_generate"
+[ "$BACKEND" = cuda ] && bins="$bins cuda_helper"
+for b in $bins; do
+  [ -x "$BUILD/bin/$b" ] || {
+    echo "trained_target: missing $BUILD/bin/$b: build first (make CUDA=1, or make for BACKEND=cpu)"
+    exit 2
+  }
+done
+mkdir -p "$res" "$model" "$data" "$(dirname "$run")"
+
+left() { echo $((BUDGET - ($(date +%s) - t0))); }
+stamp() { echo "== [$(($(date +%s) - t0))s, $(left)s left] $*"; }
+# cap MAX RESERVE: a phase's timeout in seconds: MAX, or what is left of BUDGET after RESERVE
+# seconds kept for the later phases, whichever is smaller; fails when under 10 s are left.
+cap() {
+  local c=$(($(left) - $2))
+  [ "$c" -gt "$1" ] && c=$1
+  if [ "$c" -lt 10 ]; then
+    echo "trained_target: out of BUDGET ($(left)s left, $2s kept for later phases)" >&2
+    return 1
+  fi
+  echo "$c"
+}
+# phase_failed RC WHAT LOG: a phase's failure, with a timeout said as such
+phase_failed() {
+  if [ "$1" -eq 124 ] || [ "$1" -eq 137 ]; then
+    echo "trained_target: $2 ran out of its time (BUDGET $BUDGET s); tail of $3:"
+  else
+    echo "trained_target: $2 failed (exit $1); tail of $3:"
+  fi
+  tail -30 "$3"
+  exit 1
+}
+
+# 1. train the target; write the prompts (reserve: answers, pipeline and evaluations)
+if [ ! -f "$model/model.safetensors" ] || [ ! -f "$data/prompts-heldout.jsonl" ]; then
+  t=$(cap $((TB + 180)) 240)
+  stamp "train: scripts/train_target.py --shape $SHAPE --device $dev, ${TB}s; $NTRAIN + 64 prompts"
+  # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options
+  timeout --kill-after=10 "$t" "$PY" scripts/train_target.py --shape "$SHAPE" --device "$dev" \
+    --time-budget "$TB" --with-tests --n-train "$NTRAIN" --n-heldout 64 --prompts-only \
+    --out "$model" --data "$data" $TRAIN_ARGS 2>&1 | tee "$res/${tag}_target.log" ||
+    phase_failed $? "train_target.py" "$res/${tag}_target.log" # pipefail: timeout's status, or python's
+  rm -f "$data"/train-*.dfs # answers of an earlier target are not this one's
 else
-  stamp "reusing $model and $data"
+  stamp "train: reusing $model and its prompts in $data"
 fi
-python3 scripts/prepare_data.py --tokenizer "$model" --out "$data/train" "$data/chat-train.jsonl" --max-len 1024
-cfg=gpu/qwen3-0.6b-bytes.json
-python3 - "$EPOCHS" "$cfg" <<'PY'
-import json, sys
-c = json.load(open("configs/qwen3-0.6b-bytes.json"))
-c["drafter"]["epochs"] = int(sys.argv[1])
-json.dump(c, open(sys.argv[2], "w"), indent=1)
+
+# 2. the target answers the training prompts: the drafter's training shards
+if ! ls "$data"/train-*.dfs >/dev/null 2>&1; then
+  t=$(cap 300 150)
+  stamp "answer: $BUILD/bin/target_generate --backend $BACKEND --batch $GEN_BATCH --greedy --max-new $RESP_LEN"
+  # shellcheck disable=SC2086 # GEN_ARGS is a list of options
+  timeout --kill-after=10 "$t" "$BUILD/bin/target_generate" --backend "$BACKEND" --batch "$GEN_BATCH" --greedy \
+    --max-new "$RESP_LEN" --target "$model" --prompts "$data/prompts-train.jsonl" --out "$data/train.tmp" \
+    $GEN_ARGS >"$res/${tag}_generate.log" 2>&1 || {
+    rc=$?
+    rm -f "$data"/train.tmp-*.dfs
+    phase_failed $rc "target_generate" "$res/${tag}_generate.log"
+  }
+  # renamed only once complete, so a call cut off here answers again next time
+  for f in "$data"/train.tmp-*.dfs; do mv "$f" "$data/train-${f##*/train.tmp-}"; done
+  mv "$data/train.tmp.json" "$data/train.json"
+  tail -1 "$res/${tag}_generate.log"
+  cp "$data/train.json" "$res/${tag}_generate.json"
+  # PyTorch's loop never chose a special token; target_generate's greedy argmax may (an eos
+  # ends the response): count them, the target never saw one in training
+  "$PY" - "$data" <<'PY'
+import glob, struct, sys
+n = eos = other = 0
+for p in sorted(glob.glob(f"{sys.argv[1]}/train-[0-9][0-9][0-9].dfs")):
+    b = open(p, "rb").read()
+    ns, nt = struct.unpack_from("<QQ", b, 16)
+    off = struct.unpack_from(f"<{ns + 1}Q", b, 64)
+    tp = 64 + 8 * (ns + 1)
+    tok = struct.unpack_from(f"<{nt}I", b, tp)
+    mask = b[tp + (4 * nt + 7) // 8 * 8:]
+    for i in range(ns):
+        r = [t for t, m in zip(tok[off[i]:off[i + 1]], mask[off[i]:off[i + 1]]) if m]
+        n += 1
+        eos += bool(r) and r[-1] == 257
+        other += any(t >= 256 for t in r[:-1]) or (bool(r) and r[-1] >= 256 and r[-1] != 257)
+print(f"answers in {sys.argv[1]}/train-NNN.dfs: {n} responses, {eos} ended on <|eos|>, {other} hold another special token")
 PY
-stamp "pipeline: $BUILD/bin/orchestrator configs/qwen3-0.6b-bytes.json (epochs $EPOCHS)"
+else
+  stamp "answer: reusing $(find "$data" -maxdepth 1 -name 'train-*.dfs' | wc -l) shard(s) $data/train-NNN.dfs"
+fi
+
+# 3. the pipeline: a config for this run's paths, backend and epochs
+cfg=$WORK/$name.json
+"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" <<'PY'
+import glob, json, sys
+base, out, backend, epochs, model, run, data = sys.argv[1:]
+c = json.load(open(base))
+c["run_dir"], c["target"]["model_dir"], c["backend"] = run, model, backend
+c["drafter"]["epochs"] = int(epochs)
+c["data"]["shards"] = sorted(glob.glob(f"{data}/train-[0-9][0-9][0-9].dfs"))
+c.pop("validation", None)  # no held-out answers here: dflash_eval measures held-out tau
+c["workers"] = [w for w in c["workers"] if w["role"] != "validator"]
+gpu = 0 if backend == "cuda" else -1
+for x in c["rings"] + c["workers"]:
+    if "gpu" in x:
+        x["gpu"] = gpu
+json.dump(c, open(out, "w"), indent=1)
+PY
+nev=2
+[ "$BATCH" -gt 1 ] && nev=3
+t=$(cap 330 $((nev * 30)))
+stamp "pipeline: $BUILD/bin/orchestrator $cfg ($base, backend $BACKEND, epochs $EPOCHS)"
 rm -rf "$run"
-timeout --kill-after=10 330 "$BUILD/bin/orchestrator" "$cfg" >"$res/trained_0.6b_train.log" 2>&1 || {
-  echo "orchestrator failed: tail of $res/trained_0.6b_train.log"; tail -30 "$res/trained_0.6b_train.log"
-  tail -20 "$run"/logs/drafter0.log 2>/dev/null; exit 1; }
-cp "$run/train_summary.json" "$res/trained_0.6b_summary.json"
-cp "$run/ledger_audit.json" "$res/trained_0.6b_audit.json"
-python3 - "$run" <<'PY'
+timeout --kill-after=10 "$t" "$BUILD/bin/orchestrator" "$cfg" >"$res/${tag}_train.log" 2>&1 || {
+  rc=$?
+  tail -20 "$run"/logs/drafter0.log 2>/dev/null || true
+  phase_failed $rc "the pipeline" "$res/${tag}_train.log"
+}
+cp "$run/train_summary.json" "$res/${tag}_summary.json"
+cp "$run/ledger_audit.json" "$res/${tag}_audit.json"
+"$PY" - "$run" <<'PY'
 import json, sys
 s = json.load(open(f"{sys.argv[1]}/train_summary.json"))
 a = json.load(open(f"{sys.argv[1]}/ledger_audit.json"))
@@ -60,15 +179,21 @@ print(f"drafter: {s['steps']} steps in {s['seconds']:.0f}s, loss {s['loss_start'
       f"expected tau {s['expected_tau']:.2f}, exactly once {a.get('exactly_once')}")
 print("  per-position accuracy (training mask, last steps): " + " ".join(f"{x:.2f}" for x in s["acc"]))
 PY
-seed=$(python3 -c "import json; print(json.load(open('configs/qwen3-0.6b-bytes.json'))['seed'])")
-ev() { # ev LABEL EXTRA...: one dflash_eval over the held-out prompts
-  local label=$1; shift
-  stamp "dflash_eval --backend cuda: $label"
-  timeout 200 "$BUILD/bin/dflash_eval" --backend cuda --target "$model" --drafter "$run/drafter" \
-    --prompts "$data/chat-heldout.jsonl" --max-prompts "$PROMPTS" --max-new "$MAX_NEW" --eos -1 --quiet \
-    --label "qwen3-0.6b-bytes, $label" --json "$res/trained_0.6b_eval_$label.json" "$@" 2>&1 | tee "$res/trained_0.6b_eval_$label.log"
+
+# 4. held-out tau: trained, trained with BATCH prompts together, untrained
+seed=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['seed'])" "$cfg")
+ev() { # ev LABEL RESERVE EXTRA...: one dflash_eval over the held-out prompts
+  local label=$1 reserve=$2 t
+  shift 2
+  t=$(cap 200 "$reserve")
+  stamp "eval: dflash_eval --backend $BACKEND: $label"
+  timeout --kill-after=10 "$t" "$BUILD/bin/dflash_eval" --backend "$BACKEND" --target "$model" \
+    --drafter "$run/drafter" --prompts "$data/prompts-heldout.jsonl" --max-prompts "$PROMPTS" \
+    --max-new "$MAX_NEW" --eos -1 --quiet --label "$name, $label" --json "$res/${tag}_eval_$label.json" "$@" \
+    >"$res/${tag}_eval_$label.log" 2>&1 || phase_failed $? "dflash_eval ($label)" "$res/${tag}_eval_$label.log"
+  cat "$res/${tag}_eval_$label.log"
 }
-ev trained
-[ "$BATCH" -gt 1 ] && ev "trained_batch$BATCH" --batch "$BATCH"
-ev untrained --random-drafter "$seed"
-stamp "done; JSON in $res/"
+ev trained $(((nev - 1) * 30))
+[ "$BATCH" -gt 1 ] && ev "trained_batch$BATCH" 30 --batch "$BATCH"
+ev untrained 0 --random-drafter "$seed"
+stamp "done; JSON and logs in $res/${tag}_*"

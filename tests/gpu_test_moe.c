@@ -3,7 +3,7 @@
  * Fresh random inputs every run (seed printed; NN_CUDA_TEST_SEED=... replays one).
  *
  *   a. kernels: nn_moe_route_cuda fed the CPU's router logits == nn_moe_route (expert
- *      indices equal, weights within 1e-6 relative; a token whose k + 1 largest
+ *      indices equal, weights within 1e-5 relative; a token whose k + 1 largest
  *      probabilities hold a near tie, 0 < gap <= 1e-5 relative, is detected, counted and
  *      skipped; exact ties from duplicated router rows are NOT skipped: the lower expert
  *      wins on both); the permutation is checked against the indices (counts, offsets,
@@ -263,7 +263,7 @@ static void test_kernels(const kcase *c)
             werr = fmax(werr, fabs((double)gw[i] - wts[i]) / fmax(fabs(wts[i]), 1e-30));
         }
     }
-    check(idx_bad == 0 && werr <= 1e-6,
+    check(idx_bad == 0 && werr <= 1e-5,
           "%s: routing == nn_moe_route: %ld index differences, weights max rel err %.3g (%ld near-tie tokens skipped, "
           "%ld exact ties compared)",
           what, idx_bad, werr, near, exact_ties);

@@ -598,9 +598,8 @@ def build(a):
             f"{moe['F']}, top {moe['k']}{' renormalised' if moe['norm_topk_prob'] else ''}; {total / 1e9:.2f}B "
             f"parameters, {active / 1e9:.2f}B active per token")
         if not cpu:
-            log("  note: the CUDA target has no expert kernels yet and refuses MoE checkpoints "
-                "(common/target/target_model_cuda.cu); this topology is for when it does. The cpu backend runs "
-                "MoE targets today (small ones: fp32 weights)")
+            log("  note: the CUDA target runs the experts with its grouped kernels (docs/target_cuda.md, "
+                "\"Mixture of experts\"); the rates below scale dense measurements by active FLOPs")
     log(f"  capture layers {capture}: {why_capture}")
     log(f"  mask token id {mask}: {why_mask}")
     log(f"  data: {len(shards)} shard(s), {len(lens)} samples, {sum(lens)} tokens, longest {longest}; "

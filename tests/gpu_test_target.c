@@ -8,7 +8,10 @@
  *      attention/MLP biases; several documents (a one-token one included), captured
  *      layers in a non-sorted order, per-slot relative L2 error < 2e-2;
  *   3. a CUDA graph of the forward replays bit-identically to the eager forward, two
- *      eager forwards are bit-identical, a bad token id is reported.
+ *      eager forwards are bit-identical, a bad token id is reported;
+ *   4. Qwen3-MoE configs are taken (their experts: gpu_test_moe) and the shapes the expert
+ *      kernels do not take (over 512 experts, top-k over 32, widths not multiples of 8)
+ *      refused with the limit named.
  * The Qwen3 model (hd 128) runs 2 and 3 once per attention tile shape (NN_ATTN_TILE_*).
  * The output buffer is poisoned (NaN bits) before every forward: an unwritten element
  * fails. Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
@@ -309,6 +312,39 @@ static void test_random_model(const rand_model *r, const char *label_base, int t
     rmdir(dir);
 }
 
+/* Qwen3-MoE configs: the CUDA target takes them (the routed experts of nn/moe.cu; before
+ * those kernels it refused every config with a sparse layer) and refuses, naming its limit,
+ * the shapes its expert kernels do not take. The experts' numerics are gpu_test_moe's. */
+static void test_moe_configs(void)
+{
+    static const struct {
+        int E, k, F, ok;
+    } cases[] = {{8, 2, 32, 1}, {128, 8, 768, 1}, {600, 2, 32, 0}, {64, 40, 32, 0}, {8, 2, 36, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[1024];
+        snprintf(json, sizeof json,
+                 "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\", \"hidden_size\": 64, "
+                 "\"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+                 "\"num_key_value_heads\": 2, \"head_dim\": 16, \"vocab_size\": 100, \"num_experts\": %d, "
+                 "\"num_experts_per_tok\": %d, \"moe_intermediate_size\": %d, \"norm_topk_prob\": true}",
+                 cases[i].E, cases[i].k, cases[i].F);
+        hfconfig c;
+        RC_CHECK(hfconfig_parse(&c, json, strlen(json), "moe config", g_err, sizeof g_err), g_err);
+        target_model_cuda m;
+        int cap = 1;
+        g_err[0] = '\0';
+        int rc = target_init_cuda(&m, &c, &cap, 1, 16, g_err, sizeof g_err);
+        int ok = cases[i].ok ? rc == 0 && m.n_moe == 2 && m.E == cases[i].E
+                             : rc == -EINVAL && strstr(g_err, "the CUDA experts take") != NULL;
+        printf("%s MoE config E %d top %d F %d: rc %d%s%s\n", ok ? "PASS" : "FAIL", cases[i].E, cases[i].k, cases[i].F,
+               rc, g_err[0] ? ", " : "", g_err);
+        g_fail += !ok;
+        if (rc == 0)
+            target_free_cuda(&m);
+        hfconfig_free(&c);
+    }
+}
+
 int main(void)
 {
     gt_setup(300);
@@ -322,6 +358,7 @@ int main(void)
     rand_model l = {
         .qwen3 = 0, .d = 192, .H = 3, .KV = 1, .hd = 64, .I = 320, .L = 3, .V = 400, .bias = 1, .window = 0};
     test_random_model(&l, "random llama hd64 bias llama3", NN_ATTN_TILE_DEFAULT);
+    test_moe_configs();
     if (g_fail) {
         printf("gpu_test_target: %ld failed checks\n", g_fail);
         return 1;

@@ -1,4 +1,5 @@
-/* bench_decode: greedy decoding on the GPU at the Qwen3-1.7B and Qwen3-8B shapes (random
+/* bench_decode: greedy decoding on the GPU at the Qwen3-1.7B and Qwen3-8B shapes, and with
+ * --models 30b-a3b the Qwen3-30B-A3B mixture of experts (random
  * bf16 weights made on the device, no files): plain decoding against its memory ceiling,
  * the parts of a speculative step (draft, 16-row verify, accept + feature append), and the
  * speculative loop at several acceptance rates, with its output checked against plain
@@ -88,11 +89,15 @@ static char g_err[1024];
 typedef struct shape {
     const char *name, *key;
     int d, L, H, KV, hd, I, V, tied;
+    int E, k, F; /* routed experts (every layer sparse), 0: dense */
 } shape;
 
 static const shape SHAPES[] = {
-    {"Qwen3-1.7B", "1.7b", 2048, 28, 16, 8, 128, 6144, 151936, 1},
-    {"Qwen3-8B", "8b", 4096, 36, 32, 8, 128, 12288, 151936, 0},
+    {"Qwen3-1.7B", "1.7b", 2048, 28, 16, 8, 128, 6144, 151936, 1, 0, 0, 0},
+    {"Qwen3-8B", "8b", 4096, 36, 32, 8, 128, 12288, 151936, 0, 0, 0, 0},
+    /* only when asked (--models 30b-a3b): 61 GB of bf16 experts; the drafter is dense, of the
+     * config's intermediate_size */
+    {"Qwen3-30B-A3B", "30b-a3b", 2048, 48, 32, 4, 128, 6144, 151936, 0, 128, 8, 768},
 };
 
 static int cmp_d(const void *a, const void *b)
@@ -253,6 +258,14 @@ static void shape_config(hfconfig *c, const shape *sh)
     c->vocab_size = sh->V, c->rms_norm_eps = 1e-6, c->rope_theta = 1e6, c->qk_norm = 1;
     c->tie_word_embeddings = sh->tied;
     snprintf(c->rope_type, sizeof c->rope_type, "default");
+    if (sh->E) { /* every layer sparse (a static mask: these configs are never freed) */
+        static unsigned char all_sparse[256];
+        memset(all_sparse, 1, sizeof all_sparse);
+        c->arch = HFCONFIG_ARCH_QWEN3_MOE;
+        c->num_experts = sh->E, c->num_experts_per_tok = sh->k, c->moe_intermediate_size = sh->F;
+        c->norm_topk_prob = 1, c->decoder_sparse_step = 1;
+        c->moe_layer = all_sparse, c->n_moe_layers = sh->L;
+    }
 }
 
 static void drafter_config(dflash_config *c, const shape *sh)
@@ -799,7 +812,7 @@ int main(int argc, char **argv)
             vars[nv++] = v;
         } else {
             fprintf(stderr,
-                    "usage: bench_decode [--models 1.7b,8b] [--prompt N] [--new N] [--json PATH] "
+                    "usage: bench_decode [--models 1.7b,8b,30b-a3b] [--prompt N] [--new N] [--json PATH] "
                     "[--timeout S] [--batch N] [--variant V]... [--linear-sweep] [--quick]\n"
                     "  --batch N: prompts decoded together in the batch rows (default 4; 1 skips them)\n"
                     "  --variant V: the linear kernel variant (0 .. %d; the first one given runs the\n"

@@ -12,7 +12,8 @@
  *     every function only enqueues kernels on the caller's stream, so a whole forward can
  *     be captured in a CUDA graph.
  * One file per concept beside the CPU reference: rmsnorm.cu, rope.cu, attention.cu,
- * swiglu.cu, embed.cu (embedding gather, positions, random fill), cublaslt_cuda.c (the
+ * swiglu.cu, moe.cu (routing and the routed experts), embed.cu (embedding gather,
+ * positions, random fill), cublaslt_cuda.c (the
  * one cuBLASLt GEMM of the tree: the target forward, the drafter step, inference). The
  * device helpers the kernels share (casts, vector loads, reductions) are in
  * nn_cuda_device.cuh.
@@ -136,6 +137,74 @@ int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, co
  * a second opinion in the tests. Same contract. */
 int nn_attention_packed_simple_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, const int32_t *pos, int T, int H,
                                     int KV, int hd, int window, float scale, cudaStream_t s, char *err, size_t errlen);
+
+/* ---- moe.cu: mixture of experts (nn.h's nn_moe_route / nn_moe_experts) ----------------
+ * Weights on the GPU, every expert contiguous: the router w_router [E, d]; w_gu [E, 2F, d],
+ * expert e's gate_proj rows then its up_proj rows (transformers' fused gate_up_proj, so the
+ * fused checkpoint layout copies as is); w_down [E, d, F].
+ *
+ * A block runs in three steps, all on the device (no host synchronisation, capturable in a
+ * CUDA graph):
+ *   nn_moe_route_cuda    softmax (fp32) + top-k of the router logits, ties to the lower
+ *                        expert, renormalised when norm_topk (nn_moe_route's rule), then the
+ *                        permutation: rows per expert (counts), their prefix sums (offsets),
+ *                        the (token, j) entries scattered into expert-contiguous order with
+ *                        each expert's tokens ascending (rows, slot), the experts that have
+ *                        rows (active) and the grouped GEMM's tiles of NN_MOE_TILE_ROWS rows;
+ *   nn_moe_experts_cuda  per permuted row r (token t = rows[r], expert e):
+ *                          h[r]  = bf16(silu(bf16(x[t] Wg_e^T)) * bf16(x[t] Wu_e^T))
+ *                          yp[r] = bf16(h[r] Wd_e^T)
+ *                        then y[t] = bf16(sum_j wts[t, j] * yp[slot[t, j]]) in fp32, the k
+ *                        terms added into zero in ascending expert order (nn_moe_experts'
+ *                        order). No float atomics: every output has one fixed order of sums.
+ * Two expert kernels compute the same math (two kernels may round differently):
+ *   NN_MOE_GROUPED  tiles of 128 permuted rows x 128 weight rows on the tensor cores (mma.sync
+ *                   bf16, fp32 accumulation, cp.async stages), one launch over every expert's
+ *                   tiles (tile table from the route step); gate/up rows paired in a warp so
+ *                   SwiGLU is the GEMM's epilogue. For prefills and the target forward.
+ *   NN_MOE_ROWS     one block per (16 output columns, expert with rows): every row routed to
+ *                   the expert against each weight read once, the K split over 8 warps added
+ *                   in warp order, so a row's bits do not depend on the other rows of the
+ *                   call (decode and verify steps: lossless speculative decoding); calls of
+ *                   more than 64 rows run passes of 64 over the same weights.
+ * Limits: E <= NN_MOE_MAX_EXPERTS, k <= NN_MOE_MAX_TOPK, d and F multiples of 8 (16-byte
+ * loads), x / h / yp / weights 16-byte aligned. */
+#define NN_MOE_MAX_EXPERTS 512
+#define NN_MOE_MAX_TOPK 32
+#define NN_MOE_TILE_ROWS 128
+enum { NN_MOE_GROUPED = 0, NN_MOE_ROWS = 1 };
+
+/* Device workspace of the routing and permutation of up to max_T tokens. */
+typedef struct nn_moe_work_cuda {
+    int max_T, E, k, max_tiles;
+    int32_t *idx;     /* [max_T, k] each token's experts, descending probability */
+    float *wts;       /* [max_T, k] their weights */
+    int32_t *counts;  /* [E] rows routed to each expert */
+    int32_t *offsets; /* [E + 1] first permuted row of each expert; offsets[E] = T * k */
+    int32_t *active;  /* [E + 1] experts with rows, ascending; active[E] = how many */
+    int32_t *tiles;   /* [2 * max_tiles + 1] (expert, first permuted row) per grouped tile; the
+                           * number of tiles at [2 * max_tiles] */
+    int32_t *rows;    /* [max_T * k] token of each permuted row */
+    int32_t *slot;    /* [max_T * k] permuted row of entry (t, j) */
+    long long *stat;  /* [2] running sums over routed calls: active experts, calls (benchmarks) */
+} nn_moe_work_cuda;
+
+/* Lay the workspace out from base (device, 256-byte aligned) and return its bytes; base
+ * NULL only counts (the pointers are then meaningless). */
+size_t nn_moe_work_carve_cuda(nn_moe_work_cuda *w, void *base, int max_T, int E, int k);
+
+/* Route T tokens (1 <= T <= w->max_T) from their router logits [T, E] (fp32), then permute
+ * (above). The stat counters are only added to. 0, -EINVAL, -EIO. */
+int nn_moe_route_cuda(nn_moe_work_cuda *w, const float *logits, int T, int norm_topk, cudaStream_t s, char *err,
+                      size_t errlen);
+
+/* The routed experts of the tokens routed by the last nn_moe_route_cuda on w (the same T):
+ * x [T, d] bf16 in, y [T, d] bf16 out; h [T * k, F] and yp [T * k, d] bf16 scratch (the
+ * permuted SwiGLU and expert outputs, readable afterwards). kernel: NN_MOE_GROUPED or
+ * NN_MOE_ROWS. 0, -EINVAL, -EIO. */
+int nn_moe_experts_cuda(nn_bf16_cuda *y, const nn_bf16_cuda *x, const nn_bf16_cuda *w_gu, const nn_bf16_cuda *w_down,
+                        const nn_moe_work_cuda *w, nn_bf16_cuda *h, nn_bf16_cuda *yp, int T, int d, int F, int kernel,
+                        cudaStream_t s, char *err, size_t errlen);
 
 /* ---- cublaslt_cuda.c: the GEMM ---------------------------------------------------- */
 

@@ -293,10 +293,19 @@ int decode_truncate_seq_cuda(decode_model_cuda *m, int s, int len)
 
 double decode_step_bytes_cuda(const decode_model_cuda *m, int len, int k, int n_next)
 {
+    return decode_step_bytes_moe_cuda(m, len, k, n_next, -1.0);
+}
+
+double decode_step_bytes_moe_cuda(const decode_model_cuda *m, int len, int k, int n_next, double distinct)
+{
     const target_model_cuda *t = &m->tm;
     double d = t->d, I = t->I, qd = (double)t->H * t->hd, kvd = (double)t->KV * t->hd;
-    double layer = (d * (qd + 2 * kvd) + qd * d + d * 2 * I + I * d) * 2 + 2 * d * 4;
-    double bytes = layer * t->n_layers + 4 * d;
+    double attn = (d * (qd + 2 * kvd) + qd * d) * 2 + 2 * d * 4;
+    double dense = (d * 2 * I + I * d) * 2;
+    if (t->n_moe && distinct < 0) /* k rows routed uniformly: the expected number of distinct experts */
+        distinct = t->E * (1.0 - pow(1.0 - (double)t->topk / t->E, k));
+    double sparse = t->n_moe ? (double)t->E * d * 2 + distinct * 3.0 * d * t->F * 2 : 0;
+    double bytes = attn * t->n_layers + dense * (t->n_layers - t->n_moe) + sparse * t->n_moe + 4 * d;
     if (n_next > 0)
         bytes += (double)t->V * d * 2;
     /* the k queries of one call read the rows before them and the new ones: the union is
@@ -344,6 +353,19 @@ static int linear(decode_model_cuda *m, nn_bf16_cuda *out, const nn_bf16_cuda *x
     return nn_gemm_run_cuda(m->tm.gemm, &a, m->stream, kerr, kerrlen);
 }
 
+/* The fusions a model with routed experts keeps: those that leave the MLP block's input a
+ * (row-major) and its output y (bf16, added by the next add + RMSNorm) where the experts
+ * read and write them. Off: the residual and SwiGLU-in-down fusions (no bf16 y / a down
+ * projection to fuse into), the add + RMSNorm tail of down (the next layer may follow a
+ * sparse layer) and chunk-major activations (a would be chunk-major). The dense layers of
+ * such a model then run the same remaining sequence. */
+static int moe_fuse_mask(const target_model_cuda *t, int fz)
+{
+    if (!t->n_moe)
+        return fz;
+    return fz & ~(DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU | DECODE_FUSE_NORM | DECODE_FUSE_XC);
+}
+
 /* Run a step; on failure name it, the layer and the cause (the callee's kerr) in err. */
 #define STEP(call, what)                                                                                  \
     do {                                                                                                  \
@@ -373,7 +395,7 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
      * down add their outputs to the fp32 residual inside the linear kernel (no bf16 y), q/k
      * norm + RoPE + cache append in one kernel, SwiGLU inside down's loads; otherwise y and
      * separate kernels (prefills: cuBLASLt) */
-    const int fz = k <= m->small_rows ? DECODE_FUSE_BITS(m->fused) : 0;
+    const int fz = k <= m->small_rows ? moe_fuse_mask(t, DECODE_FUSE_BITS(m->fused)) : 0;
     const int f_qk = fz & DECODE_FUSE_QK_APPEND, f_res = fz & DECODE_FUSE_RESIDUAL, f_glu = fz & DECODE_FUSE_SWIGLU;
     const nn_bf16_cuda *yadd = f_res ? NULL : t->y;
     /* the bit-exact fusions (DECODE_FUSE_GLU / NORM / ARGMAX: the separate kernels' bits),
@@ -447,6 +469,10 @@ static int enqueue_extend(decode_model_cuda *m, int seq, int k, int n_next, cons
         if (!f_norm)
             STEP(addnorm_x(f_xc, t->x, yadd, Lw->post_norm, t->a, NULL, 0, k, d, t->eps, s, kerr, sizeof kerr),
                  "add_rmsnorm (post)");
+        if (Lw->moe) { /* routed experts into y (the fusions that would replace y are off: moe_fuse_mask) */
+            STEP(target_moe_mlp_cuda(t, l, t->a, t->y, k, k <= m->small_rows, s, kerr, sizeof kerr), "experts");
+            continue;
+        }
         if (f_xc)
             STEP(decode_linear_glu_rows_xc_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, k, d, I, s, kerr, sizeof kerr),
                  "linear gate_up + swiglu");
@@ -584,7 +610,7 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
     int l = -1;
     int32_t *pos = m->meta_d, *crow = m->meta_d + R;
     const nn_key_ranges *full = (const nn_key_ranges *)(m->meta_d + 2 * R), *slide = full + R;
-    const int fz = DECODE_FUSE_BITS(m->fused), f_qk = fz & DECODE_FUSE_QK_APPEND;
+    const int fz = moe_fuse_mask(t, DECODE_FUSE_BITS(m->fused)), f_qk = fz & DECODE_FUSE_QK_APPEND;
     const int f_gepi = (fz & DECODE_FUSE_GLU) && I % 8 == 0;
     const int f_asplit = (fz & DECODE_FUSE_ARGMAX_SPLIT) && R <= DECODE_EPI_MAX_ROWS;
     const int f_xc = use_xc(t, fz, f_gepi, R); /* chunk-major a / att / h / z: one call of R rows each */
@@ -626,6 +652,10 @@ static int enqueue_batch(decode_model_cuda *m, int R, char *err, size_t errlen)
              "linear o_proj");
         STEP(addnorm_x(f_xc, t->x, t->y, Lw->post_norm, t->a, NULL, 0, R, d, t->eps, s, kerr, sizeof kerr),
              "add_rmsnorm (post)");
+        if (Lw->moe) { /* every row row-exact, in passes of 64 rows past 64 */
+            STEP(target_moe_mlp_cuda(t, l, t->a, t->y, R, 1, s, kerr, sizeof kerr), "experts");
+            continue;
+        }
         if (f_xc) {
             STEP(decode_linear_glu_rows_xc_cuda(t->h, t->a, Lw->w_gu, Lw->b_gu, R, d, I, s, kerr, sizeof kerr),
                  "linear gate_up + swiglu");

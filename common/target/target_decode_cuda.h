@@ -3,6 +3,14 @@
  * target_decode.h, used by the CUDA backend of speculative-decoding evaluation
  * (eval/spec_decode_cuda.c).
  *
+ * Mixture of experts (Qwen3-MoE): a sparse layer's MLP is target_moe_mlp_cuda, row-exact in
+ * every extend of up to 64 rows and in every batched step (the router through the
+ * small-row linear kernel, the experts through NN_MOE_ROWS: one block per 16 columns of
+ * each expert some row picked, each such expert's weights read once for all its rows), the
+ * grouped GEMM in longer prefills. A model with a sparse layer drops the fusions that
+ * replace the MLP's bf16 output or read chunk-major inputs (RESIDUAL, SWIGLU, NORM, XC):
+ * the others, and CUDA graphs, work as for a dense model.
+ *
  * Weights: target_load_cuda (target_model_cuda.h) with the caller's capture layers plus the last
  * layer, so every layer is uploaded (bf16, fused QKV and gate/up); its embedding, RoPE
  * frequencies and workspace (sized for max_ctx rows: a whole prompt in one prefill) are
@@ -175,8 +183,13 @@ int decode_feats_to_host_cuda(decode_model_cuda *m, int k, float *out, char *err
 
 /* Bytes one extend of k tokens with n_next logit rows reads at least, with len tokens
  * cached before it: every linear weight once, the final norm, n_next > 0: the lm_head,
- * and the K/V cache rows its queries attend to (the memory floor of a decode step). */
+ * and the K/V cache rows its queries attend to (the memory floor of a decode step). A
+ * sparse layer reads its attention weights, its router and the weights of the DISTINCT
+ * experts its k rows picked: decode_step_bytes_cuda assumes uniform routing (E (1 -
+ * (1 - topk/E)^k) distinct experts a layer), decode_step_bytes_moe_cuda takes the
+ * measured average (nn_moe_work_cuda.stat; distinct < 0: the uniform figure). */
 double decode_step_bytes_cuda(const decode_model_cuda *m, int len, int k, int n_next);
+double decode_step_bytes_moe_cuda(const decode_model_cuda *m, int len, int k, int n_next, double distinct);
 
 #ifdef __cplusplus
 }

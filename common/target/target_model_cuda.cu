@@ -3,6 +3,9 @@
  * See target_model_cuda.h for the contract and docs/target_cuda.md for the kernels, fusions
  * and FLOP count.
  *
+ * A sparse layer's MLP is target_moe_mlp_cuda (routed experts, nn/moe.cu), shared with the
+ * KV-cached decode (target_decode_cuda.c), which also uses its row-exact form.
+ *
  * The residual step is shifted by half a layer so that every add is fused into the norm
  * that follows it: layer l starts with x += y (the previous MLP output), writes layer
  * l-1's capture from the updated x, and normalises with input_layernorm in the same pass;
@@ -14,6 +17,7 @@ extern "C" {
 #include "target/target_model.h"
 #include "util.h"
 }
+#include "target/decode_kernels_cuda.h" /* (its own extern "C") the row-exact router of decode steps */
 
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -44,22 +48,29 @@ static void *bump_take(bump *b, size_t bytes)
 static void carve_weights(target_model_cuda *m, bump *b)
 {
     size_t d = m->d, I = m->I, hd = m->hd, qkv_n = (size_t)(m->H + 2 * m->KV) * hd, qd = (size_t)m->H * hd;
+    size_t E = m->E, F = m->F;
     m->embed = (nn_bf16_cuda *)bump_take(b, (size_t)m->V * d * 2);
     m->inv_freq = (float *)bump_take(b, sizeof(float) * hd / 2);
     for (int l = 0; l < m->n_layers; l++) {
         target_layer_cuda *L = &m->layers[l];
         L->w_qkv = (nn_bf16_cuda *)bump_take(b, qkv_n * d * 2);
         L->w_o = (nn_bf16_cuda *)bump_take(b, d * qd * 2);
-        L->w_gu = (nn_bf16_cuda *)bump_take(b, 2 * I * d * 2);
-        L->w_down = (nn_bf16_cuda *)bump_take(b, d * I * 2);
+        if (L->moe) { /* every expert resident: any token may pick any of them */
+            L->w_router = (nn_bf16_cuda *)bump_take(b, E * d * 2);
+            L->w_gu = (nn_bf16_cuda *)bump_take(b, E * 2 * F * d * 2);
+            L->w_down = (nn_bf16_cuda *)bump_take(b, E * d * F * 2);
+        } else {
+            L->w_gu = (nn_bf16_cuda *)bump_take(b, 2 * I * d * 2);
+            L->w_down = (nn_bf16_cuda *)bump_take(b, d * I * 2);
+        }
         L->in_norm = (float *)bump_take(b, sizeof(float) * d);
         L->post_norm = (float *)bump_take(b, sizeof(float) * d);
         L->q_norm = m->qk_norm ? (float *)bump_take(b, sizeof(float) * hd) : NULL;
         L->k_norm = m->qk_norm ? (float *)bump_take(b, sizeof(float) * hd) : NULL;
         L->b_qkv = m->attention_bias ? (nn_bf16_cuda *)bump_take(b, qkv_n * 2) : NULL;
         L->b_o = m->attention_bias ? (nn_bf16_cuda *)bump_take(b, d * 2) : NULL;
-        L->b_gu = m->mlp_bias ? (nn_bf16_cuda *)bump_take(b, 2 * I * 2) : NULL;
-        L->b_down = m->mlp_bias ? (nn_bf16_cuda *)bump_take(b, d * 2) : NULL;
+        L->b_gu = m->mlp_bias && !L->moe ? (nn_bf16_cuda *)bump_take(b, 2 * I * 2) : NULL;
+        L->b_down = m->mlp_bias && !L->moe ? (nn_bf16_cuda *)bump_take(b, d * 2) : NULL;
     }
 }
 
@@ -71,10 +82,21 @@ static void carve_acts(target_model_cuda *m, bump *b)
     m->y = (nn_bf16_cuda *)bump_take(b, 2 * T * d);
     m->qkv = (nn_bf16_cuda *)bump_take(b, 2 * T * (m->H + 2 * m->KV) * hd);
     m->att = (nn_bf16_cuda *)bump_take(b, 2 * T * m->H * hd);
-    m->gu = (nn_bf16_cuda *)bump_take(b, 2 * T * 2 * I);
-    m->h = (nn_bf16_cuda *)bump_take(b, 2 * T * I);
+    /* the dense MLP's activations only when a dense layer runs (Qwen3-30B-A3B has none, and
+     * its config's intermediate_size would make them 300 MB at 8192 tokens) */
+    int dense = m->n_layers > m->n_moe;
+    m->gu = dense ? (nn_bf16_cuda *)bump_take(b, 2 * T * 2 * I) : NULL;
+    m->h = dense ? (nn_bf16_cuda *)bump_take(b, 2 * T * I) : NULL;
     m->pos = (int32_t *)bump_take(b, sizeof(int32_t) * T);
     m->bad_token = (int *)bump_take(b, sizeof(int));
+    if (m->n_moe) {
+        size_t tk = T * (size_t)m->topk;
+        m->moe_logits = (float *)bump_take(b, sizeof(float) * T * m->E);
+        size_t wb = nn_moe_work_carve_cuda(&m->moe, NULL, (int)T, m->E, m->topk);
+        nn_moe_work_carve_cuda(&m->moe, bump_take(b, wb), (int)T, m->E, m->topk);
+        m->moe_h = (nn_bf16_cuda *)bump_take(b, 2 * tk * m->F);
+        m->moe_yp = (nn_bf16_cuda *)bump_take(b, 2 * tk * d);
+    }
 }
 
 void target_free_cuda(target_model_cuda *m)
@@ -100,14 +122,14 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
         return df_cuda_errf(err, errlen, -EINVAL, "no layers to capture");
     if (max_T < 1)
         return df_cuda_errf(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
-    /* routed experts have no CUDA kernels yet (common/nn/moe.c is the CPU reference): refused
-     * here, where every CUDA target path (forward, decode, generate, eval) starts */
-    if (c->n_moe_layers > 0)
+    /* routed experts: the limits of nn/moe.cu's kernels (16-byte loads, the router's warp) */
+    if (c->n_moe_layers > 0 && (c->num_experts > NN_MOE_MAX_EXPERTS || c->num_experts_per_tok > NN_MOE_MAX_TOPK ||
+                                c->hidden_size % 8 || c->moe_intermediate_size % 8 || c->moe_intermediate_size <= 0))
         return df_cuda_errf(err, errlen, -EINVAL,
-                            "%s: %d of %d layers are mixture-of-experts (%d experts, top %d): MoE targets run on the "
-                            "CPU backend only for now (no CUDA expert kernels yet)",
-                            c->architecture, c->n_moe_layers, c->num_hidden_layers, c->num_experts,
-                            c->num_experts_per_tok);
+                            "%s: %d experts, top %d, hidden %d, moe_intermediate_size %d: the CUDA experts take at "
+                            "most %d experts, top %d, and widths that are multiples of 8",
+                            c->architecture, c->num_experts, c->num_experts_per_tok, c->hidden_size,
+                            c->moe_intermediate_size, NN_MOE_MAX_EXPERTS, NN_MOE_MAX_TOPK);
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 256)
         return df_cuda_errf(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256",
                             c->head_dim);
@@ -147,6 +169,14 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
         m->layers[l].window = c->layer_types && c->layer_types[l] == HFCONFIG_SLIDING_ATTENTION && c->sliding_window > 0
                                   ? c->sliding_window
                                   : 0;
+    for (int l = 0; l < m->n_layers; l++)
+        if ((m->layers[l].moe = hfconfig_layer_is_moe(c, l)))
+            m->n_moe++;
+    if (m->n_moe) {
+        m->E = c->num_experts, m->topk = c->num_experts_per_tok, m->F = c->moe_intermediate_size;
+        m->norm_topk = c->norm_topk_prob;
+    }
+    m->moe_kernel = NN_MOE_GROUPED;
     {
         bump b = {NULL, 0};
         carve_weights(m, &b);
@@ -162,6 +192,8 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
         a = (bump){(char *)m->acts, 0};
         carve_acts(m, &a);
         CUDA_ALLOC_TRY_GOTO(cudaMemset(m->bad_token, 0, sizeof(int)), err, errlen, rc, fail);
+        if (m->n_moe)
+            CUDA_ALLOC_TRY_GOTO(cudaMemset(m->moe.stat, 0, 2 * sizeof(long long)), err, errlen, rc, fail);
     }
     /* the same frequencies as the CPU path (llama3 scaling included) */
     nn_rope_inv_freq(inv, m->hd, c->rope_theta, strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
@@ -217,15 +249,13 @@ static int stage_reserve(stage *s, size_t n)
     return s->cap ? 0 : -ENOMEM;
 }
 
-/* Find name ([d0] when d1 == 0, else [d0, d1], a float dtype), convert and copy it to
- * dst on the device: bf16 (as_f32 == 0; bf16 files copy as is) or fp32. */
-static int upload(const safetensors_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst,
-                  int as_f32, char *err, size_t errlen)
+/* Find name (ndim 1..3 dims of shape, a float dtype), convert and copy it to dst on the
+ * device: bf16 (as_f32 == 0; bf16 files copy as is) or fp32. */
+static int upload_nd(const safetensors_model *st, stage *sg, const char *name, int ndim, const int64_t *want, void *dst,
+                     int as_f32, char *err, size_t errlen)
 {
     const char *fpath = NULL;
     const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
-    int ndim = d1 ? 2 : 1;
-    int64_t want[2] = {d0, d1};
     if (!t)
         return df_cuda_errf(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
@@ -243,7 +273,9 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
     int frc = target_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
     if (frc < 0)
         return frc;
-    size_t n = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= (size_t)want[i];
     const void *src;
     size_t bytes;
     if (!as_f32 && t->dtype == SAFETENSORS_BF16) {
@@ -265,6 +297,60 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
     cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
         return df_cuda_errf(err, errlen, -EIO, "%s: tensor \"%s\": cudaMemcpy: %s", fpath, name, cudaGetErrorString(e));
+    return 0;
+}
+
+/* upload_nd of shape [d0] (d1 == 0) or [d0, d1] */
+static int upload(const safetensors_model *st, stage *sg, const char *name, int64_t d0, int64_t d1, void *dst,
+                  int as_f32, char *err, size_t errlen)
+{
+    int64_t want[2] = {d0, d1};
+    return upload_nd(st, sg, name, d1 ? 2 : 1, want, dst, as_f32, err, errlen);
+}
+
+/* The router and every expert of sparse layer l, from either checkpoint layout
+ * (target_model.h; the same checks and messages as the CPU loader). In the device layout
+ * w_gu [E, 2F, d] is the fused gate_up_proj itself; per-expert tensors go to their rows. */
+static int upload_experts(const target_model_cuda *m, const safetensors_model *st, stage *sg, int l, char *err,
+                          size_t errlen)
+{
+    const target_layer_cuda *L = &m->layers[l];
+    const int64_t d = m->d, E = m->E, F = m->F;
+    char n[SAFETENSORS_MAX_NAME], fused[SAFETENSORS_MAX_NAME], per[SAFETENSORS_MAX_NAME];
+    int rc;
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
+    if ((rc = upload(st, sg, n, E, d, L->w_router, 0, err, errlen)) < 0)
+        return rc;
+    snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    snprintf(per, sizeof per, "model.layers.%d.mlp.experts.0.gate_proj.weight", l);
+    int has_fused = safetensors_model_find(st, fused, NULL) != NULL;
+    int has_per = safetensors_model_find(st, per, NULL) != NULL;
+    if (has_fused && has_per)
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected", st->dir, l, fused,
+                            per);
+    if (!has_fused && !has_per)
+        return df_cuda_errf(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (nor is the fused \"%s\" there)", st->dir,
+                            per, fused);
+    if (has_fused) {
+        int64_t sgu[3] = {E, 2 * F, d}, sdn[3] = {E, d, F};
+        if ((rc = upload_nd(st, sg, fused, 3, sgu, L->w_gu, 0, err, errlen)) < 0)
+            return rc;
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj", l);
+        return upload_nd(st, sg, n, 3, sdn, L->w_down, 0, err, errlen);
+    }
+    for (int64_t e = 0; e < E; e++) {
+        nn_bf16_cuda *gu = L->w_gu + (size_t)e * 2 * F * d;
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%lld.gate_proj.weight", l, (long long)e);
+        if ((rc = upload(st, sg, n, F, d, gu, 0, err, errlen)) < 0)
+            return rc;
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%lld.up_proj.weight", l, (long long)e);
+        if ((rc = upload(st, sg, n, F, d, gu + (size_t)F * d, 0, err, errlen)) < 0)
+            return rc;
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.%lld.down_proj.weight", l, (long long)e);
+        if ((rc = upload(st, sg, n, d, F, L->w_down + (size_t)e * d * F, 0, err, errlen)) < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -297,6 +383,10 @@ int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, 
             UP("self_attn.k_norm.weight", hd, 0, L->k_norm, 1);
         }
         UP("post_attention_layernorm.weight", d, 0, L->post_norm, 1);
+        if (L->moe) {
+            CUDA_TRY_RC_GOTO(upload_experts(m, st, &sg, l, err, errlen), rc, out);
+            continue;
+        }
         UP("mlp.gate_proj.weight", I, d, L->w_gu, 0);
         UP("mlp.up_proj.weight", I, d, L->w_gu + I * d, 0);
         UP("mlp.down_proj.weight", d, I, L->w_down, 0);
@@ -346,8 +436,15 @@ int target_randomize_cuda(target_model_cuda *m, uint64_t seed, char *err, size_t
         target_layer_cuda *L = &m->layers[l];
         CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_qkv, qkv_n * d, k++, w_scale, 0, err, errlen));
         CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_o, d * qd, k++, w_scale, 0, err, errlen));
-        CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_gu, 2 * I * d, k++, w_scale, 0, err, errlen));
-        CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_down, d * I, k++, w_scale, 0, err, errlen));
+        if (L->moe) { /* the router and experts at HF's init std as well */
+            size_t E = m->E, F = m->F;
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_router, E * d, k++, w_scale, 0, err, errlen));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_gu, E * 2 * F * d, k++, w_scale, 0, err, errlen));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_down, E * d * F, k++, w_scale, 0, err, errlen));
+        } else {
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_gu, 2 * I * d, k++, w_scale, 0, err, errlen));
+            CUDA_TRY_RC(nn_fill_uniform_bf16_cuda(L->w_down, d * I, k++, w_scale, 0, err, errlen));
+        }
         CUDA_TRY_RC(nn_fill_uniform_f32_cuda(L->in_norm, d, k++, 1.0f, 0.1f, 0, err, errlen));
         CUDA_TRY_RC(nn_fill_uniform_f32_cuda(L->post_norm, d, k++, 1.0f, 0.1f, 0, err, errlen));
         if (L->q_norm) {
@@ -450,6 +547,11 @@ int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32
                        errlen, "layer %d: gemm o_proj", l);
         CUDA_TRY_RC_AT(nn_add_rmsnorm_cuda(m->x, m->y, L->post_norm, m->a, NULL, 0, T, d, m->eps, s, err, errlen), err,
                        errlen, "layer %d: add_rmsnorm (post)", l);
+        if (L->moe) {
+            CUDA_TRY_RC_AT(target_moe_mlp_cuda(m, l, m->a, m->y, T, 0, s, err, errlen), err, errlen,
+                           "layer %d: experts", l);
+            continue;
+        }
         CUDA_TRY_RC_AT(linear(m, TARGET_GEMM_GU, m->gu, m->a, L->w_gu, L->b_gu, T, d, 2 * I, s, err, errlen), err,
                        errlen, "layer %d: gemm gate_up", l);
         CUDA_TRY_RC_AT(nn_swiglu_cuda(m->h, m->gu, T, I, s, err, errlen), err, errlen, "layer %d: swiglu", l);
@@ -475,14 +577,63 @@ int target_take_token_error_cuda(target_model_cuda *m, int *bad, char *err, size
 double target_layer_params_cuda(const target_model_cuda *m)
 {
     double d = m->d, I = m->I, hd = m->hd, H = m->H, KV = m->KV;
-    double per = d * (H + 2 * KV) * hd + H * hd * d + 3 * d * I + 2 * d;
+    double attn = d * (H + 2 * KV) * hd + H * hd * d + 2 * d;
     if (m->qk_norm)
-        per += 2 * hd;
+        attn += 2 * hd;
     if (m->attention_bias)
-        per += (H + 2 * KV) * hd + d;
-    if (m->mlp_bias)
-        per += 2 * I + d;
-    return per * m->n_layers;
+        attn += (H + 2 * KV) * hd + d;
+    double dense = 3 * d * I + (m->mlp_bias ? 2 * I + d : 0);
+    /* a sparse layer: the router and the k experts a token runs (the active parameters) */
+    double sparse = (double)m->E * d + (double)m->topk * 3 * d * m->F;
+    return attn * m->n_layers + dense * (m->n_layers - m->n_moe) + sparse * m->n_moe;
+}
+
+/* ---- routed experts -------------------------------------------------------------------- */
+
+int target_moe_mlp_cuda(target_model_cuda *m, int l, const nn_bf16_cuda *a, nn_bf16_cuda *y, int T, int exact,
+                        cudaStream_t s, char *err, size_t errlen)
+{
+    if (l < 0 || l >= m->n_layers || !m->layers[l].moe || T < 1 || T > m->max_T)
+        return df_cuda_errf(err, errlen, -EINVAL,
+                            "target_moe_mlp_cuda: layer %d is not a sparse layer run, or T %d "
+                            "outside [1, %d]",
+                            l, T, m->max_T);
+    const target_layer_cuda *L = &m->layers[l];
+    const int d = m->d, E = m->E;
+    if (exact) {
+        /* the row-exact small-row linear layer: a row's logits, so its experts, do not depend on
+         * the rows beside it */
+        for (int r0 = 0; r0 < T; r0 += DECODE_LINEAR_MAX_ROWS)
+            CUDA_TRY_RC_AT(decode_linear_rows_cuda(m->moe_logits + (size_t)r0 * E, 1, a + (size_t)r0 * d, L->w_router,
+                                                   NULL, DF_MIN(DECODE_LINEAR_MAX_ROWS, T - r0), d, E, s, err, errlen),
+                           err, errlen, "router");
+    } else {
+        nn_gemm_args_cuda ga = nn_gemm_linear_args_cuda((nn_bf16_cuda *)m->moe_logits, a, L->w_router, NULL, T, d, E);
+        ga.d_type = NN_GEMM_F32;
+        CUDA_TRY_RC_AT(nn_gemm_run_cuda(m->gemm, &ga, s, err, errlen), err, errlen, "router");
+    }
+    CUDA_TRY_RC_AT(nn_moe_route_cuda(&m->moe, m->moe_logits, T, m->norm_topk, s, err, errlen), err, errlen, "route");
+    CUDA_TRY_RC_AT(nn_moe_experts_cuda(y, a, L->w_gu, L->w_down, &m->moe, m->moe_h, m->moe_yp, T, d, m->F,
+                                       exact ? NN_MOE_ROWS : m->moe_kernel, s, err, errlen),
+                   err, errlen, "experts");
+    return 0;
+}
+
+int target_moe_routing_cuda(const target_model_cuda *m, int T, int32_t *idx, float *wts, float *logits, char *err,
+                            size_t errlen)
+{
+    if (!m->n_moe || T < 1 || T > m->max_T)
+        return df_cuda_errf(err, errlen, -EINVAL, "target_moe_routing_cuda: %d sparse layers, T %d (max %d)", m->n_moe,
+                            T, m->max_T);
+    size_t tk = (size_t)T * m->topk;
+    if (idx)
+        CUDA_TRY(cudaMemcpy(idx, m->moe.idx, sizeof(int32_t) * tk, cudaMemcpyDeviceToHost), err, errlen);
+    if (wts)
+        CUDA_TRY(cudaMemcpy(wts, m->moe.wts, sizeof(float) * tk, cudaMemcpyDeviceToHost), err, errlen);
+    if (logits)
+        CUDA_TRY(cudaMemcpy(logits, m->moe_logits, sizeof(float) * (size_t)T * m->E, cudaMemcpyDeviceToHost), err,
+                 errlen);
+    return 0;
 }
 
 double target_forward_flops_cuda(const target_model_cuda *m, const int32_t *doc_starts, int n_docs)

@@ -1,4 +1,5 @@
-/* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Llama), target_*_cuda.
+/* target_model_cuda.h: the CUDA forward of the frozen target (Qwen3 / Qwen3-MoE / Llama),
+ * target_*_cuda.
  *
  * The GPU twin of target_model.h's target_forward_cpu: same model, same packed-row contract
  * (one row of T tokens holding n_docs documents, positions restart per document,
@@ -14,10 +15,13 @@
  * Shape of the forward (docs/target_cuda.md): per layer 4 cuBLASLt GEMMs on weights fused
  * at load time (QKV [(H+2KV)*hd, d], gate/up [2I, d]), and 4 small kernels: residual add +
  * RMSNorm (+ capture), q/k norm + RoPE, flash attention over the packed documents,
- * SwiGLU. All buffers for max_T tokens are allocated in target_init_cuda; target_forward_cuda only
- * enqueues on the caller's stream: no allocation, no host synchronisation, so it can be
- * captured in a CUDA graph (after one eager call of the same T, which builds the GEMM
- * plans).
+ * SwiGLU. A sparse layer (Qwen3-MoE, hfconfig_layer_is_moe) replaces the MLP's GEMMs and
+ * SwiGLU by its routed experts (target_moe_mlp_cuda: a cuBLASLt router GEMM with fp32
+ * logits, then nn_moe_route_cuda and nn_moe_experts_cuda of nn/moe.cu, counts and offsets
+ * on the device). All buffers for max_T tokens are allocated in target_init_cuda;
+ * target_forward_cuda only enqueues on the caller's stream: no allocation, no host
+ * synchronisation, so it can be captured in a CUDA graph (after one eager call of the same
+ * T, which builds the GEMM plans), experts included.
  *
  * Errors: 0 or -errno, and every function that can fail fills the caller's err (naming the
  * file and tensor for bad weights, the layer, step and CUDA / cuBLASLt call for device
@@ -46,6 +50,9 @@ typedef struct target_layer_cuda {
     float *in_norm, *post_norm;    /* [d] */
     float *q_norm, *k_norm;        /* [hd] (Qwen3) or NULL */
     int window;                    /* sliding window in tokens, 0 = full attention */
+    int moe;                       /* 1: routed experts: w_gu [E, 2F, d] (each expert's gate rows,
+                                    * then its up rows), w_down [E, d, F], no biases */
+    nn_bf16_cuda *w_router;        /* [E, d] (moe only) */
 } target_layer_cuda;
 
 typedef struct target_model_cuda {
@@ -72,6 +79,16 @@ typedef struct target_model_cuda {
     nn_bf16_cuda *h;     /* [max_T, I] SwiGLU output */
     int32_t *pos;        /* [max_T] position in the document */
     int *bad_token;      /* device flag: a token id was outside [0, V) */
+    /* Routed experts (n_moe = sparse layers among those run; 0: a dense model, the rest
+     * unset). gu / h above exist only when a dense layer is run. After a forward the
+     * routing buffers hold the LAST sparse layer run (target_moe_routing_cuda). */
+    int n_moe, E, topk, F, norm_topk;
+    float *moe_logits;    /* [max_T, E] router logits */
+    nn_moe_work_cuda moe; /* routing and permutation (nn_cuda.h) */
+    nn_bf16_cuda *moe_h;  /* [max_T * topk, F] permuted SwiGLU rows */
+    nn_bf16_cuda *moe_yp; /* [max_T * topk, d] permuted expert outputs */
+    int moe_kernel;       /* the forward's expert kernel: NN_MOE_GROUPED (default) or NN_MOE_ROWS (tests,
+                           * benches; set between forwards) */
     nn_gemm_cuda *gemm;
     /* Kernel choices (target_init_cuda sets the defaults; a bench may override them
      * between forwards, never during one): attn_tile is the flash tile shape
@@ -92,7 +109,11 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *cfg, const int *captu
                      size_t errlen);
 /* Upload the weights of layers 0..n_layers-1 and the embedding from an open HF model
  * (bf16 as is; f32/f16 rounded to bf16 on the host; norms kept fp32). Checks every
- * tensor's presence, dtype and shape; err names the file and the tensor. Synchronous. */
+ * tensor's presence, dtype and shape; err names the file and the tensor. A sparse layer
+ * takes its router (mlp.gate.weight) and its experts in either layout (target_model.h):
+ * per-expert gate/up/down_proj tensors, or the fused gate_up_proj [E, 2F, d] (copied as
+ * is: it is the device layout) and down_proj [E, d, F]; a layer with both is refused, a
+ * missing one named, as target_load does. Synchronous. */
 int target_load_weights_cuda(target_model_cuda *m, const safetensors_model *st, char *err, size_t errlen);
 /* hfconfig_load + safetensors_model_open + target_init_cuda + target_load_weights_cuda + safetensors_model_close. */
 int target_load_cuda(target_model_cuda *m, const char *dir, const int *capture, int n_capture, int max_T, char *err,
@@ -127,8 +148,24 @@ int target_gemm_rank_cuda(const target_model_cuda *m, int T, int N, int K);
  * 64x64 otherwise. */
 int target_attn_tile_cuda(const target_model_cuda *m, int T);
 
-/* Parameters of the layers run (no embedding, no head): the FLOP formula's count. */
+/* Parameters of the layers run (no embedding, no head): the FLOP formula's count. A sparse
+ * layer counts its ACTIVE parameters: the router and k experts (what one token runs). */
 double target_layer_params_cuda(const target_model_cuda *m);
+
+/* The routed-experts MLP of sparse layer l over T rows, enqueued on s: a [T, d] (the
+ * post-attention-normed rows) -> y [T, d], both bf16 (y is what the residual add reads,
+ * as a dense layer's down projection output). Router logits [T, E] in fp32, routing and
+ * permutation (nn_moe_route_cuda), the experts (nn_moe_experts_cuda). exact = 1: the
+ * row-exact path of decode steps (the router through decode_linear_rows_cuda in 64-row
+ * pieces, NN_MOE_ROWS): a row's bits do not depend on the other rows; exact = 0: the
+ * cuBLASLt router and m->moe_kernel (the forward, prefills). 0, -EINVAL, -EIO. */
+int target_moe_mlp_cuda(target_model_cuda *m, int l, const nn_bf16_cuda *a, nn_bf16_cuda *y, int T, int exact,
+                        cudaStream_t s, char *err, size_t errlen);
+/* After the stream has synchronised: the routing of the last sparse layer run, over its T
+ * rows, to host memory: idx [T, k] and wts [T, k] (each may be NULL), logits [T, E] when
+ * non-NULL. 0, -EINVAL (no sparse layer, T past max_T), -EIO. */
+int target_moe_routing_cuda(const target_model_cuda *m, int T, int32_t *idx, float *wts, float *logits, char *err,
+                            size_t errlen);
 
 #ifdef __cplusplus
 }

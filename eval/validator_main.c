@@ -104,7 +104,6 @@ typedef struct validator {
     char metrics_path[1200], ckpt_root[1100];
     heldout_set hs;
     int device;                     /* -1: the CPU */
-    int scoring;                    /* the tick's phase: DF_FAULT_VALIDATOR_SAMPLE_MS applies while scoring */
     long done[VALIDATOR_MAX_STEPS]; /* steps already in the jsonl */
     int n_done;
     long failed[256]; /* steps whose checkpoint would not load: not retried by this incarnation */
@@ -256,7 +255,10 @@ static int score_dir(heldout_set *hs, const topo *t, const char *dir, long step,
     if (rc < 0) {
         if (access(dir, F_OK) != 0)
             return -ENOENT;
-        df_log("step %ld: %s: not scored", step, err);
+        if (step >= 0)
+            df_log("step %ld: %s: not scored", step, err);
+        else
+            df_log("%s", err);
         return rc;
     }
     if ((rc = pair_check(&c, &hs->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 || c.n_capture != t->n_capture)
@@ -265,7 +267,7 @@ static int score_dir(heldout_set *hs, const topo *t, const char *dir, long step,
     rc = heldout_score(hs, &c, &p, all, err, sizeof err);
     dflash_params_free(&p);
     if (rc < 0 && rc != -EINTR)
-        df_die(heldout_exit_code(rc), "step %ld: %s", step, err);
+        df_die(heldout_exit_code(rc), "%s: %s", dir, err);
     return rc;
 }
 
@@ -280,9 +282,7 @@ static int evaluate(validator *v, long step)
     df_log("evaluating step %ld on %d held-out samples", step, v->hs.n);
     dflash_stats all;
     int B = 0;
-    v->scoring = 1;
     int rc = score_dir(&v->hs, t, dir, step, &all, &B, &load_s);
-    v->scoring = 0;
     if (rc < 0)
         return rc;
     double eval_s = df_wall_s() - t0;
@@ -444,7 +444,7 @@ static int by_hand(int argc, char **argv)
         int B = 0;
         double t0 = df_wall_s(), load_s = 0;
         if ((rc = score_dir(&hs, &t, argv[a], -1, &all, &B, &load_s)) < 0)
-            df_die(rc == -ENOENT ? DF_EXIT_PERM : heldout_exit_code(rc), "%s: not scored (%s)", argv[a],
+            df_die(heldout_exit_code(rc), "%s: not scored (%s)", argv[a],
                    rc == -ENOENT ? "no such directory" : strerror(-rc));
         double eval_s = df_wall_s() - t0;
         json_t *j = json_object();

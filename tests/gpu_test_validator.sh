@@ -11,7 +11,8 @@
 #      the GPU's (bf16 target features and drafter GEMMs against the CPU's fp32):
 #        - the weighted-row counts per block position and sum(w) equal (same anchors, labels,
 #          weights: the anchor rule runs on the host for both);
-#        - val_loss relative difference < 2e-2;
+#        - val_loss relative difference < 3e-2 (gpu_test_dflash allows 1e-2 for the drafter alone on
+#          identical inputs; here the target's features differ by bf16 rounding as well);
 #        - correct[k] within 2 + 5% of count[k] (gpu_test_dflash's bound: bf16 logits may flip
 #          near-ties), so |acc_k difference| <= (2 + 0.05 count_k) / count_k;
 #        - expected tau relative difference < 5e-2;
@@ -92,8 +93,8 @@ for g, c in zip(gpu, cpu):
     if abs(g["sum_w"] - c["sum_w"]) > 1e-9 * c["sum_w"]:
         bad.append(f"step {step}: sum_w gpu {g['sum_w']} cpu {c['sum_w']}")
     rel = abs(g["val_loss"] - c["val_loss"]) / c["val_loss"]
-    if not rel < 2e-2:
-        bad.append(f"step {step}: val_loss rel diff {rel:.2e} >= 2e-2")
+    if not rel < 3e-2:
+        bad.append(f"step {step}: val_loss rel diff {rel:.2e} >= 3e-2")
     worst = 0
     for k, (gc, cc, n) in enumerate(zip(g["correct"], c["correct"], c["count"])):
         worst = max(worst, abs(gc - cc))

@@ -84,11 +84,12 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
                      int chunk_rows, char *err, size_t errlen);
 /* A forward-only context (held-out scoring: eval/heldout_cuda.c): the same forward and loss
  * as dflash_init_cuda's for max_S x max_N, without the fp32 gradients, the AdamW m / v, the
- * loss gradient and the backward buffers: about 6 bytes per parameter (fp32 master weights
- * + bf16 mirror) plus the forward activations, where a training context holds 22 per
- * parameter plus both. Only dflash_params_from/to_host_cuda, dflash_forward_loss_cuda,
- * dflash_stats_read_cuda, the debug views, timing and the queries work on it; the entries
- * that need gradients or optimizer state answer -EINVAL (dflash_grads_device_cuda: NULL). */
+ * loss gradient and the backward buffers: 6 bytes per parameter (fp32 master weights + bf16
+ * mirror) plus the forward activations, where a training context holds 18 per parameter
+ * (weights, gradients, m, v, mirror) plus forward and backward buffers. Only
+ * dflash_params_from/to_host_cuda, dflash_forward_loss_cuda, dflash_stats_read_cuda, the
+ * debug views, timing and the queries work on it; the entries that need gradients or
+ * optimizer state answer -EINVAL (dflash_grads_device_cuda: NULL). */
 int dflash_init_forward_cuda(dflash_ctx_cuda **out, const dflash_config *c, const dflash_bf16_cuda *embed,
                              const dflash_bf16_cuda *lm_head, int max_S, int max_N, int chunk_rows, char *err,
                              size_t errlen);

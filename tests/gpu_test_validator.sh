@@ -21,7 +21,7 @@
 #   4. --device 7 on a machine with fewer GPUs exits 100 naming the device.
 # Prints every figure of both backends. No GPU: SKIPPED (77).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build-cuda}
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "SKIPPED: gpu_test_validator: no CUDA device"; exit 77

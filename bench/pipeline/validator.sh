@@ -21,7 +21,7 @@
 # Memory: the 8b drafter context alone is about 79 GiB: 8b needs an H200 (the 1.7b run fits
 # an H100).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 shape=${1:-1.7b}
 case "$shape" in
   1.7b) train=${TRAIN:-1000}; every=${CKPT_EVERY:-20}; keep=${KEEP:-3} ;;

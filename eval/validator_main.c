@@ -4,20 +4,30 @@
  * training loss's own definition, and appends one line per checkpoint to
  * metrics/<name>.jsonl:
  *   {"t", "worker", "inc", "pid", "ev":"validation", "step", "val_loss", "val_acc":[B-1],
- *    "val_exp_tau", "samples", "eval_s"}
+ *    "val_exp_tau", "samples", "eval_s", "load_s"}
  *
- * What it computes, per checkpoint (the same numbers every time for the same weights):
+ * What it computes, per checkpoint (the same numbers every time for the same weights), is
+ * eval/heldout.h's:
  *   - the held-out set: the first validation.max_samples samples of validation.shards, each
- *     truncated to data.max_seq_len like the training plan does; the target (CPU, the
- *     topology's capture layers) runs over each once at start, and its captured features
- *     are kept in memory: the target is frozen, so they never change;
+ *     truncated to data.max_seq_len like the training plan does; the target (the topology's
+ *     capture layers) runs over each once at start, and its captured features are kept:
+ *     the target is frozen, so they never change;
  *   - per sample a dflash_batch with drafter.num_anchors anchors drawn by the training's
  *     rule (dflash_sample_anchors) from a FIXED seed (the run seed, batch id
- *     VALIDATOR_BATCH_BASE + sample index), so every checkpoint is scored on the same anchors;
- *   - the drafter's forward and chunked loss without a backward (dflash_loss_and_grad with
- *     no gradient): val_loss = sum(w * CE) / sum(w) over all samples (the training loss,
- *     weights exp(-(k-1)/gamma)), val_acc[k-1] = acc_k for k = 1..B-1, val_exp_tau =
- *     1 + sum_k prod_{j<=k} acc_j (dflash_stats_tau, docs/drafter_quality.md).
+ *     HELDOUT_BATCH_BASE + sample index), so every checkpoint is scored on the same anchors;
+ *   - the drafter's forward and chunked loss without a backward: val_loss = sum(w * CE) /
+ *     sum(w) over all samples (the training loss, weights exp(-(k-1)/gamma)), val_acc[k-1] =
+ *     acc_k for k = 1..B-1, val_exp_tau = 1 + sum_k prod_{j<=k} acc_j (dflash_stats_tau,
+ *     docs/drafter_quality.md).
+ * Where: on the CPU when the worker's "gpu" is -1 (the default: fp32 target forward and
+ * dflash_loss_and_grad), on that CUDA device otherwise (backend "cuda" only: the CUDA
+ * target, bf16 features in pinned host memory, the drafter's forward-only CUDA step; the
+ * same figures up to bf16 rounding). eval_s is the evaluation's wall time, load_s the part
+ * spent loading and verifying the checkpoint.
+ *
+ * By hand (no orchestrator): validator --topology FILE [--device cpu|N] CHECKPOINT... scores
+ * the given checkpoint dirs (or release dirs) on the topology's validation set and prints
+ * one JSON line each on stdout (tests/gpu_test_validator.sh compares the two backends so).
  *
  * Which checkpoints: the step dirs under <run_dir>/checkpoints whose step the ledger has
  * committed (ledger.bin written: the commit the orchestrator acknowledges), whose step is a
@@ -39,18 +49,21 @@
  * The same figures go to TensorBoard: <run_dir>/tensorboard/<name>/events.out.tfevents.*,
  * a new file per incarnation, one Event per line at its step with the scalars
  * validation/val_loss, validation/val_acc_<k> (k = 1..B-1), validation/val_exp_tau,
- * validation/samples and validation/eval_s (io/tfevents.h, docs/operations.md "TensorBoard").
+ * validation/samples, validation/eval_s and validation/load_s (io/tfevents.h,
+ * docs/operations.md "TensorBoard").
  *
  * Fault switches (tests): DF_FAULT_VALIDATOR=crash exits 1 right after ready, every
  * incarnation; DF_FAULT_VALIDATOR_SAMPLE_MS=N sleeps N ms (heartbeating) after each sample
  * of an evaluation, so that a test can kill it in the middle of one.
  *
- * Exit codes: 0 done; 1 temporary (restart me); 2 bad usage / started by hand; 100
- * permanent (no validation section, bad held-out shard, bad target, a checkpoint that does
- * not fit the target). */
+ * Exit codes: 0 done; 1 temporary (restart me); 2 bad usage / started by hand without
+ * --topology; 100 permanent (no validation section, bad held-out shard, bad target, a
+ * checkpoint that does not fit the target, a GPU validator in a build without CUDA or on a
+ * device the machine does not have). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <jansson.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,46 +73,37 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dflash/dflash_batch.h"
-#include "dflash/dflash_ckpt.h"
 #include "dflash/dflash_config.h"
 #include "dflash/dflash_loss.h"
 #include "dflash/dflash_model.h"
 #include "eval/eval_pair.h"
-#include "io/hfconfig.h"
-#include "io/shard.h"
+#include "eval/heldout.h"
 #include "io/tfevents.h"
 #include "ipc/worker.h"
 #include "json_num.h"
-#include "target/target_model.h"
 #include "util.h"
 
-#define VALIDATOR_BATCH_BASE (1ull << 48) /* anchor stream ids far from any training batch id */
-#define VALIDATOR_MAX_STEPS 65536         /* steps remembered as scored (one line each) */
+#define VALIDATOR_MAX_STEPS 65536 /* steps remembered as scored (one line each) */
 
 static const char usage_text[] =
     "usage: validator (started by the orchestrator for a worker with role \"validator\")\n"
+    "       validator --topology FILE [--device cpu|N] CHECKPOINT...   (by hand)\n"
     "Scores every committed drafter checkpoint on the topology's \"validation\" shards, teacher-forced:\n"
     "loss, per-position accuracy and expected acceptance length, one line per checkpoint in\n"
-    "<run_dir>/metrics/<name>.jsonl. docs/operations.md, \"Validation\".\n"
-    "exit codes: 0 done, 1 temporary, 2 bad usage, 100 permanent (bad shard, target or checkpoint)\n";
-
-typedef struct val_sample {
-    int S;
-    int32_t *x;
-    uint8_t *mask;
-    float *H; /* [S, n_capture * d] */
-} val_sample;
+    "<run_dir>/metrics/<name>.jsonl; on the CPU, or on the GPU the validator worker's \"gpu\" names\n"
+    "(backend \"cuda\"). docs/operations.md, \"Validation\".\n"
+    "By hand: scores the CHECKPOINT dirs (step or root dirs of a run, or release dirs) on the\n"
+    "topology's validation set and prints one JSON line each on stdout.\n"
+    "  --topology FILE   the run's topology (target, capture layers, validation, num_anchors, seed)\n"
+    "  --device cpu|N    where (default: the topology validator's gpu, the CPU when it has none)\n"
+    "exit codes: 0 done, 1 temporary, 2 bad usage, 100 permanent (bad shard, target, checkpoint or device)\n";
 
 typedef struct validator {
     worker_ctx k;
     const topo *t;
     char metrics_path[1200], ckpt_root[1100];
-    val_sample *s;
-    int n;
-    long tokens;
-    target_embeddings emb;
-    hfconfig hc;
+    heldout_set hs;
+    int device;                     /* -1: the CPU */
     long done[VALIDATOR_MAX_STEPS]; /* steps already in the jsonl */
     int n_done;
     long failed[256]; /* steps whose checkpoint would not load: not retried by this incarnation */
@@ -112,7 +116,7 @@ typedef struct validator {
 
 static void heartbeat(validator *v)
 {
-    ctl_heartbeat(&v->k.ctl, v->last_step > 0 ? (uint64_t)v->last_step : 0, v->scored, (uint64_t)v->tokens);
+    ctl_heartbeat(&v->k.ctl, v->last_step > 0 ? (uint64_t)v->last_step : 0, v->scored, (uint64_t)v->hs.tokens);
 }
 
 static void sleep_ms(validator *v, long ms)
@@ -136,61 +140,71 @@ static int has_step(const long *a, int n, long step)
     return 0;
 }
 
-/* The held-out set: features of the first max_samples samples, computed once. */
-static void load_heldout(validator *v)
+/* After each held-out sample: the heartbeat, the fault switch's sleep while scoring, and the
+ * stop flag. */
+static int tick(void *arg, int phase)
 {
-    const topo *t = v->t;
-    char err[1024];
-    dataset *ds = NULL;
-    int rc = dataset_open(&ds, t->val.shards, t->val.n_shards, err, sizeof err);
-    if (rc < 0)
-        df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "validation.shards: %s", err);
-    uint64_t avail = dataset_n_samples(ds);
-    v->n = (int)(avail < t->val.max_samples ? avail : t->val.max_samples);
-    if (v->n == 0)
-        df_die(DF_EXIT_PERM, "validation.shards (%s%s): no sample", t->val.shards[0],
-               t->val.n_shards > 1 ? ", ..." : "");
-    if ((rc = hfconfig_load(&v->hc, t->target_model_dir, err, sizeof err)) < 0)
-        df_die(DF_EXIT_PERM, "%s", err);
-    if (dataset_vocab_size(ds) > (uint32_t)v->hc.vocab_size)
-        df_die(DF_EXIT_PERM, "validation.shards: %s: vocab_size %u is larger than the target's (%d, %s/config.json)",
-               t->val.shards[0], dataset_vocab_size(ds), v->hc.vocab_size, t->target_model_dir);
-    target_model m;
-    if ((rc = target_load(&m, t->target_model_dir, t->capture_layers, t->n_capture, err, sizeof err)) < 0)
-        df_die(target_exit_code(rc), "%s", err);
-    DF_CHECK_ERR(target_reserve(&m, (int)t->max_seq_len));
-    int ncd = t->n_capture * m.cfg.hidden_size;
-    v->s = calloc((size_t)v->n, sizeof *v->s);
-    DF_CHECK(v->s);
-    for (int i = 0; i < v->n; i++) {
-        const uint32_t *tok;
-        const uint8_t *mask;
-        uint32_t len;
-        DF_CHECK_ERR(dataset_sample(ds, (uint64_t)i, &tok, &mask, &len));
-        int S = (int)(len < t->max_seq_len ? len : t->max_seq_len);
-        val_sample *s = &v->s[i];
-        s->S = S;
-        s->x = malloc(sizeof(int32_t) * (size_t)(S > 0 ? S : 1));
-        s->mask = malloc((size_t)(S > 0 ? S : 1));
-        s->H = malloc(sizeof(float) * (size_t)(S > 0 ? S : 1) * (size_t)ncd);
-        DF_CHECK(s->x && s->mask && s->H);
-        for (int j = 0; j < S; j++)
-            s->x[j] = (int32_t)tok[j];
-        memcpy(s->mask, mask, (size_t)S);
-        if (S > 0) {
-            int32_t starts[2] = {0, S};
-            rc = target_forward_cpu(&m, s->x, starts, 1, s->H);
-            if (rc < 0)
-                df_die(rc == -ERANGE ? DF_EXIT_PERM : DF_EXIT_TEMP, "validation sample %d: target forward: %s", i,
-                       rc == -ERANGE ? "a token id is outside the vocabulary" : strerror(-rc));
-        }
-        v->tokens += S;
-        heartbeat(v);
+    validator *v = arg;
+    heartbeat(v);
+    if (phase == 1 && v->sample_ms > 0)
+        sleep_ms(v, v->sample_ms);
+    return ctl_should_stop(&v->k.ctl);
+}
+
+/* The options of the topology's validation set on device (-1: the CPU). */
+static void heldout_opts_of(const topo *t, int device, heldout_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->target_dir = t->target_model_dir;
+    o->capture = t->capture_layers;
+    o->n_capture = t->n_capture;
+    o->shards = t->val.shards;
+    o->n_shards = t->val.n_shards;
+    o->max_samples = t->val.max_samples;
+    o->max_seq_len = t->max_seq_len;
+    o->num_anchors = (int)t->drafter.num_anchors;
+    o->seed = t->seed;
+    o->device = device;
+}
+
+/* The held-out set: features of the first max_samples samples, computed once. A stop
+ * request in the middle ends the worker (0). where: what chose the device, for messages. */
+static void open_heldout(heldout_set *hs, const topo *t, int device, validator *v, const char *where)
+{
+    heldout_opts o;
+    heldout_opts_of(t, device, &o);
+    if (v) {
+        o.tick = tick;
+        o.tick_arg = v;
     }
-    target_free(&m);
-    dataset_close(ds);
-    if ((rc = target_load_embeddings(&v->emb, t->target_model_dir, 0, err, sizeof err)) < 0)
-        df_die(target_exit_code(rc), "%s", err);
+    char err[1400];
+    int rc = heldout_open(hs, &o, err, sizeof err);
+    if (rc == -EINTR) {
+        df_log("stopped before the held-out set was ready");
+        exit(DF_EXIT_OK);
+    }
+    if (rc < 0) {
+        if (device >= 0 && (rc == -ENOTSUP || rc == -ENODEV))
+            df_die(heldout_exit_code(rc), "%s: %s", where, err);
+        df_die(heldout_exit_code(rc), "%s", err);
+    }
+    char dev[32] = "the CPU";
+    if (device >= 0)
+        snprintf(dev, sizeof dev, "CUDA device %d", device);
+    df_log("held-out set: %d samples, %ld tokens from %s%s; features %.1f MiB in %s (target forward on %s, %.2f s)",
+           hs->n, hs->tokens, t->val.shards[0], t->val.n_shards > 1 ? " ..." : "",
+           (double)hs->feature_bytes / (1 << 20), hs->feature_where, dev, hs->features_s);
+}
+
+/* val_loss, val_acc and val_exp_tau of one evaluation into j. */
+static void put_figures(json_t *j, const dflash_stats *all, int B)
+{
+    json_t *acc = json_array();
+    for (int k = 1; k < B; k++)
+        json_array_append_new(acc, df_json_num_or_null(dflash_stats_acc(all, k)));
+    json_object_set_new(j, "val_loss", df_json_num_or_null(all->sum_w > 0 ? all->wce / all->sum_w : 0.0));
+    json_object_set_new(j, "val_acc", acc);
+    json_object_set_new(j, "val_exp_tau", df_json_num_or_null(dflash_stats_tau(all, B)));
 }
 
 /* The steps already scored: one "validation" line each. A last line without its newline
@@ -226,60 +240,56 @@ static void read_done(validator *v)
     free(text);
 }
 
+/* Load a checkpoint (or release) dir and score it. 0 with *B and *load_s set; -ENOENT when
+ * it vanished (pruned); -EINTR when stopped; other -errno when it would not load (logged).
+ * A drafter that does not fit the target, or a failed score, ends the process. */
+static int score_dir(heldout_set *hs, const topo *t, const char *dir, long step, dflash_stats *all, int *B,
+                     double *load_s)
+{
+    char err[1400], cfgf[1300];
+    double t0 = df_wall_s();
+    dflash_config c;
+    dflash_params p;
+    int rc = pair_load_drafter(dir, &c, &p, cfgf, sizeof cfgf, err, sizeof err);
+    *load_s = df_wall_s() - t0;
+    if (rc < 0) {
+        if (access(dir, F_OK) != 0)
+            return -ENOENT;
+        if (step >= 0)
+            df_log("step %ld: %s: not scored", step, err);
+        else
+            df_log("%s", err);
+        return rc;
+    }
+    if ((rc = pair_check(&c, &hs->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 || c.n_capture != t->n_capture)
+        df_die(DF_EXIT_PERM, "%s", rc < 0 ? err : "the checkpoint's capture layers are not the topology's");
+    *B = c.block_size;
+    rc = heldout_score(hs, &c, &p, all, err, sizeof err);
+    dflash_params_free(&p);
+    if (rc < 0 && rc != -EINTR)
+        df_die(heldout_exit_code(rc), "%s: %s", dir, err);
+    return rc;
+}
+
 /* Score one checkpoint and append its line. 0; -ENOENT when it vanished (pruned); other
  * -errno when it would not load. */
 static int evaluate(validator *v, long step)
 {
     const topo *t = v->t;
-    char dir[1200], err[1024], cfgf[1300];
+    char dir[1200];
     snprintf(dir, sizeof dir, "%s/step-%08ld", v->ckpt_root, step);
-    double t0 = df_wall_s();
-    dflash_config c;
-    dflash_params p;
-    int rc = pair_load_drafter(dir, &c, &p, cfgf, sizeof cfgf, err, sizeof err);
-    if (rc < 0) {
-        if (access(dir, F_OK) != 0)
-            return -ENOENT;
-        df_log("step %ld: %s: not scored", step, err);
-        return rc;
-    }
-    if ((rc = pair_check(&c, &v->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 || c.n_capture != t->n_capture)
-        df_die(DF_EXIT_PERM, "%s", rc < 0 ? err : "the checkpoint's capture layers are not the topology's");
-    df_log("evaluating step %ld on %d held-out samples", step, v->n);
-    dflash_frozen fz = {.embed = v->emb.embed, .lm_head = v->emb.lm_head};
-    dflash_acts acts;
-    memset(&acts, 0, sizeof acts);
+    double t0 = df_wall_s(), load_s = 0;
+    df_log("evaluating step %ld on %d held-out samples", step, v->hs.n);
     dflash_stats all;
-    memset(&all, 0, sizeof all);
-    int B = c.block_size;
-    for (int i = 0; i < v->n; i++) {
-        if (ctl_should_stop(&v->k.ctl)) {
-            dflash_acts_free(&acts);
-            dflash_params_free(&p);
-            return -EINTR;
-        }
-        val_sample *s = &v->s[i];
-        dflash_batch b;
-        rc = dflash_batch_init(&b, &c, s->S, (int)t->drafter.num_anchors, s->H, s->x, s->mask, t->seed,
-                               VALIDATOR_BATCH_BASE + (uint64_t)i);
-        DF_CHECK_ERR(rc);
-        if (b.sum_w > 0) {
-            dflash_stats st;
-            DF_CHECK_ERR(dflash_loss_and_grad(&c, &p, &fz, &b, &acts, NULL, 0, 64, &st));
-            dflash_stats_merge(&all, &st);
-        }
-        dflash_batch_free(&b);
-        heartbeat(v);
-        if (v->sample_ms > 0)
-            sleep_ms(v, v->sample_ms);
-    }
-    dflash_acts_free(&acts);
-    dflash_params_free(&p);
+    int B = 0;
+    int rc = score_dir(&v->hs, t, dir, step, &all, &B, &load_s);
+    if (rc < 0)
+        return rc;
     double eval_s = df_wall_s() - t0;
+    if (v->device >= 0 && v->scored == 0)
+        df_log("drafter forward context: %.2f GiB on CUDA device %d", (double)v->hs.device_bytes / (1u << 30),
+               v->device);
 
-    json_t *acc = json_array();
-    for (int k = 1; k < B; k++)
-        json_array_append_new(acc, df_json_num_or_null(dflash_stats_acc(&all, k)));
     json_t *j = json_object();
     double t_line = df_wall_s();
     json_object_set_new(j, "t", json_real(t_line));
@@ -288,11 +298,10 @@ static int evaluate(validator *v, long step)
     json_object_set_new(j, "pid", json_integer(getpid()));
     json_object_set_new(j, "ev", json_string("validation"));
     json_object_set_new(j, "step", json_integer(step));
-    json_object_set_new(j, "val_loss", df_json_num_or_null(all.sum_w > 0 ? all.wce / all.sum_w : 0.0));
-    json_object_set_new(j, "val_acc", acc);
-    json_object_set_new(j, "val_exp_tau", df_json_num_or_null(dflash_stats_tau(&all, B)));
-    json_object_set_new(j, "samples", json_integer(v->n));
+    put_figures(j, &all, B);
+    json_object_set_new(j, "samples", json_integer(v->hs.n));
     json_object_set_new(j, "eval_s", json_real(eval_s));
+    json_object_set_new(j, "load_s", json_real(load_s));
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     DF_CHECK(text);
@@ -317,16 +326,17 @@ static int evaluate(validator *v, long step)
             TB_ADD(tag, dflash_stats_acc(&all, k));
         }
         TB_ADD("validation/val_exp_tau", dflash_stats_tau(&all, B));
-        TB_ADD("validation/samples", v->n);
+        TB_ADD("validation/samples", v->hs.n);
         TB_ADD("validation/eval_s", eval_s);
+        TB_ADD("validation/load_s", load_s);
 #undef TB_ADD
         if (tfevents_write(&v->tb, t_line, step, &ts) < 0)
             df_log("%s: an event could not be written (%llu so far)", v->tb.path,
                    (unsigned long long)v->tb.write_errors);
     }
-    df_log("step %ld: val_loss %.4f, acc_1 %.3f, expected tau %.3f (%d samples, %.2fs)", step,
-           all.sum_w > 0 ? all.wce / all.sum_w : 0.0, dflash_stats_acc(&all, 1), dflash_stats_tau(&all, B), v->n,
-           eval_s);
+    df_log("step %ld: val_loss %.4f, acc_1 %.3f, expected tau %.3f (%d samples, %.2fs, of which %.2fs loading)", step,
+           all.sum_w > 0 ? all.wce / all.sum_w : 0.0, dflash_stats_acc(&all, 1), dflash_stats_tau(&all, B), v->hs.n,
+           eval_s, load_s);
     if (v->n_done < VALIDATOR_MAX_STEPS)
         v->done[v->n_done++] = step;
     v->scored++;
@@ -387,10 +397,101 @@ static int drafters_finished(validator *v)
     return any;
 }
 
+/* By hand: validator --topology FILE [--device cpu|N] CHECKPOINT... (one JSON line each). */
+static int by_hand(int argc, char **argv)
+{
+    static const struct option opts[] = {{"topology", required_argument, NULL, 't'},
+                                         {"device", required_argument, NULL, 'd'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    const char *topo_path = NULL, *dev = NULL;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case 't': topo_path = optarg; break;
+        case 'd': dev = optarg; break;
+        case 'h': fputs(usage_text, stdout); return DF_EXIT_OK;
+        default: fputs(usage_text, stderr); return DF_EXIT_USAGE;
+        }
+    }
+    if (!topo_path || optind >= argc) {
+        fprintf(stderr, "validator: --topology FILE and at least one CHECKPOINT dir are required\n%s", usage_text);
+        return DF_EXIT_USAGE;
+    }
+    static topo t;
+    char err[1400], where[1300];
+    int rc = topology_load(&t, topo_path, err, sizeof err);
+    if (rc < 0)
+        df_die(rc == -EINVAL ? DF_EXIT_USAGE : DF_EXIT_PERM, "%s", err);
+    if (!t.val.enabled)
+        df_die(DF_EXIT_PERM, "%s: no \"validation\" section: nothing to validate", topo_path);
+    int vi = topology_find_validator(&t), device = vi >= 0 ? t.workers[vi].gpu : -1;
+    snprintf(where, sizeof where, "%s: workers[%d].gpu = %d", topo_path, vi, device);
+    if (dev) {
+        long long d;
+        if (!strcmp(dev, "cpu"))
+            device = -1;
+        else if (df_parse_int(dev, 0, TOPOLOGY_MAX_GPU, &d) == 0)
+            device = (int)d;
+        else
+            df_die(DF_EXIT_USAGE, "--device: expected cpu or a CUDA device 0..%d, got '%s'", TOPOLOGY_MAX_GPU, dev);
+        snprintf(where, sizeof where, "--device");
+    }
+    heldout_set hs;
+    open_heldout(&hs, &t, device, NULL, where);
+    for (int a = optind; a < argc; a++) {
+        dflash_stats all;
+        int B = 0;
+        double t0 = df_wall_s(), load_s = 0;
+        if ((rc = score_dir(&hs, &t, argv[a], -1, &all, &B, &load_s)) < 0)
+            df_die(heldout_exit_code(rc), "%s: not scored (%s)", argv[a],
+                   rc == -ENOENT ? "no such directory" : strerror(-rc));
+        double eval_s = df_wall_s() - t0;
+        json_t *j = json_object();
+        char backend[32] = "cpu";
+        if (device >= 0)
+            snprintf(backend, sizeof backend, "cuda:%d", device);
+        json_object_set_new(j, "checkpoint", json_string(argv[a]));
+        json_object_set_new(j, "backend", json_string(backend));
+        put_figures(j, &all, B);
+        json_object_set_new(j, "samples", json_integer(hs.n));
+        json_object_set_new(j, "tokens", json_integer(hs.tokens));
+        json_object_set_new(j, "features_s", json_real(hs.features_s));
+        json_object_set_new(j, "eval_s", json_real(eval_s));
+        json_object_set_new(j, "load_s", json_real(load_s));
+        json_object_set_new(j, "feature_bytes", json_integer((json_int_t)hs.feature_bytes));
+        json_object_set_new(j, "device_bytes", json_integer((json_int_t)hs.device_bytes));
+        /* the statistics themselves, for comparisons that want counts, not ratios */
+        json_object_set_new(j, "wce", json_real(all.wce));
+        json_object_set_new(j, "sum_w", json_real(all.sum_w));
+        json_t *cnt = json_array(), *cor = json_array();
+        for (int k = 0; k < B; k++) {
+            json_array_append_new(cnt, json_real(all.count[k]));
+            json_array_append_new(cor, json_real(all.correct[k]));
+        }
+        json_object_set_new(j, "count", cnt);
+        json_object_set_new(j, "correct", cor);
+        char *text = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        DF_CHECK(text);
+        printf("%s\n", text);
+        fflush(stdout);
+        free(text);
+    }
+    heldout_close(&hs);
+    topology_free(&t);
+    return DF_EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     if (worker_help(argc, argv, usage_text))
         return 0;
+    for (int a = 1; a < argc; a++)
+        if (!strcmp(argv[a], "--topology") || !strncmp(argv[a], "--topology=", 11)) {
+            df_log_init("validator");
+            return by_hand(argc, argv);
+        }
     static validator v;
     DF_CHECK_ERR(worker_start(&v.k, "validator", argc, argv));
     v.t = &v.k.ctl.topo;
@@ -409,15 +510,22 @@ int main(int argc, char **argv)
     snprintf(v.metrics_path, sizeof v.metrics_path, "%s/metrics/%s.jsonl", v.k.ctl.run_dir, v.k.ctl.name);
     snprintf(v.ckpt_root, sizeof v.ckpt_root, "%s/checkpoints", v.k.ctl.run_dir);
     v.last_step = -1;
-    load_heldout(&v);
+    v.device = v.k.ctl.self->gpu;
+    char where[1300];
+    snprintf(where, sizeof where, "%s: workers[%d].gpu = %d", v.t->source_path, v.k.ctl.id, v.device);
+    if (v.device < 0 && v.t->backend == TOPOLOGY_CUDA)
+        df_log("the validator runs on the CPU (hours per checkpoint at a real target size): give its worker a "
+               "\"gpu\" to score on that GPU (docs/operations.md, \"Validation\")");
+    open_heldout(&v.hs, v.t, v.device, &v, where);
     read_done(&v);
     char tbdir[1200], err[1300];
     snprintf(tbdir, sizeof tbdir, "%s/tensorboard/%s", v.k.ctl.run_dir, v.k.ctl.name);
     if (tfevents_open(&v.tb, tbdir, 0, err, sizeof err) < 0) /* a new file per incarnation */
         df_log("no TensorBoard events: %s", err);            /* the JSONL lines go on */
     DF_CHECK_ERR(ctl_ready(&v.k.ctl));
-    df_log("ready: %d held-out samples (%ld tokens) from %s%s; %d steps already scored; scoring %s", v.n, v.tokens,
-           v.t->val.shards[0], v.t->val.n_shards > 1 ? " ..." : "", v.n_done,
+    df_log("ready: %d held-out samples (%ld tokens) from %s%s on %s; %d steps already scored; scoring %s", v.hs.n,
+           v.hs.tokens, v.t->val.shards[0], v.t->val.n_shards > 1 ? " ..." : "", v.device >= 0 ? "the GPU" : "the CPU",
+           v.n_done,
            v.t->val.every_steps ? "checkpoints at multiples of validation.every_steps and the last"
                                 : "every checkpoint");
     if (fault && !strcmp(fault, "crash"))
@@ -446,14 +554,7 @@ int main(int argc, char **argv)
         }
         sleep_ms(&v, 200);
     }
-    for (int i = 0; i < v.n; i++) {
-        free(v.s[i].x);
-        free(v.s[i].mask);
-        free(v.s[i].H);
-    }
-    free(v.s);
-    target_embeddings_free(&v.emb);
-    hfconfig_free(&v.hc);
+    heldout_close(&v.hs);
     tfevents_close(&v.tb);
     worker_close(&v.k);
     return 0;

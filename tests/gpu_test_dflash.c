@@ -14,6 +14,9 @@
  *   - EVERY parameter tensor's gradient: ||g - ref|| / ||ref|| < 3e-2 (table of all tensors);
  *   - padding slots: attention output rows of every layer exactly 0, everything finite;
  *   - determinism: a second step gives bit-identical gradients and loss;
+ *   - forward only (dflash_forward_loss_cuda, on the training context and on a forward-only
+ *     one from dflash_init_forward_cuda): the step's statistics bit for bit, gradients
+ *     untouched, the training entries refused, a smaller context;
  *   - AdamW: two updates from the same gradients on both sides: the weight change agrees
  *     (||dp_gpu - dp_cpu|| / ||dp_cpu|| < 1e-3), lr / norm / clip equal; two GPU runs
  *     bit-identical; a NaN gradient skips the update and leaves the weights untouched.
@@ -343,6 +346,43 @@ static void run_case(const tcase *tc, uint64_t seed)
     int same = memcmp(g1, g2, sizeof(float) * np) == 0 && st.wce == st2.wce;
     printf("  determinism: second step %s\n", same ? "bit-identical" : "DIFFERS");
     CHECK(same, "two identical steps gave different gradients or loss");
+
+    /* forward only (the validator's scoring, dflash_forward_loss_cuda): the training step's
+     * statistics bit for bit, on the training context (its gradients untouched) and on a
+     * forward-only context with the same weights, which refuses the training entries */
+    {
+        dflash_stats sf, sf2;
+        DFLASH_CUDA_OK(dflash_forward_loss_cuda(ctx, &db, &sf, g_err, sizeof g_err));
+        float *g3 = malloc(sizeof(float) * np);
+        T_ASSERT(g3);
+        DFLASH_CUDA_OK(dflash_grads_to_host_cuda(ctx, g3, g_err, sizeof g_err));
+        dflash_ctx_cuda *fctx = NULL;
+        DFLASH_CUDA_OK(dflash_init_forward_cuda(&fctx, c, embed_d, head_d, S, N, tc->chunk, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_params_from_host_cuda(fctx, p.data, g_err, sizeof g_err));
+        DFLASH_CUDA_OK(dflash_forward_loss_cuda(fctx, &db, &sf2, g_err, sizeof g_err));
+        int fsame = sf.wce == st.wce && sf.sum_w == st.sum_w && sf2.wce == st.wce && sf2.sum_w == st.sum_w &&
+                    memcmp(sf.count, st.count, sizeof st.count) == 0 &&
+                    memcmp(sf.correct, st.correct, sizeof st.correct) == 0 &&
+                    memcmp(sf2.count, st.count, sizeof st.count) == 0 &&
+                    memcmp(sf2.correct, st.correct, sizeof st.correct) == 0;
+        char e1[256] = "", e2[256] = "";
+        int r1 = dflash_zero_grads_cuda(fctx, e1, sizeof e1);
+        int r2 = dflash_step_accumulate_cuda(fctx, &db, 0, NULL, e2, sizeof e2);
+        printf("  forward only: weighted CE %.9g (training step %.9g), statistics %s; gradients %s; context %.1f MiB "
+               "(training %.1f MiB); training entries refused: %s\n",
+               sf2.wce, st.wce, fsame ? "bit-identical" : "DIFFER",
+               memcmp(g2, g3, sizeof(float) * np) ? "CHANGED" : "untouched",
+               (double)dflash_device_bytes_cuda(fctx) / (1 << 20), (double)dflash_device_bytes_cuda(ctx) / (1 << 20),
+               r1 == -EINVAL && r2 == -EINVAL ? "yes" : "NO");
+        CHECK(fsame, "forward-only statistics differ from the training step's");
+        CHECK(memcmp(g2, g3, sizeof(float) * np) == 0, "a forward-only call changed the gradients");
+        CHECK(r1 == -EINVAL && r2 == -EINVAL && strstr(e1, "forward-only") && strstr(e2, "forward-only"),
+              "a forward-only context accepted a training entry (%d %s / %d %s)", r1, e1, r2, e2);
+        CHECK(dflash_device_bytes_cuda(fctx) < dflash_device_bytes_cuda(ctx),
+              "the forward-only context is not smaller");
+        dflash_free_cuda(fctx);
+        free(g3);
+    }
 
     /* AdamW against the CPU, same gradients, two updates; clip engaged by scaling */
     for (size_t i = 0; i < np; i++)

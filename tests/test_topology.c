@@ -47,6 +47,12 @@ static char *q(const char *s) /* 'x' -> "x" */
     "'version':1,'run_dir':'r','backend':'cuda','target':{'model_dir':'m','capture_layers':[1]},'data':{'shards':['s'" \
     "]}"
 
+/* backend "cuda": rings and the three pipeline workers on GPU 0, then one more worker */
+#define CUDA_PIPE(w)                                                                                                   \
+    HEAD_CUDA ",'rings':[{'name':'tp','gpu':0},{'name':'pd','gpu':0}],'workers':[{'name':'t0','role':'target','out':'" \
+              "tp','gpu':0},{'name':'p0','role':'postproc','in':'tp','out':'pd','gpu':0},{'name':'d0','role':'"        \
+              "drafter','in':'pd','gpu':0}," w "]"
+
 typedef struct bad_case {
     const char *doc;
     const char *msg; /* exact, with source name "t" */
@@ -178,12 +184,11 @@ static const bad_case bad_cases[] = {
     {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D
               ",{'name':'v','role':'validator','in':'pd'}]," VAL("'every_steps':0")),
      "t: workers[3].in: a validator worker reads and writes no ring (it reads checkpoints; remove \"in\")"},
-    {DOC(HEAD_CUDA ",'rings':[{'name':'tp','gpu':0},{'name':'pd','gpu':0}],'workers':[{'name':'t0','role':'target','"
-                   "out':'tp','gpu':0},"
-                   "{'name':'p0','role':'postproc','in':'tp','out':'pd','gpu':0},{'name':'d0','role':'drafter','in':'"
-                   "pd','gpu':0},"
-                   "{'name':'v','role':'validator','gpu':0}]," VAL("'every_steps':0")),
-     "t: workers[3].gpu: expected -1: the validator runs on the CPU, got 0"},
+    {DOC(CUDA_PIPE("{'name':'v','role':'validator','gpu':8}") "," VAL("'every_steps':0")),
+     "t: workers[3].gpu: expected an integer -1..7, got 8"},
+    {DOC(HEAD "," RINGS ",'workers':[" W_T "," W_P "," W_D
+              ",{'name':'v','role':'validator','gpu':0}]," VAL("'every_steps':0")),
+     "t: workers[3].gpu: expected -1 with backend \"cpu\" (a GPU validator needs backend \"cuda\"), got 0"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0'}]"), "t: workers[0].role: required key missing"},
     {DOC(HEAD "," RINGS ",'workers':[{'name':'t0','role':'target','in':'pd','out':'tp'}]"),
      "t: workers[0].in: a target worker reads no ring (remove \"in\")"},
@@ -590,6 +595,35 @@ static void test_tiny_config(void)
     printf("ok: configs/tiny.json loads\n");
 }
 
+/* The validator's gpu: optional with backend "cuda" (absent or -1: the CPU), kept and written
+ * back when given. */
+static void test_gpu_validator(void)
+{
+    static const struct {
+        const char *w;
+        int gpu;
+    } cases[] = {{"{'name':'v','role':'validator','gpu':1}", 1},
+                 {"{'name':'v','role':'validator'}", -1},
+                 {"{'name':'v','role':'validator','gpu':-1}", -1}};
+    for (size_t i = 0; i < DF_ARRAY_LEN(cases); i++) {
+        char doc[2048];
+        snprintf(doc, sizeof doc, DOC(CUDA_PIPE("%s") "," VAL("'every_steps':0")), cases[i].w);
+        char *text = q(doc);
+        topo t;
+        char err[512];
+        int rc = topology_parse(&t, text, "t", err, sizeof err);
+        if (rc)
+            fprintf(stderr, "%s\n", err);
+        T_ASSERT(rc == 0);
+        int v = topology_find_validator(&t);
+        T_ASSERT(v == 3 && t.workers[v].gpu == cases[i].gpu);
+        check_round_trip(&t);
+        topology_free(&t);
+        free(text);
+    }
+    printf("ok: a validator's gpu with backend \"cuda\": a device, absent or -1 (the CPU)\n");
+}
+
 /* topology_free on structs filled by hand, the way a half-done parse leaves them. */
 static void test_free_partial(void)
 {
@@ -622,6 +656,7 @@ int main(void)
     test_missing_file();
     test_valid();
     test_tiny_config();
+    test_gpu_validator();
     test_description();
     test_free_partial();
     printf("test_topology: all passed\n");

@@ -17,6 +17,8 @@
 #      exactly once.
 # Parts 1 and 2 also read every record of the drafter's and the validator's TensorBoard event
 # files and compare them with their metrics lines (tests/check_tfevents.py).
+# Part 1 also scores the first and last checkpoint by hand (validator --topology T --device cpu
+# CKPT...: the worker's figures exactly) and asks for --device 0 without a GPU (exit 100).
 # How each part can fail: without the supervisor's validator case in give_up (part 3) the
 # run ends 1; without read_done (part 2) the restarted validator scores steps again
 # (duplicates); a wrong tau formula or step filter fails part 1.
@@ -120,6 +122,31 @@ for f in "$RUN"/logs/*.log "$T/orch.out"; do
 done
 [ "$(events spawn | grep -c '"worker": "validator"')" = 2 ] || fail "the validator was not started once per epoch"
 ok "clean run (2 epochs): validator scored every committed checkpoint at a multiple of 8 and the last, once each"
+
+# by hand (validator --topology): the worker's figures for the same checkpoints, exactly; a GPU
+# device in a build without CUDA (or on a machine without that GPU) is a permanent error
+first=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["step"])' "$RUN/metrics/validator.jsonl")
+last=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readlines()[-1])["step"])' "$RUN/metrics/validator.jsonl")
+"$BIN/validator" --topology "$TOPO" --device cpu "$RUN/checkpoints/step-$(printf %08d "$first")" \
+  "$RUN/checkpoints/step-$(printf %08d "$last")" >"$T/hand.jsonl" 2>"$T/hand.err" || fail "validator by hand: $(cat "$T/hand.err")"
+python3 - "$RUN" "$T/hand.jsonl" <<'PY' || fail "the validator by hand differs from the worker"
+import json, sys
+worker = {x["step"]: x for x in map(json.loads, open(f"{sys.argv[1]}/metrics/validator.jsonl"))}
+hand = [json.loads(l) for l in open(sys.argv[2])]
+assert len(hand) == 2, hand
+for h in hand:
+    w = worker[int(h["checkpoint"].rsplit("-", 1)[1])]
+    for f in ("val_loss", "val_acc", "val_exp_tau", "samples"):
+        assert h[f] == w[f], (f, h[f], w[f])
+    assert h["backend"] == "cpu" and sum(h["count"]) > 0 and h["feature_bytes"] > 0, h
+print(f"by hand: {[h['checkpoint'].rsplit('/', 1)[1] for h in hand]} give the worker's figures")
+PY
+"$BIN/validator" --topology "$TOPO" --device 0 "$RUN/checkpoints/step-$(printf %08d "$last")" >/dev/null 2>"$T/dev0.err"
+rc=$?
+[ $rc = 100 ] && grep -Eq 'device 0: (this build has no CUDA|this machine has)' "$T/dev0.err" ||
+  fail "validator --device 0 without a GPU: exit $rc: $(cat "$T/dev0.err")"
+"$BIN/validator" --topology "$TOPO" >/dev/null 2>&1; [ $? = 2 ] || fail "validator --topology without a checkpoint: not exit 2"
+ok "validator by hand: the worker's figures; --device 0 without a GPU: exit 100 ($(tail -1 "$T/dev0.err" | sed 's/.*validator: //'))"
 
 # 2. killed in the middle of an evaluation
 mk_topo killed '{"DF_FAULT_VALIDATOR_SAMPLE_MS": "250"}' 5

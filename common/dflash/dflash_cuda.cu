@@ -114,6 +114,9 @@ struct dflash_ctx_cuda {
     double *norm_part;
     opt_state *os;
     int last_S, last_N;
+    /* forward only (dflash_init_forward_cuda): no gradients, AdamW state or backward buffers
+     * (their pointers NULL); the entries that would touch them refuse with -EINVAL */
+    int fwd_only;
     /* phase timing (dflash_timing_enable_cuda) */
     int timing;
     cudaEvent_t ev_ph[6];                     /* start, z, loss, bwd end, opt start, opt end */
@@ -614,6 +617,14 @@ __global__ void __launch_bounds__(1024)
     double sed = block_sum<double>(tmx == -INFINITY ? 0.0 : (double)se * exp((double)tmx - (double)mx), shd);
     float lse = (float)((double)mx + log(sed));
     float scale = (float)((double)w / ds->norm);
+    if (threadIdx.x == 0) {
+        row_wce[ci] = (double)w * ((double)lse - (double)l[y]);
+        row_ok[ci] = am == y;
+        if (ce_row)
+            ce_row[row] = (double)lse - (double)l[y];
+    }
+    if (!dlog) /* forward only (dflash_forward_loss_cuda): no gradient of the logits */
+        return;
     bf16 *dl = dlog + (long)blockIdx.x * Vp;
     for (int q = threadIdx.x; q < V4; q += blockDim.x) {
         float4 x = reinterpret_cast<const float4 *>(l)[q];
@@ -630,12 +641,6 @@ __global__ void __launch_bounds__(1024)
     for (int v = 4 * V4 + threadIdx.x; v < V; v += blockDim.x) {
         float p = expf(l[v] - lse) * scale;
         dl[v] = f2bf(v == y ? p - scale : p);
-    }
-    if (threadIdx.x == 0) {
-        row_wce[ci] = (double)w * ((double)lse - (double)l[y]);
-        row_ok[ci] = am == y;
-        if (ce_row)
-            ce_row[row] = (double)lse - (double)l[y];
     }
 }
 
@@ -677,8 +682,10 @@ __global__ void k_dpace_scale(float *dz, double *row_wce, const double *wrow, co
             continue;
         long row = idx[ci];
         double w = wrow[row];
-        float *p = dz + row * d + e % d;
-        *p = (float)((double)*p * w);
+        if (dz) { /* NULL: forward only (the validator), no gradient to scale */
+            float *p = dz + row * d + e % d;
+            *p = (float)((double)*p * w);
+        }
         if (e % d == 0)
             row_wce[ci] *= w;
     }
@@ -746,13 +753,22 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
             (ptr) = (type *)(base + off);                             \
         off += ((size_t)(count) * sizeof(type) + 255) & ~(size_t)255; \
     } while (0)
+/* a buffer only the backward pass, the loss gradient or the optimizer uses: none (NULL) in a
+ * forward-only context */
+#define TAKE_BW(ptr, type, count)   \
+    do {                            \
+        if (x->fwd_only)            \
+            (ptr) = NULL;           \
+        else                        \
+            TAKE(ptr, type, count); \
+    } while (0)
     long d = x->d, R = x->max_R, S = x->max_S, T = x->max_T, I = x->I, CH = x->CH;
     long HR = (long)x->H * R;
     long rows_cap = (long)x->max_N * (x->B - 1);
     TAKE(x->P, float, x->np);
-    TAKE(x->Gr, float, x->np);
-    TAKE(x->Mm, float, x->np);
-    TAKE(x->Vm, float, x->np);
+    TAKE_BW(x->Gr, float, x->np);
+    TAKE_BW(x->Mm, float, x->np);
+    TAKE_BW(x->Vm, float, x->np);
     TAKE(x->Wb, bf16, x->np);
     TAKE(x->tens, tensor_ent, x->ntensor);
     TAKE(x->inv_freq, float, x->hd / 2);
@@ -786,39 +802,40 @@ static size_t carve(dflash_ctx_cuda *x, char *base)
     TAKE(x->ahi, int32_t, x->max_N);
     TAKE(x->alo, int32_t, x->max_N);
     TAKE(x->ekeep, uint8_t, x->max_N);
-    TAKE(x->dQh, float, HR * x->hd);
-    TAKE(x->dKh, float, T * x->kvd);
-    TAKE(x->dVh, float, T * x->kvd);
+    TAKE_BW(x->dQh, float, HR * x->hd);
+    TAKE_BW(x->dKh, float, T * x->kvd);
+    TAKE_BW(x->dVh, float, T * x->kvd);
     TAKE(x->zc, bf16, (rows_cap > 0 ? rows_cap : 1) * d);
     TAKE(x->logits, float, CH * x->Vp);
-    TAKE(x->dlog, bf16, CH * x->Vp);
-    TAKE(x->dzc, float, CH *d);
-    TAKE(x->dz, float, R *d);
+    TAKE_BW(x->dlog, bf16, CH * x->Vp);
+    TAKE_BW(x->dzc, float, CH *d);
+    TAKE_BW(x->dz, float, R *d);
     TAKE(x->row_wce, double, R);
     TAKE(x->row_ok, uint8_t, R);
     TAKE(x->ce_row, double, R);
     TAKE(x->wrow, double, R);
-    TAKE(x->dh, float, R *d);
-    TAKE(x->dh2, float, R *d);
-    TAKE(x->dn, float, R *d);
-    TAKE(x->da, float, R *d);
-    TAKE(x->dctx, float, S *d);
-    TAKE(x->dfc, float, S *d);
+    TAKE_BW(x->dh, float, R *d);
+    TAKE_BW(x->dh2, float, R *d);
+    TAKE_BW(x->dn, float, R *d);
+    TAKE_BW(x->da, float, R *d);
+    TAKE_BW(x->dctx, float, S *d);
+    TAKE_BW(x->dfc, float, S *d);
     long contrib = DF_MAX(R * d, S * d);
     contrib = DF_MAX(contrib, R * x->qd + T * x->kvd);
-    TAKE(x->contrib, float, contrib);
+    TAKE_BW(x->contrib, float, contrib);
     long maxrows = DF_MAX(DF_MAX(R, S), DF_MAX(HR, T * x->KV));
-    TAKE(x->partial, float, ((maxrows + COL_CHUNK - 1) / COL_CHUNK + 1) * DF_MAX(d, x->hd));
-    TAKE(x->dhb, bf16, R * d);
-    TAKE(x->dh2b, bf16, R * d);
-    TAKE(x->dact, bf16, R * I);
-    TAKE(x->dgu, bf16, R * 2 * I);
-    TAKE(x->datt, bf16, R * x->qd);
-    TAKE(x->dqkv, bf16, R * x->qkvd);
-    TAKE(x->dkvc, bf16, S * 2 * x->kvd);
-    TAKE(x->dfcb, bf16, S * d);
-    TAKE(x->norm_part, double, NPART);
-    TAKE(x->os, opt_state, 1);
+    TAKE_BW(x->partial, float, ((maxrows + COL_CHUNK - 1) / COL_CHUNK + 1) * DF_MAX(d, x->hd));
+    TAKE_BW(x->dhb, bf16, R * d);
+    TAKE_BW(x->dh2b, bf16, R * d);
+    TAKE_BW(x->dact, bf16, R * I);
+    TAKE_BW(x->dgu, bf16, R * 2 * I);
+    TAKE_BW(x->datt, bf16, R * x->qd);
+    TAKE_BW(x->dqkv, bf16, R * x->qkvd);
+    TAKE_BW(x->dkvc, bf16, S * 2 * x->kvd);
+    TAKE_BW(x->dfcb, bf16, S * d);
+    TAKE_BW(x->norm_part, double, NPART);
+    TAKE_BW(x->os, opt_state, 1);
+#undef TAKE_BW
 #undef TAKE
     return off;
 }
@@ -847,28 +864,33 @@ void dflash_free_cuda(dflash_ctx_cuda *x)
     free(x);
 }
 
-int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt,
-                     const dflash_bf16_cuda *embed, const dflash_bf16_cuda *lm_head, int max_S, int max_N,
-                     int chunk_rows, char *err, size_t errlen)
+/* Both kinds of context: opt NULL = forward only (no gradients, AdamW state or backward
+ * buffers in the arena). */
+static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *c, const adamw_config *opt,
+                    const dflash_bf16_cuda *embed, const dflash_bf16_cuda *lm_head, int max_S, int max_N,
+                    int chunk_rows, char *err, size_t errlen)
 {
     *out = NULL;
     char verr[256];
     if (dflash_config_validate(c, verr, sizeof verr) < 0)
-        return df_cuda_errf(err, errlen, -EINVAL, "dflash_init_cuda: bad config: %s", verr);
+        return df_cuda_errf(err, errlen, -EINVAL, "%s: bad config: %s", fn, verr);
     if (c->hidden % 8 || c->head_dim % 8 || c->intermediate % 8 || c->head_dim > 256 || c->block_size > 64 ||
-        c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head || !opt)
+        c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head)
         return df_cuda_errf(
             err, errlen, -EINVAL,
-            "dflash_init_cuda: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
-            "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head/opt non-NULL "
+            "%s: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
+            "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head non-NULL "
             "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
-            c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
+            fn, c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
     dflash_ctx_cuda *x = (dflash_ctx_cuda *)calloc(1, sizeof *x);
     if (!x)
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: out of host memory");
+        return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     x->c = *c;
-    x->opt = *opt;
-    x->warm = (long)ceil(opt->warmup_frac * (double)opt->total_steps);
+    x->fwd_only = opt == NULL;
+    if (opt) {
+        x->opt = *opt;
+        x->warm = (long)ceil(opt->warmup_frac * (double)opt->total_steps);
+    }
     x->d = c->hidden, x->H = c->n_heads, x->KV = c->n_kv_heads, x->hd = c->head_dim, x->G = x->H / x->KV;
     x->I = c->intermediate, x->V = c->vocab, x->Vp = (c->vocab + 7) / 8 * 8, x->B = c->block_size, x->nc = c->n_capture,
     x->L = c->n_layers;
@@ -884,7 +906,7 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     tensor_ent *th = (tensor_ent *)calloc((size_t)x->ntensor, sizeof *th);
     if (!th) {
         free(x);
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: out of host memory");
+        return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     }
     for (int i = 0; i < x->ntensor; i++) {
         dflash_tensor t;
@@ -901,9 +923,8 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
         if (t.offset % 8) {
             free(th);
             free(x);
-            return df_cuda_errf(err, errlen, -EINVAL,
-                                "dflash_init_cuda: tensor %s at offset %zu is not 16-byte aligned in bf16", t.name,
-                                t.offset);
+            return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor %s at offset %zu is not 16-byte aligned in bf16", fn,
+                                t.name, t.offset);
         }
     }
     int rc = 0;
@@ -911,7 +932,7 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     if (!inv) {
         free(th);
         free(x);
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: out of host memory");
+        return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     }
     nn_rope_inv_freq(inv, x->hd, c->rope_theta, NULL);
     /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
@@ -926,7 +947,7 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
     if (cudaMalloc(&x->arena, x->arena_bytes) != cudaSuccess) {
         cudaGetLastError();
         x->arena = NULL;
-        rc = df_cuda_errf(err, errlen, -ENOMEM, "dflash_init_cuda: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed",
+        rc = df_cuda_errf(err, errlen, -ENOMEM, "%s: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed", fn,
                           (double)x->arena_bytes / (1u << 30), max_S, max_N);
         goto fail;
     }
@@ -949,6 +970,39 @@ fail:
     dflash_free_cuda(x);
     return rc;
 }
+
+int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt,
+                     const dflash_bf16_cuda *embed, const dflash_bf16_cuda *lm_head, int max_S, int max_N,
+                     int chunk_rows, char *err, size_t errlen)
+{
+    if (!opt) {
+        *out = NULL;
+        return df_cuda_errf(err, errlen, -EINVAL, "dflash_init_cuda: no optimizer settings (opt is NULL)");
+    }
+    return init_ctx(out, "dflash_init_cuda", c, opt, embed, lm_head, max_S, max_N, chunk_rows, err, errlen);
+}
+
+int dflash_init_forward_cuda(dflash_ctx_cuda **out, const dflash_config *c, const dflash_bf16_cuda *embed,
+                             const dflash_bf16_cuda *lm_head, int max_S, int max_N, int chunk_rows, char *err,
+                             size_t errlen)
+{
+    return init_ctx(out, "dflash_init_forward_cuda", c, NULL, embed, lm_head, max_S, max_N, chunk_rows, err, errlen);
+}
+
+int dflash_is_forward_only_cuda(const dflash_ctx_cuda *x)
+{
+    return x->fwd_only;
+}
+
+/* The entries that need gradients or AdamW state refuse a forward-only context. */
+#define NEED_TRAINING(x, fn)                                                                \
+    do {                                                                                    \
+        if ((x)->fwd_only)                                                                  \
+            return df_cuda_errf(err, errlen, -EINVAL,                                       \
+                                "%s: a forward-only context has no gradients or optimizer " \
+                                "state (dflash_init_forward_cuda)",                         \
+                                fn);                                                        \
+    } while (0)
 
 /* ---- host <-> device -------------------------------------------------------------------------- */
 
@@ -980,10 +1034,12 @@ int dflash_params_to_host_cuda(dflash_ctx_cuda *x, float *p, char *err, size_t e
 }
 int dflash_grads_to_host_cuda(dflash_ctx_cuda *x, float *g, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_grads_to_host_cuda");
     return copy_sync(x, g, x->Gr, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen);
 }
 int dflash_grads_from_host_cuda(dflash_ctx_cuda *x, const float *g, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_grads_from_host_cuda");
     return copy_sync(x, x->Gr, g, sizeof(float) * x->np, cudaMemcpyHostToDevice, err, errlen);
 }
 float *dflash_grads_device_cuda(dflash_ctx_cuda *x)
@@ -993,12 +1049,14 @@ float *dflash_grads_device_cuda(dflash_ctx_cuda *x)
 
 int dflash_zero_grads_cuda(dflash_ctx_cuda *x, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_zero_grads_cuda");
     CUDA_TRY(cudaMemsetAsync(x->Gr, 0, sizeof(float) * x->np, x->st), err, errlen);
     return 0;
 }
 
 int dflash_opt_to_host_cuda(dflash_ctx_cuda *x, float *m, float *v, long *step, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_opt_to_host_cuda");
     opt_state os;
     CUDA_TRY_RC(copy_sync(x, m, x->Mm, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen));
     CUDA_TRY_RC(copy_sync(x, v, x->Vm, sizeof(float) * x->np, cudaMemcpyDeviceToHost, err, errlen));
@@ -1009,6 +1067,7 @@ int dflash_opt_to_host_cuda(dflash_ctx_cuda *x, float *m, float *v, long *step, 
 
 int dflash_opt_from_host_cuda(dflash_ctx_cuda *x, const float *m, const float *v, long step, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_opt_from_host_cuda");
     opt_state os;
     memset(&os, 0, sizeof os);
     os.step = step;
@@ -1025,6 +1084,7 @@ int dflash_opt_from_host_cuda(dflash_ctx_cuda *x, const float *m, const float *v
 
 int dflash_params_init_device_cuda(dflash_ctx_cuda *x, uint64_t seed, float std, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_params_init_device_cuda");
     dim3 grid(256, (unsigned)x->ntensor);
     k_params_init<<<grid, 256, 0, x->st>>>(x->P, x->Wb, x->tens, seed, std * sqrtf(3.0f));
     CUDA_LAUNCHED("k_params_init", err, errlen);
@@ -1170,13 +1230,15 @@ static int rms_bwd(dflash_ctx_cuda *x, float *dx, bf16 *dxb, float *dw_grad, con
     return colsum(x, dw_grad, x->contrib, rows, C, err, errlen);
 }
 
-int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st,
-                                char *err, size_t errlen)
+/* The step: forward, loss and, when backward, the loss gradient and the backward pass (fn
+ * names the public entry in messages). The forward and the statistics are the same kernels in
+ * the same order either way, so a forward-only call gives the training step's loss bits. */
+static int run_step(dflash_ctx_cuda *x, const char *fn, const dflash_batch_cuda *b, double norm, int backward,
+                    dflash_stats *st, char *err, size_t errlen)
 {
     int S = b->S, N = b->N, B = x->B, R = N * B, T = S + R, d = x->d, I = x->I;
     if (S < 1 || S > x->max_S || N < 1 || N > x->max_N || !b->H || !b->x || !b->loss_mask || !b->anchors || !b->keep)
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "dflash_step_accumulate_cuda: S=%d (max %d), N=%d (max %d) or a NULL pointer", S, x->max_S,
+        return df_cuda_errf(err, errlen, -EINVAL, "%s: S=%d (max %d), N=%d (max %d) or a NULL pointer", fn, S, x->max_S,
                             N, x->max_N);
     doc_table D;
     memset(&D, 0, sizeof D);
@@ -1187,16 +1249,13 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         rows_max = n_real * (B - 1);
     } else {
         if (b->n_docs > DFLASH_MAX_DOCS_CUDA || b->doc_slots < 1 || !b->doc_starts)
-            return df_cuda_errf(err, errlen, -EINVAL,
-                                "dflash_step_accumulate_cuda: %d documents (max %d), doc_slots %d (>= 1) or no "
-                                "doc_starts",
-                                b->n_docs, DFLASH_MAX_DOCS_CUDA, b->doc_slots);
+            return df_cuda_errf(err, errlen, -EINVAL, "%s: %d documents (max %d), doc_slots %d (>= 1) or no doc_starts",
+                                fn, b->n_docs, DFLASH_MAX_DOCS_CUDA, b->doc_slots);
         D.n = b->n_docs, D.stride = b->doc_slots;
         for (int k = 0; k <= D.n; k++) {
             D.start[k] = b->doc_starts[k];
             if ((k == 0 && D.start[0] != 0) || (k == D.n && D.start[k] != S) || (k > 0 && D.start[k] < D.start[k - 1]))
-                return df_cuda_errf(err, errlen, -EINVAL,
-                                    "dflash_step_accumulate_cuda: doc_starts[%d] = %d: must rise from 0 to S = %d", k,
+                return df_cuda_errf(err, errlen, -EINVAL, "%s: doc_starts[%d] = %d: must rise from 0 to S = %d", fn, k,
                                     D.start[k], S);
         }
         D.slot0[0] = 0;
@@ -1209,8 +1268,7 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
             rows_max += used * (B - 1);
         }
         if (D.slot0[D.n] > N)
-            return df_cuda_errf(err, errlen, -EINVAL,
-                                "dflash_step_accumulate_cuda: the documents use %d anchor slots, N = %d", D.slot0[D.n],
+            return df_cuda_errf(err, errlen, -EINVAL, "%s: the documents use %d anchor slots, N = %d", fn, D.slot0[D.n],
                                 N);
     }
     cudaStream_t s = x->st;
@@ -1271,7 +1329,8 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     CUDA_TRY_RC(mark(x, x->ev_ph[1], err, errlen));
 
     /* loss over the compacted rows, chunk by chunk */
-    CUDA_TRY(cudaMemsetAsync(x->dz, 0, sizeof(float) * (size_t)R * d, s), err, errlen);
+    if (backward)
+        CUDA_TRY(cudaMemsetAsync(x->dz, 0, sizeof(float) * (size_t)R * d, s), err, errlen);
     if (rows_max > 0) {
         k_gather_z<<<grid_for((long)rows_max * d), 256, 0, s>>>(x->zc, x->z, x->idx, x->ds, rows_max, d);
         CUDA_LAUNCHED("k_gather_z", err, errlen);
@@ -1280,9 +1339,11 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
         int m = DF_MIN(x->CH, rows_max - c0);
         CUDA_TRY_RC(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, NN_GEMM_F32, 1.0f,
                        0.0f, NULL, err, errlen));
-        k_ce<<<m, 1024, 0, s>>>(x->dlog, x->row_wce, x->row_ok, dpace ? x->ce_row : NULL, x->logits, x->idx, x->labels,
-                                x->wts, x->ds, c0, x->V, x->Vp);
+        k_ce<<<m, 1024, 0, s>>>(backward ? x->dlog : NULL, x->row_wce, x->row_ok, dpace ? x->ce_row : NULL,
+                                x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V, x->Vp);
         CUDA_LAUNCHED("k_ce", err, errlen);
+        if (!backward)
+            continue;
         CUDA_TRY_RC(
             mm(x, 0, 0, m, d, x->V, x->dlog, x->Vp, x->head, d, x->dzc, d, NN_GEMM_F32, 1.0f, 0.0f, NULL, err, errlen));
         k_scatter_dz<<<grid_for((long)m * d), 256, 0, s>>>(x->dz, x->dzc, x->idx, x->ds, c0, m, d);
@@ -1298,6 +1359,10 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     k_stats<<<1, 1024, 0, s>>>(x->ds, x->row_wce, x->row_ok, x->idx, x->wts, dpace ? x->wrow : NULL, B);
     CUDA_LAUNCHED("k_stats", err, errlen);
     CUDA_TRY_RC(mark(x, x->ev_ph[2], err, errlen));
+    if (!backward) {
+        CUDA_TRY_RC(mark(x, x->ev_ph[3], err, errlen));
+        return st ? dflash_stats_read_cuda(x, st, err, errlen) : 0;
+    }
 
     /* backward */
     CUDA_TRY_RC(
@@ -1348,6 +1413,18 @@ int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, 
     return 0;
 }
 
+int dflash_step_accumulate_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, double norm, dflash_stats *st,
+                                char *err, size_t errlen)
+{
+    NEED_TRAINING(x, "dflash_step_accumulate_cuda");
+    return run_step(x, "dflash_step_accumulate_cuda", b, norm, 1, st, err, errlen);
+}
+
+int dflash_forward_loss_cuda(dflash_ctx_cuda *x, const dflash_batch_cuda *b, dflash_stats *st, char *err, size_t errlen)
+{
+    return run_step(x, "dflash_forward_loss_cuda", b, 0.0, 0, st, err, errlen);
+}
+
 int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st, char *err, size_t errlen)
 {
     dev_stats ds;
@@ -1373,6 +1450,7 @@ static_assert(NPART == ADAMW_NORM_PARTS_CUDA, "norm_part holds the optimizer's p
 
 int dflash_optimizer_step_cuda(dflash_ctx_cuda *x, adamw_info *info, char *err, size_t errlen)
 {
+    NEED_TRAINING(x, "dflash_optimizer_step_cuda");
     const adamw_config *c = &x->opt;
     CUDA_TRY_RC(mark(x, x->ev_ph[4], err, errlen));
     adamw_buffers_cuda ab;

@@ -82,6 +82,18 @@ typedef struct dflash_batch_cuda {
 int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_config *opt,
                      const dflash_bf16_cuda *embed, const dflash_bf16_cuda *lm_head, int max_S, int max_N,
                      int chunk_rows, char *err, size_t errlen);
+/* A forward-only context (held-out scoring: eval/heldout_cuda.c): the same forward and loss
+ * as dflash_init_cuda's for max_S x max_N, without the fp32 gradients, the AdamW m / v, the
+ * loss gradient and the backward buffers: 6 bytes per parameter (fp32 master weights + bf16
+ * mirror) plus the forward activations, where a training context holds 18 per parameter
+ * (weights, gradients, m, v, mirror) plus forward and backward buffers. Only
+ * dflash_params_from/to_host_cuda, dflash_forward_loss_cuda, dflash_stats_read_cuda, the
+ * debug views, timing and the queries work on it; the entries that need gradients or
+ * optimizer state answer -EINVAL (dflash_grads_device_cuda: NULL). */
+int dflash_init_forward_cuda(dflash_ctx_cuda **out, const dflash_config *c, const dflash_bf16_cuda *embed,
+                             const dflash_bf16_cuda *lm_head, int max_S, int max_N, int chunk_rows, char *err,
+                             size_t errlen);
+int dflash_is_forward_only_cuda(const dflash_ctx_cuda *ctx);
 void dflash_free_cuda(dflash_ctx_cuda *ctx); /* NULL is fine */
 cudaStream_t dflash_stream_cuda(const dflash_ctx_cuda *ctx);
 size_t dflash_param_count_cuda(const dflash_ctx_cuda *ctx);
@@ -117,7 +129,14 @@ int dflash_params_init_device_cuda(dflash_ctx_cuda *ctx, uint64_t seed, float st
  * on the device and reported by dflash_stats_read_cuda as -EINVAL. */
 int dflash_step_accumulate_cuda(dflash_ctx_cuda *ctx, const dflash_batch_cuda *b, double norm, dflash_stats *st,
                                 char *err, size_t errlen);
-/* Synchronises the stream and reads the statistics of the last dflash_step_accumulate_cuda.
+/* Forward + chunked loss of one batch without the backward pass (either kind of context):
+ * the statistics dflash_step_accumulate_cuda gives for the same batch and weights, bit for
+ * bit (the same kernels in the same order; loss normalised by the batch's own sum of
+ * weights), gradients untouched. st: as in dflash_step_accumulate_cuda. 0, -EINVAL, -EIO. */
+int dflash_forward_loss_cuda(dflash_ctx_cuda *ctx, const dflash_batch_cuda *b, dflash_stats *st, char *err,
+                             size_t errlen);
+/* Synchronises the stream and reads the statistics of the last dflash_step_accumulate_cuda
+ * or dflash_forward_loss_cuda.
  * 0, -EINVAL when the device flagged bad input (what in err), -EIO. */
 int dflash_stats_read_cuda(dflash_ctx_cuda *ctx, dflash_stats *st, char *err, size_t errlen);
 

@@ -914,8 +914,9 @@ static int check_worker_rings(pctx *c, topo *t, void *s, const char *p)
     return 0;
 }
 
-/* workers[i].gpu: the general rule (get_gpu), except the validator: it runs on the CPU
- * whatever the backend (-1, the default) */
+/* workers[i].gpu: the general rule (get_gpu), except the validator, whose gpu is optional
+ * with either backend: -1 (the default) scores on the CPU, 0..7 (backend "cuda" only) on
+ * that GPU (eval/heldout.h) */
 static int parse_worker_gpu(pctx *c, topo *t, void *s, const json_t *o, const char *p)
 {
     topology_worker *w = s;
@@ -924,11 +925,16 @@ static int parse_worker_gpu(pctx *c, topo *t, void *s, const json_t *o, const ch
     char q[96], got[GOT_LEN];
     json_t *v = json_object_get(o, "gpu");
     w->gpu = -1;
-    if (v && !(json_is_integer(v) && json_integer_value(v) == -1)) {
-        snprintf(q, sizeof q, "%s.gpu", p);
-        describe(v, got, sizeof got);
-        return fail(c, q, "expected -1: the validator runs on the CPU, got %s", got);
-    }
+    if (!v)
+        return 0;
+    int64_t x = json_is_integer(v) ? json_integer_value(v) : -2;
+    snprintf(q, sizeof q, "%s.gpu", p);
+    describe(v, got, sizeof got);
+    if (x < -1 || x > TOPOLOGY_MAX_GPU)
+        return fail(c, q, "expected an integer -1..%d, got %s", TOPOLOGY_MAX_GPU, got);
+    if (c->backend == TOPOLOGY_CPU && x != -1)
+        return fail(c, q, "expected -1 with backend \"cpu\" (a GPU validator needs backend \"cuda\"), got %s", got);
+    w->gpu = (int)x;
     return 0;
 }
 

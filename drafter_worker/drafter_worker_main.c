@@ -40,10 +40,12 @@
 #include "ipc/worker.h"
 #include "util.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -83,6 +85,24 @@ typedef struct drafter {
     uint64_t sent_step;        /* the last checkpoint this incarnation reported */
     uint32_t nonfinite_consec; /* steps in a row with a NaN/Inf loss or gradient norm */
 } drafter;
+
+/* DF_FAULT_STEP_DELAY_MS=N (0..60000): sleep N ms after every step. Tests set it on a tiny
+ * run so that an operator's kill lands while the run is still going on a loaded machine; the
+ * math is unchanged. A malformed value is an error, never ignored. */
+static long step_delay_ms(void)
+{
+    static long ms = -1;
+    if (ms < 0) {
+        const char *v = getenv("DF_FAULT_STEP_DELAY_MS");
+        long long x = 0;
+        if (v && df_parse_int(v, 0, 60000, &x) < 0)
+            df_die(DF_EXIT_PERM, "DF_FAULT_STEP_DELAY_MS=%s: expected milliseconds 0..60000", v);
+        ms = (long)x;
+        if (ms > 0)
+            df_log("fault injection (DF_FAULT_STEP_DELAY_MS=%ld): every step is followed by a sleep", ms);
+    }
+    return ms;
+}
 
 /* A step with a NaN/Inf loss or gradient norm updated nothing (trainer_step skips it): count
  * it (metrics "nonfinite_steps", the summary), log it, and after
@@ -418,6 +438,11 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     }
     metrics_end(&ml);
     nonfinite_stop(d, s.loss, &info);
+    if (step_delay_ms() > 0) {
+        struct timespec ts = {step_delay_ms() / 1000, (step_delay_ms() % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+        }
+    }
 }
 
 /* A rank without a batch this step still takes part in the reduction and the update. */

@@ -127,11 +127,13 @@ int main(int argc, char **argv)
         if (done[0])
             printf("%s orchestrator: run %s is complete: every batch of epoch %u committed (step %llu); wrote the "
                    "missing %s\n",
-                   stamp, o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), done);
+                   stamp, o.t.name, ledger_epoch(&o.led) + 1 /* from 1, as every message */,
+                   (unsigned long long)ledger_committed_step(&o.led), done);
         else
             printf("%s orchestrator: run %s is already complete: every batch of epoch %u committed (step %llu), "
                    "release export in %s/drafter; nothing to do\n",
-                   stamp, o.t.name, ledger_epoch(&o.led), (unsigned long long)ledger_committed_step(&o.led), o.run_dir);
+                   stamp, o.t.name, ledger_epoch(&o.led) + 1, (unsigned long long)ledger_committed_step(&o.led),
+                   o.run_dir);
         setup_teardown(&o);
         return DF_EXIT_OK;
     }

@@ -487,8 +487,8 @@ static int resume_ledger(orch *o, char *err, size_t errlen)
                  "%s: epoch %u plan hash %016llx (%u batches, seed %llu), but the plan rebuilt from the "
                  "topology and the data is epoch %u plan hash %016llx (%u batches, seed %llu): the data or the "
                  "topology changed since the run started; refusing to resume",
-                 path, ledger_epoch(&snap), (unsigned long long)ledger_plan_hash(&snap), ledger_n_batches(&snap),
-                 (unsigned long long)ledger_seed(&snap), ledger_epoch(&o->led),
+                 path, ledger_epoch(&snap) + 1, (unsigned long long)ledger_plan_hash(&snap), ledger_n_batches(&snap),
+                 (unsigned long long)ledger_seed(&snap), ledger_epoch(&o->led) + 1,
                  (unsigned long long)ledger_plan_hash(&o->led), ledger_n_batches(&o->led),
                  (unsigned long long)ledger_seed(&o->led));
         rc = -EINVAL;
@@ -620,7 +620,7 @@ static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int 
         msl = (uint32_t)o->t.token_budget;
     int rc = ledger_plan_build(&plan, o->lens, n, o->t.seed, epoch, o->t.token_budget, msl);
     if (rc < 0) {
-        snprintf(err, errlen, "ledger plan of epoch %u over %u samples: %s", epoch, n, strerror(-rc));
+        snprintf(err, errlen, "ledger plan of epoch %u over %u samples: %s", epoch + 1, n, strerror(-rc));
         return rc;
     }
     plan.data_digest = o->data_fp.digest;
@@ -635,7 +635,7 @@ static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int 
     if ((rc = shm_create(&o->ledger_seg, bytes, "df-ledger")) < 0 ||
         (rc = ledger_format(o->ledger_seg.base, o->ledger_seg.size, &plan)) < 0 ||
         (rc = ledger_open(&o->led, o->ledger_seg.base, o->ledger_seg.size)) < 0) {
-        snprintf(err, errlen, "ledger segment of epoch %u (%llu bytes): %s", epoch, (unsigned long long)bytes,
+        snprintf(err, errlen, "ledger segment of epoch %u (%llu bytes): %s", epoch + 1, (unsigned long long)bytes,
                  strerror(-rc));
         ledger_plan_free(&plan);
         return rc;
@@ -725,7 +725,8 @@ int setup_next_epoch(orch *o, char *err, size_t errlen)
     /* the new ledger continues the step count: a rewind or a resume never goes below the
      * last checkpoint of the previous epoch, which is where the drafter continues from */
     if (step > 0 && (rc = ledger_commit(&o->led, step)) < 0) {
-        snprintf(err, errlen, "epoch %u: ledger_commit(%llu): %s", o->epoch, (unsigned long long)step, strerror(-rc));
+        snprintf(err, errlen, "epoch %u: ledger_commit(%llu): %s", o->epoch + 1, (unsigned long long)step,
+                 strerror(-rc));
         return rc;
     }
     o->committed_step = step;
@@ -733,7 +734,7 @@ int setup_next_epoch(orch *o, char *err, size_t errlen)
         const topology_ring *r = &o->t.rings[i];
         if ((rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
             (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
-            snprintf(err, errlen, "rings[%d] \"%s\": re-format for epoch %u: %s", i, r->name, o->epoch,
+            snprintf(err, errlen, "rings[%d] \"%s\": re-format for epoch %u: %s", i, r->name, o->epoch + 1,
                      ring_strerror(rc));
             return rc;
         }

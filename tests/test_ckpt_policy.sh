@@ -73,7 +73,7 @@ ok "dflash_tool inspect: optimizer.safetensors validated (garbage, model names, 
 
 # ---- --resume of a finished run
 spawns=$(events spawn | wc -l)
-expect 0 "run ck is already complete: every batch of epoch 0 committed (step $steps)" "$ORCH" --resume "$RUN"
+expect 0 "run ck is already complete: every batch of epoch 1 committed (step $steps)" "$ORCH" --resume "$RUN"
 [ "$(events spawn | wc -l)" = "$spawns" ] || fail "--resume of a finished run spawned workers"
 rm "$RUN/train_summary.json"
 "$ORCH" --resume "$RUN" >"$T/orch.out" 2>&1 || fail "--resume without the summary exited $?: $(tail -5 "$T/orch.out")"

@@ -13,7 +13,7 @@ unset DF_SYNTHETIC_SAMPLES
 for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
   --max-samples 24 --max-len 300 >/dev/null || fail "prepare_data"
-mk_topo() { # NAME [DETERMINISTIC]
+mk_topo() { # NAME [DETERMINISTIC] [DRAFTER_ENV_JSON]
   RUN=$T/run-$1; TOPO=$T/$1.json
   cat >"$TOPO" <<JSON
 { "version": 1, "name": "$1", "run_dir": "$RUN", "backend": "cpu", "seed": 5, "deterministic": ${2:-false},
@@ -24,7 +24,7 @@ mk_topo() { # NAME [DETERMINISTIC]
   "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 2097152 }, { "name": "pd", "slots": 4, "slot_bytes": 2097152 } ],
   "workers": [ { "name": "target0", "role": "target", "out": "tp" },
                { "name": "postproc0", "role": "postproc", "in": "tp", "out": "pd" },
-               { "name": "drafter0", "role": "drafter", "in": "pd" } ],
+               { "name": "drafter0", "role": "drafter", "in": "pd"${3:+, \"env\": $3} } ],
   "supervision": { "max_restarts": 5, "backoff_initial_ms": 20, "metrics_interval_ms": 300, "shutdown_timeout_ms": 5000 } }
 JSON
 }
@@ -64,7 +64,7 @@ ok "clean 2-epoch run: both audits exactly once, steps = sum of both epochs' bat
 e0=$(pyjson "$RUN/ledger_audit-epoch0.json" "d['n_batches']")
 
 # 2. drafter killed in epoch 1 after a checkpoint there
-mk_topo kill
+mk_topo kill false '{"DF_FAULT_STEP_DELAY_MS": "150"}'
 start_orch
 wait_for 240 sh -c "grep -q '\"ev\":\"epoch\"' '$RUN/metrics/orchestrator.jsonl' 2>/dev/null" || fail "epoch 1 never started"
 ck=$(( (e0 / 3 + 1) * 3 )) # the first checkpoint inside epoch 1
@@ -82,14 +82,14 @@ rs=$(sed -n 's/.*resumed from .*step-[0-9]* (step \([0-9]*\)).*/\1/p' "$RUN/logs
 ok "drafter SIGKILL in epoch 1: resumed from its epoch-1 checkpoint, both audits exactly once, same step count"
 
 # 3. the orchestrator killed in epoch 1, then --resume
-mk_topo orch
+mk_topo orch false '{"DF_FAULT_STEP_DELAY_MS": "150"}'
 start_orch
 wait_for 240 sh -c "grep -q '\"ev\":\"epoch\"' '$RUN/metrics/orchestrator.jsonl' 2>/dev/null" || fail "epoch 1 never started"
 wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
 kill -KILL "$ORCH_PID"; wait "$ORCH_PID" 2>/dev/null; ORCH_PID=
 sleep 0.5
 "$ORCH" --resume "$RUN" >"$T/orch.out" 2>&1 || fail "--resume in epoch 1 exited $?: $(tail -5 "$T/orch.out")"
-grep -q "plan: epoch 1 of 2" "$T/orch.out" || fail "--resume did not continue in epoch 1: $(head -5 "$T/orch.out")"
+grep -q "plan: epoch 2 of 2" "$T/orch.out" || fail "--resume did not continue in the second epoch (epoch 2 of 2 in the log, counted from 1): $(head -5 "$T/orch.out")"
 check_run
 ok "orchestrator SIGKILL in epoch 1, --resume continues in epoch 1 and completes"
 
@@ -99,7 +99,7 @@ mk_topo detclean true
 start_orch; wait_orch 240
 [ "$ORCH_RC" = 0 ] || fail "deterministic clean run exited $ORCH_RC"
 check_run; CLEAN=$RUN
-mk_topo detkill true
+mk_topo detkill true '{"DF_FAULT_STEP_DELAY_MS": "150"}'
 start_orch
 wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"

@@ -18,7 +18,7 @@ for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fa
 
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
   --max-samples 90 --max-len 400 >/dev/null || fail "prepare_data"
-mk_topo() { # NAME
+mk_topo() { # NAME [DRAFTER_ENV_JSON]
   RUN=$T/run-$1; TOPO=$T/$1.json
   cat >"$TOPO" <<JSON
 { "version": 1, "name": "$1", "run_dir": "$RUN", "backend": "cpu", "seed": 5, "deterministic": true,
@@ -30,7 +30,7 @@ mk_topo() { # NAME
              { "name": "pd", "slots": 4, "slot_bytes": 2097152, "max_attempts": 4 } ],
   "workers": [ { "name": "target0", "role": "target", "out": "tp" },
                { "name": "postproc0", "role": "postproc", "in": "tp", "out": "pd" },
-               { "name": "drafter0", "role": "drafter", "in": "pd" } ],
+               { "name": "drafter0", "role": "drafter", "in": "pd"${2:+, \"env\": $2} } ],
   "supervision": { "backoff_initial_ms": 50, "backoff_max_ms": 400, "max_restarts": 10, "restart_window_s": 60,
                    "heartbeat_timeout_ms": 20000, "shutdown_timeout_ms": 5000, "metrics_interval_ms": 300 } }
 JSON
@@ -133,8 +133,9 @@ python3 scripts/plot_run.py "$T/nowhere" 2>/dev/null; [ $? -eq 2 ] || fail "plot
 tb_check "$RUN" --workers drafter0
 ok "clean run: $n_batches batches exactly once, checkpoint, export, metrics"
 
-# 2. each stage killed once during the run
-mk_topo chaos
+# 2. each stage killed once during the run (each step followed by 150 ms: the run must still
+# be going when the kills and the status polls of a loaded machine land)
+mk_topo chaos '{"DF_FAULT_STEP_DELAY_MS": "150"}'
 start_orch
 wait_for 120 test -S "$RUN/ctl.sock" || fail "no control socket"
 wait_for 120 sh -c "[ \$(grep -c '\"ev\":\"step\"' '$RUN/metrics/drafter0.jsonl' 2>/dev/null || echo 0) -ge 1 ]" || fail "no step"

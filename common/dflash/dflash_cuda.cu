@@ -1339,8 +1339,8 @@ static int run_step(dflash_ctx_cuda *x, const char *fn, const dflash_batch_cuda 
         int m = DF_MIN(x->CH, rows_max - c0);
         CUDA_TRY_RC(mm(x, 0, 1, m, x->V, d, x->zc + (long)c0 * d, d, x->head, d, x->logits, x->Vp, NN_GEMM_F32, 1.0f,
                        0.0f, NULL, err, errlen));
-        k_ce<<<m, 1024, 0, s>>>(backward ? x->dlog : NULL, x->row_wce, x->row_ok, dpace ? x->ce_row : NULL,
-                                x->logits, x->idx, x->labels, x->wts, x->ds, c0, x->V, x->Vp);
+        k_ce<<<m, 1024, 0, s>>>(backward ? x->dlog : NULL, x->row_wce, x->row_ok, dpace ? x->ce_row : NULL, x->logits,
+                                x->idx, x->labels, x->wts, x->ds, c0, x->V, x->Vp);
         CUDA_LAUNCHED("k_ce", err, errlen);
         if (!backward)
             continue;

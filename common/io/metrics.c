@@ -192,8 +192,11 @@ static void write_event(metrics_line *l)
     tfevents_summary s;
     tfevents_summary_init(&s);
     for (uint32_t i = 0; i < l->n_scalars; i++) {
+        size_t tl = pl + l->scalars[i].key_len;
         memcpy(tag + pl, l->buf + l->scalars[i].key_off, l->scalars[i].key_len);
-        tfevents_summary_add(&s, tag, pl + l->scalars[i].key_len, l->scalars[i].v);
+        if (l->scalars[i].elem) /* an array's element i: "<key>_<i>" (1-based) */
+            tl += (size_t)snprintf(tag + tl, sizeof tag - tl, "_%u", (unsigned)l->scalars[i].elem);
+        tfevents_summary_add(&s, tag, tl, l->scalars[i].v);
     }
     if (s.n > 0)
         tfevents_write(l->w->tb, l->t, l->step, &s); /* a failure is counted there, never fails the line */
@@ -252,6 +255,7 @@ static void scalar_field(metrics_line *l, const char *key, const char *val, doub
     } else if (l->n_scalars < METRICS_SCALARS_MAX) {
         l->scalars[l->n_scalars].key_off = (uint16_t)off; /* < METRICS_LINE_MAX */
         l->scalars[l->n_scalars].key_len = (uint16_t)len;
+        l->scalars[l->n_scalars].elem = 0;
         l->scalars[l->n_scalars].v = v;
         l->n_scalars++;
     }
@@ -318,7 +322,17 @@ void metrics_nums(metrics_line *l, const char *key, const double *v, int n)
     }
     arr[len++] = ']';
     arr[len] = 0;
-    field_raw(l, key, arr);
+    size_t off, klen;
+    if (!field_raw_at(l, key, arr, &off, &klen) || !l->w->tb)
+        return;
+    /* each element is a scalar of the TensorBoard event, tagged <key>_1 .. <key>_n */
+    for (int i = 0; i < n && l->n_scalars < METRICS_SCALARS_MAX; i++) {
+        l->scalars[l->n_scalars].key_off = (uint16_t)off;
+        l->scalars[l->n_scalars].key_len = (uint16_t)klen;
+        l->scalars[l->n_scalars].elem = (uint16_t)(i + 1);
+        l->scalars[l->n_scalars].v = v[i];
+        l->n_scalars++;
+    }
 }
 
 void metrics_int(metrics_line *l, const char *key, int64_t v)

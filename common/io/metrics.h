@@ -72,6 +72,7 @@ typedef struct metrics_line {
     uint32_t n_scalars;
     struct {
         uint16_t key_off, key_len; /* the key as written in buf (between its quotes) */
+        uint16_t elem;             /* 0: the field itself; i > 0: element i of an array field (tag key_i) */
         double v;
     } scalars[METRICS_SCALARS_MAX];
 } metrics_line;

@@ -25,6 +25,10 @@
 #      BUDGET (540): seconds the whole script may take; each phase's timeout leaves the
 #      later phases their share of what is left, so a slow phase ends with a message and the
 #      results so far instead of the device call being cut off.
+#      The drafter's objective (docs/drafter_quality.md, "Which objective"): LOSS (decay |
+#      dpace; default: the config's), DPACE_ALPHA, GAMMA; with any of them set the results
+#      are tagged trained_<shape>_<loss>_a<alpha>_g<gamma> and the run dir is its own, so
+#      the same warm machine compares objectives on one target and one set of answers.
 #      Switches for a dry run without a GPU (tests/test_trained_target_smoke.sh):
 #      BACKEND (cuda | cpu: target_generate, pipeline and dflash_eval on the CPU, the target
 #      trained with --device cpu), SHAPE (0.6b | tiny: configs/tiny.json's drafter),
@@ -54,6 +58,11 @@ BUDGET=${BUDGET:-540} TRAIN_ARGS=${TRAIN_ARGS:-} GEN_ARGS=${GEN_ARGS:-}
 res=${RES:-bench/results/eval}
 tag=trained_$SHAPE
 model=$WORK/models/$name data=$WORK/data/$name run=$WORK/runs/$name
+LOSS=${LOSS:-} DPACE_ALPHA=${DPACE_ALPHA:-} GAMMA=${GAMMA:-}
+if [ -n "$LOSS$DPACE_ALPHA$GAMMA" ]; then
+  tag=${tag}_${LOSS:-cfg}_a${DPACE_ALPHA:-cfg}_g${GAMMA:-cfg}
+  run=$run-${LOSS:-cfg}-a${DPACE_ALPHA:-cfg}-g${GAMMA:-cfg}
+fi
 bins="orchestrator target_worker postproc_worker drafter_worker dflash_eval target_generate"
 [ "$BACKEND" = cuda ] && bins="$bins cuda_helper"
 for b in $bins; do
@@ -144,10 +153,17 @@ fi
 
 # 3. the pipeline: a config for this run's paths, backend and epochs
 cfg=$WORK/$name.json
-"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" <<'PY'
+[ -n "$LOSS$DPACE_ALPHA$GAMMA" ] && cfg=$WORK/$tag.json # each objective its own config
+"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" "$LOSS" "$DPACE_ALPHA" "$GAMMA" <<'PY'
 import glob, json, sys
-base, out, backend, epochs, model, run, data = sys.argv[1:]
+base, out, backend, epochs, model, run, data, loss, alpha, gamma = sys.argv[1:]
 c = json.load(open(base))
+if loss:
+    c["drafter"]["loss"] = loss
+if alpha:
+    c["drafter"]["dpace_alpha"] = float(alpha)
+if gamma:
+    c["drafter"]["gamma"] = float(gamma)
 c["run_dir"], c["target"]["model_dir"], c["backend"] = run, model, backend
 c["drafter"]["epochs"] = int(epochs)
 c["data"]["shards"] = sorted(glob.glob(f"{data}/train-[0-9][0-9][0-9].dfs"))

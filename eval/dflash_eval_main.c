@@ -33,7 +33,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: dflash_eval --target DIR --drafter DIR --prompts FILE [options]\n"
-               "  --target DIR         the target model (HF Qwen3/Llama directory)\n"
+               "  --target DIR         the target model (HF Qwen3, Qwen3-MoE or Llama directory)\n"
                "  --drafter DIR        a release-format drafter (config.json + model.safetensors, ours or a\n"
                "                       public DFlashDraftModel one) or one of our checkpoints (root or step dir)\n"
                "  --prompts FILE       chat JSONL (needs DIR/byte_tokenizer.json) or a .dfs token shard;\n"

@@ -37,7 +37,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: target_generate --target DIR --prompts FILE --out PREFIX [options]\n"
-               "  --target DIR          the target model (HF Qwen3/Llama directory)\n"
+               "  --target DIR          the target model (HF Qwen3, Qwen3-MoE or Llama directory)\n"
                "  --prompts FILE        a .dfs shard (each sample up to its first loss-mask-1 token) or chat\n"
                "                        JSONL (byte-tokenizer models only); repeat for several files\n"
                "  --out PREFIX          write PREFIX-000.dfs, PREFIX-001.dfs, ... and PREFIX.json\n"

@@ -206,6 +206,11 @@ t = json.load(open(sys.argv[1])); t["supervision"].update(max_restarts=3, metric
 # keep every checkpoint: a prune (after a commit that lands once the drafter is paused, of a
 # checkpoint written beside training before the pause) would free space behind the filler
 t["drafter"]["keep_checkpoints"] = 0
+# each step followed by 100 ms: the run must still be going when the pause lands on a loaded
+# machine (it once trained all 40 steps first, and the test found no checkpoint to fail)
+for w in t["workers"]:
+    if w["role"] == "drafter":
+        w.setdefault("env", {})["DF_FAULT_STEP_DELAY_MS"] = "100"
 json.dump(t, open(sys.argv[1], "w"))
 PY
   start_orch

@@ -519,18 +519,6 @@ int ring_is_closed(ring *r)
     return r && r->shm && atomic_load_explicit(&r->shm->closed, memory_order_seq_cst) != 0;
 }
 
-const char *ring_state_name(ring_state s)
-{
-    switch (s) {
-    case RING_FREE: return "FREE";
-    case RING_WRITING: return "WRITING";
-    case RING_READY: return "READY";
-    case RING_READING: return "READING";
-    case RING_POISONED: return "POISONED";
-    }
-    return "?";
-}
-
 const char *ring_strerror(int err)
 {
     switch (err) {

@@ -7,7 +7,7 @@
 #   make bench           run every benchmark (tables on stdout, JSON under bench/results/)
 #   make run             set up and run the embedded default (configs/tiny.json, CPU)
 #   make SANITIZE=address|undefined|thread   build with a sanitizer (separate build dir)
-#   make DEPS_PREFIX=.deps/root              use libuv/jansson unpacked by scripts/fetch_deps.sh
+#   make DEPS_PREFIX=.deps/root              use libuv/jansson/libcrypto unpacked by scripts/fetch_deps.sh
 #                                            (static link; for the GPU machine, which has no apt)
 #
 # Conventions (the build finds files by name, so adding a file needs no Makefile edit):
@@ -46,6 +46,9 @@ ifneq ($(DEPS_PREFIX),)
 ifeq ($(wildcard $(DEPS_PREFIX)/usr/include/uv.h),)
 $(error DEPS_PREFIX=$(DEPS_PREFIX) has no usr/include/uv.h: run scripts/fetch_deps.sh first)
 endif
+ifeq ($(wildcard $(DEPS_PREFIX)/usr/include/openssl/evp.h),)
+$(error DEPS_PREFIX=$(DEPS_PREFIX) has no usr/include/openssl/evp.h: run scripts/fetch_deps.sh again (it now fetches libssl-dev))
+endif
 endif
 
 BUILD_ROOT ?= build
@@ -62,10 +65,13 @@ CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=gnu11 $(WARN) -MMD -MP -D_GNU_SOURCE -I. -Icommon -pthread -fno-strict-aliasing
 LDLIBS  := -lm -pthread -lrt
 ifneq ($(DEPS_PREFIX),)
-CFLAGS  += -I$(DEPS_PREFIX)/usr/include
-LDLIBS  += $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/libuv_a.a $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/libjansson.a -ldl
+# Debian keeps OpenSSL's configuration.h under the multiarch include dir. Static libcrypto
+# needs -ldl (its provider loader) and -pthread (already above), and no libssl3 on the host.
+DEPS_LIB := $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
+CFLAGS  += -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
+LDLIBS  += $(DEPS_LIB)/libuv_a.a $(DEPS_LIB)/libjansson.a $(DEPS_LIB)/libcrypto.a -ldl
 else
-LDLIBS  += -luv -ljansson
+LDLIBS  += -luv -ljansson -lcrypto
 endif
 ifneq ($(SANITIZE),)
 # GCC's "undefined" leaves out float-cast-overflow (a double past int converted to int), the

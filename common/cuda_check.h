@@ -14,6 +14,10 @@
  *   CUDA_TRY_RC_GOTO(call, rc, l)               ... set rc and goto l
  *   CUDA_TRY_RC_AT(call, err, errlen, fmt, ...) ... and put "<fmt ...>: " in front of the
  *                                               callee's message (which layer, which step)
+ *   CUDA_LAYER_STEP(call, where, what)          a step of a layer's forward (a call of this
+ *                                               convention writing its cause into kerr):
+ *                                               err = "<where>: layer <l>: <what> failed
+ *                                               (<rc>): <cause>", return -EINVAL or -EIO
  *   df_cuda_errf(err, errlen, rc, fmt, ...)     write a message of one's own, return rc
  *   CU_TRY_GOTO(call, err, errlen, rc, l)   a driver API call (CUresult; include cuda.h first):
  *                                           rc = the errno it maps to (cuda_check_cu_errno:
@@ -110,6 +114,19 @@
             df_cuda_err_prefix((err), (errlen), __VA_ARGS__); \
             return cuda_rc_;                                  \
         }                                                     \
+    } while (0)
+
+/* Uses the caller's err, errlen, l (the layer) and kerr (a char array the step writes its
+ * cause into, cleared first). -EINVAL stays -EINVAL (a shape the kernels do not take:
+ * permanent), anything else is -EIO. */
+#define CUDA_LAYER_STEP(call, where, what)                                                           \
+    do {                                                                                             \
+        kerr[0] = 0;                                                                                 \
+        int r_ = (call);                                                                             \
+        if (r_ < 0) {                                                                                \
+            snprintf(err, errlen, "%s: layer %d: %s failed (%d): %s", (where), l, (what), r_, kerr); \
+            return r_ == -EINVAL ? -EINVAL : -EIO;                                                   \
+        }                                                                                            \
     } while (0)
 
 /* Write the message into err (when err and errlen) and return rc. */

@@ -119,11 +119,6 @@ int ckpt_writer_pending(const ckpt_writer *w)
     return w->running;
 }
 
-int ckpt_writer_ready(ckpt_writer *w)
-{
-    return w->running && atomic_load_explicit(&w->done, memory_order_acquire);
-}
-
 int ckpt_writer_collect(ckpt_writer *w, int wait, void (*hb)(void *), void *hb_arg, ckpt_result *out)
 {
     if (!w->running)

@@ -153,14 +153,14 @@ int main(int argc, char **argv)
         int32_t *tok = batch_tokens(b);
         uint8_t *msk = batch_mask(b);
         for (uint32_t k = 0; k < ns; k++) {
-            const uint32_t *safetensors_tok;
-            const uint8_t *safetensors_mask;
+            const uint32_t *doc_tok;
+            const uint8_t *doc_mask;
             uint32_t len;
-            DF_CHECK_ERR(dataset_sample(ds, sidx[k], &safetensors_tok, &safetensors_mask, &len));
+            DF_CHECK_ERR(dataset_sample(ds, sidx[k], &doc_tok, &doc_mask, &len));
             uint32_t n = (uint32_t)(b->doc_starts[k + 1] - b->doc_starts[k]);
             for (uint32_t i = 0; i < n; i++) {
-                tok[b->doc_starts[k] + i] = (int32_t)safetensors_tok[i];
-                msk[b->doc_starts[k] + i] = safetensors_mask[i];
+                tok[b->doc_starts[k] + i] = (int32_t)doc_tok[i];
+                msk[b->doc_starts[k] + i] = doc_mask[i];
             }
         }
         b->checksum = batch_checksum(b);

@@ -40,7 +40,7 @@ uint64_t batch_checksum(const batch_header *h)
     return df_fnv1a64(batch_mask(m), h->T, c);
 }
 
-int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kind, char *err, unsigned long errlen)
+int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kind, char *err, size_t errlen)
 {
     if (h->magic != BATCH_MAGIC || h->version != BATCH_VERSION) {
         snprintf(err, errlen, "batch: bad magic/version %08x/%u", h->magic, h->version);

@@ -830,7 +830,7 @@ typedef struct write_hash {
     safetensors_wentry *const *order;
     int n;
     df_sha256_pieces *pieces;
-    int rc; /* pieces: 0 or -ENOMEM */
+    int rc; /* 0, -ENOMEM or -EIO */
     uint8_t dig[32];
 } write_hash;
 
@@ -849,13 +849,14 @@ static void *write_hash_main(void *arg)
         return NULL;
     }
     df_sha256 s;
-    df_sha256_init(&s);
+    if ((h->rc = df_sha256_init(&s)) < 0)
+        return NULL;
     df_sha256_update(&s, h->lenb, 8);
     df_sha256_update(&s, h->hdr, h->hlen);
     for (int i = 0; i < h->n; i++)
         if (h->order[i]->nbytes)
             df_sha256_update(&s, h->order[i]->data, (size_t)h->order[i]->nbytes);
-    df_sha256_final(&s, h->dig);
+    h->rc = df_sha256_final(&s, h->dig);
     return NULL;
 }
 
@@ -963,7 +964,7 @@ int safetensors_writer_write_digests(safetensors_writer *w, const char *path, ch
     else if (phashing == 2)
         write_hash_main(&wp);
     phashing = 0;
-    if (pieces && (rc = wp.rc) < 0)
+    if ((sha_hex && (rc = wh.rc) < 0) || (pieces && (rc = wp.rc) < 0))
         goto out;
     if (sha_hex) {
         df_sha256_hex(wh.dig, sha_hex);

@@ -285,12 +285,6 @@ int ctl_checkpoint_requested(ctl_worker *w)
     return 1;
 }
 
-ring *ctl_ring(ctl_worker *w, const char *name)
-{
-    int i = topology_find_ring(&w->topo, name);
-    return i >= 0 && i < w->n_rings && w->rings[i].shm ? &w->rings[i] : NULL;
-}
-
 static ring *ring_at(ctl_worker *w, int i)
 {
     return i >= 0 && i < w->n_rings && w->rings[i].shm ? &w->rings[i] : NULL;

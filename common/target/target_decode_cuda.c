@@ -367,15 +367,7 @@ static int moe_fuse_mask(const target_model_cuda *t, int fz)
 }
 
 /* Run a step; on failure name it, the layer and the cause (the callee's kerr) in err. */
-#define STEP(call, what)                                                                                  \
-    do {                                                                                                  \
-        kerr[0] = 0;                                                                                      \
-        int r_ = (call);                                                                                  \
-        if (r_ < 0) {                                                                                     \
-            snprintf(err, errlen, "decode_extend_cuda: layer %d: %s failed (%d): %s", l, what, r_, kerr); \
-            return r_ == -EINVAL ? -EINVAL : -EIO;                                                        \
-        }                                                                                                 \
-    } while (0)
+#define STEP(call, what) CUDA_LAYER_STEP(call, "decode_extend_cuda", what)
 
 /* Enqueue one extend of k tokens of sequence seq whose ids are in m->tok_h: the rows start
  * at p0 + *base of that sequence (base = m->len_d inside a graph, NULL eagerly). */

@@ -37,7 +37,7 @@
 #include "io/batch_view.h"
 #include "io/metrics.h"
 #include "io/stage.h"
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -50,7 +50,7 @@ static const char usage[] =
     "usage: drafter_worker   (started by the orchestrator, not by hand)\n"
     "The DFlash pipeline's training stage: PD batches -> forward/backward -> AdamW ->\n"
     "checkpoints (run_dir/checkpoints) -> release export (run_dir/drafter).\n"
-    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
+    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/proc/ctl.h).\n";
 
 /* A control all-reduce waits for the slowest rank, which may itself be waiting for its
  * batch (a target restarting). A dead or hung peer is noticed by the orchestrator, which

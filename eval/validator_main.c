@@ -69,7 +69,7 @@
 #include "io/hfconfig.h"
 #include "io/shard.h"
 #include "io/tfevents.h"
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "json_num.h"
 #include "target/target_model.h"
 #include "util.h"

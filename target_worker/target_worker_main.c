@@ -3,7 +3,7 @@
  * the captured features straight into a slot of its output ring (batch.h layout), then
  * publishes the slot. It waits only for a free slot (back-pressure) and measures that wait.
  *
- * Started by the orchestrator (environment and fd 3 as in common/ipc/ctl.h). Exit codes:
+ * Started by the orchestrator (environment and fd 3 as in common/proc/ctl.h). Exit codes:
  * 0 = no batch left to claim (or told to stop claiming), 100 = bad model or data (do not
  * restart), 1 = anything else.
  *
@@ -14,7 +14,7 @@
 #include "io/batch.h"
 #include "io/shard.h"
 #include "io/stage.h"
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "target_worker/target_backend.h"
 #include "target/target_model.h"
 #include "util.h"
@@ -22,7 +22,7 @@
 static const char usage[] = "usage: target_worker   (started by the orchestrator, not by hand)\n"
                             "The frozen target's stage of the DFlash pipeline: ledger batch -> target forward ->\n"
                             "captured layers in a ring slot. Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID,\n"
-                            "DF_INCARNATION, DF_RUN_DIR (see common/ipc/ctl.h). Exit 0 done, 100 bad model/data.\n";
+                            "DF_INCARNATION, DF_RUN_DIR (see common/proc/ctl.h). Exit 0 done, 100 bad model/data.\n";
 
 /* The target refused batch b for a token id outside its vocabulary: name the first such id,
  * where it is in the batch, and the shard and sample it came from. The orchestrator checks

@@ -1,5 +1,5 @@
 /* ctl.c: worker side of the control protocol (the protocol itself is described in ctl.h). */
-#include "ipc/ctl.h"
+#include "proc/ctl.h"
 
 #include <jansson.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-/* test_cuda_check: the parts of common/cuda_check.h that need no GPU: df_cuda_errf,
+/* test_cuda_check: the parts of common/cuda_check.h that need no GPU: df_err (util.h, which it uses),
  * df_cuda_err_prefix (what CUDA_TRY_RC_AT puts in front of a callee's message, cut to
  * the caller's buffer), CUDA_LAYER_STEP (the decode and drafter forwards' steps) and the
  * rc-propagating macros, on buffers with guard bytes after
@@ -13,7 +13,7 @@
 
 static int fails_with(int rc, char *err, size_t errlen, const char *msg)
 {
-    return rc < 0 ? df_cuda_errf(err, errlen, rc, "%s", msg) : 0;
+    return rc < 0 ? df_err(err, errlen, rc, "%s", msg) : 0;
 }
 
 /* a callee of the convention, and a caller that names its step */
@@ -63,12 +63,12 @@ int main(void)
 {
     char buf[64 + 16];
 
-    /* df_cuda_errf: writes and returns rc; NULL or 0-sized err is fine */
+    /* df_err: writes and returns rc; NULL or 0-sized err is fine */
     memset(buf, GUARD, sizeof buf);
-    T_ASSERT(df_cuda_errf(buf, 64, -EIO, "a %d b", 5) == -EIO);
+    T_ASSERT(df_err(buf, 64, -EIO, "a %d b", 5) == -EIO);
     T_ASSERT_STREQ(buf, "a 5 b");
-    T_ASSERT(df_cuda_errf(NULL, 64, -EINVAL, "x") == -EINVAL);
-    T_ASSERT(df_cuda_errf(buf, 0, -ENOMEM, "x") == -ENOMEM);
+    T_ASSERT(df_err(NULL, 64, -EINVAL, "x") == -EINVAL);
+    T_ASSERT(df_err(buf, 0, -ENOMEM, "x") == -ENOMEM);
 
     /* the step's name goes in front of the callee's message */
     memset(buf, GUARD, sizeof buf);

@@ -71,8 +71,7 @@ int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen)
     else if (!strcmp(e, "fused-rc"))
         s = DFLASH_ATTN_FUSED_RC;
     else
-        return df_cuda_errf(err, errlen, -EINVAL, "DFLASH_ATTN='%.40s': expected fused, gemm, fused-fwd or fused-rc",
-                            e);
+        return df_err(err, errlen, -EINVAL, "DFLASH_ATTN='%.40s': expected fused, gemm, fused-fwd or fused-rc", e);
     if (s != DFLASH_ATTN_GEMM && head_dim > FA_MAX_HD)
         s = DFLASH_ATTN_GEMM;
     return s;
@@ -1251,11 +1250,11 @@ static int check_call(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *a, 
     if (!ws || !a || a->S < 1 || a->S > ws->max_S || a->N < 1 || a->N > ws->max_N || a->B != ws->B || a->H != ws->H ||
         a->KV != ws->KV || a->hd != ws->hd || a->hd % 8 || a->H % a->KV || !a->hi || !a->lo || !a->keep ||
         (uses_gemm(ws->scheme) && !ws->gemm) || !ws->base)
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "%s: bad call (S=%d max %d, N=%d max %d, B=%d, H=%d, KV=%d, hd=%d vs the workspace's, "
-                            "NULL mask arrays or workspace)",
-                            who, a ? a->S : 0, ws ? ws->max_S : 0, a ? a->N : 0, ws ? ws->max_N : 0, a ? a->B : 0,
-                            a ? a->H : 0, a ? a->KV : 0, a ? a->hd : 0);
+        return df_err(err, errlen, -EINVAL,
+                      "%s: bad call (S=%d max %d, N=%d max %d, B=%d, H=%d, KV=%d, hd=%d vs the workspace's, "
+                      "NULL mask arrays or workspace)",
+                      who, a ? a->S : 0, ws ? ws->max_S : 0, a ? a->N : 0, ws ? ws->max_N : 0, a ? a->B : 0,
+                      a ? a->H : 0, a ? a->KV : 0, a ? a->hd : 0);
     return 0;
 }
 
@@ -1278,8 +1277,7 @@ int dflash_attn_fwd_cuda(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *
         return fa_fwd_launch<64>(A, a->KV, Qh, Kh, Vh, att, lse, st, err, errlen);
     if (a->hd <= 128)
         return fa_fwd_launch<128>(A, a->KV, Qh, Kh, Vh, att, lse, st, err, errlen);
-    return df_cuda_errf(err, errlen, -EINVAL, "dflash_attn_fwd_cuda: fused scheme with head_dim %d > %d", a->hd,
-                        FA_MAX_HD);
+    return df_err(err, errlen, -EINVAL, "dflash_attn_fwd_cuda: fused scheme with head_dim %d > %d", a->hd, FA_MAX_HD);
 }
 
 int dflash_attn_bwd_cuda(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *a, const nn_bf16_cuda *Qh_,
@@ -1304,6 +1302,5 @@ int dflash_attn_bwd_cuda(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *
         return fa_bwd_launch<64>(A, a->KV, w, Qh, Kh, Vh, datt, lse, dQh, dKh, dVh, st, err, errlen);
     if (a->hd <= 128)
         return fa_bwd_launch<128>(A, a->KV, w, Qh, Kh, Vh, datt, lse, dQh, dKh, dVh, st, err, errlen);
-    return df_cuda_errf(err, errlen, -EINVAL, "dflash_attn_bwd_cuda: fused scheme with head_dim %d > %d", a->hd,
-                        FA_MAX_HD);
+    return df_err(err, errlen, -EINVAL, "dflash_attn_bwd_cuda: fused scheme with head_dim %d > %d", a->hd, FA_MAX_HD);
 }

@@ -59,10 +59,8 @@ static int parse_fault(trainer *tr, char *err, size_t errlen)
     int used = 0;
     if (!((sscanf(v, "%ld%n", &s, &used) == 1 && v[used] == 0) ||
           (sscanf(v, "%ld:%ld%n", &s, &n, &used) == 2 && v[used] == 0 && n > 0)) ||
-        s < 1) {
-        snprintf(err, errlen, "DF_FAULT_NONFINITE=%s: expected STEP or STEP:COUNT (integers >= 1)", v);
-        return -EINVAL;
-    }
+        s < 1)
+        return df_err(err, errlen, -EINVAL, "DF_FAULT_NONFINITE=%s: expected STEP or STEP:COUNT (integers >= 1)", v);
     tr->fault_nf_from = s;
     tr->fault_nf_count = n;
     if (n > 0)
@@ -97,10 +95,8 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     build_config(&tr->cfg, t, &hc);
     hfconfig_free(&hc);
     char e2[512];
-    if ((rc = dflash_config_validate(&tr->cfg, e2, sizeof e2)) < 0) {
-        snprintf(err, errlen, "%s: drafter: %s", t->source_path, e2);
-        return rc;
-    }
+    if ((rc = dflash_config_validate(&tr->cfg, e2, sizeof e2)) < 0)
+        return df_err(err, errlen, rc, "%s: drafter: %s", t->source_path, e2);
     adamw_config oc;
     adamw_config_default(&oc, total_steps);
     oc.lr = t->drafter.lr;
@@ -165,18 +161,14 @@ static int cpu_open(trainer *tr, const topo *t, long total_steps, int resumed, c
     (void)total_steps, (void)resumed;
     if ((rc = target_load_embeddings(&tr->emb, t->target_model_dir, 0, err, errlen)) < 0)
         return rc;
-    if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden) {
-        snprintf(err, errlen, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
-                 t->target_model_dir, tr->emb.vocab, tr->emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
-        return -EINVAL;
-    }
+    if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden)
+        return df_err(err, errlen, -EINVAL, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
+                      t->target_model_dir, tr->emb.vocab, tr->emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
     tr->fz.embed = tr->emb.embed;
     tr->fz.lm_head = tr->emb.lm_head;
     if ((rc = buckets_plan_make(&tr->buckets, &tr->cfg,
-                                (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) < 0) {
-        snprintf(err, errlen, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
-        return rc;
-    }
+                                (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) < 0)
+        return df_err(err, errlen, rc, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
     return dflash_params_alloc(&tr->g, &tr->cfg);
 }
 
@@ -245,12 +237,10 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce
                  void *hb_arg, dflash_stats *out, adamw_info *info, char *err, size_t errlen)
 {
     const dflash_config *c = &tr->cfg;
-    if ((int)h->n_capture != c->n_capture || (int)h->d != c->hidden || (int)h->block_size != c->block_size) {
-        snprintf(err, errlen, "batch %llu: features %ux%u block %u do not match the drafter (%dx%d, block %d)",
-                 (unsigned long long)h->batch_id, h->n_capture, h->d, h->block_size, c->n_capture, c->hidden,
-                 c->block_size);
-        return -EINVAL;
-    }
+    if ((int)h->n_capture != c->n_capture || (int)h->d != c->hidden || (int)h->block_size != c->block_size)
+        return df_err(
+            err, errlen, -EINVAL, "batch %llu: features %ux%u block %u do not match the drafter (%dx%d, block %d)",
+            (unsigned long long)h->batch_id, h->n_capture, h->d, h->block_size, c->n_capture, c->hidden, c->block_size);
     memset(out, 0, sizeof *out);
     int rc = tr->ops->step(tr, h, slot, ar, hb, hb_arg, out, info, err, errlen);
     if (rc == 0)
@@ -271,10 +261,9 @@ static int cpu_step(trainer *tr, const batch_header *h, const void *slot, allred
 {
     const dflash_config *c = &tr->cfg;
     int rc;
-    if (h->feat_dtype != BATCH_FEAT_F32) {
-        snprintf(err, errlen, "batch %llu: bf16 features, the cpu drafter takes fp32", (unsigned long long)h->batch_id);
-        return -EINVAL;
-    }
+    if (h->feat_dtype != BATCH_FEAT_F32)
+        return df_err(err, errlen, -EINVAL, "batch %llu: bf16 features, the cpu drafter takes fp32",
+                      (unsigned long long)h->batch_id);
     batch_header *b = (batch_header *)slot; /* cpu: h == slot */
     dflash_batch seq[BATCH_MAX_DOCS];
     int nd = (int)b->n_docs;
@@ -328,8 +317,7 @@ static int cpu_step(trainer *tr, const batch_header *h, const void *slot, allred
         info->clip_scale = 1.0;
         info->skipped = 1;
     } else if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
-        snprintf(err, errlen, "AdamW: %s", strerror(-rc));
-        return rc;
+        return df_err(err, errlen, rc, "AdamW: %s", strerror(-rc));
     }
     return 0;
 }
@@ -343,10 +331,8 @@ static int cpu_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, cha
     int rc = reduce_grads(tr, &gs, ar, err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
-        snprintf(err, errlen, "AdamW: %s", strerror(-rc));
-        return rc;
-    }
+    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0)
+        return df_err(err, errlen, rc, "AdamW: %s", strerror(-rc));
     return 0;
 }
 
@@ -371,10 +357,10 @@ int trainer_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
 int trainer_save_start(trainer *tr, ckpt_writer *w, const char *root, char *err, size_t errlen)
 {
     int rc;
-    if (ckpt_writer_pending(w)) {
-        snprintf(err, errlen, "a checkpoint is still being written (collect it first)");
-        return -EBUSY; /* before trainer_to_host: it would overwrite the borrowed copies */
-    }
+    if (ckpt_writer_pending(w))
+        return df_err(
+            err, errlen, -EBUSY,
+            "a checkpoint is still being written (collect it first)"); /* before trainer_to_host: it would overwrite the borrowed copies */
     if ((rc = trainer_to_host(tr, 1, err, errlen)) < 0)
         return rc;
     tr->ts.ledger_committed_step = tr->ts.step;
@@ -462,16 +448,12 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
     char *txt = j && !bad ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     json_decref(acc);
-    if (!txt) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -ENOMEM;
-    }
+    if (!txt)
+        return df_err(err, errlen, -ENOMEM, "%s: out of memory", path);
     int rc = df_write_file_atomic(path, txt, strlen(txt));
     free(txt);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
     df_log("summary: %ld steps, loss %.4f -> %.4f, expected tau %.2f (block %d)%s", tr->ts.step, start_loss, end.loss,
            dflash_stats_tau(&end, B), B, tr->nonfinite_steps ? ", with non-finite steps (nonfinite_steps)" : "");
     return 0;

@@ -36,6 +36,7 @@
 #include "io/batch.h"
 #include "io/batch_view.h"
 #include "io/metrics.h"
+#include "io/metrics_keys.h"
 #include "io/stage.h"
 #include "proc/worker.h"
 #include "util.h"
@@ -392,14 +393,15 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_begin(&ml, &d->wk->mw, "step");
     metrics_int(&ml, "step", tr->ts.step);
     metrics_u64(&ml, "batch", bid);
-    metrics_num(&ml, "loss", s.loss);
+    /* loss and lr: figures the orchestrator shows, named in io/metrics_keys.h */
+    metrics_num(&ml, metrics_keys[METRICS_KEY_LOSS].key, s.loss);
     for (int k = 1; k < tr->cfg.block_size; k++) { /* accuracy at each block position: acc1 .. acc<B-1> */
         char key[16];
         snprintf(key, sizeof key, "acc%d", k);
         metrics_num(&ml, key, dflash_stats_acc(&s, k));
     }
     metrics_num(&ml, "tau", dflash_stats_tau(&s, tr->cfg.block_size));
-    metrics_num(&ml, "lr", info.lr);
+    metrics_num(&ml, metrics_keys[METRICS_KEY_LR].key, info.lr);
     metrics_num(&ml, "grad_norm", info.grad_norm);
     metrics_num(&ml, "step_s", step_s);
     metrics_num(&ml, "tok_s", step_s > 0 ? T / step_s : 0.0); /* this rank's tokens over its step time */

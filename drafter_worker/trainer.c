@@ -44,7 +44,8 @@ static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
     c->max_position_embeddings = hc->max_position_embeddings ? hc->max_position_embeddings : 4096;
     c->rms_norm_eps = hc->rms_norm_eps;
     c->rope_theta = hc->rope_theta;
-    c->gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(c->block_size);
+    c->rope_scaling = (nn_rope_scaling){0}; /* none, whatever the target's (dflash_config.h) */
+    c->gamma = t->drafter.gamma;            /* the topology reader's: > 0, default 7 */
     set_objective(c, t);
 }
 
@@ -120,7 +121,7 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         if (t->drafter.init_dir) {
             if ((rc = dflash_load_release(t->drafter.init_dir, &tr->cfg, &tr->p, err, errlen)) < 0)
                 return rc;
-            tr->cfg.gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(tr->cfg.block_size);
+            tr->cfg.gamma = t->drafter.gamma; /* the topology's, over the release's */
             set_objective(&tr->cfg, t);
         } else {
             if ((rc = dflash_params_alloc(&tr->p, &tr->cfg)) < 0)

@@ -266,6 +266,7 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
         return rc;
     c->rms_norm_eps = eps;
     c->rope_theta = theta;
+    c->rope_scaling = (nn_rope_scaling){0}; /* none: see dflash_config.h */
     c->gamma = gamma > 0 ? gamma : dflash_default_gamma(c->block_size);
     json_t *lv = json_object_get(o, "dflash_loss");
     if (lv && !json_is_null(lv)) {

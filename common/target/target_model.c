@@ -394,8 +394,7 @@ int target_load(target_model *m, const char *dir, const int *capture_layers, int
     for (int l = 0; l < m->n_layers; l++)
         if ((rc = load_layer(m, l, err, errlen)) < 0)
             goto fail;
-    nn_rope_inv_freq(m->inv_freq, c->head_dim, c->rope_theta,
-                     strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
+    nn_rope_inv_freq(m->inv_freq, c->head_dim, c->rope_theta, &c->rope_scaling);
     if (m->expert_layout) /* which checkpoint layout was read, once per load */
         df_log("%s: mixture of experts: %d of %d layers routed (%d experts, top %d%s), weights in the %s layout", dir,
                c->n_moe_layers, c->num_hidden_layers, c->num_experts, c->num_experts_per_tok,

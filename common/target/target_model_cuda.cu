@@ -195,7 +195,7 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
             CUDA_ALLOC_TRY_GOTO(cudaMemset(m->moe.stat, 0, 2 * sizeof(long long)), err, errlen, rc, fail);
     }
     /* the same frequencies as the CPU path (llama3 scaling included) */
-    nn_rope_inv_freq(inv, m->hd, c->rope_theta, strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
+    nn_rope_inv_freq(inv, m->hd, c->rope_theta, &c->rope_scaling);
     CUDA_ALLOC_TRY_GOTO(cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(m->hd / 2), cudaMemcpyHostToDevice), err,
                         errlen, rc, fail);
     free(inv);

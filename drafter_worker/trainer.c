@@ -49,6 +49,50 @@ static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
     set_objective(c, t);
 }
 
+/* drafter.init_dir's config.json (path) against the drafter the topology and the target
+ * make (want): the fields the orchestrator checks at start (setup.c, check_init_dir), read
+ * again here since the release may have changed since then (a restart before the first
+ * checkpoint reads it again). A release of another shape was taken silently before: its
+ * block size, depth, mask token replaced the topology's. -EINVAL naming the field. */
+static int check_release_shape(const dflash_config *want, const dflash_config *rel, const char *path, char *err,
+                               size_t errlen)
+{
+    const struct {
+        const char *key, *topo_field;
+        int got, want;
+    } f[] = {
+        {"num_hidden_layers", "drafter.num_layers", rel->n_layers, want->n_layers},
+        {"block_size", "drafter.block_size", rel->block_size, want->block_size},
+        {"dflash_config.mask_token_id", "drafter.mask_token_id", rel->mask_token_id, want->mask_token_id},
+        {"hidden_size", "the target's hidden_size", rel->hidden, want->hidden},
+        {"vocab_size", "the target's vocab_size", rel->vocab, want->vocab},
+        {"num_target_layers", "the target's num_hidden_layers", rel->num_target_layers, want->num_target_layers},
+    };
+    for (size_t i = 0; i < DF_ARRAY_LEN(f); i++)
+        if (f[i].got != f[i].want)
+            return df_err(err, errlen, -EINVAL,
+                          "drafter.init_dir: %s: %s is %d, but %s is %d: the release does not fit the topology; "
+                          "make them match (or use another init_dir)",
+                          path, f[i].key, f[i].got, f[i].topo_field, f[i].want);
+    int same = rel->n_capture == want->n_capture;
+    for (int i = 0; same && i < want->n_capture; i++)
+        same = rel->target_layer_ids[i] == want->target_layer_ids[i];
+    if (!same) {
+        char a[400] = "", b[400] = "";
+        for (int i = 0, na = 0, nb = 0; i < DFLASH_MAX_CAPTURE; i++) {
+            if (i < rel->n_capture && na < (int)sizeof a)
+                na += snprintf(a + na, sizeof a - (size_t)na, "%s%d", i ? "," : "", rel->target_layer_ids[i]);
+            if (i < want->n_capture && nb < (int)sizeof b)
+                nb += snprintf(b + nb, sizeof b - (size_t)nb, "%s%d", i ? "," : "", want->target_layer_ids[i]);
+        }
+        return df_err(err, errlen, -EINVAL,
+                      "drafter.init_dir: %s: dflash_config.target_layer_ids is [%s], but target.capture_layers is "
+                      "[%s]: the drafter was trained on the features of its layers; make them match",
+                      path, a, b);
+    }
+    return 0;
+}
+
 /* DF_FAULT_NONFINITE="S[:N]" (trainer.h). A malformed value is an error: a test that meant
  * to inject a fault must not pass silently without one. */
 static int parse_fault(trainer *tr, char *err, size_t errlen)
@@ -119,6 +163,11 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         tr->opt.cfg.total_steps = total_steps;
     } else {
         if (t->drafter.init_dir) {
+            dflash_config rel;
+            snprintf(path, sizeof path, "%s/config.json", t->drafter.init_dir);
+            if ((rc = dflash_config_read_release(&rel, path, err, errlen)) < 0 ||
+                (rc = check_release_shape(&tr->cfg, &rel, path, err, errlen)) < 0)
+                return rc;
             if ((rc = dflash_load_release(t->drafter.init_dir, &tr->cfg, &tr->p, err, errlen)) < 0)
                 return rc;
             tr->cfg.gamma = t->drafter.gamma; /* the topology's, over the release's */

@@ -7,13 +7,12 @@
 #   make bench           run every benchmark (tables on stdout, JSON under bench/results/)
 #   make run             set up and run the embedded default (configs/tiny.json, CPU)
 #   make SANITIZE=address|undefined|thread   build with a sanitizer (separate build dir)
-#   make DEPS_PREFIX=.deps/root              use libuv/jansson unpacked by scripts/fetch_deps.sh
+#   make DEPS_PREFIX=.deps/root              use libuv/jansson/libcrypto unpacked by scripts/fetch_deps.sh
 #                                            (static link; for the GPU machine, which has no apt)
 #
 # Conventions (the build finds files by name, so adding a file needs no Makefile edit):
-#   common/**.c                  -> build/libcommon.a   (but common/target/, common/dflash/)
-#   common/target/*.c            -> build/libtarget.a   (the target model: forward, KV decode)
-#   common/dflash/*.c            -> build/libdflash.a   (the DFlash model: fwd/bwd, loss, AdamW, ckpt)
+#   common/*.c                   -> build/libbase.a     (util, sha256, rng_fill, par, json_num)
+#   common/<layer>/*.c           -> build/lib<layer>.a  (layer: ipc, nn, io, proc, target, dflash)
 #   <room>/*.c                   -> build/lib<room>.a, except *_main.c  (room: eval,
 #                                   orchestrator, target_worker, postproc_worker, drafter_worker)
 #   <room>/<name>_main.c         -> build/bin/<name>, linked with only the layers <room> may use
@@ -46,6 +45,9 @@ ifneq ($(DEPS_PREFIX),)
 ifeq ($(wildcard $(DEPS_PREFIX)/usr/include/uv.h),)
 $(error DEPS_PREFIX=$(DEPS_PREFIX) has no usr/include/uv.h: run scripts/fetch_deps.sh first)
 endif
+ifeq ($(wildcard $(DEPS_PREFIX)/usr/include/openssl/evp.h),)
+$(error DEPS_PREFIX=$(DEPS_PREFIX) has no usr/include/openssl/evp.h: run scripts/fetch_deps.sh again (it now fetches libssl-dev))
+endif
 endif
 
 BUILD_ROOT ?= build
@@ -62,10 +64,13 @@ CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=gnu11 $(WARN) -MMD -MP -D_GNU_SOURCE -I. -Icommon -pthread -fno-strict-aliasing
 LDLIBS  := -lm -pthread -lrt
 ifneq ($(DEPS_PREFIX),)
-CFLAGS  += -I$(DEPS_PREFIX)/usr/include
-LDLIBS  += $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/libuv_a.a $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu/libjansson.a -ldl
+# Debian keeps OpenSSL's configuration.h under the multiarch include dir. Static libcrypto
+# needs -ldl (its provider loader) and -pthread (already above), and no libssl3 on the host.
+DEPS_LIB := $(DEPS_PREFIX)/usr/lib/x86_64-linux-gnu
+CFLAGS  += -I$(DEPS_PREFIX)/usr/include -I$(DEPS_PREFIX)/usr/include/x86_64-linux-gnu
+LDLIBS  += $(DEPS_LIB)/libuv_a.a $(DEPS_LIB)/libjansson.a $(DEPS_LIB)/libcrypto.a -ldl
 else
-LDLIBS  += -luv -ljansson
+LDLIBS  += -luv -ljansson -lcrypto
 endif
 ifneq ($(SANITIZE),)
 # GCC's "undefined" leaves out float-cast-overflow (a double past int converted to int), the
@@ -91,33 +96,47 @@ endif
 # nothing else. Programs link exactly those libraries in that order, without
 # --start-group: a call upward or sideways is an undefined symbol at link time, and
 # tests/test_layering.sh refuses an #include across the same lines (`make print-layers`).
-#   common          common/ minus the two model libraries: util, ipc/, io/, nn/
+# A _USES line names every layer below that the room reaches, directly or through another
+# (io uses ipc, so whatever uses io lists ipc too), highest first: it is the link order
+# (the test checks both).
+#   base            common/*.c: util, sha256, rng_fill, par, json_num; ckmath.h, cuda_check.h
+#   ipc             common/ipc/: shared memory, rings, handoffs, ledger, status, all-reduce
+#   nn              common/nn/: the layer library (CPU and CUDA kernels)
+#   io              common/io/: files and formats (topology, safetensors, HF config, shards,
+#                   metrics); a batch in a slot (an arena of ipc), a stage's figures (a ring's)
+#   proc            common/proc/: the process skeleton: ctl (a worker's side of the
+#                   orchestrator protocol) and worker (start, rings, metrics, waits, close)
 #   target, dflash  common/target/ (the target model), common/dflash/ (the DFlash model)
 #   eval            eval/: evaluation and generation (dflash_eval, validator, target_generate, dflash_logits)
 #   the processes   orchestrator/ target_worker/ postproc_worker/ drafter_worker/
 ROLES   := orchestrator target_worker postproc_worker drafter_worker
-ROOMS   := common target dflash eval $(ROLES)
-common_DIR := common
-target_DIR := common/target
-dflash_DIR := common/dflash
+# the layers under common/, each in its own folder (common/ itself is base)
+COMMON_LAYERS := ipc nn io proc target dflash
+ROOMS   := base $(COMMON_LAYERS) eval $(ROLES)
+base_DIR := common
+$(foreach r,$(COMMON_LAYERS),$(eval $(r)_DIR := common/$(r)))
 $(foreach r,eval $(ROLES),$(eval $(r)_DIR := $(r)))
-common_USES          :=
-target_USES          := common
-dflash_USES          := common
-eval_USES            := dflash target common
-orchestrator_USES    := common
-target_worker_USES   := target common
-postproc_worker_USES := dflash common
-drafter_worker_USES  := dflash target common
+base_USES            :=
+ipc_USES             := base
+nn_USES              := base
+io_USES              := nn ipc base
+proc_USES            := io nn ipc base
+target_USES          := io nn ipc base
+dflash_USES          := io nn ipc base
+eval_USES            := dflash target proc io nn ipc base
+orchestrator_USES    := io nn ipc base
+target_worker_USES   := target proc io nn ipc base
+postproc_worker_USES := dflash proc io nn ipc base
+drafter_worker_USES  := dflash target proc io nn ipc base
 
 ifeq ($(CUDA),1)
   src_filter = $(filter-out %_nocuda.c,$(1))
 else
   src_filter = $(filter-out %_cuda.c,$(1))
 endif
-# common/ is searched recursively, but common/target and common/dflash are rooms of their own
-common_FIND := find common -path common/target -prune -o -path common/dflash -prune -o
-room_find    = $(shell $(if $(filter common,$(1)),$(common_FIND),find $($(1)_DIR) -maxdepth 1) -name '$(2)' -print 2>/dev/null | sort)
+# common/ (base) is searched recursively, but its layer folders are rooms of their own
+base_FIND := find common $(foreach r,$(COMMON_LAYERS),-path common/$(r) -prune -o)
+room_find  = $(shell $(if $(filter base,$(1)),$(base_FIND),find $($(1)_DIR) -maxdepth 1) -name '$(2)' -print 2>/dev/null | sort)
 
 define room_template
 $(1)_ALL  := $$(call src_filter,$$(call room_find,$(1),*.c))
@@ -140,11 +159,11 @@ $(foreach r,$(ROOMS),$(eval $(r)_LINK := $($(r)_LIB) $(foreach u,$($(r)_USES),$(
 # a GPU driver (libcuda.so.1) and a GPU fault cannot take them down. The orchestrator hands
 # every GPU job to cuda_helper (a separate process, which links CUDA), and dfctl only talks
 # to its socket. In a CUDA=1 build they link the "not built with CUDA" side of common/'s
-# seams (common/**/*_nocuda.c, compiled for them under $(BUILD)/host/) ahead of libcommon.a,
+# seams (common/**/*_nocuda.c, compiled for them under $(BUILD)/host/) ahead of the libraries,
 # so the CUDA side in the archive is never pulled in; an object that still wanted a CUDA
 # symbol would fail their link (no CUDA library on it). tests/test_host_only.sh checks with ldd.
 HOST_ONLY_BINS := orchestrator dfctl
-HOST_SEAM_O    := $(if $(filter 1,$(CUDA)),$(patsubst %.c,$(BUILD)/host/%.o,$(call room_find,common,*_nocuda.c)))
+HOST_SEAM_O    := $(if $(filter 1,$(CUDA)),$(patsubst %.c,$(BUILD)/host/%.o,$(foreach r,base $(COMMON_LAYERS),$(call room_find,$(r),*_nocuda.c))))
 prog_seams      = $(if $(filter $(1),$(HOST_ONLY_BINS)),$(HOST_SEAM_O))
 prog_ldlibs     = $(LDLIBS) $(if $(filter $(1),$(HOST_ONLY_BINS)),,$(CUDA_LDLIBS))
 
@@ -164,7 +183,7 @@ $(foreach r,$(ROOMS),$(eval $(call lib_rule,$(r))))
 $(foreach b,$(HOST_ONLY_BINS),$(BUILD)/bin/$(b)): $(HOST_SEAM_O)
 
 # Tests, benchmarks and test programs may use every layer: highest first.
-ALL_LIBS  := $(foreach r,$(ROLES) eval dflash target common,$($(r)_LIB))
+ALL_LIBS  := $(foreach r,$(ROLES) eval dflash target proc io nn ipc base,$($(r)_LIB))
 LINK_LIBS := $(ALL_LIBS)
 NV_LINK_LIBS := $(ALL_LIBS)
 
@@ -196,7 +215,7 @@ BENCHES   := $(addprefix $(BUILD)/bench/,$(basename $(notdir $(BENCH_C) $(BENCH_
 all: print-config $(BINS) $(TESTS) $(GPU_TESTS) $(BENCHES)
 
 help:
-	@sed -n '1,29p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,26p' Makefile | sed 's/^# \{0,1\}//'
 
 print-config:
 	@echo "config: CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) SANITIZE=$(or $(SANITIZE),none) DEPS_PREFIX=$(or $(DEPS_PREFIX),system) BUILD=$(BUILD)"

@@ -1,4 +1,5 @@
-/* util.c: logging, whole-file I/O with crash-safe writes, the deterministic PRNG. */
+/* util.c: logging, error messages, whole-file I/O with crash-safe writes, the deterministic
+ * PRNG. */
 #include "util.h"
 
 #include <fcntl.h>
@@ -49,6 +50,30 @@ static void vlog(const char *fmt, va_list ap)
     (void)df_write_all(2, line, len); /* one write: lines from several processes don't mix */
     if (g_log_after)
         g_log_after();
+}
+
+int df_verr(char *err, size_t errlen, int rc, const char *prefix, const char *fmt, va_list ap)
+{
+    if (!err || !errlen)
+        return rc;
+    size_t n = 0;
+    if (prefix) {
+        int k = snprintf(err, errlen, "%s: ", prefix);
+        if (k < 0 || (size_t)k >= errlen)
+            return rc; /* the prefix alone fills err (cut) */
+        n = (size_t)k;
+    }
+    vsnprintf(err + n, errlen - n, fmt, ap);
+    return rc;
+}
+
+int df_err(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    df_verr(err, errlen, rc, NULL, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 void df_log(const char *fmt, ...)

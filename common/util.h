@@ -1,6 +1,8 @@
-/* util.h: the few things every file needs: exit codes, time, logging, CHECK macros.
+/* util.h: the few things every file needs: exit codes, time, logging, error messages, CHECK
+ * macros.
  *
- * Library code (common/, orchestrator/) returns 0 or -errno and never exits.
+ * Library code (common/, orchestrator/) returns 0 or -errno and never exits; on failure it
+ * writes one line into the caller's `char *err, size_t errlen` (df_err).
  * Workers stop at the first error with DF_CHECK / DF_CHECK_ERR, which print file:line,
  * the failing expression and the error, then exit with a code the supervisor reads:
  *   DF_EXIT_OK 0        done
@@ -13,11 +15,16 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#ifdef __cplusplus /* the CUDA sources (.cu, C++) call it too */
+extern "C" {
+#endif
 
 struct stat;
 
@@ -57,6 +64,16 @@ size_t df_log_stamp(char *out, size_t cap);
  * line): df_log calls before() ahead of each line it writes (clear that line) and after()
  * once it is written (draw it again). NULL, NULL: none. Set from the thread that logs. */
 void df_log_set_hook(void (*before)(void), void (*after)(void));
+/* The library's error convention in one call: format the message into err (when err is not
+ * NULL and errlen > 0; cut to fit) and return rc, so that a failing branch is one line:
+ *     return df_err(err, errlen, -EINVAL, "%s: field \"step\": expected an integer", path);
+ * df_verr is its va_list form for the helpers that put a fixed prefix in front of every
+ * message they write ("<prefix>: <message>"; prefix NULL: none), e.g. a parser naming its
+ * file. */
+int df_err(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int df_verr(char *err, size_t errlen, int rc, const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+
 /* Log and exit(code). */
 void df_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
@@ -147,4 +164,7 @@ uint64_t df_hash64(uint64_t x); /* splitmix64 finaliser: a good 64-bit mix */
 /* FNV-1a 64 over bytes: payload checksums in tests and shard headers. */
 uint64_t df_fnv1a64(const void *data, size_t len, uint64_t seed);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -61,31 +61,23 @@ static int reserve(ckpt_writer *w, size_t n, int with_opt)
 int ckpt_writer_start(ckpt_writer *w, const char *root, const dflash_config *c, const dflash_params *p,
                       const adamw *opt, const dflash_train_state *ts, int copy, char *err, size_t errlen)
 {
-    if (w->running) {
-        snprintf(err, errlen, "checkpoint of step %ld still pending (collect it first)", w->ts.step);
-        return -EBUSY;
-    }
-    if (strlen(root) >= sizeof w->root) {
-        snprintf(err, errlen, "%s: checkpoint root path too long", root);
-        return -ENAMETOOLONG;
-    }
+    if (w->running)
+        return df_err(err, errlen, -EBUSY, "checkpoint of step %ld still pending (collect it first)", w->ts.step);
+    if (strlen(root) >= sizeof w->root)
+        return df_err(err, errlen, -ENAMETOOLONG, "%s: checkpoint root path too long", root);
     memset(&w->res, 0, sizeof w->res);
     w->res.step = ts->step;
     snprintf(w->root, sizeof w->root, "%s", root);
     w->cfg = *c;
     w->ts = *ts;
     w->has_opt = opt != NULL;
-    if (opt && opt->n != p->n) {
-        snprintf(err, errlen, "optimizer state has %zu values, the weights %zu", opt->n, p->n);
-        return -EINVAL;
-    }
+    if (opt && opt->n != p->n)
+        return df_err(err, errlen, -EINVAL, "optimizer state has %zu values, the weights %zu", opt->n, p->n);
     uint64_t t0 = df_now_ns();
     if (copy) {
-        if (reserve(w, p->n, opt != NULL) < 0) {
-            snprintf(err, errlen, "no memory for a %.2f GB checkpoint snapshot",
-                     (double)p->n * 4.0 * (opt ? 3 : 1) / 1e9);
-            return -ENOMEM;
-        }
+        if (reserve(w, p->n, opt != NULL) < 0)
+            return df_err(err, errlen, -ENOMEM, "no memory for a %.2f GB checkpoint snapshot",
+                          (double)p->n * 4.0 * (opt ? 3 : 1) / 1e9);
         memcpy(w->own_p, p->data, p->n * sizeof(float));
         dflash_params_bind(&w->p, c, w->own_p);
         if (opt) {
@@ -106,10 +98,8 @@ int ckpt_writer_start(ckpt_writer *w, const char *root, const dflash_config *c, 
     w->fault_delay_ms = f ? atoi(f) : 0;
     atomic_store_explicit(&w->done, 0, memory_order_relaxed);
     int rc = pthread_create(&w->th, NULL, writer_main, w);
-    if (rc != 0) {
-        snprintf(err, errlen, "checkpoint thread: %s", strerror(rc));
-        return -rc;
-    }
+    if (rc != 0)
+        return df_err(err, errlen, -rc, "checkpoint thread: %s", strerror(rc));
     w->running = 1;
     return 0;
 }
@@ -117,11 +107,6 @@ int ckpt_writer_start(ckpt_writer *w, const char *root, const dflash_config *c, 
 int ckpt_writer_pending(const ckpt_writer *w)
 {
     return w->running;
-}
-
-int ckpt_writer_ready(ckpt_writer *w)
-{
-    return w->running && atomic_load_explicit(&w->done, memory_order_acquire);
 }
 
 int ckpt_writer_collect(ckpt_writer *w, int wait, void (*hb)(void *), void *hb_arg, ckpt_result *out)

@@ -73,9 +73,6 @@ void ckpt_writer_init(ckpt_writer *w);
  * result. */
 int ckpt_writer_start(ckpt_writer *w, const char *root, const dflash_config *c, const dflash_params *p,
                       const adamw *opt, const dflash_train_state *ts, int copy, char *err, size_t errlen);
-/* 1 when a write was started and has finished (its result can be collected without
- * waiting), else 0. */
-int ckpt_writer_ready(ckpt_writer *w);
 /* 1 while a write was started and not collected. */
 int ckpt_writer_pending(const ckpt_writer *w);
 /* Collect the result of the write started last: with wait = 0 only when it has finished

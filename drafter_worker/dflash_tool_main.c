@@ -338,10 +338,155 @@ static int cmd_shard(int argc, char **argv)
     return 0;
 }
 
+/* dflash_tool init --out ROOT [--config CONFIG.json] [--seed N] [--std F] */
+static int cmd_init(int argc, char **argv)
+{
+    char err[1024] = "";
+    const char *out = NULL, *cfg = NULL;
+    uint64_t seed = 1;
+    double std = 0.02;
+    static const struct option opts[] = {{"out", required_argument, 0, 'o'},  {"config", required_argument, 0, 'c'},
+                                         {"seed", required_argument, 0, 's'}, {"std", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+    int o;
+    optind = 2;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'o': out = optarg; break;
+        case 'c': cfg = optarg; break;
+        case 's': {
+            char *end;
+            errno = 0;
+            seed = strtoull(optarg, &end, 0);
+            if (errno || end == optarg || *end || optarg[0] == '-') {
+                fprintf(stderr, "dflash_tool init: --seed: '%s' is not an integer in [0, 2^64)\n", optarg);
+                return DF_EXIT_USAGE;
+            }
+            break;
+        }
+        case 'd': {
+            char *end;
+            std = strtod(optarg, &end);
+            if (end == optarg || *end || !(std > 0 && std < 1e6)) {
+                fprintf(stderr, "dflash_tool init: --std: '%s' is not a number in (0, 1e6)\n", optarg);
+                return DF_EXIT_USAGE;
+            }
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return DF_EXIT_USAGE;
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "dflash_tool init: --out ROOT is required\n");
+        return DF_EXIT_USAGE;
+    }
+    dflash_config c;
+    dflash_params p;
+    if (cfg) {
+        if (dflash_config_read_release(&c, cfg, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_PERM, "%s", err);
+    } else {
+        dflash_config_tiny(&c);
+    }
+    if (dflash_params_alloc(&p, &c) < 0)
+        df_die(DF_EXIT_TEMP, "out of memory for %zu parameters", dflash_config_param_count(&c));
+    dflash_params_init_random(&p, &c, seed, (float)std);
+    dflash_train_state ts = {.seed = seed};
+    df_rng_seed(&ts.rng, seed);
+    if (dflash_ckpt_save(out, &c, &p, NULL, &ts, err, sizeof(err)) < 0)
+        df_die(DF_EXIT_TEMP, "%s", err);
+    print_config(&c);
+    printf("wrote %s/step-00000000 (latest)\n", out);
+    dflash_params_free(&p);
+    return 0;
+}
+
+/* dflash_tool export CKPT OUT_DIR / import RELEASE_DIR ROOT */
+static int cmd_export_import(int argc, char **argv)
+{
+    char err[1024] = "";
+    if (argc != 4) {
+        usage(stderr);
+        return DF_EXIT_USAGE;
+    }
+    dflash_config c;
+    dflash_params p;
+    if (!strcmp(argv[1], "export")) {
+        if (dflash_ckpt_load(argv[2], &c, &p, NULL, NULL, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_PERM, "%s", err);
+        if (dflash_export_release(argv[3], &c, &p, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_TEMP, "%s", err);
+        printf("exported %s -> %s (config.json, model.safetensors bf16, dflash.py)\n", argv[2], argv[3]);
+    } else {
+        if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_PERM, "%s", err);
+        dflash_train_state ts = {0};
+        if (dflash_ckpt_save(argv[3], &c, &p, NULL, &ts, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_TEMP, "%s", err);
+        printf("imported %s -> %s/step-00000000 (start a fresh optimizer)\n", argv[2], argv[3]);
+    }
+    dflash_params_free(&p);
+    return 0;
+}
+
+/* dflash_tool verify CKPT */
+static int cmd_verify(int argc, char **argv)
+{
+    char err[1024] = "";
+    if (argc != 3) {
+        usage(stderr);
+        return DF_EXIT_USAGE;
+    }
+    char dir[4096];
+    int rc = dflash_ckpt_resolve(argv[2], dir, sizeof(dir));
+    if (rc < 0)
+        df_die(DF_EXIT_PERM, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", argv[2],
+               strerror(-rc));
+    long step = 0;
+    dflash_manifest_stats st;
+    double t0 = df_wall_s();
+    if ((rc = dflash_manifest_verify(dir, &step, &st, err, sizeof(err))) < 0)
+        df_die(rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s", err);
+    printf("verified %s: step %ld, manifest version %d, %d files, %llu bytes in %llu pieces on %d threads, %.2f "
+           "s\n",
+           dir, step, st.version, st.files, (unsigned long long)st.bytes, (unsigned long long)st.pieces, st.threads,
+           df_wall_s() - t0);
+    return 0;
+}
+
+/* dflash_tool inspect DIR: a checkpoint (root or step dir) or a release dir */
+static int cmd_inspect(int argc, char **argv)
+{
+    char err[1024] = "";
+    if (argc != 3) {
+        usage(stderr);
+        return DF_EXIT_USAGE;
+    }
+    dflash_config c;
+    dflash_params p;
+    dflash_train_state ts;
+    char dir[4096];
+    if (dflash_ckpt_resolve(argv[2], dir, sizeof(dir)) == 0) {
+        if (dflash_ckpt_load(argv[2], &c, &p, NULL, &ts, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_PERM, "%s", err);
+        printf("checkpoint %s: step %ld, epoch %ld, ledger committed step %ld, seed %llu\n", dir, ts.step, ts.epoch,
+               ts.ledger_committed_step, (unsigned long long)ts.seed);
+        inspect_optimizer(argv[2], dir);
+    } else {
+        if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)
+            df_die(DF_EXIT_PERM, "%s is neither a checkpoint nor a release dir: %s", argv[2], err);
+        printf("release %s\n", argv[2]);
+    }
+    print_config(&c);
+    print_tensors(&c, &p);
+    dflash_params_free(&p);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     df_log_init("dflash_tool");
-    char err[1024] = "";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? DF_EXIT_USAGE : 0;
@@ -349,127 +494,15 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (!strcmp(cmd, "shard"))
         return cmd_shard(argc, argv);
-    dflash_config c;
-    dflash_params p;
-    if (!strcmp(cmd, "init")) {
-        const char *out = NULL, *cfg = NULL;
-        uint64_t seed = 1;
-        double std = 0.02;
-        static const struct option opts[] = {{"out", required_argument, 0, 'o'},  {"config", required_argument, 0, 'c'},
-                                             {"seed", required_argument, 0, 's'}, {"std", required_argument, 0, 'd'},
-                                             {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
-        int o;
-        optind = 2;
-        while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-            switch (o) {
-            case 'o': out = optarg; break;
-            case 'c': cfg = optarg; break;
-            case 's': {
-                char *end;
-                errno = 0;
-                seed = strtoull(optarg, &end, 0);
-                if (errno || end == optarg || *end || optarg[0] == '-') {
-                    fprintf(stderr, "dflash_tool init: --seed: '%s' is not an integer in [0, 2^64)\n", optarg);
-                    return DF_EXIT_USAGE;
-                }
-                break;
-            }
-            case 'd': {
-                char *end;
-                std = strtod(optarg, &end);
-                if (end == optarg || *end || !(std > 0 && std < 1e6)) {
-                    fprintf(stderr, "dflash_tool init: --std: '%s' is not a number in (0, 1e6)\n", optarg);
-                    return DF_EXIT_USAGE;
-                }
-                break;
-            }
-            case 'h': usage(stdout); return 0;
-            default: usage(stderr); return DF_EXIT_USAGE;
-            }
-        }
-        if (!out) {
-            fprintf(stderr, "dflash_tool init: --out ROOT is required\n");
-            return DF_EXIT_USAGE;
-        }
-        if (cfg) {
-            if (dflash_config_read_release(&c, cfg, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_PERM, "%s", err);
-        } else {
-            dflash_config_tiny(&c);
-        }
-        if (dflash_params_alloc(&p, &c) < 0)
-            df_die(DF_EXIT_TEMP, "out of memory for %zu parameters", dflash_config_param_count(&c));
-        dflash_params_init_random(&p, &c, seed, (float)std);
-        dflash_train_state ts = {.seed = seed};
-        df_rng_seed(&ts.rng, seed);
-        if (dflash_ckpt_save(out, &c, &p, NULL, &ts, err, sizeof(err)) < 0)
-            df_die(DF_EXIT_TEMP, "%s", err);
-        print_config(&c);
-        printf("wrote %s/step-00000000 (latest)\n", out);
-    } else if (!strcmp(cmd, "export") || !strcmp(cmd, "import")) {
-        if (argc != 4) {
-            usage(stderr);
-            return DF_EXIT_USAGE;
-        }
-        if (!strcmp(cmd, "export")) {
-            if (dflash_ckpt_load(argv[2], &c, &p, NULL, NULL, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_PERM, "%s", err);
-            if (dflash_export_release(argv[3], &c, &p, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_TEMP, "%s", err);
-            printf("exported %s -> %s (config.json, model.safetensors bf16, dflash.py)\n", argv[2], argv[3]);
-        } else {
-            if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_PERM, "%s", err);
-            dflash_train_state ts = {0};
-            if (dflash_ckpt_save(argv[3], &c, &p, NULL, &ts, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_TEMP, "%s", err);
-            printf("imported %s -> %s/step-00000000 (start a fresh optimizer)\n", argv[2], argv[3]);
-        }
-    } else if (!strcmp(cmd, "verify")) {
-        if (argc != 3) {
-            usage(stderr);
-            return DF_EXIT_USAGE;
-        }
-        char dir[4096];
-        int rc = dflash_ckpt_resolve(argv[2], dir, sizeof(dir));
-        if (rc < 0)
-            df_die(DF_EXIT_PERM, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", argv[2],
-                   strerror(-rc));
-        long step = 0;
-        dflash_manifest_stats st;
-        double t0 = df_wall_s();
-        if ((rc = dflash_manifest_verify(dir, &step, &st, err, sizeof(err))) < 0)
-            df_die(rc == -EINVAL ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s", err);
-        printf("verified %s: step %ld, manifest version %d, %d files, %llu bytes in %llu pieces on %d threads, %.2f "
-               "s\n",
-               dir, step, st.version, st.files, (unsigned long long)st.bytes, (unsigned long long)st.pieces, st.threads,
-               df_wall_s() - t0);
-        return 0;
-    } else if (!strcmp(cmd, "inspect")) {
-        if (argc != 3) {
-            usage(stderr);
-            return DF_EXIT_USAGE;
-        }
-        dflash_train_state ts;
-        char dir[4096];
-        if (dflash_ckpt_resolve(argv[2], dir, sizeof(dir)) == 0) {
-            if (dflash_ckpt_load(argv[2], &c, &p, NULL, &ts, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_PERM, "%s", err);
-            printf("checkpoint %s: step %ld, epoch %ld, ledger committed step %ld, seed %llu\n", dir, ts.step, ts.epoch,
-                   ts.ledger_committed_step, (unsigned long long)ts.seed);
-            inspect_optimizer(argv[2], dir);
-        } else {
-            if (dflash_load_release(argv[2], &c, &p, err, sizeof(err)) < 0)
-                df_die(DF_EXIT_PERM, "%s is neither a checkpoint nor a release dir: %s", argv[2], err);
-            printf("release %s\n", argv[2]);
-        }
-        print_config(&c);
-        print_tensors(&c, &p);
-    } else {
-        fprintf(stderr, "dflash_tool: unknown command '%s'\n", cmd);
-        usage(stderr);
-        return DF_EXIT_USAGE;
-    }
-    dflash_params_free(&p);
-    return 0;
+    if (!strcmp(cmd, "init"))
+        return cmd_init(argc, argv);
+    if (!strcmp(cmd, "export") || !strcmp(cmd, "import"))
+        return cmd_export_import(argc, argv);
+    if (!strcmp(cmd, "verify"))
+        return cmd_verify(argc, argv);
+    if (!strcmp(cmd, "inspect"))
+        return cmd_inspect(argc, argv);
+    fprintf(stderr, "dflash_tool: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return DF_EXIT_USAGE;
 }

@@ -36,8 +36,9 @@
 #include "io/batch.h"
 #include "io/batch_view.h"
 #include "io/metrics.h"
+#include "io/metrics_keys.h"
 #include "io/stage.h"
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "util.h"
 
 #include <errno.h>
@@ -52,7 +53,7 @@ static const char usage[] =
     "usage: drafter_worker   (started by the orchestrator, not by hand)\n"
     "The DFlash pipeline's training stage: PD batches -> forward/backward -> AdamW ->\n"
     "checkpoints (run_dir/checkpoints) -> release export (run_dir/drafter).\n"
-    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
+    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/proc/ctl.h).\n";
 
 /* A control all-reduce waits for the slowest rank, which may itself be waiting for its
  * batch (a target restarting). A dead or hung peer is noticed by the orchestrator, which
@@ -412,14 +413,15 @@ static void train_batch(drafter *d, const pick *p, uint64_t want)
     metrics_begin(&ml, &d->wk->mw, "step");
     metrics_int(&ml, "step", tr->ts.step);
     metrics_u64(&ml, "batch", bid);
-    metrics_num(&ml, "loss", s.loss);
+    /* loss and lr: figures the orchestrator shows, named in io/metrics_keys.h */
+    metrics_num(&ml, metrics_keys[METRICS_KEY_LOSS].key, s.loss);
     for (int k = 1; k < tr->cfg.block_size; k++) { /* accuracy at each block position: acc1 .. acc<B-1> */
         char key[16];
         snprintf(key, sizeof key, "acc%d", k);
         metrics_num(&ml, key, dflash_stats_acc(&s, k));
     }
     metrics_num(&ml, "tau", dflash_stats_tau(&s, tr->cfg.block_size));
-    metrics_num(&ml, "lr", info.lr);
+    metrics_num(&ml, metrics_keys[METRICS_KEY_LR].key, info.lr);
     metrics_num(&ml, "grad_norm", info.grad_norm);
     metrics_num(&ml, "step_s", step_s);
     metrics_num(&ml, "tok_s", step_s > 0 ? T / step_s : 0.0); /* this rank's tokens over its step time */
@@ -512,29 +514,14 @@ static void setup_group(drafter *d)
     d->hb_started = 1;
 }
 
-int main(int argc, char **argv)
+/* The drafter's start: tidy what an earlier incarnation's interrupted checkpoint left,
+ * then the trainer from the committed checkpoint (a restart), drafter.init_dir or a fresh
+ * init. */
+static void open_trainer(drafter *d, long total_steps)
 {
-    if (worker_help(argc, argv, usage))
-        return 0;
-    static worker_ctx wk;
-    DF_CHECK_ERR(worker_start(&wk, "drafter_worker", argc, argv));
-    ctl_worker *w = &wk.ctl;
-    const topo *t = &w->topo;
-    char err[1024], path[2600];
-
-    static drafter dr; /* large (the trainer's statistics); zeroed */
-    drafter *d = &dr;
-    d->wk = &wk;
-    d->w = w;
+    ctl_worker *w = d->w;
     trainer *tr = &d->tr;
-    d->L = ctl_ledger(w);
-    setup_group(d);
-    /* one LR schedule over every epoch: the orchestrator counts the steps of all the plans
-     * (each epoch packs differently); the fallback assumes equal epochs */
-    long total_steps = w->total_steps > 0
-                           ? (long)w->total_steps
-                           : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R * (long)DF_MAX(t->drafter.epochs, 1u);
-    int last_epoch = ledger_epoch(d->L) + 1 >= DF_MAX(t->drafter.epochs, 1u);
+    char err[1024], path[1300];
     snprintf(d->ckpt_root, sizeof d->ckpt_root, "%s/checkpoints", w->run_dir);
     ckpt_writer_init(&d->cw);
     d->saved_step = -1;
@@ -550,7 +537,7 @@ int main(int argc, char **argv)
         snprintf(path, sizeof path, "%.1199s/step-%08llu", d->ckpt_root, (unsigned long long)w->committed_step);
         resume = path;
     }
-    int rc = trainer_open(tr, t, w->self->gpu, total_steps, resume, err, sizeof err);
+    int rc = trainer_open(tr, &w->topo, w->self->gpu, total_steps, resume, err, sizeof err);
     if (rc < 0) /* -EBADMSG: the committed checkpoint fails validation; a restart cannot fix it */
         df_die(rc == -EINVAL || rc == -ENOENT || rc == -ENOTSUP || rc == -EBADMSG ? DF_EXIT_PERM : DF_EXIT_TEMP, "%s",
                err);
@@ -562,78 +549,97 @@ int main(int argc, char **argv)
         d->saved_step = tr->ts.step; /* on disk already: not written again */
     }
     tr->ts.epoch = (long)ledger_epoch(d->L); /* recorded in the checkpoints of this epoch */
+}
 
+/* The input ring, ready to the orchestrator, the TensorBoard events, the ready line. */
+static void get_ready(drafter *d, long total_steps)
+{
+    ctl_worker *w = d->w;
+    const trainer *tr = &d->tr;
+    char err[1024], path[1300];
     worker_ring ri;
-    DF_CHECK_ERR(worker_ring_in(&wk, &ri));
+    DF_CHECK_ERR(worker_ring_in(d->wk, &ri));
     d->in = ri.r;
     d->A = ri.A;
     d->slot_bytes = ri.slot_bytes;
     d->H = ctl_handoff(w);
-    DF_CHECK_ERR(worker_ready(&wk, d->in, NULL));
+    DF_CHECK_ERR(worker_ready(d->wk, d->in, NULL));
     /* the metrics lines with a step also go to TensorBoard event files; a new file per
      * incarnation, whose START marker drops the steps a resumed run redoes (io/tfevents.h) */
     snprintf(path, sizeof path, "%s/tensorboard/%s", w->run_dir, w->name);
-    if ((rc = metrics_open_tfevents(&wk.mw, path, 1, err, sizeof err)) < 0)
+    if (metrics_open_tfevents(&d->wk->mw, path, 1, err, sizeof err) < 0)
         df_log("no TensorBoard events: %s", err); /* the JSONL metrics go on */
     df_log("ready: %s drafter %d layers d=%d, %zu trainable params, block %d, %ld steps planned, epoch %u of %u, "
            "rank %d of %d, %s mode",
            tr->ops->name, tr->cfg.n_layers, tr->cfg.hidden, tr->p.n, tr->cfg.block_size, total_steps,
-           ledger_epoch(d->L), DF_MAX(t->drafter.epochs, 1u), d->rank, d->R, d->det ? "deterministic" : "fast");
+           ledger_epoch(d->L), DF_MAX(w->topo.drafter.epochs, 1u), d->rank, d->R, d->det ? "deterministic" : "fast");
+}
 
-    uint64_t t_start = df_now_ns();
-    for (;;) {
-        worker_tick(&wk, (uint64_t)tr->ts.step);
-        if (d->rank == 0)
-            checkpoint_collect(d, 0); /* announce the one written beside the last steps, if done */
-        if (d->rank == 0 && ctl_checkpoint_requested(w))
-            save_checkpoint(d);
-        if (d->rank == 0)
-            prune_checkpoints(d);
-        pick p = {0};
-        p.stop = ctl_should_stop(w);
-        int paused = ctl_paused(w), stop_any = p.stop;
-        uint64_t want = NO_BATCH;
-        if (d->det) {
-            if (d->R > 1)
-                want = det_assign(d, p.stop, paused, &stop_any);
-            else if (!p.stop && !paused && (want = ledger_low_water(d->L)) >= ledger_n_batches(d->L))
-                want = NO_BATCH;
-        }
-        /* deterministic: a named batch is always fetched (rank 0's pause already decided) */
-        if (p.stop || stop_any)
-            p.can_end = 1;
-        else if (d->det && want != NO_BATCH)
-            det_acquire(d, want, &p);
-        else if (paused)
-            ;
-        else if (!d->det)
-            fast_acquire(d, &p);
-        else
-            p.can_end = all_trained(d->L);
-        stage_wait(&d->wk->st);
-
-        /* agree: how many ranks have a batch, whether all can end, whether any stops */
-        float f[3] = {(float)p.has, (float)p.can_end, (float)p.stop};
-        collective(d, f, 3);
-        stop_any |= f[2] > 0;
-        if (f[0] == 0) {
-            if (f[1] >= (float)d->R || stop_any)
-                break;
-            if (paused)
-                usleep(100000);
-            continue;
-        }
-        tr->ranks_with_batch = (int)f[0]; /* the gradient is the mean over the batches of this step */
-        if (p.has)
-            train_batch(d, &p, want);
-        else
-            empty_step(d);
-        if (d->rank == 0 && t->drafter.checkpoint_every && tr->ts.step % (long)t->drafter.checkpoint_every == 0)
-            save_checkpoint(d);
-        if (stop_any)
-            break;
+/* One round of the loop: checkpoints due, a batch picked (or none), the ranks agree, one
+ * step trained (or an empty one). 1 when the loop is over. */
+static int train_round(drafter *d)
+{
+    ctl_worker *w = d->w;
+    trainer *tr = &d->tr;
+    worker_tick(d->wk, (uint64_t)tr->ts.step);
+    if (d->rank == 0)
+        checkpoint_collect(d, 0); /* announce the one written beside the last steps, if done */
+    if (d->rank == 0 && ctl_checkpoint_requested(w))
+        save_checkpoint(d);
+    if (d->rank == 0)
+        prune_checkpoints(d);
+    pick p = {0};
+    p.stop = ctl_should_stop(w);
+    int paused = ctl_paused(w), stop_any = p.stop;
+    uint64_t want = NO_BATCH;
+    if (d->det) {
+        if (d->R > 1)
+            want = det_assign(d, p.stop, paused, &stop_any);
+        else if (!p.stop && !paused && (want = ledger_low_water(d->L)) >= ledger_n_batches(d->L))
+            want = NO_BATCH;
     }
-    worker_finish(&wk);
+    /* deterministic: a named batch is always fetched (rank 0's pause already decided) */
+    if (p.stop || stop_any)
+        p.can_end = 1;
+    else if (d->det && want != NO_BATCH)
+        det_acquire(d, want, &p);
+    else if (paused)
+        ;
+    else if (!d->det)
+        fast_acquire(d, &p);
+    else
+        p.can_end = all_trained(d->L);
+    stage_wait(&d->wk->st);
+
+    /* agree: how many ranks have a batch, whether all can end, whether any stops */
+    float f[3] = {(float)p.has, (float)p.can_end, (float)p.stop};
+    collective(d, f, 3);
+    stop_any |= f[2] > 0;
+    if (f[0] == 0) {
+        if (f[1] >= (float)d->R || stop_any)
+            return 1;
+        if (paused)
+            usleep(100000);
+        return 0;
+    }
+    tr->ranks_with_batch = (int)f[0]; /* the gradient is the mean over the batches of this step */
+    if (p.has)
+        train_batch(d, &p, want);
+    else
+        empty_step(d);
+    if (d->rank == 0 && w->topo.drafter.checkpoint_every && tr->ts.step % (long)w->topo.drafter.checkpoint_every == 0)
+        save_checkpoint(d);
+    return stop_any;
+}
+
+/* After the loop: the last checkpoint on disk and announced, the old ones pruned; after the
+ * last epoch the release export and the summary; the state hash the ranks compare. */
+static void finish(drafter *d, int last_epoch, uint64_t t_start)
+{
+    ctl_worker *w = d->w;
+    trainer *tr = &d->tr;
+    char err[1024], path[1300];
+    worker_finish(d->wk);
     if (d->rank == 0) { /* the last one on disk and announced before the export reads the weights */
         checkpoint_collect(d, 1);
         if (tr->ts.step > 0 && tr->ts.step != d->saved_step)
@@ -651,7 +657,8 @@ int main(int argc, char **argv)
         if (trainer_write_summary(tr, w->run_dir, (double)(df_now_ns() - t_start) * 1e-9, err, sizeof err) < 0)
             df_die(DF_EXIT_TEMP, "%s", err);
     }
-    if ((rc = trainer_to_host(tr, 1, err, sizeof err)) < 0)
+    int rc = trainer_to_host(tr, 1, err, sizeof err);
+    if (rc < 0)
         df_die(DF_EXIT_TEMP, "%s", err);
     char hex[24];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)state_hash(tr));
@@ -663,6 +670,10 @@ int main(int argc, char **argv)
     metrics_end(&ml);
     df_log("done at step %ld (rank %d of %d, state hash %s): busy %.1fs, waiting %.1fs", tr->ts.step, d->rank, d->R,
            hex, d->wk->st.busy_total_s, d->wk->st.wait_total_s);
+}
+
+static void close_drafter(drafter *d)
+{
     if (d->hb_started) {
         atomic_store(&d->hb_quit, 1);
         pthread_join(d->hb_thread, NULL);
@@ -670,7 +681,35 @@ int main(int argc, char **argv)
     allreduce_close(&d->ar);
     batch_view_free(&d->view);
     ckpt_writer_free(&d->cw);
-    trainer_close(tr);
-    worker_close(&wk);
+    trainer_close(&d->tr);
+    worker_close(d->wk);
+}
+
+int main(int argc, char **argv)
+{
+    if (worker_help(argc, argv, usage))
+        return 0;
+    static worker_ctx wk;
+    DF_CHECK_ERR(worker_start(&wk, "drafter_worker", argc, argv));
+    const topo *t = &wk.ctl.topo;
+    static drafter dr; /* large (the trainer's statistics); zeroed */
+    drafter *d = &dr;
+    d->wk = &wk;
+    d->w = &wk.ctl;
+    d->L = ctl_ledger(d->w);
+    setup_group(d);
+    /* one LR schedule over every epoch: the orchestrator counts the steps of all the plans
+     * (each epoch packs differently); the fallback assumes equal epochs */
+    long total_steps = d->w->total_steps > 0
+                           ? (long)d->w->total_steps
+                           : ((long)ledger_n_batches(d->L) + d->R - 1) / d->R * (long)DF_MAX(t->drafter.epochs, 1u);
+    int last_epoch = ledger_epoch(d->L) + 1 >= DF_MAX(t->drafter.epochs, 1u);
+    open_trainer(d, total_steps);
+    get_ready(d, total_steps);
+    uint64_t t_start = df_now_ns();
+    while (!train_round(d))
+        ;
+    finish(d, last_epoch, t_start);
+    close_drafter(d);
     return DF_EXIT_OK;
 }

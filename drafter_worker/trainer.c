@@ -44,8 +44,53 @@ static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
     c->max_position_embeddings = hc->max_position_embeddings ? hc->max_position_embeddings : 4096;
     c->rms_norm_eps = hc->rms_norm_eps;
     c->rope_theta = hc->rope_theta;
-    c->gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(c->block_size);
+    c->rope_scaling = (nn_rope_scaling){0}; /* none, whatever the target's (dflash_config.h) */
+    c->gamma = t->drafter.gamma;            /* the topology reader's: > 0, default 7 */
     set_objective(c, t);
+}
+
+/* drafter.init_dir's config.json (path) against the drafter the topology and the target
+ * make (want): the fields the orchestrator checks at start (setup.c, check_init_dir), read
+ * again here since the release may have changed since then (a restart before the first
+ * checkpoint reads it again). A release of another shape was taken silently before: its
+ * block size, depth, mask token replaced the topology's. -EINVAL naming the field. */
+static int check_release_shape(const dflash_config *want, const dflash_config *rel, const char *path, char *err,
+                               size_t errlen)
+{
+    const struct {
+        const char *key, *topo_field;
+        int got, want;
+    } f[] = {
+        {"num_hidden_layers", "drafter.num_layers", rel->n_layers, want->n_layers},
+        {"block_size", "drafter.block_size", rel->block_size, want->block_size},
+        {"dflash_config.mask_token_id", "drafter.mask_token_id", rel->mask_token_id, want->mask_token_id},
+        {"hidden_size", "the target's hidden_size", rel->hidden, want->hidden},
+        {"vocab_size", "the target's vocab_size", rel->vocab, want->vocab},
+        {"num_target_layers", "the target's num_hidden_layers", rel->num_target_layers, want->num_target_layers},
+    };
+    for (size_t i = 0; i < DF_ARRAY_LEN(f); i++)
+        if (f[i].got != f[i].want)
+            return df_err(err, errlen, -EINVAL,
+                          "drafter.init_dir: %s: %s is %d, but %s is %d: the release does not fit the topology; "
+                          "make them match (or use another init_dir)",
+                          path, f[i].key, f[i].got, f[i].topo_field, f[i].want);
+    int same = rel->n_capture == want->n_capture;
+    for (int i = 0; same && i < want->n_capture; i++)
+        same = rel->target_layer_ids[i] == want->target_layer_ids[i];
+    if (!same) {
+        char a[400] = "", b[400] = "";
+        for (int i = 0, na = 0, nb = 0; i < DFLASH_MAX_CAPTURE; i++) {
+            if (i < rel->n_capture && na < (int)sizeof a)
+                na += snprintf(a + na, sizeof a - (size_t)na, "%s%d", i ? "," : "", rel->target_layer_ids[i]);
+            if (i < want->n_capture && nb < (int)sizeof b)
+                nb += snprintf(b + nb, sizeof b - (size_t)nb, "%s%d", i ? "," : "", want->target_layer_ids[i]);
+        }
+        return df_err(err, errlen, -EINVAL,
+                      "drafter.init_dir: %s: dflash_config.target_layer_ids is [%s], but target.capture_layers is "
+                      "[%s]: the drafter was trained on the features of its layers; make them match",
+                      path, a, b);
+    }
+    return 0;
 }
 
 /* DF_FAULT_NONFINITE="S[:N]" (trainer.h). A malformed value is an error: a test that meant
@@ -59,10 +104,8 @@ static int parse_fault(trainer *tr, char *err, size_t errlen)
     int used = 0;
     if (!((sscanf(v, "%ld%n", &s, &used) == 1 && v[used] == 0) ||
           (sscanf(v, "%ld:%ld%n", &s, &n, &used) == 2 && v[used] == 0 && n > 0)) ||
-        s < 1) {
-        snprintf(err, errlen, "DF_FAULT_NONFINITE=%s: expected STEP or STEP:COUNT (integers >= 1)", v);
-        return -EINVAL;
-    }
+        s < 1)
+        return df_err(err, errlen, -EINVAL, "DF_FAULT_NONFINITE=%s: expected STEP or STEP:COUNT (integers >= 1)", v);
     tr->fault_nf_from = s;
     tr->fault_nf_count = n;
     if (n > 0)
@@ -97,10 +140,8 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
     build_config(&tr->cfg, t, &hc);
     hfconfig_free(&hc);
     char e2[512];
-    if ((rc = dflash_config_validate(&tr->cfg, e2, sizeof e2)) < 0) {
-        snprintf(err, errlen, "%s: drafter: %s", t->source_path, e2);
-        return rc;
-    }
+    if ((rc = dflash_config_validate(&tr->cfg, e2, sizeof e2)) < 0)
+        return df_err(err, errlen, rc, "%s: drafter: %s", t->source_path, e2);
     adamw_config oc;
     adamw_config_default(&oc, total_steps);
     oc.lr = t->drafter.lr;
@@ -122,9 +163,14 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
         tr->opt.cfg.total_steps = total_steps;
     } else {
         if (t->drafter.init_dir) {
+            dflash_config rel;
+            snprintf(path, sizeof path, "%s/config.json", t->drafter.init_dir);
+            if ((rc = dflash_config_read_release(&rel, path, err, errlen)) < 0 ||
+                (rc = check_release_shape(&tr->cfg, &rel, path, err, errlen)) < 0)
+                return rc;
             if ((rc = dflash_load_release(t->drafter.init_dir, &tr->cfg, &tr->p, err, errlen)) < 0)
                 return rc;
-            tr->cfg.gamma = t->drafter.gamma > 0 ? t->drafter.gamma : dflash_default_gamma(tr->cfg.block_size);
+            tr->cfg.gamma = t->drafter.gamma; /* the topology's, over the release's */
             set_objective(&tr->cfg, t);
         } else {
             if ((rc = dflash_params_alloc(&tr->p, &tr->cfg)) < 0)
@@ -165,18 +211,14 @@ static int cpu_open(trainer *tr, const topo *t, long total_steps, int resumed, c
     (void)total_steps, (void)resumed;
     if ((rc = target_load_embeddings(&tr->emb, t->target_model_dir, 0, err, errlen)) < 0)
         return rc;
-    if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden) {
-        snprintf(err, errlen, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
-                 t->target_model_dir, tr->emb.vocab, tr->emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
-        return -EINVAL;
-    }
+    if (tr->emb.vocab != tr->cfg.vocab || tr->emb.hidden != tr->cfg.hidden)
+        return df_err(err, errlen, -EINVAL, "%s: embeddings [%d, %d] do not match the drafter (vocab %d, hidden %d)",
+                      t->target_model_dir, tr->emb.vocab, tr->emb.hidden, tr->cfg.vocab, tr->cfg.hidden);
     tr->fz.embed = tr->emb.embed;
     tr->fz.lm_head = tr->emb.lm_head;
     if ((rc = buckets_plan_make(&tr->buckets, &tr->cfg,
-                                (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) < 0) {
-        snprintf(err, errlen, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
-        return rc;
-    }
+                                (size_t)t->drafter.allreduce_bucket_kb * 1024 / sizeof(float))) < 0)
+        return df_err(err, errlen, rc, "%s: drafter: no all-reduce bucket plan (%s)", t->source_path, strerror(-rc));
     return dflash_params_alloc(&tr->g, &tr->cfg);
 }
 
@@ -245,12 +287,10 @@ int trainer_step(trainer *tr, const batch_header *h, const void *slot, allreduce
                  void *hb_arg, dflash_stats *out, adamw_info *info, char *err, size_t errlen)
 {
     const dflash_config *c = &tr->cfg;
-    if ((int)h->n_capture != c->n_capture || (int)h->d != c->hidden || (int)h->block_size != c->block_size) {
-        snprintf(err, errlen, "batch %llu: features %ux%u block %u do not match the drafter (%dx%d, block %d)",
-                 (unsigned long long)h->batch_id, h->n_capture, h->d, h->block_size, c->n_capture, c->hidden,
-                 c->block_size);
-        return -EINVAL;
-    }
+    if ((int)h->n_capture != c->n_capture || (int)h->d != c->hidden || (int)h->block_size != c->block_size)
+        return df_err(
+            err, errlen, -EINVAL, "batch %llu: features %ux%u block %u do not match the drafter (%dx%d, block %d)",
+            (unsigned long long)h->batch_id, h->n_capture, h->d, h->block_size, c->n_capture, c->hidden, c->block_size);
     memset(out, 0, sizeof *out);
     int rc = tr->ops->step(tr, h, slot, ar, hb, hb_arg, out, info, err, errlen);
     if (rc == 0)
@@ -271,10 +311,9 @@ static int cpu_step(trainer *tr, const batch_header *h, const void *slot, allred
 {
     const dflash_config *c = &tr->cfg;
     int rc;
-    if (h->feat_dtype != BATCH_FEAT_F32) {
-        snprintf(err, errlen, "batch %llu: bf16 features, the cpu drafter takes fp32", (unsigned long long)h->batch_id);
-        return -EINVAL;
-    }
+    if (h->feat_dtype != BATCH_FEAT_F32)
+        return df_err(err, errlen, -EINVAL, "batch %llu: bf16 features, the cpu drafter takes fp32",
+                      (unsigned long long)h->batch_id);
     batch_header *b = (batch_header *)slot; /* cpu: h == slot */
     dflash_batch seq[BATCH_MAX_DOCS];
     int nd = (int)b->n_docs;
@@ -328,8 +367,7 @@ static int cpu_step(trainer *tr, const batch_header *h, const void *slot, allred
         info->clip_scale = 1.0;
         info->skipped = 1;
     } else if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
-        snprintf(err, errlen, "AdamW: %s", strerror(-rc));
-        return rc;
+        return df_err(err, errlen, rc, "AdamW: %s", strerror(-rc));
     }
     return 0;
 }
@@ -343,10 +381,8 @@ static int cpu_step_empty(trainer *tr, allreduce_comm *ar, adamw_info *info, cha
     int rc = reduce_grads(tr, &gs, ar, err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0) {
-        snprintf(err, errlen, "AdamW: %s", strerror(-rc));
-        return rc;
-    }
+    if ((rc = adamw_step(&tr->opt, tr->p.data, tr->g.data, tr->decay, tr->n_decay, info)) < 0)
+        return df_err(err, errlen, rc, "AdamW: %s", strerror(-rc));
     return 0;
 }
 
@@ -371,10 +407,10 @@ int trainer_to_host(trainer *tr, int with_opt, char *err, size_t errlen)
 int trainer_save_start(trainer *tr, ckpt_writer *w, const char *root, char *err, size_t errlen)
 {
     int rc;
-    if (ckpt_writer_pending(w)) {
-        snprintf(err, errlen, "a checkpoint is still being written (collect it first)");
-        return -EBUSY; /* before trainer_to_host: it would overwrite the borrowed copies */
-    }
+    if (ckpt_writer_pending(w))
+        return df_err(
+            err, errlen, -EBUSY,
+            "a checkpoint is still being written (collect it first)"); /* before trainer_to_host: it would overwrite the borrowed copies */
     if ((rc = trainer_to_host(tr, 1, err, errlen)) < 0)
         return rc;
     tr->ts.ledger_committed_step = tr->ts.step;
@@ -462,16 +498,12 @@ int trainer_write_summary(trainer *tr, const char *run_dir, double secs, char *e
     char *txt = j && !bad ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     json_decref(acc);
-    if (!txt) {
-        snprintf(err, errlen, "%s: out of memory", path);
-        return -ENOMEM;
-    }
+    if (!txt)
+        return df_err(err, errlen, -ENOMEM, "%s: out of memory", path);
     int rc = df_write_file_atomic(path, txt, strlen(txt));
     free(txt);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
     df_log("summary: %ld steps, loss %.4f -> %.4f, expected tau %.2f (block %d)%s", tr->ts.step, start_loss, end.loss,
            dflash_stats_tau(&end, B), B, tr->nonfinite_steps ? ", with non-finite steps (nonfinite_steps)" : "");
     return 0;

@@ -54,10 +54,8 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
     if (rc == 0)
         rc = emb.tied ? (g->head = g->embed, 0) : dflash_upload_bf16_cuda(&g->head, emb.lm_head, n, why, sizeof why);
     target_embeddings_free(&emb);
-    if (rc < 0) {
-        snprintf(err, errlen, "upload of the embeddings (%zu x 2 bytes): %s", n, why);
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "upload of the embeddings (%zu x 2 bytes): %s", n, why);
     t_up = df_now_ns();
     adamw_config oc = tr->opt.cfg;
     oc.total_steps = total_steps;
@@ -71,10 +69,8 @@ static int open_cuda(trainer *tr, const topo *t, long total_steps, int resumed, 
     t_init = df_now_ns();
     if ((rc = dflash_params_from_host_cuda(g->ctx, tr->p.data, why, sizeof why)) < 0 ||
         (rc = dflash_opt_from_host_cuda(g->ctx, resumed ? tr->opt.m : NULL, resumed ? tr->opt.v : NULL,
-                                        resumed ? tr->opt.step : 0, why, sizeof why)) < 0) {
-        snprintf(err, errlen, "upload of the weights: %s", why);
-        return rc;
-    }
+                                        resumed ? tr->opt.step : 0, why, sizeof why)) < 0)
+        return df_err(err, errlen, rc, "upload of the weights: %s", why);
     df_log("cuda drafter on device %d: %zu params, %.2f GiB on the device (packed steps up to %d tokens, %d anchor "
            "slots; attention %s); open: embeddings read %.2f s, uploaded %.2f s, step context %.2f s, weights "
            "uploaded %.2f s",
@@ -90,11 +86,9 @@ static int step_cuda(trainer *tr, const batch_header *h, const void *slot, allre
     (void)hb, (void)hb_arg; /* one GPU step is short: the worker's loop keeps the heartbeat */
     trainer_cuda *g = tr->gpu;
     const dflash_config *c = &tr->cfg;
-    if (h->feat_dtype != BATCH_FEAT_BF16) {
-        snprintf(err, errlen, "batch %llu: fp32 features, the cuda drafter reads bf16 slots",
-                 (unsigned long long)h->batch_id);
-        return -EINVAL;
-    }
+    if (h->feat_dtype != BATCH_FEAT_BF16)
+        return df_err(err, errlen, -EINVAL, "batch %llu: fp32 features, the cuda drafter reads bf16 slots",
+                      (unsigned long long)h->batch_id);
     const char *base = (const char *)slot;
     int N = (int)h->num_anchors, ncd = c->n_capture * c->hidden;
     dflash_batch seq[BATCH_MAX_DOCS];
@@ -178,10 +172,8 @@ static int step_empty_cuda(trainer *tr, allreduce_comm *ar, adamw_info *info, ch
         char e2[400];
         if ((rc = allreduce_set_stream(ar, dflash_stream_cuda(g->ctx), e2, sizeof e2)) < 0 ||
             (rc = allreduce_sum(ar, dflash_grads_device_cuda(g->ctx), dflash_param_count_cuda(g->ctx), ar->timeout_ns,
-                                e2, sizeof e2)) < 0) {
-            snprintf(err, errlen, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
-            return rc;
-        }
+                                e2, sizeof e2)) < 0)
+            return df_err(err, errlen, rc, "gradient all-reduce (rank %d of %d): %s", ar->rank, ar->world, e2);
     }
     if (rc == 0)
         rc = dflash_optimizer_step_cuda(g->ctx, info, why, sizeof why);

@@ -5,33 +5,32 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "util.h"
+
 static int open_nocuda(trainer *tr, const topo *t, long total_steps, int resumed, char *err, size_t errlen)
 {
     (void)tr, (void)total_steps, (void)resumed;
-    snprintf(err, errlen, "%s: backend \"cuda\": this build has no CUDA (rebuild with make CUDA=1)", t->source_path);
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "%s: backend \"cuda\": this build has no CUDA (rebuild with make CUDA=1)",
+                  t->source_path);
 }
 
 static int step_nocuda(trainer *tr, const batch_header *h, const void *slot, allreduce_comm *ar, void (*hb)(void *),
                        void *hb_arg, dflash_stats *st, adamw_info *info, char *err, size_t errlen)
 {
     (void)tr, (void)h, (void)slot, (void)ar, (void)hb, (void)hb_arg, (void)st, (void)info;
-    snprintf(err, errlen, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
 }
 
 static int step_empty_nocuda(trainer *tr, allreduce_comm *ar, adamw_info *info, char *err, size_t errlen)
 {
     (void)tr, (void)ar, (void)info;
-    snprintf(err, errlen, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
 }
 
 static int to_host_nocuda(trainer *tr, int with_opt, char *err, size_t errlen)
 {
     (void)tr, (void)with_opt;
-    snprintf(err, errlen, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "trainer: this build has no CUDA (rebuild with make CUDA=1)");
 }
 
 static void close_nocuda(trainer *tr)

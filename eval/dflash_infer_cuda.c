@@ -165,8 +165,8 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     return alloc_state(s, NULL, NULL, 0, err, errlen);
 }
 
-/* A context over the weights of `from`: its own caches, or (kc != NULL) a view of a
- * batch's slab whose layers are lstride elements apart. */
+/* A context over the weights of `from` whose caches are a view of a batch's slab, layers
+ * lstride elements apart. */
 static int init_view(infer_state_cuda *s, const infer_state_cuda *from, int cap, nn_bf16_cuda *kc, nn_bf16_cuda *vc,
                      size_t lstride, char *err, size_t errlen)
 {
@@ -184,11 +184,6 @@ static int init_view(infer_state_cuda *s, const infer_state_cuda *from, int cap,
     if (rc == 0)
         s->fused = from->fused;
     return rc;
-}
-
-int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, int cap, char *err, size_t errlen)
-{
-    return init_view(s, from, cap, NULL, NULL, 0, err, errlen);
 }
 
 /* The caches (kc NULL: allocated, else borrowed slab views), scratch, pinned buffers and
@@ -291,15 +286,8 @@ static int linear(const infer_state_cuda *s, nn_bf16_cuda *out, const nn_bf16_cu
     return nn_gemm_run_cuda(s->gemm, &a, s->stream, kerr, kerrlen);
 }
 
-#define STEP(call, what)                                                                            \
-    do {                                                                                            \
-        kerr[0] = 0;                                                                                \
-        int r_ = (call);                                                                            \
-        if (r_ < 0) {                                                                               \
-            snprintf(err, errlen, "%s: layer %d: %s failed (%d): %s", __func__, l, what, r_, kerr); \
-            return r_ == -EINVAL ? -EINVAL : -EIO;                                                  \
-        }                                                                                           \
-    } while (0)
+/* Run a step; on failure name it, the function, the layer and the cause in err. */
+#define STEP(call, what) CUDA_LAYER_STEP(call, __func__, what)
 
 /* Enqueue the context rows of m features at Hf: rows start at p0 + *base. Ends with
  * n_ctx_d += m. */
@@ -650,13 +638,6 @@ double infer_draft_bytes_cuda(const infer_state_cuda *s, int n_ctx)
            kvd = (double)c->n_kv_heads * c->head_dim;
     double layer = (d * (qd + 2 * kvd) + qd * d + 2 * I * d + I * d) * 2;
     return layer * c->n_layers + (double)c->vocab * d * 2 + (double)c->n_layers * (n_ctx + c->block_size) * kvd * 2 * 2;
-}
-
-double infer_append_bytes_cuda(const infer_state_cuda *s, int n)
-{
-    const dflash_config *c = s->c;
-    double d = c->hidden, qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
-    return (d * c->n_capture * d + c->n_layers * d * (qd + 2 * kvd)) * 2 + (double)n * c->n_layers * kvd * 2 * 2;
 }
 
 /* ---- several sequences drafted together ------------------------------------------------ */

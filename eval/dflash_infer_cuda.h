@@ -25,8 +25,8 @@
  *
  * Errors: 0 or -errno with a line in the caller's err.
  *
- * Ownership: infer_state_cuda owns its device weights (not one made by infer_init_shared_cuda:
- * it borrows them), caches and scratch (infer_free_cuda); it
+ * Ownership: infer_state_cuda owns its device weights (not the per-sequence states of an
+ * infer_batch_cuda: they borrow them), caches and scratch (infer_free_cuda); it
  * borrows the config (must outlive it), embed, lm_head and the stream. */
 #ifndef DF_DFLASH_INFER_CUDA_H
 #define DF_DFLASH_INFER_CUDA_H
@@ -93,10 +93,6 @@ typedef struct infer_state_cuda {
  * err), -ENOMEM, -EIO. */
 int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_params *p, const nn_bf16_cuda *embed,
                     const nn_bf16_cuda *lm_head, int cap, cudaStream_t stream, char *err, size_t errlen);
-/* Another context over the weights of `from` (which must outlive it, and be freed after
- * it): its own caches for cap context rows, scratch and graphs, the same stream and
- * borrowed tensors. One drafter context per sequence of a batch. 0 or -errno. */
-int infer_init_shared_cuda(infer_state_cuda *s, const infer_state_cuda *from, int cap, char *err, size_t errlen);
 void infer_free_cuda(infer_state_cuda *s);
 
 /* Forget the context. */
@@ -149,10 +145,8 @@ int infer_batch_draft_cuda(infer_batch_cuda *b, int n, const int *seqs, const in
 int infer_batch_logits_to_host_cuda(infer_batch_cuda *b, int j, float *out, char *err, size_t errlen);
 
 /* Bytes a draft reads at least with n_ctx context rows: every drafter weight but fc once,
- * the lm_head, the context and block K/V rows. An append of n rows: fc and the layers'
- * k/v projections (their q rows too: the fused projection reads them). */
+ * the lm_head, the context and block K/V rows. */
 double infer_draft_bytes_cuda(const infer_state_cuda *s, int n_ctx);
-double infer_append_bytes_cuda(const infer_state_cuda *s, int n);
 
 #ifdef __cplusplus
 }

@@ -79,7 +79,7 @@
 #include "eval/eval_pair.h"
 #include "eval/heldout.h"
 #include "io/tfevents.h"
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "json_num.h"
 #include "util.h"
 

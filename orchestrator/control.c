@@ -250,10 +250,8 @@ static void on_connection(uv_stream_t *server, int status)
 int control_start(orch *o, char *err, size_t errlen)
 {
     snprintf(o->ctl_path, sizeof o->ctl_path, "%s/ctl.sock", o->run_dir);
-    if (strlen(o->ctl_path) >= 108) {
-        snprintf(err, errlen, "%s: path too long for a unix socket (max 107 bytes)", o->ctl_path);
-        return -ENAMETOOLONG;
-    }
+    if (strlen(o->ctl_path) >= 108)
+        return df_err(err, errlen, -ENAMETOOLONG, "%s: path too long for a unix socket (max 107 bytes)", o->ctl_path);
     (void)unlink(o->ctl_path); /* a stale socket from a previous (resumed) run */
     uv_pipe_init(o->loop, &o->ctl_server, 0);
     o->ctl_server.data = o;
@@ -263,10 +261,8 @@ int control_start(orch *o, char *err, size_t errlen)
     umask(old);
     if (rc == 0)
         rc = uv_listen((uv_stream_t *)&o->ctl_server, 16, on_connection);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %s", o->ctl_path, uv_strerror(rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %s", o->ctl_path, uv_strerror(rc));
     (void)chmod(o->ctl_path, 0600);
     return 0;
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "exit_codes.h"
+#include "io/metrics_keys.h"
 #include "util.h"
 
 static void usage(FILE *f)
@@ -300,25 +301,37 @@ static void print_train(json_t *tr)
     json_t *e = json_object_get(tr, "eta_s"), *st = json_object_get(tr, "step");
     if (json_is_number(e))
         fmt_dur(eta, sizeof eta, json_number_value(e));
-    char step[32] = "-", loss[32] = "-", lr[32] = "-";
+    char step[32] = "-", v[32];
     if (json_is_integer(st))
         snprintf(step, sizeof step, "%lld", (long long)json_integer_value(st));
-    if (json_is_number(json_object_get(tr, "loss")))
-        snprintf(loss, sizeof loss, "%.4f", json_number_value(json_object_get(tr, "loss")));
-    if (json_is_number(json_object_get(tr, "lr")))
-        snprintf(lr, sizeof lr, "%.3g", json_number_value(json_object_get(tr, "lr")));
-    printf("train: step %s of %lld, loss %s, lr %s, %.0f tokens/s; %lld of %lld samples trained, %.1f samples/s, "
-           "ETA %s\n",
-           step, (long long)json_integer_value(json_object_get(tr, "total_steps")), loss, lr,
+    printf("train: step %s of %lld", step, (long long)json_integer_value(json_object_get(tr, "total_steps")));
+    for (int k = 0; k < METRICS_N_KEYS; k++) { /* the training figures of io/metrics_keys.h, "-" until known */
+        const metrics_key *m = &metrics_keys[k];
+        if (m->from != METRICS_FROM_STEP)
+            continue;
+        json_t *x = json_object_get(tr, m->key);
+        if (json_is_number(x))
+            snprintf(v, sizeof v, m->dfctl_fmt, json_number_value(x));
+        else
+            snprintf(v, sizeof v, "-");
+        printf(", %s %s", m->name, v);
+    }
+    printf(", %.0f tokens/s; %lld of %lld samples trained, %.1f samples/s, ETA %s\n",
            json_number_value(json_object_get(tr, "tokens_per_s")),
            (long long)json_integer_value(json_object_get(tr, "samples_done")),
            (long long)json_integer_value(json_object_get(tr, "samples_total")),
            json_number_value(json_object_get(tr, "samples_per_s")), eta);
-    if (json_object_get(tr, "val_loss"))
-        printf("validation: step %lld, loss %.4f, expected tau %.3f\n",
-               (long long)json_integer_value(json_object_get(tr, "val_step")),
-               json_number_value(json_object_get(tr, "val_loss")),
-               json_number_value(json_object_get(tr, "val_exp_tau")));
+    if (json_object_get(tr, "val_step")) { /* a validation line was seen */
+        printf("validation: step %lld", (long long)json_integer_value(json_object_get(tr, "val_step")));
+        for (int k = 0; k < METRICS_N_KEYS; k++) {
+            const metrics_key *m = &metrics_keys[k];
+            if (m->from != METRICS_FROM_VALIDATION)
+                continue;
+            snprintf(v, sizeof v, m->dfctl_fmt, json_number_value(json_object_get(tr, m->key)));
+            printf(", %s %s", m->name, v);
+        }
+        printf("\n");
+    }
 }
 
 static void print_status(json_t *s)

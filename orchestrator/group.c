@@ -50,11 +50,9 @@ static int new_nccl_id(orch *o, char *err, size_t errlen)
         close(fd);
     if (rc == 0 && strlen(answer) != 256)
         snprintf(e2, sizeof e2, "cuda_helper --nccl-id: %zu hex digits, expected 256", strlen(answer)), rc = -EIO;
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %d cuda drafter ranks need an NCCL unique id: %s", o->t.source_path,
-                 topology_n_drafters(&o->t), e2);
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %d cuda drafter ranks need an NCCL unique id: %s", o->t.source_path,
+                      topology_n_drafters(&o->t), e2);
     memcpy(o->nccl_id, answer, 257);
     return 0;
 }
@@ -70,19 +68,15 @@ int group_setup(orch *o, char *err, size_t errlen)
         return 0; /* one rank needs no reduction */
     uint64_t bytes = allreduce_shm_bytes(R, GROUP_AR_MAX_FLOATS);
     int rc;
-    if (bytes == 0) {
-        snprintf(err, errlen, "%s: %d drafter ranks: too many for the shm all-reduce (at most %d)", o->t.source_path, R,
-                 ALLREDUCE_MAX_WORLD);
-        return -EINVAL;
-    }
+    if (bytes == 0)
+        return df_err(err, errlen, -EINVAL, "%s: %d drafter ranks: too many for the shm all-reduce (at most %d)",
+                      o->t.source_path, R, ALLREDUCE_MAX_WORLD);
     char e2[400] = "";
     if ((rc = shm_create(&o->allreduce_seg, bytes, "df-allreduce")) < 0 ||
         (rc = allreduce_shm_format(o->allreduce_seg.base, o->allreduce_seg.size, R, GROUP_AR_MAX_FLOATS, e2,
-                                   sizeof e2)) < 0) {
-        snprintf(err, errlen, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R, (unsigned long long)bytes,
-                 e2[0] ? e2 : strerror(-rc));
-        return rc;
-    }
+                                   sizeof e2)) < 0)
+        return df_err(err, errlen, rc, "all-reduce segment for %d drafter ranks (%llu bytes): %s", R,
+                      (unsigned long long)bytes, e2[0] ? e2 : strerror(-rc));
     return 0;
 }
 

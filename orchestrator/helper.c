@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "ipc/fdpass.h"
+#include "util.h"
 #include "orch.h"
 
 #define HELPER_TIMEOUT_MS 120000 /* the first CUDA init on a cold machine takes seconds */
@@ -24,15 +25,11 @@ int helper_call(const orch *o, const char *const *args, char *answer, size_t cap
     int na = 0;
     *fd_out = -1;
     snprintf(bin, sizeof bin, "%s/cuda_helper", o->t.bin_dir ? o->t.bin_dir : o->self_dir);
-    if (access(bin, X_OK) < 0) {
-        snprintf(err, errlen, "%s: %s (build with make CUDA=1)", bin, strerror(errno));
-        return -ENOENT;
-    }
+    if (access(bin, X_OK) < 0)
+        return df_err(err, errlen, -ENOENT, "%s: %s (build with make CUDA=1)", bin, strerror(errno));
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-        snprintf(err, errlen, "socketpair: %s", strerror(errno));
-        return -errno;
-    }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return df_err(err, errlen, -errno, "socketpair: %s", strerror(errno));
     snprintf(sockarg, sizeof sockarg, "%d", sv[1]);
     argv[na++] = bin;
     argv[na++] = "--sock";
@@ -44,8 +41,7 @@ int helper_call(const orch *o, const char *const *args, char *answer, size_t cap
     if (pid < 0) {
         int e = errno;
         close(sv[0]), close(sv[1]);
-        snprintf(err, errlen, "fork: %s", strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "fork: %s", strerror(e));
     }
     if (pid == 0) {
         fcntl(sv[1], F_SETFD, 0); /* the helper's end survives exec */
@@ -70,8 +66,7 @@ int helper_call(const orch *o, const char *const *args, char *answer, size_t cap
             if (nfd == 1)
                 close(*fd_out);
             *fd_out = -1;
-            snprintf(err, errlen, "cuda_helper %s: %s", args[0], rc > 0 ? answer : "died without an answer");
-            rc = -EIO;
+            rc = df_err(err, errlen, -EIO, "cuda_helper %s: %s", args[0], rc > 0 ? answer : "died without an answer");
         }
     }
     close(sv[0]);

@@ -42,10 +42,8 @@ static int synthetic_lengths(const topo *t, const char *spec, uint32_t **lens, u
 {
     char *end;
     unsigned long count = strtoul(spec, &end, 10);
-    if (*end || count == 0 || count > 10000000ul) {
-        snprintf(err, errlen, "DF_SYNTHETIC_SAMPLES=%s: expected an integer 1..10000000", spec);
-        return -EINVAL;
-    }
+    if (*end || count == 0 || count > 10000000ul)
+        return df_err(err, errlen, -EINVAL, "DF_SYNTHETIC_SAMPLES=%s: expected an integer 1..10000000", spec);
     uint32_t *l = malloc(count * sizeof *l);
     if (!l)
         return -ENOMEM;
@@ -88,17 +86,15 @@ static int check_samples(const dataset *ds, char *const *paths, const char *fiel
             len = 0;
         if (len == 0 && no_empty) {
             where(ds, paths, field, i, at, sizeof at);
-            snprintf(err, errlen, "%s is empty (0 tokens): every sample needs at least one token", at);
-            return -EINVAL;
+            return df_err(err, errlen, -EINVAL, "%s is empty (0 tokens): every sample needs at least one token", at);
         }
         for (uint32_t k = 0; scan && k < len; k++) {
             if (tok[k] >= vocab) {
                 where(ds, paths, field, i, at, sizeof at);
-                snprintf(err, errlen,
-                         "%s: token id %u (position %u) is outside the target's vocabulary 0..%u (%s: vocab_size "
-                         "%u; the shard header says vocab_size %u: was it tokenised for another model?)",
-                         at, tok[k], k, vocab - 1, vocab_src, vocab, svocab);
-                return -EINVAL;
+                return df_err(err, errlen, -EINVAL,
+                              "%s: token id %u (position %u) is outside the target's vocabulary 0..%u (%s: vocab_size "
+                              "%u; the shard header says vocab_size %u: was it tokenised for another model?)",
+                              at, tok[k], k, vocab - 1, vocab_src, vocab, svocab);
             }
         }
     }
@@ -117,10 +113,8 @@ int plan_source_check_shards(char *const *paths, int n_paths, const char *field,
     dataset *ds = NULL;
     char e[1024];
     int rc = dataset_open(&ds, paths, n_paths, e, sizeof e);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %s", field, e);
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %s", field, e);
     uint64_t n = dataset_n_samples(ds);
     if (max_samples > 0 && n > max_samples)
         n = max_samples;
@@ -129,8 +123,7 @@ int plan_source_check_shards(char *const *paths, int n_paths, const char *field,
     return rc;
 #else
     (void)paths, (void)n_paths, (void)max_samples, (void)vocab, (void)vocab_src;
-    snprintf(err, errlen, "%s: this build has no shard reader (common/io/shard.h)", field);
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "%s: this build has no shard reader (common/io/shard.h)", field);
 #endif
 }
 
@@ -147,10 +140,8 @@ int plan_source_lengths(const topo *t, uint32_t vocab, const char *vocab_src, ui
     dataset *ds = NULL;
     char e[1024];
     int rc = dataset_open(&ds, t->shards, t->n_shards, e, sizeof e);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s", e);
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s", e);
     uint64_t count = dataset_n_samples(ds);
     if (count == 0 || count > UINT32_MAX) {
         snprintf(err, errlen, "%s: %llu samples (expected 1..2^32-1)", t->shards[0], (unsigned long long)count);
@@ -182,9 +173,8 @@ int plan_source_lengths(const topo *t, uint32_t vocab, const char *vocab_src, ui
     return 0;
 #else
     (void)vocab, (void)vocab_src;
-    snprintf(err, errlen, "%s: this build has no shard reader (common/io/shard.h)",
-             t->n_shards > 0 ? t->shards[0] : "data.shards");
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "%s: this build has no shard reader (common/io/shard.h)",
+                  t->n_shards > 0 ? t->shards[0] : "data.shards");
 #endif
 }
 
@@ -299,15 +289,12 @@ int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen
         fp->digest = plan_source_digest(fp);
         return 0;
     }
-    if (t->n_shards > PLAN_FP_MAX) {
-        snprintf(err, errlen, "data.shards: %d files (at most %d)", t->n_shards, PLAN_FP_MAX);
-        return -E2BIG;
-    }
+    if (t->n_shards > PLAN_FP_MAX)
+        return df_err(err, errlen, -E2BIG, "data.shards: %d files (at most %d)", t->n_shards, PLAN_FP_MAX);
     for (int i = 0; i < t->n_shards; i++) {
-        if (strlen(t->shards[i]) >= sizeof fp->f[i].path) {
-            snprintf(err, errlen, "data.shards[%d]: path too long (%zu bytes)", i, strlen(t->shards[i]));
-            return -ENAMETOOLONG;
-        }
+        if (strlen(t->shards[i]) >= sizeof fp->f[i].path)
+            return df_err(err, errlen, -ENAMETOOLONG, "data.shards[%d]: path too long (%zu bytes)", i,
+                          strlen(t->shards[i]));
         snprintf(fp->f[i].path, sizeof fp->f[i].path, "%s", t->shards[i]);
     }
     fp_job j = {.t = t, .fp = fp};
@@ -315,8 +302,7 @@ int plan_source_fingerprint(const topo *t, plan_fp *fp, char *err, size_t errlen
     j.why = calloc((size_t)t->n_shards + 1, sizeof *j.why);
     if (!j.rc || !j.why) {
         free(j.rc), free(j.why);
-        snprintf(err, errlen, "data.shards: out of memory");
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "data.shards: out of memory");
     }
     pthread_t th[FP_THREADS];
     int nt = fp_threads(t->n_shards), started = 0;

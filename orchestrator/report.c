@@ -15,8 +15,9 @@
  *                               are left out first (report_fit_fields), and every log line
  *                               clears it before and draws it again after (df_log's hook)
  * The training figures (status object "train", the progress line, dfctl top, pipeline.prom):
- * loss, lr and step from drafter rank 0's last "step" line, total steps from the plan,
- * tokens/s summed over the drafters, the validator's last "validation" line, and the ETA:
+ * step from drafter rank 0's last "step" line and the figures of io/metrics_keys.h (loss,
+ * lr, ...) from that line and the validator's last "validation" line, one row each there;
+ * total steps from the plan, tokens/s summed over the drafters, and the ETA:
  * samples left (the ledger: samples of every batch not yet trained, committed or poisoned
  * in this epoch, plus the later epochs' samples) over the measured rate (samples trained
  * per second over the last ORCH_ETA_HIST intervals; a rewind after a drafter death counts
@@ -34,6 +35,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "io/metrics_keys.h"
 #include "orch.h"
 #include "util.h"
 
@@ -199,14 +201,26 @@ void report_train_line(json_t *tr, char *out, size_t cap)
             (long long)json_integer_value(json_object_get(tr, "total_steps")));
     else
         ADD("step -/%lld", (long long)json_integer_value(json_object_get(tr, "total_steps")));
-    if (json_is_number(json_object_get(tr, "loss")))
-        ADD(" loss %.3f", json_number_value(json_object_get(tr, "loss")));
-    if (json_is_number(json_object_get(tr, "lr")))
-        ADD(" lr %.1e", json_number_value(json_object_get(tr, "lr")));
+    char v[32];
+    for (int k = 0; k < METRICS_N_KEYS; k++) { /* the training figures known so far */
+        const metrics_key *m = &metrics_keys[k];
+        if (m->from == METRICS_FROM_STEP && json_is_number(json_object_get(tr, m->key))) {
+            snprintf(v, sizeof v, m->fmt, json_number_value(json_object_get(tr, m->key)));
+            ADD(" %s %s", m->label, v);
+        }
+    }
     ADD(" %.0f tok/s ETA %s", num_or(tr, "tokens_per_s", 0), e);
-    if (json_object_get(tr, "val_loss"))
-        ADD(" | val loss %.3f tau %.2f @%lld", num_or(tr, "val_loss", NAN), num_or(tr, "val_exp_tau", NAN),
-            (long long)json_integer_value(json_object_get(tr, "val_step")));
+    if (json_object_get(tr, "val_step")) { /* a validation line was seen: all of its figures */
+        ADD(" | val");
+        for (int k = 0; k < METRICS_N_KEYS; k++) {
+            const metrics_key *m = &metrics_keys[k];
+            if (m->from == METRICS_FROM_VALIDATION) {
+                snprintf(v, sizeof v, m->fmt, num_or(tr, m->key, NAN));
+                ADD(" %s %s", m->label, v);
+            }
+        }
+        ADD(" @%lld", (long long)json_integer_value(json_object_get(tr, "val_step")));
+    }
 #undef ADD
 }
 
@@ -289,8 +303,10 @@ static json_t *train_json(orch *o)
     }
     json_object_set_new(tr, "step", st ? json_integer(json_integer_value(json_object_get(st, "step"))) : json_null());
     json_object_set_new(tr, "total_steps", json_integer((json_int_t)o->total_steps));
-    json_object_set_new(tr, "loss", st ? json_real(num_or(st, "loss", NAN)) : json_null());
-    json_object_set_new(tr, "lr", st ? json_real(num_or(st, "lr", NAN)) : json_null());
+    for (int k = 0; k < METRICS_N_KEYS; k++)
+        if (metrics_keys[k].from == METRICS_FROM_STEP)
+            json_object_set_new(tr, metrics_keys[k].key,
+                                st ? json_real(num_or(st, metrics_keys[k].key, NAN)) : json_null());
     json_object_set_new(tr, "tokens_per_s", json_real(tok_s));
     json_object_set_new(tr, "samples_total", json_integer((json_int_t)o->samples_total));
     json_object_set_new(tr, "samples_done", json_integer((json_int_t)o->samples_done));
@@ -298,8 +314,9 @@ static json_t *train_json(orch *o)
     json_object_set_new(tr, "eta_s", o->eta_s >= 0 ? json_real(o->eta_s) : json_null());
     if (val) {
         json_object_set_new(tr, "val_step", json_integer(json_integer_value(json_object_get(val, "step"))));
-        json_object_set_new(tr, "val_loss", json_real(num_or(val, "val_loss", NAN)));
-        json_object_set_new(tr, "val_exp_tau", json_real(num_or(val, "val_exp_tau", NAN)));
+        for (int k = 0; k < METRICS_N_KEYS; k++)
+            if (metrics_keys[k].from == METRICS_FROM_VALIDATION)
+                json_object_set_new(tr, metrics_keys[k].key, json_real(num_or(val, metrics_keys[k].key, NAN)));
     }
     /* a NaN loss (a non-finite step) is not JSON: null */
     const char *key;
@@ -394,23 +411,27 @@ static void write_prom(orch *o, json_t *s)
             prom_add(&b, &len, &cap, "df_ledger_batches{state=\"%s\"} %lld\n", key, (long long)json_integer_value(v));
     }
     json_t *tr = json_object_get(s, "train");
-    static const char *const tkeys[][2] = {{"loss", "df_train_loss"},
-                                           {"lr", "df_train_lr"},
-                                           {"step", "df_train_step"},
+    /* the orchestrator's own figures; the workers' (io/metrics_keys.h) come before (training)
+     * and after (validation) them */
+    static const char *const tkeys[][2] = {{"step", "df_train_step"},
                                            {"total_steps", "df_train_total_steps"},
                                            {"tokens_per_s", "df_train_tokens_per_second"},
                                            {"samples_per_s", "df_train_samples_per_second"},
                                            {"samples_total", "df_train_samples_total"},
                                            {"samples_done", "df_train_samples_done"},
                                            {"eta_s", "df_train_eta_seconds"},
-                                           {"val_step", "df_validation_step"},
-                                           {"val_loss", "df_validation_loss"},
-                                           {"val_exp_tau", "df_validation_expected_tau"}};
+                                           {"val_step", "df_validation_step"}};
     prom_add(&b, &len, &cap, "# TYPE df_train_loss gauge\n# TYPE df_train_eta_seconds gauge\n");
-    for (size_t k = 0; k < DF_ARRAY_LEN(tkeys); k++) { /* unknown values are left out */
-        json_t *tv = json_object_get(tr, tkeys[k][0]);
-        if (json_is_number(tv))
-            prom_add(&b, &len, &cap, "%s %.6g\n", tkeys[k][1], json_number_value(tv));
+    for (int pass = 0; pass < 3; pass++) { /* unknown values are left out */
+        size_t n = pass == 1 ? DF_ARRAY_LEN(tkeys) : METRICS_N_KEYS;
+        for (size_t k = 0; k < n; k++) {
+            const metrics_key *m = pass == 1 ? NULL : &metrics_keys[k];
+            if (m && m->from != (pass == 0 ? METRICS_FROM_STEP : METRICS_FROM_VALIDATION))
+                continue;
+            json_t *tv = json_object_get(tr, m ? m->key : tkeys[k][0]);
+            if (json_is_number(tv))
+                prom_add(&b, &len, &cap, "%s %.6g\n", m ? m->prom : tkeys[k][1], json_number_value(tv));
+        }
     }
     json_t *run = json_object_get(s, "run");
     prom_add(&b, &len, &cap, "df_restarts_total %lld\ndf_poisoned_batches_total %lld\n",
@@ -571,8 +592,14 @@ static int progress_fields(orch *o, json_t *s, uint64_t now, report_field *f)
     if (json_is_integer(st))
         FIELD(1, "step %lld/%lld", (long long)json_integer_value(st),
               (long long)json_integer_value(json_object_get(tr, "total_steps")));
-    if (json_is_number(json_object_get(tr, "loss")))
-        FIELD(2, "loss %.3f", json_number_value(json_object_get(tr, "loss")));
+    char v[32];
+    for (int k = 0; k < METRICS_N_KEYS; k++) {
+        const metrics_key *m = &metrics_keys[k];
+        if (m->from == METRICS_FROM_STEP && json_is_number(json_object_get(tr, m->key))) {
+            snprintf(v, sizeof v, m->fmt, json_number_value(json_object_get(tr, m->key)));
+            FIELD(m->prio, "%s %s", m->label, v);
+        }
+    }
     if (json_is_number(eta) && json_number_value(eta) >= 0 && json_number_value(eta) < 1e9) {
         fmt_elapsed(t, sizeof t, json_number_value(eta));
         FIELD(1, "ETA %s", t);
@@ -582,11 +609,24 @@ static int progress_fields(orch *o, json_t *s, uint64_t now, report_field *f)
               (unsigned long long)o->poisoned_total);
     if (json_number_value(json_object_get(tr, "tokens_per_s")) > 0)
         FIELD(4, "%.0f tok/s", json_number_value(json_object_get(tr, "tokens_per_s")));
-    if (json_is_number(json_object_get(tr, "val_loss")))
-        FIELD(5, "val %.3f tau %.2f", json_number_value(json_object_get(tr, "val_loss")),
-              json_number_value(json_object_get(tr, "val_exp_tau")));
-    if (json_is_number(json_object_get(tr, "lr")))
-        FIELD(6, "lr %.1e", json_number_value(json_object_get(tr, "lr")));
+    const char *val0 = NULL; /* the first validation figure: the field is shown once it is known */
+    for (int k = 0; k < METRICS_N_KEYS && !val0; k++)
+        if (metrics_keys[k].from == METRICS_FROM_VALIDATION)
+            val0 = metrics_keys[k].key;
+    if (val0 && json_is_number(json_object_get(tr, val0))) { /* the validation figures: one field */
+        char text[sizeof f[0].text] = "val";
+        int prio = -1;
+        for (int k = 0; k < METRICS_N_KEYS; k++) {
+            const metrics_key *m = &metrics_keys[k];
+            if (m->from != METRICS_FROM_VALIDATION)
+                continue;
+            snprintf(v, sizeof v, m->fmt, json_number_value(json_object_get(tr, m->key)));
+            size_t len = strlen(text);
+            snprintf(text + len, sizeof text - len, " %s %s", m->label, v);
+            prio = prio < 0 ? m->prio : prio;
+        }
+        FIELD(prio, "%s", text);
+    }
     for (int i = 0; i < o->n; i++) {
         const orch_worker *w = &o->w[i];
         int up = w->state == STATUS_UP || w->state == STATUS_DONE;

@@ -55,8 +55,7 @@ static int list_checkpoints(const char *run_dir, ckpt_list *cl, char *err, size_
         if (errno == ENOENT)
             return 0;
         int e = errno;
-        snprintf(err, errlen, "%s: %s", path, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "%s: %s", path, strerror(e));
     }
     cl->has_dir = 1;
     struct dirent *de;
@@ -175,15 +174,14 @@ int resume_check_state(orch *o, int writes_checkpoints, int *fresh, char *err, s
     committed_evidence(o, cl, !have, evidence, sizeof evidence);
     if (!have) {
         if (evidence[0]) {
-            snprintf(err, errlen,
-                     "%s/ledger.bin is missing, but the run dir holds what committed work leaves behind: %s. "
-                     "ledger.bin is the only record of which batches those contain: a resume without it "
-                     "would train from step 0 and overwrite them. Put ledger.bin back (a copy of it), or leave "
-                     "this run dir as it is and start a new run with another run_dir (`dflash_tool export "
-                     "%s/checkpoints DIR` and drafter.init_dir DIR start it from these weights); refusing to "
-                     "resume",
-                     o->run_dir, evidence, o->run_dir);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL,
+                        "%s/ledger.bin is missing, but the run dir holds what committed work leaves behind: %s. "
+                        "ledger.bin is the only record of which batches those contain: a resume without it "
+                        "would train from step 0 and overwrite them. Put ledger.bin back (a copy of it), or leave "
+                        "this run dir as it is and start a new run with another run_dir (`dflash_tool export "
+                        "%s/checkpoints DIR` and drafter.init_dir DIR start it from these weights); refusing to "
+                        "resume",
+                        o->run_dir, evidence, o->run_dir);
             goto out;
         }
         df_log("resume: no %s/ledger.bin and nothing committed on disk (no checkpoint, audit or summary): "
@@ -203,13 +201,12 @@ int resume_check_state(orch *o, int writes_checkpoints, int *fresh, char *err, s
      * writes none, and then there is no checkpoints/ either) */
     if (N > 0 && (cl->has_dir || writes_checkpoints) && !found && !complete) {
         name_steps(cl, 0, steps, sizeof steps);
-        snprintf(err, errlen,
-                 "%s/ledger.bin commits the batches up to step %llu, but %s/checkpoints/step-%08llu is missing "
-                 "(on disk: %s): the drafter continues from that checkpoint and nothing else matches the ledger. "
-                 "Put it back, or start a new run with another run_dir; refusing to resume",
-                 o->run_dir, (unsigned long long)N, o->run_dir, (unsigned long long)N,
-                 cl->has_dir ? (cl->n ? steps : "no checkpoint") : "no checkpoints/ directory");
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL,
+                    "%s/ledger.bin commits the batches up to step %llu, but %s/checkpoints/step-%08llu is missing "
+                    "(on disk: %s): the drafter continues from that checkpoint and nothing else matches the ledger. "
+                    "Put it back, or start a new run with another run_dir; refusing to resume",
+                    o->run_dir, (unsigned long long)N, o->run_dir, (unsigned long long)N,
+                    cl->has_dir ? (cl->n ? steps : "no checkpoint") : "no checkpoints/ directory");
         goto out;
     }
     if (newer < cl->n) {

@@ -104,20 +104,15 @@ static int check_run_dir_owner(const char *dir, char *err, size_t errlen)
     struct stat st;
     if (lstat(dir, &st) < 0) {
         int e = errno;
-        snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "--resume: run dir %s: %s", dir, strerror(e));
     }
-    if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "--resume: run dir %s is not a directory", dir);
-        return -ENOTDIR;
-    }
-    if (st.st_uid != geteuid() || (st.st_mode & 022)) {
-        snprintf(err, errlen,
-                 "--resume: run dir %s is owned by uid %u with mode %03o: it must be ours (uid %u) "
-                 "and not writable by group or others (chmod 700)",
-                 dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
-        return -EPERM;
-    }
+    if (!S_ISDIR(st.st_mode))
+        return df_err(err, errlen, -ENOTDIR, "--resume: run dir %s is not a directory", dir);
+    if (st.st_uid != geteuid() || (st.st_mode & 022))
+        return df_err(err, errlen, -EPERM,
+                      "--resume: run dir %s is owned by uid %u with mode %03o: it must be ours (uid %u) "
+                      "and not writable by group or others (chmod 700)",
+                      dir, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777), (unsigned)geteuid());
     return 0;
 }
 
@@ -133,8 +128,7 @@ static int lock_run_dir(orch *o, char *err, size_t errlen)
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         int e = errno;
-        snprintf(err, errlen, "%s: %s", path, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "%s: %s", path, strerror(e));
     }
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         int e = errno;
@@ -171,8 +165,7 @@ static int lock_write_pid(orch *o, char *err, size_t errlen)
     errno = 0;
     if (ftruncate(o->lock_fd, 0) < 0 || pwrite(o->lock_fd, pid, (size_t)n, 0) != n) {
         int e = errno ? errno : EIO;
-        snprintf(err, errlen, "%s/orchestrator.lock: writing our pid: %s", o->run_dir, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "%s/orchestrator.lock: writing our pid: %s", o->run_dir, strerror(e));
     }
     return 0;
 }
@@ -262,13 +255,11 @@ static int resume_open(orch *o, const char *path, int *record_missing, char *err
     if (is_dir(path)) {
         snprintf(dir, sizeof dir, "%s", path);
     } else {
-        if (file) {
-            snprintf(err, errlen,
-                     "--resume %s --topology %s: give the run dir with --topology, or the topology file "
-                     "alone",
-                     path, file);
-            return -EINVAL;
-        }
+        if (file)
+            return df_err(err, errlen, -EINVAL,
+                          "--resume %s --topology %s: give the run dir with --topology, or the topology file "
+                          "alone",
+                          path, file);
         file = path;
         topo tmp;
         if ((rc = topology_load(&tmp, path, err, errlen)) < 0)
@@ -277,10 +268,8 @@ static int resume_open(orch *o, const char *path, int *record_missing, char *err
         topology_free(&tmp);
     }
     int prc = resolve_path(dir, o->run_dir, sizeof o->run_dir);
-    if (prc < 0) {
-        snprintf(err, errlen, "--resume: run dir %s: %s", dir, strerror(-prc));
-        return prc;
-    }
+    if (prc < 0)
+        return df_err(err, errlen, prc, "--resume: run dir %s: %s", dir, strerror(-prc));
     if ((rc = check_run_dir_owner(o->run_dir, err, errlen)) < 0)
         return rc;
     if ((rc = lock_run_dir(o, err, errlen)) < 0)
@@ -308,9 +297,8 @@ static int resume_open(orch *o, const char *path, int *record_missing, char *err
             goto out;
         }
         if (resolve_path(o->t.run_dir, here, sizeof here) < 0 || strcmp(here, o->run_dir)) {
-            snprintf(err, errlen, "--resume: %s names run_dir %s, not the run dir being resumed (%s)", file,
-                     o->t.run_dir, o->run_dir);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "--resume: %s names run_dir %s, not the run dir being resumed (%s)", file,
+                        o->t.run_dir, o->run_dir);
             goto out;
         }
         char *same = strdup(rec.run_dir); /* one spelling of the same directory: no change */
@@ -353,10 +341,8 @@ static int resume_record(orch *o, int record_missing, char *err, size_t errlen)
     if (o->fresh_resume) { /* planned anew: the data and the (empty) ledger of this plan */
         if ((rc = write_data_files(o, err, errlen)) < 0)
             return rc;
-        if ((rc = setup_persist_ledger(o)) < 0) {
-            snprintf(err, errlen, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
-            return rc;
-        }
+        if ((rc = setup_persist_ledger(o)) < 0)
+            return df_err(err, errlen, rc, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
     }
     char *text = topology_text(&o->t);
     if (!text)
@@ -389,11 +375,9 @@ static int cuda_arena_from_helper(orch *o, int i, uint64_t bytes, char *err, siz
     int rc = helper_call(o, args, answer, sizeof answer, &fd, e2, sizeof e2);
     if (rc == 0 && fd < 0)
         snprintf(e2, sizeof e2, "cuda_helper --arena answered without an fd"), rc = -EIO;
-    if (rc < 0) {
-        snprintf(err, errlen, "rings[%d] \"%s\": GPU arena of %llu bytes on device %d: %s", i, r->name,
-                 (unsigned long long)bytes, r->gpu, e2);
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "rings[%d] \"%s\": GPU arena of %llu bytes on device %d: %s", i, r->name,
+                      (unsigned long long)bytes, r->gpu, e2);
     arena *a = &o->ring_arena[i];
     arena_init(a);
     a->kind = ARENA_CUDA;
@@ -434,10 +418,8 @@ int setup_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t err
     size_t len = 0;
     *mem = NULL;
     int rc = df_read_file(path, &buf, &len);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
     size_t cap = (len + 63) & ~(size_t)63;
     void *m = aligned_alloc(64, cap ? cap : 64);
     if (!m) {
@@ -473,25 +455,23 @@ static int resume_ledger(orch *o, char *err, size_t errlen)
     if (rc < 0)
         return rc;
     if (ledger_data_digest(&snap) != o->data_fp.digest) {
-        snprintf(err, errlen,
-                 "%s: planned over data with digest %016llx, the data now has %016llx (%s/data_files.json "
-                 "and ledger.bin disagree): refusing to resume",
-                 path, (unsigned long long)ledger_data_digest(&snap), (unsigned long long)o->data_fp.digest,
-                 o->run_dir);
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL,
+                    "%s: planned over data with digest %016llx, the data now has %016llx (%s/data_files.json "
+                    "and ledger.bin disagree): refusing to resume",
+                    path, (unsigned long long)ledger_data_digest(&snap), (unsigned long long)o->data_fp.digest,
+                    o->run_dir);
         goto out;
     }
     if (ledger_epoch(&snap) != ledger_epoch(&o->led) || ledger_plan_hash(&snap) != ledger_plan_hash(&o->led) ||
         ledger_n_batches(&snap) != ledger_n_batches(&o->led) || ledger_seed(&snap) != ledger_seed(&o->led)) {
-        snprintf(err, errlen,
-                 "%s: epoch %u plan hash %016llx (%u batches, seed %llu), but the plan rebuilt from the "
-                 "topology and the data is epoch %u plan hash %016llx (%u batches, seed %llu): the data or the "
-                 "topology changed since the run started; refusing to resume",
-                 path, ledger_epoch(&snap) + 1, (unsigned long long)ledger_plan_hash(&snap), ledger_n_batches(&snap),
-                 (unsigned long long)ledger_seed(&snap), ledger_epoch(&o->led) + 1,
-                 (unsigned long long)ledger_plan_hash(&o->led), ledger_n_batches(&o->led),
-                 (unsigned long long)ledger_seed(&o->led));
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL,
+                    "%s: epoch %u plan hash %016llx (%u batches, seed %llu), but the plan rebuilt from the "
+                    "topology and the data is epoch %u plan hash %016llx (%u batches, seed %llu): the data or the "
+                    "topology changed since the run started; refusing to resume",
+                    path, ledger_epoch(&snap) + 1, (unsigned long long)ledger_plan_hash(&snap), ledger_n_batches(&snap),
+                    (unsigned long long)ledger_seed(&snap), ledger_epoch(&o->led) + 1,
+                    (unsigned long long)ledger_plan_hash(&o->led), ledger_n_batches(&o->led),
+                    (unsigned long long)ledger_seed(&o->led));
         goto out;
     }
     ledger_restore_counts rc_n;
@@ -542,28 +522,24 @@ static int check_data_files(orch *o, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/data_files.json", o->run_dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j) {
-        snprintf(err, errlen, "%s: %s: cannot verify the data the run was planned over; refusing to resume", path,
-                 je.text);
-        return -EINVAL;
-    }
+    if (!j)
+        return df_err(err, errlen, -EINVAL,
+                      "%s: %s: cannot verify the data the run was planned over; refusing to resume", path, je.text);
     plan_fp *rec = calloc(1, sizeof *rec);
     int rc = rec ? 0 : -ENOMEM;
     json_t *files = json_object_get(j, "files");
     const char *digest = json_string_value(json_object_get(j, "digest"));
-    if (!rc && (!json_is_array(files) || !digest || json_array_size(files) > PLAN_FP_MAX)) {
-        snprintf(err, errlen, "%s: expected {\"files\": [...], \"digest\": \"...\"}; refusing to resume", path);
-        rc = -EINVAL;
-    }
+    if (!rc && (!json_is_array(files) || !digest || json_array_size(files) > PLAN_FP_MAX))
+        rc = df_err(err, errlen, -EINVAL, "%s: expected {\"files\": [...], \"digest\": \"...\"}; refusing to resume",
+                    path);
     for (size_t i = 0; !rc && i < json_array_size(files); i++) {
         json_t *f = json_array_get(files, i);
         const char *p = json_string_value(json_object_get(f, "path"));
         const char *h = json_string_value(json_object_get(f, "hash"));
         json_t *sz = json_object_get(f, "size");
         if (!p || !h || !json_is_integer(sz) || strlen(p) >= sizeof rec->f[i].path) {
-            snprintf(err, errlen, "%s: files[%zu]: expected {\"path\", \"size\", \"hash\"}; refusing to resume", path,
-                     i);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL,
+                        "%s: files[%zu]: expected {\"path\", \"size\", \"hash\"}; refusing to resume", path, i);
             break;
         }
         snprintf(rec->f[i].path, sizeof rec->f[i].path, "%s", p);
@@ -571,35 +547,29 @@ static int check_data_files(orch *o, char *err, size_t errlen)
         rec->f[i].hash = strtoull(h, NULL, 16);
         rec->n = (int)i + 1;
     }
-    if (!rc && strtoull(digest, NULL, 16) != plan_source_digest(rec)) {
-        snprintf(err, errlen,
-                 "%s: its digest %s does not match its file list (the file was edited); refusing to "
-                 "resume",
-                 path, digest);
-        rc = -EINVAL;
-    }
-    if (!rc && rec->n != o->data_fp.n) {
-        snprintf(err, errlen,
-                 "%s: the run was planned over %d data files, the topology names %d now; refusing to "
-                 "resume",
-                 path, rec->n, o->data_fp.n);
-        rc = -EINVAL;
-    }
+    if (!rc && strtoull(digest, NULL, 16) != plan_source_digest(rec))
+        rc = df_err(err, errlen, -EINVAL,
+                    "%s: its digest %s does not match its file list (the file was edited); refusing to "
+                    "resume",
+                    path, digest);
+    if (!rc && rec->n != o->data_fp.n)
+        rc = df_err(err, errlen, -EINVAL,
+                    "%s: the run was planned over %d data files, the topology names %d now; refusing to "
+                    "resume",
+                    path, rec->n, o->data_fp.n);
     for (int i = 0; !rc && i < rec->n; i++) {
         const char *now = o->data_fp.f[i].path;
         if (strcmp(rec->f[i].path, now)) {
-            snprintf(err, errlen,
-                     "data.shards[%d]: the run was planned over %s, the topology names %s now; refusing "
-                     "to resume",
-                     i, rec->f[i].path, now);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL,
+                        "data.shards[%d]: the run was planned over %s, the topology names %s now; refusing "
+                        "to resume",
+                        i, rec->f[i].path, now);
         } else if (rec->f[i].size != o->data_fp.f[i].size || rec->f[i].hash != o->data_fp.f[i].hash) {
-            snprintf(err, errlen,
-                     "data.shards[%d] %s changed since the run was planned: %llu bytes with content hash "
-                     "%016llx then, %llu bytes with hash %016llx now (%s); refusing to resume",
-                     i, now, (unsigned long long)rec->f[i].size, (unsigned long long)rec->f[i].hash,
-                     (unsigned long long)o->data_fp.f[i].size, (unsigned long long)o->data_fp.f[i].hash, path);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL,
+                        "data.shards[%d] %s changed since the run was planned: %llu bytes with content hash "
+                        "%016llx then, %llu bytes with hash %016llx now (%s); refusing to resume",
+                        i, now, (unsigned long long)rec->f[i].size, (unsigned long long)rec->f[i].hash,
+                        (unsigned long long)o->data_fp.f[i].size, (unsigned long long)o->data_fp.f[i].hash, path);
         }
     }
     free(rec);
@@ -619,10 +589,8 @@ static int build_epoch_ledger(orch *o, uint32_t epoch, uint32_t *n_batches, int 
     if (msl > o->t.token_budget)
         msl = (uint32_t)o->t.token_budget;
     int rc = ledger_plan_build(&plan, o->lens, n, o->t.seed, epoch, o->t.token_budget, msl);
-    if (rc < 0) {
-        snprintf(err, errlen, "ledger plan of epoch %u over %u samples: %s", epoch + 1, n, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "ledger plan of epoch %u over %u samples: %s", epoch + 1, n, strerror(-rc));
     plan.data_digest = o->data_fp.digest;
     *n_batches = plan.n_batches;
     if (quiet) { /* only counting (the LR schedule's total) */
@@ -724,26 +692,20 @@ int setup_next_epoch(orch *o, char *err, size_t errlen)
     o->epoch++;
     /* the new ledger continues the step count: a rewind or a resume never goes below the
      * last checkpoint of the previous epoch, which is where the drafter continues from */
-    if (step > 0 && (rc = ledger_commit(&o->led, step)) < 0) {
-        snprintf(err, errlen, "epoch %u: ledger_commit(%llu): %s", o->epoch + 1, (unsigned long long)step,
-                 strerror(-rc));
-        return rc;
-    }
+    if (step > 0 && (rc = ledger_commit(&o->led, step)) < 0)
+        return df_err(err, errlen, rc, "epoch %u: ledger_commit(%llu): %s", o->epoch + 1, (unsigned long long)step,
+                      strerror(-rc));
     o->committed_step = step;
     for (int i = 0; i < o->t.n_rings; i++) { /* every worker exited 0: the rings are empty; re-open them */
         const topology_ring *r = &o->t.rings[i];
         if ((rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
-            (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
-            snprintf(err, errlen, "rings[%d] \"%s\": re-format for epoch %u: %s", i, r->name, o->epoch + 1,
-                     ring_strerror(rc));
-            return rc;
-        }
+            (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0)
+            return df_err(err, errlen, rc, "rings[%d] \"%s\": re-format for epoch %u: %s", i, r->name, o->epoch + 1,
+                          ring_strerror(rc));
         o->ring_closed[i] = 0;
     }
-    if ((rc = setup_persist_ledger(o)) < 0) {
-        snprintf(err, errlen, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
-        return rc;
-    }
+    if ((rc = setup_persist_ledger(o)) < 0)
+        return df_err(err, errlen, rc, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
     return 0;
 }
 
@@ -752,16 +714,12 @@ static int setup_segments(orch *o, char *err, size_t errlen)
     int rc;
     if ((rc = shm_create(&o->status_seg, status_shm_bytes(), "df-status")) < 0 ||
         (rc = status_format(o->status_seg.base, o->status_seg.size, (uint32_t)o->t.n_workers)) < 0 ||
-        (rc = status_open(&o->status, o->status_seg.base, o->status_seg.size)) < 0) {
-        snprintf(err, errlen, "status segment: %s", strerror(-rc));
-        return rc;
-    }
+        (rc = status_open(&o->status, o->status_seg.base, o->status_seg.size)) < 0)
+        return df_err(err, errlen, rc, "status segment: %s", strerror(-rc));
     if ((rc = shm_create(&o->handoff_seg, handoff_shm_bytes(), "df-handoff")) < 0 ||
         (rc = handoff_format(o->handoff_seg.base, o->handoff_seg.size)) < 0 ||
-        (rc = handoff_open(&o->handoff, o->handoff_seg.base, o->handoff_seg.size)) < 0) {
-        snprintf(err, errlen, "handoff table: %s", strerror(-rc));
-        return rc;
-    }
+        (rc = handoff_open(&o->handoff, o->handoff_seg.base, o->handoff_seg.size)) < 0)
+        return df_err(err, errlen, rc, "handoff table: %s", strerror(-rc));
     for (int i = 0; i < o->t.n_rings; i++) {
         const topology_ring *r = &o->t.rings[i];
         uint64_t bytes = ring_shm_bytes(r->slots);
@@ -769,10 +727,8 @@ static int setup_segments(orch *o, char *err, size_t errlen)
         snprintf(name, sizeof name, "df-ring-%s", r->name);
         if ((rc = shm_create(&o->ring_seg[i], bytes, name)) < 0 ||
             (rc = ring_format(o->ring_seg[i].base, o->ring_seg[i].size, r->slots, r->max_attempts, (uint32_t)i)) < 0 ||
-            (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0) {
-            snprintf(err, errlen, "rings[%d] \"%s\": %s", i, r->name, ring_strerror(rc));
-            return rc;
-        }
+            (rc = ring_open(&o->rings[i], o->ring_seg[i].base, o->ring_seg[i].size)) < 0)
+            return df_err(err, errlen, rc, "rings[%d] \"%s\": %s", i, r->name, ring_strerror(rc));
         if ((rc = setup_ring_arena(o, i, err, errlen)) < 0)
             return rc;
     }
@@ -789,10 +745,8 @@ static int make_run_dir(orch *o, const char *want, char *err, size_t errlen)
     char *slash = strrchr(parent, '/');
     if (slash && slash != parent) {
         *slash = 0;
-        if ((rc = df_mkdir_p(parent, 0700)) < 0) {
-            snprintf(err, errlen, "%s: cannot create: %s", parent, strerror(-rc));
-            return rc;
-        }
+        if ((rc = df_mkdir_p(parent, 0700)) < 0)
+            return df_err(err, errlen, rc, "%s: cannot create: %s", parent, strerror(-rc));
     }
     if (mkdir(want, 0700) < 0) {
         rc = -errno;
@@ -847,11 +801,10 @@ static int check_init_dir(orch *o, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/config.json", d->init_dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
-    if (!j) {
-        snprintf(err, errlen, "drafter.init_dir: %s: %s (a release directory holds config.json and model.safetensors)",
-                 path, je.text);
-        return -EINVAL;
-    }
+    if (!j)
+        return df_err(err, errlen, -EINVAL,
+                      "drafter.init_dir: %s: %s (a release directory holds config.json and model.safetensors)", path,
+                      je.text);
     json_t *dc = json_object_get(j, "dflash_config");
     json_t *ids = json_object_get(dc, "target_layer_ids");
     int rc = 0;
@@ -875,14 +828,12 @@ static int check_init_dir(orch *o, char *err, size_t errlen)
         if (f[i].want < 0 || (f[i].want == 0 && strstr(f[i].topo_field, "target")))
             continue; /* the target's config was not read (test workers only) */
         if (!json_is_integer(f[i].v)) {
-            snprintf(err, errlen, "drafter.init_dir: %s: %s: expected an integer", path, f[i].key);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "drafter.init_dir: %s: %s: expected an integer", path, f[i].key);
         } else if (json_integer_value(f[i].v) != f[i].want) {
-            snprintf(err, errlen,
-                     "drafter.init_dir: %s: %s is %lld, but %s is %lld: the drafter would take the init_dir's "
-                     "shape; make the topology match it (or use another init_dir)",
-                     path, f[i].key, (long long)json_integer_value(f[i].v), f[i].topo_field, f[i].want);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL,
+                        "drafter.init_dir: %s: %s is %lld, but %s is %lld: the drafter would take the init_dir's "
+                        "shape; make the topology match it (or use another init_dir)",
+                        path, f[i].key, (long long)json_integer_value(f[i].v), f[i].topo_field, f[i].want);
         }
     }
     int same = json_is_array(ids) && (int)json_array_size(ids) == o->t.n_capture;
@@ -922,37 +873,31 @@ static int check_inputs(orch *o, char *err, size_t errlen)
     for (int i = 0; i < o->t.n_workers; i++)
         reads_model |= o->t.workers[i].role != TOPOLOGY_ROLE_TEST;
     rc = !reads_model ? 0 : stat(o->t.target_model_dir, &st) < 0 ? -errno : !S_ISDIR(st.st_mode) ? -ENOTDIR : 0;
-    if (rc < 0) {
-        snprintf(err, errlen, "target.model_dir: %s: %s", o->t.target_model_dir, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "target.model_dir: %s: %s", o->t.target_model_dir, strerror(-rc));
     char cfg[1100];
     snprintf(cfg, sizeof cfg, "%s/config.json", o->t.target_model_dir);
     if (reads_model) {
         hfconfig hc;
         char e[1024];
         if ((rc = hfconfig_load(&hc, o->t.target_model_dir, e, sizeof e)) < 0) { /* its config.json */
-            snprintf(err, errlen, "target.model_dir: %s", e);
-            return rc;
+            return df_err(err, errlen, rc, "target.model_dir: %s", e);
         }
         o->target_vocab = hc.vocab_size;
         o->target_layers = hc.num_hidden_layers;
         o->target_hidden = hc.hidden_size;
         hfconfig_free(&hc);
         for (int i = 0; i < o->t.n_capture; i++)
-            if (o->t.capture_layers[i] >= o->target_layers) {
-                snprintf(err, errlen,
-                         "target.capture_layers[%d]: layer %d does not exist: the target has %d layers, 0..%d (%s: "
-                         "num_hidden_layers %d)",
-                         i, o->t.capture_layers[i], o->target_layers, o->target_layers - 1, cfg, o->target_layers);
-                return -EINVAL;
-            }
-        if (o->t.drafter.mask_token_id >= o->target_vocab) {
-            snprintf(err, errlen,
-                     "drafter.mask_token_id: %lld is outside the target's vocabulary 0..%d (%s: vocab_size %d)",
-                     (long long)o->t.drafter.mask_token_id, o->target_vocab - 1, cfg, o->target_vocab);
-            return -EINVAL;
-        }
+            if (o->t.capture_layers[i] >= o->target_layers)
+                return df_err(
+                    err, errlen, -EINVAL,
+                    "target.capture_layers[%d]: layer %d does not exist: the target has %d layers, 0..%d (%s: "
+                    "num_hidden_layers %d)",
+                    i, o->t.capture_layers[i], o->target_layers, o->target_layers - 1, cfg, o->target_layers);
+        if (o->t.drafter.mask_token_id >= o->target_vocab)
+            return df_err(err, errlen, -EINVAL,
+                          "drafter.mask_token_id: %lld is outside the target's vocabulary 0..%d (%s: vocab_size %d)",
+                          (long long)o->t.drafter.mask_token_id, o->target_vocab - 1, cfg, o->target_vocab);
     }
     if (o->t.drafter.init_dir && (rc = check_init_dir(o, err, errlen)) < 0)
         return rc;
@@ -978,10 +923,9 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     o->events_fd = -1;
     o->lock_fd = -1;
 
-    if (!resume && is_dir(path)) {
-        snprintf(err, errlen, "%s is a directory: to continue that run use `orchestrator --resume %s`", path, path);
-        return -EINVAL;
-    }
+    if (!resume && is_dir(path))
+        return df_err(err, errlen, -EINVAL, "%s is a directory: to continue that run use `orchestrator --resume %s`",
+                      path, path);
     int record_missing = 0;
     if (resume) {
         if ((rc = resume_open(o, path, &record_missing, err, errlen)) < 0)
@@ -989,21 +933,17 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
     } else {
         if ((rc = topology_load(&o->t, path, err, errlen)) < 0)
             return rc;
-        if ((rc = absolutise_paths(&o->t)) < 0) {
-            snprintf(err, errlen, "%s: making paths absolute: %s", path, strerror(-rc));
-            return rc;
-        }
+        if ((rc = absolutise_paths(&o->t)) < 0)
+            return df_err(err, errlen, rc, "%s: making paths absolute: %s", path, strerror(-rc));
     }
 
     /* check the binaries before creating anything */
     for (int i = 0; i < o->t.n_workers; i++) {
         char bin[1024];
         worker_binary(o, &o->t.workers[i], bin, sizeof bin);
-        if (access(bin, X_OK) < 0) {
-            snprintf(err, errlen, "workers[%d] \"%s\" (role %s): binary %s: %s", i, o->t.workers[i].name,
-                     topology_role_name(o->t.workers[i].role), bin, strerror(errno));
-            return -ENOENT;
-        }
+        if (access(bin, X_OK) < 0)
+            return df_err(err, errlen, -ENOENT, "workers[%d] \"%s\" (role %s): binary %s: %s", i, o->t.workers[i].name,
+                          topology_role_name(o->t.workers[i].role), bin, strerror(errno));
     }
 
     o->n = o->t.n_workers;
@@ -1042,10 +982,8 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
             return rc;
         /* ledger.bin from the start (nothing committed): a run dir without one is then
          * always a damaged one, which --resume refuses instead of starting over */
-        if ((rc = setup_persist_ledger(o)) < 0) {
-            snprintf(err, errlen, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
-            return rc;
-        }
+        if ((rc = setup_persist_ledger(o)) < 0)
+            return df_err(err, errlen, rc, "%s/ledger.bin: %s", o->run_dir, strerror(-rc));
     }
     char sub[1200];
     snprintf(sub, sizeof sub, "%s/logs", o->run_dir);
@@ -1058,8 +996,7 @@ int setup_run(orch *o, const char *path, int resume, char *err, size_t errlen)
         return rc;
     return lock_write_pid(o, err, errlen);
 dir_fail:
-    snprintf(err, errlen, "%s: %s", sub, strerror(-rc));
-    return rc;
+    return df_err(err, errlen, rc, "%s: %s", sub, strerror(-rc));
 }
 
 int setup_run_complete(orch *o)
@@ -1085,10 +1022,8 @@ int setup_write_missing(orch *o, char *done, size_t cap, char *err, size_t errle
         if (access(files[i], F_OK) == 0)
             continue;
         int rc = ledger_audit_write(&o->led, files[i]);
-        if (rc < 0) {
-            snprintf(err, errlen, "%s: %s", files[i], strerror(-rc));
-            return rc;
-        }
+        if (rc < 0)
+            return df_err(err, errlen, rc, "%s: %s", files[i], strerror(-rc));
         int n = snprintf(done + len, cap - len, "%s%s", len ? ", " : "", files[i]);
         if (n > 0 && (size_t)n < cap - len)
             len += (size_t)n;

@@ -16,13 +16,13 @@
 #include "io/batch_view.h"
 #include "postproc_worker/pp_copy.h"
 #include "io/stage.h"
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "util.h"
 
 static const char usage[] =
     "usage: postproc_worker   (started by the orchestrator, not by hand)\n"
     "The DFlash pipeline's middle stage: TP batch -> anchors + noise -> PD batch.\n"
-    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/ipc/ctl.h).\n";
+    "Reads DF_CTL_FD, DF_WORKER, DF_WORKER_ID, DF_INCARNATION, DF_RUN_DIR (common/proc/ctl.h).\n";
 
 int main(int argc, char **argv)
 {

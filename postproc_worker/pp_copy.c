@@ -8,10 +8,9 @@
 
 static int unsupported(const arena *dst, const arena *src, uint32_t dtype, uint64_t batch_id, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "batch %llu: %s features between %s and %s arenas are not supported",
-             (unsigned long long)batch_id, dtype == BATCH_FEAT_BF16 ? "bf16" : "fp32",
-             src->kind == ARENA_CUDA ? "cuda" : "cpu", dst->kind == ARENA_CUDA ? "cuda" : "cpu");
-    return -EINVAL;
+    return df_err(err, errlen, -EINVAL, "batch %llu: %s features between %s and %s arenas are not supported",
+                  (unsigned long long)batch_id, dtype == BATCH_FEAT_BF16 ? "bf16" : "fp32",
+                  src->kind == ARENA_CUDA ? "cuda" : "cpu", dst->kind == ARENA_CUDA ? "cuda" : "cpu");
 }
 
 /* ---- the cpu backend: nothing to open, and no device copies ---- */
@@ -59,17 +58,13 @@ int pp_copy_features(pp_copier *c, const arena *dst, uint64_t dst_off, const are
                      uint32_t dtype, double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
 {
     if (dst->kind == ARENA_CPU && src->kind == ARENA_CPU) {
-        if (dtype != BATCH_FEAT_F32) {
-            snprintf(err, errlen, "batch %llu: bf16 features in host arenas: the cpu path takes fp32",
-                     (unsigned long long)batch_id);
-            return -EINVAL;
-        }
+        if (dtype != BATCH_FEAT_F32)
+            return df_err(err, errlen, -EINVAL, "batch %llu: bf16 features in host arenas: the cpu path takes fp32",
+                          (unsigned long long)batch_id);
         size_t bytes = n * sizeof(float);
-        if (src_off > src->size || bytes > src->size - src_off || dst_off > dst->size || bytes > dst->size - dst_off) {
-            snprintf(err, errlen, "batch %llu: %zu feature bytes do not fit the slots", (unsigned long long)batch_id,
-                     bytes);
-            return -EINVAL;
-        }
+        if (src_off > src->size || bytes > src->size - src_off || dst_off > dst->size || bytes > dst->size - dst_off)
+            return df_err(err, errlen, -EINVAL, "batch %llu: %zu feature bytes do not fit the slots",
+                          (unsigned long long)batch_id, bytes);
         float *d = (float *)((char *)dst->base + dst_off);
         memcpy(d, (const char *)src->base + src_off, bytes);
         if (std > 0)

@@ -10,6 +10,7 @@
 extern "C" {
 #include "postproc_worker/pp_copy_internal.h"
 }
+#include "util.h" /* df_err (C linkage) */
 
 static int open_cuda(pp_copier **out, int device, char *err, size_t errlen);
 static void close_cuda(pp_copier *c);
@@ -84,11 +85,9 @@ static int copy_cuda(pp_copier *cb, const arena *dst, uint64_t dst_off, const ar
     copier_cuda *c = (copier_cuda *)cb;
     size_t bytes = n * sizeof(__nv_bfloat16);
     if (dst->kind != ARENA_CUDA || src->kind != ARENA_CUDA || src_off > src->size || bytes > src->size - src_off ||
-        dst_off > dst->size || bytes > dst->size - dst_off) {
-        snprintf(err, errlen, "batch %llu: %zu feature bytes: bad slots for a device copy",
-                 (unsigned long long)batch_id, bytes);
-        return -EINVAL;
-    }
+        dst_off > dst->size || bytes > dst->size - dst_off)
+        return df_err(err, errlen, -EINVAL, "batch %llu: %zu feature bytes: bad slots for a device copy",
+                      (unsigned long long)batch_id, bytes);
     char *d = (char *)dst->base + dst_off;
     const char *s = (const char *)src->base + src_off;
     cudaError_t e = src->device == dst->device ? cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, c->s)
@@ -102,10 +101,8 @@ static int copy_cuda(pp_copier *cb, const arena *dst, uint64_t dst_off, const ar
     }
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(c->s);
-    if (e != cudaSuccess) {
-        snprintf(err, errlen, "batch %llu: feature copy device %d -> %d: %s", (unsigned long long)batch_id, src->device,
-                 dst->device, cudaGetErrorString(e));
-        return -EIO;
-    }
+    if (e != cudaSuccess)
+        return df_err(err, errlen, -EIO, "batch %llu: feature copy device %d -> %d: %s", (unsigned long long)batch_id,
+                      src->device, dst->device, cudaGetErrorString(e));
     return 0;
 }

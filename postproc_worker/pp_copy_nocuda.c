@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "util.h"
+
 static int open_nocuda(pp_copier **out, int device, char *err, size_t errlen)
 {
     *out = NULL;
-    snprintf(err, errlen, "GPU rings (device %d): this build has no CUDA (rebuild with make CUDA=1)", device);
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "GPU rings (device %d): this build has no CUDA (rebuild with make CUDA=1)",
+                  device);
 }
 
 static void close_nocuda(pp_copier *c)
@@ -21,8 +23,7 @@ static int copy_nocuda(pp_copier *c, const arena *dst, uint64_t dst_off, const a
                        double std, uint64_t seed, uint64_t batch_id, char *err, size_t errlen)
 {
     (void)c, (void)dst, (void)dst_off, (void)src, (void)src_off, (void)n, (void)std, (void)seed, (void)batch_id;
-    snprintf(err, errlen, "feature copy: this build has no CUDA (rebuild with make CUDA=1)");
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "feature copy: this build has no CUDA (rebuild with make CUDA=1)");
 }
 
 const pp_ops pp_ops_cuda = {.name = "cuda", .open = open_nocuda, .close = close_nocuda, .copy = copy_nocuda};

@@ -105,7 +105,7 @@ seeds_ledger() { # dir: snapshots of a small plan (fresh, mid-epoch, finished) f
 
 seeds_manifest() { # dir: manifests of the harness's step dir (version 2, 1, bad ones) from its seed writer
   "${CC:-cc}" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" -DFUZZ_MANIFEST_SEEDS \
-    fuzz/fuzz_manifest.c ${src[manifest]} common/util.c -ljansson -lm -pthread -o "$1/../seed_writer" &&
+    fuzz/fuzz_manifest.c ${src[manifest]} common/util.c -ljansson -lcrypto -lm -pthread -o "$1/../seed_writer" &&
     "$1/../seed_writer" "$1"
 }
 
@@ -189,7 +189,7 @@ for t in "${targets[@]}"; do
   if [ "$seeds_only" = 1 ]; then "seeds_$t" "$dir/seeds"; continue; fi
   "$CLANG" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
     -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    "fuzz/fuzz_$t.c" ${src[$t]} common/util.c -ljansson -lm -pthread -o "$dir/fuzz_$t"
+    "fuzz/fuzz_$t.c" ${src[$t]} common/util.c -ljansson -lcrypto -lm -pthread -o "$dir/fuzz_$t"
   "seeds_$t" "$dir/seeds"
   echo "fuzz.sh: fuzzing $t for ${secs}s ($jobs job(s)), corpus $dir/corpus"
   par=()

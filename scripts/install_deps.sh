@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the CPU build and tests need, if any is missing:
-# libuv1-dev, libjansson-dev (build), spin (ring protocol model check), python3 (scripts),
+# libuv1-dev, libjansson-dev, libssl-dev (build; libcrypto's SHA-256 for the checkpoint
+# digests), spin (ring protocol model check), python3 (scripts),
 # clang-format (tests/test_format.sh: the tree's layout, .clang-format),
 # python3-jinja2 and python3-regex (scripts/hf_tokenizer.py: chat templates and BPE split
 # patterns for scripts/prepare_data.py; tests/test_prepare_chat.sh), python3-numpy
@@ -16,6 +17,7 @@ if [ -n "${DEPS_PREFIX:-}" ]; then exit 0; fi
 missing=()
 [ -f /usr/include/uv.h ]      || missing+=(libuv1-dev)
 [ -f /usr/include/jansson.h ] || missing+=(libjansson-dev)
+[ -f /usr/include/openssl/evp.h ] || missing+=(libssl-dev)
 command -v spin >/dev/null    || missing+=(spin)
 command -v gcc >/dev/null     || missing+=(gcc)
 command -v clang-format >/dev/null || missing+=(clang-format)

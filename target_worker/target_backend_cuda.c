@@ -24,11 +24,10 @@ typedef struct backend_cuda {
 static int cuda_forward(target_backend *bb, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {
     backend_cuda *b = (backend_cuda *)bb;
-    if (A->kind != ARENA_CUDA || A->device != b->device) {
-        snprintf(err, errlen, "the output ring's arena is %s device %d; the cuda target runs on device %d",
-                 A->kind == ARENA_CUDA ? "on" : "in host memory, not on", A->device, b->device);
-        return -EINVAL;
-    }
+    if (A->kind != ARENA_CUDA || A->device != b->device)
+        return df_err(err, errlen, -EINVAL,
+                      "the output ring's arena is %s device %d; the cuda target runs on device %d",
+                      A->kind == ARENA_CUDA ? "on" : "in host memory, not on", A->device, b->device);
     int rc = batch_view_write(A, off, h, err, errlen);
     if (rc < 0)
         return rc;
@@ -37,23 +36,19 @@ static int cuda_forward(target_backend *bb, const arena *A, uint64_t off, batch_
     rc = target_forward_cuda(&b->m, (const int32_t *)(slot + h->off_tokens),
                              (const int32_t *)(slot + offsetof(batch_header, doc_starts)), (int)h->n_docs, (int)h->T,
                              (nn_bf16_cuda *)(slot + h->off_feat), b->s, why, sizeof why);
-    if (rc < 0) {
-        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id, why);
-        return rc == -EINVAL ? -EINVAL : -EIO;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc == -EINVAL ? -EINVAL : -EIO, "batch %llu: target forward: %s",
+                      (unsigned long long)h->batch_id, why);
     cudaError_t ce = cudaStreamSynchronize(b->s);
-    if (ce != cudaSuccess) {
-        snprintf(err, errlen, "batch %llu: target forward: %s", (unsigned long long)h->batch_id,
-                 cudaGetErrorString(ce));
-        return -EIO;
-    }
+    if (ce != cudaSuccess)
+        return df_err(err, errlen, -EIO, "batch %llu: target forward: %s", (unsigned long long)h->batch_id,
+                      cudaGetErrorString(ce));
     int bad = 0;
     if ((rc = target_take_token_error_cuda(&b->m, &bad, err, errlen)) < 0)
         return -EIO;
-    if (bad) {
-        snprintf(err, errlen, "batch %llu: a token id is outside the vocabulary", (unsigned long long)h->batch_id);
-        return -ERANGE;
-    }
+    if (bad)
+        return df_err(err, errlen, -ERANGE, "batch %llu: a token id is outside the vocabulary",
+                      (unsigned long long)h->batch_id);
     return 0;
 }
 

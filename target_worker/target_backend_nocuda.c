@@ -5,19 +5,20 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "util.h"
+
 static int open_nocuda(target_backend **out, const topo *t, int device, char *err, size_t errlen)
 {
     (void)device;
     *out = NULL;
-    snprintf(err, errlen, "%s: backend \"cuda\": this build has no CUDA (rebuild with make CUDA=1)", t->source_path);
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "%s: backend \"cuda\": this build has no CUDA (rebuild with make CUDA=1)",
+                  t->source_path);
 }
 
 static int forward_nocuda(target_backend *b, const arena *A, uint64_t off, batch_header *h, char *err, size_t errlen)
 {
     (void)b, (void)A, (void)off, (void)h;
-    snprintf(err, errlen, "target forward: this build has no CUDA (rebuild with make CUDA=1)");
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "target forward: this build has no CUDA (rebuild with make CUDA=1)");
 }
 
 static batch_header *meta_nocuda(target_backend *b, const arena *A, uint64_t off)

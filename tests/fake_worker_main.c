@@ -2,7 +2,7 @@
  * rings, the hand-off protocol and the ledger end to end (role "test", or any role when a
  * test points binaries.dir at a directory of symlinks to it).
  *
- * It is built on the worker skeleton (common/ipc/worker.h) like the real workers: start,
+ * It is built on the worker skeleton (common/proc/worker.h) like the real workers: start,
  * rings, metrics and stage figures, heartbeats, close; what is its own is the payload, the
  * checks and the fault injection below. Its shape follows its rings:
  *   out ring only   producer: claims ledger batches, writes a deterministic payload (from
@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/worker.h"
+#include "proc/worker.h"
 #include "util.h"
 
 #define PAYLOAD_MAX 4096

@@ -8,7 +8,7 @@
  * before each run, so an element the kernel failed to write fails the check, and bytes
  * it must not touch (other capture slots, value heads) are checked still poisoned /
  * unchanged. Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging.
- * Plain C on the C API (the kernels live in libcommon.a): no device code here. */
+ * Plain C on the C API (the kernels live in libnn.a): no device code here. */
 #include "gpu_test_check.h"
 
 #include <errno.h>

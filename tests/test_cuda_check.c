@@ -1,6 +1,7 @@
-/* test_cuda_check: the parts of common/cuda_check.h that need no GPU: df_cuda_errf,
+/* test_cuda_check: the parts of common/cuda_check.h that need no GPU: df_err (util.h, which it uses),
  * df_cuda_err_prefix (what CUDA_TRY_RC_AT puts in front of a callee's message, cut to
- * the caller's buffer) and the rc-propagating macros, on buffers with guard bytes after
+ * the caller's buffer), CUDA_LAYER_STEP (the decode and drafter forwards' steps) and the
+ * rc-propagating macros, on buffers with guard bytes after
  * them so a write past errlen fails the test (and ASAN sees it). */
 #include "cuda_check.h"
 #include "test_helpers.h"
@@ -12,7 +13,7 @@
 
 static int fails_with(int rc, char *err, size_t errlen, const char *msg)
 {
-    return rc < 0 ? df_cuda_errf(err, errlen, rc, "%s", msg) : 0;
+    return rc < 0 ? df_err(err, errlen, rc, "%s", msg) : 0;
 }
 
 /* a callee of the convention, and a caller that names its step */
@@ -39,6 +40,19 @@ out:
     return r;
 }
 
+/* a forward over layers whose step `bad_step` of layer `bad_layer` fails with rc */
+static int forward(int bad_layer, int rc, char *err, size_t errlen)
+{
+    char kerr[32];
+    strcpy(kerr, "stale");
+    for (int l = 0; l < 3; l++) {
+        CUDA_LAYER_STEP(l == bad_layer ? fails_with(rc, kerr, sizeof kerr, "bad shape") : 0, "fwd", "gemm qkv");
+        CUDA_LAYER_STEP(0, __func__, "norm"); /* a success leaves kerr cleared */
+        T_ASSERT(kerr[0] == 0);
+    }
+    return 3;
+}
+
 static void check_guard(const char *buf, size_t from, size_t to)
 {
     for (size_t i = from; i < to; i++)
@@ -49,12 +63,12 @@ int main(void)
 {
     char buf[64 + 16];
 
-    /* df_cuda_errf: writes and returns rc; NULL or 0-sized err is fine */
+    /* df_err: writes and returns rc; NULL or 0-sized err is fine */
     memset(buf, GUARD, sizeof buf);
-    T_ASSERT(df_cuda_errf(buf, 64, -EIO, "a %d b", 5) == -EIO);
+    T_ASSERT(df_err(buf, 64, -EIO, "a %d b", 5) == -EIO);
     T_ASSERT_STREQ(buf, "a 5 b");
-    T_ASSERT(df_cuda_errf(NULL, 64, -EINVAL, "x") == -EINVAL);
-    T_ASSERT(df_cuda_errf(buf, 0, -ENOMEM, "x") == -ENOMEM);
+    T_ASSERT(df_err(NULL, 64, -EINVAL, "x") == -EINVAL);
+    T_ASSERT(df_err(buf, 0, -ENOMEM, "x") == -ENOMEM);
 
     /* the step's name goes in front of the callee's message */
     memset(buf, GUARD, sizeof buf);
@@ -84,6 +98,18 @@ int main(void)
     /* NULL err: nothing happens */
     df_cuda_err_prefix(NULL, 8, "x");
     T_ASSERT(step(1, -EIO, NULL, 0) == -EIO);
+
+    /* CUDA_LAYER_STEP: the step, the layer and the callee's cause; -EINVAL stays, the rest
+     * is -EIO; on success nothing is written */
+    memset(buf, GUARD, sizeof buf);
+    T_ASSERT(forward(1, -EINVAL, buf, 64) == -EINVAL);
+    T_ASSERT_STREQ(buf, "fwd: layer 1: gemm qkv failed (-22): bad shape");
+    check_guard(buf, 64, sizeof buf);
+    T_ASSERT(forward(2, -ENOSPC, buf, 64) == -EIO);
+    T_ASSERT_STREQ(buf, "fwd: layer 2: gemm qkv failed (-28): bad shape");
+    memset(buf, GUARD, sizeof buf);
+    T_ASSERT(forward(-1, 0, buf, 64) == 3);
+    check_guard(buf, 0, sizeof buf);
 
     /* rc propagation */
     T_ASSERT(chain(-ENOSPC, buf, 64) == -ENOSPC);

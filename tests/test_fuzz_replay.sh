@@ -36,7 +36,7 @@ build() { # target output [parser source]
   esac
   "$CC" -g -O1 -std=gnu11 -D_GNU_SOURCE -I. -Icommon "${inc[@]+"${inc[@]}"}" \
     -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer \
-    "fuzz/fuzz_$t.c" fuzz/replay_main.c $src common/util.c -ljansson -lm -pthread -o "$out" 2>"$out.log" ||
+    "fuzz/fuzz_$t.c" fuzz/replay_main.c $src common/util.c -ljansson -lcrypto -lm -pthread -o "$out" 2>"$out.log" ||
     { cat "$out.log"; fail "$t: the replay build failed"; }
 }
 

@@ -1,11 +1,49 @@
 /* test_util: the PRNG is deterministic and unbiased enough, atomic writes replace whole files,
- * command-line integers are read whole and in range. */
+ * command-line integers are read whole and in range, df_err / df_verr write the message (cut
+ * to the buffer, never past it) and return the code they were given. */
 #include "util.h"
 #include "test_helpers.h"
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static int prefixed(char *err, size_t errlen, const char *prefix, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = df_verr(err, errlen, -EINVAL, prefix, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+/* df_err and df_verr on a buffer with guard bytes after errlen */
+static void check_err(void)
+{
+    char e[32];
+    memset(e, 'G', sizeof e);
+    T_ASSERT(df_err(e, 16, -EIO, "%s %d", "io", 7) == -EIO);
+    T_ASSERT_STREQ(e, "io 7");
+    memset(e, 'G', sizeof e);
+    T_ASSERT(df_err(e, 8, -ENOSPC, "%s", "0123456789") == -ENOSPC); /* cut, terminated */
+    T_ASSERT_STREQ(e, "0123456");
+    T_ASSERT(e[8] == 'G');
+    T_ASSERT(df_err(NULL, 8, -ENOMEM, "x") == -ENOMEM && df_err(e, 0, 5, "x") == 5);
+    memset(e, 'G', sizeof e);
+    T_ASSERT(prefixed(e, 24, "cfg.json", "field \"%s\"", "n") == -EINVAL);
+    T_ASSERT_STREQ(e, "cfg.json: field \"n\"");
+    T_ASSERT(prefixed(e, 24, NULL, "plain %d", 1) == -EINVAL);
+    T_ASSERT_STREQ(e, "plain 1");
+    memset(e, 'G', sizeof e);
+    T_ASSERT(prefixed(e, 6, "a-long-prefix", "never seen") == -EINVAL); /* the prefix fills it */
+    T_ASSERT_STREQ(e, "a-lon");
+    T_ASSERT(e[6] == 'G');
+    memset(e, 'G', sizeof e);
+    T_ASSERT(prefixed(e, 10, "abc", "%s", "0123456789") == -EINVAL);
+    T_ASSERT_STREQ(e, "abc: 0123");
+    T_ASSERT(e[10] == 'G');
+}
 
 int main(void)
 {
@@ -65,6 +103,7 @@ int main(void)
         T_ASSERT(df_parse_int(bad[i], 1, hi, &v) == -EINVAL && v == 7);
     }
     T_ASSERT(df_parse_int(NULL, 0, 1, &v) == -EINVAL);
+    check_err();
     printf("test_util: ok\n");
     return 0;
 }

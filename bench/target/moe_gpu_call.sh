@@ -6,7 +6,7 @@
 #             (scripts/make_moe_fixture.py), packed into $OUT/moe_fixture.tgz to commit, and
 #             checked by the CPU test (test_target_moe: it compares both layouts to it)
 #   test      gpu_test_moe (kernels, models, fixture, decode), then the dense regressions
-#             gpu_test_target and gpu_test_eval while the time allows
+#             gpu_test_target and the gpu_test_eval_* programs while the time allows
 #   bench     bench_moe: the forward at the Qwen3-30B-A3B shape, LAYERS layers (default 48)
 #   peer      bench/target/moe_peer.py: transformers at the same shape and layers (eager and
 #             the fast experts backends)
@@ -87,7 +87,8 @@ if want fixture; then
 fi
 
 if want test; then
-  for t in gpu_test_moe gpu_test_target gpu_test_eval; do
+  for t in gpu_test_moe gpu_test_target gpu_test_eval_target gpu_test_eval_drafter gpu_test_eval_lossless \
+           gpu_test_eval_kernels gpu_test_eval_rows gpu_test_eval_batch; do
     if [ ! -x $BUILD/tests/$t ]; then
       note "== $t: MISSING ($BUILD/tests/$t not built)"
       echo "$t missing" >>"$STEPLOG"
@@ -95,7 +96,7 @@ if want test; then
     fi
     case $t in
     gpu_test_moe) run $t 240 60 $BUILD/tests/$t ;;
-    *) run $t 150 40 $BUILD/tests/$t ;; # the dense regressions: only with time to spare
+    *) run $t 150 20 $BUILD/tests/$t ;; # the dense regressions: only with time to spare
     esac
     # the test steps must leave the benches their time: stop after the MoE test when short
     [ "$t" = gpu_test_moe ] && [ "$(left)" -lt 330 ] && { note "== dense regression tests: SKIPPED (keeping time for the benches)"; break; }

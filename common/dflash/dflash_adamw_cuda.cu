@@ -184,12 +184,12 @@ int adamw_step_cuda(const adamw_buffers_cuda *b, const adamw_config *c, long war
     const void *arr[] = {b->p, b->m, b->v, b->g, b->mirror};
     for (size_t k = 0; k < sizeof arr / sizeof arr[0]; k++)
         if ((uintptr_t)arr[k] % 16)
-            return df_cuda_errf(err, errlen, -EINVAL,
-                                "adamw_step_cuda: array %zu (p, m, v, g, mirror) at %p is not "
-                                "16-byte aligned",
-                                k, arr[k]);
+            return df_err(err, errlen, -EINVAL,
+                          "adamw_step_cuda: array %zu (p, m, v, g, mirror) at %p is not "
+                          "16-byte aligned",
+                          k, arr[k]);
     if (b->ntensor < 1)
-        return df_cuda_errf(err, errlen, -EINVAL, "adamw_step_cuda: no tensors");
+        return df_err(err, errlen, -EINVAL, "adamw_step_cuda: no tensors");
     k_adamw_sqnorm<<<ADAMW_NORM_PARTS_CUDA, NORM_THREADS, 0, st>>>(b->norm_part, b->g, (long)b->n);
     CUDA_LAUNCHED("k_adamw_sqnorm", err, errlen);
     k_adamw_plan<<<1, ADAMW_NORM_PARTS_CUDA, 0, st>>>(b->state, b->norm_part, c->lr, c->min_lr, warm, c->total_steps,

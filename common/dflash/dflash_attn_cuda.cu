@@ -71,8 +71,7 @@ int dflash_attn_scheme_cuda(int head_dim, char *err, size_t errlen)
     else if (!strcmp(e, "fused-rc"))
         s = DFLASH_ATTN_FUSED_RC;
     else
-        return df_cuda_errf(err, errlen, -EINVAL, "DFLASH_ATTN='%.40s': expected fused, gemm, fused-fwd or fused-rc",
-                            e);
+        return df_err(err, errlen, -EINVAL, "DFLASH_ATTN='%.40s': expected fused, gemm, fused-fwd or fused-rc", e);
     if (s != DFLASH_ATTN_GEMM && head_dim > FA_MAX_HD)
         s = DFLASH_ATTN_GEMM;
     return s;
@@ -305,6 +304,59 @@ template <int HDP> static constexpr size_t fa_smem_dkv()
     return (size_t)(2 * FA_TILE + 4 * FA_QL) * (HDP + 8) * sizeof(bf16) + 4 * FA_QL * sizeof(float);
 }
 
+/* The double buffer's step: with more to come, start the next load (issue_next: one
+ * cp.async group) and wait for all but that group; else wait for everything. (The dK/dV
+ * kernel keeps its own copy: through this helper its code came out different.) */
+template <typename F> __device__ __forceinline__ void fa_wait_current(bool more, F issue_next)
+{
+    if (more) {
+        issue_next();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+}
+
+/* ---- fused: what the forward and dQ kernels share ----------------------------------------------
+ * Written so that the kernels compile to the very code they had when each carried its own
+ * copy (the same cubin text, compared): what the copies' lambdas captured by reference is
+ * passed by reference, and the dQ kernel's per-row loads stay in the same loop (per_row). */
+
+/* A thread's two query rows i of the chunk at m0 (the mma layout: warp * 16 + lane / 4,
+ * then 8 below): mr, whether it exists (rv), its position in the block (kq), its first
+ * visible context key (rlo); then per_row(i, mr, rv). */
+template <typename F>
+__device__ __forceinline__ void fa_thread_rows(const fa_args &A, int M, int W, int hi, int lo, int m0, int warp,
+                                               int lane, int mr[2], bool rv[2], int kq[2], int rlo[2], F per_row)
+{
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        mr[i] = m0 + warp * 16 + (lane >> 2) + 8 * i;
+        rv[i] = mr[i] < M;
+        kq[i] = mr[i] / A.G;
+        rlo[i] = row_lo(lo, hi, kq[i], W);
+        per_row(i, mr, rv);
+    }
+}
+
+/* Start loading key tile it of block j into stage it & 1 (K at sKV + 2 (it & 1) TS, V TS
+ * after it), one cp.async group: context keys [clo + it FA_TILE, hi) for it < nctx, the
+ * block's own B keys for it == nctx. */
+template <int HDP>
+__device__ __forceinline__ void
+fa_issue_kv(bf16 *sKV, int it, const int &nctx, const int &clo, const int &hi, const long &kvbase, const int &j,
+            const fa_args &A, const bf16 *__restrict__ const &Kh, const bf16 *__restrict__ const &Vh, const int &hd)
+{
+    constexpr int TS = FA_TILE * (HDP + 8);
+    const bool blk = it == nctx;
+    const int t0 = blk ? 0 : clo + it * FA_TILE, nk = blk ? A.B : min(FA_TILE, hi - t0);
+    const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
+    bf16 *sK = sKV + 2 * (it & 1) * TS;
+    fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
+    fa_load_async<HDP, FA_TILE>(sK + TS, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
+    cp_async_commit();
+}
+
 /* ---- fused forward ---------------------------------------------------------------------------
  * grid (N, KV, ceil(B*G / 64)), 128 threads. Blocks in reverse slot order: anchors ascend, so
  * the longest windows start first. */
@@ -335,26 +387,12 @@ __global__ void __launch_bounds__(128)
     const int hi = A.hi[j], lo = A.lo[j], W = A.window;
     int mr[2], kq[2], rlo[2];
     bool rv[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        mr[i] = m0 + warp * 16 + (lane >> 2) + 8 * i;
-        rv[i] = mr[i] < M;
-        kq[i] = mr[i] / A.G;
-        rlo[i] = row_lo(lo, hi, kq[i], W);
-    }
+    fa_thread_rows(A, M, W, hi, lo, m0, warp, lane, mr, rv, kq, rlo, [](int, const int *, const bool *) {});
     const int clo = row_lo(lo, hi, 0, W);
     const int nctx = clo < hi ? cdiv_i(hi - clo, FA_TILE) : 0;
     const long kvbase = (long)g * A.T;
     /* tile it: context keys [clo + 64 it, ...) for it < nctx, then the block's own keys */
-    auto issue = [&](int it) {
-        const bool blk = it == nctx;
-        const int t0 = blk ? 0 : clo + it * FA_TILE, nk = blk ? A.B : min(FA_TILE, hi - t0);
-        const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
-        bf16 *sK = sKV + 2 * (it & 1) * TS;
-        fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
-        fa_load_async<HDP, FA_TILE>(sK + TS, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
-        cp_async_commit();
-    };
+    auto issue = [&](int it) { fa_issue_kv<HDP>(sKV, it, nctx, clo, hi, kvbase, j, A, Kh, Vh, hd); };
     issue(0);
     /* Q through stage 1 (free until tile 1 is issued), into registers */
     bf16 *sQ = sKV + 2 * TS;
@@ -374,12 +412,7 @@ __global__ void __launch_bounds__(128)
         const bool blk = it == nctx;
         const int t0 = blk ? 0 : clo + it * FA_TILE;
         const int nk = blk ? A.B : min(FA_TILE, hi - t0);
-        if (it < nctx) {
-            issue(it + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        fa_wait_current(it < nctx, [&] { issue(it + 1); });
         __syncthreads(); /* tile it has landed for every thread */
         const bf16 *sK = sKV + 2 * (it & 1) * TS, *sV = sK + TS;
         float s[8][4];
@@ -510,27 +543,14 @@ __global__ void __launch_bounds__(128)
     int mr[2], kq[2], rlo[2];
     bool rv[2];
     float lse2[2], Dr[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        mr[i] = m0 + warp * 16 + (lane >> 2) + 8 * i;
-        rv[i] = mr[i] < M;
-        kq[i] = mr[i] / A.G;
-        rlo[i] = row_lo(lo, hi, kq[i], W);
-        lse2[i] = rv[i] ? lse[rhob + mr[i]] * 1.4426950408889634f : 0.0f;
-        Dr[i] = rv[i] ? Drow[rhob + mr[i]] : 0.0f;
-    }
+    fa_thread_rows(A, M, W, hi, lo, m0, warp, lane, mr, rv, kq, rlo, [&](int i, const int *m, const bool *v) {
+        lse2[i] = v[i] ? lse[rhob + m[i]] * 1.4426950408889634f : 0.0f;
+        Dr[i] = v[i] ? Drow[rhob + m[i]] : 0.0f;
+    });
     const int clo = row_lo(lo, hi, 0, W);
     const int nctx = clo < hi ? cdiv_i(hi - clo, FA_TILE) : 0;
     const long kvbase = (long)g * A.T;
-    auto issue = [&](int it) {
-        const bool blk = it == nctx;
-        const int t0 = blk ? 0 : clo + it * FA_TILE, nk = blk ? A.B : min(FA_TILE, hi - t0);
-        const long krow = kvbase + (blk ? (long)A.S + (long)j * A.B : (long)t0);
-        bf16 *sK = sKV + 2 * (it & 1) * TS;
-        fa_load_async<HDP, FA_TILE>(sK, nk, hd, [&](int r) { return Kh + (krow + r) * hd; });
-        fa_load_async<HDP, FA_TILE>(sK + TS, nk, hd, [&](int r) { return Vh + (krow + r) * hd; });
-        cp_async_commit();
-    };
+    auto issue = [&](int it) { fa_issue_kv<HDP>(sKV, it, nctx, clo, hi, kvbase, j, A, Kh, Vh, hd); };
     fa_load_async<HDP, FA_TILE>(sQ, rows, hd, [&](int r) { return Qh + (rhob + m0 + r) * hd; });
     fa_load_async<HDP, FA_TILE>(sO, rows, hd, [&](int r) {
         int m = m0 + r, k = m / A.G, hh = m % A.G;
@@ -545,12 +565,7 @@ __global__ void __launch_bounds__(128)
         const bool blk = it == nctx;
         const int t0 = blk ? 0 : clo + it * FA_TILE;
         const int nk = blk ? A.B : min(FA_TILE, hi - t0);
-        if (it < nctx) {
-            issue(it + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        fa_wait_current(it < nctx, [&] { issue(it + 1); });
         __syncthreads();
         const bf16 *sK = sKV + 2 * (it & 1) * TS, *sV = sK + TS;
         float s[8][4], dp[8][4];
@@ -659,12 +674,7 @@ __global__ void __launch_bounds__(128) k_fa_dq_ds(float *__restrict__ dQh, const
         for (int n = 0; n < 2 * NP; n++)
             dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0.0f;
     for (int it = 0; it <= nctx; it++) {
-        if (it < nctx) {
-            issue(it + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
+        fa_wait_current(it < nctx, [&] { issue(it + 1); });
         __syncthreads(); /* tile it has landed */
         const bf16 *sD = sm + (it & 1) * ST, *sK = sD + DT;
         const int nk = it == nctx ? A.B : min(FA_TILE, A.S - (x0 + it) * FA_TILE);
@@ -1240,11 +1250,11 @@ static int check_call(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *a, 
     if (!ws || !a || a->S < 1 || a->S > ws->max_S || a->N < 1 || a->N > ws->max_N || a->B != ws->B || a->H != ws->H ||
         a->KV != ws->KV || a->hd != ws->hd || a->hd % 8 || a->H % a->KV || !a->hi || !a->lo || !a->keep ||
         (uses_gemm(ws->scheme) && !ws->gemm) || !ws->base)
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "%s: bad call (S=%d max %d, N=%d max %d, B=%d, H=%d, KV=%d, hd=%d vs the workspace's, "
-                            "NULL mask arrays or workspace)",
-                            who, a ? a->S : 0, ws ? ws->max_S : 0, a ? a->N : 0, ws ? ws->max_N : 0, a ? a->B : 0,
-                            a ? a->H : 0, a ? a->KV : 0, a ? a->hd : 0);
+        return df_err(err, errlen, -EINVAL,
+                      "%s: bad call (S=%d max %d, N=%d max %d, B=%d, H=%d, KV=%d, hd=%d vs the workspace's, "
+                      "NULL mask arrays or workspace)",
+                      who, a ? a->S : 0, ws ? ws->max_S : 0, a ? a->N : 0, ws ? ws->max_N : 0, a ? a->B : 0,
+                      a ? a->H : 0, a ? a->KV : 0, a ? a->hd : 0);
     return 0;
 }
 
@@ -1267,8 +1277,7 @@ int dflash_attn_fwd_cuda(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *
         return fa_fwd_launch<64>(A, a->KV, Qh, Kh, Vh, att, lse, st, err, errlen);
     if (a->hd <= 128)
         return fa_fwd_launch<128>(A, a->KV, Qh, Kh, Vh, att, lse, st, err, errlen);
-    return df_cuda_errf(err, errlen, -EINVAL, "dflash_attn_fwd_cuda: fused scheme with head_dim %d > %d", a->hd,
-                        FA_MAX_HD);
+    return df_err(err, errlen, -EINVAL, "dflash_attn_fwd_cuda: fused scheme with head_dim %d > %d", a->hd, FA_MAX_HD);
 }
 
 int dflash_attn_bwd_cuda(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *a, const nn_bf16_cuda *Qh_,
@@ -1293,6 +1302,5 @@ int dflash_attn_bwd_cuda(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *
         return fa_bwd_launch<64>(A, a->KV, w, Qh, Kh, Vh, datt, lse, dQh, dKh, dVh, st, err, errlen);
     if (a->hd <= 128)
         return fa_bwd_launch<128>(A, a->KV, w, Qh, Kh, Vh, datt, lse, dQh, dKh, dVh, st, err, errlen);
-    return df_cuda_errf(err, errlen, -EINVAL, "dflash_attn_bwd_cuda: fused scheme with head_dim %d > %d", a->hd,
-                        FA_MAX_HD);
+    return df_err(err, errlen, -EINVAL, "dflash_attn_bwd_cuda: fused scheme with head_dim %d > %d", a->hd, FA_MAX_HD);
 }

@@ -167,20 +167,6 @@ int dflash_batch_set_anchors(dflash_batch *b, const dflash_config *c, const int3
     return 0;
 }
 
-double dflash_noise_std(const dflash_noise *n, long step)
-{
-    switch (n->kind) {
-    case DFLASH_NOISE_CONST: return n->std0;
-    case DFLASH_NOISE_LINEAR: {
-        if (n->decay_steps <= 0 || step >= n->decay_steps)
-            return n->std1;
-        double f = (double)(step > 0 ? step : 0) / (double)n->decay_steps;
-        return n->std0 + (n->std1 - n->std0) * f;
-    }
-    default: return 0.0;
-    }
-}
-
 void dflash_add_noise(float *H, size_t count, double std, uint64_t seed, uint64_t batch_id)
 {
     if (!(std > 0))

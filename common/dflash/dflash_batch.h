@@ -68,16 +68,8 @@ int dflash_batch_set_anchors(dflash_batch *b, const dflash_config *c, const int3
                              int N);
 void dflash_batch_free(dflash_batch *b);
 
-/* Feature noise schedule: kind NONE, CONST (std0) or LINEAR (std0 -> std1 over
- * decay_steps, then std1). */
-typedef enum { DFLASH_NOISE_NONE = 0, DFLASH_NOISE_CONST, DFLASH_NOISE_LINEAR } dflash_noise_kind;
-typedef struct dflash_noise {
-    dflash_noise_kind kind;
-    double std0, std1;
-    long decay_steps;
-} dflash_noise;
-double dflash_noise_std(const dflash_noise *n, long step);
-/* H[i] += std * N(0,1) for i < count, drawn from stream NOISE of (seed, batch_id). */
+/* Feature noise, one std for the whole run (topology drafter.noise_std): H[i] += std *
+ * N(0,1) for i < count, drawn from stream NOISE of (seed, batch_id). */
 void dflash_add_noise(float *H, size_t count, double std, uint64_t seed, uint64_t batch_id);
 
 #endif

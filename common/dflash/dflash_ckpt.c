@@ -18,13 +18,6 @@
 #include "io/safetensors.h"
 #include "sha256.h"
 
-#define CK_ERR(rc_, ...)                    \
-    do {                                    \
-        snprintf(err, errlen, __VA_ARGS__); \
-        rc = (rc_);                         \
-        goto out;                           \
-    } while (0)
-
 /* Remove a flat directory (our checkpoint dirs hold only files). Best effort. */
 static void rm_flat_dir(const char *dir)
 {
@@ -80,23 +73,20 @@ static int read_params(const safetensors_file *f, const dflash_config *c, float 
         snprintf(name, sizeof(name), "%s%s", prefix, t.name);
         const safetensors_tensor *s = safetensors_find(f, name);
         if (!s) {
-            snprintf(err, errlen, "%s: tensor \"%s\" missing", f->path, name);
-            return -EINVAL;
+            return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\" missing", f->path, name);
         }
         int ok = s->ndim == t.ndim;
         for (int k = 0; ok && k < t.ndim; k++)
             ok = s->shape[k] == t.shape[k];
         if (!ok) {
-            snprintf(err, errlen, "%s: tensor \"%s\" has shape [%lld%s%lld], expected [%lld, %lld]", f->path, name,
-                     (long long)s->shape[0], s->ndim > 1 ? ", " : "", s->ndim > 1 ? (long long)s->shape[1] : 0LL,
-                     (long long)t.shape[0], (long long)t.shape[1]);
-            return -EINVAL;
+            return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\" has shape [%lld%s%lld], expected [%lld, %lld]",
+                          f->path, name, (long long)s->shape[0], s->ndim > 1 ? ", " : "",
+                          s->ndim > 1 ? (long long)s->shape[1] : 0LL, (long long)t.shape[0], (long long)t.shape[1]);
         }
         int rc = safetensors_tensor_to_f32(s, data + t.offset);
         if (rc < 0) {
-            snprintf(err, errlen, "%s: tensor \"%s\": dtype %s cannot be read as float", f->path, name,
-                     safetensors_dtype_name(s->dtype));
-            return rc;
+            return df_err(err, errlen, rc, "%s: tensor \"%s\": dtype %s cannot be read as float", f->path, name,
+                          safetensors_dtype_name(s->dtype));
         }
     }
     return 0;
@@ -149,25 +139,35 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
     memset(sums, 0, sizeof sums);
     for (size_t i = 0; i < DFLASH_MANIFEST_FILES; i++)
         df_sha256_pieces_init(&sums[i].pieces, dflash_manifest_piece_bytes(0));
-    if (strlen(root) > 3000)
-        CK_ERR(-ENAMETOOLONG, "checkpoint root path too long (%zu bytes)", strlen(root));
-    if ((rc = df_mkdir_p(root, 0700)) < 0)
-        CK_ERR(rc, "%s: cannot create checkpoint root: %s", root, strerror(-rc));
+    if (strlen(root) > 3000) {
+        rc = df_err(err, errlen, -ENAMETOOLONG, "checkpoint root path too long (%zu bytes)", strlen(root));
+        goto out;
+    }
+    if ((rc = df_mkdir_p(root, 0700)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: cannot create checkpoint root: %s", root, strerror(-rc));
+        goto out;
+    }
     snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.%d", root, ts->step, (int)getpid());
     snprintf(fin, sizeof(fin), "%s/step-%08ld", root, ts->step);
     rm_flat_dir(tmp); /* a leftover of a crashed save of this pid */
-    if (mkdir(tmp, 0700) != 0)
-        CK_ERR(-errno, "%s: mkdir: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0700) != 0) {
+        rc = df_err(err, errlen, -errno, "%s: mkdir: %s", tmp, strerror(errno));
+        goto out;
+    }
     made_tmp = 1;
     snprintf(path, sizeof(path), "%s/model.safetensors", tmp);
-    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32, &sums[DFLASH_MANIFEST_MODEL])) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_F32, &sums[DFLASH_MANIFEST_MODEL])) < 0) {
+        rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        goto out;
+    }
     sums[DFLASH_MANIFEST_MODEL].have = 1;
     if (opt) {
         snprintf(path, sizeof(path), "%s/optimizer.safetensors", tmp);
         safetensors_writer *w = safetensors_writer_new();
-        if (!w)
-            CK_ERR(-ENOMEM, "%s: out of memory", path);
+        if (!w) {
+            rc = df_err(err, errlen, -ENOMEM, "%s: out of memory", path);
+            goto out;
+        }
         int nt = dflash_tensor_count(c);
         for (int i = 0; i < nt && rc == 0; i++) {
             dflash_tensor t;
@@ -184,38 +184,54 @@ int dflash_ckpt_save(const char *root, const dflash_config *c, const dflash_para
                                                   &sums[DFLASH_MANIFEST_OPTIMIZER].size,
                                                   &sums[DFLASH_MANIFEST_OPTIMIZER].pieces);
         safetensors_writer_free(w);
-        if (rc < 0)
-            CK_ERR(rc, "%s: %s", path, strerror(-rc));
+        if (rc < 0) {
+            rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+            goto out;
+        }
         sums[DFLASH_MANIFEST_OPTIMIZER].have = 1;
     }
     st = state_to_json(c, opt, ts);
     js = st ? json_dumps(st, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17)) : NULL;
-    if (!js)
-        CK_ERR(-ENOMEM, "trainer_state.json: out of memory");
+    if (!js) {
+        rc = df_err(err, errlen, -ENOMEM, "trainer_state.json: out of memory");
+        goto out;
+    }
     snprintf(path, sizeof(path), "%s/trainer_state.json", tmp);
-    if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = df_write_file_atomic(path, js, strlen(js))) < 0) {
+        rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        goto out;
+    }
     if ((rc = dflash_manifest_write(tmp, ts->step, sums, err, errlen)) < 0)
         goto out;
-    if ((rc = df_fsync_dir_of(path)) < 0)
-        CK_ERR(rc, "%s: fsync: %s", tmp, strerror(-rc));
+    if ((rc = df_fsync_dir_of(path)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: fsync: %s", tmp, strerror(-rc));
+        goto out;
+    }
     /* a re-save of the same step: move the old directory aside first (rename cannot
      * replace a non-empty directory) */
     snprintf(old, sizeof(old), "%s/.old-step-%08ld.%d", root, ts->step, (int)getpid());
     struct stat sb;
     int had_old = stat(fin, &sb) == 0;
-    if (had_old && rename(fin, old) != 0)
-        CK_ERR(-errno, "%s: rename to %s: %s", fin, old, strerror(errno));
-    if (rename(tmp, fin) != 0)
-        CK_ERR(-errno, "%s: rename to %s: %s", tmp, fin, strerror(errno));
+    if (had_old && rename(fin, old) != 0) {
+        rc = df_err(err, errlen, -errno, "%s: rename to %s: %s", fin, old, strerror(errno));
+        goto out;
+    }
+    if (rename(tmp, fin) != 0) {
+        rc = df_err(err, errlen, -errno, "%s: rename to %s: %s", tmp, fin, strerror(errno));
+        goto out;
+    }
     made_tmp = 0;
-    if ((rc = df_fsync_dir_of(fin)) < 0)
-        CK_ERR(rc, "%s: fsync: %s", root, strerror(-rc));
+    if ((rc = df_fsync_dir_of(fin)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: fsync: %s", root, strerror(-rc));
+        goto out;
+    }
     char line[64];
     int n = snprintf(line, sizeof(line), "step-%08ld\n", ts->step);
     snprintf(path, sizeof(path), "%s/latest", root);
-    if ((rc = df_write_file_atomic(path, line, (size_t)n)) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = df_write_file_atomic(path, line, (size_t)n)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        goto out;
+    }
     if (had_old)
         rm_flat_dir(old);
     rc = 0;
@@ -242,8 +258,7 @@ int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, si
     DIR *d = opendir(root);
     if (!d) {
         int e = errno;
-        snprintf(err, errlen, "%s: opendir: %s", root, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "%s: opendir: %s", root, strerror(e));
     }
     long *steps = NULL;
     size_t n = 0, cap = 0;
@@ -277,8 +292,7 @@ int dflash_ckpt_prune(const char *root, unsigned keep, long below, char *err, si
         rm_flat_dir(dir);
         struct stat sb;
         if (stat(dir, &sb) == 0) { /* best effort: report, the next prune retries */
-            snprintf(err, errlen, "%s: could not be removed", dir);
-            rc = -EIO;
+            rc = df_err(err, errlen, -EIO, "%s: could not be removed", dir);
             continue;
         }
         if (rc >= 0)
@@ -297,8 +311,7 @@ int dflash_ckpt_remove_partial(const char *root, char *err, size_t errlen)
         if (errno == ENOENT)
             return 0;
         int e = errno;
-        snprintf(err, errlen, "%s: opendir: %s", root, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "%s: opendir: %s", root, strerror(e));
     }
     int n = 0, rc = 0;
     struct dirent *e;
@@ -384,64 +397,93 @@ int dflash_ckpt_load(const char *root_or_dir, dflash_config *c, dflash_params *p
     memset(p, 0, sizeof(*p));
     if (opt)
         memset(opt, 0, sizeof(*opt));
-    if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0)
-        CK_ERR(rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s", root_or_dir, strerror(-rc));
+    if ((rc = dflash_ckpt_resolve(root_or_dir, dir, sizeof(dir))) < 0) {
+        rc = df_err(err, errlen, rc, "%s: no checkpoint (no trainer_state.json, no readable \"latest\"): %s",
+                    root_or_dir, strerror(-rc));
+        goto out;
+    }
     long mstep;
     if ((rc = dflash_manifest_verify(dir, &mstep, NULL, err, errlen)) < 0)
         goto out;
     snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
     json_error_t je;
     st = json_load_file(path, 0, &je);
-    if (!st)
-        CK_ERR(-EINVAL, "%s: line %d: %s", path, je.line, je.text);
-    if (json_integer_value(json_object_get(st, "version")) != 1)
-        CK_ERR(-EINVAL, "%s: field \"version\": expected 1", path);
+    if (!st) {
+        rc = df_err(err, errlen, -EINVAL, "%s: line %d: %s", path, je.line, je.text);
+        goto out;
+    }
+    if (json_integer_value(json_object_get(st, "version")) != 1) {
+        rc = df_err(err, errlen, -EINVAL, "%s: field \"version\": expected 1", path);
+        goto out;
+    }
     if ((rc = dflash_config_from_json(c, json_object_get(st, "config"), path, err, errlen)) < 0)
         goto out;
     json_t *sj = json_object_get(st, "step");
-    if (!json_is_integer(sj) || json_integer_value(sj) != mstep)
-        CK_ERR(-EINVAL, "%s: field \"step\" is %lld, manifest.json says %ld", path, (long long)json_integer_value(sj),
-               mstep);
+    if (!json_is_integer(sj) || json_integer_value(sj) != mstep) {
+        rc = df_err(err, errlen, -EINVAL, "%s: field \"step\" is %lld, manifest.json says %ld", path,
+                    (long long)json_integer_value(sj), mstep);
+        goto out;
+    }
     if (ts) {
         memset(ts, 0, sizeof(*ts));
         ts->step = (long)json_integer_value(json_object_get(st, "step"));
         json_t *jep = json_object_get(st, "epoch"), *jl = json_object_get(st, "ledger_committed_step");
-        if (!json_is_integer(jep) || json_integer_value(jep) < 0 || !json_is_integer(jl) || json_integer_value(jl) < 0)
-            CK_ERR(-EINVAL, "%s: fields \"epoch\"/\"ledger_committed_step\" must be integers >= 0", path);
+        if (!json_is_integer(jep) || json_integer_value(jep) < 0 || !json_is_integer(jl) ||
+            json_integer_value(jl) < 0) {
+            rc = df_err(err, errlen, -EINVAL, "%s: fields \"epoch\"/\"ledger_committed_step\" must be integers >= 0",
+                        path);
+            goto out;
+        }
         ts->epoch = (long)json_integer_value(jep);
         ts->ledger_committed_step = (long)json_integer_value(jl);
         json_t *r = json_object_get(st, "rng");
-        if (parse_hex(json_object_get(st, "seed"), &ts->seed) < 0 || json_array_size(r) != 4)
-            CK_ERR(-EINVAL, "%s: fields \"seed\"/\"rng\" must be hex strings (rng: 4 of them)", path);
+        if (parse_hex(json_object_get(st, "seed"), &ts->seed) < 0 || json_array_size(r) != 4) {
+            rc = df_err(err, errlen, -EINVAL, "%s: fields \"seed\"/\"rng\" must be hex strings (rng: 4 of them)", path);
+            goto out;
+        }
         for (int i = 0; i < 4; i++)
-            if (parse_hex(json_array_get(r, (size_t)i), &ts->rng.s[i]) < 0)
-                CK_ERR(-EINVAL, "%s: field \"rng[%d]\" is not a hex string", path, i);
+            if (parse_hex(json_array_get(r, (size_t)i), &ts->rng.s[i]) < 0) {
+                rc = df_err(err, errlen, -EINVAL, "%s: field \"rng[%d]\" is not a hex string", path, i);
+                goto out;
+            }
     }
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     if ((rc = safetensors_open(&mf, path, err, errlen)) < 0)
         goto out;
     mf_open = 1;
-    if ((rc = dflash_params_alloc(p, c)) < 0)
-        CK_ERR(rc, "%s: out of memory", path);
+    if ((rc = dflash_params_alloc(p, c)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: out of memory", path);
+        goto out;
+    }
     if ((rc = read_params(&mf, c, p->data, "", err, errlen)) < 0)
         goto out;
     if (opt) {
         json_t *oj = json_object_get(st, "optimizer");
         snprintf(path, sizeof(path), "%s/optimizer.safetensors", dir);
-        if (!json_is_object(oj) || access(path, F_OK) != 0)
-            CK_ERR(-ENOENT, "%s: checkpoint has no optimizer state", dir);
+        if (!json_is_object(oj) || access(path, F_OK) != 0) {
+            rc = df_err(err, errlen, -ENOENT, "%s: checkpoint has no optimizer state", dir);
+            goto out;
+        }
         adamw_config a;
         json_int_t total = 0, ostep = 0;
         if (json_unpack(oj, "{s:F, s:F, s:F, s:F, s:F, s:F, s:F, s:F, s:I, s:I}", "lr", &a.lr, "min_lr", &a.min_lr,
                         "beta1", &a.beta1, "beta2", &a.beta2, "eps", &a.eps, "weight_decay", &a.weight_decay,
                         "warmup_frac", &a.warmup_frac, "clip_norm", &a.clip_norm, "total_steps", &total, "step",
-                        &ostep) != 0)
-            CK_ERR(-EINVAL, "%s/trainer_state.json: object \"optimizer\" lacks a field or has a wrong type", dir);
-        if (total < 0 || ostep < 0)
-            CK_ERR(-EINVAL, "%s/trainer_state.json: \"optimizer.total_steps\"/\"optimizer.step\" must be >= 0", dir);
+                        &ostep) != 0) {
+            rc = df_err(err, errlen, -EINVAL,
+                        "%s/trainer_state.json: object \"optimizer\" lacks a field or has a wrong type", dir);
+            goto out;
+        }
+        if (total < 0 || ostep < 0) {
+            rc = df_err(err, errlen, -EINVAL,
+                        "%s/trainer_state.json: \"optimizer.total_steps\"/\"optimizer.step\" must be >= 0", dir);
+            goto out;
+        }
         a.total_steps = (long)total;
-        if ((rc = adamw_init(opt, &a, p->n)) < 0)
-            CK_ERR(rc, "%s/trainer_state.json: optimizer settings rejected", dir);
+        if ((rc = adamw_init(opt, &a, p->n)) < 0) {
+            rc = df_err(err, errlen, rc, "%s/trainer_state.json: optimizer settings rejected", dir);
+            goto out;
+        }
         opt->step = (long)ostep;
         if ((rc = safetensors_open(&of, path, err, errlen)) < 0)
             goto out;
@@ -469,18 +511,26 @@ int dflash_export_release(const char *dir, const dflash_config *c, const dflash_
 {
     int rc;
     char path[4200];
-    if ((rc = df_mkdir_p(dir, 0700)) < 0)
-        CK_ERR(rc, "%s: cannot create: %s", dir, strerror(-rc));
+    if ((rc = df_mkdir_p(dir, 0700)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: cannot create: %s", dir, strerror(-rc));
+        goto out;
+    }
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16, NULL)) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = write_params(path, c, p->data, "", SAFETENSORS_BF16, NULL)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        goto out;
+    }
     snprintf(path, sizeof(path), "%s/dflash.py", dir);
-    if ((rc = df_write_file_atomic(path, dflash_modeling_py, dflash_modeling_py_len)) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = df_write_file_atomic(path, dflash_modeling_py, dflash_modeling_py_len)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        goto out;
+    }
     /* config.json last: its auto_map names dflash.py, which is in place by now */
     snprintf(path, sizeof(path), "%s/config.json", dir);
-    if ((rc = dflash_config_write_release(c, path)) < 0)
-        CK_ERR(rc, "%s: %s", path, strerror(-rc));
+    if ((rc = dflash_config_write_release(c, path)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        goto out;
+    }
     rc = 0;
 out:
     return rc;
@@ -500,8 +550,10 @@ int dflash_load_release(const char *dir, dflash_config *c, dflash_params *p, cha
     if ((rc = safetensors_open(&f, path, err, errlen)) < 0)
         goto out;
     f_open = 1;
-    if ((rc = dflash_params_alloc(p, c)) < 0)
-        CK_ERR(rc, "%s: out of memory", path);
+    if ((rc = dflash_params_alloc(p, c)) < 0) {
+        rc = df_err(err, errlen, rc, "%s: out of memory", path);
+        goto out;
+    }
     rc = read_params(&f, c, p->data, "", err, errlen);
 out:
     if (f_open)

@@ -75,49 +75,49 @@ int dflash_loss_parse(const char *name)
     return -1;
 }
 
-#define CFG_ERR(...)                        \
-    do {                                    \
-        snprintf(err, errlen, __VA_ARGS__); \
-        return -EINVAL;                     \
-    } while (0)
-
 int dflash_config_validate(const dflash_config *c, char *err, size_t errlen)
 {
     if (c->hidden <= 0 || c->intermediate <= 0 || c->vocab <= 0)
-        CFG_ERR("hidden_size/intermediate_size/vocab_size must be > 0 (got %d/%d/%d)", c->hidden, c->intermediate,
-                c->vocab);
+        return df_err(err, errlen, -EINVAL, "hidden_size/intermediate_size/vocab_size must be > 0 (got %d/%d/%d)",
+                      c->hidden, c->intermediate, c->vocab);
     if (c->n_layers <= 0 || c->n_layers > DFLASH_MAX_LAYERS)
-        CFG_ERR("num_hidden_layers must be in 1..%d (got %d)", DFLASH_MAX_LAYERS, c->n_layers);
+        return df_err(err, errlen, -EINVAL, "num_hidden_layers must be in 1..%d (got %d)", DFLASH_MAX_LAYERS,
+                      c->n_layers);
     if (c->n_heads <= 0 || c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads != 0)
-        CFG_ERR("num_attention_heads (%d) must be a positive multiple of num_key_value_heads (%d)", c->n_heads,
-                c->n_kv_heads);
+        return df_err(err, errlen, -EINVAL,
+                      "num_attention_heads (%d) must be a positive multiple of num_key_value_heads (%d)", c->n_heads,
+                      c->n_kv_heads);
     if (c->head_dim <= 0 || c->head_dim % 2 != 0)
-        CFG_ERR("head_dim must be positive and even (got %d)", c->head_dim);
+        return df_err(err, errlen, -EINVAL, "head_dim must be positive and even (got %d)", c->head_dim);
     if (c->block_size < 2)
-        CFG_ERR("block_size must be >= 2 (got %d)", c->block_size);
+        return df_err(err, errlen, -EINVAL, "block_size must be >= 2 (got %d)", c->block_size);
     if (c->n_capture <= 0 || c->n_capture > DFLASH_MAX_CAPTURE)
-        CFG_ERR("dflash_config.target_layer_ids must have 1..%d entries (got %d)", DFLASH_MAX_CAPTURE, c->n_capture);
+        return df_err(err, errlen, -EINVAL, "dflash_config.target_layer_ids must have 1..%d entries (got %d)",
+                      DFLASH_MAX_CAPTURE, c->n_capture);
     for (int i = 0; i < c->n_capture; i++) {
         if (c->target_layer_ids[i] < 0 || (c->num_target_layers > 0 && c->target_layer_ids[i] >= c->num_target_layers))
-            CFG_ERR("dflash_config.target_layer_ids[%d] = %d is outside 0..%d", i, c->target_layer_ids[i],
-                    c->num_target_layers - 1);
+            return df_err(err, errlen, -EINVAL, "dflash_config.target_layer_ids[%d] = %d is outside 0..%d", i,
+                          c->target_layer_ids[i], c->num_target_layers - 1);
     }
     if (c->mask_token_id < 0 || c->mask_token_id >= c->vocab)
-        CFG_ERR("dflash_config.mask_token_id = %d is outside 0..%d", c->mask_token_id, c->vocab - 1);
+        return df_err(err, errlen, -EINVAL, "dflash_config.mask_token_id = %d is outside 0..%d", c->mask_token_id,
+                      c->vocab - 1);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_sliding[l] && c->sliding_window <= 0)
-            CFG_ERR("layer_types[%d] is sliding_attention but sliding_window = %d", l, c->sliding_window);
+            return df_err(err, errlen, -EINVAL, "layer_types[%d] is sliding_attention but sliding_window = %d", l,
+                          c->sliding_window);
     }
     if (!(c->rms_norm_eps > 0) || !(c->rope_theta > 0))
-        CFG_ERR("rms_norm_eps and rope_theta must be > 0");
+        return df_err(err, errlen, -EINVAL, "rms_norm_eps and rope_theta must be > 0");
     if (!(c->gamma > 0))
-        CFG_ERR("gamma must be > 0 (got %g)", c->gamma);
+        return df_err(err, errlen, -EINVAL, "gamma must be > 0 (got %g)", c->gamma);
     if (!dflash_loss_name(c->loss))
-        CFG_ERR("loss must be decay (%d) or dpace (%d) (got %d)", DFLASH_LOSS_DECAY, DFLASH_LOSS_DPACE, c->loss);
+        return df_err(err, errlen, -EINVAL, "loss must be decay (%d) or dpace (%d) (got %d)", DFLASH_LOSS_DECAY,
+                      DFLASH_LOSS_DPACE, c->loss);
     /* alpha = 0 leaves the raw confidence product: a block whose first position the drafter
      * misses (q ~ 0) weighs ~0 everywhere, so the positions it most needs are never learned */
     if (c->loss == DFLASH_LOSS_DPACE && !(c->dpace_alpha > 0 && c->dpace_alpha <= 1))
-        CFG_ERR("dpace_alpha must be in (0, 1] (got %g)", c->dpace_alpha);
+        return df_err(err, errlen, -EINVAL, "dpace_alpha must be in (0, 1] (got %g)", c->dpace_alpha);
     return 0;
 }
 
@@ -199,7 +199,7 @@ static int get_int(const json_t *o, const char *key, int *out, int required, con
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required)
-            CFG_ERR("%s: missing field \"%s\"", what, key);
+            return df_err(err, errlen, -EINVAL, "%s: missing field \"%s\"", what, key);
         return 0;
     }
     if (json_is_boolean(v)) {
@@ -208,7 +208,8 @@ static int get_int(const json_t *o, const char *key, int *out, int required, con
     }
     /* a number past int is refused, not wrapped (4294967424 would read as 128) */
     if (!json_is_integer(v) || json_integer_value(v) < INT_MIN || json_integer_value(v) > INT_MAX)
-        CFG_ERR("%s: field \"%s\" must be an integer in [%d, %d]", what, key, INT_MIN, INT_MAX);
+        return df_err(err, errlen, -EINVAL, "%s: field \"%s\" must be an integer in [%d, %d]", what, key, INT_MIN,
+                      INT_MAX);
     *out = (int)json_integer_value(v);
     return 0;
 }
@@ -219,11 +220,11 @@ static int get_num(const json_t *o, const char *key, double *out, int required, 
     json_t *v = json_object_get(o, key);
     if (!v || json_is_null(v)) {
         if (required)
-            CFG_ERR("%s: missing field \"%s\"", what, key);
+            return df_err(err, errlen, -EINVAL, "%s: missing field \"%s\"", what, key);
         return 0;
     }
     if (!json_is_number(v))
-        CFG_ERR("%s: field \"%s\" must be a number", what, key);
+        return df_err(err, errlen, -EINVAL, "%s: field \"%s\" must be a number", what, key);
     *out = json_number_value(v);
     return 0;
 }
@@ -233,7 +234,7 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
     int rc;
     memset(c, 0, sizeof(*c));
     if (!json_is_object(o))
-        CFG_ERR("%s: not a JSON object", what);
+        return df_err(err, errlen, -EINVAL, "%s: not a JSON object", what);
     c->max_position_embeddings = 40960;
     c->tie_word_embeddings = 0;
     double eps = 1e-6, theta = 1e6, gamma = 0;
@@ -265,46 +266,53 @@ int dflash_config_from_json(dflash_config *c, const json_t *o, const char *what,
         return rc;
     c->rms_norm_eps = eps;
     c->rope_theta = theta;
+    c->rope_scaling = (nn_rope_scaling){0}; /* none: see dflash_config.h */
     c->gamma = gamma > 0 ? gamma : dflash_default_gamma(c->block_size);
     json_t *lv = json_object_get(o, "dflash_loss");
     if (lv && !json_is_null(lv)) {
         if (!json_is_string(lv) || dflash_loss_parse(json_string_value(lv)) < 0)
-            CFG_ERR("%s: field \"dflash_loss\" must be \"decay\" or \"dpace\"", what);
+            return df_err(err, errlen, -EINVAL, "%s: field \"dflash_loss\" must be \"decay\" or \"dpace\"", what);
         c->loss = dflash_loss_parse(json_string_value(lv));
     }
     c->dpace_alpha = DFLASH_DPACE_ALPHA_DEFAULT;
     if ((rc = get_num(o, "dflash_dpace_alpha", &c->dpace_alpha, 0, what, err, errlen)) < 0)
         return rc;
     if (!(c->dpace_alpha > 0 && c->dpace_alpha <= 1))
-        CFG_ERR("%s: field \"dflash_dpace_alpha\" must be in (0, 1] (got %g)", what, c->dpace_alpha);
+        return df_err(err, errlen, -EINVAL, "%s: field \"dflash_dpace_alpha\" must be in (0, 1] (got %g)", what,
+                      c->dpace_alpha);
     json_t *dc = json_object_get(o, "dflash_config");
     if (!json_is_object(dc))
-        CFG_ERR("%s: missing object \"dflash_config\"", what);
+        return df_err(err, errlen, -EINVAL, "%s: missing object \"dflash_config\"", what);
     json_t *ids = json_object_get(dc, "target_layer_ids");
     if (!json_is_array(ids) || json_array_size(ids) == 0 || json_array_size(ids) > DFLASH_MAX_CAPTURE)
-        CFG_ERR("%s: \"dflash_config.target_layer_ids\" must be an array of 1..%d integers", what, DFLASH_MAX_CAPTURE);
+        return df_err(err, errlen, -EINVAL, "%s: \"dflash_config.target_layer_ids\" must be an array of 1..%d integers",
+                      what, DFLASH_MAX_CAPTURE);
     c->n_capture = (int)json_array_size(ids);
     for (int i = 0; i < c->n_capture; i++) {
         json_t *v = json_array_get(ids, (size_t)i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX)
-            CFG_ERR("%s: dflash_config.target_layer_ids[%d] must be an integer in [0, %d]", what, i, INT_MAX);
+            return df_err(err, errlen, -EINVAL, "%s: dflash_config.target_layer_ids[%d] must be an integer in [0, %d]",
+                          what, i, INT_MAX);
         c->target_layer_ids[i] = (int)json_integer_value(v);
     }
     if ((rc = get_int(dc, "mask_token_id", &c->mask_token_id, 1, what, err, errlen)) < 0)
         return rc;
     if (c->n_layers <= 0 || c->n_layers > DFLASH_MAX_LAYERS)
-        CFG_ERR("%s: num_hidden_layers must be in 1..%d (got %d)", what, DFLASH_MAX_LAYERS, c->n_layers);
+        return df_err(err, errlen, -EINVAL, "%s: num_hidden_layers must be in 1..%d (got %d)", what, DFLASH_MAX_LAYERS,
+                      c->n_layers);
     json_t *types = json_object_get(o, "layer_types");
     int use_sw = 1;
     if ((rc = get_int(o, "use_sliding_window", &use_sw, 0, what, err, errlen)) < 0)
         return rc;
     if (types && !json_is_null(types)) {
         if (!json_is_array(types) || (int)json_array_size(types) != c->n_layers)
-            CFG_ERR("%s: \"layer_types\" must be an array of num_hidden_layers (%d) strings", what, c->n_layers);
+            return df_err(err, errlen, -EINVAL,
+                          "%s: \"layer_types\" must be an array of num_hidden_layers (%d) strings", what, c->n_layers);
         for (int l = 0; l < c->n_layers; l++) {
             const char *s = json_string_value(json_array_get(types, (size_t)l));
             if (!s || (strcmp(s, "sliding_attention") != 0 && strcmp(s, "full_attention") != 0))
-                CFG_ERR("%s: layer_types[%d] must be \"full_attention\" or \"sliding_attention\"", what, l);
+                return df_err(err, errlen, -EINVAL,
+                              "%s: layer_types[%d] must be \"full_attention\" or \"sliding_attention\"", what, l);
             c->layer_sliding[l] = strcmp(s, "sliding_attention") == 0 && use_sw;
         }
     }
@@ -339,13 +347,11 @@ int dflash_config_read_release(dflash_config *c, const char *path, char *err, si
     json_error_t je;
     if (access(path, R_OK) != 0) {
         int e = errno;
-        snprintf(err, errlen, "%s: %s", path, strerror(e));
-        return -e;
+        return df_err(err, errlen, -e, "%s: %s", path, strerror(e));
     }
     json_t *o = json_load_file(path, 0, &je);
     if (!o) {
-        snprintf(err, errlen, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
-        return -EINVAL;
+        return df_err(err, errlen, -EINVAL, "%s: line %d column %d: %s", path, je.line, je.column, je.text);
     }
     int rc = dflash_config_from_json(c, o, path, err, errlen);
     json_decref(o);

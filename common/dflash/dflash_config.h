@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nn/nn.h" /* nn_rope_scaling */
+
 #define DFLASH_MAX_LAYERS 64
 #define DFLASH_MAX_CAPTURE 32
 
@@ -34,7 +36,13 @@ typedef struct dflash_config {
     int max_position_embeddings;
     double rms_norm_eps; /* used as float in the math */
     double rope_theta;
-    double gamma;       /* loss decay exp(-(k-1)/gamma); not in the release config */
+    /* The drafter's RoPE scaling: none (factor 0) for every drafter, set so by each reader of
+     * a config (dflash_config_from_json, the trainer's from the topology): the release
+     * config.json says rope_type "default" (dflash_config_to_json), so transformers computes
+     * the drafter's frequencies unscaled and so must we; a llama3 target's scaling
+     * (hfconfig) is not carried over, only its rope_theta. Pass it to nn_rope_inv_freq. */
+    nn_rope_scaling rope_scaling;
+    double gamma;       /* loss decay exp(-(k-1)/gamma), resolved by the reader; not in the release config */
     int loss;           /* dflash_loss_kind; 0 (memset) = decay */
     double dpace_alpha; /* D-PACE smoothing, (0, 1]; read only when loss is DPACE */
 } dflash_config;

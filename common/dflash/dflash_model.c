@@ -217,7 +217,7 @@ int dflash_acts_ensure(dflash_acts *a, const dflash_config *c, int S, int R)
     a->S_cap = S;
     a->R_cap = R;
     carve(a, c, S, R, a->mem);
-    nn_rope_inv_freq(a->inv_freq, c->head_dim, c->rope_theta, NULL);
+    nn_rope_inv_freq(a->inv_freq, c->head_dim, c->rope_theta, &c->rope_scaling);
     return 0;
 }
 

@@ -40,37 +40,29 @@ uint64_t batch_checksum(const batch_header *h)
     return df_fnv1a64(batch_mask(m), h->T, c);
 }
 
-int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kind, char *err, unsigned long errlen)
+int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kind, char *err, size_t errlen)
 {
-    if (h->magic != BATCH_MAGIC || h->version != BATCH_VERSION) {
-        snprintf(err, errlen, "batch: bad magic/version %08x/%u", h->magic, h->version);
-        return -EINVAL;
-    }
-    if (h->kind != want_kind) {
-        snprintf(err, errlen, "batch %llu: kind %u, expected %u", (unsigned long long)h->batch_id, h->kind, want_kind);
-        return -EINVAL;
-    }
+    if (h->magic != BATCH_MAGIC || h->version != BATCH_VERSION)
+        return df_err(err, errlen, -EINVAL, "batch: bad magic/version %08x/%u", h->magic, h->version);
+    if (h->kind != want_kind)
+        return df_err(err, errlen, -EINVAL, "batch %llu: kind %u, expected %u", (unsigned long long)h->batch_id,
+                      h->kind, want_kind);
     if (h->n_docs == 0 || h->n_docs > BATCH_MAX_DOCS || h->doc_starts[0] != 0 ||
-        h->doc_starts[h->n_docs] != (int32_t)h->T) {
-        snprintf(err, errlen, "batch %llu: bad document table (n_docs %u, T %u)", (unsigned long long)h->batch_id,
-                 h->n_docs, h->T);
-        return -EINVAL;
-    }
+        h->doc_starts[h->n_docs] != (int32_t)h->T)
+        return df_err(err, errlen, -EINVAL, "batch %llu: bad document table (n_docs %u, T %u)",
+                      (unsigned long long)h->batch_id, h->n_docs, h->T);
     for (uint32_t k = 0; k < h->n_docs; k++)
-        if (h->doc_starts[k + 1] <= h->doc_starts[k]) {
-            snprintf(err, errlen, "batch %llu: document %u is empty or out of order", (unsigned long long)h->batch_id,
-                     k);
-            return -EINVAL;
-        }
+        if (h->doc_starts[k + 1] <= h->doc_starts[k])
+            return df_err(err, errlen, -EINVAL, "batch %llu: document %u is empty or out of order",
+                          (unsigned long long)h->batch_id, k);
     batch_header copy = *h;
-    if (batch_layout(&copy) != h->total_bytes || copy.off_feat != h->off_feat || h->total_bytes > slot_bytes) {
-        snprintf(err, errlen, "batch %llu: layout does not match its header or exceeds the slot (%llu > %llu bytes)",
-                 (unsigned long long)h->batch_id, (unsigned long long)h->total_bytes, (unsigned long long)slot_bytes);
-        return -EINVAL;
-    }
-    if (batch_checksum(h) != h->checksum) {
-        snprintf(err, errlen, "batch %llu: checksum mismatch (torn or stale slot)", (unsigned long long)h->batch_id);
-        return -EINVAL;
-    }
+    if (batch_layout(&copy) != h->total_bytes || copy.off_feat != h->off_feat || h->total_bytes > slot_bytes)
+        return df_err(err, errlen, -EINVAL,
+                      "batch %llu: layout does not match its header or exceeds the slot (%llu > %llu bytes)",
+                      (unsigned long long)h->batch_id, (unsigned long long)h->total_bytes,
+                      (unsigned long long)slot_bytes);
+    if (batch_checksum(h) != h->checksum)
+        return df_err(err, errlen, -EINVAL, "batch %llu: checksum mismatch (torn or stale slot)",
+                      (unsigned long long)h->batch_id);
     return 0;
 }

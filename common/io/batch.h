@@ -19,6 +19,7 @@
 #ifndef DF_BATCH_H
 #define DF_BATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define BATCH_MAGIC 0x48435442u /* "BTCH" */
@@ -72,6 +73,6 @@ static inline void *batch_feat(batch_header *h)
 uint64_t batch_checksum(const batch_header *h);
 /* Validate a header read from a slot of slot_bytes: magic, version, kind, bounds of every
  * section. 0 or -EINVAL with a message in err. */
-int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kind, char *err, unsigned long errlen);
+int batch_validate(const batch_header *h, uint64_t slot_bytes, uint32_t want_kind, char *err, size_t errlen);
 
 #endif

@@ -21,11 +21,9 @@ int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_b
                     char *err, size_t errlen)
 {
     *out = NULL;
-    if (off > A->size || slot_bytes > A->size - off || slot_bytes < sizeof(batch_header)) {
-        snprintf(err, errlen, "slot [%llu, +%llu) is outside the arena of %llu bytes", (unsigned long long)off,
-                 (unsigned long long)slot_bytes, (unsigned long long)A->size);
-        return -EINVAL;
-    }
+    if (off > A->size || slot_bytes > A->size - off || slot_bytes < sizeof(batch_header))
+        return df_err(err, errlen, -EINVAL, "slot [%llu, +%llu) is outside the arena of %llu bytes",
+                      (unsigned long long)off, (unsigned long long)slot_bytes, (unsigned long long)A->size);
     if (A->kind == ARENA_CPU) {
         batch_header *h = (batch_header *)((char *)A->base + off);
         int rc = batch_validate(h, slot_bytes, kind, err, errlen);
@@ -37,22 +35,16 @@ int batch_view_read(batch_view *v, const arena *A, uint64_t off, uint64_t slot_b
     int rc = grow(v, sizeof(batch_header));
     if (rc == 0)
         rc = arena_read(A, off, v->buf, sizeof(batch_header), e2, sizeof e2);
-    if (rc < 0) {
-        snprintf(err, errlen, "reading the slot header: %s", e2);
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "reading the slot header: %s", e2);
     batch_header probe = *(batch_header *)v->buf;
     uint64_t off_feat = probe.off_feat;
-    if (probe.magic != BATCH_MAGIC || off_feat < sizeof(batch_header) || off_feat > slot_bytes) {
-        snprintf(err, errlen, "batch: bad magic %08x or metadata size %llu (slot %llu bytes)", probe.magic,
-                 (unsigned long long)off_feat, (unsigned long long)slot_bytes);
-        return -EINVAL;
-    }
+    if (probe.magic != BATCH_MAGIC || off_feat < sizeof(batch_header) || off_feat > slot_bytes)
+        return df_err(err, errlen, -EINVAL, "batch: bad magic %08x or metadata size %llu (slot %llu bytes)",
+                      probe.magic, (unsigned long long)off_feat, (unsigned long long)slot_bytes);
     snprintf(e2, sizeof e2, "out of memory");
-    if ((rc = grow(v, (size_t)off_feat)) < 0 || (rc = arena_read(A, off, v->buf, off_feat, e2, sizeof e2)) < 0) {
-        snprintf(err, errlen, "reading %llu bytes of slot metadata: %s", (unsigned long long)off_feat, e2);
-        return rc;
-    }
+    if ((rc = grow(v, (size_t)off_feat)) < 0 || (rc = arena_read(A, off, v->buf, off_feat, e2, sizeof e2)) < 0)
+        return df_err(err, errlen, rc, "reading %llu bytes of slot metadata: %s", (unsigned long long)off_feat, e2);
     batch_header *h = (batch_header *)v->buf;
     if ((rc = batch_validate(h, slot_bytes, kind, err, errlen)) < 0)
         return rc;

@@ -22,18 +22,13 @@ typedef struct parser {
 } parser;
 
 static int perr(parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int perr(parser *p, const char *fmt, ...)
+static int perr(parser *p, const char *fmt, ...) /* "<file>: <message>", -EINVAL */
 {
-    if (p->err && p->errlen) {
-        int n = snprintf(p->err, p->errlen, "%s: ", p->name);
-        if (n >= 0 && (size_t)n < p->errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return -EINVAL;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = df_verr(p->err, p->errlen, -EINVAL, p->name, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* A short rendering of a JSON value for messages: "abc" / 3 / 1.5 / an array ... */

@@ -61,8 +61,9 @@ typedef struct hfconfig {
     int max_position_embeddings;             /* 0 when absent */
     double rms_norm_eps;                     /* default 1e-6 */
     double rope_theta;                       /* top-level, or rope_parameters / rope_scaling; default 10000 */
-    char rope_type[16];                      /* "default" or "llama3" */
-    nn_rope_scaling rope_scaling;            /* factor 0 unless rope_type is llama3 */
+    char rope_type[16];                      /* "default" or "llama3", as the file says */
+    nn_rope_scaling rope_scaling;            /* resolved here: factor 0 (none) unless rope_type is llama3;
+                                                every RoPE of the model passes it as is */
     int tie_word_embeddings;                 /* default 0 (both classes) */
     char dtype[16];                          /* torch_dtype or dtype: "bfloat16", "float16", "float32"; "" if absent */
     int attention_bias;                      /* q/k/v/o projections carry a bias; default 0 */

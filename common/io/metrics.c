@@ -146,15 +146,11 @@ int metrics_open(metrics_writer *w, const char *dir, const char *worker, uint32_
 
 int metrics_open_tfevents(metrics_writer *w, const char *dir, int session_start, char *err, size_t errcap)
 {
-    if (w->tb) {
-        snprintf(err, errcap, "%s: an event file is open already", dir);
-        return -EBUSY;
-    }
+    if (w->tb)
+        return df_err(err, errcap, -EBUSY, "%s: an event file is open already", dir);
     tfevents_writer *tb = malloc(sizeof *tb);
-    if (!tb) {
-        snprintf(err, errcap, "%s: out of memory", dir);
-        return -ENOMEM;
-    }
+    if (!tb)
+        return df_err(err, errcap, -ENOMEM, "%s: out of memory", dir);
     int rc = tfevents_open(tb, dir, session_start, err, errcap);
     if (rc < 0) {
         free(tb);

@@ -17,7 +17,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,18 +254,6 @@ static const char *jtype(const json_t *j)
     return "?";
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
-
 /* "[2, 3, 4]" */
 static void fmt_shape(char *buf, size_t len, const int64_t *shape, int ndim)
 {
@@ -298,39 +285,41 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safeten
 {
     size_t klen = strlen(key);
     if (klen >= SAFETENSORS_MAX_NAME)
-        return fail(err, errlen, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen,
-                    SAFETENSORS_MAX_NAME - 1);
+        return df_err(err, errlen, -EINVAL, "tensor \"%.40s...\": name is %zu bytes, at most %d", key, klen,
+                      SAFETENSORS_MAX_NAME - 1);
     memset(t, 0, sizeof *t);
     memcpy(t->name, key, klen + 1);
     if (!json_is_object(val))
-        return fail(err, errlen, "tensor \"%s\": expected an object, got %s", key, jtype(val));
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": expected an object, got %s", key, jtype(val));
 
     json_t *jd = json_object_get(val, "dtype");
     if (!jd)
-        return fail(err, errlen, "tensor \"%s\": missing \"dtype\"", key);
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": missing \"dtype\"", key);
     if (!json_is_string(jd))
-        return fail(err, errlen, "tensor \"%s\": dtype: expected a string, got %s", key, jtype(jd));
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": dtype: expected a string, got %s", key, jtype(jd));
     if (safetensors_dtype_from_name(json_string_value(jd), &t->dtype) < 0)
-        return fail(err, errlen, "tensor \"%s\": unknown dtype \"%.32s\"", key, json_string_value(jd));
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": unknown dtype \"%.32s\"", key, json_string_value(jd));
 
     json_t *js = json_object_get(val, "shape");
     if (!js)
-        return fail(err, errlen, "tensor \"%s\": missing \"shape\"", key);
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": missing \"shape\"", key);
     if (!json_is_array(js))
-        return fail(err, errlen, "tensor \"%s\": shape: expected an array, got %s", key, jtype(js));
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": shape: expected an array, got %s", key, jtype(js));
     if (json_array_size(js) > SAFETENSORS_MAX_DIMS)
-        return fail(err, errlen, "tensor \"%s\": shape has %zu dimensions, at most %d supported", key,
-                    json_array_size(js), SAFETENSORS_MAX_DIMS);
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": shape has %zu dimensions, at most %d supported", key,
+                      json_array_size(js), SAFETENSORS_MAX_DIMS);
     t->ndim = (int)json_array_size(js);
     uint64_t numel = 1;
     int overflow = 0;
     for (int i = 0; i < t->ndim; i++) {
         json_t *d = json_array_get(js, (size_t)i);
         if (!json_is_integer(d))
-            return fail(err, errlen, "tensor \"%s\": shape[%d]: expected an integer, got %s", key, i, jtype(d));
+            return df_err(err, errlen, -EINVAL, "tensor \"%s\": shape[%d]: expected an integer, got %s", key, i,
+                          jtype(d));
         json_int_t v = json_integer_value(d);
         if (v < 0)
-            return fail(err, errlen, "tensor \"%s\": shape[%d] is %lld, expected >= 0", key, i, (long long)v);
+            return df_err(err, errlen, -EINVAL, "tensor \"%s\": shape[%d] is %lld, expected >= 0", key, i,
+                          (long long)v);
         t->shape[i] = v;
         if (__builtin_mul_overflow(numel, (uint64_t)v, &numel))
             overflow = 1;
@@ -338,30 +327,32 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safeten
     char sbuf[256];
     fmt_shape(sbuf, sizeof sbuf, t->shape, t->ndim);
     if (overflow || __builtin_mul_overflow(numel, (uint64_t)safetensors_dtype_size(t->dtype), &t->nbytes))
-        return fail(err, errlen, "tensor \"%s\": shape %s of %s overflows 64 bits", key, sbuf,
-                    safetensors_dtype_name(t->dtype));
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": shape %s of %s overflows 64 bits", key, sbuf,
+                      safetensors_dtype_name(t->dtype));
 
     json_t *jo = json_object_get(val, "data_offsets");
     if (!jo)
-        return fail(err, errlen, "tensor \"%s\": missing \"data_offsets\"", key);
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": missing \"data_offsets\"", key);
     if (!json_is_array(jo) || json_array_size(jo) != 2 || !json_is_integer(json_array_get(jo, 0)) ||
         !json_is_integer(json_array_get(jo, 1)))
-        return fail(err, errlen, "tensor \"%s\": data_offsets: expected an array of 2 integers, got %s%s", key,
-                    jtype(jo), json_is_array(jo) ? " of other content" : "");
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": data_offsets: expected an array of 2 integers, got %s%s",
+                      key, jtype(jo), json_is_array(jo) ? " of other content" : "");
     json_int_t b = json_integer_value(json_array_get(jo, 0)), e = json_integer_value(json_array_get(jo, 1));
     if (b < 0 || e < 0)
-        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld]: negative offset", key, (long long)b,
-                    (long long)e);
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": data_offsets [%lld, %lld]: negative offset", key,
+                      (long long)b, (long long)e);
     if (b > e)
-        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld]: begin > end", key, (long long)b,
-                    (long long)e);
+        return df_err(err, errlen, -EINVAL, "tensor \"%s\": data_offsets [%lld, %lld]: begin > end", key, (long long)b,
+                      (long long)e);
     if ((uint64_t)e > data_len)
-        return fail(err, errlen, "tensor \"%s\": data_offsets [%lld, %lld] exceed the data section (%llu bytes)", key,
-                    (long long)b, (long long)e, (unsigned long long)data_len);
+        return df_err(err, errlen, -EINVAL,
+                      "tensor \"%s\": data_offsets [%lld, %lld] exceed the data section (%llu bytes)", key,
+                      (long long)b, (long long)e, (unsigned long long)data_len);
     if ((uint64_t)(e - b) != t->nbytes)
-        return fail(err, errlen, "tensor \"%s\": shape %s of %s is %llu bytes but data_offsets [%lld, %lld] span %llu",
-                    key, sbuf, safetensors_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b,
-                    (long long)e, (unsigned long long)(e - b));
+        return df_err(err, errlen, -EINVAL,
+                      "tensor \"%s\": shape %s of %s is %llu bytes but data_offsets [%lld, %lld] span %llu", key, sbuf,
+                      safetensors_dtype_name(t->dtype), (unsigned long long)t->nbytes, (long long)b, (long long)e,
+                      (unsigned long long)(e - b));
     t->data_offset = (uint64_t)b;
     return 0;
 }
@@ -369,13 +360,13 @@ static int parse_tensor(const char *key, json_t *val, uint64_t data_len, safeten
 static int check_metadata(json_t *md, char *err, size_t errlen)
 {
     if (!json_is_object(md))
-        return fail(err, errlen, "__metadata__: expected an object of strings, got %s", jtype(md));
+        return df_err(err, errlen, -EINVAL, "__metadata__: expected an object of strings, got %s", jtype(md));
     const char *k;
     json_t *v;
     json_object_foreach(md, k, v)
     {
         if (!json_is_string(v))
-            return fail(err, errlen, "__metadata__[\"%.64s\"]: expected a string, got %s", k, jtype(v));
+            return df_err(err, errlen, -EINVAL, "__metadata__[\"%.64s\"]: expected a string, got %s", k, jtype(v));
     }
     return 0;
 }
@@ -386,19 +377,19 @@ int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_le
     *out = NULL;
     *n = 0;
     if (hdr_len > SAFETENSORS_MAX_HEADER)
-        return fail(err, errlen, "header length %llu exceeds the limit of %llu bytes", (unsigned long long)hdr_len,
-                    (unsigned long long)SAFETENSORS_MAX_HEADER);
+        return df_err(err, errlen, -EINVAL, "header length %llu exceeds the limit of %llu bytes",
+                      (unsigned long long)hdr_len, (unsigned long long)SAFETENSORS_MAX_HEADER);
     json_error_t jerr;
     json_t *root = json_loadb(hdr, (size_t)hdr_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return fail(err, errlen, "header is not valid JSON at byte %d: %s", jerr.position, jerr.text);
+        return df_err(err, errlen, -EINVAL, "header is not valid JSON at byte %d: %s", jerr.position, jerr.text);
 
     int rc = 0;
     safetensors_tensor *ts = NULL;
     safetensors_tensor **byoff = NULL;
     int nt = 0;
     if (!json_is_object(root)) {
-        rc = fail(err, errlen, "header is %s, expected an object", jtype(root));
+        rc = df_err(err, errlen, -EINVAL, "header is %s, expected an object", jtype(root));
         goto done;
     }
     size_t cap = json_object_size(root);
@@ -406,7 +397,7 @@ int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_le
     byoff = calloc(cap ? cap : 1, sizeof *byoff);
     if (!ts || !byoff) {
         rc = -ENOMEM;
-        fail(err, errlen, "out of memory for %zu tensors", cap);
+        df_err(err, errlen, -EINVAL, "out of memory for %zu tensors", cap);
         goto done;
     }
     const char *key;
@@ -432,9 +423,9 @@ int safetensors_parse_header(const char *hdr, uint64_t hdr_len, uint64_t data_le
         if (c->nbytes == 0)
             continue;
         if (prev && prev->data_offset + prev->nbytes > c->data_offset) {
-            rc = fail(err, errlen, "tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap", prev->name,
-                      (unsigned long long)prev->data_offset, (unsigned long long)(prev->data_offset + prev->nbytes),
-                      c->name, (unsigned long long)c->data_offset, (unsigned long long)(c->data_offset + c->nbytes));
+            rc = df_err(err, errlen, -EINVAL, "tensors \"%s\" [%llu, %llu] and \"%s\" [%llu, %llu] overlap", prev->name,
+                        (unsigned long long)prev->data_offset, (unsigned long long)(prev->data_offset + prev->nbytes),
+                        c->name, (unsigned long long)c->data_offset, (unsigned long long)(c->data_offset + c->nbytes));
             goto done;
         }
         prev = c;
@@ -566,22 +557,20 @@ static int model_open_index(safetensors_model *m, const char *ipath, char *err, 
     json_error_t jerr;
     json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        snprintf(err, errlen, "%s: line %d column %d: %s", ipath, jerr.line, jerr.column, jerr.text);
-        return -EINVAL;
+        return df_err(err, errlen, -EINVAL, "%s: line %d column %d: %s", ipath, jerr.line, jerr.column, jerr.text);
     }
     int rc = 0;
     char *spath = NULL;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {
-        snprintf(err, errlen, "%s: weight_map: expected an object, got %s", ipath, wm ? jtype(wm) : "nothing");
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL, "%s: weight_map: expected an object, got %s", ipath,
+                    wm ? jtype(wm) : "nothing");
         goto done;
     }
     /* distinct shard names, in first-seen order; each shard is opened once */
     size_t cap = json_object_size(wm);
     if (cap == 0) {
-        snprintf(err, errlen, "%s: weight_map is empty", ipath);
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL, "%s: weight_map is empty", ipath);
         goto done;
     }
     m->files = calloc(cap, sizeof *m->files);
@@ -595,15 +584,15 @@ static int model_open_index(safetensors_model *m, const char *ipath, char *err, 
     json_object_foreach(wm, tname, jv)
     {
         if (!json_is_string(jv)) {
-            snprintf(err, errlen, "%s: weight_map[\"%s\"]: expected a file name, got %s", ipath, tname, jtype(jv));
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "%s: weight_map[\"%s\"]: expected a file name, got %s", ipath, tname,
+                        jtype(jv));
             goto done;
         }
         const char *fname = json_string_value(jv);
         if (fname[0] == '\0' || strchr(fname, '/') || strcmp(fname, "..") == 0) {
-            snprintf(err, errlen, "%s: weight_map[\"%s\"]: \"%s\" is not a file name in the model directory", ipath,
-                     tname, fname);
-            rc = -EINVAL;
+            rc =
+                df_err(err, errlen, -EINVAL, "%s: weight_map[\"%s\"]: \"%s\" is not a file name in the model directory",
+                       ipath, tname, fname);
             goto done;
         }
         free(spath);
@@ -622,9 +611,8 @@ static int model_open_index(safetensors_model *m, const char *ipath, char *err, 
             m->n_files++;
         }
         if (!safetensors_find(&m->files[fi], tname)) {
-            snprintf(err, errlen, "%s: weight_map puts tensor \"%s\" in %s, which has no such tensor", ipath, tname,
-                     fname);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "%s: weight_map puts tensor \"%s\" in %s, which has no such tensor",
+                        ipath, tname, fname);
             goto done;
         }
     }
@@ -830,7 +818,7 @@ typedef struct write_hash {
     safetensors_wentry *const *order;
     int n;
     df_sha256_pieces *pieces;
-    int rc; /* pieces: 0 or -ENOMEM */
+    int rc; /* 0, -ENOMEM or -EIO */
     uint8_t dig[32];
 } write_hash;
 
@@ -849,13 +837,14 @@ static void *write_hash_main(void *arg)
         return NULL;
     }
     df_sha256 s;
-    df_sha256_init(&s);
+    if ((h->rc = df_sha256_init(&s)) < 0)
+        return NULL;
     df_sha256_update(&s, h->lenb, 8);
     df_sha256_update(&s, h->hdr, h->hlen);
     for (int i = 0; i < h->n; i++)
         if (h->order[i]->nbytes)
             df_sha256_update(&s, h->order[i]->data, (size_t)h->order[i]->nbytes);
-    df_sha256_final(&s, h->dig);
+    h->rc = df_sha256_final(&s, h->dig);
     return NULL;
 }
 
@@ -963,7 +952,7 @@ int safetensors_writer_write_digests(safetensors_writer *w, const char *path, ch
     else if (phashing == 2)
         write_hash_main(&wp);
     phashing = 0;
-    if (pieces && (rc = wp.rc) < 0)
+    if ((sha_hex && (rc = wh.rc) < 0) || (pieces && (rc = wp.rc) < 0))
         goto out;
     if (sha_hex) {
         df_sha256_hex(wh.dig, sha_hex);

@@ -5,7 +5,6 @@
 #include "util.h"
 
 #include <fcntl.h>
-#include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,15 +32,6 @@ static uint64_t align8(uint64_t x)
     return (x + 7) & ~7ull;
 }
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, size_t errlen)
 {
     struct stat st;
@@ -53,14 +43,14 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
     s->size = (uint64_t)st.st_size;
     if (s->size < SHARD_HEADER_BYTES) {
         close(fd);
-        return fail(err, errlen, -EINVAL, "%s: offset 0: file is %llu bytes, shorter than the %u-byte header", path,
-                    (unsigned long long)s->size, SHARD_HEADER_BYTES);
+        return df_err(err, errlen, -EINVAL, "%s: offset 0: file is %llu bytes, shorter than the %u-byte header", path,
+                      (unsigned long long)s->size, SHARD_HEADER_BYTES);
     }
     s->map = mmap(NULL, s->size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd);
     if (s->map == MAP_FAILED) {
         s->map = NULL;
-        return fail(err, errlen, -errno, "%s: mmap: %s", path, strerror(errno));
+        return df_err(err, errlen, -errno, "%s: mmap: %s", path, strerror(errno));
     }
     const uint8_t *p = s->map;
     uint32_t version, vs;
@@ -72,68 +62,68 @@ static int shard_load(shard *s, const char *path, uint32_t *vocab, char *err, si
     memcpy(&pay_fnv, p + 32, 8);
     memcpy(&hdr_fnv, p + 40, 8);
     if (memcmp(p, SHARD_MAGIC, 8) != 0)
-        return fail(err, errlen, -EINVAL, "%s: offset 0: bad magic (not a DFSHARD1 token shard)", path);
+        return df_err(err, errlen, -EINVAL, "%s: offset 0: bad magic (not a DFSHARD1 token shard)", path);
     if (df_fnv1a64(p, 40, 0) != hdr_fnv)
-        return fail(err, errlen, -EINVAL, "%s: offset 40: header checksum mismatch (header corrupt)", path);
+        return df_err(err, errlen, -EINVAL, "%s: offset 40: header checksum mismatch (header corrupt)", path);
     if (version != SHARD_VERSION)
-        return fail(err, errlen, -EINVAL, "%s: offset 8: version %u, this build reads %u", path, version,
-                    SHARD_VERSION);
+        return df_err(err, errlen, -EINVAL, "%s: offset 8: version %u, this build reads %u", path, version,
+                      SHARD_VERSION);
     if (vs == 0)
-        return fail(err, errlen, -EINVAL, "%s: offset 12: vocab_size is 0", path);
+        return df_err(err, errlen, -EINVAL, "%s: offset 12: vocab_size is 0", path);
     if (*vocab && vs != *vocab)
-        return fail(err, errlen, -EINVAL, "%s: offset 12: vocab_size %u differs from the other shards' %u", path, vs,
-                    *vocab);
+        return df_err(err, errlen, -EINVAL, "%s: offset 12: vocab_size %u differs from the other shards' %u", path, vs,
+                      *vocab);
     *vocab = vs;
     /* the 16 reserved bytes are not covered by header_fnv: zero is the only valid value,
      * so that a later version can give them a meaning */
     for (unsigned i = 48; i < SHARD_HEADER_BYTES; i++)
         if (p[i] != 0)
-            return fail(err, errlen, -EINVAL, "%s: offset %u: reserved header byte is 0x%02x, expected 0", path, i,
-                        p[i]);
+            return df_err(err, errlen, -EINVAL, "%s: offset %u: reserved header byte is 0x%02x, expected 0", path, i,
+                          p[i]);
     /* sizes: bounded, then computed with overflow checks (a header with huge counts and a
      * matching checksum must not wrap the section offsets) */
     if (s->n_samples > SHARD_MAX_COUNT)
-        return fail(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu exceeds the limit of %llu", path,
-                    (unsigned long long)s->n_samples, (unsigned long long)SHARD_MAX_COUNT);
+        return df_err(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu exceeds the limit of %llu", path,
+                      (unsigned long long)s->n_samples, (unsigned long long)SHARD_MAX_COUNT);
     if (s->n_tokens > SHARD_MAX_COUNT)
-        return fail(err, errlen, -EINVAL, "%s: offset 24: n_tokens %llu exceeds the limit of %llu", path,
-                    (unsigned long long)s->n_tokens, (unsigned long long)SHARD_MAX_COUNT);
+        return df_err(err, errlen, -EINVAL, "%s: offset 24: n_tokens %llu exceeds the limit of %llu", path,
+                      (unsigned long long)s->n_tokens, (unsigned long long)SHARD_MAX_COUNT);
     uint64_t off_off = SHARD_HEADER_BYTES, tok_off, mask_off, end, tok_bytes;
     if (ckmath_muladd(8, s->n_samples + 1, off_off, &tok_off) || ckmath_mul(4, s->n_tokens, &tok_bytes) ||
         ckmath_add(tok_off, align8(tok_bytes), &mask_off) || ckmath_add(mask_off, align8(s->n_tokens), &end))
-        return fail(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu and n_tokens %llu overflow the file size",
-                    path, (unsigned long long)s->n_samples, (unsigned long long)s->n_tokens);
+        return df_err(err, errlen, -EINVAL, "%s: offset 16: n_samples %llu and n_tokens %llu overflow the file size",
+                      path, (unsigned long long)s->n_samples, (unsigned long long)s->n_tokens);
     if (end != s->size)
-        return fail(err, errlen, -EINVAL,
-                    "%s: offset %llu: file is %llu bytes, header says %llu (n_samples %llu, n_tokens %llu): "
-                    "truncated or wrong header",
-                    path, (unsigned long long)DF_MIN(end, s->size), (unsigned long long)s->size,
-                    (unsigned long long)end, (unsigned long long)s->n_samples, (unsigned long long)s->n_tokens);
+        return df_err(err, errlen, -EINVAL,
+                      "%s: offset %llu: file is %llu bytes, header says %llu (n_samples %llu, n_tokens %llu): "
+                      "truncated or wrong header",
+                      path, (unsigned long long)DF_MIN(end, s->size), (unsigned long long)s->size,
+                      (unsigned long long)end, (unsigned long long)s->n_samples, (unsigned long long)s->n_tokens);
     if (df_fnv1a64(p + SHARD_HEADER_BYTES, s->size - SHARD_HEADER_BYTES, 0) != pay_fnv)
-        return fail(err, errlen, -EINVAL, "%s: offset 32: payload checksum mismatch (data corrupt)", path);
+        return df_err(err, errlen, -EINVAL, "%s: offset 32: payload checksum mismatch (data corrupt)", path);
     s->offsets = (const uint64_t *)(p + off_off);
     s->tokens = (const uint32_t *)(p + tok_off);
     s->mask = p + mask_off;
     if (s->offsets[0] != 0)
-        return fail(err, errlen, -EINVAL, "%s: offset %llu: offsets[0] is %llu, expected 0", path,
-                    (unsigned long long)off_off, (unsigned long long)s->offsets[0]);
+        return df_err(err, errlen, -EINVAL, "%s: offset %llu: offsets[0] is %llu, expected 0", path,
+                      (unsigned long long)off_off, (unsigned long long)s->offsets[0]);
     for (uint64_t i = 0; i < s->n_samples; i++)
         if (s->offsets[i + 1] < s->offsets[i] || s->offsets[i + 1] > s->n_tokens ||
             s->offsets[i + 1] - s->offsets[i] > UINT32_MAX)
-            return fail(err, errlen, -EINVAL, "%s: offset %llu: offsets[%llu] = %llu is out of order or range", path,
-                        (unsigned long long)(off_off + 8 * (i + 1)), (unsigned long long)(i + 1),
-                        (unsigned long long)s->offsets[i + 1]);
+            return df_err(err, errlen, -EINVAL, "%s: offset %llu: offsets[%llu] = %llu is out of order or range", path,
+                          (unsigned long long)(off_off + 8 * (i + 1)), (unsigned long long)(i + 1),
+                          (unsigned long long)s->offsets[i + 1]);
     if (s->offsets[s->n_samples] != s->n_tokens)
-        return fail(err, errlen, -EINVAL, "%s: offset %llu: last offset %llu != n_tokens %llu", path,
-                    (unsigned long long)(off_off + 8 * s->n_samples), (unsigned long long)s->offsets[s->n_samples],
-                    (unsigned long long)s->n_tokens);
+        return df_err(err, errlen, -EINVAL, "%s: offset %llu: last offset %llu != n_tokens %llu", path,
+                      (unsigned long long)(off_off + 8 * s->n_samples), (unsigned long long)s->offsets[s->n_samples],
+                      (unsigned long long)s->n_tokens);
     for (uint64_t i = 0; i < s->n_tokens; i++) {
         if (s->tokens[i] >= vs)
-            return fail(err, errlen, -EINVAL, "%s: offset %llu: token %u >= vocab_size %u", path,
-                        (unsigned long long)(tok_off + 4 * i), s->tokens[i], vs);
+            return df_err(err, errlen, -EINVAL, "%s: offset %llu: token %u >= vocab_size %u", path,
+                          (unsigned long long)(tok_off + 4 * i), s->tokens[i], vs);
         if (s->mask[i] > 1)
-            return fail(err, errlen, -EINVAL, "%s: offset %llu: loss_mask value %u, expected 0 or 1", path,
-                        (unsigned long long)(mask_off + i), s->mask[i]);
+            return df_err(err, errlen, -EINVAL, "%s: offset %llu: loss_mask value %u, expected 0 or 1", path,
+                          (unsigned long long)(mask_off + i), s->mask[i]);
     }
     return 0;
 }
@@ -155,18 +145,18 @@ int dataset_open(dataset **out, char *const *paths, int n, char *err, size_t err
 {
     *out = NULL;
     if (n <= 0)
-        return fail(err, errlen, -EINVAL, "dataset: no shard files given");
+        return df_err(err, errlen, -EINVAL, "dataset: no shard files given");
     dataset *ds = calloc(1, sizeof *ds);
     if (!ds || !(ds->shards = calloc((size_t)n, sizeof(shard)))) {
         free(ds);
-        return fail(err, errlen, -ENOMEM, "dataset: out of memory");
+        return df_err(err, errlen, -ENOMEM, "dataset: out of memory");
     }
     for (int i = 0; i < n; i++) {
         shard *s = &ds->shards[i];
         ds->n = i + 1;
         if (!(s->path = strdup(paths[i]))) {
             dataset_close(ds);
-            return fail(err, errlen, -ENOMEM, "dataset: out of memory");
+            return df_err(err, errlen, -ENOMEM, "dataset: out of memory");
         }
         int rc = shard_load(s, paths[i], &ds->vocab, err, errlen);
         if (rc < 0) {

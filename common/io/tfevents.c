@@ -216,10 +216,8 @@ int tfevents_open(tfevents_writer *w, const char *dir, int session_start, char *
     memset(w, 0, sizeof *w);
     w->fd = -1;
     int rc = df_mkdir_p(dir, 0700);
-    if (rc < 0) {
-        snprintf(err, errcap, "%s: %s", dir, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errcap, rc, "%s: %s", dir, strerror(-rc));
     char host[128];
     host_part(host, sizeof host);
     double now = df_wall_s();
@@ -230,18 +228,15 @@ int tfevents_open(tfevents_writer *w, const char *dir, int session_start, char *
                     ? snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%010lld.%s", dir, (long long)now, host)
                     : snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%010lld.%s.%d", dir, (long long)now,
                                host, k);
-        if (n < 0 || (size_t)n >= sizeof w->path) {
-            snprintf(err, errcap, "%s: path too long", dir);
-            return -ENAMETOOLONG;
-        }
+        if (n < 0 || (size_t)n >= sizeof w->path)
+            return df_err(err, errcap, -ENAMETOOLONG, "%s: path too long", dir);
         w->fd = open(w->path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
         if (w->fd >= 0 || errno != EEXIST)
             break;
     }
     if (w->fd < 0) {
         rc = -errno;
-        snprintf(err, errcap, "%s: %s", w->path, strerror(errno));
-        return rc;
+        return df_err(err, errcap, rc, "%s: %s", w->path, strerror(errno));
     }
     uint8_t rec[64];
     size_t n = event_head(rec + 12, now, 0);

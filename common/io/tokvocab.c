@@ -7,25 +7,12 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define FROM_VOCAB 4u /* loader-only flag: the id came from model.vocab (a second one is an error) */
-
-static int verr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int verr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -EINVAL;
-}
 
 void tokvocab_free(tokvocab *v)
 {
@@ -156,7 +143,7 @@ static int alloc_blob(tokvocab *v, char *err, size_t errlen)
         v->off[i] = (uint32_t)total;
         total += l;
         if (total > UINT32_MAX)
-            return verr(err, errlen, "%s: the token texts add up to more than 4 GiB", v->path);
+            return df_err(err, errlen, -EINVAL, "%s: the token texts add up to more than 4 GiB", v->path);
     }
     v->off[v->n] = (uint32_t)total;
     v->bytes = malloc(total ? total : 1);
@@ -179,7 +166,8 @@ static int load_bytes(tokvocab *v, json_t *root, char *err, size_t errlen)
     long long vs, ids[N_NAMES];
     json_t *jv = json_object_get(root, "vocab_size");
     if (get_id(jv, &vs) < 0 || vs < 256)
-        return verr(err, errlen, "%s: vocab_size: expected an integer in [256, %d)", v->path, TOKVOCAB_MAX_ID);
+        return df_err(err, errlen, -EINVAL, "%s: vocab_size: expected an integer in [256, %d)", v->path,
+                      TOKVOCAB_MAX_ID);
     for (int k = 0; k < N_NAMES; k++) {
         json_t *j = json_object_get(root, names[k]);
         ids[k] = -1;
@@ -187,12 +175,13 @@ static int load_bytes(tokvocab *v, json_t *root, char *err, size_t errlen)
         if (!j && k >= 4)
             continue;
         if (get_id(j, &ids[k]) < 0 || ids[k] < 256 || ids[k] >= vs)
-            return verr(err, errlen, "%s: %s: expected a token id in [256, %lld) (vocab_size)", v->path, names[k], vs);
+            return df_err(err, errlen, -EINVAL, "%s: %s: expected a token id in [256, %lld) (vocab_size)", v->path,
+                          names[k], vs);
         /* one text per id: two names on one id would give the slot two lengths */
         for (int q = 0; q < k; q++)
             if (ids[q] == ids[k])
-                return verr(err, errlen, "%s: %s and %s are the same token id %lld", v->path, names[q], names[k],
-                            ids[k]);
+                return df_err(err, errlen, -EINVAL, "%s: %s and %s are the same token id %lld", v->path, names[q],
+                              names[k], ids[k]);
     }
     int rc = alloc_tables(v, (int)vs);
     if (rc < 0)
@@ -237,10 +226,10 @@ static long key_bytes(const tokvocab *v, const char *key, unsigned char *out, ch
         int k = utf8_next(s + i, n - i, &cp);
         int b = k ? char_byte(cp) : -1;
         if (b < 0) {
-            verr(err, errlen,
-                 "%s: model.vocab[\"%.40s\"]: U+%04X is not a byte-level character (only byte-level BPE "
-                 "vocabularies, GPT-2 / Llama-3 / Qwen style, can be decoded)",
-                 v->path, key, (unsigned)cp);
+            df_err(err, errlen, -EINVAL,
+                   "%s: model.vocab[\"%.40s\"]: U+%04X is not a byte-level character (only byte-level BPE "
+                   "vocabularies, GPT-2 / Llama-3 / Qwen style, can be decoded)",
+                   v->path, key, (unsigned)cp);
             return -1;
         }
         if (out)
@@ -255,25 +244,26 @@ static int load_bpe(tokvocab *v, json_t *root, char *err, size_t errlen)
 {
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model))
-        return verr(err, errlen, "%s: model: missing or not an object", v->path);
+        return df_err(err, errlen, -EINVAL, "%s: model: missing or not an object", v->path);
     const char *type = json_string_value(json_object_get(model, "type"));
     if (!type || strcmp(type, "BPE"))
-        return verr(err, errlen, "%s: model.type: \"%.40s\" is not \"BPE\" (only byte-level BPE can be decoded)",
-                    v->path, type ? type : "(missing)");
+        return df_err(err, errlen, -EINVAL,
+                      "%s: model.type: \"%.40s\" is not \"BPE\" (only byte-level BPE can be decoded)", v->path,
+                      type ? type : "(missing)");
     json_t *dec = json_object_get(root, "decoder");
     if (dec && !json_is_null(dec)) {
         const char *dt = json_string_value(json_object_get(dec, "type"));
         if (!dt || strcmp(dt, "ByteLevel"))
-            return verr(err, errlen,
-                        "%s: decoder.type: \"%.40s\" is not \"ByteLevel\" (only byte-level BPE can be decoded)",
-                        v->path, dt ? dt : "(missing)");
+            return df_err(err, errlen, -EINVAL,
+                          "%s: decoder.type: \"%.40s\" is not \"ByteLevel\" (only byte-level BPE can be decoded)",
+                          v->path, dt ? dt : "(missing)");
     }
     json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab))
-        return verr(err, errlen, "%s: model.vocab: missing or not an object", v->path);
+        return df_err(err, errlen, -EINVAL, "%s: model.vocab: missing or not an object", v->path);
     json_t *added = json_object_get(root, "added_tokens");
     if (added && !json_is_null(added) && !json_is_array(added))
-        return verr(err, errlen, "%s: added_tokens: not a list", v->path);
+        return df_err(err, errlen, -EINVAL, "%s: added_tokens: not a list", v->path);
     size_t n_added = json_is_array(added) ? json_array_size(added) : 0;
 
     /* pass 1: every id valid, the largest */
@@ -283,20 +273,21 @@ static int load_bpe(tokvocab *v, json_t *root, char *err, size_t errlen)
     json_object_foreach(vocab, key, val)
     {
         if (get_id(val, &id) < 0)
-            return verr(err, errlen, "%s: model.vocab[\"%.40s\"]: expected a token id in [0, %d)", v->path, key,
-                        TOKVOCAB_MAX_ID);
+            return df_err(err, errlen, -EINVAL, "%s: model.vocab[\"%.40s\"]: expected a token id in [0, %d)", v->path,
+                          key, TOKVOCAB_MAX_ID);
         max_id = id > max_id ? id : max_id;
     }
     for (size_t i = 0; i < n_added; i++) {
         json_t *t = json_array_get(added, i);
         if (!json_is_object(t) || get_id(json_object_get(t, "id"), &id) < 0 ||
             !json_is_string(json_object_get(t, "content")))
-            return verr(err, errlen, "%s: added_tokens[%zu]: expected an object with an id in [0, %d) and a content",
-                        v->path, i, TOKVOCAB_MAX_ID);
+            return df_err(err, errlen, -EINVAL,
+                          "%s: added_tokens[%zu]: expected an object with an id in [0, %d) and a content", v->path, i,
+                          TOKVOCAB_MAX_ID);
         max_id = id > max_id ? id : max_id;
     }
     if (max_id < 0)
-        return verr(err, errlen, "%s: model.vocab and added_tokens are empty", v->path);
+        return df_err(err, errlen, -EINVAL, "%s: model.vocab and added_tokens are empty", v->path);
     int rc = alloc_tables(v, (int)max_id + 1);
     if (rc < 0)
         return rc;
@@ -305,19 +296,19 @@ static int load_bpe(tokvocab *v, json_t *root, char *err, size_t errlen)
         json_t *t = json_array_get(added, i);
         get_id(json_object_get(t, "id"), &id);
         if (v->flags[id])
-            return verr(err, errlen, "%s: added_tokens[%zu]: id %lld is added twice", v->path, i, id);
+            return df_err(err, errlen, -EINVAL, "%s: added_tokens[%zu]: id %lld is added twice", v->path, i, id);
         v->flags[id] = TOKVOCAB_PRESENT | TOKVOCAB_SPECIAL;
         size_t l = json_string_length(json_object_get(t, "content"));
         if (l > UINT32_MAX)
-            return verr(err, errlen, "%s: added_tokens[%zu]: content too long", v->path, i);
+            return df_err(err, errlen, -EINVAL, "%s: added_tokens[%zu]: content too long", v->path, i);
         v->off[id] = (uint32_t)l;
     }
     json_object_foreach(vocab, key, val)
     {
         get_id(val, &id);
         if (v->flags[id] & FROM_VOCAB)
-            return verr(err, errlen, "%s: model.vocab[\"%.40s\"]: id %lld is given to another token too", v->path, key,
-                        id);
+            return df_err(err, errlen, -EINVAL, "%s: model.vocab[\"%.40s\"]: id %lld is given to another token too",
+                          v->path, key, id);
         if (v->flags[id] & TOKVOCAB_SPECIAL) {
             v->flags[id] |= FROM_VOCAB;
             continue;
@@ -357,9 +348,9 @@ int tokvocab_parse(tokvocab *v, const char *json, size_t len, tokvocab_kind kind
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     int rc;
     if (!root) {
-        rc = verr(err, errlen, "%s: line %d column %d: %s", v->path, je.line, je.column, je.text);
+        rc = df_err(err, errlen, -EINVAL, "%s: line %d column %d: %s", v->path, je.line, je.column, je.text);
     } else if (!json_is_object(root)) {
-        rc = verr(err, errlen, "%s: expected a JSON object", v->path);
+        rc = df_err(err, errlen, -EINVAL, "%s: expected a JSON object", v->path);
     } else {
         v->kind = kind;
         rc = kind == TOKVOCAB_BYTES ? load_bytes(v, root, err, errlen) : load_bpe(v, root, err, errlen);
@@ -382,8 +373,8 @@ int tokvocab_load(tokvocab *v, const char *dir, char *err, size_t errlen)
         kind = TOKVOCAB_BPE;
         snprintf(path, sizeof path, "%s/tokenizer.json", dir);
         if (access(path, F_OK) != 0) {
-            snprintf(err, errlen, "%s: no byte_tokenizer.json and no tokenizer.json: not a tokenizer directory", dir);
-            return -ENOENT;
+            return df_err(err, errlen, -ENOENT,
+                          "%s: no byte_tokenizer.json and no tokenizer.json: not a tokenizer directory", dir);
         }
     }
     char *text = NULL;

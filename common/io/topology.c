@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -36,18 +37,17 @@ typedef struct pctx {
 } pctx;
 
 static int fail(pctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(pctx *c, const char *path, const char *fmt, ...)
+static int fail(pctx *c, const char *path, const char *fmt, ...) /* "<file>: <field>: <message>", -EINVAL */
 {
-    if (c->err && c->errlen > 0) {
-        int n = snprintf(c->err, c->errlen, "%s: %s: ", c->src, path[0] ? path : "(top level)");
-        if (n >= 0 && (size_t)n < c->errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
-    return -EINVAL;
+    if (!c->err || !c->errlen)
+        return -EINVAL;
+    char where[PATH_MAX + 256];
+    snprintf(where, sizeof where, "%s: %s", c->src, path[0] ? path : "(top level)");
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = df_verr(c->err, c->errlen, -EINVAL, where, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* A short rendering of a JSON value for "got ...": scalars as JSON text, containers by kind. */

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util.h"
+
 /* What an error code means for a group of ranks. */
 static const char *meaning(int rc)
 {
@@ -24,15 +26,14 @@ static const char *meaning(int rc)
 
 int allreduce_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
-    if (err && errlen) {
-        char detail[320];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-        snprintf(err, errlen, "%s (%s)", meaning(rc), detail);
-    }
-    return rc;
+    if (!err || !errlen)
+        return rc;
+    char detail[320];
+    va_list ap;
+    va_start(ap, fmt);
+    df_verr(detail, sizeof detail, rc, NULL, fmt, ap);
+    va_end(ap);
+    return df_err(err, errlen, rc, "%s (%s)", meaning(rc), detail);
 }
 
 void allreduce_comm_init(allreduce_comm *c)

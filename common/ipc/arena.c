@@ -17,17 +17,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util.h"
+
 int arena_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
-    if (err && errlen) {
-        char detail[320];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-        snprintf(err, errlen, "%s (%s)", strerror(rc < 0 ? -rc : rc), detail);
-    }
-    return rc;
+    if (!err || !errlen)
+        return rc;
+    char detail[320];
+    va_list ap;
+    va_start(ap, fmt);
+    df_verr(detail, sizeof detail, rc, NULL, fmt, ap);
+    va_end(ap);
+    return df_err(err, errlen, rc, "%s (%s)", strerror(rc < 0 ? -rc : rc), detail);
 }
 
 void arena_init(arena *a)

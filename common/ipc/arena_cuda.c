@@ -126,6 +126,20 @@ fail:
     return rc;
 }
 
+/* The end of a create or import: a is the mapped arena; the primary context stays
+ * retained while it lives. */
+static void adopt(arena *a, CUdevice dev, int device, int fd, CUmemGenericAllocationHandle h, CUdeviceptr ptr,
+                  uint64_t bytes)
+{
+    close_device(dev, 0);
+    a->kind = ARENA_CUDA;
+    a->fd = fd;
+    a->base = (void *)(uintptr_t)ptr;
+    a->size = bytes;
+    a->device = device;
+    a->cu_handle = (uint64_t)h;
+}
+
 static int cuda_create(arena *a, int device, uint64_t size, const char *name, char *err, size_t errlen)
 {
     (void)name;
@@ -156,13 +170,7 @@ static int cuda_create(arena *a, int device, uint64_t size, const char *name, ch
     rc = map_handle(h, device, bytes, gran, &ptr, err, errlen);
     if (rc < 0)
         goto fail;
-    close_device(dev, 0); /* keep the primary context retained while the arena lives */
-    a->kind = ARENA_CUDA;
-    a->fd = fd;
-    a->base = (void *)(uintptr_t)ptr;
-    a->size = bytes;
-    a->device = device;
-    a->cu_handle = (uint64_t)h;
+    adopt(a, dev, device, fd, h, ptr, bytes);
     return 0;
 fail:
     if (fd >= 0)
@@ -205,13 +213,7 @@ static int cuda_import(arena *a, int device, int fd, uint64_t size, char *err, s
                    why, fd, (unsigned long long)bytes, (unsigned long long)size);
         goto fail;
     }
-    close_device(dev, 0);
-    a->kind = ARENA_CUDA;
-    a->fd = fd;
-    a->base = (void *)(uintptr_t)ptr;
-    a->size = bytes;
-    a->device = device;
-    a->cu_handle = (uint64_t)h;
+    adopt(a, dev, device, fd, h, ptr, bytes);
     return 0;
 fail:
     if (have_h)

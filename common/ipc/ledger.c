@@ -884,51 +884,37 @@ static int check_states(ledger *l, char *err, size_t errlen)
         sum_claims += claims;
         sum_trainings += trainings;
         sum_replays += atomic_load(&l->slots[id].replays);
-        if (st > LEDGER_POISONED) {
-            snprintf(err, errlen, "batch %" PRIu64 ": state %u is not a ledger state", id, st);
-            return -EBADMSG;
-        }
-        if ((st == LEDGER_PENDING || st == LEDGER_POISONED) && w_step(w) != 0) {
-            snprintf(err, errlen, "batch %" PRIu64 " is %s with a payload (%#" PRIx64 ")", id,
-                     ledger_state_name((ledger_state)st), w_step(w));
-            return -EBADMSG;
-        }
+        if (st > LEDGER_POISONED)
+            return df_err(err, errlen, -EBADMSG, "batch %" PRIu64 ": state %u is not a ledger state", id, st);
+        if ((st == LEDGER_PENDING || st == LEDGER_POISONED) && w_step(w) != 0)
+            return df_err(err, errlen, -EBADMSG, "batch %" PRIu64 " is %s with a payload (%#" PRIx64 ")", id,
+                          ledger_state_name((ledger_state)st), w_step(w));
         n_poisoned += st == LEDGER_POISONED;
-        if (st == LEDGER_TRAINED && w_step(w) == 0) {
-            snprintf(err, errlen, "batch %" PRIu64 " is trained with no step", id);
-            return -EBADMSG;
-        }
+        if (st == LEDGER_TRAINED && w_step(w) == 0)
+            return df_err(err, errlen, -EBADMSG, "batch %" PRIu64 " is trained with no step", id);
         if (st != LEDGER_COMMITTED)
             continue;
-        if (w_step(w) == 0) {
-            snprintf(err, errlen, "batch %" PRIu64 " is committed with no step", id);
-            return -EBADMSG;
-        }
-        if (w_step(w) > committed) {
-            snprintf(err, errlen,
-                     "batch %" PRIu64 " is committed at step %" PRIu64 ", past the committed step %" PRIu64, id,
-                     w_step(w), committed);
-            return -EBADMSG;
-        }
-        if (trainings == 0 || trainings > claims) {
-            snprintf(err, errlen,
-                     "batch %" PRIu64 " is committed with %u trainings and %u claims (a committed batch "
-                     "was trained at least once, and each training needs a claim)",
-                     id, trainings, claims);
-            return -EBADMSG;
-        }
+        if (w_step(w) == 0)
+            return df_err(err, errlen, -EBADMSG, "batch %" PRIu64 " is committed with no step", id);
+        if (w_step(w) > committed)
+            return df_err(err, errlen, -EBADMSG,
+                          "batch %" PRIu64 " is committed at step %" PRIu64 ", past the committed step %" PRIu64, id,
+                          w_step(w), committed);
+        if (trainings == 0 || trainings > claims)
+            return df_err(err, errlen, -EBADMSG,
+                          "batch %" PRIu64 " is committed with %u trainings and %u claims (a committed batch "
+                          "was trained at least once, and each training needs a claim)",
+                          id, trainings, claims);
     }
     /* a slot counter moves before its stat: a stat above the sum of its slots cannot be */
     if (atomic_load(&h->stats.trained) > sum_trainings || atomic_load(&h->stats.claims) > sum_claims ||
-        atomic_load(&h->stats.replayed) > sum_replays || atomic_load(&h->stats.poisoned) < n_poisoned) {
-        snprintf(err, errlen,
-                 "counts do not add up: stats claims %" PRIu64 " / trained %" PRIu64 " / replayed %" PRIu64
-                 " / poisoned %" PRIu64 ", batches' claims %" PRIu64 " / trainings %" PRIu64 " / replays %" PRIu64
-                 " / poisoned %u",
-                 atomic_load(&h->stats.claims), atomic_load(&h->stats.trained), atomic_load(&h->stats.replayed),
-                 atomic_load(&h->stats.poisoned), sum_claims, sum_trainings, sum_replays, n_poisoned);
-        return -EBADMSG;
-    }
+        atomic_load(&h->stats.replayed) > sum_replays || atomic_load(&h->stats.poisoned) < n_poisoned)
+        return df_err(err, errlen, -EBADMSG,
+                      "counts do not add up: stats claims %" PRIu64 " / trained %" PRIu64 " / replayed %" PRIu64
+                      " / poisoned %" PRIu64 ", batches' claims %" PRIu64 " / trainings %" PRIu64 " / replays %" PRIu64
+                      " / poisoned %u",
+                      atomic_load(&h->stats.claims), atomic_load(&h->stats.trained), atomic_load(&h->stats.replayed),
+                      atomic_load(&h->stats.poisoned), sum_claims, sum_trainings, sum_replays, n_poisoned);
     return 0;
 }
 
@@ -936,40 +922,28 @@ int ledger_snapshot_open(ledger *l, void *mem, uint64_t bytes, char *err, size_t
 {
     memset(l, 0, sizeof *l);
     struct ledger_shm *h = mem;
-    if (!mem || ((uintptr_t)mem & 63) || bytes < 16 || atomic_load(&h->magic) != LEDGER_MAGIC) {
-        snprintf(err, errlen, "not a ledger snapshot (no DFLEDGR1 magic)");
-        return -EPROTO;
-    }
-    if (h->version != LEDGER_VERSION) {
-        snprintf(err, errlen,
-                 "ledger format version %u; this orchestrator reads version %u only (the run was "
-                 "started by an older build: finish it with that build, or start a new run)",
-                 h->version, LEDGER_VERSION);
-        return -EPROTONOSUPPORT;
-    }
-    if (bytes < sizeof *h || h->total_bytes != bytes) {
-        snprintf(err, errlen, "%" PRIu64 " bytes, its header says %" PRIu64 " (truncated or extended)", bytes,
-                 bytes < sizeof *h ? 0 : h->total_bytes);
-        return -EBADMSG;
-    }
+    if (!mem || ((uintptr_t)mem & 63) || bytes < 16 || atomic_load(&h->magic) != LEDGER_MAGIC)
+        return df_err(err, errlen, -EPROTO, "not a ledger snapshot (no DFLEDGR1 magic)");
+    if (h->version != LEDGER_VERSION)
+        return df_err(err, errlen, -EPROTONOSUPPORT,
+                      "ledger format version %u; this orchestrator reads version %u only (the run was "
+                      "started by an older build: finish it with that build, or start a new run)",
+                      h->version, LEDGER_VERSION);
+    if (bytes < sizeof *h || h->total_bytes != bytes)
+        return df_err(err, errlen, -EBADMSG, "%" PRIu64 " bytes, its header says %" PRIu64 " (truncated or extended)",
+                      bytes, bytes < sizeof *h ? 0 : h->total_bytes);
     uint64_t sum = snapshot_sum(mem, bytes);
-    if (sum != h->checksum) {
-        snprintf(err, errlen,
-                 "checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 "): the file was "
-                 "changed or damaged after it was written",
-                 h->checksum, sum);
-        return -EBADMSG;
-    }
+    if (sum != h->checksum)
+        return df_err(err, errlen, -EBADMSG,
+                      "checksum mismatch (stored %016" PRIx64 ", computed %016" PRIx64 "): the file was "
+                      "changed or damaged after it was written",
+                      h->checksum, sum);
     int rc = ledger_open(l, mem, bytes);
-    if (rc < 0) {
-        snprintf(err, errlen, "inconsistent layout (sizes and offsets disagree)");
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "inconsistent layout (sizes and offsets disagree)");
     rc = plan_covers_once(l);
-    if (rc <= 0) {
-        snprintf(err, errlen, "its plan is not intact (plan hash or sample coverage)");
-        return rc < 0 ? rc : -EBADMSG;
-    }
+    if (rc <= 0)
+        return df_err(err, errlen, rc < 0 ? rc : -EBADMSG, "its plan is not intact (plan hash or sample coverage)");
     return check_states(l, err, errlen);
 }
 

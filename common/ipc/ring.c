@@ -294,6 +294,26 @@ int ring_publish(ring *r, uint32_t slot, uint16_t worker, uint32_t inc)
 }
 
 /* --- consumer -------------------------------------------------------------------- */
+/* READY -> READING for (worker, inc) if the slot's control word is still *c: 1 when taken
+ * (its lease stamped), 0 when another consumer or the reclaimer changed it first. */
+static int take_ready(struct ring_slot *s, uint64_t *c, uint16_t worker, uint32_t inc)
+{
+    if (!cas_ctl(s, c, ctl_next(*c, RING_READING, worker, inc)))
+        return 0;
+    atomic_store_explicit(&s->lease_ns, df_now_ns(), memory_order_relaxed);
+    return 1;
+}
+
+/* A consumer's scan found nothing to take: -EPIPE once the ring is closed and -ETIMEDOUT
+ * for a poll (timeout 0); else sleep until a publish moves ready.seq away from seen (0:
+ * scan again), the deadline passes or the ring closes. */
+static int wait_ready(ring *r, uint32_t seen, int64_t timeout_ns, uint64_t deadline)
+{
+    if (timeout_ns == 0)
+        return atomic_load_explicit(&r->shm->closed, memory_order_seq_cst) ? -EPIPE : -ETIMEDOUT;
+    return seq_wait(r, &r->shm->ready, seen, deadline);
+}
+
 int ring_acquire_ready(ring *r, uint16_t worker, uint32_t inc, int64_t timeout_ns, uint32_t *slot)
 {
     if (!r || !r->shm || !slot)
@@ -319,16 +339,12 @@ int ring_acquire_ready(ring *r, uint16_t worker, uint32_t inc, int64_t timeout_n
             }
             if (best == UINT32_MAX)
                 break;
-            struct ring_slot *s = slot_at(r, best);
-            if (cas_ctl(s, &best_ctl, ctl_next(best_ctl, RING_READING, worker, inc))) {
-                atomic_store_explicit(&s->lease_ns, df_now_ns(), memory_order_relaxed);
+            if (take_ready(slot_at(r, best), &best_ctl, worker, inc)) {
                 *slot = best;
                 return 0;
             }
         }
-        if (timeout_ns == 0)
-            return atomic_load_explicit(&shm->closed, memory_order_seq_cst) ? -EPIPE : -ETIMEDOUT;
-        int rc = seq_wait(r, &shm->ready, seen, deadline);
+        int rc = wait_ready(r, seen, timeout_ns, deadline);
         if (rc < 0)
             return rc;
     }
@@ -355,15 +371,12 @@ int ring_acquire_ready_batch(ring *r, uint16_t worker, uint32_t inc, uint64_t ba
             uint64_t b = __atomic_load_n(&s->desc.batch_id, __ATOMIC_RELAXED);
             if (b != batch_id)
                 continue;
-            if (cas_ctl(s, &c, ctl_next(c, RING_READING, worker, inc))) {
-                atomic_store_explicit(&s->lease_ns, df_now_ns(), memory_order_relaxed);
+            if (take_ready(s, &c, worker, inc)) {
                 *slot = i;
                 return 0;
             }
         }
-        if (timeout_ns == 0)
-            return atomic_load_explicit(&shm->closed, memory_order_seq_cst) ? -EPIPE : -ETIMEDOUT;
-        int rc = seq_wait(r, &shm->ready, seen, deadline);
+        int rc = wait_ready(r, seen, timeout_ns, deadline);
         if (rc < 0)
             return rc;
     }
@@ -517,18 +530,6 @@ void ring_close_for_shutdown(ring *r)
 int ring_is_closed(ring *r)
 {
     return r && r->shm && atomic_load_explicit(&r->shm->closed, memory_order_seq_cst) != 0;
-}
-
-const char *ring_state_name(ring_state s)
-{
-    switch (s) {
-    case RING_FREE: return "FREE";
-    case RING_WRITING: return "WRITING";
-    case RING_READY: return "READY";
-    case RING_READING: return "READING";
-    case RING_POISONED: return "POISONED";
-    }
-    return "?";
 }
 
 const char *ring_strerror(int err)

@@ -162,7 +162,6 @@ void ring_stats_read(ring *r, ring_stats *st);
 void ring_close_for_shutdown(ring *r);
 int ring_is_closed(ring *r);
 
-const char *ring_state_name(ring_state s);
 const char *ring_strerror(int err);
 
 #endif

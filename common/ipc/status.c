@@ -65,9 +65,3 @@ void status_heartbeat(status_slot *s, uint64_t step, uint64_t items, uint64_t to
     atomic_store_explicit(&s->heartbeat_ns, (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
                           memory_order_release); /* pairs with the acquire in the readers */
 }
-
-uint64_t status_heartbeat_age_ns(const status_slot *s, uint64_t now_ns)
-{
-    uint64_t hb = atomic_load_explicit(&((status_slot *)s)->heartbeat_ns, memory_order_acquire);
-    return now_ns > hb ? now_ns - hb : 0;
-}

@@ -89,7 +89,5 @@ int status_open(status_shm **out, void *mem, uint64_t bytes);
 
 /* Worker side: one heartbeat with progress (see the ordering contract above). */
 void status_heartbeat(status_slot *s, uint64_t step, uint64_t items, uint64_t tokens);
-/* Orchestrator side: age of the last heartbeat in ns at now_ns (0 if it is in the future). */
-uint64_t status_heartbeat_age_ns(const status_slot *s, uint64_t now_ns);
 
 #endif

@@ -793,8 +793,7 @@ static int launch_wgmma(bf16 *out, const bf16 *qkv, const int32_t *pos, int T, i
                                             estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
         if (r != CUDA_SUCCESS)
-            return df_cuda_errf(err, errlen, -EIO, "nn_attention_packed_tile_cuda: cuTensorMapEncodeTiled: error %d",
-                                (int)r);
+            return df_err(err, errlen, -EIO, "nn_attention_packed_tile_cuda: cuTensorMapEncodeTiled: error %d", (int)r);
     }
     dim3 grid((T + WG_BM - 1) / WG_BM, H);
     const float log2e = 1.4426950408889634f;
@@ -862,9 +861,9 @@ __global__ void simple_attn_kernel(bf16 *__restrict__ out, const bf16 *__restric
 static int check_shape(int T, int H, int KV, int hd, char *err, size_t errlen)
 {
     if (T < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 256)
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "nn_attention_packed_cuda: T %d, H %d, KV %d (must divide H), hd %d (even, <= 256)", T, H,
-                            KV, hd);
+        return df_err(err, errlen, -EINVAL,
+                      "nn_attention_packed_cuda: T %d, H %d, KV %d (must divide H), hd %d (even, <= 256)", T, H, KV,
+                      hd);
     return 0;
 }
 
@@ -887,8 +886,8 @@ int nn_attention_packed_tile_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *qkv, co
 {
     CUDA_TRY_RC(check_shape(T, H, KV, hd, err, errlen));
     if (tile < 0 || tile >= NN_ATTN_TILES)
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_attention_packed_tile_cuda: tile %d outside [0, %d)", tile,
-                            NN_ATTN_TILES);
+        return df_err(err, errlen, -EINVAL, "nn_attention_packed_tile_cuda: tile %d outside [0, %d)", tile,
+                      NN_ATTN_TILES);
     if (T == 0)
         return 0;
     bf16 *o = as_bf(out);

@@ -63,12 +63,12 @@ int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes, char *err, s
     *out = NULL;
     nn_gemm_cuda *g = calloc(1, sizeof *g);
     if (!g)
-        return df_cuda_errf(err, errlen, -ENOMEM, "nn_gemm_create_cuda: out of host memory");
+        return df_err(err, errlen, -ENOMEM, "nn_gemm_create_cuda: out of host memory");
     cublasStatus_t st = cublasLtCreate(&g->lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
         free(g);
-        return df_cuda_errf(err, errlen, -EIO, "nn_gemm_create_cuda: cublasLtCreate: %s (%d)",
-                            cublasLtGetStatusString(st), (int)st);
+        return df_err(err, errlen, -EIO, "nn_gemm_create_cuda: cublasLtCreate: %s (%d)", cublasLtGetStatusString(st),
+                      (int)st);
     }
     g->ws_bytes = workspace_bytes;
     if (workspace_bytes) {
@@ -77,8 +77,8 @@ int nn_gemm_create_cuda(nn_gemm_cuda **out, size_t workspace_bytes, char *err, s
             cudaGetLastError(); /* clear it: the caller sees -ENOMEM */
             cublasLtDestroy(g->lt);
             free(g);
-            return df_cuda_errf(err, errlen, -ENOMEM, "nn_gemm_create_cuda: cudaMalloc of the %zu-byte workspace: %s",
-                                workspace_bytes, cudaGetErrorString(e));
+            return df_err(err, errlen, -ENOMEM, "nn_gemm_create_cuda: cudaMalloc of the %zu-byte workspace: %s",
+                          workspace_bytes, cudaGetErrorString(e));
         }
     }
     *out = g;
@@ -199,12 +199,12 @@ static int plan_build(nn_gemm_cuda *g, plan *q, const nn_gemm_args_cuda *p, int 
     CUBLAS_TRY_GOTO(cublasLtMatmulAlgoGetHeuristic(g->lt, q->desc, q->la, q->lb, q->lc, q->lc, pref, want, res, &n_res),
                     err, errlen, rc, fail);
     if (n_res < 1) {
-        rc = df_cuda_errf(err, errlen, -EIO, "cublasLtMatmulAlgoGetHeuristic: no algorithm");
+        rc = df_err(err, errlen, -EIO, "cublasLtMatmulAlgoGetHeuristic: no algorithm");
         goto fail;
     }
     if (n_res <= p->algo_rank) {
-        rc = df_cuda_errf(err, errlen, -ENOENT, "cublasLtMatmulAlgoGetHeuristic: algorithm rank %d asked, %d offered",
-                          p->algo_rank, n_res);
+        rc = df_err(err, errlen, -ENOENT, "cublasLtMatmulAlgoGetHeuristic: algorithm rank %d asked, %d offered",
+                    p->algo_rank, n_res);
         goto fail;
     }
     cublasLtMatmulPreferenceDestroy(pref);
@@ -226,10 +226,10 @@ fail:
 int nn_gemm_run_cuda(nn_gemm_cuda *g, const nn_gemm_args_cuda *p, cudaStream_t s, char *err, size_t errlen)
 {
     if (!g || !p)
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_gemm_run_cuda: no handle or no arguments");
+        return df_err(err, errlen, -EINVAL, "nn_gemm_run_cuda: no handle or no arguments");
     if (p->M < 0 || p->N <= 0 || p->K <= 0 || (p->bias && p->d_type != NN_GEMM_BF16) || p->algo_rank < 0 ||
         p->algo_rank >= NN_GEMM_MAX_RANK)
-        return with_shape(err, errlen, df_cuda_errf(err, errlen, -EINVAL, "nn_gemm_run_cuda: bad arguments"), p);
+        return with_shape(err, errlen, df_err(err, errlen, -EINVAL, "nn_gemm_run_cuda: bad arguments"), p);
     if (p->M == 0)
         return 0;
     int batch = p->batch > 1 ? p->batch : 1, has_beta = p->beta != 0.0f, has_bias = p->bias != NULL, rc = 0;

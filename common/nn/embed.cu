@@ -35,7 +35,7 @@ int nn_embed_cuda(float *x, const nn_bf16_cuda *table, const int32_t *tokens, in
                   cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || d <= 0 || V <= 0)
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_embed_cuda: T %d, d %d, V %d", T, d, V);
+        return df_err(err, errlen, -EINVAL, "nn_embed_cuda: T %d, d %d, V %d", T, d, V);
     if (T == 0)
         return 0;
     embed_kernel<<<T, 128, 0, s>>>(x, as_bf(table), tokens, d, V, bad_token);
@@ -66,7 +66,7 @@ int nn_positions_cuda(int32_t *pos, const int32_t *doc_starts, int n_docs, int T
                       size_t errlen)
 {
     if (n_docs < 1 || T < 0)
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_positions_cuda: n_docs %d, T %d", n_docs, T);
+        return df_err(err, errlen, -EINVAL, "nn_positions_cuda: n_docs %d, T %d", n_docs, T);
     if (T == 0)
         return 0;
     positions_kernel<<<(T + 255) / 256, 256, 0, s>>>(pos, doc_starts, n_docs, T);

@@ -254,8 +254,8 @@ int nn_moe_route_cuda(nn_moe_work_cuda *w, const float *logits, int T, int norm_
 {
     if (!w || !w->idx || T < 1 || T > w->max_T || w->E < 1 || w->E > NN_MOE_MAX_EXPERTS || w->k < 1 ||
         w->k > NN_MOE_MAX_TOPK || w->k > w->E)
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_moe_route_cuda: T %d (workspace %d), %d experts, top %d", T,
-                            w ? w->max_T : 0, w ? w->E : 0, w ? w->k : 0);
+        return df_err(err, errlen, -EINVAL, "nn_moe_route_cuda: T %d (workspace %d), %d experts, top %d", T,
+                      w ? w->max_T : 0, w ? w->E : 0, w ? w->k : 0);
     CUDA_TRY(cudaMemsetAsync(w->counts, 0, sizeof(int32_t) * (size_t)w->E, s), err, errlen);
     moe_route_kernel<<<(T + 7) / 8, 256, 0, s>>>(w->idx, w->wts, w->counts, logits, T, w->E, w->k, norm_topk);
     CUDA_LAUNCHED("moe_route_kernel", err, errlen);
@@ -634,12 +634,12 @@ int nn_moe_experts_cuda(nn_bf16_cuda *y, const nn_bf16_cuda *x, const nn_bf16_cu
 {
     if (!w || T < 1 || T > w->max_T || d < 8 || F < 8 || d % 8 || F % 8 ||
         (kernel != NN_MOE_GROUPED && kernel != NN_MOE_ROWS))
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_moe_experts_cuda: T %d (workspace %d), d %d, F %d, kernel %d", T,
-                            w ? w->max_T : 0, d, F, kernel);
+        return df_err(err, errlen, -EINVAL, "nn_moe_experts_cuda: T %d (workspace %d), d %d, F %d, kernel %d", T,
+                      w ? w->max_T : 0, d, F, kernel);
     if (!aligned16(x) || !aligned16(w_gu) || !aligned16(w_down) || !aligned16(h) || !aligned16(yp) || !aligned16(y))
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "nn_moe_experts_cuda: x, y, h, yp and the weights must be 16-byte "
-                            "aligned");
+        return df_err(err, errlen, -EINVAL,
+                      "nn_moe_experts_cuda: x, y, h, yp and the weights must be 16-byte "
+                      "aligned");
     const int E = w->E, k = w->k;
     const long gu_stride = 2L * F * d, dn_stride = (long)d * F;
     if (kernel == NN_MOE_GROUPED) {
@@ -658,11 +658,11 @@ int nn_moe_experts_cuda(nn_bf16_cuda *y, const nn_bf16_cuda *x, const nn_bf16_cu
         cudaError_t ce = rows_launch<true>(T, dim3((unsigned)((F + 7) / 8), slots), s, as_bf(h), as_bf(x), w->rows,
                                            as_bf(w_gu), w->offsets, w->counts, w->active, E, d, F, gu_stride);
         if (ce != cudaSuccess)
-            return df_cuda_errf(err, errlen, -EIO, "launch of moe_rows_kernel (gate/up): %s", cudaGetErrorString(ce));
+            return df_err(err, errlen, -EIO, "launch of moe_rows_kernel (gate/up): %s", cudaGetErrorString(ce));
         ce = rows_launch<false>(T, dim3((unsigned)((d + 15) / 16), slots), s, as_bf(yp), as_bf(h), w->rows,
                                 as_bf(w_down), w->offsets, w->counts, w->active, E, F, d, dn_stride);
         if (ce != cudaSuccess)
-            return df_cuda_errf(err, errlen, -EIO, "launch of moe_rows_kernel (down): %s", cudaGetErrorString(ce));
+            return df_err(err, errlen, -EIO, "launch of moe_rows_kernel (down): %s", cudaGetErrorString(ce));
     }
     moe_unpermute_kernel<<<T, 128, 0, s>>>(as_bf(y), as_bf(yp), w->idx, w->wts, w->slot, d, k);
     CUDA_LAUNCHED("moe_unpermute_kernel", err, errlen);

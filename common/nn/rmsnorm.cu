@@ -103,10 +103,10 @@ static int add_rmsnorm(bool pdl, bool xc, float *x, const nn_bf16_cuda *y, const
                        size_t errlen)
 {
     if (T < 0 || d <= 0 || (!w) != (!out) || (capture && cap_stride < d) || (xc && d % 32))
-        return df_cuda_errf(err, errlen, -EINVAL, "%s: T %d, d %d%s, w and out %s, capture stride %ld",
-                            xc ? "nn_add_rmsnorm_xc_cuda" : "nn_add_rmsnorm_cuda", T, d,
-                            xc && d % 32 ? " (not a multiple of 32)" : "",
-                            (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
+        return df_err(err, errlen, -EINVAL, "%s: T %d, d %d%s, w and out %s, capture stride %ld",
+                      xc ? "nn_add_rmsnorm_xc_cuda" : "nn_add_rmsnorm_cuda", T, d,
+                      xc && d % 32 ? " (not a multiple of 32)" : "",
+                      (!w) != (!out) ? "not both given or both NULL" : "ok", cap_stride);
     if (T == 0)
         return 0;
     int threads = d >= 2048 ? 256 : (d >= 512 ? 128 : 64);
@@ -126,7 +126,7 @@ static int add_rmsnorm(bool pdl, bool xc, float *x, const nn_bf16_cuda *y, const
                                              cap_stride, d, eps, xc ? T : 0);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return df_cuda_errf(err, errlen, -EIO, "add_rmsnorm_kernel: launch: %s", cudaGetErrorString(e));
+        return df_err(err, errlen, -EIO, "add_rmsnorm_kernel: launch: %s", cudaGetErrorString(e));
     }
     CUDA_LAUNCHED("add_rmsnorm_kernel", err, errlen);
     return 0;

@@ -161,8 +161,8 @@ static int qk_norm_rope_args(const char *fn, const float *q_norm, const float *k
                              char *err, size_t errlen)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 256 || (!q_norm) != (!k_norm))
-        return df_cuda_errf(err, errlen, -EINVAL, "%s: T %d, H %d, KV %d, hd %d (even, <= 256), q_norm/k_norm %s", fn,
-                            T, H, KV, hd, (!q_norm) != (!k_norm) ? "not both given or both NULL" : "ok");
+        return df_err(err, errlen, -EINVAL, "%s: T %d, H %d, KV %d, hd %d (even, <= 256), q_norm/k_norm %s", fn, T, H,
+                      KV, hd, (!q_norm) != (!k_norm) ? "not both given or both NULL" : "ok");
     return 0;
 }
 

@@ -42,7 +42,7 @@ __global__ void swiglu1_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ 
 int nn_swiglu_cuda(nn_bf16_cuda *out, const nn_bf16_cuda *gu, int T, int I, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || I <= 0)
-        return df_cuda_errf(err, errlen, -EINVAL, "nn_swiglu_cuda: T %d, I %d", T, I);
+        return df_err(err, errlen, -EINVAL, "nn_swiglu_cuda: T %d, I %d", T, I);
     if (T == 0)
         return 0;
     size_t work = (size_t)T * I / (I % 8 == 0 ? 8 : 1);

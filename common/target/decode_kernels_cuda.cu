@@ -14,22 +14,6 @@
 #include "nn/nn_cuda_device.cuh"         /* bf16, as_bf, warp_sum / warp_max, block_*_serial */
 #include "target/decode_linear_cuda.cuh" /* lin_: the small-row linear kernel */
 
-/* -EINVAL with a message naming the function and the shape. */
-#define BAD_SHAPE(...)                          \
-    do {                                        \
-        if (err && errlen)                      \
-            snprintf(err, errlen, __VA_ARGS__); \
-        return -EINVAL;                         \
-    } while (0)
-
-/* -EIO naming the kernel and the launch error. */
-#define BAD_LAUNCH(what, e)                                                       \
-    do {                                                                          \
-        if (err && errlen)                                                        \
-            snprintf(err, errlen, "%s: launch: %s", what, cudaGetErrorString(e)); \
-        return -EIO;                                                              \
-    } while (0)
-
 /* PDL needs compute capability 9.0 (else launches are plain). */
 static int pdl_supported(void)
 {
@@ -93,7 +77,7 @@ __global__ void decode_positions_kernel(int32_t *pos, const int32_t *base, int p
 int decode_positions_cuda(int32_t *pos, const int32_t *base, int p0, int T, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || p0 < 0)
-        BAD_SHAPE("decode_positions_cuda: T %d, p0 %d", T, p0);
+        return df_err(err, errlen, -EINVAL, "decode_positions_cuda: T %d, p0 %d", T, p0);
     if (T == 0)
         return 0;
     decode_positions_kernel<<<(T + 255) / 256, 256, 0, s>>>(pos, base, p0, T);
@@ -109,7 +93,7 @@ __global__ void decode_counter_add_kernel(int32_t *c, int add)
 int decode_counter_add_cuda(int32_t *counter, int add, cudaStream_t s, char *err, size_t errlen)
 {
     if (!counter)
-        BAD_SHAPE("decode_counter_add_cuda: no counter");
+        return df_err(err, errlen, -EINVAL, "decode_counter_add_cuda: no counter");
     decode_counter_add_kernel<<<1, 1, 0, s>>>(counter, add);
     CUDA_LAUNCHED("decode_counter_add_kernel", err, errlen);
     return 0;
@@ -138,7 +122,8 @@ int decode_kv_append_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16_cuda
                           const int32_t *base, int row0, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || row0 < 0)
-        BAD_SHAPE("decode_kv_append_cuda: T %d, heads %d/%d, head_dim %d, row %d", T, H, KV, hd, row0);
+        return df_err(err, errlen, -EINVAL, "decode_kv_append_cuda: T %d, heads %d/%d, head_dim %d, row %d", T, H, KV,
+                      hd, row0);
     if (T == 0)
         return 0;
     int vec = (KV * hd) % 8 == 0 && hd % 8 == 0 && (uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0 &&
@@ -172,7 +157,7 @@ int decode_kv_append_rows_cuda(nn_bf16_cuda *kc, nn_bf16_cuda *vc, const nn_bf16
                                int hd, const int32_t *rows, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || !rows)
-        BAD_SHAPE("decode_kv_append_rows_cuda: T %d, heads %d/%d, head_dim %d", T, H, KV, hd);
+        return df_err(err, errlen, -EINVAL, "decode_kv_append_rows_cuda: T %d, heads %d/%d, head_dim %d", T, H, KV, hd);
     if (T == 0)
         return 0;
     int vec = (KV * hd) % 8 == 0 && hd % 8 == 0 && (uintptr_t)kc % 16 == 0 && (uintptr_t)vc % 16 == 0 &&
@@ -428,7 +413,8 @@ static int attention(const char *fn, nn_bf16_cuda *out, const nn_bf16_cuda *q, l
 {
     if (Tq < 0 || H <= 0 || KV <= 0 || H % KV || hd <= 0 || hd % 2 || hd > 2 * ATT_THREADS || p0 < 0 || window < 0 ||
         q_stride < (long)H * hd || (ocr && (H * hd) % DECODE_XC_CHUNK))
-        BAD_SHAPE("%s: %d queries, heads %d/%d, head_dim %d, p0 %d, window %d", fn, Tq, H, KV, hd, p0, window);
+        return df_err(err, errlen, -EINVAL, "%s: %d queries, heads %d/%d, head_dim %d, p0 %d, window %d", fn, Tq, H, KV,
+                      hd, p0, window);
     if (Tq == 0)
         return 0;
     unsigned grid = (unsigned)((long)Tq * H);
@@ -479,7 +465,7 @@ static int attention(const char *fn, nn_bf16_cuda *out, const nn_bf16_cuda *q, l
 #undef ATT_NW_LAUNCH
     if (le != cudaSuccess) {
         cudaGetLastError();
-        BAD_LAUNCH("decode_attention_kernel", le);
+        return df_err(err, errlen, -EIO, "decode_attention_kernel: launch: %s", cudaGetErrorString(le));
     }
     CUDA_LAUNCHED("decode_attention_kernel", err, errlen);
     return 0;
@@ -650,7 +636,8 @@ int decode_linear_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *x, const
 {
     if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || n_in <= 0 || n_out <= 0 || !out || !x || !w || out_f32 < 0 ||
         out_f32 > 2)
-        BAD_SHAPE("decode_linear_rows_cuda: %d rows (at most %d), %d -> %d", T, DECODE_LINEAR_MAX_ROWS, n_in, n_out);
+        return df_err(err, errlen, -EINVAL, "decode_linear_rows_cuda: %d rows (at most %d), %d -> %d", T,
+                      DECODE_LINEAR_MAX_ROWS, n_in, n_out);
     if (T == 0)
         return 0;
     /* 16-byte loads need every row start 16-byte aligned; the choice depends on the
@@ -668,8 +655,8 @@ int decode_linear_swiglu_rows_cuda(void *out, int out_f32, const nn_bf16_cuda *g
                                    size_t errlen)
 {
     if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || I <= 0 || n_out <= 0 || !out || !gu || !w || out_f32 < 0 || out_f32 > 2)
-        BAD_SHAPE("decode_linear_swiglu_rows_cuda: %d rows (at most %d), %d -> %d", T, DECODE_LINEAR_MAX_ROWS, I,
-                  n_out);
+        return df_err(err, errlen, -EINVAL, "decode_linear_swiglu_rows_cuda: %d rows (at most %d), %d -> %d", T,
+                      DECODE_LINEAR_MAX_ROWS, I, n_out);
     if (T == 0)
         return 0;
     int vec = I % 8 == 0 && ((uintptr_t)gu % 16) == 0 && ((uintptr_t)w % 16) == 0;
@@ -693,8 +680,9 @@ int decode_linear_glu_rows_cuda(nn_bf16_cuda *h, const nn_bf16_cuda *x, const nn
                                 size_t errlen)
 {
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || I <= 0 || I % 8 || !h || !x || !w_gu)
-        BAD_SHAPE("decode_linear_glu_rows_cuda: %d rows (at most %d), %d -> 2 x %d (a multiple of 8)", T,
-                  LIN_EPI_MAX_ROWS, n_in, I);
+        return df_err(err, errlen, -EINVAL,
+                      "decode_linear_glu_rows_cuda: %d rows (at most %d), %d -> 2 x %d (a multiple of 8)", T,
+                      LIN_EPI_MAX_ROWS, n_in, I);
     if (T == 0)
         return 0;
     int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w_gu % 16) == 0;
@@ -719,9 +707,11 @@ int decode_linear_rows_xc_cuda(void *out, int out_f32, const nn_bf16_cuda *xc, c
 {
     if (T < 0 || T > DECODE_LINEAR_MAX_ROWS || n_in <= 0 || n_out <= 0 || !out || !xc || !w || out_f32 < 0 ||
         out_f32 > 2 || !xc_ok(xc, w, n_in))
-        BAD_SHAPE("decode_linear_rows_xc_cuda: %d rows (at most %d), %d (a multiple of %d, x and w 16-byte aligned) "
-                  "-> %d",
-                  T, DECODE_LINEAR_MAX_ROWS, n_in, DECODE_XC_CHUNK, n_out);
+        return df_err(
+            err, errlen, -EINVAL,
+            "decode_linear_rows_xc_cuda: %d rows (at most %d), %d (a multiple of %d, x and w 16-byte aligned) "
+            "-> %d",
+            T, DECODE_LINEAR_MAX_ROWS, n_in, DECODE_XC_CHUNK, n_out);
     if (T == 0)
         return 0;
     cudaError_t e = launch_linear<false, true>(out, out_f32, as_bf(xc), as_bf(w), as_bf(bias), T, n_in, n_out, 1, s);
@@ -737,9 +727,10 @@ int decode_linear_glu_rows_xc_cuda(nn_bf16_cuda *hc, const nn_bf16_cuda *xc, con
 {
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || I <= 0 || I % DECODE_XC_CHUNK || !hc || !xc || !w_gu ||
         !xc_ok(xc, w_gu, n_in))
-        BAD_SHAPE("decode_linear_glu_rows_xc_cuda: %d rows (at most %d), %d -> 2 x %d (both multiples of %d, x and "
-                  "w 16-byte aligned)",
-                  T, LIN_EPI_MAX_ROWS, n_in, I, DECODE_XC_CHUNK);
+        return df_err(err, errlen, -EINVAL,
+                      "decode_linear_glu_rows_xc_cuda: %d rows (at most %d), %d -> 2 x %d (both multiples of %d, x and "
+                      "w 16-byte aligned)",
+                      T, LIN_EPI_MAX_ROWS, n_in, I, DECODE_XC_CHUNK);
     if (T == 0)
         return 0;
     lin_epi ep = lin_epi();
@@ -769,10 +760,11 @@ int decode_linear_residual_rows_cuda(float *x, const nn_bf16_cuda *in, const nn_
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !x || !in || !w || !tail || !tail->sync ||
         (!tail->norm_w) != (!tail->norm_out) || tail->norm_row0 < 0 || tail->norm_row0 > T ||
         (tail->capture && tail->cap_stride < n_out))
-        BAD_SHAPE("decode_linear_residual_rows_cuda: %d rows (at most %d), %d -> %d, norm %s from row %d, capture "
-                  "stride %ld",
-                  T, LIN_EPI_MAX_ROWS, n_in, n_out, tail && tail->norm_w ? "on" : "off", tail ? tail->norm_row0 : -1,
-                  tail ? tail->cap_stride : 0L);
+        return df_err(err, errlen, -EINVAL,
+                      "decode_linear_residual_rows_cuda: %d rows (at most %d), %d -> %d, norm %s from row %d, capture "
+                      "stride %ld",
+                      T, LIN_EPI_MAX_ROWS, n_in, n_out, tail && tail->norm_w ? "on" : "off",
+                      tail ? tail->norm_row0 : -1, tail ? tail->cap_stride : 0L);
     if (T == 0)
         return 0;
     int vec = n_in % 8 == 0 && ((uintptr_t)in % 16) == 0 && ((uintptr_t)w % 16) == 0;
@@ -797,7 +789,8 @@ int decode_linear_argmax_rows_cuda(float *logits, int32_t *idx, const nn_bf16_cu
                                    int n_in, int n_out, int32_t *sync, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || n_out <= 0 || !logits || !idx || !x || !w || !sync)
-        BAD_SHAPE("decode_linear_argmax_rows_cuda: %d rows (at most %d), %d -> %d", T, LIN_EPI_MAX_ROWS, n_in, n_out);
+        return df_err(err, errlen, -EINVAL, "decode_linear_argmax_rows_cuda: %d rows (at most %d), %d -> %d", T,
+                      LIN_EPI_MAX_ROWS, n_in, n_out);
     if (T == 0)
         return 0;
     int vec = n_in % 8 == 0 && ((uintptr_t)x % 16) == 0 && ((uintptr_t)w % 16) == 0;
@@ -818,8 +811,8 @@ int decode_linear_qk_rows_cuda(nn_bf16_cuda *qkv, const nn_bf16_cuda *x, const n
     int H = qk ? qk->H : 0, KV = qk ? qk->KV : 0, hd = qk ? qk->hd : 0;
     if (T < 0 || T > LIN_EPI_MAX_ROWS || n_in <= 0 || !qkv || !x || !w || !qk || !qk->sync || H <= 0 || KV <= 0 ||
         hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || qk->p0 < 0 || (!qk->q_norm) != (!qk->k_norm))
-        BAD_SHAPE("decode_linear_qk_rows_cuda: %d rows (at most %d), %d -> heads %d/%d of %d", T, LIN_EPI_MAX_ROWS,
-                  n_in, H, KV, hd);
+        return df_err(err, errlen, -EINVAL, "decode_linear_qk_rows_cuda: %d rows (at most %d), %d -> heads %d/%d of %d",
+                      T, LIN_EPI_MAX_ROWS, n_in, H, KV, hd);
     if (T == 0)
         return 0;
     int N = (H + 2 * KV) * hd;
@@ -881,7 +874,8 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || p0 < 0 ||
         (!q_norm) != (!k_norm))
-        BAD_SHAPE("decode_qk_norm_rope_append_cuda: T %d, heads %d/%d, head_dim %d, p0 %d", T, H, KV, hd, p0);
+        return df_err(err, errlen, -EINVAL, "decode_qk_norm_rope_append_cuda: T %d, heads %d/%d, head_dim %d, p0 %d", T,
+                      H, KV, hd, p0);
     if (T == 0)
         return 0;
     long items = (long)T * (H + 2 * KV);
@@ -891,7 +885,7 @@ int decode_qk_norm_rope_append_cuda(nn_bf16_cuda *qkv, const float *q_norm, cons
                                       as_bf(vc), T, H, KV, hd, eps, base, p0);
     if (le != cudaSuccess) {
         cudaGetLastError();
-        BAD_LAUNCH("decode_qk_norm_rope_append_kernel", le);
+        return df_err(err, errlen, -EIO, "decode_qk_norm_rope_append_kernel: launch: %s", cudaGetErrorString(le));
     }
     CUDA_LAUNCHED("decode_qk_norm_rope_append_kernel", err, errlen);
     return 0;
@@ -904,7 +898,8 @@ int decode_qk_norm_rope_append_rows_cuda(nn_bf16_cuda *qkv, const float *q_norm,
 {
     if (T < 0 || H <= 0 || KV <= 0 || hd <= 0 || hd % 2 || hd > 2 * 32 * QKR_MAX_PAIRS || !pos || !crow ||
         (!q_norm) != (!k_norm))
-        BAD_SHAPE("decode_qk_norm_rope_append_rows_cuda: T %d, heads %d/%d, head_dim %d", T, H, KV, hd);
+        return df_err(err, errlen, -EINVAL, "decode_qk_norm_rope_append_rows_cuda: T %d, heads %d/%d, head_dim %d", T,
+                      H, KV, hd);
     if (T == 0)
         return 0;
     long items = (long)T * (H + 2 * KV);
@@ -914,7 +909,7 @@ int decode_qk_norm_rope_append_rows_cuda(nn_bf16_cuda *qkv, const float *q_norm,
         g_pdl_small, as_bf(qkv), q_norm, k_norm, inv_freq, as_bf(kc), as_bf(vc), T, H, KV, hd, eps, pos, crow);
     if (le != cudaSuccess) {
         cudaGetLastError();
-        BAD_LAUNCH("decode_qk_norm_rope_append_rows_kernel", le);
+        return df_err(err, errlen, -EIO, "decode_qk_norm_rope_append_rows_kernel: launch: %s", cudaGetErrorString(le));
     }
     CUDA_LAUNCHED("decode_qk_norm_rope_append_rows_kernel", err, errlen);
     return 0;
@@ -1042,14 +1037,15 @@ int decode_argmax_split_rows_cuda(int32_t *idx, const float *logits, int rows, i
                                   char *err, size_t errlen)
 {
     if (rows < 0 || rows > DECODE_EPI_MAX_ROWS || V <= 0 || !sync)
-        BAD_SHAPE("decode_argmax_split_rows_cuda: %d rows (at most %d) of %d", rows, DECODE_EPI_MAX_ROWS, V);
+        return df_err(err, errlen, -EINVAL, "decode_argmax_split_rows_cuda: %d rows (at most %d) of %d", rows,
+                      DECODE_EPI_MAX_ROWS, V);
     if (rows == 0)
         return 0;
     cudaError_t le = launch_maybe_pdl(decode_argmax_split_kernel, dim3(ARGMAX_SPLIT, (unsigned)rows),
                                       dim3(ARGMAX_SPLIT_THREADS), s, g_pdl_small, idx, logits, V, (int *)sync);
     if (le != cudaSuccess) {
         cudaGetLastError();
-        BAD_LAUNCH("decode_argmax_split_kernel", le);
+        return df_err(err, errlen, -EIO, "decode_argmax_split_kernel: launch: %s", cudaGetErrorString(le));
     }
     CUDA_LAUNCHED("decode_argmax_split_kernel", err, errlen);
     return 0;
@@ -1059,7 +1055,7 @@ int decode_argmax_rows_cuda(int32_t *idx, const float *logits, int rows, int V, 
                             size_t errlen)
 {
     if (rows < 0 || V <= 0)
-        BAD_SHAPE("decode_argmax_rows_cuda: %d rows of %d", rows, V);
+        return df_err(err, errlen, -EINVAL, "decode_argmax_rows_cuda: %d rows of %d", rows, V);
     if (rows == 0)
         return 0;
     decode_argmax_kernel<<<rows, ARGMAX_THREADS, 0, s>>>(idx, logits, V);

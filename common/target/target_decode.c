@@ -33,11 +33,10 @@ int decode_load_batch(decode_model *m, const char *dir, const int *capture, int 
                       char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
-    if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || n_seq < 1 || n_seq > DECODE_MAX_SEQ) {
-        snprintf(err, errlen, "%s: bad decode setup: %d captured layers, cache of %d tokens, %d sequences (1..%d)", dir,
-                 n_capture, max_ctx, n_seq, DECODE_MAX_SEQ);
-        return -EINVAL;
-    }
+    if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || n_seq < 1 || n_seq > DECODE_MAX_SEQ)
+        return df_err(err, errlen, -EINVAL,
+                      "%s: bad decode setup: %d captured layers, cache of %d tokens, %d sequences (1..%d)", dir,
+                      n_capture, max_ctx, n_seq, DECODE_MAX_SEQ);
     hfconfig c;
     int rc = hfconfig_load(&c, dir, err, errlen);
     if (rc < 0)
@@ -68,8 +67,7 @@ int decode_load_batch(decode_model *m, const char *dir, const int *capture, int 
     m->seq_k = calloc((size_t)n_seq, sizeof(int));
     m->seq_nl = calloc((size_t)n_seq, sizeof(int));
     if (!m->kc || !m->vc || !m->seq_len || !m->seq_k || !m->seq_nl) {
-        snprintf(err, errlen, "%s: out of memory for a KV cache of %d x %d tokens", dir, n_seq, max_ctx);
-        rc = -ENOMEM;
+        rc = df_err(err, errlen, -ENOMEM, "%s: out of memory for a KV cache of %d x %d tokens", dir, n_seq, max_ctx);
         goto fail;
     }
     return 0;

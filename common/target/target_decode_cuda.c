@@ -48,8 +48,7 @@ static int dev_alloc(void *p, size_t n, const char *what, const char *dir, char 
     cudaError_t e = cudaMalloc((void **)p, n ? n : 1);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        snprintf(err, errlen, "%s: cudaMalloc(%s, %zu bytes): %s", dir, what, n, cudaGetErrorString(e));
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "%s: cudaMalloc(%s, %zu bytes): %s", dir, what, n, cudaGetErrorString(e));
     }
     return 0;
 }
@@ -69,13 +68,12 @@ static int upload_bf16(nn_bf16_cuda *dst, const float *src, size_t n)
 static int check_setup(const char *what, int n_capture, int max_ctx, int max_next, int n_seq, char *err, size_t errlen)
 {
     if (n_capture < 1 || n_capture >= 64 || max_ctx < 1 || max_next < 1 || max_next > max_ctx ||
-        max_next > DECODE_LINEAR_MAX_ROWS || n_seq < 1 || n_seq > DECODE_CUDA_MAX_SEQ) {
-        snprintf(err, errlen,
-                 "%s: bad decode setup: %d captured layers, cache of %d tokens, %d tokens per step (at most %d), %d "
-                 "sequences (1..%d)",
-                 what, n_capture, max_ctx, max_next, DECODE_LINEAR_MAX_ROWS, n_seq, DECODE_CUDA_MAX_SEQ);
-        return -EINVAL;
-    }
+        max_next > DECODE_LINEAR_MAX_ROWS || n_seq < 1 || n_seq > DECODE_CUDA_MAX_SEQ)
+        return df_err(
+            err, errlen, -EINVAL,
+            "%s: bad decode setup: %d captured layers, cache of %d tokens, %d tokens per step (at most %d), %d "
+            "sequences (1..%d)",
+            what, n_capture, max_ctx, max_next, DECODE_LINEAR_MAX_ROWS, n_seq, DECODE_CUDA_MAX_SEQ);
     return 0;
 }
 
@@ -112,19 +110,15 @@ static int alloc_buffers(decode_model_cuda *m, int n_capture, int max_ctx, int m
     m->max_rows = n_seq * max_next;
     for (int l = 0; l < t->n_layers; l++)
         if (t->layers[l].window > 0) {
-            if (m->window > 0 && m->window != t->layers[l].window) {
-                snprintf(err, errlen, "%s: sliding layers with different windows (%d, %d)", what, m->window,
-                         t->layers[l].window);
-                return -EINVAL;
-            }
+            if (m->window > 0 && m->window != t->layers[l].window)
+                return df_err(err, errlen, -EINVAL, "%s: sliding layers with different windows (%d, %d)", what,
+                              m->window, t->layers[l].window);
             m->window = t->layers[l].window;
         }
     size_t rows_out = (size_t)DF_MAX(max_next, m->max_rows), feat_rows = (size_t)work_rows(max_ctx, max_next, n_seq);
     m->seq_len = calloc((size_t)n_seq, sizeof(int));
-    if (!m->seq_len) {
-        snprintf(err, errlen, "%s: out of memory", what);
-        return -ENOMEM;
-    }
+    if (!m->seq_len)
+        return df_err(err, errlen, -ENOMEM, "%s: out of memory", what);
     m->small_rows = DECODE_LINEAR_MAX_ROWS;
     m->use_graphs = 1;
     m->fused = DECODE_FUSED_DEFAULT;
@@ -367,15 +361,7 @@ static int moe_fuse_mask(const target_model_cuda *t, int fz)
 }
 
 /* Run a step; on failure name it, the layer and the cause (the callee's kerr) in err. */
-#define STEP(call, what)                                                                                  \
-    do {                                                                                                  \
-        kerr[0] = 0;                                                                                      \
-        int r_ = (call);                                                                                  \
-        if (r_ < 0) {                                                                                     \
-            snprintf(err, errlen, "decode_extend_cuda: layer %d: %s failed (%d): %s", l, what, r_, kerr); \
-            return r_ == -EINVAL ? -EINVAL : -EIO;                                                        \
-        }                                                                                                 \
-    } while (0)
+#define STEP(call, what) CUDA_LAYER_STEP(call, "decode_extend_cuda", what)
 
 /* Enqueue one extend of k tokens of sequence seq whose ids are in m->tok_h: the rows start
  * at p0 + *base of that sequence (base = m->len_d inside a graph, NULL eagerly). */
@@ -710,10 +696,8 @@ static int graph_for(decode_model_cuda *m, int k, int n_next, cudaGraphExec_t *e
         cudaGetLastError();
         return rc;
     }
-    if (e != cudaSuccess) {
-        snprintf(err, errlen, "decode_extend_cuda: graph capture of %d rows: %s", k, cudaGetErrorString(e));
-        return -EIO;
-    }
+    if (e != cudaSuccess)
+        return df_err(err, errlen, -EIO, "decode_extend_cuda: graph capture of %d rows: %s", k, cudaGetErrorString(e));
     e = cudaGraphInstantiate(exec, g, 0);
     cudaGraphDestroy(g);
     if (e != cudaSuccess) {
@@ -729,27 +713,23 @@ static int graph_for(decode_model_cuda *m, int k, int n_next, cudaGraphExec_t *e
 static int check_tokens(const decode_model_cuda *m, const int32_t *tokens, int k, char *err, size_t errlen)
 {
     for (int i = 0; i < k; i++)
-        if (tokens[i] < 0 || tokens[i] >= m->tm.V) {
-            snprintf(err, errlen, "decode_extend_cuda: token %d = %d is outside the vocabulary [0, %d)", i, tokens[i],
-                     m->tm.V);
-            return -ERANGE;
-        }
+        if (tokens[i] < 0 || tokens[i] >= m->tm.V)
+            return df_err(err, errlen, -ERANGE, "decode_extend_cuda: token %d = %d is outside the vocabulary [0, %d)",
+                          i, tokens[i], m->tm.V);
     return 0;
 }
 
 int decode_extend_seq_cuda(decode_model_cuda *m, int seq, const int32_t *tokens, int k, int n_next, int32_t *next,
                            char *err, size_t errlen)
 {
-    if (seq < 0 || seq >= m->n_seq || k < 1 || n_next < 0 || n_next > k || n_next > m->max_next) {
-        snprintf(err, errlen, "decode_extend_cuda: sequence %d of %d, %d tokens, %d greedy rows (at most %d)", seq,
-                 m->n_seq, k, n_next, m->max_next);
-        return -EINVAL;
-    }
+    if (seq < 0 || seq >= m->n_seq || k < 1 || n_next < 0 || n_next > k || n_next > m->max_next)
+        return df_err(err, errlen, -EINVAL,
+                      "decode_extend_cuda: sequence %d of %d, %d tokens, %d greedy rows (at most %d)", seq, m->n_seq, k,
+                      n_next, m->max_next);
     int *len = len_of(m, seq);
-    if (*len + k > m->max_ctx) {
-        snprintf(err, errlen, "decode_extend_cuda: %d + %d tokens overflow the cache of %d", *len, k, m->max_ctx);
-        return -ENOSPC;
-    }
+    if (*len + k > m->max_ctx)
+        return df_err(err, errlen, -ENOSPC, "decode_extend_cuda: %d + %d tokens overflow the cache of %d", *len, k,
+                      m->max_ctx);
     int rc = check_tokens(m, tokens, k, err, errlen);
     if (rc < 0)
         return rc;
@@ -782,26 +762,21 @@ int decode_extend_batch_cuda(decode_model_cuda *m, const int32_t *tokens, const 
 {
     int R = 0, rc;
     for (int s = 0; s < m->n_seq; s++) {
-        if (ks[s] < 0) {
-            snprintf(err, errlen, "decode_extend_batch_cuda: sequence %d: %d tokens", s, ks[s]);
-            return -EINVAL;
-        }
-        if (*len_of(m, s) + ks[s] > m->max_ctx) {
-            snprintf(err, errlen, "decode_extend_batch_cuda: sequence %d: %d + %d tokens overflow the cache of %d", s,
-                     *len_of(m, s), ks[s], m->max_ctx);
-            return -ENOSPC;
-        }
+        if (ks[s] < 0)
+            return df_err(err, errlen, -EINVAL, "decode_extend_batch_cuda: sequence %d: %d tokens", s, ks[s]);
+        if (*len_of(m, s) + ks[s] > m->max_ctx)
+            return df_err(err, errlen, -ENOSPC,
+                          "decode_extend_batch_cuda: sequence %d: %d + %d tokens overflow the cache of %d", s,
+                          *len_of(m, s), ks[s], m->max_ctx);
         R += ks[s];
     }
     /* a batch runs the bit-exact fusions only (enqueue_batch): the same bits as a lone
      * extend, which the residual and SwiGLU-in-down fusions would not give (they round
      * differently) */
     int other_fusions = DECODE_FUSE_BITS(m->fused) & (DECODE_FUSE_RESIDUAL | DECODE_FUSE_SWIGLU);
-    if (R < 1 || R > m->max_rows || other_fusions) {
-        snprintf(err, errlen, "decode_extend_batch_cuda: %d rows (1..%d)%s", R, m->max_rows,
-                 other_fusions ? ", and batches run the separate kernels (fused 0 or DECODE_FUSE_QK_APPEND)" : "");
-        return -EINVAL;
-    }
+    if (R < 1 || R > m->max_rows || other_fusions)
+        return df_err(err, errlen, -EINVAL, "decode_extend_batch_cuda: %d rows (1..%d)%s", R, m->max_rows,
+                      other_fusions ? ", and batches run the separate kernels (fused 0 or DECODE_FUSE_QK_APPEND)" : "");
     if ((rc = check_tokens(m, tokens, R, err, errlen)) < 0)
         return rc;
     /* row metadata: position inside the sequence, cache row, and the keys it sees (the
@@ -846,10 +821,8 @@ int decode_feats_to_host_cuda(decode_model_cuda *m, int k, float *out, char *err
 {
     size_t n = (size_t)k * m->n_capture * m->tm.d;
     uint16_t *h = malloc(sizeof(uint16_t) * (n ? n : 1));
-    if (!h) {
-        snprintf(err, errlen, "decode_feats_to_host_cuda: out of memory");
-        return -ENOMEM;
-    }
+    if (!h)
+        return df_err(err, errlen, -ENOMEM, "decode_feats_to_host_cuda: out of memory");
     cudaError_t e = cudaMemcpy(h, m->feat, sizeof(uint16_t) * n, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) {
         snprintf(err, errlen, "decode_feats_to_host_cuda: %s", cudaGetErrorString(e));

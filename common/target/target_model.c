@@ -10,23 +10,10 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int lerr(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int lerr(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 static void shape_str(char *buf, size_t len, const int64_t *shape, int ndim)
 {
@@ -104,11 +91,12 @@ int target_check_finite(const safetensors_tensor *t, const char *fpath, char *er
     one.ndim = 1, one.shape[0] = 1, one.nbytes = t->dtype == SAFETENSORS_F32 ? 4 : 2;
     one.data = (const char *)t->data + bad * one.nbytes;
     safetensors_tensor_to_f32(&one, &v);
-    return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": element %llu is %s: a model with NaN/Inf weights is refused",
-                fpath, t->name, (unsigned long long)bad,
-                isnan(v) ? "NaN"
-                : v > 0  ? "+Inf"
-                         : "-Inf");
+    return df_err(err, errlen, -EINVAL,
+                  "%s: tensor \"%s\": element %llu is %s: a model with NaN/Inf weights is refused", fpath, t->name,
+                  (unsigned long long)bad,
+                  isnan(v) ? "NaN"
+                  : v > 0  ? "+Inf"
+                           : "-Inf");
 }
 
 /* Find name with the given shape and a float dtype. */
@@ -118,10 +106,11 @@ static int find_checked(const safetensors_model *st, const char *name, int ndim,
     const char *fpath = NULL;
     const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
     if (!t)
-        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s)", st->dir, name, model_source(st));
+        return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s)", st->dir, name,
+                      model_source(st));
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
-        return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
-                    safetensors_dtype_name(t->dtype));
+        return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
+                      safetensors_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == shape[i];
@@ -129,7 +118,7 @@ static int find_checked(const safetensors_model *st, const char *name, int ndim,
         char got[128], want[128];
         shape_str(got, sizeof got, t->shape, t->ndim);
         shape_str(want, sizeof want, shape, ndim);
-        return lerr(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, want);
+        return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, want);
     }
     int rc = target_check_finite(t, fpath, err, errlen);
     if (rc < 0)
@@ -149,7 +138,7 @@ static int load_f32(const safetensors_model *st, const char *name, int64_t d0, i
         return rc;
     float *buf = malloc(sizeof(float) * (size_t)(d0 * (d1 ? d1 : 1)));
     if (!buf)
-        return lerr(err, errlen, -ENOMEM, "%s: out of memory for tensor \"%s\"", st->dir, name);
+        return df_err(err, errlen, -ENOMEM, "%s: out of memory for tensor \"%s\"", st->dir, name);
     safetensors_tensor_to_f32(t, buf); /* dtype checked above */
     *out = buf;
     return 0;
@@ -184,18 +173,18 @@ static int load_experts(target_model *m, int l, char *err, size_t errlen)
     L->w_up = malloc(sizeof(float) * (size_t)E * fd);
     L->w_down = malloc(sizeof(float) * (size_t)E * fd);
     if (!L->w_gate || !L->w_up || !L->w_down)
-        return lerr(err, errlen, -ENOMEM, "%s: out of memory for the %lld experts of layer %d", st->dir, (long long)E,
-                    l);
+        return df_err(err, errlen, -ENOMEM, "%s: out of memory for the %lld experts of layer %d", st->dir, (long long)E,
+                      l);
     snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
     snprintf(per, sizeof per, "model.layers.%d.mlp.experts.0.gate_proj.weight", l);
     int has_fused = safetensors_model_find(st, fused, NULL) != NULL;
     int has_per = safetensors_model_find(st, per, NULL) != NULL;
     if (has_fused && has_per)
-        return lerr(err, errlen, -EINVAL, "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected",
-                    st->dir, l, fused, per);
+        return df_err(err, errlen, -EINVAL, "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected",
+                      st->dir, l, fused, per);
     if (!has_fused && !has_per)
-        return lerr(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s; nor is the fused \"%s\" there)",
-                    st->dir, per, model_source(st), fused);
+        return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s; nor is the fused \"%s\" there)",
+                      st->dir, per, model_source(st), fused);
     const char *layout = has_fused ? "fused" : "per-expert";
     if (!m->expert_layout)
         m->expert_layout = layout;
@@ -363,20 +352,20 @@ int target_load(target_model *m, const char *dir, const int *capture_layers, int
         return rc;
     const hfconfig *c = &m->cfg;
     if (n_capture < 1) {
-        rc = lerr(err, errlen, -EINVAL, "%s: no layers to capture", dir);
+        rc = df_err(err, errlen, -EINVAL, "%s: no layers to capture", dir);
         goto fail;
     }
     int last = -1;
     for (int i = 0; i < n_capture; i++) {
         int l = capture_layers[i];
         if (l < 0 || l >= c->num_hidden_layers) {
-            rc = lerr(err, errlen, -EINVAL, "%s: capture layer %d out of range: the model has %d layers (0..%d)", dir,
-                      l, c->num_hidden_layers, c->num_hidden_layers - 1);
+            rc = df_err(err, errlen, -EINVAL, "%s: capture layer %d out of range: the model has %d layers (0..%d)", dir,
+                        l, c->num_hidden_layers, c->num_hidden_layers - 1);
             goto fail;
         }
         for (int j = 0; j < i; j++)
             if (capture_layers[j] == l) {
-                rc = lerr(err, errlen, -EINVAL, "%s: capture layer %d listed twice", dir, l);
+                rc = df_err(err, errlen, -EINVAL, "%s: capture layer %d listed twice", dir, l);
                 goto fail;
             }
         last = DF_MAX(last, l);
@@ -388,7 +377,7 @@ int target_load(target_model *m, const char *dir, const int *capture_layers, int
     m->layers = calloc((size_t)m->n_layers, sizeof *m->layers);
     m->inv_freq = malloc(sizeof(float) * (size_t)(c->head_dim / 2));
     if (!m->capture || !m->capture_slot || !m->layers || !m->inv_freq) {
-        rc = lerr(err, errlen, -ENOMEM, "%s: out of memory", dir);
+        rc = df_err(err, errlen, -ENOMEM, "%s: out of memory", dir);
         goto fail;
     }
     for (int l = 0; l < m->n_layers; l++)
@@ -405,8 +394,7 @@ int target_load(target_model *m, const char *dir, const int *capture_layers, int
     for (int l = 0; l < m->n_layers; l++)
         if ((rc = load_layer(m, l, err, errlen)) < 0)
             goto fail;
-    nn_rope_inv_freq(m->inv_freq, c->head_dim, c->rope_theta,
-                     strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
+    nn_rope_inv_freq(m->inv_freq, c->head_dim, c->rope_theta, &c->rope_scaling);
     if (m->expert_layout) /* which checkpoint layout was read, once per load */
         df_log("%s: mixture of experts: %d of %d layers routed (%d experts, top %d%s), weights in the %s layout", dir,
                c->n_moe_layers, c->num_hidden_layers, c->num_experts, c->num_experts_per_tok,

@@ -119,31 +119,30 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
     int rc = 0, last = -1;
     float *inv = NULL;
     if (n_capture < 1)
-        return df_cuda_errf(err, errlen, -EINVAL, "no layers to capture");
+        return df_err(err, errlen, -EINVAL, "no layers to capture");
     if (max_T < 1)
-        return df_cuda_errf(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
+        return df_err(err, errlen, -EINVAL, "max_T %d: must be >= 1", max_T);
     /* routed experts: the limits of nn/moe.cu's kernels (16-byte loads, the router's warp) */
     if (c->n_moe_layers > 0 && (c->num_experts > NN_MOE_MAX_EXPERTS || c->num_experts_per_tok > NN_MOE_MAX_TOPK ||
                                 c->hidden_size % 8 || c->moe_intermediate_size % 8 || c->moe_intermediate_size <= 0))
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "%s: %d experts, top %d, hidden %d, moe_intermediate_size %d: the CUDA experts take at "
-                            "most %d experts, top %d, and widths that are multiples of 8",
-                            c->architecture, c->num_experts, c->num_experts_per_tok, c->hidden_size,
-                            c->moe_intermediate_size, NN_MOE_MAX_EXPERTS, NN_MOE_MAX_TOPK);
+        return df_err(err, errlen, -EINVAL,
+                      "%s: %d experts, top %d, hidden %d, moe_intermediate_size %d: the CUDA experts take at "
+                      "most %d experts, top %d, and widths that are multiples of 8",
+                      c->architecture, c->num_experts, c->num_experts_per_tok, c->hidden_size, c->moe_intermediate_size,
+                      NN_MOE_MAX_EXPERTS, NN_MOE_MAX_TOPK);
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 256)
-        return df_cuda_errf(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256",
-                            c->head_dim);
+        return df_err(err, errlen, -EINVAL, "head_dim %d: the CUDA forward needs an even head_dim <= 256", c->head_dim);
     if (c->num_key_value_heads <= 0 || c->num_attention_heads % c->num_key_value_heads)
-        return df_cuda_errf(err, errlen, -EINVAL, "num_key_value_heads %d does not divide num_attention_heads %d",
-                            c->num_key_value_heads, c->num_attention_heads);
+        return df_err(err, errlen, -EINVAL, "num_key_value_heads %d does not divide num_attention_heads %d",
+                      c->num_key_value_heads, c->num_attention_heads);
     for (int i = 0; i < n_capture; i++) {
         int l = capture[i];
         if (l < 0 || l >= c->num_hidden_layers)
-            return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)",
-                                l, c->num_hidden_layers, c->num_hidden_layers - 1);
+            return df_err(err, errlen, -EINVAL, "capture layer %d out of range: the model has %d layers (0..%d)", l,
+                          c->num_hidden_layers, c->num_hidden_layers - 1);
         for (int j = 0; j < i; j++)
             if (capture[j] == l)
-                return df_cuda_errf(err, errlen, -EINVAL, "capture layer %d listed twice", l);
+                return df_err(err, errlen, -EINVAL, "capture layer %d listed twice", l);
         last = DF_MAX(last, l);
     }
     m->d = c->hidden_size, m->I = c->intermediate_size, m->H = c->num_attention_heads;
@@ -156,7 +155,7 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
     m->layers = (target_layer_cuda *)calloc((size_t)m->n_layers, sizeof(target_layer_cuda));
     inv = (float *)malloc(sizeof(float) * (size_t)(m->hd / 2));
     if (!m->capture || !m->capture_slot || !m->layers || !inv) {
-        rc = df_cuda_errf(err, errlen, -ENOMEM, "out of host memory");
+        rc = df_err(err, errlen, -ENOMEM, "out of host memory");
         goto fail;
     }
     for (int l = 0; l < m->n_layers; l++)
@@ -196,7 +195,7 @@ int target_init_cuda(target_model_cuda *m, const hfconfig *c, const int *capture
             CUDA_ALLOC_TRY_GOTO(cudaMemset(m->moe.stat, 0, 2 * sizeof(long long)), err, errlen, rc, fail);
     }
     /* the same frequencies as the CPU path (llama3 scaling included) */
-    nn_rope_inv_freq(inv, m->hd, c->rope_theta, strcmp(c->rope_type, "llama3") == 0 ? &c->rope_scaling : NULL);
+    nn_rope_inv_freq(inv, m->hd, c->rope_theta, &c->rope_scaling);
     CUDA_ALLOC_TRY_GOTO(cudaMemcpy(m->inv_freq, inv, sizeof(float) * (size_t)(m->hd / 2), cudaMemcpyHostToDevice), err,
                         errlen, rc, fail);
     free(inv);
@@ -257,10 +256,10 @@ static int upload_nd(const safetensors_model *st, stage *sg, const char *name, i
     const char *fpath = NULL;
     const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
     if (!t)
-        return df_cuda_errf(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
+        return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
     if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
-        return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
-                            safetensors_dtype_name(t->dtype));
+        return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
+                      safetensors_dtype_name(t->dtype));
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == want[i];
@@ -268,7 +267,7 @@ static int upload_nd(const safetensors_model *st, stage *sg, const char *name, i
         char got[128], exp[128];
         shape_str(got, sizeof got, t->shape, t->ndim);
         shape_str(exp, sizeof exp, want, ndim);
-        return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
+        return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
     }
     int frc = target_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
     if (frc < 0)
@@ -283,7 +282,7 @@ static int upload_nd(const safetensors_model *st, stage *sg, const char *name, i
         bytes = n * 2;
     } else {
         if (stage_reserve(sg, n) < 0)
-            return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory staging tensor \"%s\"", fpath, name);
+            return df_err(err, errlen, -ENOMEM, "%s: out of host memory staging tensor \"%s\"", fpath, name);
         safetensors_tensor_to_f32(t, sg->f);
         if (as_f32) {
             src = sg->f;
@@ -296,7 +295,7 @@ static int upload_nd(const safetensors_model *st, stage *sg, const char *name, i
     }
     cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice);
     if (e != cudaSuccess)
-        return df_cuda_errf(err, errlen, -EIO, "%s: tensor \"%s\": cudaMemcpy: %s", fpath, name, cudaGetErrorString(e));
+        return df_err(err, errlen, -EIO, "%s: tensor \"%s\": cudaMemcpy: %s", fpath, name, cudaGetErrorString(e));
     return 0;
 }
 
@@ -326,12 +325,11 @@ static int upload_experts(const target_model_cuda *m, const safetensors_model *s
     int has_fused = safetensors_model_find(st, fused, NULL) != NULL;
     int has_per = safetensors_model_find(st, per, NULL) != NULL;
     if (has_fused && has_per)
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected", st->dir, l, fused,
-                            per);
+        return df_err(err, errlen, -EINVAL, "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected",
+                      st->dir, l, fused, per);
     if (!has_fused && !has_per)
-        return df_cuda_errf(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (nor is the fused \"%s\" there)", st->dir,
-                            per, fused);
+        return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (nor is the fused \"%s\" there)", st->dir, per,
+                      fused);
     if (has_fused) {
         int64_t sgu[3] = {E, 2 * F, d}, sdn[3] = {E, d, F};
         if ((rc = upload_nd(st, sg, fused, 3, sgu, L->w_gu, 0, err, errlen)) < 0)
@@ -517,8 +515,8 @@ int target_forward_cuda(target_model_cuda *m, const int32_t *tokens, const int32
                         nn_bf16_cuda *out, cudaStream_t s, char *err, size_t errlen)
 {
     if (T < 1 || T > m->max_T || n_docs < 1 || !out)
-        return df_cuda_errf(err, errlen, -EINVAL, "target_forward_cuda: T %d outside [1, %d] or n_docs %d < 1", T,
-                            m->max_T, n_docs);
+        return df_err(err, errlen, -EINVAL, "target_forward_cuda: T %d outside [1, %d] or n_docs %d < 1", T, m->max_T,
+                      n_docs);
     const int d = m->d, I = m->I, H = m->H, KV = m->KV, hd = m->hd, nc = m->n_capture;
     const int qkv_n = (H + 2 * KV) * hd;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -594,10 +592,10 @@ int target_moe_mlp_cuda(target_model_cuda *m, int l, const nn_bf16_cuda *a, nn_b
                         cudaStream_t s, char *err, size_t errlen)
 {
     if (l < 0 || l >= m->n_layers || !m->layers[l].moe || T < 1 || T > m->max_T)
-        return df_cuda_errf(err, errlen, -EINVAL,
-                            "target_moe_mlp_cuda: layer %d is not a sparse layer run, or T %d "
-                            "outside [1, %d]",
-                            l, T, m->max_T);
+        return df_err(err, errlen, -EINVAL,
+                      "target_moe_mlp_cuda: layer %d is not a sparse layer run, or T %d "
+                      "outside [1, %d]",
+                      l, T, m->max_T);
     const target_layer_cuda *L = &m->layers[l];
     const int d = m->d, E = m->E;
     if (exact) {
@@ -623,8 +621,8 @@ int target_moe_routing_cuda(const target_model_cuda *m, int T, int32_t *idx, flo
                             size_t errlen)
 {
     if (!m->n_moe || T < 1 || T > m->max_T)
-        return df_cuda_errf(err, errlen, -EINVAL, "target_moe_routing_cuda: %d sparse layers, T %d (max %d)", m->n_moe,
-                            T, m->max_T);
+        return df_err(err, errlen, -EINVAL, "target_moe_routing_cuda: %d sparse layers, T %d (max %d)", m->n_moe, T,
+                      m->max_T);
     size_t tk = (size_t)T * m->topk;
     if (idx)
         CUDA_TRY(cudaMemcpy(idx, m->moe.idx, sizeof(int32_t) * tk, cudaMemcpyDeviceToHost), err, errlen);

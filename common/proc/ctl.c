@@ -1,5 +1,5 @@
 /* ctl.c: worker side of the control protocol (the protocol itself is described in ctl.h). */
-#include "ipc/ctl.h"
+#include "proc/ctl.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -283,12 +283,6 @@ int ctl_checkpoint_requested(ctl_worker *w)
         return 0;
     w->ckpt_gen_seen = g;
     return 1;
-}
-
-ring *ctl_ring(ctl_worker *w, const char *name)
-{
-    int i = topology_find_ring(&w->topo, name);
-    return i >= 0 && i < w->n_rings && w->rings[i].shm ? &w->rings[i] : NULL;
 }
 
 static ring *ring_at(ctl_worker *w, int i)

@@ -114,8 +114,7 @@ int ctl_stop_claiming(const ctl_worker *w);
 /* 1 once per `dfctl checkpoint` request (the generation changed since the last call). */
 int ctl_checkpoint_requested(ctl_worker *w);
 
-/* The ring called name, this worker's input/output ring, or NULL. Borrowed. */
-ring *ctl_ring(ctl_worker *w, const char *name);
+/* This worker's input/output ring, or NULL. Borrowed. */
 ring *ctl_ring_in(ctl_worker *w);
 ring *ctl_ring_out(ctl_worker *w);
 /* The payload arena of ring r (CPU: base is a host pointer), or NULL. Borrowed. */

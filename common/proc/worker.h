@@ -24,7 +24,7 @@
 
 #include "io/metrics.h"
 #include "io/stage.h"
-#include "ipc/ctl.h"
+#include "proc/ctl.h"
 
 /* How long one wait on a ring slot blocks before the worker heartbeats and looks again. */
 #define WORKER_WAIT_NS (200 * 1000000ll)

@@ -1,5 +1,5 @@
 /* worker.c: the shared worker skeleton (see worker.h). */
-#include "ipc/worker.h"
+#include "proc/worker.h"
 
 #include <stdio.h>
 #include <string.h>

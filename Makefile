@@ -98,7 +98,7 @@ endif
 # tests/test_layering.sh refuses an #include across the same lines (`make print-layers`).
 # A _USES line names every layer below that the room reaches, directly or through another
 # (io uses ipc, so whatever uses io lists ipc too), highest first: it is the link order
-# (the test checks both).
+# (the test checks both). docs/layers.md draws them (scripts/layers.py).
 #   base            common/*.c: util, sha256, rng_fill, par, json_num; ckmath.h, cuda_check.h
 #   ipc             common/ipc/: shared memory, rings, handoffs, ledger, status, all-reduce
 #   nn              common/nn/: the layer library (CPU and CUDA kernels)

@@ -56,7 +56,7 @@ int infer_init(infer_state *s, const dflash_config *c, const dflash_params *p, c
         infer_free(s);
         return -ENOMEM;
     }
-    nn_rope_inv_freq(s->inv_freq, c->head_dim, c->rope_theta, NULL); /* as dflash_acts_ensure */
+    nn_rope_inv_freq(s->inv_freq, c->head_dim, c->rope_theta, &c->rope_scaling); /* as dflash_acts_ensure */
     return 0;
 }
 

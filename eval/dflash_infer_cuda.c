@@ -155,7 +155,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     bb = (bump){(char *)hb, 0}, bf = (bump){(char *)hf, 0};
     layout_weights(s, &bb, &bf, p, hb, hf, s->wb, s->wf);
     float *inv = take(&bf, sizeof(float) * (size_t)(hd / 2));
-    nn_rope_inv_freq(inv, hd, c->rope_theta, NULL); /* as infer_init */
+    nn_rope_inv_freq(inv, hd, c->rope_theta, &c->rope_scaling); /* as infer_init */
     s->inv_freq = (float *)((char *)s->wf + ((char *)inv - (char *)hf));
     int ok = cudaMemcpy(s->wb, hb, nb, cudaMemcpyHostToDevice) == cudaSuccess &&
              cudaMemcpy(s->wf, hf, nf, cudaMemcpyHostToDevice) == cudaSuccess;

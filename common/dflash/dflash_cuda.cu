@@ -934,7 +934,7 @@ static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *
         free(x);
         return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     }
-    nn_rope_inv_freq(inv, x->hd, c->rope_theta, NULL);
+    nn_rope_inv_freq(inv, x->hd, c->rope_theta, &c->rope_scaling); /* as dflash_acts_ensure */
     /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
     CUDA_TRY_GOTO(cudaStreamCreateWithFlags(&x->st, cudaStreamDefault), err, errlen, rc, fail);
     CUDA_TRY_RC_GOTO(nn_gemm_create_cuda(&x->gemm, 64u << 20, err, errlen), rc, fail);

@@ -382,12 +382,15 @@ int metrics_end(metrics_line *l)
         w->write_errors++;
         return -errno;
     }
-    if ((size_t)wr < l->len) {
+    if ((size_t)wr < l->len) { /* a full disk: take the partial line back (one writer a file) */
         w->write_errors++;
-        ssize_t r2;
-        do
-            r2 = write(w->fd, "\n", 1); /* end the partial line: it becomes one bad line */
-        while (r2 < 0 && errno == EINTR);
+        off_t end = lseek(w->fd, 0, SEEK_END);
+        if (end < (off_t)wr || ftruncate(w->fd, end - (off_t)wr) < 0) {
+            ssize_t r2;
+            do
+                r2 = write(w->fd, "\n", 1); /* could not: end it, one bad line a reader skips */
+            while (r2 < 0 && errno == EINTR);
+        }
         return -ENOSPC;
     }
     w->lines_written++;

@@ -64,7 +64,7 @@ ok "clean 2-epoch run: both audits exactly once, steps = sum of both epochs' bat
 e0=$(pyjson "$RUN/ledger_audit-epoch0.json" "d['n_batches']")
 
 # 2. drafter killed in epoch 1 after a checkpoint there
-mk_topo kill false '{"DF_FAULT_STEP_DELAY_MS": "150"}'
+mk_topo kill false '{"DF_FAULT_STEP_DELAY_MS": "400"}'
 start_orch
 wait_for 240 sh -c "grep -q '\"ev\":\"epoch\"' '$RUN/metrics/orchestrator.jsonl' 2>/dev/null" || fail "epoch 1 never started"
 ck=$(( (e0 / 3 + 1) * 3 )) # the first checkpoint inside epoch 1
@@ -82,7 +82,7 @@ rs=$(sed -n 's/.*resumed from .*step-[0-9]* (step \([0-9]*\)).*/\1/p' "$RUN/logs
 ok "drafter SIGKILL in epoch 1: resumed from its epoch-1 checkpoint, both audits exactly once, same step count"
 
 # 3. the orchestrator killed in epoch 1, then --resume
-mk_topo orch false '{"DF_FAULT_STEP_DELAY_MS": "150"}'
+mk_topo orch false '{"DF_FAULT_STEP_DELAY_MS": "400"}'
 start_orch
 wait_for 240 sh -c "grep -q '\"ev\":\"epoch\"' '$RUN/metrics/orchestrator.jsonl' 2>/dev/null" || fail "epoch 1 never started"
 wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
@@ -99,7 +99,7 @@ mk_topo detclean true
 start_orch; wait_orch 240
 [ "$ORCH_RC" = 0 ] || fail "deterministic clean run exited $ORCH_RC"
 check_run; CLEAN=$RUN
-mk_topo detkill true '{"DF_FAULT_STEP_DELAY_MS": "150"}'
+mk_topo detkill true '{"DF_FAULT_STEP_DELAY_MS": "400"}'
 start_orch
 wait_for 240 committed_ge $ck || fail "no checkpoint at step $ck in epoch 1"
 "$DFCTL" --run-dir "$RUN" kill drafter0 >/dev/null || fail "dfctl kill drafter0"

@@ -489,7 +489,10 @@ void report_tick(orch *o)
         if (fd >= 0) {
             size_t n = strlen(text);
             text[n] = '\n'; /* one write, newline included */
-            (void)df_write_all(fd, text, n + 1);
+            struct stat st;
+            int have_size = fstat(fd, &st) == 0; /* the orchestrator is this file's one writer */
+            if (df_write_all(fd, text, n + 1) < 0 && have_size)
+                (void)ftruncate(fd, st.st_size); /* a full disk: take the torn line back */
             close(fd);
         }
         free(text);

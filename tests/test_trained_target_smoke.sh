@@ -11,7 +11,9 @@
 #   - the shards are what prepare_data.py made from the old answers, minus its trailing eos:
 #     per sample <|bos|> <|user|> prompt <|assistant|> at loss mask 0 (the prompts of
 #     prompts-train.jsonl, in order), then RESP_LEN response bytes at loss mask 1; the run
-#     config lists every shard (several here), backend cpu, no validator;
+#     config lists every shard (several here), backend cpu;
+#   - the held-out prompts are answered too and the validator worker scores the checkpoints
+#     every VAL_EVERY steps and the last (metrics/validator.jsonl copied beside the results);
 #   - the evaluations are lossless on every prompt;
 #   - a second call reuses the target and the shards, and a BUDGET too small for the
 #     pipeline stops with a message before starting it.
@@ -65,7 +67,7 @@ PY
 # the recipe, CPU-sized
 run() {
   BACKEND=cpu SHAPE=tiny WORK=$tmp/w RES=$tmp/res PY=$py BUILD=$BUILD TB=0 NTRAIN=48 RESP_LEN=24 GEN_BATCH=8 \
-    EPOCHS=1 PROMPTS=4 MAX_NEW=16 BATCH=2 TRAIN_ARGS="--steps 3 --seq 64 --batch 4 --micro-batch 2" \
+    EPOCHS=1 PROMPTS=4 MAX_NEW=16 BATCH=2 VAL_EVERY=4 TRAIN_ARGS="--steps 3 --seq 64 --batch 4 --micro-batch 2" \
     GEN_ARGS="--shard-samples 20" bench/eval/trained_target.sh
 }
 run >"$tmp/call.log" 2>&1 || {
@@ -76,6 +78,8 @@ run >"$tmp/call.log" 2>&1 || {
 phases=$(sed -n 's/^== \[[0-9]*s, -*[0-9]*s left\] \([a-z]*\):.*/\1/p' "$tmp/call.log" | tr '\n' ' ')
 [ "$phases" = "train answer pipeline eval eval eval " ] || { cat "$tmp/call.log"; fail "phases: $phases"; }
 grep -q "in micro-batches of 2" "$tmp/res/trained_tiny_target.log" || fail "the target did not train in micro-batches"
+grep -q "held-out answers: " "$tmp/call.log" || { cat "$tmp/call.log"; fail "the held-out prompts were not answered"; }
+grep -q "checkpoints scored on 64 held-out samples" "$tmp/call.log" || { cat "$tmp/call.log"; fail "no validator table"; }
 d=$tmp/w/data/tiny-bytes
 "$py" - "$d" "$tmp/w/tiny-bytes.json" "$tmp/res" <<'PY'
 import glob, json, struct, sys
@@ -104,8 +108,16 @@ g = json.load(open(f"{res}/trained_tiny_generate.json"))
 assert g["greedy"] and g["samples_written"] == 48 and g["backend"] == "cpu", g
 c = json.load(open(cfg))
 assert c["backend"] == "cpu" and c["data"]["shards"] == shards, c["data"]
-assert "validation" not in c and all(w["role"] != "validator" for w in c["workers"]), c["workers"]
+held = sorted(glob.glob(f"{d}/heldout-*.dfs"))
+assert held and c["validation"]["shards"] == held and c["validation"]["every_steps"] == 4, c.get("validation")
+assert c["drafter"]["checkpoint_every"] == 4, c["drafter"]
+assert [w for w in c["workers"] if w["role"] == "validator"] == [{"name": "validator", "role": "validator"}]
 assert all(x["gpu"] == -1 for x in c["rings"] + c["workers"] if "gpu" in x)
+s = json.load(open(f"{res}/trained_tiny_summary.json"))
+v = [json.loads(l) for l in open(f"{res}/trained_tiny_validator.jsonl")]
+want = sorted(set(list(range(4, s["steps"] + 1, 4)) + [s["steps"]]))
+assert [x["step"] for x in v] == want, ([x["step"] for x in v], want)
+assert all(x["samples"] == 64 and x["val_loss"] > 0 for x in v), v
 for label in ("trained", "trained_batch2", "untrained"):
     e = json.load(open(f"{res}/trained_tiny_eval_{label}.json"))
     o = e["overall"]

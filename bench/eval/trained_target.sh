@@ -11,8 +11,13 @@
 #   2. answer:   the product's target_generate --backend cuda --batch GEN_BATCH --greedy answers
 #                the training prompts (RESP_LEN bytes each) straight into the drafter's training
 #                shards (prompt at loss mask 0, response at loss mask 1);
+#                The 64 held-out prompts are answered the same way (heldout-NNN.dfs): the
+#                validator's held-out set;
 #   3. pipeline: the whole pipeline, CUDA backend (configs/qwen3-0.6b-bytes.json): a 5-layer
-#                drafter, EPOCHS passes over the shards;
+#                drafter, EPOCHS passes over the shards, a checkpoint every VAL_EVERY steps,
+#                each scored by the validator worker on the GPU while training goes on
+#                (held-out loss, per-position accuracy, expected tau: metrics/validator.jsonl,
+#                printed as a table with the validator's seconds beside the run's);
 #   4. eval:     dflash_eval --backend cuda on PROMPTS held-out prompts: the trained drafter,
 #                again with BATCH prompts decoded together, then the same drafter at its
 #                initial weights (--random-drafter <run seed>): tau pooled per verify step, per
@@ -21,7 +26,9 @@
 # Prints a stamp per phase ("== [elapsed s, left s] ..."), then the tables; writes
 # RES/trained_<shape>_*.json and logs (RES: bench/results/eval).
 # Env: TB (150) seconds of target training, NTRAIN (5000), RESP_LEN (224), GEN_BATCH (64),
-#      EPOCHS (2), PROMPTS (32), MAX_NEW (128), BATCH (4; 1 skips the batched evaluation),
+#      EPOCHS (2), VAL_EVERY (250; 0: no validator), PROMPTS (32), MAX_NEW (128), BATCH (4; 1 skips the batched evaluation),
+#      WAIT_BUILD (unset: the programs must exist at the start; N: the target trains while
+#      a build still runs, and phase 2 waits up to N s for the programs),
 #      BUDGET (540): seconds the whole script may take; each phase's timeout leaves the
 #      later phases their share of what is left, so a slow phase ends with a message and the
 #      results so far instead of the device call being cut off.
@@ -54,7 +61,7 @@ case "$SHAPE" in
 esac
 TB=${TB:-150} NTRAIN=${NTRAIN:-5000} RESP_LEN=${RESP_LEN:-224} GEN_BATCH=${GEN_BATCH:-64}
 EPOCHS=${EPOCHS:-2} PROMPTS=${PROMPTS:-32} MAX_NEW=${MAX_NEW:-128} BATCH=${BATCH:-4}
-BUDGET=${BUDGET:-540} TRAIN_ARGS=${TRAIN_ARGS:-} GEN_ARGS=${GEN_ARGS:-}
+BUDGET=${BUDGET:-540} VAL_EVERY=${VAL_EVERY:-250} TRAIN_ARGS=${TRAIN_ARGS:-} GEN_ARGS=${GEN_ARGS:-}
 res=${RES:-bench/results/eval}
 tag=trained_$SHAPE
 model=$WORK/models/$name data=$WORK/data/$name run=$WORK/runs/$name
@@ -65,12 +72,20 @@ if [ -n "$LOSS$DPACE_ALPHA$GAMMA" ]; then
 fi
 bins="orchestrator target_worker postproc_worker drafter_worker dflash_eval target_generate"
 [ "$BACKEND" = cuda ] && bins="$bins cuda_helper"
-for b in $bins; do
-  [ -x "$BUILD/bin/$b" ] || {
-    echo "trained_target: missing $BUILD/bin/$b: build first (make CUDA=1, or make for BACKEND=cpu)"
-    exit 2
-  }
-done
+# need_bins: the programs must exist from phase 2 on. Checked there, not here, so a build may
+# still be running while the target trains (phase 1 needs only Python); WAIT_BUILD (seconds,
+# default 0) waits that long for them first. A trained target stays in WORK for the next call.
+need_bins() {
+  local b w=${WAIT_BUILD:-0}
+  for b in $bins; do
+    while [ ! -x "$BUILD/bin/$b" ] && [ "$w" -gt 0 ]; do sleep 2; w=$((w - 2)); done
+    [ -x "$BUILD/bin/$b" ] || {
+      echo "trained_target: missing $BUILD/bin/$b: build first (make CUDA=1, or make for BACKEND=cpu)"
+      exit 2
+    }
+  done
+}
+[ -n "${WAIT_BUILD:-}" ] || need_bins # without WAIT_BUILD: at once, before any work
 mkdir -p "$res" "$model" "$data" "$(dirname "$run")"
 
 left() { echo $((BUDGET - ($(date +%s) - t0))); }
@@ -112,6 +127,7 @@ else
 fi
 
 # 2. the target answers the training prompts: the drafter's training shards
+need_bins
 if ! ls "$data"/train-*.dfs >/dev/null 2>&1; then
   t=$(cap 300 150)
   stamp "answer: $BUILD/bin/target_generate --backend $BACKEND --batch $GEN_BATCH --greedy --max-new $RESP_LEN"
@@ -151,12 +167,29 @@ else
   stamp "answer: reusing $(find "$data" -maxdepth 1 -name 'train-*.dfs' | wc -l) shard(s) $data/train-NNN.dfs"
 fi
 
+# 2b. the held-out prompts answered the same way: the validator's held-out set
+if [ "$VAL_EVERY" -gt 0 ] && ! ls "$data"/heldout-*.dfs >/dev/null 2>&1; then
+  t=$(cap 120 150)
+  stamp "held-out answers: $BUILD/bin/target_generate on $data/prompts-heldout.jsonl (the validator's set)"
+  # shellcheck disable=SC2086 # GEN_ARGS is a list of options
+  timeout --kill-after=10 "$t" "$BUILD/bin/target_generate" --backend "$BACKEND" --batch "$GEN_BATCH" --greedy \
+    --max-new "$RESP_LEN" --target "$model" --prompts "$data/prompts-heldout.jsonl" --out "$data/heldout.tmp" \
+    $GEN_ARGS >"$res/${tag}_generate_heldout.log" 2>&1 || {
+    rc=$?
+    rm -f "$data"/heldout.tmp-*.dfs
+    phase_failed $rc "target_generate (held-out)" "$res/${tag}_generate_heldout.log"
+  }
+  for f in "$data"/heldout.tmp-*.dfs; do mv "$f" "$data/heldout-${f##*/heldout.tmp-}"; done
+  mv "$data/heldout.tmp.json" "$data/heldout.json"
+  tail -1 "$res/${tag}_generate_heldout.log"
+fi
+
 # 3. the pipeline: a config for this run's paths, backend and epochs
 cfg=$WORK/$name.json
 [ -n "$LOSS$DPACE_ALPHA$GAMMA" ] && cfg=$WORK/$tag.json # each objective its own config
-"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" "$LOSS" "$DPACE_ALPHA" "$GAMMA" <<'PY'
+"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" "$LOSS" "$DPACE_ALPHA" "$GAMMA" "$VAL_EVERY" <<'PY'
 import glob, json, sys
-base, out, backend, epochs, model, run, data, loss, alpha, gamma = sys.argv[1:]
+base, out, backend, epochs, model, run, data, loss, alpha, gamma, val_every = sys.argv[1:]
 c = json.load(open(base))
 if loss:
     c["drafter"]["loss"] = loss
@@ -167,12 +200,18 @@ if gamma:
 c["run_dir"], c["target"]["model_dir"], c["backend"] = run, model, backend
 c["drafter"]["epochs"] = int(epochs)
 c["data"]["shards"] = sorted(glob.glob(f"{data}/train-[0-9][0-9][0-9].dfs"))
-c.pop("validation", None)  # no held-out answers here: dflash_eval measures held-out tau
+c.pop("validation", None)
 c["workers"] = [w for w in c["workers"] if w["role"] != "validator"]
 gpu = 0 if backend == "cuda" else -1
 for x in c["rings"] + c["workers"]:
     if "gpu" in x:
         x["gpu"] = gpu
+if int(val_every) > 0:  # the validator scores a checkpoint every VAL_EVERY steps, on the GPU with cuda
+    c["drafter"]["checkpoint_every"] = int(val_every)
+    c["validation"] = {"shards": sorted(glob.glob(f"{data}/heldout-[0-9][0-9][0-9].dfs")), "max_samples": 64,
+                       "every_steps": int(val_every)}
+    c["workers"].append({"name": "validator", "role": "validator", "gpu": gpu} if gpu >= 0
+                        else {"name": "validator", "role": "validator"})
 json.dump(c, open(out, "w"), indent=1)
 PY
 nev=2
@@ -195,6 +234,22 @@ print(f"drafter: {s['steps']} steps in {s['seconds']:.0f}s, loss {s['loss_start'
       f"expected tau {s['expected_tau']:.2f}, exactly once {a.get('exactly_once')}")
 print("  per-position accuracy (training mask, last steps): " + " ".join(f"{x:.2f}" for x in s["acc"]))
 PY
+if [ "$VAL_EVERY" -gt 0 ]; then
+  cp "$run/metrics/validator.jsonl" "$res/${tag}_validator.jsonl"
+  "$PY" - "$run" <<'PY'
+import json, sys
+run = sys.argv[1]
+s = json.load(open(f"{run}/train_summary.json"))
+v = [json.loads(l) for l in open(f"{run}/metrics/validator.jsonl")]
+print(f"validator: {len(v)} checkpoints scored on {v[0]['samples'] if v else 0} held-out samples")
+print(f"  {'step':>6} {'val_loss':>9} {'exp tau':>8} {'acc1':>6} {'acc8':>6} {'eval s':>7}")
+for x in v:
+    a = x["val_acc"]
+    print(f"  {x['step']:6d} {x['val_loss']:9.4f} {x['val_exp_tau']:8.3f} {a[0]:6.3f} {a[min(7, len(a) - 1)]:6.3f} {x['eval_s']:7.2f}")
+busy = sum(x["eval_s"] for x in v)
+print(f"  validator busy {busy:.1f} s in a {s['seconds']:.0f} s run ({100 * busy / max(s['seconds'], 1e-9):.1f}%; it shares the drafter's GPU)")
+PY
+fi
 
 # 4. held-out tau: trained, trained with BATCH prompts together, untrained
 seed=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['seed'])" "$cfg")

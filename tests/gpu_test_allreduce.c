@@ -18,6 +18,8 @@
  *   init timeout  (any GPU count) a world-2 communicator whose rank 1 never comes:
  *             allreduce_open_nccl_ex gives -ETIMEDOUT at its 3 s deadline, no hang
  */
+#include "gpu_test_check.h"
+
 #include "ipc/allreduce.h"
 #include "ipc/fdpass.h"
 #include "util.h"
@@ -40,14 +42,6 @@ typedef struct rank_report {
     uint64_t cks_repeat, cks_bucket;
 } rank_report;
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define ALLREDUCE_OK(call)                                                     \
     do {                                                                       \
         int r_ = (call);                                                       \
@@ -102,9 +96,9 @@ static int rank_main(int rank, int world, int sock)
     size_t bytes = N_BIG * sizeof(float);
     float *h_in, *h_out = malloc(bytes), *h_ref = malloc(bytes), *h_mag = malloc(bytes);
     float *h_one = malloc(bytes), *tmp = malloc(bytes);
-    CUDA_OK(cudaMallocHost((void **)&h_in, bytes));
+    CUDA_CHECK(cudaMallocHost((void **)&h_in, bytes));
     float *d_buf;
-    CUDA_OK(cudaMalloc((void **)&d_buf, bytes));
+    CUDA_CHECK(cudaMalloc((void **)&d_buf, bytes));
     T_ASSERT(h_out && h_ref && h_mag && h_one && tmp);
 
     /* exact */
@@ -118,9 +112,9 @@ static int rank_main(int rank, int world, int sock)
                 s += exact_value(i, r);
             h_ref[i] = s;
         }
-        CUDA_OK(cudaMemcpy(d_buf, h_in, n * sizeof(float), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_buf, h_in, n * sizeof(float), cudaMemcpyHostToDevice));
         ALLREDUCE_OK(allreduce_sum(&c, d_buf, n, 30ll * 1000000000ll, e2, sizeof e2));
-        CUDA_OK(cudaMemcpy(h_out, d_buf, n * sizeof(float), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(h_out, d_buf, n * sizeof(float), cudaMemcpyDeviceToHost));
         T_ASSERT(memcmp(h_out, h_ref, n * sizeof(float)) == 0);
     }
     printf("rank %d: exact: n=1 and n=%u integer sums bit-exact\n", rank, N_BIG);
@@ -139,9 +133,9 @@ static int rank_main(int rank, int world, int sock)
     }
     fill_random(h_in, N_BIG, rank);
     for (int rep = 0; rep < 2; rep++) {
-        CUDA_OK(cudaMemcpy(d_buf, h_in, bytes, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_buf, h_in, bytes, cudaMemcpyHostToDevice));
         ALLREDUCE_OK(allreduce_sum(&c, d_buf, N_BIG, 30ll * 1000000000ll, e2, sizeof e2));
-        CUDA_OK(cudaMemcpy(rep == 0 ? h_one : h_out, d_buf, bytes, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(rep == 0 ? h_one : h_out, d_buf, bytes, cudaMemcpyDeviceToHost));
     }
     T_ASSERT(memcmp(h_one, h_out, bytes) == 0);
     check_close(h_one, h_ref, h_mag, N_BIG, "repeat");
@@ -150,19 +144,19 @@ static int rank_main(int rank, int world, int sock)
 
     /* bucketed, inputs copied in on the caller's stream */
     cudaStream_t us;
-    CUDA_OK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&us, cudaStreamNonBlocking));
     ALLREDUCE_OK(allreduce_set_stream(&c, us, e2, sizeof e2));
     static const size_t cuts[] = {0, 1000, 1001, 300000, 700001, N_BIG}; /* 5 buckets */
     for (int pass = 0; pass < 2; pass++) {
-        CUDA_OK(cudaMemsetAsync(d_buf, 0xff, bytes, us)); /* NaN garbage first */
+        CUDA_CHECK(cudaMemsetAsync(d_buf, 0xff, bytes, us)); /* NaN garbage first */
         for (int b = 4; b >= 0; b--) {
             size_t lo = cuts[b], hi = cuts[b + 1];
-            CUDA_OK(cudaMemcpyAsync(d_buf + lo, h_in + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice, us));
+            CUDA_CHECK(cudaMemcpyAsync(d_buf + lo, h_in + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice, us));
             ALLREDUCE_OK(allreduce_bucket_ready(&c, (uint32_t)(4 - b), d_buf + lo, hi - lo, e2, sizeof e2));
         }
         ALLREDUCE_OK(allreduce_wait_all(&c, e2, sizeof e2));
-        CUDA_OK(cudaMemcpyAsync(h_out, d_buf, bytes, cudaMemcpyDeviceToHost, us));
-        CUDA_OK(cudaStreamSynchronize(us));
+        CUDA_CHECK(cudaMemcpyAsync(h_out, d_buf, bytes, cudaMemcpyDeviceToHost, us));
+        CUDA_CHECK(cudaStreamSynchronize(us));
         if (pass == 0) {
             check_close(h_out, h_ref, h_mag, N_BIG, "bucketed");
             memcpy(tmp, h_out, bytes);

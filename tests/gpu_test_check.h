@@ -1,9 +1,12 @@
-/* gpu_test_check.h: what the GPU numerics tests share: CUDA_CHECK (file:line, the call
- * and the CUDA error text, exit 1), a no-GPU skip, a watchdog so a test never hangs, a
- * per-run seed (fresh every run, printed, NN_CUDA_TEST_SEED=... replays one) and the
- * comparison that prints max abs err, max rel err and the first bad index. A NaN or Inf
- * never passes: the test is !(err <= tol), false for NaN. Header-only (static) because
- * each GPU test is one translation unit. */
+/* gpu_test_check.h: what the GPU tests share: CUDA_CHECK (file:line, the call and the
+ * CUDA error text, exit 1), RC_CHECK (the same for a 0 / -errno call), EXPECT (a check that
+ * counts a failure in gt_failures and goes on), xmalloc, a no-GPU skip, a watchdog so a
+ * test never hangs, a per-run seed (fresh every run, printed, NN_CUDA_TEST_SEED=...
+ * replays one) and the comparison that prints max abs err, max rel err and the first bad
+ * index. A NaN or Inf never passes: the test is !(err <= tol), false for NaN.
+ * The CUDA benches (bench/drafter, bench/eval, bench/target) use CUDA_CHECK, RC_CHECK and
+ * gt_watchdog from here too, as bench/nn includes tests/nn_plain.h: one copy of each.
+ * Header-only (static) because each GPU test and bench is one translation unit. */
 #ifndef DF_GPU_TEST_CHECK_H
 #define DF_GPU_TEST_CHECK_H
 
@@ -38,20 +41,54 @@
         }                                                                                                           \
     } while (0)
 
+/* A check that does not stop the test: on failure "  FAIL file:line: <message>", counted
+ * in gt_failures (the test's exit status comes from it at the end). */
+static int gt_failures __attribute__((unused));
+#define EXPECT(cond, ...)                                 \
+    do {                                                  \
+        if (!(cond)) {                                    \
+            printf("  FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                          \
+            printf("\n");                                 \
+            gt_failures++;                                \
+        }                                                 \
+    } while (0)
+
+static inline void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* the line the watchdog writes (gt_watchdog sets it) */
+static const char *gt_watchdog_line = "FAIL: watchdog: the test ran past its time limit (hung kernel?)\n";
+
 static inline void gt_watchdog_fire(int sig)
 {
     (void)sig;
-    static const char msg[] = "FAIL: watchdog: the test ran past its time limit (hung kernel?)\n";
-    ssize_t w = write(2, msg, sizeof msg - 1);
+    ssize_t w = write(2, gt_watchdog_line, strlen(gt_watchdog_line)); /* both async-signal-safe */
     (void)w;
     _exit(1);
+}
+
+/* After limit_s seconds write line (NULL: the test's FAIL line above; a bench passes its
+ * own, ending in a newline) to stderr and exit 1. */
+static inline void gt_watchdog(unsigned limit_s, const char *line)
+{
+    if (line)
+        gt_watchdog_line = line;
+    signal(SIGALRM, gt_watchdog_fire);
+    alarm(limit_s);
 }
 
 /* Skip (77) without a usable GPU; arm a watchdog of limit_s seconds. */
 static inline void gt_setup(unsigned limit_s)
 {
-    signal(SIGALRM, gt_watchdog_fire);
-    alarm(limit_s);
+    gt_watchdog(limit_s, NULL);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n < 1) {

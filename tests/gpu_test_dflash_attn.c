@@ -14,6 +14,8 @@
  * NaN before each run: a dS tile or partial read before it is written shows), and a second
  * fused run is bit-identical. No GPU: SKIPPED, exit 77.
  * Seed: DFLASH_ATTN_SEED=n replays a run (default: from the clock, printed). */
+#include "gpu_test_check.h"
+
 #include "dflash/dflash_attn_cuda.h"
 #include "io/safetensors.h"
 #include "nn/nn_cuda.h"
@@ -28,34 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                  \
-    do {                                                  \
-        if (!(cond)) {                                    \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                          \
-            printf("\n");                                 \
-            failures++;                                   \
-        }                                                 \
-    } while (0)
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 static char g_err[512];
-#define RC_OK(call)                                                                         \
-    do {                                                                                    \
-        int rc_ = (call);                                                                   \
-        if (rc_ < 0) {                                                                      \
-            fprintf(stderr, "%s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, g_err); \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 #define MAXD 8
 typedef struct acase {
@@ -67,20 +42,20 @@ typedef struct acase {
 static void *dmalloc(size_t bytes)
 {
     void *p = NULL;
-    CUDA_OK(cudaMalloc(&p, bytes ? bytes : 1));
+    CUDA_CHECK(cudaMalloc(&p, bytes ? bytes : 1));
     return p;
 }
 static void *dupload(const void *src, size_t bytes)
 {
     void *p = dmalloc(bytes);
-    CUDA_OK(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice));
     return p;
 }
 static void *hdownload(const void *src, size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
     T_ASSERT(p);
-    CUDA_OK(cudaMemcpy(p, src, bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(p, src, bytes, cudaMemcpyDeviceToHost));
     return p;
 }
 static uint16_t *rand_bf16(size_t n, df_rng *r, double std)
@@ -132,17 +107,17 @@ static void run_scheme(const dflash_attn_ws_cuda *ws, const dflash_attn_cuda *a,
 {
     /* poison the workspace (NaN in bf16 and fp32): a dS tile or partial read before it is
      * written shows up as a non-finite or wrong gradient */
-    CUDA_OK(cudaMemset(ws->base, 0xff,
-                       dflash_attn_ws_bytes_cuda(ws->scheme, ws->max_S, ws->max_N, ws->B, ws->H, ws->KV, ws->hd)));
+    CUDA_CHECK(cudaMemset(ws->base, 0xff,
+                          dflash_attn_ws_bytes_cuda(ws->scheme, ws->max_S, ws->max_N, ws->B, ws->H, ws->KV, ws->hd)));
     /* poison the outputs: every element must be written */
-    CUDA_OK(cudaMemset(att_d, 0xff, sizeof(uint16_t) * n_att));
-    CUDA_OK(cudaMemset(lse_d, 0xff, sizeof(float) * n_lse));
-    CUDA_OK(cudaMemset(dQ_d, 0xff, sizeof(float) * n_q));
-    CUDA_OK(cudaMemset(dK_d, 0xff, sizeof(float) * n_kv));
-    CUDA_OK(cudaMemset(dV_d, 0xff, sizeof(float) * n_kv));
-    RC_OK(dflash_attn_fwd_cuda(ws, a, Q, K, V, att_d, lse_d, 0, g_err, sizeof g_err));
-    RC_OK(dflash_attn_bwd_cuda(ws, a, Q, K, V, att_d, lse_d, datt, dQ_d, dK_d, dV_d, 0, g_err, sizeof g_err));
-    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemset(att_d, 0xff, sizeof(uint16_t) * n_att));
+    CUDA_CHECK(cudaMemset(lse_d, 0xff, sizeof(float) * n_lse));
+    CUDA_CHECK(cudaMemset(dQ_d, 0xff, sizeof(float) * n_q));
+    CUDA_CHECK(cudaMemset(dK_d, 0xff, sizeof(float) * n_kv));
+    CUDA_CHECK(cudaMemset(dV_d, 0xff, sizeof(float) * n_kv));
+    RC_CHECK(dflash_attn_fwd_cuda(ws, a, Q, K, V, att_d, lse_d, 0, g_err, sizeof g_err), g_err);
+    RC_CHECK(dflash_attn_bwd_cuda(ws, a, Q, K, V, att_d, lse_d, datt, dQ_d, dK_d, dV_d, 0, g_err, sizeof g_err), g_err);
+    CUDA_CHECK(cudaDeviceSynchronize());
     o->att = hdownload(att_d, sizeof(uint16_t) * n_att);
     o->lse = hdownload(lse_d, sizeof(float) * n_lse);
     o->dQ = hdownload(dQ_d, sizeof(float) * n_q);
@@ -244,8 +219,8 @@ static void run_case(const acase *c, uint64_t seed, nn_gemm_cuda *gemm)
         cmp(t[i].f, t[i].g, t[i].n, &rel, &mx, &nf);
         printf("  %-8s %12.3e %14.3e %10.0e%s\n", t[i].name, rel, mx, t[i].tol,
                rel < t[i].tol && nf == 0 ? "" : "  <-- FAIL");
-        CHECK(nf == 0, "%s: %ld non-finite fused values", t[i].name, nf);
-        CHECK(rel < t[i].tol, "%s: fused vs gemm rel err %.3e >= %.0e", t[i].name, rel, t[i].tol);
+        EXPECT(nf == 0, "%s: %ld non-finite fused values", t[i].name, nf);
+        EXPECT(rel < t[i].tol, "%s: fused vs gemm rel err %.3e >= %.0e", t[i].name, rel, t[i].tol);
     }
     /* LSE: kept rows close, padding rows -inf in both */
     double lse_max = 0;
@@ -263,7 +238,7 @@ static void run_case(const acase *c, uint64_t seed, nn_gemm_cuda *gemm)
         }
     }
     printf("  lse      max abs diff %.3e over kept rows (tolerance 1e-3), %ld bad\n", lse_max, lse_bad);
-    CHECK(lse_bad == 0, "lse: %ld rows differ by more than 1e-3 or padding rows not -inf", lse_bad);
+    EXPECT(lse_bad == 0, "lse: %ld rows differ by more than 1e-3 or padding rows not -inf", lse_bad);
 
     /* exact zeros: padding rows (output, dQ), padding blocks' keys and unseen context keys (dK, dV) */
     long nz_att = 0, nz_dq = 0, nz_kv = 0, unseen = 0;
@@ -299,13 +274,13 @@ static void run_case(const acase *c, uint64_t seed, nn_gemm_cuda *gemm)
     printf("  exact zeros: %ld non-zero padding outputs, %ld non-zero padding dQ, %ld non-zero dK/dV of keys no "
            "query sees (%d KV heads x %ld unseen context keys + padding blocks)\n",
            nz_att, nz_dq, nz_kv, c->KV, unseen / c->KV);
-    CHECK(nz_att == 0 && nz_dq == 0 && nz_kv == 0, "padding / unseen keys not exact zeros");
+    EXPECT(nz_att == 0 && nz_dq == 0 && nz_kv == 0, "padding / unseen keys not exact zeros");
 
     int same = !memcmp(F.att, F2.att, sizeof(uint16_t) * n_att) && !memcmp(F.lse, F2.lse, sizeof(float) * n_lse) &&
                !memcmp(F.dQ, F2.dQ, sizeof(float) * n_q) && !memcmp(F.dK, F2.dK, sizeof(float) * n_kv) &&
                !memcmp(F.dV, F2.dV, sizeof(float) * n_kv);
     printf("  determinism: second fused run %s\n", same ? "bit-identical" : "DIFFERS");
-    CHECK(same, "two fused runs differ");
+    EXPECT(same, "two fused runs differ");
 
     outs_free(&F), outs_free(&F2), outs_free(&Gm), outs_free(&Rc);
     free(fa), free(ga);
@@ -333,7 +308,7 @@ int main(int argc, char **argv)
     printf("gpu_test_dflash_attn: seed %llu (DFLASH_ATTN_SEED=%llu to replay)\n", (unsigned long long)seed,
            (unsigned long long)seed);
     nn_gemm_cuda *gemm = NULL;
-    RC_OK(nn_gemm_create_cuda(&gemm, 64u << 20, g_err, sizeof g_err));
+    RC_CHECK(nn_gemm_create_cuda(&gemm, 64u << 20, g_err, sizeof g_err), g_err);
     acase cases[] = {
         {"8b-full", 128, 32, 8, 16, 0, 1, {777}, 40, {37}},
         {"8b-sliding", 128, 32, 8, 16, 100, 1, {777}, 40, {37}},
@@ -347,8 +322,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         run_case(&cases[i], seed, gemm);
     nn_gemm_destroy_cuda(gemm);
-    if (failures) {
-        printf("gpu_test_dflash_attn: %d check(s) FAILED (seed %llu)\n", failures, (unsigned long long)seed);
+    if (gt_failures) {
+        printf("gpu_test_dflash_attn: %d check(s) FAILED (seed %llu)\n", gt_failures, (unsigned long long)seed);
         return 1;
     }
     printf("gpu_test_dflash_attn: all checks passed\n");

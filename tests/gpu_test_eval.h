@@ -62,16 +62,6 @@ static inline int rnd(int lo, int hi) /* [lo, hi] */
     return lo + (int)df_rng_below(&g_rng, (uint64_t)(hi - lo + 1));
 }
 
-static inline void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 static inline int32_t argmax(const float *x, int n)
 {
     int32_t b = 0;

@@ -62,16 +62,6 @@ static long g_fail;
 static char g_err[1024];
 static char g_tmp[256];
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 static int rnd(int lo, int hi) /* [lo, hi] */
 {
     return lo + (int)df_rng_below(&g_rng, (uint64_t)(hi - lo + 1));

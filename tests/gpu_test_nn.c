@@ -27,15 +27,6 @@ static float urand(float lo, float hi)
     return lo + (hi - lo) * (float)df_rng_uniform(&g_rng);
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
 #define NEWF(n) ((float *)xmalloc(sizeof(float) * (size_t)(n)))
 #define NEWH(n) ((uint16_t *)xmalloc(sizeof(uint16_t) * (size_t)(n)))
 #define NEWI(n) ((int32_t *)xmalloc(sizeof(int32_t) * (size_t)(n)))

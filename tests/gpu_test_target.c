@@ -29,16 +29,6 @@ static df_rng g_rng;
 static long g_fail;
 static char g_err[512];
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 /* Run target_forward_cuda on host tokens/doc_starts; returns the capture as fp32 [T, nc, d]. */
 static float *gpu_forward(target_model_cuda *m, const int32_t *tok, const int32_t *starts, int n_docs, cudaStream_t s)
 {

@@ -36,6 +36,7 @@ int main(int argc, char **argv)
 #include "dflash/dflash_batch.h"
 #include "dflash/dflash_cuda.h"
 #include "nn/nn_cuda.h"
+#include "tests/gpu_test_check.h"
 #include "util.h"
 
 #include <cuda_runtime_api.h>
@@ -67,24 +68,8 @@ static void usage(void)
            "  --docs K: each step packs K documents of S tokens with N anchor slots each (default 1)\n");
 }
 
-#define CUDA_OK(call)                                                                                             \
-    do {                                                                                                          \
-        cudaError_t e_ = (call);                                                                                  \
-        if (e_ != cudaSuccess) {                                                                                  \
-            fprintf(stderr, "bench_drafter: %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                              \
-        }                                                                                                         \
-    } while (0)
-/* a 0 / -errno call that wrote its failure into g_err */
+/* a 0 / -errno call writes its failure into g_err */
 static char g_err[512];
-#define DFLASH_CUDA_OK(call)                                                           \
-    do {                                                                               \
-        int rc_ = (call);                                                              \
-        if (rc_ < 0) {                                                                 \
-            fprintf(stderr, "bench_drafter: %s failed (%d): %s\n", #call, rc_, g_err); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
 
 static void qwen3_8b_b16(dflash_config *c)
 {
@@ -131,29 +116,29 @@ static double gemm_ceiling(cudaStream_t s)
         return 0;
     }
     dflash_bf16_cuda *a, *b, *c;
-    CUDA_OK(cudaMalloc((void **)&a, sizeof(dflash_bf16_cuda) * (size_t)n * n));
-    CUDA_OK(cudaMalloc((void **)&b, sizeof(dflash_bf16_cuda) * (size_t)n * n));
-    CUDA_OK(cudaMalloc((void **)&c, sizeof(dflash_bf16_cuda) * (size_t)n * n));
-    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(a, (size_t)n * n, 1, 1.0f, s, g_err, sizeof g_err));
-    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(b, (size_t)n * n, 2, 1.0f, s, g_err, sizeof g_err));
+    CUDA_CHECK(cudaMalloc((void **)&a, sizeof(dflash_bf16_cuda) * (size_t)n * n));
+    CUDA_CHECK(cudaMalloc((void **)&b, sizeof(dflash_bf16_cuda) * (size_t)n * n));
+    CUDA_CHECK(cudaMalloc((void **)&c, sizeof(dflash_bf16_cuda) * (size_t)n * n));
+    RC_CHECK(dflash_fill_uniform_bf16_cuda(a, (size_t)n * n, 1, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(dflash_fill_uniform_bf16_cuda(b, (size_t)n * n, 2, 1.0f, s, g_err, sizeof g_err), g_err);
     nn_gemm_args_cuda p; /* the drafter step's kind of call (align_hint 1) */
     memset(&p, 0, sizeof p);
     p.ta = 0, p.tb = 1, p.M = n, p.N = n, p.K = n, p.A = a, p.lda = n, p.B = b, p.ldb = n, p.D = c, p.ldd = n;
     p.d_type = NN_GEMM_BF16, p.alpha = 1, p.beta = 0, p.batch = 1, p.align_hint = 1;
     float ms[20];
     cudaEvent_t e0, e1;
-    CUDA_OK(cudaEventCreate(&e0));
-    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     for (int i = 0; i < 25; i++) {
-        CUDA_OK(cudaEventRecord(e0, s));
+        CUDA_CHECK(cudaEventRecord(e0, s));
         if (nn_gemm_run_cuda(g, &p, s, g_err, sizeof g_err) < 0) {
             fprintf(stderr, "bench_drafter: ceiling GEMM: %s\n", g_err);
             exit(1);
         }
-        CUDA_OK(cudaEventRecord(e1, s));
-        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
         if (i >= 5)
-            CUDA_OK(cudaEventElapsedTime(&ms[i - 5], e0, e1));
+            CUDA_CHECK(cudaEventElapsedTime(&ms[i - 5], e0, e1));
     }
     qsort(ms, 20, sizeof(float), cmp_f);
     cudaFree(a), cudaFree(b), cudaFree(c);
@@ -186,16 +171,16 @@ static opt_result measure_optimizer(dflash_ctx_cuda *ctx, cudaStream_t s, size_t
     opt_result r;
     memset(&r, 0, sizeof r);
     cudaEvent_t e0, e1;
-    CUDA_OK(cudaEventCreate(&e0));
-    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     float ms[10];
     for (int i = 0; i < 13; i++) {
-        CUDA_OK(cudaEventRecord(e0, s));
-        DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
-        CUDA_OK(cudaEventRecord(e1, s));
-        CUDA_OK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        RC_CHECK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err), g_err);
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
         if (i >= 3)
-            CUDA_OK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
+            CUDA_CHECK(cudaEventElapsedTime(&ms[i - 3], e0, e1));
     }
     qsort(ms, 10, sizeof(float), cmp_f);
     r.ms = ms[5];
@@ -207,15 +192,15 @@ static opt_result measure_optimizer(dflash_ctx_cuda *ctx, cudaStream_t s, size_t
         fprintf(stderr, "bench_drafter: no room for the copy ceiling's 2 x %zu bytes; ceiling not measured\n",
                 COPY_BYTES);
     } else {
-        CUDA_OK(cudaMemsetAsync(a, 1, COPY_BYTES, s));
+        CUDA_CHECK(cudaMemsetAsync(a, 1, COPY_BYTES, s));
         float best = 0;
         for (int i = 0; i < COPY_REPS + 1; i++) {
-            CUDA_OK(cudaEventRecord(e0, s));
-            CUDA_OK(cudaMemcpyAsync(b, a, COPY_BYTES, cudaMemcpyDeviceToDevice, s));
-            CUDA_OK(cudaEventRecord(e1, s));
-            CUDA_OK(cudaEventSynchronize(e1));
+            CUDA_CHECK(cudaEventRecord(e0, s));
+            CUDA_CHECK(cudaMemcpyAsync(b, a, COPY_BYTES, cudaMemcpyDeviceToDevice, s));
+            CUDA_CHECK(cudaEventRecord(e1, s));
+            CUDA_CHECK(cudaEventSynchronize(e1));
             float t;
-            CUDA_OK(cudaEventElapsedTime(&t, e0, e1));
+            CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
             if (i > 0 && (best == 0 || t < best))
                 best = t;
         }
@@ -306,7 +291,7 @@ int main(int argc, char **argv)
         return 77;
     }
     struct cudaDeviceProp prop;
-    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     dflash_config c;
     if (tiny)
         tiny_shape(&c);
@@ -324,7 +309,7 @@ int main(int argc, char **argv)
         schemes[nsch++] = (char *)(e && *e ? e : "fused");
     }
     cudaStream_t s0;
-    CUDA_OK(cudaStreamCreate(&s0));
+    CUDA_CHECK(cudaStreamCreate(&s0));
     printf("bench_drafter: %s, %s shape, measuring the bf16 8192^3 GEMM ceiling ...\n", prop.name,
            tiny    ? "tiny"
            : small ? "Qwen3-1.7B-DFlash-b16"
@@ -334,15 +319,15 @@ int main(int argc, char **argv)
     printf("bench_drafter: GEMM ceiling %.1f TFLOP/s\n", ceiling);
 
     dflash_bf16_cuda *embed, *head, *Hd;
-    CUDA_OK(cudaMalloc((void **)&embed, sizeof(dflash_bf16_cuda) * (size_t)V * d));
-    CUDA_OK(cudaMalloc((void **)&head, sizeof(dflash_bf16_cuda) * (size_t)V * d));
-    CUDA_OK(cudaMalloc((void **)&Hd, sizeof(dflash_bf16_cuda) * (size_t)pS * c.n_capture * d));
+    CUDA_CHECK(cudaMalloc((void **)&embed, sizeof(dflash_bf16_cuda) * (size_t)V * d));
+    CUDA_CHECK(cudaMalloc((void **)&head, sizeof(dflash_bf16_cuda) * (size_t)V * d));
+    CUDA_CHECK(cudaMalloc((void **)&Hd, sizeof(dflash_bf16_cuda) * (size_t)pS * c.n_capture * d));
     /* std 0.02, 0.02 and 1 */
-    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0, g_err, sizeof g_err));
-    DFLASH_CUDA_OK(dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0, g_err, sizeof g_err));
-    DFLASH_CUDA_OK(
-        dflash_fill_uniform_bf16_cuda(Hd, (size_t)pS * c.n_capture * d, 13, 1.732f, s0, g_err, sizeof g_err));
-    CUDA_OK(cudaStreamSynchronize(s0));
+    RC_CHECK(dflash_fill_uniform_bf16_cuda(embed, (size_t)V * d, 11, 0.0346f, s0, g_err, sizeof g_err), g_err);
+    RC_CHECK(dflash_fill_uniform_bf16_cuda(head, (size_t)V * d, 12, 0.0346f, s0, g_err, sizeof g_err), g_err);
+    RC_CHECK(dflash_fill_uniform_bf16_cuda(Hd, (size_t)pS * c.n_capture * d, 13, 1.732f, s0, g_err, sizeof g_err),
+             g_err);
+    CUDA_CHECK(cudaStreamSynchronize(s0));
     adamw_config oc;
     adamw_config_default(&oc, 1000);
 
@@ -351,10 +336,10 @@ int main(int argc, char **argv)
     uint8_t *lm = (uint8_t *)malloc((size_t)pS), *keep = (uint8_t *)malloc((size_t)pN);
     int32_t *x_d, *anc_d;
     uint8_t *lm_d, *keep_d;
-    CUDA_OK(cudaMalloc((void **)&x_d, sizeof(int32_t) * (size_t)pS));
-    CUDA_OK(cudaMalloc((void **)&anc_d, sizeof(int32_t) * (size_t)pN));
-    CUDA_OK(cudaMalloc((void **)&lm_d, (size_t)pS));
-    CUDA_OK(cudaMalloc((void **)&keep_d, (size_t)pN));
+    CUDA_CHECK(cudaMalloc((void **)&x_d, sizeof(int32_t) * (size_t)pS));
+    CUDA_CHECK(cudaMalloc((void **)&anc_d, sizeof(int32_t) * (size_t)pN));
+    CUDA_CHECK(cudaMalloc((void **)&lm_d, (size_t)pS));
+    CUDA_CHECK(cudaMalloc((void **)&keep_d, (size_t)pN));
     if (!x || !anc || !lm || !keep) {
         fprintf(stderr, "bench_drafter: out of host memory\n");
         return 1;
@@ -365,8 +350,8 @@ int main(int argc, char **argv)
     size_t np = 0;
     dflash_ctx_cuda *ctx = NULL;
     cudaEvent_t e0, e1;
-    CUDA_OK(cudaEventCreate(&e0));
-    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     for (int si = 0; si < nsch; si++) {
         setenv("DFLASH_ATTN", schemes[si], 1);
         char err[512];
@@ -378,7 +363,7 @@ int main(int argc, char **argv)
         printf("bench_drafter: attention %s: %zu trainable params, context holds %.1f GiB (max S %d, max anchors %d)\n",
                dflash_attn_name_cuda(ctx), dflash_param_count_cuda(ctx),
                (double)dflash_device_bytes_cuda(ctx) / (1u << 30), pS, pN);
-        DFLASH_CUDA_OK(dflash_params_init_device_cuda(ctx, 42, 0.02f, g_err, sizeof g_err));
+        RC_CHECK(dflash_params_init_device_cuda(ctx, 42, 0.02f, g_err, sizeof g_err), g_err);
         cudaStream_t s = dflash_stream_cuda(ctx);
         df_rng r;
         df_rng_seed(&r, 5); /* the same documents for every scheme */
@@ -421,11 +406,11 @@ int main(int argc, char **argv)
                          (double)S * 6.0 * (p_fc + p_kv) + 12.0 * pk * c.n_heads * c.head_dim;
             }
             starts[docs] = docs * S;
-            CUDA_OK(cudaMemcpy(x_d, x, sizeof(int32_t) * (size_t)S * docs, cudaMemcpyHostToDevice));
-            CUDA_OK(cudaMemcpy(lm_d, lm, (size_t)S * docs, cudaMemcpyHostToDevice));
-            CUDA_OK(cudaMemcpy(anc_d, anc, sizeof(int32_t) * (size_t)N * docs, cudaMemcpyHostToDevice));
-            CUDA_OK(cudaMemcpy(keep_d, keep, (size_t)N * docs, cudaMemcpyHostToDevice));
-            CUDA_OK(cudaDeviceSynchronize());
+            CUDA_CHECK(cudaMemcpy(x_d, x, sizeof(int32_t) * (size_t)S * docs, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(lm_d, lm, (size_t)S * docs, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(anc_d, anc, sizeof(int32_t) * (size_t)N * docs, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(keep_d, keep, (size_t)N * docs, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaDeviceSynchronize());
             /* packed: the documents' kept slots one after the other (as the trainer) */
             dflash_batch_cuda b = {S * docs, docs > 1 ? n : N, docs > 1 ? -1 : n,   Hd,     1,     x_d, lm_d,
                                    anc_d,    keep_d,           docs > 1 ? docs : 0, starts, nreal, N};
@@ -434,24 +419,24 @@ int main(int argc, char **argv)
             fflush(stdout);
             result *o = &res[nres++];
             for (int it = 0; it < warmup + iters; it++) {
-                CUDA_OK(cudaEventRecord(e0, s));
-                DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
-                DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
-                DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
-                CUDA_OK(cudaEventRecord(e1, s));
-                CUDA_OK(cudaEventSynchronize(e1));
+                CUDA_CHECK(cudaEventRecord(e0, s));
+                RC_CHECK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err), g_err);
+                RC_CHECK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err), g_err);
+                RC_CHECK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err), g_err);
+                CUDA_CHECK(cudaEventRecord(e1, s));
+                CUDA_CHECK(cudaEventSynchronize(e1));
                 if (it >= warmup)
-                    CUDA_OK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
+                    CUDA_CHECK(cudaEventElapsedTime(&o->all_ms[o->n_ms++], e0, e1));
             }
             /* one more step with phase events (not in the median: events add a little) */
-            DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err));
-            DFLASH_CUDA_OK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err));
-            DFLASH_CUDA_OK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err));
-            DFLASH_CUDA_OK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err));
-            DFLASH_CUDA_OK(dflash_timing_read_cuda(ctx, &o->ph, g_err, sizeof g_err));
-            DFLASH_CUDA_OK(dflash_timing_enable_cuda(ctx, 0, g_err, sizeof g_err));
+            RC_CHECK(dflash_timing_enable_cuda(ctx, 1, g_err, sizeof g_err), g_err);
+            RC_CHECK(dflash_zero_grads_cuda(ctx, g_err, sizeof g_err), g_err);
+            RC_CHECK(dflash_step_accumulate_cuda(ctx, &b, 0, NULL, g_err, sizeof g_err), g_err);
+            RC_CHECK(dflash_optimizer_step_cuda(ctx, NULL, g_err, sizeof g_err), g_err);
+            RC_CHECK(dflash_timing_read_cuda(ctx, &o->ph, g_err, sizeof g_err), g_err);
+            RC_CHECK(dflash_timing_enable_cuda(ctx, 0, g_err, sizeof g_err), g_err);
             dflash_stats st;
-            DFLASH_CUDA_OK(dflash_stats_read_cuda(ctx, &st, g_err, sizeof g_err));
+            RC_CHECK(dflash_stats_read_cuda(ctx, &st, g_err, sizeof g_err), g_err);
             float sorted[64];
             memcpy(sorted, o->all_ms, sizeof(float) * (size_t)o->n_ms);
             qsort(sorted, (size_t)o->n_ms, sizeof(float), cmp_f);
@@ -484,7 +469,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench_drafter: out of host memory\n");
             return 1;
         }
-        DFLASH_CUDA_OK(dflash_params_to_host_cuda(ctx, P, g_err, sizeof g_err));
+        RC_CHECK(dflash_params_to_host_cuda(ctx, P, g_err, sizeof g_err), g_err);
         int wrc;
         if ((wrc = df_write_file_atomic(check, P, sizeof(float) * np)) < 0) {
             fprintf(stderr, "bench_drafter: cannot write %s: %s\n", check, strerror(-wrc));

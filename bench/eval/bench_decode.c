@@ -52,11 +52,9 @@ int main(void)
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "dflash/dflash_config.h"
 #include "dflash/dflash_model.h"
@@ -65,26 +63,10 @@ int main(void)
 #include "io/hfconfig.h"
 #include "target/decode_kernels_cuda.h"
 #include "target/target_decode_cuda.h"
+#include "tests/gpu_test_check.h"
 #include "util.h"
 
 static char g_err[1024];
-
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define RC(call)                                                                                  \
-    do {                                                                                          \
-        int r_ = (call);                                                                          \
-        if (r_ < 0) {                                                                             \
-            fprintf(stderr, "%s:%d: %s returned %d: %s\n", __FILE__, __LINE__, #call, r_, g_err); \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
 
 typedef struct shape {
     const char *name, *key;
@@ -315,7 +297,7 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
 {
     cudaGraph_t g;
     cudaGraphExec_t ge;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     int rc = 0;
     for (int i = 0; i < calls && rc == 0; i++)
         rc = swiglu == 1
@@ -330,16 +312,16 @@ static double time_linear(int T, int K, int N, int swiglu, int out_f32, const nn
     }
     cudaGraphDestroy(g);
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     double t[5];
     for (int r = 0; r < 6; r++) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaGraphLaunch(ge, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventRecord(e0, s));
+        CUDA_CHECK(cudaGraphLaunch(ge, s));
+        CUDA_CHECK(cudaEventRecord(e1, s));
+        CUDA_CHECK(cudaEventSynchronize(e1));
         float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (r > 0)
             t[r - 1] = ms / calls;
     }
@@ -415,12 +397,12 @@ static void steps_under(decode_model_cuda *m, infer_state_cuda *dr, int fz, cons
     dr->draft_graph = NULL;
     dr->fused = fz;
     decode_reset_cuda(m);
-    RC(decode_extend_cuda(m, prompt, P, 1, next, g_err, sizeof g_err));
+    RC_CHECK(decode_extend_cuda(m, prompt, P, 1, next, g_err, sizeof g_err), g_err);
     infer_reset_cuda(dr);
-    RC(infer_append_cuda(dr, m->feat, P, g_err, sizeof g_err));
+    RC_CHECK(infer_append_cuda(dr, m->feat, P, g_err, sizeof g_err), g_err);
     for (int i = 0; i < reps + 3; i++) {
         double a = now_ms();
-        RC(decode_extend_cuda(m, next, 1, 1, next, g_err, sizeof g_err));
+        RC_CHECK(decode_extend_cuda(m, next, 1, 1, next, g_err, sizeof g_err), g_err);
         if (i >= 3)
             t_ms[i - 3] = now_ms() - a;
     }
@@ -430,15 +412,15 @@ static void steps_under(decode_model_cuda *m, infer_state_cuda *dr, int fz, cons
         blk[i] = (int32_t)df_rng_below(rng, (uint64_t)V - 1);
     for (int i = 0; i < reps + 3; i++) {
         double a = now_ms();
-        RC(decode_extend_cuda(m, blk, 16, 16, next, g_err, sizeof g_err));
+        RC_CHECK(decode_extend_cuda(m, blk, 16, 16, next, g_err, sizeof g_err), g_err);
         if (i >= 3)
             t_ms[i - 3] = now_ms() - a;
-        RC(decode_truncate_cuda(m, len));
+        RC_CHECK(decode_truncate_cuda(m, len), g_err);
     }
     out[1] = median(t_ms, reps);
     for (int i = 0; i < reps + 3; i++) {
         double a = now_ms();
-        RC(infer_draft_cuda(dr, next[0], draft, g_err, sizeof g_err));
+        RC_CHECK(infer_draft_cuda(dr, next[0], draft, g_err, sizeof g_err), g_err);
         if (i >= 3)
             t_ms[i - 3] = now_ms() - a;
     }
@@ -471,30 +453,30 @@ static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
     float *x, *w, *fl, *logits;
     nn_bf16_cuda *y, *a, *qkv, *kc, *vc, *att, *gu, *h;
     int32_t *pos, *idx;
-    CK(cudaMalloc((void **)&x, sizeof(float) * 64 * d));
-    CK(cudaMalloc((void **)&w, sizeof(float) * d));
-    CK(cudaMalloc((void **)&fl, sizeof(float) * 3 * hd));
-    CK(cudaMalloc((void **)&logits, sizeof(float) * 64 * (size_t)V));
-    CK(cudaMalloc((void **)&y, 2 * 64 * (size_t)d));
-    CK(cudaMalloc((void **)&a, 2 * 64 * (size_t)d));
-    CK(cudaMalloc((void **)&qkv, 2 * 64 * (size_t)qn));
-    CK(cudaMalloc((void **)&kc, 2 * kvl * L));
-    CK(cudaMalloc((void **)&vc, 2 * kvl * L));
-    CK(cudaMalloc((void **)&att, 2 * 64 * (size_t)H * hd));
-    CK(cudaMalloc((void **)&gu, 2 * 64 * 2 * (size_t)I));
-    CK(cudaMalloc((void **)&h, 2 * 64 * (size_t)I));
-    CK(cudaMalloc((void **)&pos, sizeof(int32_t) * 64));
-    CK(cudaMalloc((void **)&idx, sizeof(int32_t) * 64));
-    RC(nn_fill_uniform_f32_cuda(x, 64 * (size_t)d, 1, 0.0f, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_f32_cuda(w, d, 2, 1.0f, 0.1f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_f32_cuda(fl, 3 * (size_t)hd, 3, 0.5f, 0.1f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_f32_cuda(logits, 64 * (size_t)V, 4, 0.0f, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(y, 64 * (size_t)d, 5, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(qkv, 64 * (size_t)qn, 6, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(kc, kvl * L, 7, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(vc, kvl * L, 8, 1.0f, s, g_err, sizeof g_err));
-    RC(nn_fill_uniform_bf16_cuda(gu, 64 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err));
-    RC(decode_positions_cuda(pos, NULL, P, 16, s, g_err, sizeof g_err));
+    CUDA_CHECK(cudaMalloc((void **)&x, sizeof(float) * 64 * d));
+    CUDA_CHECK(cudaMalloc((void **)&w, sizeof(float) * d));
+    CUDA_CHECK(cudaMalloc((void **)&fl, sizeof(float) * 3 * hd));
+    CUDA_CHECK(cudaMalloc((void **)&logits, sizeof(float) * 64 * (size_t)V));
+    CUDA_CHECK(cudaMalloc((void **)&y, 2 * 64 * (size_t)d));
+    CUDA_CHECK(cudaMalloc((void **)&a, 2 * 64 * (size_t)d));
+    CUDA_CHECK(cudaMalloc((void **)&qkv, 2 * 64 * (size_t)qn));
+    CUDA_CHECK(cudaMalloc((void **)&kc, 2 * kvl * L));
+    CUDA_CHECK(cudaMalloc((void **)&vc, 2 * kvl * L));
+    CUDA_CHECK(cudaMalloc((void **)&att, 2 * 64 * (size_t)H * hd));
+    CUDA_CHECK(cudaMalloc((void **)&gu, 2 * 64 * 2 * (size_t)I));
+    CUDA_CHECK(cudaMalloc((void **)&h, 2 * 64 * (size_t)I));
+    CUDA_CHECK(cudaMalloc((void **)&pos, sizeof(int32_t) * 64));
+    CUDA_CHECK(cudaMalloc((void **)&idx, sizeof(int32_t) * 64));
+    RC_CHECK(nn_fill_uniform_f32_cuda(x, 64 * (size_t)d, 1, 0.0f, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_f32_cuda(w, d, 2, 1.0f, 0.1f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_f32_cuda(fl, 3 * (size_t)hd, 3, 0.5f, 0.1f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_f32_cuda(logits, 64 * (size_t)V, 4, 0.0f, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_bf16_cuda(y, 64 * (size_t)d, 5, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_bf16_cuda(qkv, 64 * (size_t)qn, 6, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_bf16_cuda(kc, kvl * L, 7, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_bf16_cuda(vc, kvl * L, 8, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(nn_fill_uniform_bf16_cuda(gu, 64 * 2 * (size_t)I, 9, 1.0f, s, g_err, sizeof g_err), g_err);
+    RC_CHECK(decode_positions_cuda(pos, NULL, P, 16, s, g_err, sizeof g_err), g_err);
     static const char *names[] = {"add_rmsnorm",  "qk_norm_rope",  "kv_append", "qk_rope_append", "attention k4",
                                   "attention k8", "attention k16", "swiglu",    "argmax"};
     printf("%d rows, us per call:", T);
@@ -504,44 +486,51 @@ static void time_others(const shape *sh, int P, int T, FILE *jf, cudaStream_t s)
             decode_attention_keys_cuda(kind == 4 ? 4 : kind == 5 ? 8 : 16);
         cudaGraph_t g;
         cudaGraphExec_t ge;
-        CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (int l = 0; l < L; l++) {
             nn_bf16_cuda *kl = kc + l * kvl, *vl = vc + l * kvl;
             switch (kind) {
-            case 0: RC(nn_add_rmsnorm_cuda(x, y, w, a, NULL, 0, T, d, 1e-6f, s, g_err, sizeof g_err)); break;
-            case 1:
-                RC(nn_qk_norm_rope_cuda(qkv, fl, fl + hd, fl + 2 * hd, pos, T, H, KV, hd, 1e-6f, s, g_err,
-                                        sizeof g_err));
+            case 0:
+                RC_CHECK(nn_add_rmsnorm_cuda(x, y, w, a, NULL, 0, T, d, 1e-6f, s, g_err, sizeof g_err), g_err);
                 break;
-            case 2: RC(decode_kv_append_cuda(kl, vl, qkv, T, H, KV, hd, NULL, P, s, g_err, sizeof g_err)); break;
+            case 1:
+                RC_CHECK(nn_qk_norm_rope_cuda(qkv, fl, fl + hd, fl + 2 * hd, pos, T, H, KV, hd, 1e-6f, s, g_err,
+                                              sizeof g_err),
+                         g_err);
+                break;
+            case 2:
+                RC_CHECK(decode_kv_append_cuda(kl, vl, qkv, T, H, KV, hd, NULL, P, s, g_err, sizeof g_err), g_err);
+                break;
             case 3:
-                RC(decode_qk_norm_rope_append_cuda(qkv, fl, fl + hd, fl + 2 * hd, kl, vl, T, H, KV, hd, 1e-6f, NULL, P,
-                                                   s, g_err, sizeof g_err));
+                RC_CHECK(decode_qk_norm_rope_append_cuda(qkv, fl, fl + hd, fl + 2 * hd, kl, vl, T, H, KV, hd, 1e-6f,
+                                                         NULL, P, s, g_err, sizeof g_err),
+                         g_err);
                 break;
             case 4:
             case 5:
             case 6:
-                RC(decode_attention_cuda(att, qkv, qn, kl, vl, NULL, NULL, P, 0, T, H, KV, hd, 0.088f, s, g_err,
-                                         sizeof g_err));
+                RC_CHECK(decode_attention_cuda(att, qkv, qn, kl, vl, NULL, NULL, P, 0, T, H, KV, hd, 0.088f, s, g_err,
+                                               sizeof g_err),
+                         g_err);
                 break;
-            case 7: RC(nn_swiglu_cuda(h, gu, T, I, s, g_err, sizeof g_err)); break;
-            default: RC(decode_argmax_rows_cuda(idx, logits, T, V, s, g_err, sizeof g_err));
+            case 7: RC_CHECK(nn_swiglu_cuda(h, gu, T, I, s, g_err, sizeof g_err), g_err); break;
+            default: RC_CHECK(decode_argmax_rows_cuda(idx, logits, T, V, s, g_err, sizeof g_err), g_err);
             }
         }
-        CK(cudaStreamEndCapture(s, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
+        CUDA_CHECK(cudaStreamEndCapture(s, &g));
+        CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
         cudaGraphDestroy(g);
         cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
+        CUDA_CHECK(cudaEventCreate(&e0));
+        CUDA_CHECK(cudaEventCreate(&e1));
         double t[5];
         for (int r = 0; r < 6; r++) {
-            CK(cudaEventRecord(e0, s));
-            CK(cudaGraphLaunch(ge, s));
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
+            CUDA_CHECK(cudaEventRecord(e0, s));
+            CUDA_CHECK(cudaGraphLaunch(ge, s));
+            CUDA_CHECK(cudaEventRecord(e1, s));
+            CUDA_CHECK(cudaEventSynchronize(e1));
             float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
             if (r > 0)
                 t[r - 1] = ms * 1e3 / L;
         }
@@ -579,11 +568,12 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
         drafter_config(&dc, sh);
         int max_ctx = P + 128;
         decode_model_cuda m;
-        RC(decode_init_random_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, 1234 + si, g_err, sizeof g_err));
+        RC_CHECK(decode_init_random_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, 1234 + si, g_err, sizeof g_err),
+                 g_err);
         dflash_params dp;
         drafter_params(&dp, &dc, 99 + si);
         infer_state_cuda dr;
-        RC(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err));
+        RC_CHECK(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err), g_err);
         dflash_params_free(&dp);
         df_rng rng;
         df_rng_seed(&rng, 7 + si);
@@ -704,16 +694,16 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
             int nw = (int)((((size_t)256 << 20) + wbytes - 1) / wbytes);
             nn_bf16_cuda **w = malloc(sizeof *w * (size_t)nw);
             for (int i = 0; i < nw; i++) {
-                CK(cudaMalloc((void **)&w[i], wbytes));
-                RC(nn_fill_uniform_bf16_cuda(w[i], wn, 77 + i, 0.02f, s, g_err, sizeof g_err));
+                CUDA_CHECK(cudaMalloc((void **)&w[i], wbytes));
+                RC_CHECK(nn_fill_uniform_bf16_cuda(w[i], wn, 77 + i, 0.02f, s, g_err, sizeof g_err), g_err);
             }
             size_t xn = (size_t)64 * L[li].K * (L[li].swiglu ? 2 : 1);
             nn_bf16_cuda *x;
             void *out;
-            CK(cudaMalloc((void **)&x, 2 * xn));
-            CK(cudaMalloc(&out, sizeof(float) * 64 * (size_t)L[li].N));
-            CK(cudaMemset(out, 0, sizeof(float) * 64 * (size_t)L[li].N));
-            RC(nn_fill_uniform_bf16_cuda(x, xn, 5, 1.0f, s, g_err, sizeof g_err));
+            CUDA_CHECK(cudaMalloc((void **)&x, 2 * xn));
+            CUDA_CHECK(cudaMalloc(&out, sizeof(float) * 64 * (size_t)L[li].N));
+            CUDA_CHECK(cudaMemset(out, 0, sizeof(float) * 64 * (size_t)L[li].N));
+            RC_CHECK(nn_fill_uniform_bf16_cuda(x, xn, 5, 1.0f, s, g_err, sizeof g_err), g_err);
             int calls = nw < 48 ? 48 - 48 % nw : nw;
             static const int rows[3] = {1, 16, 64}; /* plain, verify, a batch of 4 verifies */
             for (int ri = 0; ri < 3; ri++) {
@@ -772,15 +762,6 @@ static void linear_sweep(const char *models, const int *vars, int nv, double bw,
     fprintf(jf, "\n]}\n");
 }
 
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char msg[] = "bench_decode: watchdog: past its time limit\n";
-    ssize_t w = write(2, msg, sizeof msg - 1);
-    (void)w;
-    _exit(1);
-}
-
 int main(int argc, char **argv)
 {
     const char *json = "bench/results/eval/decode.json", *models = "1.7b,8b";
@@ -828,33 +809,32 @@ int main(int argc, char **argv)
                         "P - 8 * (N - 1) >= 1 tokens\n");
         return 2;
     }
-    signal(SIGALRM, on_alarm);
-    alarm((unsigned)timeout_s);
+    gt_watchdog((unsigned)timeout_s, "bench_decode: watchdog: past its time limit\n");
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         printf("SKIPPED: no CUDA device\n");
         return 77;
     }
     struct cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 
     /* copy bandwidth: 2 GiB device to device, bytes read + written */
     size_t cb = (size_t)2 << 30;
     void *ca, *cbuf;
-    CK(cudaMalloc(&ca, cb));
-    CK(cudaMalloc(&cbuf, cb));
-    CK(cudaMemset(ca, 1, cb));
+    CUDA_CHECK(cudaMalloc(&ca, cb));
+    CUDA_CHECK(cudaMalloc(&cbuf, cb));
+    CUDA_CHECK(cudaMemset(ca, 1, cb));
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     double bws[5];
     for (int r = 0; r < 6; r++) {
-        CK(cudaEventRecord(e0, 0));
-        CK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, 0));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
+        CUDA_CHECK(cudaEventRecord(e0, 0));
+        CUDA_CHECK(cudaMemcpyAsync(cbuf, ca, cb, cudaMemcpyDeviceToDevice, 0));
+        CUDA_CHECK(cudaEventRecord(e1, 0));
+        CUDA_CHECK(cudaEventSynchronize(e1));
         float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
         if (r > 0)
             bws[r - 1] = 2.0 * cb / (ms * 1e-3);
     }
@@ -900,15 +880,16 @@ int main(int argc, char **argv)
         int max_ctx = P + NEW + 64;
         decode_model_cuda m;
         double t0 = now_ms();
-        RC(decode_init_random_batch_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, NB, 1234 + si, g_err,
-                                         sizeof g_err));
+        RC_CHECK(decode_init_random_batch_cuda(&m, &c, dc.target_layer_ids, 5, max_ctx, 16, NB, 1234 + si, g_err,
+                                               sizeof g_err),
+                 g_err);
         dflash_params dp;
         drafter_params(&dp, &dc, 99 + si);
         infer_state_cuda dr;
         infer_batch_cuda ib; /* the batch rows' drafter contexts (NB > 1) */
-        RC(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err));
+        RC_CHECK(infer_init_cuda(&dr, &dc, &dp, m.tm.embed, m.lm_head, max_ctx, m.stream, g_err, sizeof g_err), g_err);
         if (NB > 1)
-            RC(infer_batch_init_cuda(&ib, &dr, NB, max_ctx, g_err, sizeof g_err));
+            RC_CHECK(infer_batch_init_cuda(&ib, &dr, NB, max_ctx, g_err, sizeof g_err), g_err);
         dflash_params_free(&dp);
         printf("== %s: target %.2f GB of weights, drafter 5 layers (set up in %.1f s)\n", sh->name,
                m.tm.weight_bytes / 1e9, (now_ms() - t0) / 1e3);
@@ -929,10 +910,10 @@ int main(int argc, char **argv)
             decode_drop_graphs_cuda(&m);
             m.use_graphs = graphs > 0;
             decode_reset_cuda(&m);
-            RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+            RC_CHECK(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err), g_err);
             for (int i = 0; i < reps + 3; i++) {
                 double a = now_ms();
-                RC(decode_extend_cuda(&m, next, 1, 1, next, g_err, sizeof g_err));
+                RC_CHECK(decode_extend_cuda(&m, next, 1, 1, next, g_err, sizeof g_err), g_err);
                 if (i >= 3)
                     t_ms[i - 3] = now_ms() - a;
             }
@@ -947,10 +928,10 @@ int main(int argc, char **argv)
                 blk[i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
             for (int i = 0; i < reps + 3; i++) {
                 double a = now_ms();
-                RC(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
+                RC_CHECK(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err), g_err);
                 if (i >= 3)
                     t_ms[i - 3] = now_ms() - a;
-                RC(decode_truncate_cuda(&m, len));
+                RC_CHECK(decode_truncate_cuda(&m, len), g_err);
             }
             *(graphs == 2 ? &alt_v16 : graphs ? &v16_ms : &v16e_ms) = median(t_ms, reps);
         }
@@ -963,12 +944,12 @@ int main(int argc, char **argv)
 
         /* draft and append, at context P */
         decode_reset_cuda(&m);
-        RC(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err));
+        RC_CHECK(decode_extend_cuda(&m, prompt, P, 1, next, g_err, sizeof g_err), g_err);
         infer_reset_cuda(&dr);
-        RC(infer_append_cuda(&dr, m.feat, P, g_err, sizeof g_err));
+        RC_CHECK(infer_append_cuda(&dr, m.feat, P, g_err, sizeof g_err), g_err);
         for (int i = 0; i < reps + 3; i++) {
             double a = now_ms();
-            RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+            RC_CHECK(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err), g_err);
             if (i >= 3)
                 t_ms[i - 3] = now_ms() - a;
         }
@@ -980,7 +961,7 @@ int main(int argc, char **argv)
         dr.fused = alt_fz;
         for (int i = 0; i < reps + 3; i++) {
             double a = now_ms();
-            RC(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err));
+            RC_CHECK(infer_draft_cuda(&dr, next[0], draft, g_err, sizeof g_err), g_err);
             if (i >= 3)
                 t_ms[i - 3] = now_ms() - a;
         }
@@ -991,12 +972,12 @@ int main(int argc, char **argv)
         double draft_bytes = infer_draft_bytes_cuda(&dr, P);
         double draft_floor = draft_bytes / bw * 1e3;
         /* accept: truncate + append of 4 rows (tau ~ 4), graph replays, synchronised */
-        RC(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err));
+        RC_CHECK(decode_extend_cuda(&m, blk, 16, 16, next, g_err, sizeof g_err), g_err);
         for (int i = 0; i < reps + 3 && dr.n_ctx + 4 <= dr.cap; i++) {
             double a = now_ms();
-            RC(decode_truncate_cuda(&m, m.len - 12));
-            RC(infer_append_cuda(&dr, m.feat, 4, g_err, sizeof g_err));
-            CK(cudaStreamSynchronize(m.stream));
+            RC_CHECK(decode_truncate_cuda(&m, m.len - 12), g_err);
+            RC_CHECK(infer_append_cuda(&dr, m.feat, 4, g_err, sizeof g_err), g_err);
+            CUDA_CHECK(cudaStreamSynchronize(m.stream));
             if (i >= 3)
                 t_ms[i - 3] = now_ms() - a;
             m.len += 12; /* the rows are still there: keep truncating the same block */
@@ -1051,13 +1032,13 @@ int main(int argc, char **argv)
         int q_ok[2] = {0, 0};
         if (quick)
             goto report; /* --quick: the steps only */
-        RC(spec_generate_plain(&st, prompt, P, &so, &pr));
+        RC_CHECK(spec_generate_plain(&st, prompt, P, &so, &pr), g_err);
         plain_tpot = pr.decode_s * 1e3 / (pr.n_tokens - 1);
         orc.plain = pr.tokens, orc.n_plain = pr.n_tokens;
         for (int qi = 0; qi < 3; qi++) {
             orc.corrupt = qs[qi];
             spec_result r;
-            RC(spec_generate(&st, &sd, prompt, P, &so, &r));
+            RC_CHECK(spec_generate(&st, &sd, prompt, P, &so, &r), g_err);
             sp_tpot[qi] = r.decode_s * 1e3 / (r.n_tokens - 1);
             sp_tau[qi] = spec_result_tau(&r);
             sp_draft[qi] = r.draft_s * 1e3 / r.n_steps;
@@ -1079,9 +1060,9 @@ int main(int argc, char **argv)
                 bp[b] = malloc(sizeof(int32_t) * (size_t)bn[b]);
                 for (int i = 0; i < bn[b]; i++)
                     bp[b][i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
-                RC(spec_generate_plain(&st, bp[b], bn[b], &so, &lone[b]));
+                RC_CHECK(spec_generate_plain(&st, bp[b], bn[b], &so, &lone[b]), g_err);
             }
-            RC(spec_generate_batch(&st, NULL, NB, (const int32_t *const *)bp, bn, &so, br, NULL));
+            RC_CHECK(spec_generate_batch(&st, NULL, NB, (const int32_t *const *)bp, bn, &so, br, NULL), g_err);
             long toks = 0;
             for (int b = 0; b < NB; b++) {
                 toks += br[b].n_tokens - 1;
@@ -1098,9 +1079,9 @@ int main(int argc, char **argv)
                 int32_t btok[64], bnext[64], bdraft[64], anc[4], sq[4];
                 for (int b = 0; b < NB; b++) {
                     decode_reset_seq_cuda(&m, b);
-                    RC(decode_extend_seq_cuda(&m, b, bp[b], bn[b], 1, bnext, g_err, sizeof g_err));
+                    RC_CHECK(decode_extend_seq_cuda(&m, b, bp[b], bn[b], 1, bnext, g_err, sizeof g_err), g_err);
                     infer_reset_cuda(&ib.seq[b]);
-                    RC(infer_append_cuda(&ib.seq[b], m.feat, bn[b], g_err, sizeof g_err));
+                    RC_CHECK(infer_append_cuda(&ib.seq[b], m.feat, bn[b], g_err, sizeof g_err), g_err);
                     ks1[b] = 1, ks16[b] = 16, lens[b] = bn[b], anc[b] = bnext[0], sq[b] = b;
                 }
                 for (int i = 0; i < 16 * NB; i++)
@@ -1115,17 +1096,19 @@ int main(int argc, char **argv)
                     for (int i = 0; i < 32 + 3; i++) {
                         double a = now_ms();
                         if (kind < 2 || kind >= 4) {
-                            RC(decode_extend_batch_cuda(&m, btok, kind ? ks16 : ks1, bnext, g_err, sizeof g_err));
+                            RC_CHECK(decode_extend_batch_cuda(&m, btok, kind ? ks16 : ks1, bnext, g_err, sizeof g_err),
+                                     g_err);
                         } else if (kind == 2) {
                             for (int b = 0; b < NB; b++)
-                                RC(infer_draft_cuda(&ib.seq[b], anc[b], bdraft + 15 * b, g_err, sizeof g_err));
+                                RC_CHECK(infer_draft_cuda(&ib.seq[b], anc[b], bdraft + 15 * b, g_err, sizeof g_err),
+                                         g_err);
                         } else {
-                            RC(infer_batch_draft_cuda(&ib, NB, sq, anc, bdraft, g_err, sizeof g_err));
+                            RC_CHECK(infer_batch_draft_cuda(&ib, NB, sq, anc, bdraft, g_err, sizeof g_err), g_err);
                         }
                         if (i >= 3)
                             t_ms[i - 3] = now_ms() - a;
                         for (int b = 0; (kind < 2 || kind >= 4) && b < NB; b++)
-                            RC(decode_truncate_seq_cuda(&m, b, lens[b]));
+                            RC_CHECK(decode_truncate_seq_cuda(&m, b, lens[b]), g_err);
                     }
                     b_step[kind] = median(t_ms, 32);
                     if (kind == 4)
@@ -1155,7 +1138,7 @@ int main(int argc, char **argv)
                                                 .batch_ctx = mode ? &obt : NULL,
                                                 .draft_batch = mode ? d_draft_batch : NULL};
                     }
-                    RC(spec_generate_batch(&st, bsd, NB, (const int32_t *const *)bp, bn, &so, br, NULL));
+                    RC_CHECK(spec_generate_batch(&st, bsd, NB, (const int32_t *const *)bp, bn, &so, br, NULL), g_err);
                     long steps = 0, acc = 0, smax = 1;
                     double wall = br[0].decode_s; /* the batch's (every r[i] has it) */
                     toks = 0;
@@ -1200,7 +1183,7 @@ int main(int argc, char **argv)
                 qp[q] = malloc(sizeof(int32_t) * (size_t)qn[q]);
                 for (int i = 0; i < qn[q]; i++)
                     qp[q][i] = (int32_t)df_rng_below(&rng, (uint64_t)sh->V - 1);
-                RC(spec_generate_plain(&st, qp[q], qn[q], &so, &qlone[q]));
+                RC_CHECK(spec_generate_plain(&st, qp[q], qn[q], &so, &qlone[q]), g_err);
                 qo[q] = (oracle){.dr = &ib.seq[0],
                                  .plain = qlone[q].tokens,
                                  .n_plain = qlone[q].n_tokens,
@@ -1209,7 +1192,7 @@ int main(int argc, char **argv)
                                  .V = sh->V};
                 df_rng_seed(&qo[q].rng, 1000 * (si + 1) + q);
             }
-            RC(spec_generate_batch(&st, NULL, NQ, (const int32_t *const *)qp, qn, &so, qr, NULL));
+            RC_CHECK(spec_generate_batch(&st, NULL, NQ, (const int32_t *const *)qp, qn, &so, qr, NULL), g_err);
             for (int q = 0; q < NQ; q++) {
                 qtoks += qr[q].n_tokens - 1;
                 q_ok[0] += qr[q].n_tokens == qlone[q].n_tokens &&
@@ -1230,7 +1213,7 @@ int main(int argc, char **argv)
                                         .draft_batch = d_draft_batch,
                                         .assign = q_assign};
             }
-            RC(spec_generate_batch(&st, qsd, NQ, (const int32_t *const *)qp, qn, &so, qr, NULL));
+            RC_CHECK(spec_generate_batch(&st, qsd, NQ, (const int32_t *const *)qp, qn, &so, qr, NULL), g_err);
             qtoks = 0;
             for (int q = 0; q < NQ; q++) {
                 qtoks += qr[q].n_tokens - 1, qsteps += qr[q].n_steps, qacc += qr[q].accept_sum;

@@ -36,6 +36,7 @@ int main(void)
     return 0;
 }
 #else
+#include "forward_bench.h"
 #include "io/hfconfig.h"
 #include "nn/nn_cuda.h"
 #include "target/target_model_cuda.h"
@@ -45,42 +46,12 @@ int main(void)
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define CK(call)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-#define RC(call, extra)                                                                              \
-    do {                                                                                             \
-        long r_ = (long)(call);                                                                      \
-        if (r_ < 0) {                                                                                \
-            fprintf(stderr, "%s:%d: %s returned %ld: %s\n", __FILE__, __LINE__, #call, r_, (extra)); \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
 
 #define NOMINAL_TFLOPS 780.0 /* dense bf16, H100 / H200 SXM (the MFU the issue asks for) */
 #define BD_REPS 10
-
-static char g_err[512];
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char m[] = "bench_moe: watchdog: ran past its time limit\n";
-    ssize_t w = write(2, m, sizeof m - 1);
-    (void)w;
-    _exit(1);
-}
 
 static void usage(FILE *f)
 {
@@ -90,37 +61,6 @@ static void usage(FILE *f)
                "  with N layers (default 48), random weights made on the GPU; documents of 2048 and 4096\n"
                "  tokens packed into one row of --tokens (default 8192); tok/s, MFU of the active parameters,\n"
                "  a per-step breakdown of one sparse layer. Exit 77 without a GPU.\n");
-}
-
-static double gemm_ceiling_tflops(int iters)
-{
-    const int n = 8192;
-    size_t e = (size_t)n * n;
-    nn_bf16_cuda *a, *b, *c;
-    CK(cudaMalloc((void **)&a, 2 * e));
-    CK(cudaMalloc((void **)&b, 2 * e));
-    CK(cudaMalloc((void **)&c, 2 * e));
-    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0, g_err, sizeof g_err), g_err);
-    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0, g_err, sizeof g_err), g_err);
-    nn_gemm_cuda *g;
-    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
-    nn_gemm_args_cuda ga = nn_gemm_linear_args_cuda(c, a, b, NULL, n, n, n);
-    for (int i = 0; i < 3; i++)
-        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, 0));
-    for (int i = 0; i < iters; i++)
-        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    nn_gemm_destroy_cuda(g);
-    cudaFree(a), cudaFree(b), cudaFree(c);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return 2.0 * n * (double)n * n * iters / (ms * 1e-3) / 1e12;
 }
 
 typedef struct result {
@@ -136,22 +76,22 @@ typedef struct bd_row {
 } bd_row;
 
 /* mean ms of reps calls of one step (after 2 warm-ups), on stream s */
-#define TIME_STEP(out_ms, reps, call)               \
-    do {                                            \
-        for (int w_ = 0; w_ < 2; w_++)              \
-            RC((call), g_err);                      \
-        cudaEvent_t a_, b_;                         \
-        CK(cudaEventCreate(&a_));                   \
-        CK(cudaEventCreate(&b_));                   \
-        CK(cudaEventRecord(a_, s));                 \
-        for (int i_ = 0; i_ < (reps); i_++)         \
-            RC((call), g_err);                      \
-        CK(cudaEventRecord(b_, s));                 \
-        CK(cudaEventSynchronize(b_));               \
-        float ms_;                                  \
-        CK(cudaEventElapsedTime(&ms_, a_, b_));     \
-        (out_ms) = ms_ / (reps);                    \
-        cudaEventDestroy(a_), cudaEventDestroy(b_); \
+#define TIME_STEP(out_ms, reps, call)                   \
+    do {                                                \
+        for (int w_ = 0; w_ < 2; w_++)                  \
+            RC_CHECK((call), g_err);                    \
+        cudaEvent_t a_, b_;                             \
+        CUDA_CHECK(cudaEventCreate(&a_));               \
+        CUDA_CHECK(cudaEventCreate(&b_));               \
+        CUDA_CHECK(cudaEventRecord(a_, s));             \
+        for (int i_ = 0; i_ < (reps); i_++)             \
+            RC_CHECK((call), g_err);                    \
+        CUDA_CHECK(cudaEventRecord(b_, s));             \
+        CUDA_CHECK(cudaEventSynchronize(b_));           \
+        float ms_;                                      \
+        CUDA_CHECK(cudaEventElapsedTime(&ms_, a_, b_)); \
+        (out_ms) = ms_ / (reps);                        \
+        cudaEventDestroy(a_), cudaEventDestroy(b_);     \
     } while (0)
 
 /* The host loop of cuBLASLt GEMMs a design without a grouped kernel would run: per expert
@@ -206,15 +146,14 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    signal(SIGALRM, on_alarm);
-    alarm((unsigned)timeout_s);
+    gt_watchdog((unsigned)timeout_s, "bench_moe: watchdog: ran past its time limit\n");
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         printf("SKIPPED: no CUDA device\n");
         return 77;
     }
     struct cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     double ceiling = gemm_ceiling_tflops(20);
     printf("device %s (sm_%d%d, %d SMs); bf16 GEMM 8192^3 (cuBLASLt, this run): %.1f TFLOP/s\n", prop.name, prop.major,
            prop.minor, prop.multiProcessorCount, ceiling);
@@ -236,7 +175,7 @@ int main(int argc, char **argv)
                  " \"num_experts_per_tok\": 8, \"moe_intermediate_size\": 768, \"norm_topk_prob\": true,"
                  " \"decoder_sparse_step\": 1, \"mlp_only_layers\": [], \"max_position_embeddings\": 40960}",
                  L);
-        RC(hfconfig_parse(&c, cj, strlen(cj), "bench_moe config", g_err, sizeof g_err), g_err);
+        RC_CHECK(hfconfig_parse(&c, cj, strlen(cj), "bench_moe config", g_err, sizeof g_err), g_err);
         /* the DFlash default 5 captures and the last layer: every layer runs */
         nc = 0;
         for (int i = 0; i < 5 && L >= 5; i++) {
@@ -258,13 +197,13 @@ int main(int argc, char **argv)
             L = L * 3 / 4;
             continue;
         }
-        RC(rc, g_err);
+        RC_CHECK(rc, g_err);
         break;
     }
     if (L != L_asked)
         printf("bench_moe: NOTE: %d of the asked %d layers (shape-faithful per layer; tok/s is for %d layers)\n", L,
                L_asked, L);
-    RC(target_randomize_cuda(&m, 4321, g_err, sizeof g_err), g_err);
+    RC_CHECK(target_randomize_cuda(&m, 4321, g_err, sizeof g_err), g_err);
     double params_active = target_layer_params_cuda(&m);
     printf("Qwen3-30B-A3B shape, %d layers run (%d sparse, %d experts top %d, F %d): weights %.2f GB, workspace "
            "%.2f GB, %.2fB active parameters in the layers (set up in %.1f s)\n",
@@ -272,7 +211,7 @@ int main(int argc, char **argv)
            ((double)df_now_ns() - t0) * 1e-9);
 
     cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     int32_t *tok = malloc(sizeof(int32_t) * tokens), *dtok, *dst;
     size_t out_n = (size_t)tokens * nc * m.d;
     uint16_t *h_eager = malloc(2 * out_n), *h_graph = malloc(2 * out_n);
@@ -285,10 +224,10 @@ int main(int argc, char **argv)
     for (int t = 0; t < tokens; t++)
         tok[t] = (int32_t)df_rng_below(&r, (uint64_t)m.V);
     nn_bf16_cuda *dout;
-    CK(cudaMalloc((void **)&dtok, sizeof(int32_t) * tokens));
-    CK(cudaMalloc((void **)&dst, sizeof(int32_t) * 64));
-    CK(cudaMalloc((void **)&dout, 2 * out_n));
-    CK(cudaMemcpy(dtok, tok, sizeof(int32_t) * tokens, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc((void **)&dtok, sizeof(int32_t) * tokens));
+    CUDA_CHECK(cudaMalloc((void **)&dst, sizeof(int32_t) * 64));
+    CUDA_CHECK(cudaMalloc((void **)&dout, 2 * out_n));
+    CUDA_CHECK(cudaMemcpy(dtok, tok, sizeof(int32_t) * tokens, cudaMemcpyHostToDevice));
 
     result res[16];
     int nres = 0;
@@ -301,7 +240,7 @@ int main(int argc, char **argv)
         int32_t starts[64];
         for (int i = 0; i <= n_docs; i++)
             starts[i] = i * T;
-        CK(cudaMemcpy(dst, starts, sizeof(int32_t) * (n_docs + 1), cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(dst, starts, sizeof(int32_t) * (n_docs + 1), cudaMemcpyHostToDevice));
         for (int kern = 0; kern < 2; kern++) {
             const char *kname = kern == NN_MOE_GROUPED ? "grouped" : "rows";
             if (!strstr(kernels, kname))
@@ -311,44 +250,13 @@ int main(int argc, char **argv)
             memset(o, 0, sizeof *o);
             snprintf(o->layout, sizeof o->layout, "%d docs x %d", n_docs, T);
             o->kernel = kname, o->T = T, o->B = n_docs, o->tokens = tokens;
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
-            RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
-            CK(cudaStreamSynchronize(s)); /* the first call builds the GEMM plans */
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < 2; i++)
-                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            float ms_eager;
-            CK(cudaEventElapsedTime(&ms_eager, e0, e1));
-            CK(cudaMemcpy(h_eager, dout, 2 * out_n, cudaMemcpyDeviceToHost));
-            CK(cudaMemset(dout, 0xFF, 2 * out_n));
-            cudaGraph_t g;
-            cudaGraphExec_t ge;
-            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-            int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err);
-            CK(cudaStreamEndCapture(s, &g));
-            RC(rc, g_err);
-            CK(cudaGraphInstantiate(&ge, g, 0));
-            CK(cudaGraphLaunch(ge, s));
-            CK(cudaStreamSynchronize(s));
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < iters; i++)
-                CK(cudaGraphLaunch(ge, s));
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            CK(cudaMemcpy(h_graph, dout, 2 * out_n, cudaMemcpyDeviceToHost));
+            float ms_eager = forward_eager_ms(&m, dtok, dst, n_docs, tokens, dout, 2, s);
+            CUDA_CHECK(cudaMemcpy(h_eager, dout, 2 * out_n, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * out_n));
+            float ms = forward_graph_ms(&m, dtok, dst, n_docs, tokens, dout, iters, s);
+            CUDA_CHECK(cudaMemcpy(h_graph, dout, 2 * out_n, cudaMemcpyDeviceToHost));
             o->bits_same = memcmp(h_eager, h_graph, 2 * out_n) == 0;
-            int bad = 0;
-            RC(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
-            if (bad) {
-                fprintf(stderr, "bench_moe: token error flag set (bench bug)\n");
-                return 1;
-            }
+            forward_token_check(&m, "bench_moe");
             double flops = target_forward_flops_cuda(&m, starts, n_docs);
             o->eager_ms = ms_eager / 2, o->graph_ms = ms / iters;
             o->tok_s = tokens / (o->graph_ms * 1e-3);
@@ -360,9 +268,6 @@ int main(int argc, char **argv)
                    "of %.0f, all %5.1f%% of %.0f  %.3f ms/layer  eager=graph bits %s\n",
                    o->layout, kname, o->graph_ms, o->eager_ms, o->tok_s, o->tflops, 100 * o->mfu_active, NOMINAL_TFLOPS,
                    100 * o->mfu_all, ceiling, o->per_layer_ms, o->bits_same ? "yes" : "NO");
-            cudaGraphExecDestroy(ge);
-            cudaGraphDestroy(g);
-            cudaEventDestroy(e0), cudaEventDestroy(e1);
         }
     }
 
@@ -373,7 +278,7 @@ int main(int argc, char **argv)
         /* one sparse layer's MLP over T = tokens rows of random normed activations */
         const int T = tokens, d = m.d, F = m.F, E = m.E, k = m.topk, l = 0;
         const target_layer_cuda *Lw = &m.layers[l];
-        RC(nn_fill_uniform_bf16_cuda(m.a, (size_t)T * d, 77, 1.7f, s, g_err, sizeof g_err), g_err);
+        RC_CHECK(nn_fill_uniform_bf16_cuda(m.a, (size_t)T * d, 77, 1.7f, s, g_err, sizeof g_err), g_err);
         double ex_flop = 2.0 * T * k * 3.0 * d * F;
         nn_gemm_args_cuda ga = nn_gemm_linear_args_cuda((nn_bf16_cuda *)m.moe_logits, m.a, Lw->w_router, NULL, T, d, E);
         ga.d_type = NN_GEMM_F32;
@@ -388,10 +293,10 @@ int main(int argc, char **argv)
         ROW("router GEMM (fp32 logits)", 2.0 * T * d * E, BD_REPS,
             nn_gemm_run_cuda(m.gemm, &ga, s, g_err, sizeof g_err));
         long long st0[2], st1[2];
-        CK(cudaMemcpy(st0, m.moe.stat, sizeof st0, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(st0, m.moe.stat, sizeof st0, cudaMemcpyDeviceToHost));
         ROW("route + permute", 0, BD_REPS,
             nn_moe_route_cuda(&m.moe, m.moe_logits, T, m.norm_topk, s, g_err, sizeof g_err));
-        CK(cudaMemcpy(st1, m.moe.stat, sizeof st1, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(st1, m.moe.stat, sizeof st1, cudaMemcpyDeviceToHost));
         avg_active = st1[1] > st0[1] ? (double)(st1[0] - st0[0]) / (double)(st1[1] - st0[1]) : 0;
         ROW("experts, grouped kernel", ex_flop, BD_REPS,
             nn_moe_experts_cuda(m.y, m.a, Lw->w_gu, Lw->w_down, &m.moe, m.moe_h, m.moe_yp, T, d, F, NN_MOE_GROUPED, s,
@@ -406,12 +311,12 @@ int main(int argc, char **argv)
         int32_t *counts = malloc(sizeof(int32_t) * E);
         nn_bf16_cuda *gu_p, *out_p;
         size_t tk = (size_t)T * k;
-        CK(cudaStreamSynchronize(s));
-        CK(cudaMemcpy(counts, m.moe.counts, sizeof(int32_t) * E, cudaMemcpyDeviceToHost));
-        CK(cudaMalloc((void **)&gu_p, 2 * tk * 2 * F));
-        CK(cudaMalloc((void **)&out_p, 2 * tk * d));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemcpy(counts, m.moe.counts, sizeof(int32_t) * E, cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMalloc((void **)&gu_p, 2 * tk * 2 * F));
+        CUDA_CHECK(cudaMalloc((void **)&out_p, 2 * tk * d));
         nn_gemm_cuda *g2;
-        RC(nn_gemm_create_cuda(&g2, (size_t)32 << 20, g_err, sizeof g_err), g_err);
+        RC_CHECK(nn_gemm_create_cuda(&g2, (size_t)32 << 20, g_err, sizeof g_err), g_err);
         int distinct = 0;
         for (int e = 0; e < E; e++)
             distinct += counts[e] > 0;

@@ -20,6 +20,7 @@ int main(void)
     return 0;
 }
 #else
+#include "forward_bench.h"
 #include "io/hfconfig.h"
 #include "nn/nn_cuda.h"
 #include "sha256.h"
@@ -29,30 +30,9 @@ int main(void)
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define CK(call)                                                                                          \
-    do {                                                                                                  \
-        cudaError_t e_ = (call);                                                                          \
-        if (e_ != cudaSuccess) {                                                                          \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                                      \
-        }                                                                                                 \
-    } while (0)
-#define RC(call, extra)                                                                              \
-    do {                                                                                             \
-        long r_ = (long)(call);                                                                      \
-        if (r_ < 0) {                                                                                \
-            fprintf(stderr, "%s:%d: %s returned %ld: %s\n", __FILE__, __LINE__, #call, r_, (extra)); \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
-
-static char g_err[512]; /* the failure text of the last 0 / -errno call */
 
 typedef struct shape {
     const char *name;
@@ -63,15 +43,6 @@ static const shape SHAPES[] = {
     {"Qwen3-1.7B", 2048, 28, 16, 8, 128, 6144, 151936},
     {"Qwen3-8B", 4096, 36, 32, 8, 128, 12288, 151936},
 };
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    static const char m[] = "bench_target: watchdog: ran past its time limit\n";
-    ssize_t w = write(2, m, sizeof m - 1);
-    (void)w;
-    _exit(1);
-}
 
 static void usage(FILE *f)
 {
@@ -97,38 +68,6 @@ static void usage(FILE *f)
                "  pipeline's batch of T-token documents is packed (no --breakdown)\n");
 }
 
-static double gemm_ceiling_tflops(int iters)
-{
-    const int n = 8192;
-    size_t e = (size_t)n * n;
-    nn_bf16_cuda *a, *b, *c;
-    CK(cudaMalloc((void **)&a, 2 * e));
-    CK(cudaMalloc((void **)&b, 2 * e));
-    CK(cudaMalloc((void **)&c, 2 * e));
-    RC(nn_fill_uniform_bf16_cuda(a, e, 1, 1.0f, 0, g_err, sizeof g_err), g_err);
-    RC(nn_fill_uniform_bf16_cuda(b, e, 2, 1.0f, 0, g_err, sizeof g_err), g_err);
-    nn_gemm_cuda *g;
-    RC(nn_gemm_create_cuda(&g, (size_t)32 << 20, g_err, sizeof g_err), g_err);
-    /* the target forward's kind of call: a linear layer, align_hint 0 */
-    nn_gemm_args_cuda ga = nn_gemm_linear_args_cuda(c, a, b, NULL, n, n, n);
-    for (int i = 0; i < 3; i++)
-        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, 0));
-    for (int i = 0; i < iters; i++)
-        RC(nn_gemm_run_cuda(g, &ga, 0, g_err, sizeof g_err), g_err);
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    nn_gemm_destroy_cuda(g);
-    cudaFree(a), cudaFree(b), cudaFree(c);
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    return 2.0 * n * (double)n * n * iters / (ms * 1e-3) / 1e12;
-}
-
 /* --check: one line "model | layout | when | sha256 of the device bytes" */
 static void check_line(FILE *f, const char *model, const char *layout, const char *when, const void *dev, size_t bytes)
 {
@@ -137,8 +76,8 @@ static void check_line(FILE *f, const char *model, const char *layout, const cha
         fprintf(stderr, "bench_target: out of host memory for the check copy\n");
         exit(1);
     }
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
     char hex[65];
     int rc = df_sha256_buf(h, bytes, hex);
     if (rc < 0) {
@@ -175,17 +114,17 @@ static int g_best_tile[2]; /* [0]: T = 2048, [1]: T = 4096 */
 static float time_op(cudaStream_t s, int (*op)(void *, cudaStream_t), void *ctx)
 {
     cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
     for (int i = 0; i < 2; i++)
-        RC(op(ctx, s), g_err);
-    CK(cudaEventRecord(e0, s));
+        RC_CHECK(op(ctx, s), g_err);
+    CUDA_CHECK(cudaEventRecord(e0, s));
     for (int i = 0; i < BD_REPS; i++)
-        RC(op(ctx, s), g_err);
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
+        RC_CHECK(op(ctx, s), g_err);
+    CUDA_CHECK(cudaEventRecord(e1, s));
+    CUDA_CHECK(cudaEventSynchronize(e1));
     float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
     cudaEventDestroy(e0), cudaEventDestroy(e1);
     return ms / BD_REPS;
 }
@@ -469,15 +408,14 @@ int main(int argc, char **argv)
             snprintf(vlist[nv++], sizeof vlist[0], "%s", t);
         }
     }
-    signal(SIGALRM, on_alarm);
-    alarm((unsigned)limit);
+    gt_watchdog((unsigned)limit, "bench_target: watchdog: ran past its time limit\n");
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
         printf("SKIPPED: bench_target: no CUDA device\n");
         return 77;
     }
     struct cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     FILE *chk = NULL;
     if (check && !(chk = fopen(check, "w"))) {
         fprintf(stderr, "bench_target: cannot write %s: %s\n", check, strerror(errno));
@@ -490,7 +428,7 @@ int main(int argc, char **argv)
     static result res[96];
     int nres = 0;
     cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     for (size_t mi = 0; mi < DF_ARRAY_LEN(SHAPES); mi++) {
         const shape *sh = &SHAPES[mi];
         if (!strstr(models, mi == 0 ? "1.7b" : "8b"))
@@ -507,8 +445,8 @@ int main(int argc, char **argv)
             cap[i] = (int)lround(1.0 + i * (sh->L - 4) / 4.0);
         target_model_cuda m;
         char err[512];
-        RC(target_init_cuda(&m, &c, cap, 5, tokens, err, sizeof err), err);
-        RC(target_randomize_cuda(&m, 1234 + mi, g_err, sizeof g_err), g_err);
+        RC_CHECK(target_init_cuda(&m, &c, cap, 5, tokens, err, sizeof err), err);
+        RC_CHECK(target_randomize_cuda(&m, 1234 + mi, g_err, sizeof g_err), g_err);
         printf("%s: %d of %d layers run (capture %d,%d,%d,%d,%d), weights %.2f GB, workspace %.2f GB\n", sh->name,
                m.n_layers, sh->L, cap[0], cap[1], cap[2], cap[3], cap[4], m.weight_bytes / 1e9, m.act_bytes / 1e9);
         int32_t *tok = malloc(sizeof(int32_t) * tokens), *dtok, *dst;
@@ -523,10 +461,10 @@ int main(int argc, char **argv)
         df_rng_seed(&r, 99);
         for (int t = 0; t < tokens; t++)
             tok[t] = (int32_t)df_rng_below(&r, (uint64_t)sh->V);
-        CK(cudaMalloc((void **)&dtok, sizeof(int32_t) * tokens));
-        CK(cudaMalloc((void **)&dst, sizeof(int32_t) * 64));
-        CK(cudaMalloc((void **)&dout, 2 * out_n));
-        CK(cudaMemcpy(dtok, tok, sizeof(int32_t) * tokens, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMalloc((void **)&dtok, sizeof(int32_t) * tokens));
+        CUDA_CHECK(cudaMalloc((void **)&dst, sizeof(int32_t) * 64));
+        CUDA_CHECK(cudaMalloc((void **)&dout, 2 * out_n));
+        CUDA_CHECK(cudaMemcpy(dtok, tok, sizeof(int32_t) * tokens, cudaMemcpyHostToDevice));
         for (int lay = 0; lay < (doc_len ? 1 : 3); lay++) {
             int32_t starts[64];
             int n_docs = 0, T = 0;
@@ -548,11 +486,11 @@ int main(int argc, char **argv)
                     o2 += snprintf(layout + o2, sizeof layout - (size_t)o2, "%c%d", i ? '+' : ' ',
                                    starts[i + 1] - starts[i]);
             }
-            CK(cudaMemcpy(dst, starts, sizeof(int32_t) * (n_docs + 1), cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(dst, starts, sizeof(int32_t) * (n_docs + 1), cudaMemcpyHostToDevice));
             if (do_breakdown && lay < 2) {
                 set_variant(&m, "default", T, err, sizeof err);
-                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
-                CK(cudaStreamSynchronize(s));
+                RC_CHECK(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
+                CUDA_CHECK(cudaStreamSynchronize(s));
                 breakdown(&m, sh->name, T, tokens, ceiling, s);
             }
             for (int vi = 0; vi < nv; vi++) {
@@ -561,40 +499,13 @@ int main(int argc, char **argv)
                 snprintf(o->layout, sizeof o->layout, "%s", layout);
                 o->variant = vlist[vi];
                 set_variant(&m, vlist[vi], T ? T : 2048, o->choice, sizeof o->choice);
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
-                /* the first call builds the GEMM plans */
-                RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
-                CK(cudaStreamSynchronize(s));
-                CK(cudaEventRecord(e0, s));
-                for (int i = 0; i < 3; i++)
-                    RC(target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err), g_err);
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms_eager;
-                CK(cudaEventElapsedTime(&ms_eager, e0, e1));
-                CK(cudaMemcpy(h_eager, dout, 2 * out_n, cudaMemcpyDeviceToHost));
+                float ms_eager = forward_eager_ms(&m, dtok, dst, n_docs, tokens, dout, 3, s);
+                CUDA_CHECK(cudaMemcpy(h_eager, dout, 2 * out_n, cudaMemcpyDeviceToHost));
                 if (chk)
                     check_line(chk, sh->name, o->layout, "eager", dout, 2 * out_n);
-                CK(cudaMemset(dout, 0xFF, 2 * out_n));
-                cudaGraph_t g;
-                cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                int rc = target_forward_cuda(&m, dtok, dst, n_docs, tokens, dout, s, g_err, sizeof g_err);
-                CK(cudaStreamEndCapture(s, &g));
-                RC(rc, g_err);
-                CK(cudaGraphInstantiate(&ge, g, 0));
-                CK(cudaGraphLaunch(ge, s));
-                CK(cudaStreamSynchronize(s));
-                CK(cudaEventRecord(e0, s));
-                for (int i = 0; i < iters; i++)
-                    CK(cudaGraphLaunch(ge, s));
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                CK(cudaMemcpy(h_graph, dout, 2 * out_n, cudaMemcpyDeviceToHost));
+                CUDA_CHECK(cudaMemset(dout, 0xFF, 2 * out_n));
+                float ms = forward_graph_ms(&m, dtok, dst, n_docs, tokens, dout, iters, s);
+                CUDA_CHECK(cudaMemcpy(h_graph, dout, 2 * out_n, cudaMemcpyDeviceToHost));
                 if (chk)
                     check_line(chk, sh->name, o->layout, "graph", dout, 2 * out_n);
                 o->bits_same = memcmp(h_eager, h_graph, 2 * out_n) == 0;
@@ -604,12 +515,7 @@ int main(int argc, char **argv)
                 } else {
                     o->rel_l2_vs_first = rel_l2(h_graph, h_first, out_n);
                 }
-                int bad = 0;
-                RC(target_take_token_error_cuda(&m, &bad, g_err, sizeof g_err), g_err);
-                if (bad) {
-                    fprintf(stderr, "bench_target: token error flag set (bench bug)\n");
-                    return 1;
-                }
+                forward_token_check(&m, "bench_target");
                 double flops = target_forward_flops_cuda(&m, starts, n_docs);
                 o->model = sh->name, o->T = T, o->B = n_docs, o->tokens = tokens, o->layers_run = m.n_layers;
                 memcpy(o->capture, cap, sizeof cap);
@@ -622,9 +528,6 @@ int main(int argc, char **argv)
                        "%s %.2e\n",
                        sh->name, o->layout, o->variant, o->choice, o->graph_ms, o->tok_s, 100 * o->mfu,
                        o->bits_same ? "yes" : "NO", vlist[0], o->rel_l2_vs_first);
-                cudaGraphExecDestroy(ge);
-                cudaGraphDestroy(g);
-                cudaEventDestroy(e0), cudaEventDestroy(e1);
             }
         }
         cudaFree(dtok), cudaFree(dst), cudaFree(dout);

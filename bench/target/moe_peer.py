@@ -21,13 +21,14 @@ MFU: the active-parameter FLOP alone over 780 TFLOP/s (nominal dense bf16), and 
 over torch's bf16 8192^3 matmul measured here. Prints one JSON object on stdout (and
 --json PATH)."""
 import argparse
-import json
 import sys
 import time
 
 import torch
 import transformers
 from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from peer_common import matmul_ceiling_tflops, time_forward, write_json
 
 NOMINAL_TFLOPS = 780.0
 SHAPE = dict(hidden_size=2048, intermediate_size=6144, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
@@ -40,16 +41,6 @@ def active_layer_params(s):
     d, hd, H, KV = s["hidden_size"], s["head_dim"], s["num_attention_heads"], s["num_key_value_heads"]
     E, k, F = s["num_experts"], s["num_experts_per_tok"], s["moe_intermediate_size"]
     return d * (H + 2 * KV) * hd + H * hd * d + 2 * d + 2 * hd + E * d + k * 3 * d * F
-
-
-def timed(fn, iters):
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ev0.record()
-    for _ in range(iters):
-        fn()
-    ev1.record()
-    torch.cuda.synchronize()
-    return ev0.elapsed_time(ev1) / iters  # ms
 
 
 def backend_of(model):
@@ -82,25 +73,12 @@ def main():
     a = ap.parse_args()
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    y = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    for _ in range(3):
-        x @ y
-    ms = timed(lambda: x @ y, 20)
-    ceiling = 2 * 8192 ** 3 / (ms * 1e-3) / 1e12
-    del x, y
+    ceiling = matmul_ceiling_tflops(dev)
     out = dict(bench="target_forward_moe_peer",
                peer="transformers %s + torch %s, sdpa, bf16, output_hidden_states, use_cache=False"
                % (transformers.__version__, torch.__version__),
                device=torch.cuda.get_device_name(0), torch_matmul_ceiling_tflops=round(ceiling, 2),
                nominal_tflops=NOMINAL_TFLOPS, shape="Qwen3-30B-A3B", layers_asked=a.layers, results=[])
-
-    def emit():
-        text = json.dumps(out, indent=2)
-        if a.json:
-            with open(a.json, "w") as f:
-                f.write(text + "\n")
-        return text
 
     L = a.layers
     model = None
@@ -117,7 +95,7 @@ def main():
             torch.cuda.empty_cache()
             if L <= 4:
                 out["error"] = "model build: %s" % str(e)[:300]
-                print(emit())
+                print(write_json(out, a.json))
                 return 1
             print(f"moe_peer: {L} layers do not fit ({str(e)[:120]}); trying {L * 3 // 4}", file=sys.stderr)
             L = L * 3 // 4
@@ -160,14 +138,7 @@ def main():
                     return model.model(input_ids=ids, use_cache=False, output_hidden_states=True).hidden_states
 
             try:
-                torch.cuda.synchronize()
-                t0 = time.time()
-                fwd()
-                torch.cuda.synchronize()
-                row["first_call_s"] = round(time.time() - t0, 2)
-                fwd()
-                torch.cuda.synchronize()
-                ms = timed(fwd, a.iters)
+                ms = time_forward(fwd, row, 1, a.iters)
             except Exception as e:  # noqa: BLE001 - out of memory, an unsupported backend: next mode
                 row["error"] = ("%s: %s" % (type(e).__name__, e))[:600]
                 torch.cuda.empty_cache()
@@ -181,8 +152,8 @@ def main():
             out["results"].append(row)
             print(f"{mode:10} ran {row.get('backend_ran')}: {B} x {T}: {ms:.2f} ms, {row['tok_s']:.0f} tok/s, "
                   f"MFU active {100 * row['mfu_active']:.1f}%", file=sys.stderr)
-            emit()  # what is done so far survives a timeout
-    print(emit())
+            write_json(out, a.json)  # what is done so far survives a timeout
+    print(write_json(out, a.json))
     return 0
 
 

@@ -20,13 +20,13 @@ reason ("error") and the next one runs. The eager peer runs use_cache=False, as 
 user extracting hidden states would (no KV cache copies).
 FLOP per docs/performance.md: 2 * body params per token + 2 * layers * T * heads * hd."""
 import argparse
-import json
 import sys
-import time
 
 import torch
 import transformers
 from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from peer_common import matmul_ceiling_tflops, time_forward, write_json
 
 SHAPES = {
     "Qwen3-1.7B": dict(hidden_size=2048, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
@@ -40,16 +40,6 @@ def layer_params(s):
     d, hd, H, KV, I = s["hidden_size"], s["head_dim"], s["num_attention_heads"], s["num_key_value_heads"], \
         s["intermediate_size"]
     return d * (H + 2 * KV) * hd + H * hd * d + 3 * d * I + 2 * d + 2 * hd
-
-
-def timed(fn, iters):
-    ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ev0.record()
-    for _ in range(iters):
-        fn()
-    ev1.record()
-    torch.cuda.synchronize()
-    return ev0.elapsed_time(ev1) / iters  # ms
 
 
 def set_compile_limits(torch):
@@ -77,25 +67,12 @@ def main():
             ap.error(f"--compile: unknown mode '{m}'")
     dev = torch.device("cuda")
     torch.manual_seed(0)
-    x = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    y = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
-    for _ in range(3):
-        x @ y
-    ms = timed(lambda: x @ y, 20)
-    ceiling = 2 * 8192 ** 3 / (ms * 1e-3) / 1e12
-    del x, y
+    ceiling = matmul_ceiling_tflops(dev)
     out = dict(bench="target_forward_peer", peer="transformers %s + torch %s, sdpa, bf16, output_hidden_states, "
                "use_cache=False" % (transformers.__version__, torch.__version__), device=torch.cuda.get_device_name(0),
                torch_matmul_ceiling_tflops=round(ceiling, 2), compile_scope=a.compile_scope, results=[])
     if any(m != "none" for m in modes):
         set_compile_limits(torch)
-
-    def emit():
-        text = json.dumps(out, indent=2)
-        if a.json:
-            with open(a.json, "w") as f:
-                f.write(text + "\n")
-        return text
 
     for name, s in SHAPES.items():
         if ("1.7b" if "1.7B" in name else "8b") not in a.models:
@@ -137,20 +114,12 @@ def main():
                         return o.hidden_states
 
                 try:
-                    torch.cuda.synchronize()
-                    t0 = time.time()
-                    fwd()
-                    torch.cuda.synchronize()
-                    row["first_call_s"] = round(time.time() - t0, 2)
-                    for _ in range(2):
-                        fwd()
-                    torch.cuda.synchronize()
-                    ms = timed(fwd, a.iters)
+                    ms = time_forward(fwd, row, 2, a.iters)
                 except Exception as e:  # report the reason, run the next mode
                     row["error"] = ("%s: %s" % (type(e).__name__, e))[:600]
                     print(f"peer {name} T={T} mode={mode}: FAILED: {row['error']}", file=sys.stderr, flush=True)
                     out["results"].append(row)
-                    emit()
+                    write_json(out, a.json)
                     torch.cuda.empty_cache()
                     continue
                 if mode != "none":
@@ -167,11 +136,11 @@ def main():
                 print(f"peer {name} T={T} mode={mode}: {ms:.2f} ms, {tok_s:.0f} tok/s, first call "
                       f"{row['first_call_s']} s", file=sys.stderr, flush=True)
                 out["results"].append(row)
-                emit()
+                write_json(out, a.json)
         del model
         torch._dynamo.reset()
         torch.cuda.empty_cache()
-    print(emit())
+    print(write_json(out, a.json))
 
 
 if __name__ == "__main__":

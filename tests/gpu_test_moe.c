@@ -36,6 +36,7 @@
  *      step == each alone, bit for bit: the lossless-verify property with experts.
  * Without a GPU: SKIPPED (77). A watchdog fails the test instead of hanging. */
 #include "gpu_test_check.h"
+#include "test_model_dir.h"
 
 #include "io/hfconfig.h"
 #include "io/safetensors.h"
@@ -47,7 +48,6 @@
 #include "target/target_model_cuda.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -408,13 +408,6 @@ static float *directions(uint64_t seed, int E, int d)
     return u;
 }
 
-static void write_text(const char *dir, const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    RC_CHECK(df_write_file_atomic(p, text, strlen(text)), p);
-}
-
 /* config.json + model.safetensors of s in g_tmp/name; the path goes to dir */
 static void write_model(char *dir, size_t dlen, const char *name, const mspec *s, uint64_t seed)
 {
@@ -536,26 +529,6 @@ static void write_model(char *dir, size_t dlen, const char *name, const mspec *s
     RC_CHECK(safetensors_writer_write(w, p), p);
     safetensors_writer_free(w);
     free(u);
-}
-
-static void rm_rf(const char *dir)
-{
-    DIR *dd = opendir(dir);
-    if (!dd)
-        return;
-    for (struct dirent *e; (e = readdir(dd));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(dd);
-    rmdir(dir);
 }
 
 /* ---- forwards --------------------------------------------------------------------------- */

@@ -7,6 +7,7 @@
  */
 #include "io/safetensors.h"
 #include "test_helpers.h"
+#include "test_model_dir.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -372,26 +373,6 @@ static void not_regular(void)
     }
     unlink(fifo);
     rmdir(sub);
-}
-
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 int main(void)

@@ -15,9 +15,9 @@
 #include "io/safetensors.h"
 #include "target/target_model.h"
 #include "test_helpers.h"
+#include "test_model_dir.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -65,13 +65,6 @@ static void add(wbuf *b, const char *name, int64_t d0, int64_t d1, float scale, 
         b->io +=
             (size_t)snprintf(b->index + b->io, sizeof b->index - b->io, "%s\"%s\": \"model-%05d-of-00002.safetensors\"",
                              b->io > 20 ? ", " : "", name, shard + 1);
-}
-
-static void write_text(const char *dir, const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    T_ASSERT_RC(df_write_file_atomic(p, text, strlen(text)));
 }
 
 static void write_config(const char *dir, const spec *s)
@@ -174,23 +167,6 @@ static const spec LLAMA = {.llama = 1,
                            .bias = 1,
                            .sharded = 1,
                            .dt = SAFETENSORS_F32};
-
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-
-static void load_ok(target_model *m, const char *dir, const int *cap, int n)
-{
-    char err[1024] = "";
-    int rc = target_load(m, dir, cap, n, err, sizeof err);
-    if (rc < 0)
-        fprintf(stderr, "target_load: %s\n", err);
-    T_ASSERT_RC(rc);
-}
 
 /* ---- self-consistency ----------------------------------------------------------- */
 
@@ -479,26 +455,6 @@ static int compare_fixture(const char *name)
     safetensors_close(&rf);
     free(tok), free(starts), free(all), free(out), free(refv), free(got), free(so);
     return 1;
-}
-
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 int main(void)

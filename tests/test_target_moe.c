@@ -25,9 +25,9 @@
 #include "target/target_decode.h"
 #include "target/target_model.h"
 #include "test_helpers.h"
+#include "test_model_dir.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -115,13 +115,6 @@ static void add(writer *b, const char *name, int64_t d0, int64_t d1, float scale
     float *v = values(b->seed, name, (size_t)(d0 * (d1 ? d1 : 1)), scale, offset);
     put(b, name, d1 ? 2 : 1, d0, d1, 0, v);
     free(v);
-}
-
-static void write_text(const char *dir, const char *name, const char *text)
-{
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    T_ASSERT_RC(df_write_file_atomic(p, text, strlen(text)));
 }
 
 static int sparse(const mspec *s, int l)
@@ -242,14 +235,6 @@ static void make_model(char *dir, size_t dlen, const char *name, const mspec *s,
     free(b);
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]));
-    return m;
-}
-
 static double rel_err(const float *a, const float *ref, size_t n)
 {
     double num = 0, den = 0;
@@ -258,15 +243,6 @@ static double rel_err(const float *a, const float *ref, size_t n)
         den += (double)ref[i] * ref[i];
     }
     return sqrt(num / (den > 0 ? den : 1));
-}
-
-static void load_ok(target_model *m, const char *dir, const int *cap, int n)
-{
-    char err[1024] = "";
-    int rc = target_load(m, dir, cap, n, err, sizeof err);
-    if (rc < 0)
-        fprintf(stderr, "target_load: %s\n", err);
-    T_ASSERT_RC(rc);
 }
 
 static void random_tokens(int32_t *tok, int T, int V, uint64_t seed)
@@ -647,26 +623,6 @@ static int compare_fixture(const char *mdir, const char *refpath, const char **l
     safetensors_close(&rf);
     free(all), free(out), free(got), free(emb), free(lref);
     return 1;
-}
-
-static void rm_rf(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_rf(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
 }
 
 int main(void)

@@ -113,3 +113,30 @@ same_result() {
   [ "$(ls "$1/drafter")" = "$(ls "$2/drafter")" ] || fail "$3: release exports have different files"
   for f in $(ls "$1/drafter"); do cmp "$1/drafter/$f" "$2/drafter/$f" || fail "$3: release file $f differs"; done
 }
+
+# tiny_pipeline NAME SAMPLES DRAFTER_FIELDS: for a test of the real pipeline (tiny target, CPU
+# backend, real samples: DF_SYNTHETIC_SAMPLES unset) instead of fake workers: checks the
+# worker binaries, prepares SAMPLES samples of data/tiny/chat-train.jsonl (at most 300
+# tokens) into $T/data-000.dfs and writes the target -> postproc -> drafter topology
+# $T/NAME.json (seed 5); sets RUN=$T/run and TOPO. DRAFTER_FIELDS ('"checkpoint_every": 2,
+# "keep_checkpoints": 2') are the drafter section's fields beyond its shape.
+tiny_pipeline() {
+  local name=$1 samples=$2 drafter=$3 b
+  unset DF_SYNTHETIC_SAMPLES
+  for b in target_worker postproc_worker drafter_worker dflash_tool; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
+  python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
+    --max-samples "$samples" --max-len 300 >/dev/null || fail "prepare_data"
+  RUN=$T/run; TOPO=$T/$name.json
+  cat >"$TOPO" <<JSON
+{ "version": 1, "name": "$name", "run_dir": "$RUN", "backend": "cpu", "seed": 5,
+  "target": { "model_dir": "$PWD/models/tiny-target", "capture_layers": [1, 3] },
+  "drafter": { "num_layers": 1, "block_size": 8, "num_anchors": 8, $drafter,
+               "mask_token_id": 261 },
+  "data": { "shards": ["$T/data-000.dfs"], "token_budget": 400, "max_seq_len": 300 },
+  "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 1048576 }, { "name": "pd", "slots": 4, "slot_bytes": 1048576 } ],
+  "workers": [ { "name": "target0", "role": "target", "out": "tp" },
+               { "name": "postproc0", "role": "postproc", "in": "tp", "out": "pd" },
+               { "name": "drafter0", "role": "drafter", "in": "pd" } ],
+  "supervision": { "max_restarts": 3, "backoff_initial_ms": 20, "metrics_interval_ms": 5000, "shutdown_timeout_ms": 5000 } }
+JSON
+}

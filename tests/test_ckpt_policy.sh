@@ -12,23 +12,7 @@
 #   - a worker run by hand (no DF_* environment): exit 2 naming the variable.
 # The full-disk policy (drafter.max_checkpoint_failures) is in test_bad_input.sh (it needs a tmpfs).
 source "$(dirname "$0")/orch_lib.sh"
-unset DF_SYNTHETIC_SAMPLES
-for b in target_worker postproc_worker drafter_worker dflash_tool; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
-python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
-  --max-samples 40 --max-len 300 >/dev/null || fail "prepare_data"
-RUN=$T/run; TOPO=$T/ck.json
-cat >"$TOPO" <<JSON
-{ "version": 1, "name": "ck", "run_dir": "$RUN", "backend": "cpu", "seed": 5,
-  "target": { "model_dir": "$PWD/models/tiny-target", "capture_layers": [1, 3] },
-  "drafter": { "num_layers": 1, "block_size": 8, "num_anchors": 8, "checkpoint_every": 2, "keep_checkpoints": 2,
-               "mask_token_id": 261 },
-  "data": { "shards": ["$T/data-000.dfs"], "token_budget": 400, "max_seq_len": 300 },
-  "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 1048576 }, { "name": "pd", "slots": 4, "slot_bytes": 1048576 } ],
-  "workers": [ { "name": "target0", "role": "target", "out": "tp" },
-               { "name": "postproc0", "role": "postproc", "in": "tp", "out": "pd" },
-               { "name": "drafter0", "role": "drafter", "in": "pd" } ],
-  "supervision": { "max_restarts": 3, "backoff_initial_ms": 20, "metrics_interval_ms": 5000, "shutdown_timeout_ms": 5000 } }
-JSON
+tiny_pipeline ck 40 '"checkpoint_every": 2, "keep_checkpoints": 2'
 expect() { # RC PATTERN CMD...
   local want=$1 pat=$2; shift 2
   "$@" >"$T/out" 2>&1; local rc=$?

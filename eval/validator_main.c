@@ -243,6 +243,36 @@ static void read_done(validator *v)
     free(text);
 }
 
+/* "1,3": n layer ids, for messages (cut to fit out) */
+static void layer_list(const int *ids, int n, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && len < cap; i++) {
+        int k = snprintf(out + len, cap - len, "%s%d", i ? "," : "", ids[i]);
+        len += k > 0 ? (size_t)k : 0;
+    }
+}
+
+/* The drafter c (its config cfgf) was trained on the features of the topology's capture
+ * layers, in their order: the held-out features are those. DF_EXIT_PERM naming both
+ * fields otherwise. */
+static void check_layers(const dflash_config *c, const topo *t, const char *cfgf)
+{
+    int same = c->n_capture == t->n_capture;
+    for (int i = 0; same && i < c->n_capture; i++)
+        same = c->target_layer_ids[i] == t->capture_layers[i];
+    if (same)
+        return;
+    char a[400], b[400];
+    layer_list(c->target_layer_ids, c->n_capture, a, sizeof a);
+    layer_list(t->capture_layers, t->n_capture, b, sizeof b);
+    df_die(DF_EXIT_PERM,
+           "%s: dflash_config.target_layer_ids is [%s], but %s: target.capture_layers is [%s]: the held-out "
+           "features are those of the topology's layers",
+           cfgf, a, t->source_path, b);
+}
+
 /* Load a checkpoint (or release) dir and score it. 0 with *B and *load_s set; -ENOENT when
  * it vanished (pruned); -EINTR when stopped; other -errno when it would not load (logged).
  * A drafter that does not fit the target, or a failed score, ends the process. */
@@ -264,8 +294,9 @@ static int score_dir(heldout_set *hs, const topo *t, const char *dir, long step,
             df_log("%s", err);
         return rc;
     }
-    if ((rc = pair_check(&c, &hs->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 || c.n_capture != t->n_capture)
-        df_die(DF_EXIT_PERM, "%s", rc < 0 ? err : "the checkpoint's capture layers are not the topology's");
+    if ((rc = pair_check(&c, &hs->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    check_layers(&c, t, cfgf);
     *B = c.block_size;
     rc = heldout_score(hs, &c, &p, all, err, sizeof err);
     dflash_params_free(&p);

@@ -121,19 +121,6 @@
                           (what), r_, kerr);                                                                           \
     } while (0)
 
-/* The name df_err had here before it moved to util.h. common/dflash/dflash_cuda.cu still
- * calls it; this goes once that file calls df_err. */
-static inline int df_cuda_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static inline int df_cuda_errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    df_verr(err, errlen, rc, NULL, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
 /* Put "<fmt ...>: " in front of the message already in err (its end is cut if the two do
  * not fit). */
 static inline void df_cuda_err_prefix(char *err, size_t errlen, const char *fmt, ...)

@@ -103,9 +103,10 @@ static void layout_weights(infer_state_cuda *s, bump *bb, bump *bf, const dflash
 #undef F32
 }
 
+/* A CUDA call of s's setup failed: say which (with CUDA's last error), free s, return rc. */
 static int cuda_fail(infer_state_cuda *s, char *err, size_t errlen, const char *what, int rc)
 {
-    snprintf(err, errlen, "drafter on the GPU: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
+    df_err(err, errlen, rc, "drafter on the GPU: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
     infer_free_cuda(s);
     return rc;
 }
@@ -121,19 +122,16 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     int I = c->intermediate, V = c->vocab;
     size_t qd = (size_t)H * hd, kvd = (size_t)KV * hd;
     if (cap < 1 || B < 2 || B > DECODE_LINEAR_MAX_ROWS || hd % 2 || hd > 256 || KV < 1 || H % KV ||
-        c->mask_token_id < 0 || c->mask_token_id >= V) {
-        snprintf(err, errlen,
-                 "drafter on the GPU: unsupported shape (cache %d, block %d, head_dim %d, heads %d/%d, mask token %d "
-                 "of %d)",
-                 cap, B, hd, H, KV, c->mask_token_id, V);
-        return -EINVAL;
-    }
+        c->mask_token_id < 0 || c->mask_token_id >= V)
+        return df_err(err, errlen, -EINVAL,
+                      "drafter on the GPU: unsupported shape (cache %d, block %d, head_dim %d, heads %d/%d, mask token "
+                      "%d of %d)",
+                      cap, B, hd, H, KV, c->mask_token_id, V);
     for (int l = 0; l < c->n_layers; l++) {
         const dflash_layer_params *P = &p->layer[l];
-        if (P->wk != P->wq + qd * d || P->wv != P->wk + kvd * d || P->w_up != P->w_gate + (size_t)I * d) {
-            snprintf(err, errlen, "drafter on the GPU: layer %d: q/k/v or gate/up not adjacent in the parameters", l);
-            return -EINVAL;
-        }
+        if (P->wk != P->wq + qd * d || P->wv != P->wk + kvd * d || P->w_up != P->w_gate + (size_t)I * d)
+            return df_err(err, errlen, -EINVAL,
+                          "drafter on the GPU: layer %d: q/k/v or gate/up not adjacent in the parameters", l);
     }
     s->c = c, s->cap = cap, s->stream = stream, s->embed = embed, s->lm_head = lm_head;
 
@@ -145,8 +143,7 @@ int infer_init_cuda(infer_state_cuda *s, const dflash_config *c, const dflash_pa
     float *hf = calloc(1, nf);
     if (!hb || !hf) {
         free(hb), free(hf);
-        snprintf(err, errlen, "drafter on the GPU: out of host memory for the weights");
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "drafter on the GPU: out of host memory for the weights");
     }
     if (cudaMalloc(&s->wb, nb) != cudaSuccess || cudaMalloc(&s->wf, nf) != cudaSuccess) {
         free(hb), free(hf);
@@ -171,10 +168,8 @@ static int init_view(infer_state_cuda *s, const infer_state_cuda *from, int cap,
                      size_t lstride, char *err, size_t errlen)
 {
     memset(s, 0, sizeof *s);
-    if (cap < 1) {
-        snprintf(err, errlen, "drafter on the GPU: a context cache of %d rows", cap);
-        return -EINVAL;
-    }
+    if (cap < 1)
+        return df_err(err, errlen, -EINVAL, "drafter on the GPU: a context cache of %d rows", cap);
     /* every weight pointer of `from`; wb / wf stay NULL: this state frees none of them */
     s->c = from->c, s->cap = cap, s->stream = from->stream, s->embed = from->embed, s->lm_head = from->lm_head;
     s->fc = from->fc, s->hidden_norm = from->hidden_norm, s->final_norm = from->final_norm;
@@ -335,37 +330,32 @@ static int enqueue_append(infer_state_cuda *s, const nn_bf16_cuda *Hf, int m, co
 }
 
 /* Capture what `enqueue` puts on the stream into *exec. */
-#define CAPTURE(exec, enqueue_call)                                                                 \
-    do {                                                                                            \
-        CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), err, errlen); \
-        int rc_ = (enqueue_call);                                                                   \
-        cudaGraph_t g_ = NULL;                                                                      \
-        cudaError_t e_ = cudaStreamEndCapture(s->stream, &g_);                                      \
-        if (rc_ == 0 && e_ == cudaSuccess) {                                                        \
-            e_ = cudaGraphInstantiate(&(exec), g_, 0);                                              \
-            if (e_ != cudaSuccess)                                                                  \
-                (exec) = NULL;                                                                      \
-        }                                                                                           \
-        if (g_)                                                                                     \
-            cudaGraphDestroy(g_);                                                                   \
-        if (rc_ < 0)                                                                                \
-            return rc_;                                                                             \
-        if (e_ != cudaSuccess) {                                                                    \
-            snprintf(err, errlen, "%s: graph capture: %s", __func__, cudaGetErrorString(e_));       \
-            return -EIO;                                                                            \
-        }                                                                                           \
+#define CAPTURE(exec, enqueue_call)                                                                      \
+    do {                                                                                                 \
+        CUDA_TRY(cudaStreamBeginCapture(s->stream, cudaStreamCaptureModeThreadLocal), err, errlen);      \
+        int rc_ = (enqueue_call);                                                                        \
+        cudaGraph_t g_ = NULL;                                                                           \
+        cudaError_t e_ = cudaStreamEndCapture(s->stream, &g_);                                           \
+        if (rc_ == 0 && e_ == cudaSuccess) {                                                             \
+            e_ = cudaGraphInstantiate(&(exec), g_, 0);                                                   \
+            if (e_ != cudaSuccess)                                                                       \
+                (exec) = NULL;                                                                           \
+        }                                                                                                \
+        if (g_)                                                                                          \
+            cudaGraphDestroy(g_);                                                                        \
+        if (rc_ < 0)                                                                                     \
+            return rc_;                                                                                  \
+        if (e_ != cudaSuccess)                                                                           \
+            return df_err(err, errlen, -EIO, "%s: graph capture: %s", __func__, cudaGetErrorString(e_)); \
     } while (0)
 
 int infer_append_cuda(infer_state_cuda *s, const nn_bf16_cuda *Hf, int n, char *err, size_t errlen)
 {
-    if (n < 1) {
-        snprintf(err, errlen, "infer_append_cuda: %d rows", n);
-        return -EINVAL;
-    }
-    if (s->n_ctx + n > s->cap) {
-        snprintf(err, errlen, "infer_append_cuda: %d + %d context rows overflow the cache of %d", s->n_ctx, n, s->cap);
-        return -ENOSPC;
-    }
+    if (n < 1)
+        return df_err(err, errlen, -EINVAL, "infer_append_cuda: %d rows", n);
+    if (s->n_ctx + n > s->cap)
+        return df_err(err, errlen, -ENOSPC, "infer_append_cuda: %d + %d context rows overflow the cache of %d",
+                      s->n_ctx, n, s->cap);
     /* a graph per row count, for the features buffer it was captured with (the target's
      * feature rows: every append of the speculative loop) */
     if (s->use_graphs && n <= s->c->block_size && n <= 64) {
@@ -572,10 +562,8 @@ int infer_draft_cuda(infer_state_cuda *s, int32_t anchor, int32_t *draft, char *
 {
     const dflash_config *c = s->c;
     int B = c->block_size, S = s->n_ctx, V = c->vocab;
-    if (anchor < 0 || anchor >= V) {
-        snprintf(err, errlen, "infer_draft_cuda: anchor token %d outside [0, %d)", anchor, V);
-        return -EINVAL;
-    }
+    if (anchor < 0 || anchor >= V)
+        return df_err(err, errlen, -EINVAL, "infer_draft_cuda: anchor token %d outside [0, %d)", anchor, V);
     /* h0 = E[anchor], E[MASK] x (B-1) at positions S..S+B-1; the training masks for one
      * block anchored at S (dflash_mask_ranges): full layers see all context + the block,
      * sliding layers a window of context + the block causally. The previous draft
@@ -649,18 +637,15 @@ int infer_batch_init_cuda(infer_batch_cuda *b, const infer_state_cuda *from, int
     const dflash_config *c = from->c;
     int B = c->block_size, d = c->hidden, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim;
     int I = c->intermediate, V = c->vocab;
-    if (n_seq < 1 || cap < 1) {
-        snprintf(err, errlen, "infer_batch_init_cuda: %d sequences, a context cache of %d rows", n_seq, cap);
-        return -EINVAL;
-    }
+    if (n_seq < 1 || cap < 1)
+        return df_err(err, errlen, -EINVAL, "infer_batch_init_cuda: %d sequences, a context cache of %d rows", n_seq,
+                      cap);
     b->from = from, b->n_seq = n_seq, b->max_blocks = DF_MAX(1, INFER_CUDA_SMALL_ROWS / B);
     size_t rows = (size_t)cap + B, kvd = (size_t)KV * hd, L = (size_t)c->n_layers, lstride = (size_t)n_seq * rows * kvd;
     size_t R = (size_t)b->max_blocks * B, qkv_n = (size_t)(H + 2 * KV) * hd;
     b->seq = calloc((size_t)n_seq, sizeof *b->seq);
-    if (!b->seq) {
-        snprintf(err, errlen, "infer_batch_init_cuda: out of memory");
-        return -ENOMEM;
-    }
+    if (!b->seq)
+        return df_err(err, errlen, -ENOMEM, "infer_batch_init_cuda: out of memory");
     int rc = -ENOMEM;
     const char *what = NULL;
     if (cudaMalloc((void **)&b->kc, sizeof(nn_bf16_cuda) * L * lstride) != cudaSuccess ||
@@ -704,7 +689,7 @@ int infer_batch_init_cuda(infer_batch_cuda *b, const infer_state_cuda *from, int
     b->use_graphs = 1;
     return 0;
 fail:
-    snprintf(err, errlen, "drafter on the GPU: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
+    df_err(err, errlen, rc, "drafter on the GPU: %s: %s", what, cudaGetErrorString(cudaGetLastError()));
     infer_batch_free_cuda(b);
     return rc;
 }
@@ -776,19 +761,14 @@ int infer_batch_draft_cuda(infer_batch_cuda *b, int n, const int *seqs, const in
     const dflash_config *c = b->from->c;
     int B = c->block_size, V = c->vocab, cap = b->seq ? b->seq[0].cap : 0;
     for (int j = 0; j < n; j++) {
-        if (seqs[j] < 0 || seqs[j] >= b->n_seq) {
-            snprintf(err, errlen, "infer_batch_draft_cuda: sequence %d of %d", seqs[j], b->n_seq);
-            return -EINVAL;
-        }
-        if (anchors[j] < 0 || anchors[j] >= V) {
-            snprintf(err, errlen, "infer_batch_draft_cuda: sequence %d: anchor token %d outside [0, %d)", seqs[j],
-                     anchors[j], V);
-            return -EINVAL;
-        }
+        if (seqs[j] < 0 || seqs[j] >= b->n_seq)
+            return df_err(err, errlen, -EINVAL, "infer_batch_draft_cuda: sequence %d of %d", seqs[j], b->n_seq);
+        if (anchors[j] < 0 || anchors[j] >= V)
+            return df_err(err, errlen, -EINVAL, "infer_batch_draft_cuda: sequence %d: anchor token %d outside [0, %d)",
+                          seqs[j], anchors[j], V);
         for (int i = 0; i < j; i++)
             if (seqs[i] == seqs[j]) { /* its two blocks would write the same cache rows */
-                snprintf(err, errlen, "infer_batch_draft_cuda: sequence %d given twice", seqs[j]);
-                return -EINVAL;
+                return df_err(err, errlen, -EINVAL, "infer_batch_draft_cuda: sequence %d given twice", seqs[j]);
             }
     }
     for (int j0 = 0; j0 < n; j0 += b->max_blocks) {
@@ -825,10 +805,8 @@ int infer_batch_logits_to_host_cuda(infer_batch_cuda *b, int j, float *out, char
 {
     const dflash_config *c = b->from->c;
     int B = c->block_size;
-    if (j < 0 || j >= b->max_blocks) {
-        snprintf(err, errlen, "infer_batch_logits_to_host_cuda: block %d of %d", j, b->max_blocks);
-        return -EINVAL;
-    }
+    if (j < 0 || j >= b->max_blocks)
+        return df_err(err, errlen, -EINVAL, "infer_batch_logits_to_host_cuda: block %d of %d", j, b->max_blocks);
     size_t row = (size_t)j * B + 1, n = (size_t)(B - 1) * c->vocab;
     CUDA_TRY(cudaMemcpy(out, b->logits + row * c->vocab, sizeof(float) * n, cudaMemcpyDeviceToHost), err, errlen);
     return 0;

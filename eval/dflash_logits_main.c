@@ -25,10 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dflash/dflash_ckpt.h"
 #include "dflash/dflash_config.h"
 #include "dflash/dflash_model.h"
 #include "eval/dflash_infer.h"
+#include "eval/eval_pair.h"
 #include "io/safetensors.h"
 #include "target/target_model.h"
 #include "util.h"
@@ -41,15 +41,6 @@ static void logits_usage(FILE *f)
                "  --in FILE       H [S, n*d], tokens [S], optional anchors [N] (default: one anchor at S-1)\n"
                "  --out FILE      logits [N, B-1, V] F32 and anchors [N] I32\n"
                "exit codes: 0 done, 1 temporary failure, 2 bad command line, 100 bad target/drafter/input\n");
-}
-
-/* Our checkpoint (root with 'latest' or a step dir) or a release dir. */
-static int logits_load_drafter(const char *dir, dflash_config *c, dflash_params *p, char *err, size_t errlen)
-{
-    char step[4096];
-    if (dflash_ckpt_resolve(dir, step, sizeof step) == 0)
-        return dflash_ckpt_load(dir, c, p, NULL, NULL, err, errlen);
-    return dflash_load_release(dir, c, p, err, errlen);
 }
 
 /* A tensor of IN as fp32 (allocated), with its rank checked. */
@@ -99,18 +90,19 @@ int main(int argc, char **argv)
         logits_usage(stderr);
         return DF_EXIT_USAGE;
     }
-    char err[1024] = "";
+    char err[1024] = "", cfgf[4200];
     int rc;
     dflash_config c;
     dflash_params p;
-    if ((rc = logits_load_drafter(drafter, &c, &p, err, sizeof err)) < 0)
+    /* our checkpoint (root or step dir) or a release dir; cfgf: the file its config came from */
+    if ((rc = pair_load_drafter(drafter, &c, &p, cfgf, sizeof cfgf, err, sizeof err)) < 0)
         df_die(rc == -ENOMEM ? DF_EXIT_TEMP : DF_EXIT_PERM, "%s", err);
     target_embeddings e;
     if ((rc = target_load_embeddings(&e, target, 0, err, sizeof err)) < 0)
         df_die(target_exit_code(rc), "%s", err);
     if (e.hidden != c.hidden || e.vocab != c.vocab)
-        df_die(DF_EXIT_PERM, "%s: hidden_size %d / vocab_size %d do not match the target %s (%d / %d)", drafter,
-               c.hidden, c.vocab, target, e.hidden, e.vocab);
+        df_die(DF_EXIT_PERM, "%s: hidden_size %d / vocab_size %d do not match the target %s/config.json (%d / %d)",
+               cfgf, c.hidden, c.vocab, target, e.hidden, e.vocab);
 
     safetensors_file f;
     if ((rc = safetensors_open(&f, in, err, sizeof err)) < 0)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "dflash/dflash_ckpt.h"
+#include "util.h"
 
 int pair_load_drafter(const char *dir, dflash_config *c, dflash_params *p, char *cfg_file, size_t cfg_len, char *err,
                       size_t errlen)
@@ -28,16 +29,13 @@ int pair_check(const dflash_config *c, const hfconfig *t, const char *dcfg, cons
         what = "vocab_size", dv = c->vocab, tv = t->vocab_size;
     else if (c->num_target_layers != t->num_hidden_layers)
         what = "num_target_layers", dv = c->num_target_layers, tv = t->num_hidden_layers;
-    if (what) {
-        snprintf(err, errlen, "%.400s: %s = %ld does not match the target %.400s/config.json (%ld)", dcfg, what, dv,
-                 tdir, tv);
-        return -EINVAL;
-    }
+    if (what)
+        return df_err(err, errlen, -EINVAL, "%.400s: %s = %ld does not match the target %.400s/config.json (%ld)", dcfg,
+                      what, dv, tdir, tv);
     for (int i = 0; i < c->n_capture; i++)
-        if (c->target_layer_ids[i] < 0 || c->target_layer_ids[i] >= t->num_hidden_layers) {
-            snprintf(err, errlen, "%.900s: dflash_config.target_layer_ids[%d] = %d, the target has %d layers", dcfg, i,
-                     c->target_layer_ids[i], t->num_hidden_layers);
-            return -EINVAL;
-        }
+        if (c->target_layer_ids[i] < 0 || c->target_layer_ids[i] >= t->num_hidden_layers)
+            return df_err(err, errlen, -EINVAL,
+                          "%.900s: dflash_config.target_layer_ids[%d] = %d, the target has %d layers", dcfg, i,
+                          c->target_layer_ids[i], t->num_hidden_layers);
     return 0;
 }

@@ -56,17 +56,19 @@ static int load_shard(prompts_list *l, const char *path, int vocab, int max_tota
     /* compared unsigned: a header vocab_size past 2^31 cast to int was negative and passed,
      * letting token ids past the target's table through as negative int32 */
     if (vocab <= 0 || dataset_vocab_size(ds) > (uint32_t)vocab) {
-        snprintf(err, errlen, "%s: header vocab_size %u exceeds the target's vocab_size %d", path,
-                 dataset_vocab_size(ds), vocab);
+        rc = df_err(err, errlen, -EINVAL, "%s: header vocab_size %u exceeds the target's vocab_size %d", path,
+                    dataset_vocab_size(ds), vocab);
         dataset_close(ds);
-        return -EINVAL;
+        return rc;
     }
     for (uint64_t i = 0; i < dataset_n_samples(ds) && l->n < max_total; i++) {
         const uint32_t *tok;
         const uint8_t *mask;
         uint32_t len;
-        if ((rc = dataset_sample(ds, i, &tok, &mask, &len)) < 0)
+        if ((rc = dataset_sample(ds, i, &tok, &mask, &len)) < 0) {
+            df_err(err, errlen, rc, "%s: sample %llu: %s", path, (unsigned long long)i, strerror(-rc));
             break;
+        }
         uint32_t n = 0;
         while (n < len && !mask[n])
             n++;
@@ -85,7 +87,7 @@ static int load_shard(prompts_list *l, const char *path, int vocab, int max_tota
             break;
     }
     if (rc == -ENOMEM)
-        snprintf(err, errlen, "%s: out of memory", path);
+        df_err(err, errlen, rc, "%s: out of memory", path);
     dataset_close(ds);
     return rc;
 }
@@ -100,13 +102,11 @@ static int read_byte_tok(byte_tok *bt, const char *dir, char *err, size_t errlen
     snprintf(path, sizeof path, "%s/byte_tokenizer.json", dir);
     json_error_t je;
     json_t *o = json_load_file(path, 0, &je);
-    if (!o) {
-        snprintf(err, errlen,
-                 "%s: %s: chat JSONL prompts need the byte-level tokenizer; for another tokenizer run "
-                 "scripts/prepare_data.py and pass the .dfs shard",
-                 path, je.text);
-        return -EINVAL;
-    }
+    if (!o)
+        return df_err(err, errlen, -EINVAL,
+                      "%s: %s: chat JSONL prompts need the byte-level tokenizer; for another tokenizer run "
+                      "scripts/prepare_data.py and pass the .dfs shard",
+                      path, je.text);
     int rc = 0;
     const char *keys[4] = {"bos", "user", "assistant", "eos"};
     int *dst[4] = {&bt->bos, &bt->user, &bt->assistant, &bt->eos};
@@ -115,9 +115,8 @@ static int read_byte_tok(byte_tok *bt, const char *dir, char *err, size_t errlen
         /* a token id is a row of the embedding: a negative one would be read before the
          * table, and one past int would wrap (the vocabulary check comes per prompt) */
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
-            snprintf(err, errlen, "%s: field \"%s\" missing or not a token id (an integer in [0, %d])", path, keys[i],
-                     INT32_MAX);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "%s: field \"%s\" missing or not a token id (an integer in [0, %d])",
+                        path, keys[i], INT32_MAX);
             break;
         }
         *dst[i] = (int)json_integer_value(v);
@@ -182,10 +181,8 @@ static int chat_prompt(const json_t *o, const byte_tok *bt, int32_t **out, int *
         msgs = json_object_get(o, "conversations");
         sharegpt = 1;
     }
-    if (!json_is_array(msgs)) {
-        snprintf(err, errlen, "expected a \"messages\" or \"conversations\" list");
-        return -EINVAL;
-    }
+    if (!json_is_array(msgs))
+        return df_err(err, errlen, -EINVAL, "expected a \"messages\" or \"conversations\" list");
     int32_t *t = NULL;
     int n = 0, cap = 0, rc = push_tok(&t, &n, &cap, bt->bos);
     for (size_t i = 0; rc == 0 && i < json_array_size(msgs); i++) {
@@ -193,16 +190,14 @@ static int chat_prompt(const json_t *o, const byte_tok *bt, int32_t **out, int *
         const char *role = json_string_value(json_object_get(m, sharegpt ? "from" : "role"));
         const json_t *content = json_object_get(m, sharegpt ? "value" : "content");
         if (!role || !json_is_string(content)) {
-            snprintf(err, errlen, "message %zu: expected a string \"%s\" and a string \"%s\"", i,
-                     sharegpt ? "from" : "role", sharegpt ? "value" : "content");
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "message %zu: expected a string \"%s\" and a string \"%s\"", i,
+                        sharegpt ? "from" : "role", sharegpt ? "value" : "content");
             break;
         }
         if (!strcmp(role, "assistant") || !strcmp(role, "gpt"))
             break; /* the prompt ends before the first answer */
         if (strcmp(role, "user") && strcmp(role, "human") && strcmp(role, "system")) {
-            snprintf(err, errlen, "message %zu: role \"%s\" is not user, system or assistant", i, role);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "message %zu: role \"%s\" is not user, system or assistant", i, role);
             break;
         }
         if ((rc = push_tok(&t, &n, &cap, bt->user)) == 0)
@@ -212,7 +207,7 @@ static int chat_prompt(const json_t *o, const byte_tok *bt, int32_t **out, int *
         rc = push_tok(&t, &n, &cap, bt->assistant);
     if (rc < 0) {
         if (rc == -ENOMEM)
-            snprintf(err, errlen, "out of memory");
+            df_err(err, errlen, rc, "out of memory");
         free(t);
         return rc;
     }
@@ -236,8 +231,7 @@ static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_d
     if (!f) {
         rc = -errno;
         close(fd);
-        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
-        return rc;
+        return df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
     }
     char *line = NULL;
     size_t lcap = 0;
@@ -256,21 +250,19 @@ static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_d
         int32_t *t = NULL;
         int n = 0;
         if (!o) {
-            snprintf(err, errlen, "%s:%ld: column %d: %s", path, lineno, je.column, je.text);
-            rc = -EINVAL;
+            rc = df_err(err, errlen, -EINVAL, "%s:%ld: column %d: %s", path, lineno, je.column, je.text);
             break;
         }
         rc = chat_prompt(o, &bt, &t, &n, why, sizeof why);
         json_decref(o);
         if (rc < 0) {
-            snprintf(err, errlen, "%s:%ld: %s", path, lineno, why);
+            df_err(err, errlen, rc, "%s:%ld: %s", path, lineno, why);
             break;
         }
         for (int j = 0; j < n; j++)
             if (t[j] < 0 || t[j] >= vocab) {
-                snprintf(err, errlen, "%s:%ld: token %d is outside the target's vocabulary (%d)", path, lineno, t[j],
-                         vocab);
-                rc = -EINVAL;
+                rc = df_err(err, errlen, -EINVAL, "%s:%ld: token %d is outside the target's vocabulary (%d)", path,
+                            lineno, t[j], vocab);
                 break;
             }
         if (rc < 0) {
@@ -280,12 +272,10 @@ static int load_jsonl(prompts_list *l, const char *path, const char *tokenizer_d
         char src[320];
         snprintf(src, sizeof src, "%s:%ld", path, lineno);
         if ((rc = add(l, t, n, max_len, src)) < 0)
-            snprintf(err, errlen, "%s: out of memory", path);
+            df_err(err, errlen, rc, "%s: out of memory", path);
     }
-    if (rc == 0 && ferror(f)) {
-        rc = -EIO;
-        snprintf(err, errlen, "%s: read error", path);
-    }
+    if (rc == 0 && ferror(f))
+        rc = df_err(err, errlen, -EIO, "%s: read error", path);
     free(line);
     fclose(f);
     return rc;

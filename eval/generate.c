@@ -8,6 +8,7 @@
 
 #include "io/hfconfig.h"
 #include "target/target_decode.h"
+#include "util.h"
 
 /* ---- CPU backend over target_decode ---- */
 
@@ -21,11 +22,9 @@ static int cpu_extend(void *impl, int s, const int32_t *tokens, int k, int want_
 {
     decode_model *m = &((gen_cpu *)impl)->m;
     int rc = decode_extend_seq(m, s, tokens, k, 1);
-    if (rc < 0) {
-        snprintf(err, errlen, "target extend of sequence %d by %d tokens at %d: %s", s, k, decode_seq_len(m, s),
-                 strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "target extend of sequence %d by %d tokens at %d: %s", s, k,
+                      decode_seq_len(m, s), strerror(-rc));
     *greedy = decode_argmax(m->logits, m->tm.cfg.vocab_size);
     if (want_logits)
         *logits = m->logits;
@@ -37,10 +36,8 @@ static int cpu_step(void *impl, const int32_t *tokens, const int *on, int want_l
 {
     decode_model *m = &((gen_cpu *)impl)->m;
     int rc = decode_extend_batch(m, tokens, on), V = m->tm.cfg.vocab_size, R = 0;
-    if (rc < 0) {
-        snprintf(err, errlen, "target step of %d sequences: %s", m->n_seq, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "target step of %d sequences: %s", m->n_seq, strerror(-rc));
     for (int s = 0; s < m->n_seq; s++)
         R += on[s];
     for (int i = 0; i < R; i++)
@@ -69,10 +66,8 @@ static int cpu_open(generate_target *t, int device, const char *dir, int max_ctx
 {
     (void)device;
     gen_cpu *g = calloc(1, sizeof *g);
-    if (!g) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!g)
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     /* features are not needed: capture only the last layer, which decode_load runs anyway */
     hfconfig c;
     int rc = hfconfig_load(&c, dir, err, errlen);
@@ -98,10 +93,8 @@ int generate_open(generate_target *t, const char *backend, const char *model_dir
                   size_t errlen)
 {
     memset(t, 0, sizeof *t);
-    if (n_seq < 1 || n_seq > GENERATE_MAX_BATCH) {
-        snprintf(err, errlen, "--batch %d: expected 1..%d", n_seq, GENERATE_MAX_BATCH);
-        return -EINVAL;
-    }
+    if (n_seq < 1 || n_seq > GENERATE_MAX_BATCH)
+        return df_err(err, errlen, -EINVAL, "--batch %d: expected 1..%d", n_seq, GENERATE_MAX_BATCH);
     if (strcmp(backend, "cpu") == 0)
         return cpu_ops.open(t, 0, model_dir, max_ctx, n_seq, err, errlen);
     if (strcmp(backend, "cuda") == 0)
@@ -112,8 +105,7 @@ int generate_open(generate_target *t, const char *backend, const char *model_dir
         if (end != backend + 5 && !*end && dev >= 0 && dev < 1024)
             return generate_ops_cuda.open(t, (int)dev, model_dir, max_ctx, n_seq, err, errlen);
     }
-    snprintf(err, errlen, "--backend %s: expected cpu, cuda or cuda:N", backend);
-    return -EINVAL;
+    return df_err(err, errlen, -EINVAL, "--backend %s: expected cpu, cuda or cuda:N", backend);
 }
 
 void generate_close(generate_target *t)
@@ -141,15 +133,11 @@ int generate_one(generate_target *t, const int32_t *prompt, int n_prompt, const 
 {
     *n_out = 0;
     *stopped = 0;
-    if (n_prompt < 1 || o->max_new < 1) {
-        snprintf(err, errlen, "empty prompt or max_new < 1");
-        return -EINVAL;
-    }
-    if ((long)n_prompt + o->max_new > t->max_ctx) {
-        snprintf(err, errlen, "prompt of %d tokens + %d new does not fit the cache of %d", n_prompt, o->max_new,
-                 t->max_ctx);
-        return -ENOSPC;
-    }
+    if (n_prompt < 1 || o->max_new < 1)
+        return df_err(err, errlen, -EINVAL, "empty prompt or max_new < 1");
+    if ((long)n_prompt + o->max_new > t->max_ctx)
+        return df_err(err, errlen, -ENOSPC, "prompt of %d tokens + %d new does not fit the cache of %d", n_prompt,
+                      o->max_new, t->max_ctx);
     int sampled = o->sample.temperature > 0.0;
     t->ops->reset(t->impl, 0);
     const int32_t *feed = prompt;
@@ -216,10 +204,8 @@ static int queue_admit(gen_queue *q, int s, char *err, size_t errlen)
 int generate_batch(generate_target *t, generate_item *items, int n, const generate_opts *o, sample_work *w, char *err,
                    size_t errlen)
 {
-    if (n < 1 || o->max_new < 1) {
-        snprintf(err, errlen, "generate_batch: %d prompts (max_new %d)", n, o->max_new);
-        return -EINVAL;
-    }
+    if (n < 1 || o->max_new < 1)
+        return df_err(err, errlen, -EINVAL, "generate_batch: %d prompts (max_new %d)", n, o->max_new);
     const int S = n < t->n_seq ? n : t->n_seq; /* sequences in use */
     int on[GENERATE_MAX_BATCH] = {0}, item_of[GENERATE_MAX_BATCH] = {0}, rc;
     int32_t feed[GENERATE_MAX_BATCH], greedy[GENERATE_MAX_BATCH];
@@ -227,15 +213,12 @@ int generate_batch(generate_target *t, generate_item *items, int n, const genera
     for (int i = 0; i < n; i++) {
         generate_item *it = &items[i];
         it->n_out = it->stopped = 0;
-        if (it->n_prompt < 1) {
-            snprintf(err, errlen, "prompt %d of the batch is empty", i);
-            return -EINVAL;
-        }
-        if ((long)it->n_prompt + o->max_new > t->max_ctx) {
-            snprintf(err, errlen, "prompt %d of the batch: %d tokens + %d new does not fit the cache of %d", i,
-                     it->n_prompt, o->max_new, t->max_ctx);
-            return -ENOSPC;
-        }
+        if (it->n_prompt < 1)
+            return df_err(err, errlen, -EINVAL, "prompt %d of the batch is empty", i);
+        if ((long)it->n_prompt + o->max_new > t->max_ctx)
+            return df_err(err, errlen, -ENOSPC,
+                          "prompt %d of the batch: %d tokens + %d new does not fit the cache of %d", i, it->n_prompt,
+                          o->max_new, t->max_ctx);
     }
     for (int s = S; s < t->n_seq; s++)
         t->ops->reset(t->impl, s); /* unused sequences sit out with nothing cached */

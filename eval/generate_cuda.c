@@ -12,6 +12,7 @@
 #include "cuda_check.h"
 #include "io/hfconfig.h"
 #include "target/target_decode_cuda.h"
+#include "util.h"
 
 typedef struct gen_cuda {
     decode_model_cuda m;
@@ -27,7 +28,7 @@ static int cuda_extend(void *impl, int s, const int32_t *tokens, int k, int want
     if (rc == 0 && want_logits && (rc = decode_logits_to_host_cuda(&g->m, g->logits, err, errlen)) == 0)
         *logits = g->logits;
     if (rc == -ENOSPC)
-        snprintf(err, errlen, "target extend of sequence %d by %d tokens: the cache is full", s, k);
+        return df_err(err, errlen, rc, "target extend of sequence %d by %d tokens: the cache is full", s, k);
     return rc;
 }
 
@@ -67,10 +68,9 @@ static int cuda_open(generate_target *t, int device, const char *model_dir, int 
                      size_t errlen)
 {
     int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device >= n_dev) {
-        snprintf(err, errlen, "--backend cuda:%d: this machine has %d CUDA device(s)", device, n_dev);
-        return n_dev ? -EINVAL : -ENODEV;
-    }
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device >= n_dev)
+        return df_err(err, errlen, n_dev ? -EINVAL : -ENODEV, "--backend cuda:%d: this machine has %d CUDA device(s)",
+                      device, n_dev);
     CUDA_TRY(cudaSetDevice(device), err, errlen);
     hfconfig c;
     int rc = hfconfig_load(&c, model_dir, err, errlen);
@@ -79,10 +79,8 @@ static int cuda_open(generate_target *t, int device, const char *model_dir, int 
     int last = c.num_hidden_layers - 1;
     hfconfig_free(&c);
     gen_cuda *g = calloc(1, sizeof *g);
-    if (!g) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!g)
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     if ((rc = decode_load_batch_cuda(&g->m, model_dir, &last, 1, max_ctx, 1, n_seq, err, errlen)) < 0) {
         free(g);
         return rc;
@@ -90,8 +88,7 @@ static int cuda_open(generate_target *t, int device, const char *model_dir, int 
     g->n_seq = n_seq;
     if (!(g->logits = malloc(sizeof(float) * (size_t)n_seq * (size_t)g->m.tm.V))) {
         cuda_close(g);
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     }
     t->ops = &generate_ops_cuda;
     t->impl = g;

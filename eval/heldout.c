@@ -25,10 +25,8 @@ typedef struct heldout_cpu {
 static int cpu_open(heldout_set *h, char *err, size_t errlen)
 {
     heldout_cpu *g = calloc(1, sizeof *g);
-    if (!g) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!g)
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     h->impl = g;
     target_model m;
     int rc = target_load(&m, h->o.target_dir, h->o.capture, h->o.n_capture, err, errlen);
@@ -40,24 +38,22 @@ static int cpu_open(heldout_set *h, char *err, size_t errlen)
     if ((rc = target_reserve(&m, h->max_S > 0 ? h->max_S : 1)) < 0 ||
         !(g->H = malloc(h->feature_bytes > 0 ? h->feature_bytes : 1))) {
         target_free(&m);
-        snprintf(err, errlen, "out of memory for the features of %d held-out samples (%zu bytes)", h->n,
-                 h->feature_bytes);
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "out of memory for the features of %d held-out samples (%zu bytes)", h->n,
+                      h->feature_bytes);
     }
     uint64_t t0 = df_now_ns();
+    char at[1200];
     for (int i = 0; i < h->n && rc == 0; i++) {
         heldout_sample *s = &h->s[i];
         if (s->S > 0) {
             int32_t starts[2] = {0, s->S};
             rc = target_forward_cpu(&m, s->x, starts, 1, g->H + s->feat_off);
             if (rc < 0)
-                snprintf(err, errlen, "validation sample %d: target forward: %s", i,
-                         rc == -ERANGE ? "a token id is outside the vocabulary" : strerror(-rc));
+                df_err(err, errlen, rc, "%s: target forward: %s", heldout_where(h, i, at, sizeof at),
+                       rc == -ERANGE ? "a token id is outside the vocabulary" : strerror(-rc));
         }
-        if (rc == 0 && h->o.tick && h->o.tick(h->o.tick_arg, 0)) {
-            snprintf(err, errlen, "stopped while computing the features");
-            rc = -EINTR;
-        }
+        if (rc == 0 && h->o.tick && h->o.tick(h->o.tick_arg, 0))
+            rc = df_err(err, errlen, -EINTR, "stopped while computing the features");
     }
     h->features_s = (double)(df_now_ns() - t0) * 1e-9;
     target_free(&m);
@@ -84,15 +80,11 @@ static int cpu_score(heldout_set *h, const dflash_config *c, const dflash_params
                     dflash_stats_merge(all, &st);
             }
             dflash_batch_free(&b);
-            if (rc < 0) {
-                snprintf(err, errlen, "validation sample %d: drafter forward: %s", i, strerror(-rc));
-                return rc;
-            }
+            if (rc < 0)
+                return df_err(err, errlen, rc, "validation sample %d: drafter forward: %s", i, strerror(-rc));
         }
-        if (h->o.tick && h->o.tick(h->o.tick_arg, 1)) {
-            snprintf(err, errlen, "stopped at sample %d of %d", i + 1, h->n);
-            return -EINTR;
-        }
+        if (h->o.tick && h->o.tick(h->o.tick_arg, 1))
+            return df_err(err, errlen, -EINTR, "stopped at sample %d of %d", i + 1, h->n);
     }
     return 0;
 }
@@ -112,6 +104,14 @@ static void cpu_close(heldout_set *h)
 static const heldout_ops cpu_ops = {.name = "cpu", .open = cpu_open, .score = cpu_score, .close = cpu_close};
 
 /* ---- the set --------------------------------------------------------------------------- */
+
+const char *heldout_where(const heldout_set *h, int i, char *out, size_t cap)
+{
+    const heldout_sample *s = &h->s[i];
+    snprintf(out, cap, "validation sample %d (validation.shards[%d] %s: sample %llu)", i, s->shard,
+             h->o.shards[s->shard], (unsigned long long)s->local);
+    return out;
+}
 
 int heldout_batch(const heldout_set *h, int i, const dflash_config *c, const float *H, dflash_batch *b)
 {
@@ -141,19 +141,17 @@ static int read_samples(heldout_set *h, char *err, size_t errlen)
     dataset *ds = NULL;
     char why[1024];
     int rc = dataset_open(&ds, o->shards, o->n_shards, why, sizeof why);
-    if (rc < 0) {
-        snprintf(err, errlen, "validation.shards: %s", why);
-        return rc == -ENOMEM ? rc : -EINVAL; /* a shard that does not read is a bad shard */
-    }
+    if (rc < 0) /* a shard that does not read is a bad shard */
+        return df_err(err, errlen, rc == -ENOMEM ? rc : -EINVAL, "validation.shards: %s", why);
     uint64_t avail = dataset_n_samples(ds);
     h->n = (int)(avail < o->max_samples ? avail : o->max_samples);
     if (h->n == 0) {
-        snprintf(err, errlen, "validation.shards (%s%s): no sample", o->shards[0], o->n_shards > 1 ? ", ..." : "");
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL, "validation.shards (%s%s): no sample", o->shards[0],
+                    o->n_shards > 1 ? ", ..." : "");
     } else if (dataset_vocab_size(ds) > (uint32_t)h->hc.vocab_size) {
-        snprintf(err, errlen, "validation.shards: %s: vocab_size %u is larger than the target's (%d, %s/config.json)",
-                 o->shards[0], dataset_vocab_size(ds), h->hc.vocab_size, o->target_dir);
-        rc = -EINVAL;
+        rc = df_err(err, errlen, -EINVAL,
+                    "validation.shards: %s: offset 12: vocab_size %u is larger than the target's (%d, %s/config.json)",
+                    o->shards[0], dataset_vocab_size(ds), h->hc.vocab_size, o->target_dir);
     } else if (!(h->s = calloc((size_t)h->n, sizeof *h->s))) {
         rc = -ENOMEM;
     }
@@ -162,12 +160,13 @@ static int read_samples(heldout_set *h, char *err, size_t errlen)
         const uint32_t *tok;
         const uint8_t *mask;
         uint32_t len;
-        if ((rc = dataset_sample(ds, (uint64_t)i, &tok, &mask, &len)) < 0) {
-            snprintf(err, errlen, "validation.shards: sample %d: %s", i, strerror(-rc));
-            rc = -EINVAL;
+        heldout_sample *s = &h->s[i];
+        if ((rc = dataset_sample(ds, (uint64_t)i, &tok, &mask, &len)) < 0 ||
+            (rc = dataset_locate(ds, (uint64_t)i, &s->shard, &s->local)) < 0) {
+            rc = df_err(err, errlen, -EINVAL, "validation.shards: sample %d of %s%s: %s", i, o->shards[0],
+                        o->n_shards > 1 ? ", ..." : "", strerror(-rc));
             break;
         }
-        heldout_sample *s = &h->s[i];
         s->S = (int)(len < o->max_seq_len ? len : o->max_seq_len);
         s->x = malloc(sizeof(int32_t) * (size_t)(s->S > 0 ? s->S : 1));
         s->mask = malloc((size_t)(s->S > 0 ? s->S : 1));
@@ -184,13 +183,11 @@ static int read_samples(heldout_set *h, char *err, size_t errlen)
         if (s->S > h->max_S)
             h->max_S = s->S;
     }
-    if (rc == 0 && h->tokens == 0) {
-        snprintf(err, errlen, "validation.shards (%s%s): the first %d samples have no token", o->shards[0],
-                 o->n_shards > 1 ? ", ..." : "", h->n);
-        rc = -EINVAL;
-    }
+    if (rc == 0 && h->tokens == 0)
+        rc = df_err(err, errlen, -EINVAL, "validation.shards (%s%s): the first %d samples have no token", o->shards[0],
+                    o->n_shards > 1 ? ", ..." : "", h->n);
     if (rc == -ENOMEM)
-        snprintf(err, errlen, "out of memory reading %d held-out samples", h->n);
+        df_err(err, errlen, rc, "out of memory reading %d held-out samples", h->n);
     dataset_close(ds);
     return rc;
 }
@@ -199,10 +196,8 @@ int heldout_open(heldout_set *h, const heldout_opts *o, char *err, size_t errlen
 {
     memset(h, 0, sizeof *h);
     h->o = *o;
-    if (o->n_capture < 1 || o->n_shards < 1 || o->num_anchors < 1 || o->max_samples < 1 || o->max_seq_len < 1) {
-        snprintf(err, errlen, "heldout_open: no capture layer, shard, anchor, sample or token");
-        return -EINVAL;
-    }
+    if (o->n_capture < 1 || o->n_shards < 1 || o->num_anchors < 1 || o->max_samples < 1 || o->max_seq_len < 1)
+        return df_err(err, errlen, -EINVAL, "heldout_open: no capture layer, shard, anchor, sample or token");
     h->ops = o->device >= 0 ? &heldout_ops_cuda : &cpu_ops;
     int rc = hfconfig_load(&h->hc, o->target_dir, err, errlen);
     if (rc < 0) {

@@ -59,6 +59,8 @@ typedef struct heldout_sample {
     int32_t *x;      /* [S] */
     uint8_t *mask;   /* [S] loss mask */
     size_t feat_off; /* the sample's features: element offset in the backend's feature store */
+    int shard;       /* where it was read, for messages: o.shards[shard], its sample `local` */
+    uint64_t local;
 } heldout_sample;
 
 typedef struct heldout_set heldout_set;
@@ -101,6 +103,10 @@ void heldout_close(heldout_set *h); /* safe on a zeroed or failed set */
 /* DF_EXIT_PERM for a code that a restart would meet again (-EINVAL, -ENOENT, -ENOTDIR,
  * -EACCES, -ERANGE, -ENOTSUP, -ENODEV), else DF_EXIT_TEMP. */
 int heldout_exit_code(int rc);
+
+/* "validation sample 3 (validation.shards[0] /d/h.dfs: sample 3)": held-out sample i and
+ * the shard and sample it was read from, for the messages of both backends; returns out. */
+const char *heldout_where(const heldout_set *h, int i, char *out, size_t cap);
 
 /* Sample i's batch (anchors, labels, weights from the fixed seed): the one rule both
  * backends use. H: the sample's fp32 features or NULL (the CUDA backend reads its own).

@@ -58,8 +58,8 @@ static int dev_alloc(void **p, size_t bytes, const char *what, char *err, size_t
         return 0;
     *p = NULL;
     cudaGetLastError();
-    snprintf(err, errlen, "cudaMalloc of %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
-    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+    return df_err(err, errlen, e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO, "cudaMalloc of %zu bytes for %s: %s",
+                  bytes, what, cudaGetErrorString(e));
 }
 
 /* The target over every sample: features to g->feat. */
@@ -70,9 +70,8 @@ static int features(heldout_set *h, heldout_gpu *g, char *err, size_t errlen)
     char why[1024];
     int rc = target_load_cuda(&m, h->o.target_dir, h->o.capture, h->o.n_capture, h->max_S, why, sizeof why);
     if (rc < 0) {
-        snprintf(err, errlen, "the target on CUDA device %d: %s", g->device, why);
         target_free_cuda(&m);
-        return rc;
+        return df_err(err, errlen, rc, "the target on CUDA device %d: %s", g->device, why);
     }
     int32_t *d_starts = NULL;
     if ((rc = dev_alloc((void **)&d_starts, 2 * sizeof(int32_t), "document starts", err, errlen)) < 0) {
@@ -80,6 +79,7 @@ static int features(heldout_set *h, heldout_gpu *g, char *err, size_t errlen)
         return rc;
     }
     uint64_t t0 = df_now_ns();
+    char at[1200];
     for (int i = 0; i < h->n && rc == 0; i++) {
         const heldout_sample *s = &h->s[i];
         if (s->S > 0) {
@@ -94,21 +94,18 @@ static int features(heldout_set *h, heldout_gpu *g, char *err, size_t errlen)
                 e = cudaStreamSynchronize(g->cs);
             int bad = 0;
             if (e == cudaSuccess && rc == 0 && (rc = target_take_token_error_cuda(&m, &bad, why, sizeof why)) == 0 &&
-                bad) {
-                snprintf(err, errlen, "validation sample %d: target forward: a token id is outside the vocabulary", i);
-                rc = -ERANGE;
-            } else if (e != cudaSuccess) {
-                snprintf(err, errlen, "validation sample %d: target forward on CUDA device %d: %s", i, g->device,
-                         cudaGetErrorString(e));
-                rc = -EIO;
-            } else if (rc < 0) {
-                snprintf(err, errlen, "validation sample %d: target forward on CUDA device %d: %s", i, g->device, why);
-            }
+                bad)
+                rc = df_err(err, errlen, -ERANGE, "%s: target forward: a token id is outside the vocabulary",
+                            heldout_where(h, i, at, sizeof at));
+            else if (e != cudaSuccess)
+                rc = df_err(err, errlen, -EIO, "%s: target forward on CUDA device %d: %s",
+                            heldout_where(h, i, at, sizeof at), g->device, cudaGetErrorString(e));
+            else if (rc < 0)
+                df_err(err, errlen, rc, "%s: target forward on CUDA device %d: %s", heldout_where(h, i, at, sizeof at),
+                       g->device, why);
         }
-        if (rc == 0 && h->o.tick && h->o.tick(h->o.tick_arg, 0)) {
-            snprintf(err, errlen, "stopped while computing the features");
-            rc = -EINTR;
-        }
+        if (rc == 0 && h->o.tick && h->o.tick(h->o.tick_arg, 0))
+            rc = df_err(err, errlen, -EINTR, "stopped while computing the features");
     }
     h->features_s = (double)(df_now_ns() - t0) * 1e-9;
     cudaFree(d_starts);
@@ -122,26 +119,21 @@ static int gpu_open(heldout_set *h, char *err, size_t errlen)
     cudaError_t e = cudaGetDeviceCount(&n_dev);
     if (e != cudaSuccess || device >= n_dev) {
         cudaGetLastError();
-        snprintf(err, errlen, "CUDA device %d: this machine has %d CUDA device(s)%s%s", device,
-                 e == cudaSuccess ? n_dev : 0, e == cudaSuccess ? "" : ": ",
-                 e == cudaSuccess ? "" : cudaGetErrorString(e));
-        return -ENODEV;
+        return df_err(err, errlen, -ENODEV, "CUDA device %d: this machine has %d CUDA device(s)%s%s", device,
+                      e == cudaSuccess ? n_dev : 0, e == cudaSuccess ? "" : ": ",
+                      e == cudaSuccess ? "" : cudaGetErrorString(e));
     }
     CUDA_TRY(cudaSetDevice(device), err, errlen);
     heldout_gpu *g = calloc(1, sizeof *g);
-    if (!g) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!g)
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     h->impl = g;
     g->device = device;
     g->ncd = (size_t)h->o.n_capture * (size_t)h->hc.hidden_size;
     if (!(g->tok_off = calloc((size_t)h->n, sizeof *g->tok_off)) || !(g->n_real = calloc((size_t)h->n, sizeof(int))) ||
         !(g->h_anchors = malloc(sizeof(int32_t) * (size_t)h->n * (size_t)h->o.num_anchors)) ||
-        !(g->h_keep = malloc((size_t)h->n * (size_t)h->o.num_anchors))) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+        !(g->h_keep = malloc((size_t)h->n * (size_t)h->o.num_anchors)))
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     /* tokens and masks of every sample, back to back, on the device */
     size_t tokens = (size_t)h->tokens;
     int32_t *hx = malloc(sizeof(int32_t) * (tokens > 0 ? tokens : 1));
@@ -149,8 +141,7 @@ static int gpu_open(heldout_set *h, char *err, size_t errlen)
     if (!hx || !hm) {
         free(hx);
         free(hm);
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     }
     size_t off = 0;
     for (int i = 0; i < h->n; i++) {
@@ -169,10 +160,8 @@ static int gpu_open(heldout_set *h, char *err, size_t errlen)
                     (e = cudaMemcpy(g->d_mask, hm, tokens, cudaMemcpyHostToDevice)) != cudaSuccess ||
                     (e = cudaStreamCreateWithFlags(&g->cs, cudaStreamDefault)) != cudaSuccess ||
                     (e = cudaEventCreateWithFlags(&g->copied[0], cudaEventDisableTiming)) != cudaSuccess ||
-                    (e = cudaEventCreateWithFlags(&g->copied[1], cudaEventDisableTiming)) != cudaSuccess)) {
-        snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(e));
-        rc = -EIO;
-    }
+                    (e = cudaEventCreateWithFlags(&g->copied[1], cudaEventDisableTiming)) != cudaSuccess))
+        rc = df_err(err, errlen, -EIO, "CUDA device %d: %s", device, cudaGetErrorString(e));
     free(hx);
     free(hm);
     if (rc < 0)
@@ -187,11 +176,9 @@ static int gpu_open(heldout_set *h, char *err, size_t errlen)
         cudaGetLastError();
         g->feat = malloc(h->feature_bytes > 0 ? h->feature_bytes : 1);
         h->feature_where = "host memory (pinning failed: copies are synchronous)";
-        if (!g->feat) {
-            snprintf(err, errlen, "out of memory for the features of %d held-out samples (%zu bytes)", h->n,
-                     h->feature_bytes);
-            return -ENOMEM;
-        }
+        if (!g->feat)
+            return df_err(err, errlen, -ENOMEM, "out of memory for the features of %d held-out samples (%zu bytes)",
+                          h->n, h->feature_bytes);
     }
     if ((rc = features(h, g, err, errlen)) < 0)
         return rc;
@@ -206,9 +193,9 @@ static int gpu_open(heldout_set *h, char *err, size_t errlen)
         rc = emb.tied ? (g->head = g->embed, 0) : dflash_upload_bf16_cuda(&g->head, emb.lm_head, ne, why, sizeof why);
     target_embeddings_free(&emb);
     if (rc < 0)
-        snprintf(err, errlen, "upload of the target's embeddings (%zu x 2 bytes) to CUDA device %d: %s", ne, device,
-                 why);
-    return rc;
+        return df_err(err, errlen, rc, "upload of the target's embeddings (%zu x 2 bytes) to CUDA device %d: %s", ne,
+                      device, why);
+    return 0;
 }
 
 /* Two configs that build the same context (shape and every number the step reads). */
@@ -236,10 +223,8 @@ static int anchors(heldout_set *h, heldout_gpu *g, const dflash_config *c, char 
             continue;
         dflash_batch b;
         int rc = heldout_batch(h, i, c, NULL, &b);
-        if (rc < 0) {
-            snprintf(err, errlen, "validation sample %d: anchors: %s", i, strerror(-rc));
-            return rc;
-        }
+        if (rc < 0)
+            return df_err(err, errlen, rc, "validation sample %d: anchors: %s", i, strerror(-rc));
         memcpy(g->h_anchors + (size_t)i * N, b.anchors, sizeof(int32_t) * (size_t)N);
         memcpy(g->h_keep + (size_t)i * N, b.keep, (size_t)N);
         if (b.sum_w > 0)
@@ -270,13 +255,11 @@ static int gpu_score(heldout_set *h, const dflash_config *c, const dflash_params
     int N = h->o.num_anchors, rc;
     char why[1024];
     memset(all, 0, sizeof *all);
-    if (c->vocab != h->hc.vocab_size || c->hidden != h->hc.hidden_size || c->n_capture != h->o.n_capture) {
-        snprintf(err, errlen,
-                 "the drafter (vocab %d, hidden %d, %d captured layers) does not fit the held-out "
-                 "features (vocab %d, hidden %d, %d captured layers)",
-                 c->vocab, c->hidden, c->n_capture, h->hc.vocab_size, h->hc.hidden_size, h->o.n_capture);
-        return -EINVAL;
-    }
+    if (c->vocab != h->hc.vocab_size || c->hidden != h->hc.hidden_size || c->n_capture != h->o.n_capture)
+        return df_err(err, errlen, -EINVAL,
+                      "the drafter (vocab %d, hidden %d, %d captured layers) does not fit the held-out "
+                      "features (vocab %d, hidden %d, %d captured layers)",
+                      c->vocab, c->hidden, c->n_capture, h->hc.vocab_size, h->hc.hidden_size, h->o.n_capture);
     CUDA_TRY(cudaSetDevice(g->device), err, errlen);
     if (g->ctx && !same_config(&g->cfg, c)) {
         dflash_free_cuda(g->ctx);
@@ -288,19 +271,15 @@ static int gpu_score(heldout_set *h, const dflash_config *c, const dflash_params
                               (rc = dev_alloc((void **)&g->d_keep, (size_t)h->n * N, "the anchors", err, errlen)) < 0))
             return rc;
         if ((rc = dflash_init_forward_cuda(&g->ctx, c, g->embed, g->head, h->max_S > 0 ? h->max_S : 1, N, 0, why,
-                                           sizeof why)) < 0) {
-            snprintf(err, errlen, "the drafter's forward context on CUDA device %d: %s", g->device, why);
-            return rc;
-        }
+                                           sizeof why)) < 0)
+            return df_err(err, errlen, rc, "the drafter's forward context on CUDA device %d: %s", g->device, why);
         g->cfg = *c;
         size_t tokens = (size_t)h->tokens, ne = (size_t)c->vocab * (size_t)c->hidden;
         h->device_bytes = dflash_device_bytes_cuda(g->ctx) + 2 * sizeof(uint16_t) * (size_t)h->max_S * g->ncd +
                           (g->head == g->embed ? 1 : 2) * 2 * ne + 5 * tokens + 5 * (size_t)h->n * N;
     }
-    if ((rc = dflash_params_from_host_cuda(g->ctx, p->data, why, sizeof why)) < 0) {
-        snprintf(err, errlen, "upload of the drafter's weights: %s", why);
-        return rc;
-    }
+    if ((rc = dflash_params_from_host_cuda(g->ctx, p->data, why, sizeof why)) < 0)
+        return df_err(err, errlen, rc, "upload of the drafter's weights: %s", why);
     if ((rc = anchors(h, g, c, err, errlen)) < 0)
         return rc;
     int next = 0; /* the next scored sample (S > 0 and a weighted position) */
@@ -332,18 +311,17 @@ static int gpu_score(heldout_set *h, const dflash_config *c, const dflash_params
             };
             dflash_stats st;
             if ((rc = dflash_forward_loss_cuda(g->ctx, &db, &st, why, sizeof why)) < 0) {
-                snprintf(err, errlen, "validation sample %d: drafter forward on CUDA device %d: %s", i, g->device, why);
                 cudaStreamSynchronize(g->cs); /* no copy left in flight into a buffer */
-                return rc;
+                return df_err(err, errlen, rc, "validation sample %d: drafter forward on CUDA device %d: %s", i,
+                              g->device, why);
             }
             dflash_stats_merge(all, &st);
             next = after;
             k = 1 - k;
         }
         if (h->o.tick && h->o.tick(h->o.tick_arg, 1)) {
-            snprintf(err, errlen, "stopped at sample %d of %d", i + 1, h->n);
             cudaStreamSynchronize(g->cs);
-            return -EINTR;
+            return df_err(err, errlen, -EINTR, "stopped at sample %d of %d", i + 1, h->n);
         }
     }
     return 0;

@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "util.h"
+
 static int open_nocuda(heldout_set *h, char *err, size_t errlen)
 {
-    snprintf(err, errlen, "CUDA device %d: this build has no CUDA (rebuild with make CUDA=1)", h->o.device);
-    return -ENOTSUP;
+    return df_err(err, errlen, -ENOTSUP, "CUDA device %d: this build has no CUDA (rebuild with make CUDA=1)",
+                  h->o.device);
 }
 
 const heldout_ops heldout_ops_cuda = {.name = "cuda", .open = open_nocuda};

@@ -6,21 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "util.h"
+
 int sample_work_init(sample_work *w, int vocab, char *err, size_t errlen)
 {
     w->vocab = 0;
     w->prob = NULL;
     w->cand = NULL;
-    if (vocab < 1) {
-        snprintf(err, errlen, "sampler: vocabulary of %d tokens", vocab);
-        return -EINVAL;
-    }
+    if (vocab < 1)
+        return df_err(err, errlen, -EINVAL, "sampler: vocabulary of %d tokens", vocab);
     w->prob = malloc(sizeof(float) * (size_t)vocab);
     w->cand = malloc(sizeof(int32_t) * (size_t)vocab);
     if (!w->prob || !w->cand) {
         sample_work_free(w);
-        snprintf(err, errlen, "sampler: out of memory for %d tokens", vocab);
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "sampler: out of memory for %d tokens", vocab);
     }
     w->vocab = vocab;
     return 0;
@@ -37,18 +36,13 @@ void sample_work_free(sample_work *w)
 
 int sample_opts_check(const sample_opts *o, char *err, size_t errlen)
 {
-    if (!(o->temperature >= 0.0) || !isfinite(o->temperature)) {
-        snprintf(err, errlen, "temperature %g: must be a finite number >= 0 (0 = greedy)", o->temperature);
-        return -EINVAL;
-    }
-    if (!(o->top_p > 0.0 && o->top_p <= 1.0)) {
-        snprintf(err, errlen, "top-p %g: must be in (0, 1]", o->top_p);
-        return -EINVAL;
-    }
-    if (o->top_k < 0) {
-        snprintf(err, errlen, "top-k %d: must be >= 0 (0 = off)", o->top_k);
-        return -EINVAL;
-    }
+    if (!(o->temperature >= 0.0) || !isfinite(o->temperature))
+        return df_err(err, errlen, -EINVAL, "temperature %g: must be a finite number >= 0 (0 = greedy)",
+                      o->temperature);
+    if (!(o->top_p > 0.0 && o->top_p <= 1.0))
+        return df_err(err, errlen, -EINVAL, "top-p %g: must be in (0, 1]", o->top_p);
+    if (o->top_k < 0)
+        return df_err(err, errlen, -EINVAL, "top-k %d: must be >= 0 (0 = off)", o->top_k);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "eval/dflash_infer.h"
 #include "target/target_decode.h"
+#include "util.h"
 
 typedef struct cpu_impl {
     decode_model target;
@@ -59,24 +60,18 @@ int spec_backend_open_batch(spec_backend *b, const char *kind, const char *targe
                             const dflash_params *p, int max_ctx, int n_seq, char *err, size_t errlen)
 {
     memset(b, 0, sizeof *b);
-    if (n_seq < 1 || n_seq > SPEC_MAX_BATCH) {
-        snprintf(err, errlen, "batch of %d sequences: must be 1..%d", n_seq, SPEC_MAX_BATCH);
-        return -EINVAL;
-    }
+    if (n_seq < 1 || n_seq > SPEC_MAX_BATCH)
+        return df_err(err, errlen, -EINVAL, "batch of %d sequences: must be 1..%d", n_seq, SPEC_MAX_BATCH);
     if (!strncmp(kind, "cuda", 4) && (kind[4] == 0 || kind[4] == ':')) {
         char *end = NULL;
         long dev = kind[4] ? strtol(kind + 5, &end, 10) : 0;
-        if (kind[4] && (end == kind + 5 || *end || dev < 0 || dev > 1024)) {
-            snprintf(err, errlen, "backend '%s': the device after 'cuda:' is not a number", kind);
-            return -EINVAL;
-        }
+        if (kind[4] && (end == kind + 5 || *end || dev < 0 || dev > 1024))
+            return df_err(err, errlen, -EINVAL, "backend '%s': the device after 'cuda:' is not a number", kind);
         b->ops = &spec_backend_ops_cuda;
         return b->ops->open(b, target_dir, c, p, max_ctx, n_seq, (int)dev, err, errlen);
     }
-    if (strcmp(kind, "cpu")) {
-        snprintf(err, errlen, "unknown backend '%s' (cpu, cuda or cuda:N)", kind);
-        return -EINVAL;
-    }
+    if (strcmp(kind, "cpu"))
+        return df_err(err, errlen, -EINVAL, "unknown backend '%s' (cpu, cuda or cuda:N)", kind);
     b->ops = &cpu_ops;
     return b->ops->open(b, target_dir, c, p, max_ctx, n_seq, 0, err, errlen);
 }
@@ -86,10 +81,8 @@ static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config
 {
     (void)device;
     cpu_impl *ci = calloc(1, sizeof *ci);
-    if (!ci) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!ci)
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     int rc = decode_load_batch(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, n_seq, err, errlen);
     if (rc < 0) {
         free(ci);
@@ -99,18 +92,16 @@ static int cpu_open(spec_backend *b, const char *target_dir, const dflash_config
     ci->drafters = calloc((size_t)n_seq, sizeof *ci->drafters);
     ci->n_seq = n_seq;
     if (!ci->drafter || !ci->drafters) {
-        snprintf(err, errlen, "out of memory");
         cpu_close(ci);
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     }
     /* the drafters borrow the target's embedding (mask row included), lm_head and the
      * parameters; each sequence has its own context cache */
     dflash_frozen f = {.embed = ci->target.head.embed, .lm_head = ci->target.head.lm_head};
     for (int i = 0; i < n_seq; i++) {
         if ((rc = infer_init(&ci->drafter[i], c, p, &f, max_ctx)) < 0) {
-            snprintf(err, errlen, "out of memory for the drafter's cache of %d tokens", max_ctx);
             cpu_close(ci);
-            return rc;
+            return df_err(err, errlen, rc, "out of memory for the drafter's cache of %d tokens", max_ctx);
         }
         spec_drafter_cpu(&ci->drafters[i], &ci->drafter[i]);
         if (n_seq > 1)

@@ -18,6 +18,7 @@
 
 #include "eval/dflash_infer_cuda.h"
 #include "target/target_decode_cuda.h"
+#include "util.h"
 
 struct cuda_impl;
 /* What a drafter adapter's ctx points at: one sequence's drafter context and its impl. */
@@ -153,24 +154,16 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
 {
     int n_dev = 0;
     cudaError_t e = cudaGetDeviceCount(&n_dev);
-    if (e != cudaSuccess || n_dev < 1) {
-        snprintf(err, errlen, "--backend cuda: no CUDA device (%s)",
-                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        return -ENODEV;
-    }
-    if (device < 0 || device >= n_dev) {
-        snprintf(err, errlen, "--device %d: this machine has %d CUDA device(s)", device, n_dev);
-        return -EINVAL;
-    }
-    if ((e = cudaSetDevice(device)) != cudaSuccess) {
-        snprintf(err, errlen, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
-        return -EIO;
-    }
+    if (e != cudaSuccess || n_dev < 1)
+        return df_err(err, errlen, -ENODEV, "--backend cuda: no CUDA device (%s)",
+                      e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (device < 0 || device >= n_dev)
+        return df_err(err, errlen, -EINVAL, "--device %d: this machine has %d CUDA device(s)", device, n_dev);
+    if ((e = cudaSetDevice(device)) != cudaSuccess)
+        return df_err(err, errlen, -EIO, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     cuda_impl *ci = calloc(1, sizeof *ci);
-    if (!ci) {
-        snprintf(err, errlen, "out of memory");
-        return -ENOMEM;
-    }
+    if (!ci)
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     int rc = decode_load_batch_cuda(&ci->target, target_dir, c->target_layer_ids, c->n_capture, max_ctx, c->block_size,
                                     n_seq, err, errlen);
     if (rc < 0) {
@@ -178,9 +171,10 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
         return rc;
     }
     if (ci->target.tm.d != c->hidden || ci->target.tm.V != c->vocab) {
-        snprintf(err, errlen, "%s: hidden %d / vocab %d, the drafter has %d / %d", target_dir, ci->target.tm.d,
-                 ci->target.tm.V, c->hidden, c->vocab);
-        cuda_close(ci);
+        df_err(err, errlen, -EINVAL,
+               "%s/config.json: hidden_size %d / vocab_size %d, the drafter has hidden_size %d / vocab_size %d",
+               target_dir, ci->target.tm.d, ci->target.tm.V, c->hidden, c->vocab);
+        cuda_close(ci); /* after the message, which reads the target's shape */
         return -EINVAL;
     }
     /* the drafter borrows the target's embedding (mask row included), lm_head and stream */
@@ -195,9 +189,8 @@ static int cuda_open(spec_backend *b, const char *target_dir, const dflash_confi
     ci->drafters = calloc((size_t)n_seq, sizeof *ci->drafters);
     ci->dctx = calloc((size_t)n_seq, sizeof *ci->dctx);
     if (!ci->drafters || !ci->dctx) {
-        snprintf(err, errlen, "out of memory");
         cuda_close(ci);
-        return -ENOMEM;
+        return df_err(err, errlen, -ENOMEM, "out of memory");
     }
     if (n_seq > 1 && (rc = infer_batch_init_cuda(&ci->batch, &ci->drafter, n_seq, max_ctx, err, errlen)) < 0) {
         cuda_close(ci);

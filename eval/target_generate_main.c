@@ -72,6 +72,7 @@ typedef struct gen_args {
     unsigned long long seed;
     int64_t eos[MAX_EOS];
     int n_eos;
+    char eos_from[4200]; /* where eos came from, for messages: "--eos" or a model file and its field */
 } gen_args;
 
 static int num(const char *s, const char *opt, double lo, double hi, double *out)
@@ -230,18 +231,23 @@ static int settle(gen_args *a, const char *dir, generate_opts *g, char *err, siz
     if (!a->max_new)
         a->max_new = gc.max_new_tokens > 0 ? gc.max_new_tokens : 512;
     g->max_new = a->max_new;
+    snprintf(a->eos_from, sizeof a->eos_from, "--eos");
     if (!a->n_eos) { /* generation_config.json, then config.json, then the byte tokenizer */
         for (int i = 0; i < gc.n_eos && a->n_eos < MAX_EOS; i++)
             a->eos[a->n_eos++] = gc.eos_token_ids[i];
+        snprintf(a->eos_from, sizeof a->eos_from, "%s/generation_config.json: eos_token_id", dir);
         hfconfig hc;
         if (!a->n_eos && hfconfig_load(&hc, dir, err, errlen) == 0) {
             for (int i = 0; i < hc.n_eos && a->n_eos < MAX_EOS; i++)
                 a->eos[a->n_eos++] = hc.eos_token_ids[i];
             hfconfig_free(&hc);
+            snprintf(a->eos_from, sizeof a->eos_from, "%s/config.json: eos_token_id", dir);
         }
         int b = a->n_eos ? -1 : prompts_byte_tokenizer_eos(dir);
-        if (b >= 0)
+        if (b >= 0) {
             a->eos[a->n_eos++] = b;
+            snprintf(a->eos_from, sizeof a->eos_from, "%s/byte_tokenizer.json: field \"eos\"", dir);
+        }
     }
     g->eos = a->eos;
     g->n_eos = a->n_eos;
@@ -302,10 +308,8 @@ static int shard_flush(out_shard *s, const char *prefix, uint32_t vocab, char *e
     char path[4200];
     snprintf(path, sizeof path, "%s-%03d.dfs", prefix, s->index);
     int rc = shard_write(path, vocab, s->n, s->off, s->tok, s->mask);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(-rc));
-        return rc;
-    }
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: cannot write: %s", path, strerror(-rc));
     s->index++;
     s->n = s->n_tok = 0;
     return 0;
@@ -334,8 +338,8 @@ static int write_summary(const gen_args *a, const generate_opts *g, int prompts,
     free(text);
     json_decref(j);
     if (rc < 0)
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(-rc));
-    return rc;
+        return df_err(err, errlen, rc, "%s: cannot write: %s", path, strerror(-rc));
+    return 0;
 }
 
 static int code_of(int rc)
@@ -371,9 +375,15 @@ int main(int argc, char **argv)
     int max_ctx = a.max_prompt_len + g.max_new;
     if ((rc = generate_open(&t, a.backend, a.target, max_ctx, a.batch, err, sizeof err)) < 0)
         df_die((rc == -EINVAL && strstr(err, "--backend")) || rc == -ENOTSUP ? DF_EXIT_USAGE : code_of(rc), "%s", err);
-    for (int i = 0; i < g.n_eos; i++)
-        if (g.eos[i] >= t.vocab)
+    for (int i = 0; i < g.n_eos; i++) {
+        if (g.eos[i] < t.vocab)
+            continue;
+        if (!strcmp(a.eos_from, "--eos")) /* a bad option */
             df_die(DF_EXIT_USAGE, "--eos %lld: the vocabulary has %d tokens", (long long)g.eos[i], t.vocab);
+        /* the model's own files disagree with its vocabulary: a bad model */
+        df_die(DF_EXIT_PERM, "%s: %lld is not a token id: the vocabulary has %d tokens (%s/config.json: vocab_size)",
+               a.eos_from, (long long)g.eos[i], t.vocab, a.target);
+    }
     prompts_list pl = {0};
     for (int i = 0; i < a.n_files; i++)
         if ((rc = prompts_load(&pl, a.prompts[i], a.target, t.vocab, a.max_prompts ? a.max_prompts : 1 << 30,

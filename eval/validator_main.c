@@ -5,6 +5,8 @@
  * metrics/<name>.jsonl:
  *   {"t", "worker", "inc", "pid", "ev":"validation", "step", "val_loss", "val_acc":[B-1],
  *    "val_exp_tau", "samples", "eval_s", "load_s"}
+ * (the names after "step" are io/metrics_keys.h's VALIDATION_KEYS, shared with the line's
+ * readers: the orchestrator's report and dfctl)
  *
  * What it computes, per checkpoint (the same numbers every time for the same weights), is
  * eval/heldout.h's:
@@ -78,6 +80,7 @@
 #include "dflash/dflash_model.h"
 #include "eval/eval_pair.h"
 #include "eval/heldout.h"
+#include "io/metrics_keys.h"
 #include "io/tfevents.h"
 #include "proc/worker.h"
 #include "json_num.h"
@@ -196,15 +199,15 @@ static void open_heldout(heldout_set *hs, const topo *t, int device, validator *
            (double)hs->feature_bytes / (1 << 20), hs->feature_where, dev, hs->features_s);
 }
 
-/* val_loss, val_acc and val_exp_tau of one evaluation into j. */
+/* val_loss, val_acc and val_exp_tau of one evaluation into j (the names: io/metrics_keys.h). */
 static void put_figures(json_t *j, const dflash_stats *all, int B)
 {
     json_t *acc = json_array();
     for (int k = 1; k < B; k++)
         json_array_append_new(acc, df_json_num_or_null(dflash_stats_acc(all, k)));
-    json_object_set_new(j, "val_loss", df_json_num_or_null(all->sum_w > 0 ? all->wce / all->sum_w : 0.0));
-    json_object_set_new(j, "val_acc", acc);
-    json_object_set_new(j, "val_exp_tau", df_json_num_or_null(dflash_stats_tau(all, B)));
+    json_object_set_new(j, VALIDATION_KEY_LOSS, df_json_num_or_null(all->sum_w > 0 ? all->wce / all->sum_w : 0.0));
+    json_object_set_new(j, VALIDATION_KEY_ACC, acc);
+    json_object_set_new(j, VALIDATION_KEY_EXP_TAU, df_json_num_or_null(dflash_stats_tau(all, B)));
 }
 
 /* The steps already scored: one "validation" line each. A last line without its newline
@@ -240,6 +243,36 @@ static void read_done(validator *v)
     free(text);
 }
 
+/* "1,3": n layer ids, for messages (cut to fit out) */
+static void layer_list(const int *ids, int n, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && len < cap; i++) {
+        int k = snprintf(out + len, cap - len, "%s%d", i ? "," : "", ids[i]);
+        len += k > 0 ? (size_t)k : 0;
+    }
+}
+
+/* The drafter c (its config cfgf) was trained on the features of the topology's capture
+ * layers, in their order: the held-out features are those. DF_EXIT_PERM naming both
+ * fields otherwise. */
+static void check_layers(const dflash_config *c, const topo *t, const char *cfgf)
+{
+    int same = c->n_capture == t->n_capture;
+    for (int i = 0; same && i < c->n_capture; i++)
+        same = c->target_layer_ids[i] == t->capture_layers[i];
+    if (same)
+        return;
+    char a[400], b[400];
+    layer_list(c->target_layer_ids, c->n_capture, a, sizeof a);
+    layer_list(t->capture_layers, t->n_capture, b, sizeof b);
+    df_die(DF_EXIT_PERM,
+           "%s: dflash_config.target_layer_ids is [%s], but %s: target.capture_layers is [%s]: the held-out "
+           "features are those of the topology's layers",
+           cfgf, a, t->source_path, b);
+}
+
 /* Load a checkpoint (or release) dir and score it. 0 with *B and *load_s set; -ENOENT when
  * it vanished (pruned); -EINTR when stopped; other -errno when it would not load (logged).
  * A drafter that does not fit the target, or a failed score, ends the process. */
@@ -261,8 +294,9 @@ static int score_dir(heldout_set *hs, const topo *t, const char *dir, long step,
             df_log("%s", err);
         return rc;
     }
-    if ((rc = pair_check(&c, &hs->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0 || c.n_capture != t->n_capture)
-        df_die(DF_EXIT_PERM, "%s", rc < 0 ? err : "the checkpoint's capture layers are not the topology's");
+    if ((rc = pair_check(&c, &hs->hc, cfgf, t->target_model_dir, err, sizeof err)) < 0)
+        df_die(DF_EXIT_PERM, "%s", err);
+    check_layers(&c, t, cfgf);
     *B = c.block_size;
     rc = heldout_score(hs, &c, &p, all, err, sizeof err);
     dflash_params_free(&p);
@@ -296,12 +330,12 @@ static int evaluate(validator *v, long step)
     json_object_set_new(j, "worker", json_string(v->k.ctl.name));
     json_object_set_new(j, "inc", json_integer(v->k.ctl.incarnation));
     json_object_set_new(j, "pid", json_integer(getpid()));
-    json_object_set_new(j, "ev", json_string("validation"));
+    json_object_set_new(j, "ev", json_string(VALIDATION_EV));
     json_object_set_new(j, "step", json_integer(step));
     put_figures(j, &all, B);
-    json_object_set_new(j, "samples", json_integer(v->hs.n));
-    json_object_set_new(j, "eval_s", json_real(eval_s));
-    json_object_set_new(j, "load_s", json_real(load_s));
+    json_object_set_new(j, VALIDATION_KEY_SAMPLES, json_integer(v->hs.n));
+    json_object_set_new(j, VALIDATION_KEY_EVAL_S, json_real(eval_s));
+    json_object_set_new(j, VALIDATION_KEY_LOAD_S, json_real(load_s));
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     DF_CHECK(text);
@@ -320,15 +354,17 @@ static int evaluate(validator *v, long step)
         tfevents_summary_init(&ts);
         char tag[64];
 #define TB_ADD(name, val) tfevents_summary_add(&ts, name, strlen(name), val)
-        TB_ADD("validation/val_loss", all.sum_w > 0 ? all.wce / all.sum_w : 0.0);
+#define TB_TAG(key) VALIDATION_EV "/" key
+        TB_ADD(TB_TAG(VALIDATION_KEY_LOSS), all.sum_w > 0 ? all.wce / all.sum_w : 0.0);
         for (int k = 1; k < B; k++) { /* the val_acc array: validation/val_acc_1 .. _<B-1> */
-            snprintf(tag, sizeof tag, "validation/val_acc_%d", k);
+            snprintf(tag, sizeof tag, TB_TAG(VALIDATION_KEY_ACC) "_%d", k);
             TB_ADD(tag, dflash_stats_acc(&all, k));
         }
-        TB_ADD("validation/val_exp_tau", dflash_stats_tau(&all, B));
-        TB_ADD("validation/samples", v->hs.n);
-        TB_ADD("validation/eval_s", eval_s);
-        TB_ADD("validation/load_s", load_s);
+        TB_ADD(TB_TAG(VALIDATION_KEY_EXP_TAU), dflash_stats_tau(&all, B));
+        TB_ADD(TB_TAG(VALIDATION_KEY_SAMPLES), v->hs.n);
+        TB_ADD(TB_TAG(VALIDATION_KEY_EVAL_S), eval_s);
+        TB_ADD(TB_TAG(VALIDATION_KEY_LOAD_S), load_s);
+#undef TB_TAG
 #undef TB_ADD
         if (tfevents_write(&v->tb, t_line, step, &ts) < 0)
             df_log("%s: an event could not be written (%llu so far)", v->tb.path,
@@ -453,12 +489,12 @@ static int by_hand(int argc, char **argv)
             snprintf(backend, sizeof backend, "cuda:%d", device);
         json_object_set_new(j, "checkpoint", json_string(argv[a]));
         json_object_set_new(j, "backend", json_string(backend));
-        put_figures(j, &all, B);
-        json_object_set_new(j, "samples", json_integer(hs.n));
+        put_figures(j, &all, B); /* the figures of a "validation" line under its names, then by-hand extras */
+        json_object_set_new(j, VALIDATION_KEY_SAMPLES, json_integer(hs.n));
         json_object_set_new(j, "tokens", json_integer(hs.tokens));
         json_object_set_new(j, "features_s", json_real(hs.features_s));
-        json_object_set_new(j, "eval_s", json_real(eval_s));
-        json_object_set_new(j, "load_s", json_real(load_s));
+        json_object_set_new(j, VALIDATION_KEY_EVAL_S, json_real(eval_s));
+        json_object_set_new(j, VALIDATION_KEY_LOAD_S, json_real(load_s));
         json_object_set_new(j, "feature_bytes", json_integer((json_int_t)hs.feature_bytes));
         json_object_set_new(j, "device_bytes", json_integer((json_int_t)hs.device_bytes));
         /* the statistics themselves, for comparisons that want counts, not ratios */

@@ -235,7 +235,7 @@ static void tail_worker_metrics(orch *o, orch_worker *w)
         w->mr_open = 1;
     }
     json_t *obj;
-    static const char *const evs[3] = {"step", "stage", "validation"};
+    static const char *const evs[3] = {"step", "stage", VALIDATION_EV};
     for (int k = 0; k < 100000 && metrics_reader_next(&w->mr, &obj) == 1; k++) {
         const char *ev = json_string_value(json_object_get(obj, "ev"));
         for (int e = 0; ev && e < 3; e++)

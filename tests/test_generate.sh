@@ -56,6 +56,13 @@ expect 100 "generation_config.json: top_p: 2 must be in (0, 1]" "$GEN" --target 
 echo '{"eos_token_id": "x"}' >"$tmp/m/generation_config.json"
 expect 100 "generation_config.json: eos_token_id: expected an integer or a list" "$GEN" --target "$tmp/m" \
   --prompts data/tiny/heldout-000.dfs --out "$tmp/o"
+# an eos id outside the vocabulary: from the model's files a bad model (100) named with its file
+# and field, given as --eos a bad option (2)
+echo '{"eos_token_id": [257, 999]}' >"$tmp/m/generation_config.json"
+expect 100 "m/generation_config.json: eos_token_id: 999 is not a token id: the vocabulary has 264 tokens" "$GEN" \
+  --target "$tmp/m" --prompts data/tiny/heldout-000.dfs --out "$tmp/o"
+expect 2 "^.*: --eos 999: the vocabulary has 264 tokens" "$GEN" --target models/tiny-target \
+  --prompts data/tiny/heldout-000.dfs --out "$tmp/o" --eos 999
 # an output that cannot be written fails before the first prompt is answered
 touch "$tmp/file"
 expect 1 "cannot create" "$GEN" --target models/tiny-target --prompts data/tiny/heldout-000.dfs --out "$tmp/file/sub/o"

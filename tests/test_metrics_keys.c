@@ -7,7 +7,11 @@
  *      " <label> <value>" before the tokens/s and each validation figure after " | val", in
  *      the table's order; an object without the figures leaves the training ones out and
  *      the validation part away;
- *   3. the line of today's four rows is the text it was before the table (pinned).
+ *   3. the line of today's four rows is the text it was before the table (pinned);
+ *   4. the names of the validator's "validation" line (VALIDATION_KEYS): the ones the
+ *      scripts and tests read, in the line's order (pinned), none empty, none twice, none a
+ *      field every metrics line has; every VALIDATION row's key is one of them (the field
+ *      the validator writes is the one the report reads).
  */
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +92,33 @@ int main(void)
     json_decref(tr);
     json_decref(empty);
     json_decref(today);
-    printf("test_metrics_keys: ok (%d rows)\n", METRICS_N_KEYS);
+
+    /* 4. the validation line's names */
+    static const char *const pinned[] = {"val_loss", "val_acc", "val_exp_tau", "samples", "eval_s", "load_s"};
+    static const char *const common_fields[] = {"t", "worker", "inc", "pid", "ev", "step"};
+    T_ASSERT(VALIDATION_N_KEYS == (int)(sizeof pinned / sizeof pinned[0]));
+    T_ASSERT_STREQ(VALIDATION_EV, "validation");
+    for (int i = 0; i < VALIDATION_N_KEYS; i++) {
+        const char *k = validation_keys[i];
+        T_ASSERT(k && k[0]);
+        T_ASSERT_STREQ(k, pinned[i]);
+        for (int j = 0; j < i; j++)
+            T_ASSERT(strcmp(k, validation_keys[j]) != 0);
+        for (size_t j = 0; j < sizeof common_fields / sizeof common_fields[0]; j++)
+            T_ASSERT(strcmp(k, common_fields[j]) != 0);
+    }
+    for (int i = 0; i < METRICS_N_KEYS; i++) {
+        if (metrics_keys[i].from != METRICS_FROM_VALIDATION)
+            continue;
+        int found = 0;
+        for (int j = 0; j < VALIDATION_N_KEYS; j++)
+            found |= !strcmp(metrics_keys[i].key, validation_keys[j]);
+        if (!found) {
+            fprintf(stderr, "row %s: a VALIDATION row whose key is not a field of the validation line\n",
+                    metrics_keys[i].key);
+            return 1;
+        }
+    }
+    printf("test_metrics_keys: ok (%d rows, %d validation fields)\n", METRICS_N_KEYS, VALIDATION_N_KEYS);
     return 0;
 }

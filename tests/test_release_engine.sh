@@ -105,7 +105,8 @@ set +e
 "$LOGITS" --target models/tiny-target --drafter "$FIX" --in "$tmp/fix.st" --out "$tmp/x.st" 2>"$tmp/e1"; rc=$?
 [ $rc -eq 100 ] && grep -q 'fix.st: tensor "H" missing' "$tmp/e1" || { cat "$tmp/e1"; fail "input without H: expected exit 100 naming H (rc $rc)"; }
 "$LOGITS" --target tests/fixtures/tiny-qwen3 --drafter "$FIX" --in "$FIX/reference.safetensors" --out "$tmp/x.st" 2>"$tmp/e2"; rc=$?
-[ $rc -eq 100 ] && grep -q "do not match the target" "$tmp/e2" || { cat "$tmp/e2"; fail "drafter of another target: expected exit 100 (rc $rc)"; }
+[ $rc -eq 100 ] && grep -q "$FIX/config.json: hidden_size 128 / vocab_size 264 do not match the target tests/fixtures/tiny-qwen3/config.json" "$tmp/e2" ||
+  { cat "$tmp/e2"; fail "drafter of another target: expected exit 100 naming both config files (rc $rc)"; }
 set -e
 python3 - "$tmp/bad.st" <<'PY'
 import json, struct, sys

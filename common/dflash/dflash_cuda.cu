@@ -873,18 +873,18 @@ static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *
     *out = NULL;
     char verr[256];
     if (dflash_config_validate(c, verr, sizeof verr) < 0)
-        return df_cuda_errf(err, errlen, -EINVAL, "%s: bad config: %s", fn, verr);
+        return df_err(err, errlen, -EINVAL, "%s: bad config: %s", fn, verr);
     if (c->hidden % 8 || c->head_dim % 8 || c->intermediate % 8 || c->head_dim > 256 || c->block_size > 64 ||
         c->n_heads % c->n_kv_heads || max_S < 1 || max_N < 1 || !embed || !lm_head)
-        return df_cuda_errf(
-            err, errlen, -EINVAL,
-            "%s: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
-            "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head non-NULL "
-            "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
-            fn, c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S, max_N);
+        return df_err(err, errlen, -EINVAL,
+                      "%s: unsupported shape: need hidden, head_dim, intermediate multiples of 8, head_dim <= 256, "
+                      "block_size <= 64, n_heads %% n_kv_heads == 0, max_S, max_N >= 1, embed/lm_head non-NULL "
+                      "(got d=%d hd=%d I=%d B=%d H=%d KV=%d max_S=%d max_N=%d)",
+                      fn, c->hidden, c->head_dim, c->intermediate, c->block_size, c->n_heads, c->n_kv_heads, max_S,
+                      max_N);
     dflash_ctx_cuda *x = (dflash_ctx_cuda *)calloc(1, sizeof *x);
     if (!x)
-        return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
+        return df_err(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     x->c = *c;
     x->fwd_only = opt == NULL;
     if (opt) {
@@ -906,7 +906,7 @@ static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *
     tensor_ent *th = (tensor_ent *)calloc((size_t)x->ntensor, sizeof *th);
     if (!th) {
         free(x);
-        return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
+        return df_err(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     }
     for (int i = 0; i < x->ntensor; i++) {
         dflash_tensor t;
@@ -923,8 +923,8 @@ static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *
         if (t.offset % 8) {
             free(th);
             free(x);
-            return df_cuda_errf(err, errlen, -EINVAL, "%s: tensor %s at offset %zu is not 16-byte aligned in bf16", fn,
-                                t.name, t.offset);
+            return df_err(err, errlen, -EINVAL, "%s: tensor %s at offset %zu is not 16-byte aligned in bf16", fn,
+                          t.name, t.offset);
         }
     }
     int rc = 0;
@@ -932,7 +932,7 @@ static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *
     if (!inv) {
         free(th);
         free(x);
-        return df_cuda_errf(err, errlen, -ENOMEM, "%s: out of host memory", fn);
+        return df_err(err, errlen, -ENOMEM, "%s: out of host memory", fn);
     }
     nn_rope_inv_freq(inv, x->hd, c->rope_theta, &c->rope_scaling); /* as dflash_acts_ensure */
     /* a blocking stream: ordered after the caller's legacy-stream uploads (cudaMemcpy) */
@@ -947,8 +947,8 @@ static int init_ctx(dflash_ctx_cuda **out, const char *fn, const dflash_config *
     if (cudaMalloc(&x->arena, x->arena_bytes) != cudaSuccess) {
         cudaGetLastError();
         x->arena = NULL;
-        rc = df_cuda_errf(err, errlen, -ENOMEM, "%s: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed", fn,
-                          (double)x->arena_bytes / (1u << 30), max_S, max_N);
+        rc = df_err(err, errlen, -ENOMEM, "%s: cudaMalloc of %.2f GiB for max_S=%d max_N=%d failed", fn,
+                    (double)x->arena_bytes / (1u << 30), max_S, max_N);
         goto fail;
     }
     carve(x, (char *)x->arena);
@@ -977,7 +977,7 @@ int dflash_init_cuda(dflash_ctx_cuda **out, const dflash_config *c, const adamw_
 {
     if (!opt) {
         *out = NULL;
-        return df_cuda_errf(err, errlen, -EINVAL, "dflash_init_cuda: no optimizer settings (opt is NULL)");
+        return df_err(err, errlen, -EINVAL, "dflash_init_cuda: no optimizer settings (opt is NULL)");
     }
     return init_ctx(out, "dflash_init_cuda", c, opt, embed, lm_head, max_S, max_N, chunk_rows, err, errlen);
 }
@@ -995,13 +995,13 @@ int dflash_is_forward_only_cuda(const dflash_ctx_cuda *x)
 }
 
 /* The entries that need gradients or AdamW state refuse a forward-only context. */
-#define NEED_TRAINING(x, fn)                                                                \
-    do {                                                                                    \
-        if ((x)->fwd_only)                                                                  \
-            return df_cuda_errf(err, errlen, -EINVAL,                                       \
-                                "%s: a forward-only context has no gradients or optimizer " \
-                                "state (dflash_init_forward_cuda)",                         \
-                                fn);                                                        \
+#define NEED_TRAINING(x, fn)                                                          \
+    do {                                                                              \
+        if ((x)->fwd_only)                                                            \
+            return df_err(err, errlen, -EINVAL,                                       \
+                          "%s: a forward-only context has no gradients or optimizer " \
+                          "state (dflash_init_forward_cuda)",                         \
+                          fn);                                                        \
     } while (0)
 
 /* ---- host <-> device -------------------------------------------------------------------------- */
@@ -1097,11 +1097,11 @@ int dflash_params_init_device_cuda(dflash_ctx_cuda *x, uint64_t seed, float std,
 int dflash_debug_att_cuda(dflash_ctx_cuda *x, int layer, float *out, char *err, size_t errlen)
 {
     if (layer < 0 || layer >= x->L || !x->last_N)
-        return df_cuda_errf(err, errlen, -EINVAL, "dflash_debug_att_cuda: layer %d of %d, or no step yet", layer, x->L);
+        return df_err(err, errlen, -EINVAL, "dflash_debug_att_cuda: layer %d of %d, or no step yet", layer, x->L);
     long n = (long)x->last_N * x->B * x->qd;
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n);
     if (!h)
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_debug_att_cuda: out of host memory");
+        return df_err(err, errlen, -ENOMEM, "dflash_debug_att_cuda: out of host memory");
     int rc = copy_sync(x, h, x->lb[layer].att, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost, err, errlen);
     for (long i = 0; rc == 0 && i < n; i++)
         out[i] = safetensors_bf16_to_f32(h[i]);
@@ -1112,11 +1112,11 @@ int dflash_debug_att_cuda(dflash_ctx_cuda *x, int layer, float *out, char *err, 
 int dflash_debug_z_cuda(dflash_ctx_cuda *x, float *out, char *err, size_t errlen)
 {
     if (!x->last_N)
-        return df_cuda_errf(err, errlen, -EINVAL, "dflash_debug_z_cuda: no step yet");
+        return df_err(err, errlen, -EINVAL, "dflash_debug_z_cuda: no step yet");
     long n = (long)x->last_N * x->B * x->d;
     uint16_t *h = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)n);
     if (!h)
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_debug_z_cuda: out of host memory");
+        return df_err(err, errlen, -ENOMEM, "dflash_debug_z_cuda: out of host memory");
     int rc = copy_sync(x, h, x->z, sizeof(uint16_t) * (size_t)n, cudaMemcpyDeviceToHost, err, errlen);
     for (long i = 0; rc == 0 && i < n; i++)
         out[i] = safetensors_bf16_to_f32(h[i]);
@@ -1154,7 +1154,7 @@ int dflash_timing_read_cuda(dflash_ctx_cuda *x, dflash_timing_cuda *t, char *err
 {
     memset(t, 0, sizeof *t);
     if (!x->timing)
-        return df_cuda_errf(err, errlen, -EINVAL, "dflash_timing_read_cuda: timing not enabled");
+        return df_err(err, errlen, -EINVAL, "dflash_timing_read_cuda: timing not enabled");
     CUDA_TRY(cudaStreamSynchronize(x->st), err, errlen);
     t->fwd_ms = ev_ms(x->ev_ph[0], x->ev_ph[1]);
     t->loss_ms = ev_ms(x->ev_ph[1], x->ev_ph[2]);
@@ -1238,8 +1238,8 @@ static int run_step(dflash_ctx_cuda *x, const char *fn, const dflash_batch_cuda 
 {
     int S = b->S, N = b->N, B = x->B, R = N * B, T = S + R, d = x->d, I = x->I;
     if (S < 1 || S > x->max_S || N < 1 || N > x->max_N || !b->H || !b->x || !b->loss_mask || !b->anchors || !b->keep)
-        return df_cuda_errf(err, errlen, -EINVAL, "%s: S=%d (max %d), N=%d (max %d) or a NULL pointer", fn, S, x->max_S,
-                            N, x->max_N);
+        return df_err(err, errlen, -EINVAL, "%s: S=%d (max %d), N=%d (max %d) or a NULL pointer", fn, S, x->max_S, N,
+                      x->max_N);
     doc_table D;
     memset(&D, 0, sizeof D);
     int rows_max = 0;
@@ -1249,14 +1249,14 @@ static int run_step(dflash_ctx_cuda *x, const char *fn, const dflash_batch_cuda 
         rows_max = n_real * (B - 1);
     } else {
         if (b->n_docs > DFLASH_MAX_DOCS_CUDA || b->doc_slots < 1 || !b->doc_starts)
-            return df_cuda_errf(err, errlen, -EINVAL, "%s: %d documents (max %d), doc_slots %d (>= 1) or no doc_starts",
-                                fn, b->n_docs, DFLASH_MAX_DOCS_CUDA, b->doc_slots);
+            return df_err(err, errlen, -EINVAL, "%s: %d documents (max %d), doc_slots %d (>= 1) or no doc_starts", fn,
+                          b->n_docs, DFLASH_MAX_DOCS_CUDA, b->doc_slots);
         D.n = b->n_docs, D.stride = b->doc_slots;
         for (int k = 0; k <= D.n; k++) {
             D.start[k] = b->doc_starts[k];
             if ((k == 0 && D.start[0] != 0) || (k == D.n && D.start[k] != S) || (k > 0 && D.start[k] < D.start[k - 1]))
-                return df_cuda_errf(err, errlen, -EINVAL, "%s: doc_starts[%d] = %d: must rise from 0 to S = %d", fn, k,
-                                    D.start[k], S);
+                return df_err(err, errlen, -EINVAL, "%s: doc_starts[%d] = %d: must rise from 0 to S = %d", fn, k,
+                              D.start[k], S);
         }
         D.slot0[0] = 0;
         for (int k = 0; k < D.n; k++) {
@@ -1268,8 +1268,7 @@ static int run_step(dflash_ctx_cuda *x, const char *fn, const dflash_batch_cuda 
             rows_max += used * (B - 1);
         }
         if (D.slot0[D.n] > N)
-            return df_cuda_errf(err, errlen, -EINVAL, "%s: the documents use %d anchor slots, N = %d", fn, D.slot0[D.n],
-                                N);
+            return df_err(err, errlen, -EINVAL, "%s: the documents use %d anchor slots, N = %d", fn, D.slot0[D.n], N);
     }
     cudaStream_t s = x->st;
     x->last_S = S, x->last_N = N;
@@ -1439,10 +1438,9 @@ int dflash_stats_read_cuda(dflash_ctx_cuda *x, dflash_stats *st, char *err, size
         st->wpos[k] = ds.wpos[k];
     }
     if (ds.err)
-        return df_cuda_errf(err, errlen, -EINVAL, "bad batch:%s%s%s",
-                            ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
-                            ds.err & ERR_TOKEN ? " token/label outside [0, vocab)" : "",
-                            ds.err & ERR_ROWS ? " more weighted rows than n_real*(B-1) (n_real wrong?)" : "");
+        return df_err(err, errlen, -EINVAL, "bad batch:%s%s%s", ds.err & ERR_ANCHOR ? " anchor outside [0, S)" : "",
+                      ds.err & ERR_TOKEN ? " token/label outside [0, vocab)" : "",
+                      ds.err & ERR_ROWS ? " more weighted rows than n_real*(B-1) (n_real wrong?)" : "");
     return 0;
 }
 
@@ -1477,7 +1475,7 @@ int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n, 
     *dst = NULL;
     dflash_bf16_cuda *h = (dflash_bf16_cuda *)malloc(sizeof(dflash_bf16_cuda) * (n ? n : 1));
     if (!h)
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: out of host memory for %zu values", n);
+        return df_err(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: out of host memory for %zu values", n);
     /* on every core: one thread took ~2.3 s a table at the 8B shape (622 M values; the
      * embedding and the lm_head were 4.6 s of the drafter's start-up) */
     safetensors_f32_to_bf16_n(h, src, n);
@@ -1486,8 +1484,8 @@ int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n, 
     if (e != cudaSuccess) {
         cudaGetLastError();
         free(h);
-        return df_cuda_errf(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: cudaMalloc of %zu bf16: %s", n,
-                            cudaGetErrorString(e));
+        return df_err(err, errlen, -ENOMEM, "dflash_upload_bf16_cuda: cudaMalloc of %zu bf16: %s", n,
+                      cudaGetErrorString(e));
     }
     e = cudaMemcpy(d, h, sizeof(dflash_bf16_cuda) * n, cudaMemcpyHostToDevice);
     if (e == cudaSuccess)
@@ -1495,8 +1493,7 @@ int dflash_upload_bf16_cuda(dflash_bf16_cuda **dst, const float *src, size_t n, 
     free(h);
     if (e != cudaSuccess) {
         cudaFree(d);
-        return df_cuda_errf(err, errlen, -EIO, "dflash_upload_bf16_cuda: copy of %zu bf16: %s", n,
-                            cudaGetErrorString(e));
+        return df_err(err, errlen, -EIO, "dflash_upload_bf16_cuda: copy of %zu bf16: %s", n, cudaGetErrorString(e));
     }
     *dst = (dflash_bf16_cuda *)d;
     return 0;

@@ -69,6 +69,9 @@ def main():
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=256, help="generation batch")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0,
+                    help="keep the shape but make only this many decoder layers (0: the shape's own); "
+                         "a shape-faithful model that fits the disk (30b-a3b: about 1.26 GB a layer)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("make_gpu_target: needs a GPU (this is a GPU-machine script)")
@@ -77,6 +80,10 @@ def main():
     torch.manual_seed(a.seed)
     shape = dict(SHAPES[a.shape])
     moe = shape.pop("moe", None)
+    if a.layers < 0 or a.layers > shape["num_hidden_layers"]:
+        sys.exit(f"make_gpu_target: --layers {a.layers}: expected 1..{shape['num_hidden_layers']} (0: all)")
+    if a.layers:
+        shape["num_hidden_layers"] = a.layers
     cfg_cls, model_cls = (Qwen3MoeConfig, Qwen3MoeForCausalLM) if moe else (Qwen3Config, Qwen3ForCausalLM)
     cfg = cfg_cls(vocab_size=151936, max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6,
                   torch_dtype="bfloat16", **shape, **(moe or {}))
@@ -84,7 +91,7 @@ def main():
     with torch.device("cuda"):
         model = model_cls(cfg).to(torch.bfloat16).eval()
     n = sum(p.numel() for p in model.parameters())
-    log(f"Qwen3-{a.shape} shape ({model_cls.__name__}), {n / 1e9:.2f}B parameters, made in {time.time() - t0:.1f}s")
+    log(f"Qwen3-{a.shape} shape ({model_cls.__name__}, {cfg.num_hidden_layers} layers), {n / 1e9:.2f}B parameters, made in {time.time() - t0:.1f}s")
     if not os.path.exists(os.path.join(a.out, "config.json")):
         t0 = time.time()
         model.save_pretrained(a.out, safe_serialization=True)

@@ -1,6 +1,7 @@
 /* bench_drafter: the CUDA DFlash drafter training step (dflash_step_accumulate_cuda + clip + AdamW)
  * at the Qwen3-8B-DFlash-b16 shape (5 layers, d 4096, H 32 / KV 8 / hd 128, I 12288,
- * V 151936, 5 captured layers, B 16, gamma 7), random weights made on the device.
+ * V 151936, 5 captured layers, B 16, gamma 7), random weights made on the device; --shape
+ * 1.7b / 30b-a3b: the same drafter on the Qwen3-1.7B / Qwen3-30B-A3B target.
  *
  * Per configuration (S, anchors): warmup steps, then timed steps with CUDA events on the
  * step's stream; the median is reported as ms/step (one sequence = one sample), samples/s,
@@ -54,8 +55,10 @@ int main(int argc, char **argv)
 static void usage(void)
 {
     printf("usage: bench_drafter [--seq S ...] [--anchors N ...] [--iters n] [--warmup n] [--chunk rows]\n"
-           "                     [--json PATH] [--tiny | --shape 1.7b|8b] [--check PATH] [--attn S1,S2]\n"
+           "                     [--json PATH] [--tiny | --shape 1.7b|8b|30b-a3b] [--check PATH] [--attn S1,S2]\n"
            "                     [--docs K]\n"
+           "  --shape: the drafter of that Qwen3 target (default 8b); 30b-a3b: the mixture-of-experts\n"
+           "  target's width and heads (d 2048, 32 / 4 heads) with its dense intermediate_size 6144\n"
            "  default: S in {768, 2048} x anchors in {256, 512} ... run as the pairs (768,256) and (2048,512)\n"
            "  --seq/--anchors  give the pairs explicitly (same count), e.g. --seq 768 2048 --anchors 256 512\n"
            "  --iters 10 --warmup 3 --chunk 1024; --tiny: a small shape (smoke test of the code path)\n"
@@ -93,6 +96,27 @@ static void qwen3_1p7b_b16(dflash_config *c)
     memcpy(c->target_layer_ids, ids, sizeof ids);
     c->tie_word_embeddings = 1;
 }
+
+/* The same drafter on the Qwen3-30B-A3B target (d 2048, 32/4 heads, 48 layers, untied): a
+ * drafter's layers are dense, of the config's intermediate_size 6144 (drafter_worker's
+ * build_config takes that field, not the experts' width); captured layers by the DFlash
+ * default rule for 48 layers (1, 12, 23, 34, 45, as scripts/make_topology.py picks them). */
+static void qwen3_30b_a3b_b16(dflash_config *c)
+{
+    qwen3_8b_b16(c);
+    c->hidden = 2048, c->intermediate = 6144, c->n_heads = 32, c->n_kv_heads = 4, c->num_target_layers = 48;
+    dflash_default_layer_ids(c->target_layer_ids, c->n_capture, c->num_target_layers);
+}
+
+/* --shape NAME: the drafter's config, the name printed and the JSON label */
+static const struct shape {
+    const char *name, *title, *label;
+    void (*make)(dflash_config *c);
+} SHAPES[] = {
+    {"8b", "Qwen3-8B-DFlash-b16", "qwen3-8b-b16", qwen3_8b_b16},
+    {"1.7b", "Qwen3-1.7B-DFlash-b16", "qwen3-1.7b-b16", qwen3_1p7b_b16},
+    {"30b-a3b", "Qwen3-30B-A3B-DFlash-b16", "qwen3-30b-a3b-b16", qwen3_30b_a3b_b16},
+};
 
 static void tiny_shape(dflash_config *c)
 {
@@ -215,7 +239,8 @@ static opt_result measure_optimizer(dflash_ctx_cuda *ctx, cudaStream_t s, size_t
 int main(int argc, char **argv)
 {
     int seqs[MAXCFG] = {768, 2048}, anch[MAXCFG] = {256, 512}, nseq = 0, nanc = 0, iters = 10, warmup = 3;
-    int chunk = 1024, tiny = 0, small = 0, docs = 1, nsch = 0;
+    int chunk = 1024, tiny = 0, docs = 1, nsch = 0;
+    const struct shape *shape = &SHAPES[0];
     char *schemes[MAXSCH], attn_list[64] = "";
     const char *json = "bench/results/drafter_cuda.json", *check = NULL;
     for (int i = 1; i < argc; i++) {
@@ -261,10 +286,12 @@ int main(int argc, char **argv)
             tiny = 1;
         } else if (i + 1 < argc && !strcmp(argv[i], "--shape")) {
             i++;
-            if (!strcmp(argv[i], "1.7b"))
-                small = 1;
-            else if (strcmp(argv[i], "8b")) {
-                fprintf(stderr, "bench_drafter: --shape takes 1.7b or 8b, got %s\n", argv[i]);
+            shape = NULL;
+            for (size_t k = 0; k < sizeof SHAPES / sizeof SHAPES[0]; k++)
+                if (!strcmp(argv[i], SHAPES[k].name))
+                    shape = &SHAPES[k];
+            if (!shape) {
+                fprintf(stderr, "bench_drafter: --shape takes 1.7b, 8b or 30b-a3b, got %s\n", argv[i]);
                 return 2;
             }
         } else {
@@ -295,10 +322,8 @@ int main(int argc, char **argv)
     dflash_config c;
     if (tiny)
         tiny_shape(&c);
-    else if (small)
-        qwen3_1p7b_b16(&c);
     else
-        qwen3_8b_b16(&c);
+        shape->make(&c);
     int maxS = 0, maxN = 0;
     for (int i = 0; i < ncfg; i++)
         maxS = DF_MAX(maxS, seqs[i]), maxN = DF_MAX(maxN, anch[i]);
@@ -311,9 +336,7 @@ int main(int argc, char **argv)
     cudaStream_t s0;
     CUDA_CHECK(cudaStreamCreate(&s0));
     printf("bench_drafter: %s, %s shape, measuring the bf16 8192^3 GEMM ceiling ...\n", prop.name,
-           tiny    ? "tiny"
-           : small ? "Qwen3-1.7B-DFlash-b16"
-                   : "Qwen3-8B-DFlash-b16");
+           tiny ? "tiny" : shape->title);
     fflush(stdout);
     double ceiling = gemm_ceiling(s0);
     printf("bench_drafter: GEMM ceiling %.1f TFLOP/s\n", ceiling);
@@ -556,15 +579,11 @@ int main(int argc, char **argv)
             "\"copy_ceiling_gb_s\": %.1f, \"optimizer_frac_of_copy\": %.4f, "
             "\"ckpt_copy_bytes\": %.0f, \"ckpt_copy_s\": %.4f, "
             "\"step_ms_all\": [",
-            res[i].attn, res[i].docs,
-            tiny    ? "tiny"
-            : small ? "qwen3-1.7b-b16"
-                    : "qwen3-8b-b16",
-            res[i].S, res[i].anchors, res[i].real, B, res[i].ms, res[i].ms / res[i].docs,
-            1000.0 * res[i].docs / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling, res[i].loss, chunk,
-            warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms, res[i].ph.attn_fwd_ms,
-            res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms, opt.ms, opt.bytes, opt.gb_s,
-            opt.copy_gb_s, opt.frac, ck_bytes, ck_s);
+            res[i].attn, res[i].docs, tiny ? "tiny" : shape->label, res[i].S, res[i].anchors, res[i].real, B, res[i].ms,
+            res[i].ms / res[i].docs, 1000.0 * res[i].docs / res[i].ms, res[i].tflop, res[i].tflops, res[i].mfu, ceiling,
+            res[i].loss, chunk, warmup, iters, res[i].attn_pairs, prop.name, date, res[i].ph.fwd_ms,
+            res[i].ph.attn_fwd_ms, res[i].ph.loss_ms, res[i].ph.bwd_ms, res[i].ph.attn_bwd_ms, res[i].ph.opt_ms, opt.ms,
+            opt.bytes, opt.gb_s, opt.copy_gb_s, opt.frac, ck_bytes, ck_s);
         for (int k = 0; k < res[i].n_ms; k++)
             off += (size_t)snprintf(buf + off, sizeof buf - off, "%s%.3f", k ? ", " : "", res[i].all_ms[k]);
         off += (size_t)snprintf(buf + off, sizeof buf - off, "]}%s\n", i + 1 < nres ? "," : "");

@@ -6,7 +6,8 @@
 #      checkpoints, the release export, and every stage's metrics are written; the drafter's
 #      step lines count the documents they trained ("docs": all the plan's samples, once) and
 #      bench/pipeline/report.py reports that count and a steady-state samples/s from them,
-#      the drafter's start-up (from its log) and the checkpoints' cost (from its metrics);
+#      the drafter's start-up (from its log) and the checkpoints' cost (from its metrics), and
+#      the one-GPU ceiling from bench_target's or bench_moe's JSON;
 #   2. the same run while each stage is SIGKILLed once (target, postproc, drafter, the
 #      drafter after a checkpoint so it resumes from it): it still completes with the same
 #      audit (every batch committed exactly once, nothing poisoned).
@@ -99,6 +100,22 @@ assert c["drafter_alone_docs"] == 4 and abs(c["drafter_ms_per_doc"] - 20.0) < 1e
 assert abs(c["samples_s"] - 1000.0 / 28.0) < 1e-9, c
 assert abs(c["steady_frac"] - r["steady_samples_s"] / c["samples_s"]) < 1e-12, c
 assert 0 < c["drafter_busy_frac_of_alone"], c
+PY
+# bench_moe's JSON in bench_target's place (a mixture-of-experts target alone, bench/pipeline/run.sh
+# 30b-a3b): its rows' T and tok_s give the ceiling the same way, the line names bench_moe
+cat >"$T/moe.json" <<'J'
+{"bench": "target_forward_moe", "shape": "Qwen3-30B-A3B", "layers_run": 6, "tokens": 256, "results": [
+ {"layout": "4 docs x 64", "kernel": "grouped", "T": 64, "B": 4, "graph_ms": 40.0, "tok_s": 6400.0}]}
+J
+python3 bench/pipeline/report.py "$RUN" --label clean --json "$T/report4.json" --target-json "$T/moe.json" \
+  --drafter-json "$T/dr.json" >"$T/report4.out" || { cat "$T/report4.out"; fail "report.py with bench_moe's JSON"; }
+grep -q "target alone (bench_moe Qwen3-30B-A3B, 6 layers, grouped experts, T=64): 6,400 tok/s" "$T/report4.out" ||
+  { cat "$T/report4.out"; fail "report.py: bench_moe's ceiling line"; }
+python3 - "$T/report4.json" <<'PY' || { cat "$T/report4.out"; fail "report.py one-GPU ceiling from bench_moe"; }
+import json, sys
+c = json.load(open(sys.argv[1]))["one_gpu_ceiling"]
+assert c["target_T"] == 64 and abs(c["target_ms_per_doc"] - 10.0) < 1e-9, c
+assert abs(c["samples_s"] - 1000.0 / 30.0) < 1e-9, c
 PY
 # two peers (peer_pipeline.py's JSON shape): one ratio table each, ours / peer in samples/s
 for i in 1 2; do

@@ -8,7 +8,8 @@ wait_s; the drafter's "step" lines), ledger_audit.json and train_summary.json, a
 end-to-end tokens/s and samples/s (drafter-trained tokens over the wall time from the first
 worker line to the last drafter step), the steady state (the same over the steps after the
 first 10%), and each stage's busy / waiting fractions. With --target-json / --drafter-json
-(the JSON of bench_target / bench_drafter measured in the same call) it adds the
+(the JSON of bench_target / bench_drafter measured in the same call; for a mixture-of-experts
+target, bench_moe's in bench_target's place) it adds the
 stage-alone ceilings beside them. With --peer-json (bench/pipeline/peer_pipeline.py's result on
 the same topology and shards) it prints ours beside the peer in one table: samples/s (documents
 trained per second: the drafter's step lines count them, "docs"; the peer counts the documents
@@ -198,10 +199,14 @@ def main():
         tj = json.load(open(a.target_json))
         rows = tj.get("results", tj) if isinstance(tj, dict) else tj
         res["target_alone"] = rows
+        # bench_target's rows name their model; bench_moe's (one shape, --layers N) their experts kernel
+        moe = isinstance(tj, dict) and tj.get("bench") == "target_forward_moe"
         for r in rows if isinstance(rows, list) else []:
             tok = r.get("tok_s") or r.get("tokens_per_s")
             if tok:
-                print(f"  ceiling: target alone (bench_target {r.get('model', '')}, T={r.get('T', '')}): {tok:,.0f} tok/s")
+                what = (f"bench_moe {tj.get('shape', '')}, {tj.get('layers_run', '?')} layers, {r.get('kernel', '')} "
+                        f"experts" if moe else f"bench_target {r.get('model', '')}")
+                print(f"  ceiling: target alone ({what}, T={r.get('T', '')}): {tok:,.0f} tok/s")
     if a.drafter_json:
         dj = json.load(open(a.drafter_json))
         res["drafter_alone"] = dj

@@ -6,7 +6,9 @@
  *
  * What one measurement is: one packed row of --tokens tokens (default 8192) holding
  * documents of T = 2048 and of T = 4096 tokens (the transformers peer's batch of B x T,
- * bench/target/moe_peer.py). Captured: the DFlash default 5 layers and the last one, so
+ * bench/target/moe_peer.py); --doc-len T: one layout only, --tokens / T documents of T
+ * tokens, as a pipeline's batch of T-token documents is packed (bench/pipeline/run.sh
+ * 30b-a3b: 10 x 768). Captured: the DFlash default 5 layers and the last one, so
  * ALL N layers run, as the peer's do. The forward is captured in a CUDA graph after one
  * eager call and replayed --iters times between CUDA events (the experts' counts and
  * offsets stay on the device, so the graph holds the whole forward); the eager time is
@@ -56,11 +58,13 @@ int main(void)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_moe [--layers N] [--tokens N] [--iters N] [--kernels grouped,rows] [--no-breakdown]\n"
-               "                 [--json PATH] [--timeout S]\n"
+               "                 [--json PATH] [--timeout S] [--doc-len T]\n"
                "  CUDA target forward at the Qwen3-30B-A3B shape (128 experts, top 8, F 768, d 2048, 32/4 heads)\n"
                "  with N layers (default 48), random weights made on the GPU; documents of 2048 and 4096\n"
                "  tokens packed into one row of --tokens (default 8192); tok/s, MFU of the active parameters,\n"
-               "  a per-step breakdown of one sparse layer. Exit 77 without a GPU.\n");
+               "  a per-step breakdown of one sparse layer. Exit 77 without a GPU.\n"
+               "  --doc-len T: one layout only, N/T documents of T tokens (N a multiple of T, at most 63\n"
+               "  documents), as a pipeline's batch of T-token documents is packed\n");
 }
 
 typedef struct result {
@@ -122,7 +126,7 @@ static int cublas_loop(target_model_cuda *m, nn_gemm_cuda *g, const int32_t *cou
 int main(int argc, char **argv)
 {
     const char *json = "bench/results/target_moe_ours.json", *kernels = "grouped";
-    int L = 48, tokens = 8192, iters = 5, timeout_s = 600, breakdown = 1;
+    int L = 48, tokens = 8192, iters = 5, timeout_s = 600, breakdown = 1, doc_len = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
@@ -136,6 +140,8 @@ int main(int argc, char **argv)
             timeout_s = (int)df_arg_int("bench_moe", "--timeout", argv[++i], 1, INT_MAX);
         else if (!strcmp(argv[i], "--kernels") && i + 1 < argc)
             kernels = argv[++i];
+        else if (!strcmp(argv[i], "--doc-len") && i + 1 < argc)
+            doc_len = (int)df_arg_int("bench_moe", "--doc-len", argv[++i], 1, 1 << 20);
         else if (!strcmp(argv[i], "--no-breakdown"))
             breakdown = 0;
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -145,6 +151,10 @@ int main(int argc, char **argv)
             usage(stderr);
             return 2;
         }
+    }
+    if (doc_len && (tokens % doc_len || tokens / doc_len > 63)) {
+        fprintf(stderr, "bench_moe: --doc-len T needs --tokens a multiple of T, at most 63 documents per row\n");
+        return 2;
     }
     gt_watchdog((unsigned)timeout_s, "bench_moe: watchdog: ran past its time limit\n");
     int ndev = 0;
@@ -231,8 +241,8 @@ int main(int argc, char **argv)
 
     result res[16];
     int nres = 0;
-    static const int doc_T[2] = {2048, 4096};
-    for (int li = 0; li < 2; li++) {
+    const int doc_T[2] = {doc_len ? doc_len : 2048, 4096};
+    for (int li = 0; li < (doc_len ? 1 : 2); li++) {
         int T = doc_T[li];
         if (tokens % T)
             T = tokens; /* a shorter row: one document */

@@ -3,14 +3,16 @@
 
     python3 bench/pipeline/peer_pipeline.py --topology configs/qwen3-8b-s768.json \\
         [--seq 768] [--anchors 256] [--docs-per-batch N] [--warmup 2] [--batches 8] \\
-        [--attn auto|flex|sdpa] [--compile] [--json PATH]
+        [--attn auto|flex|sdpa] [--compile] [--experts MODE] [--json PATH]
 
 What it runs, batch after batch, in one process (what a PyTorch online trainer does):
   1. the target forward with transformers (bf16, attn_implementation "sdpa"; --compile wraps
      it in torch.compile, falling back to eager with the reason printed) on a batch of
      documents [docs, S]; forward hooks on exactly the topology's capture layers keep their
      outputs, and the decoder stops after the last capture layer (as our target_worker does:
-     no later layer, no lm_head);
+     no later layer, no lm_head); a mixture-of-experts target (Qwen3MoeForCausalLM) runs the
+     same way, its experts on the backend --experts names (transformers 5: eager,
+     grouped_mm, batched_mm; default: transformers' own choice), the one that ran recorded;
   2. per document: anchors as the recipe (tests/reference/dflash_torch.py sample_anchors),
      labels and weights (labels_weights), the PyTorch DFlash forward + chunked head/CE +
      backward (drafter_forward, head_loss: flex_attention under torch.compile when it runs,
@@ -266,15 +268,38 @@ class Drafter:
 # the target
 # ---------------------------------------------------------------------------------------
 
+def experts_backend(model, want):
+    """The experts backend a mixture-of-experts model runs (transformers 5), after switching it
+    to want when given (a switch that fails is logged and the default stays); None for a
+    dense model."""
+    cfg = model.config
+    if getattr(cfg, "num_experts", None) is None and getattr(cfg, "num_local_experts", None) is None:
+        return None
+    if want:
+        try:
+            if hasattr(model, "set_experts_implementation"):
+                model.set_experts_implementation(want)
+            else:
+                cfg._experts_implementation = want  # older 5.x: the attribute the experts read
+        except Exception as e:  # noqa: BLE001 (any reason is printed, then the default)
+            log(f"experts backend {want} not set ({type(e).__name__}: {e}); transformers' default")
+    for name in ("_experts_implementation", "experts_implementation"):
+        v = getattr(cfg, name, None)
+        if v is not None:
+            return str(v)
+    return "default"
+
+
 class Target:
     """The transformers model, decoder cut after the last capture layer, hooks on exactly the
     capture layers; forward(ids [b, S]) -> [b, S, n_capture * d] bf16."""
 
-    def __init__(self, model_dir, capture, dev, compile_):
+    def __init__(self, model_dir, capture, dev, compile_, experts=""):
         torch = dt.torch
         from transformers import AutoModelForCausalLM
         t0 = time.time()
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16, attn_implementation="sdpa")
+        self.experts = experts_backend(model, experts)
         model = model.to(dev).eval()
         base = model.model
         n_layers = len(base.layers)
@@ -299,7 +324,8 @@ class Target:
             except Exception as e:  # noqa: BLE001 (any reason is printed, then eager)
                 self.compile_note = f"eager: torch.compile failed ({type(e).__name__}: {e})"
         log(f"target {model_dir}: {n_layers} layers, run up to layer {last} (capture {capture}), "
-            f"loaded in {time.time() - t0:.1f}s, {self.compile_note}")
+            f"loaded in {time.time() - t0:.1f}s, {self.compile_note}"
+            + (f", experts backend {self.experts}" if self.experts else ""))
 
     def _hook(self, i):
         def hook(_mod, _inp, out):
@@ -339,6 +365,9 @@ def main(argv=None):
                     help="drafter attention: flex (flex_attention + torch.compile), sdpa, or auto (flex when it "
                          "runs here, else sdpa; default)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the target forward (eager on failure)")
+    ap.add_argument("--experts", default="",
+                    help="a mixture-of-experts target's experts backend (eager, grouped_mm, batched_mm; default: "
+                         "transformers' own)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="write the result here")
     a = ap.parse_args(argv)
@@ -386,7 +415,7 @@ def run(a):
     if vocab is not None and vocab > cfg["V"]:
         raise Bad(f"{topo['shards'][0]}: offset 12: vocab_size {vocab} is larger than the target's {cfg['V']}",
                   EXIT_DATA)
-    target = Target(topo["model_dir"], topo["capture"], dev, a.compile)
+    target = Target(topo["model_dir"], topo["capture"], dev, a.compile, a.experts)
 
     attn, attn_note = a.attn, ""
     if attn in ("auto", "flex"):
@@ -457,6 +486,7 @@ def run(a):
                step_ms=round(statistics.median(ms_step), 3), target_ms_all=[round(x, 3) for x in ms_target],
                step_ms_all=[round(x, 3) for x in ms_step], loss_last=round(loss_last, 4),
                attention=drafter.attn, attention_note=attn_desc, target_forward=target.compile_note,
+               experts_backend=target.experts,
                target_layers_run=max(topo["capture"]) + 1, capture_layers=topo["capture"], fused_adamw=drafter.fused,
                skipped_short_docs=skipped, device=torch.cuda.get_device_name(dev), torch=torch.__version__,
                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))

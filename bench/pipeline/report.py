@@ -241,8 +241,9 @@ def main():
             ratio = sps / pj["samples_per_s"] if sps and pj.get("samples_per_s") else None
             vs["rows"].append({"side": label, "samples_s": sps, "tok_s": tps, "ratio": ratio})
             print(f"  {label:<22} {sps or 0:>10.2f} {tps or 0:>12,.0f} {ratio or 0:>6.2f}x")
-        print(f"  peer {i + 1}: {pj.get('attention_note')}; target {pj.get('target_forward')}; per batch target "
-              f"{pj.get('target_ms', 0):.1f} ms + step {pj.get('step_ms', 0):.1f} ms")
+        experts = f", experts {pj['experts_backend']}" if pj.get("experts_backend") else ""
+        print(f"  peer {i + 1}: {pj.get('attention_note')}; target {pj.get('target_forward')}{experts}; "
+              f"per batch target {pj.get('target_ms', 0):.1f} ms + step {pj.get('step_ms', 0):.1f} ms")
         vs["ratio_steady"] = vs["rows"][0]["ratio"]
         vs["ratio_end_to_end"] = vs["rows"][1]["ratio"]
         res.setdefault("peers", []).append(pj)

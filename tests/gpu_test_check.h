@@ -11,6 +11,7 @@
 #define DF_GPU_TEST_CHECK_H
 
 #include <cuda_runtime_api.h>
+#include <execinfo.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -86,9 +87,32 @@ static inline void gt_watchdog(unsigned limit_s, const char *line)
 }
 
 /* Skip (77) without a usable GPU; arm a watchdog of limit_s seconds. */
+/* A crash (SIGSEGV, SIGFPE, SIGBUS, SIGILL, SIGABRT) prints the signal and the stack as
+ * "binary(function+0xoff) [addr]" lines on stderr (addr2line -e BINARY resolves the offsets
+ * of static functions), then dies of the same signal: the exit status still says which. */
+static void gt_crash(int sig)
+{
+    char line[64];
+    int n = snprintf(line, sizeof line, "gt: fatal signal %d (%s); stack:\n", sig, strsignal(sig));
+    if (n > 0 && write(2, line, (size_t)n) < 0)
+        n = 0;
+    void *pc[64];
+    backtrace_symbols_fd(pc, backtrace(pc, 64), 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 static inline void gt_setup(unsigned limit_s)
 {
     gt_watchdog(limit_s, NULL);
+    /* line-buffered: a crash loses no PASS line, and they interleave with the library's
+     * stderr log in the order they happened */
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    void *pc[1];
+    backtrace(pc, 1); /* loads libgcc now: not inside the handler */
+    const int sigs[] = {SIGSEGV, SIGFPE, SIGBUS, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], gt_crash);
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n < 1) {

@@ -420,8 +420,12 @@ static int attention(const char *fn, nn_bf16_cuda *out, const nn_bf16_cuda *q, l
     unsigned grid = (unsigned)((long)Tq * H);
     const bf16 *qq = as_bf(q), *kk = as_bf(kc), *vv = as_bf(vc);
     bf16 *oo = as_bf(out);
-    /* one load per key and lane when the rows are aligned to it (the same values either way) */
-    int avec = ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * (hd / 32)) == 0 && q_stride % (hd / 32) == 0;
+    /* one load per key and lane when the rows are aligned to it (the same values either way);
+     * dpl: head dims a lane holds in the warp kernels (hd 32..256); below 32 (the generic
+     * kernel) there is nothing to align, and hd / 32 = 0 must not be a divisor: a model with
+     * head_dim 16 died of SIGFPE here */
+    const int dpl = hd / 32;
+    int avec = dpl > 0 && ((uintptr_t)q | (uintptr_t)kc | (uintptr_t)vc) % (2 * dpl) == 0 && q_stride % dpl == 0;
     cudaError_t le = cudaSuccess;
 #define ATT_NW_LAUNCH(DPL, KEYS, NW)                                                                                   \
     do {                                                                                                               \

@@ -192,6 +192,17 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
              * restart either: -EBADMSG (the worker exits 100); I/O errors stay as they are */
             return rc == -EINVAL ? -EBADMSG : rc;
         }
+        /* the attention kinds the checkpoint was trained with: the topology's when it gives
+         * them, else the ones a drafter.init_dir release brought (build_config's all-full
+         * would change the drafter under its weights) */
+        if (!t->drafter.layer_types_given) {
+            memcpy(tr->cfg.layer_sliding, saved.layer_sliding, sizeof tr->cfg.layer_sliding);
+            tr->cfg.sliding_window = saved.sliding_window;
+        } else if ((rc = check_attention(t, &tr->cfg, &saved, "resume", ckpt_dir,
+                                         ": the checkpoint was trained with other attention layers", err, errlen)) <
+                   0) {
+            return -EBADMSG;
+        }
         tr->opt.cfg.total_steps = total_steps;
     } else {
         if (t->drafter.init_dir) {

@@ -46,16 +46,46 @@ static void build_config(dflash_config *c, const topo *t, const hfconfig *hc)
     c->rope_theta = hc->rope_theta;
     c->rope_scaling = (nn_rope_scaling){0}; /* none, whatever the target's (dflash_config.h) */
     c->gamma = t->drafter.gamma;            /* the topology reader's: > 0, default 7 */
+    /* the attention kinds: drafter.layer_types and sliding_window (all full attention when
+     * the topology gives none; a drafter.init_dir release then brings its own) */
+    for (uint32_t l = 0; l < t->drafter.num_layers && l < DFLASH_MAX_LAYERS; l++)
+        c->layer_sliding[l] = t->drafter.layer_sliding[l];
+    c->sliding_window = (int)t->drafter.sliding_window;
     set_objective(c, t);
+}
+
+/* The attention kinds of a release or checkpoint (got, read from path; as many layers as
+ * want) against the topology's drafter.layer_types and sliding_window (want), when the
+ * topology gives them: -EINVAL naming the first difference, both values, and how to fix it
+ * (fix). The window counts only where some layer is sliding. */
+static int check_attention(const topo *t, const dflash_config *want, const dflash_config *got, const char *what,
+                           const char *path, const char *fix, char *err, size_t errlen)
+{
+    if (!t->drafter.layer_types_given)
+        return 0; /* the release's (or the checkpoint's) own kinds are the drafter's */
+    int any = 0;
+    for (int l = 0; l < want->n_layers; l++) {
+        if (got->layer_sliding[l] != want->layer_sliding[l])
+            return df_err(err, errlen, -EINVAL,
+                          "%s: %s: layer_types[%d] is \"%s\", but drafter.layer_types[%d] is \"%s\"%s", what, path, l,
+                          got->layer_sliding[l] ? "sliding_attention" : "full_attention", l,
+                          want->layer_sliding[l] ? "sliding_attention" : "full_attention", fix);
+        any |= want->layer_sliding[l];
+    }
+    if (any && got->sliding_window != want->sliding_window)
+        return df_err(err, errlen, -EINVAL, "%s: %s: sliding_window is %d, but drafter.sliding_window is %d%s", what,
+                      path, got->sliding_window, want->sliding_window, fix);
+    return 0;
 }
 
 /* drafter.init_dir's config.json (path) against the drafter the topology and the target
  * make (want): the fields the orchestrator checks at start (setup.c, check_init_dir), read
  * again here since the release may have changed since then (a restart before the first
  * checkpoint reads it again). A release of another shape was taken silently before: its
- * block size, depth, mask token replaced the topology's. -EINVAL naming the field. */
-static int check_release_shape(const dflash_config *want, const dflash_config *rel, const char *path, char *err,
-                               size_t errlen)
+ * block size, depth, mask token replaced the topology's. -EINVAL naming the field. The
+ * attention kinds count when the topology gives drafter.layer_types (check_attention). */
+static int check_release_shape(const topo *t, const dflash_config *want, const dflash_config *rel, const char *path,
+                               char *err, size_t errlen)
 {
     const struct {
         const char *key, *topo_field;
@@ -90,7 +120,9 @@ static int check_release_shape(const dflash_config *want, const dflash_config *r
                       "[%s]: the drafter was trained on the features of its layers; make them match",
                       path, a, b);
     }
-    return 0;
+    return check_attention(t, want, rel, "drafter.init_dir", path,
+                           ": the release does not fit the topology; make them match (or use another init_dir)", err,
+                           errlen);
 }
 
 /* DF_FAULT_NONFINITE="S[:N]" (trainer.h). A malformed value is an error: a test that meant
@@ -160,13 +192,24 @@ int trainer_open(trainer *tr, const topo *t, int device, long total_steps, const
              * restart either: -EBADMSG (the worker exits 100); I/O errors stay as they are */
             return rc == -EINVAL ? -EBADMSG : rc;
         }
+        /* the attention kinds the checkpoint was trained with: the topology's when it gives
+         * them, else the ones a drafter.init_dir release brought (build_config's all-full
+         * would change the drafter under its weights) */
+        if (!t->drafter.layer_types_given) {
+            memcpy(tr->cfg.layer_sliding, saved.layer_sliding, sizeof tr->cfg.layer_sliding);
+            tr->cfg.sliding_window = saved.sliding_window;
+        } else if ((rc = check_attention(t, &tr->cfg, &saved, "resume", ckpt_dir,
+                                         ": the checkpoint was trained with other attention layers", err, errlen)) <
+                   0) {
+            return -EBADMSG;
+        }
         tr->opt.cfg.total_steps = total_steps;
     } else {
         if (t->drafter.init_dir) {
             dflash_config rel;
             snprintf(path, sizeof path, "%s/config.json", t->drafter.init_dir);
             if ((rc = dflash_config_read_release(&rel, path, err, errlen)) < 0 ||
-                (rc = check_release_shape(&tr->cfg, &rel, path, err, errlen)) < 0)
+                (rc = check_release_shape(t, &tr->cfg, &rel, path, err, errlen)) < 0)
                 return rc;
             if ((rc = dflash_load_release(t->drafter.init_dir, &tr->cfg, &tr->p, err, errlen)) < 0)
                 return rc;

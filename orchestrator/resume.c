@@ -264,7 +264,7 @@ static const change_rule RULES[] = {
     {"drafter.gamma", 0, WHY_LOSS},
     {"drafter.noise_std", 0, WHY_LOSS},
     {"drafter.num_anchors", 0, WHY_LOSS},
-    {"drafter", 0, WHY_SHAPE}, /* num_layers, block_size, mask_token_id, init_dir */
+    {"drafter", 0, WHY_SHAPE}, /* num_layers, block_size, mask_token_id, init_dir, layer_types, sliding_window */
     {"target", 0, WHY_SHAPE},
     {"seed", 0, WHY_PLAN},
     {"data", 0, WHY_PLAN},

@@ -790,10 +790,59 @@ void setup_remove_new_run_dir(orch *o, char *note, size_t cap)
     o->created_run_dir = 0;
 }
 
+/* The release's attention kinds (its config.json j at path) against drafter.layer_types and
+ * sliding_window, when the topology gives them (absent: the release's own are taken). A
+ * layer is sliding where layer_types says "sliding_attention" and use_sliding_window is not
+ * false, as the drafter reads it (dflash_config_from_json); the window counts where some
+ * layer is sliding. */
+static int check_init_dir_attention(const orch *o, const json_t *j, const char *path, char *err, size_t errlen)
+{
+    const topology_drafter *d = &o->t.drafter;
+    if (!d->layer_types_given)
+        return 0;
+    json_t *types = json_object_get(j, "layer_types"), *use = json_object_get(j, "use_sliding_window");
+    json_t *win = json_object_get(j, "sliding_window");
+    int use_sw = !json_is_false(use) && !(json_is_integer(use) && json_integer_value(use) == 0);
+    if (types && !json_is_null(types) && (!json_is_array(types) || json_array_size(types) != d->num_layers))
+        return df_err(err, errlen, -EINVAL, "drafter.init_dir: %s: layer_types: expected an array of %u strings", path,
+                      d->num_layers);
+    int any = 0;
+    for (uint32_t l = 0; l < d->num_layers; l++) {
+        const char *k = json_string_value(json_array_get(types, l)); /* NULL when absent: full */
+        int sliding = use_sw && k && !strcmp(k, "sliding_attention");
+        if (sliding != d->layer_sliding[l]) {
+            char got[96];
+            if (!types || json_is_null(types))
+                snprintf(got, sizeof got, "layer_types is absent (every layer \"full_attention\")");
+            else
+                snprintf(got, sizeof got, "layer_types[%u] is \"%s\"%s", l, k ? k : "?",
+                         k && !strcmp(k, "sliding_attention") && !use_sw ? " (use_sliding_window false: full)" : "");
+            return df_err(err, errlen, -EINVAL,
+                          "drafter.init_dir: %s: %s, but drafter.layer_types[%u] is \"%s\": the release was trained "
+                          "with other attention layers; make the topology match it (or use another init_dir)",
+                          path, got, l, d->layer_sliding[l] ? "sliding_attention" : "full_attention");
+        }
+        any |= sliding;
+    }
+    if (any && (!json_is_integer(win) || json_integer_value(win) != d->sliding_window)) {
+        char got[32];
+        if (json_is_integer(win))
+            snprintf(got, sizeof got, "%lld", (long long)json_integer_value(win));
+        else
+            snprintf(got, sizeof got, "%s", win && !json_is_null(win) ? "not an integer" : "null");
+        return df_err(err, errlen, -EINVAL,
+                      "drafter.init_dir: %s: sliding_window is %s, but drafter.sliding_window is %u: the release was "
+                      "trained with another window; make the topology match it (or use another init_dir)",
+                      path, got, d->sliding_window);
+    }
+    return 0;
+}
+
 /* drafter.init_dir: a release directory (config.json + model.safetensors) whose shape the
  * drafter takes as it is, so it must be the one the topology describes: the layers, the
  * block, the captured layers and the mask token of its config.json against the topology's,
- * its width and vocabulary against the target's. */
+ * its width and vocabulary against the target's; its attention kinds against
+ * drafter.layer_types when the topology gives them. */
 static int check_init_dir(orch *o, char *err, size_t errlen)
 {
     const topology_drafter *d = &o->t.drafter;
@@ -855,6 +904,8 @@ static int check_init_dir(orch *o, char *err, size_t errlen)
         free(s);
         rc = -EINVAL;
     }
+    if (!rc)
+        rc = check_init_dir_attention(o, j, path, err, errlen);
     json_decref(j);
     return rc;
 }

@@ -114,14 +114,15 @@ same_result() {
   for f in $(ls "$1/drafter"); do cmp "$1/drafter/$f" "$2/drafter/$f" || fail "$3: release file $f differs"; done
 }
 
-# tiny_pipeline NAME SAMPLES DRAFTER_FIELDS: for a test of the real pipeline (tiny target, CPU
-# backend, real samples: DF_SYNTHETIC_SAMPLES unset) instead of fake workers: checks the
-# worker binaries, prepares SAMPLES samples of data/tiny/chat-train.jsonl (at most 300
-# tokens) into $T/data-000.dfs and writes the target -> postproc -> drafter topology
+# tiny_pipeline NAME SAMPLES DRAFTER_FIELDS [LAYERS]: for a test of the real pipeline (tiny
+# target, CPU backend, real samples: DF_SYNTHETIC_SAMPLES unset) instead of fake workers:
+# checks the worker binaries, prepares SAMPLES samples of data/tiny/chat-train.jsonl (at most
+# 300 tokens) into $T/data-000.dfs and writes the target -> postproc -> drafter topology
 # $T/NAME.json (seed 5); sets RUN=$T/run and TOPO. DRAFTER_FIELDS ('"checkpoint_every": 2,
-# "keep_checkpoints": 2') are the drafter section's fields beyond its shape.
+# "keep_checkpoints": 2') are the drafter section's fields beyond its shape; LAYERS its
+# num_layers (default 1).
 tiny_pipeline() {
-  local name=$1 samples=$2 drafter=$3 b
+  local name=$1 samples=$2 drafter=$3 layers=${4:-1} b
   unset DF_SYNTHETIC_SAMPLES
   for b in target_worker postproc_worker drafter_worker dflash_tool; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
   python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$T/data" data/tiny/chat-train.jsonl \
@@ -130,7 +131,7 @@ tiny_pipeline() {
   cat >"$TOPO" <<JSON
 { "version": 1, "name": "$name", "run_dir": "$RUN", "backend": "cpu", "seed": 5,
   "target": { "model_dir": "$PWD/models/tiny-target", "capture_layers": [1, 3] },
-  "drafter": { "num_layers": 1, "block_size": 8, "num_anchors": 8, $drafter,
+  "drafter": { "num_layers": $layers, "block_size": 8, "num_anchors": 8, $drafter,
                "mask_token_id": 261 },
   "data": { "shards": ["$T/data-000.dfs"], "token_budget": 400, "max_seq_len": 300 },
   "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 1048576 }, { "name": "pd", "slots": 4, "slot_bytes": 1048576 } ],

@@ -11,7 +11,9 @@
 #   2. the release's config.json is given block_size 8 and the drafter is SIGKILLed: its
 #      restart reads init_dir again and exits 100 (permanent, not restarted) naming the
 #      file, the field and both values, and the run ends with exit 1;
-#   3. the same with other capture layers ([1, 2] for the topology's [1, 3]).
+#   3. the same with other capture layers ([1, 2] for the topology's [1, 3]);
+#   4. the same with other attention layers: the topology says "layer_types":
+#      ["full_attention"], the release's one layer is made sliding (window 4).
 source "$(dirname "$0")/orch_lib.sh"
 unset DF_SYNTHETIC_SAMPLES
 for b in target_worker postproc_worker drafter_worker; do [ -x "$BIN/$b" ] || fail "missing $BIN/$b"; done
@@ -19,8 +21,8 @@ M=$PWD/models/tiny-target
 python3 scripts/prepare_data.py --tokenizer "$M" --out "$T/data" data/tiny/chat-train.jsonl \
   --max-samples 40 --max-len 300 >/dev/null || fail "prepare_data"
 
-run_case() { # NAME PYTHON-EDIT-OF-THE-RELEASE-CONFIG EXPECTED-MESSAGE
-  local name=$1 edit=$2 want=$3
+run_case() { # NAME PYTHON-EDIT-OF-THE-RELEASE-CONFIG EXPECTED-MESSAGE [DRAFTER-FIELDS]
+  local name=$1 edit=$2 want=$3 extra=${4:+$4, }
   REL=$T/release-$name
   cp -r tests/fixtures/dflash-release-tiny "$REL"
   RUN=$T/run-$name; TOPO=$T/$name.json
@@ -28,7 +30,7 @@ run_case() { # NAME PYTHON-EDIT-OF-THE-RELEASE-CONFIG EXPECTED-MESSAGE
 { "version": 1, "name": "$name", "run_dir": "$RUN", "backend": "cpu", "seed": 5,
   "target": { "model_dir": "$M", "capture_layers": [1, 3] },
   "drafter": { "num_layers": 1, "block_size": 16, "num_anchors": 8, "checkpoint_every": 100000,
-               "mask_token_id": 261, "init_dir": "$REL" },
+               ${extra}"mask_token_id": 261, "init_dir": "$REL" },
   "data": { "shards": ["$T/data-000.dfs"], "token_budget": 400, "max_seq_len": 300 },
   "rings": [ { "name": "tp", "slots": 4, "slot_bytes": 1048576 }, { "name": "pd", "slots": 4, "slot_bytes": 1048576 } ],
   "workers": [ { "name": "target0", "role": "target", "out": "tp" },
@@ -62,4 +64,7 @@ run_case block "c['block_size'] = 8" \
   "drafter.init_dir: $T/release-block/config.json: block_size is 8, but drafter.block_size is 16"
 run_case layers "c['dflash_config']['target_layer_ids'] = [1, 2]" \
   "drafter.init_dir: $T/release-layers/config.json: dflash_config.target_layer_ids is [1,2], but target.capture_layers is [1,3]"
+run_case kinds "c['layer_types'] = ['sliding_attention']; c['sliding_window'] = 4; c['use_sliding_window'] = True" \
+  "drafter.init_dir: $T/release-kinds/config.json: layer_types[0] is \"sliding_attention\", but drafter.layer_types[0] is \"full_attention\"" \
+  '"layer_types": ["full_attention"]'
 echo "PASS test_init_dir_shape"

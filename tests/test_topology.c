@@ -122,6 +122,46 @@ static const bad_case bad_cases[] = {
      "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got 4194305"},
     {DOC(HEAD ",'drafter':{'allreduce_bucket_kb':-1}"),
      "t: drafter.allreduce_bucket_kb: expected an integer 0..4194304, got -1"},
+    /* drafter.layer_types and sliding_window: one kind per layer, a window exactly when a layer slides */
+    {DOC(HEAD ",'drafter':{'num_layers':2,'layer_types':['full_attention']}"),
+     "t: drafter.layer_types: expected an array of drafter.num_layers (2) strings \"full_attention\" or "
+     "\"sliding_attention\", or null, got an array of 1"},
+    {DOC(HEAD ",'drafter':{'layer_types':['full_attention','full_attention']}"),
+     "t: drafter.layer_types: expected an array of drafter.num_layers (1) strings \"full_attention\" or "
+     "\"sliding_attention\", or null, got an array of 2"},
+    {DOC(HEAD ",'drafter':{'layer_types':'sliding_attention','sliding_window':8}"),
+     "t: drafter.layer_types: expected an array of drafter.num_layers (1) strings \"full_attention\" or "
+     "\"sliding_attention\", or null, got \"sliding_attention\""},
+    {DOC(HEAD ",'drafter':{'num_layers':2,'layer_types':['full_attention','sliding'],'sliding_window':8}"),
+     "t: drafter.layer_types[1]: expected \"full_attention\" or \"sliding_attention\", got \"sliding\""},
+    {DOC(HEAD ",'drafter':{'layer_types':[0]}"),
+     "t: drafter.layer_types[0]: expected \"full_attention\" or \"sliding_attention\", got 0"},
+    {DOC(HEAD ",'drafter':{'layer_types':['Full_Attention']}"),
+     "t: drafter.layer_types[0]: expected \"full_attention\" or \"sliding_attention\", got \"Full_Attention\""},
+    {DOC(HEAD ",'drafter':{'num_layers':2,'layer_types':['full_attention','sliding_attention']}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 (drafter.layer_types[1] is \"sliding_attention\"), "
+     "got nothing"},
+    {DOC(HEAD ",'drafter':{'layer_types':['sliding_attention'],'sliding_window':null}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 (drafter.layer_types[0] is \"sliding_attention\"), "
+     "got null"},
+    {DOC(HEAD ",'drafter':{'sliding_window':8}"), "t: drafter.sliding_window: expected null (no drafter.layer_types "
+                                                  "entry is \"sliding_attention\": the window would "
+                                                  "be unused), got 8"},
+    {DOC(HEAD ",'drafter':{'num_layers':2,'layer_types':['full_attention','full_attention'],'sliding_window':8}"),
+     "t: drafter.sliding_window: expected null (no drafter.layer_types entry is \"sliding_attention\": the window "
+     "would "
+     "be unused), got 8"},
+    {DOC(HEAD ",'drafter':{'layer_types':['sliding_attention'],'sliding_window':0}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 or null, got 0"},
+    {DOC(HEAD ",'drafter':{'layer_types':['sliding_attention'],'sliding_window':-8}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 or null, got -8"},
+    {DOC(HEAD ",'drafter':{'layer_types':['sliding_attention'],'sliding_window':8.5}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 or null, got 8.5"},
+    {DOC(HEAD ",'drafter':{'layer_types':['sliding_attention'],'sliding_window':'8'}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 or null, got \"8\""},
+    {DOC(HEAD ",'drafter':{'layer_types':['sliding_attention'],'sliding_window':2147483648}"),
+     "t: drafter.sliding_window: expected an integer 1..2147483647 or null, got 2147483648"},
+    {DOC(HEAD ",'drafter':{'sliding_windows':8}"), "t: drafter.sliding_windows: unknown key"},
     /* data */
     {DOC("'version':1,'run_dir':'r','backend':'cpu','target':{'model_dir':'m','capture_layers':[1]},'data':{}"),
      "t: data.shards: required key missing"},
@@ -372,6 +412,9 @@ static void check_minimal_defaults(const topo *t)
     T_ASSERT(d->keep_checkpoints == 3 && d->max_checkpoint_failures == 3 && d->allreduce_bucket_kb == 16384);
     T_ASSERT(d->max_nonfinite_steps == 3);
     T_ASSERT(d->init_dir == NULL && d->mask_token_id == -1);
+    T_ASSERT(!d->layer_types_given && d->sliding_window == 0);
+    for (int l = 0; l < TOPOLOGY_MAX_DRAFTER_LAYERS; l++)
+        T_ASSERT(d->layer_sliding[l] == 0);
     T_ASSERT(t->n_shards == 1);
     T_ASSERT_STREQ(t->shards[0], "s.dfs");
     T_ASSERT(t->token_budget == 2048 && t->max_seq_len == 512);
@@ -416,6 +459,10 @@ static void check_full(const topo *t)
     T_ASSERT(d->loss == TOPOLOGY_LOSS_DPACE && d->dpace_alpha == 0.25);
     T_ASSERT_STREQ(d->init_dir, "ckpt/init");
     T_ASSERT(d->mask_token_id == 151669);
+    static const uint8_t sl[] = {1, 0, 1, 0, 0};
+    T_ASSERT(d->layer_types_given && d->sliding_window == 2048);
+    for (int l = 0; l < TOPOLOGY_MAX_DRAFTER_LAYERS; l++)
+        T_ASSERT(d->layer_sliding[l] == (l < 5 ? sl[l] : 0));
     T_ASSERT(t->n_shards == 2);
     T_ASSERT_STREQ(t->shards[1], "data/a-001.dfs");
     T_ASSERT(t->token_budget == 65536 && t->max_seq_len == 4096);
@@ -475,6 +522,9 @@ static void check_round_trip(const topo *t)
              t2.drafter.max_checkpoint_failures == t->drafter.max_checkpoint_failures &&
              t2.drafter.max_nonfinite_steps == t->drafter.max_nonfinite_steps &&
              t2.drafter.allreduce_bucket_kb == t->drafter.allreduce_bucket_kb);
+    T_ASSERT(t2.drafter.layer_types_given == t->drafter.layer_types_given &&
+             t2.drafter.sliding_window == t->drafter.sliding_window &&
+             memcmp(t2.drafter.layer_sliding, t->drafter.layer_sliding, sizeof t->drafter.layer_sliding) == 0);
     json_decref(j1);
     json_decref(j2);
     free(text);
@@ -494,6 +544,8 @@ static void test_valid(void)
     json_t *j = topology_to_json(&t);
     T_ASSERT(json_integer_value(json_object_get(json_object_get(j, "drafter"), "block_size")) == 16);
     T_ASSERT(json_is_null(json_object_get(json_object_get(j, "drafter"), "mask_token_id")));
+    T_ASSERT(json_is_null(json_object_get(json_object_get(j, "drafter"), "layer_types")));
+    T_ASSERT(json_is_null(json_object_get(json_object_get(j, "drafter"), "sliding_window")));
     T_ASSERT(t.description == NULL && json_is_null(json_object_get(j, "description")));
     json_decref(j);
     topology_free(&t);
@@ -514,6 +566,72 @@ static void test_valid(void)
     topology_free(&t);
     free(doc);
     printf("ok: minimal (defaults) and full topologies parsed field by field, JSON round trip\n");
+}
+
+/* drafter.layer_types / sliding_window accepted: absent or null (no kinds given: all full,
+ * or an init_dir release's), all full given explicitly, a mix with its window; each kept,
+ * written back in the normalised JSON and read again the same. */
+static void test_attention_kinds(void)
+{
+    static const struct {
+        const char *drafter;
+        int given;
+        uint8_t sliding[3];
+        uint32_t window;
+        const char *json_types, *json_window; /* the normalised values, compact */
+    } cases[] = {
+        {"'num_layers':3", 0, {0, 0, 0}, 0, "null", "null"},
+        {"'num_layers':3,'layer_types':null,'sliding_window':null", 0, {0, 0, 0}, 0, "null", "null"},
+        {"'num_layers':3,'layer_types':['full_attention','full_attention','full_attention']",
+         1,
+         {0, 0, 0},
+         0,
+         "[\"full_attention\",\"full_attention\",\"full_attention\"]",
+         "null"},
+        {"'num_layers':3,'layer_types':['sliding_attention','full_attention','sliding_attention'],'sliding_window':8",
+         1,
+         {1, 0, 1},
+         8,
+         "[\"sliding_attention\",\"full_attention\",\"sliding_attention\"]",
+         "8"},
+        {"'num_layers':3,'sliding_window':1,'layer_types':['full_attention','full_attention','sliding_attention']",
+         1,
+         {0, 0, 1},
+         1,
+         "[\"full_attention\",\"full_attention\",\"sliding_attention\"]",
+         "1"},
+    };
+    for (size_t i = 0; i < DF_ARRAY_LEN(cases); i++) {
+        char doc[2048];
+        snprintf(doc, sizeof doc, DOC(HEAD ",'drafter':{%s}," RINGS "," WORKERS), cases[i].drafter);
+        char *text = q(doc);
+        topo t;
+        char err[512];
+        int rc = topology_parse(&t, text, "t", err, sizeof err);
+        if (rc)
+            fprintf(stderr, "case %zu: %s\n", i, err);
+        T_ASSERT(rc == 0);
+        const topology_drafter *d = &t.drafter;
+        T_ASSERT(d->num_layers == 3 && d->layer_types_given == cases[i].given && d->sliding_window == cases[i].window);
+        for (int l = 0; l < TOPOLOGY_MAX_DRAFTER_LAYERS; l++)
+            T_ASSERT(d->layer_sliding[l] == (l < 3 ? cases[i].sliding[l] : 0));
+        json_t *j = topology_to_json(&t);
+        T_ASSERT(j);
+        json_t *jd = json_object_get(j, "drafter");
+        char *types = json_dumps(json_object_get(jd, "layer_types"), JSON_ENCODE_ANY | JSON_COMPACT);
+        char *window = json_dumps(json_object_get(jd, "sliding_window"), JSON_ENCODE_ANY | JSON_COMPACT);
+        T_ASSERT(types && window);
+        T_ASSERT_STREQ(types, cases[i].json_types);
+        T_ASSERT_STREQ(window, cases[i].json_window);
+        free(types);
+        free(window);
+        json_decref(j);
+        check_round_trip(&t);
+        topology_free(&t);
+        free(text);
+    }
+    printf("ok: drafter.layer_types / sliding_window: absent, null, all full, mixed with a window; kept and written "
+           "back\n");
 }
 
 /* description: free text, kept and written back verbatim; longer than 1024 characters is refused. */
@@ -657,6 +775,7 @@ int main(void)
     test_valid();
     test_tiny_config();
     test_gpu_validator();
+    test_attention_kinds();
     test_description();
     test_free_partial();
     printf("test_topology: all passed\n");

@@ -688,6 +688,94 @@ static json_t *write_mask_token_id(const topo *t, const void *s, int *omit)
     return d->mask_token_id < 0 ? json_null() : json_integer(d->mask_token_id);
 }
 
+/* drafter.layer_types: null/absent, or one "full_attention" / "sliding_attention" per
+ * layer (num_layers is parsed before it) */
+static int parse_layer_types(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topology_drafter *d = s;
+    char got[GOT_LEN];
+    json_t *v = json_object_get(o, "layer_types");
+    d->layer_types_given = 0;
+    memset(d->layer_sliding, 0, sizeof d->layer_sliding);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) != d->num_layers) {
+        if (json_is_array(v))
+            snprintf(got, sizeof got, "an array of %zu", json_array_size(v));
+        else
+            describe(v, got, sizeof got);
+        return fail(c, "drafter.layer_types",
+                    "expected an array of drafter.num_layers (%u) strings \"full_attention\" or \"sliding_attention\", "
+                    "or null, got %s",
+                    d->num_layers, got);
+    }
+    for (uint32_t l = 0; l < d->num_layers; l++) {
+        json_t *e = json_array_get(v, l);
+        const char *k = json_is_string(e) ? json_string_value(e) : "";
+        if (strcmp(k, "full_attention") != 0 && strcmp(k, "sliding_attention") != 0) {
+            char q[64];
+            snprintf(q, sizeof q, "drafter.layer_types[%u]", l);
+            describe(e, got, sizeof got);
+            return fail(c, q, "expected \"full_attention\" or \"sliding_attention\", got %s", got);
+        }
+        d->layer_sliding[l] = k[0] == 's';
+    }
+    d->layer_types_given = 1;
+    return 0;
+}
+
+static json_t *write_layer_types(const topo *t, const void *s, int *omit)
+{
+    const topology_drafter *d = s;
+    if (!d->layer_types_given)
+        return json_null();
+    json_t *a = json_array();
+    for (uint32_t l = 0; a && l < d->num_layers; l++)
+        if (json_array_append_new(a, json_string(d->layer_sliding[l] ? "sliding_attention" : "full_attention"))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* drafter.sliding_window: the sliding layers' window, given exactly when some layer is
+ * sliding (layer_types is parsed before it); one given with none would be silently unused.
+ * null/absent is stored as 0. */
+static int parse_sliding_window(pctx *c, topo *t, void *s, const json_t *o, const char *path)
+{
+    topology_drafter *d = s;
+    char got[GOT_LEN];
+    json_t *v = json_object_get(o, "sliding_window");
+    int first = -1;
+    for (uint32_t l = 0; first < 0 && l < d->num_layers; l++)
+        if (d->layer_sliding[l])
+            first = (int)l;
+    d->sliding_window = 0;
+    describe(v, got, sizeof got);
+    if (!v || json_is_null(v)) {
+        if (first >= 0)
+            return fail(c, "drafter.sliding_window",
+                        "expected an integer 1..%d (drafter.layer_types[%d] is \"sliding_attention\"), got %s",
+                        INT32_MAX, first, got);
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
+        return fail(c, "drafter.sliding_window", "expected an integer 1..%d or null, got %s", INT32_MAX, got);
+    if (first < 0)
+        return fail(c, "drafter.sliding_window",
+                    "expected null (no drafter.layer_types entry is \"sliding_attention\": the window would be "
+                    "unused), got %s",
+                    got);
+    d->sliding_window = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+static json_t *write_sliding_window(const topo *t, const void *s, int *omit)
+{
+    const topology_drafter *d = s;
+    return d->sliding_window ? json_integer(d->sliding_window) : json_null();
+}
+
 /* drafter.loss: "decay" (default) or "dpace" */
 static int parse_loss(pctx *c, topo *t, void *s, const json_t *o, const char *path)
 {
@@ -1091,7 +1179,7 @@ static const field target_fields[] = {
 };
 
 static const field drafter_fields[] = {
-    F_U32("num_layers", topology_drafter, num_layers, 1, 64, 1),
+    F_U32("num_layers", topology_drafter, num_layers, 1, TOPOLOGY_MAX_DRAFTER_LAYERS, 1),
     F_U32("block_size", topology_drafter, block_size, 2, 1024, 16),
     F_U32("num_anchors", topology_drafter, num_anchors, 1, 65536, 64),
     F_NUM("gamma", topology_drafter, gamma, 0, 1, 1e6, "a number > 0", 7.0),
@@ -1120,6 +1208,10 @@ static const field drafter_fields[] = {
     F_U32("allreduce_bucket_kb", topology_drafter, allreduce_bucket_kb, 0, 4194304, 16384),
     F_STR("init_dir", topology_drafter, init_dir, OPTIONAL, 1),
     F_CUSTOM("mask_token_id", parse_mask_token_id, write_mask_token_id),
+    /* the attention kind of each layer, then the window of the sliding ones (given exactly
+     * when one is) */
+    F_CUSTOM("layer_types", parse_layer_types, write_layer_types),
+    F_CUSTOM("sliding_window", parse_sliding_window, write_sliding_window),
 };
 
 static const field data_fields[] = {

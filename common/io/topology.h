@@ -23,6 +23,7 @@
 #define TOPOLOGY_MAX_WORKERS 64
 #define TOPOLOGY_MAX_RINGS 16
 #define TOPOLOGY_MAX_GPU 7
+#define TOPOLOGY_MAX_DRAFTER_LAYERS 64 /* drafter.num_layers 1..64 (DFLASH_MAX_LAYERS) */
 
 typedef enum { TOPOLOGY_CPU, TOPOLOGY_CUDA } topology_backend;
 typedef enum {
@@ -69,6 +70,13 @@ typedef struct topology_drafter {
     uint32_t allreduce_bucket_kb;     /* gradient all-reduce buckets, KiB (0 = per layer; default 16384) */
     char *init_dir;                   /* NULL = fresh init */
     int64_t mask_token_id;            /* -1 = default */
+    /* The attention kind of each layer (drafter.layer_types). layer_types_given 0 (absent or
+     * null): every layer full attention, or a drafter.init_dir release's own kinds; 1: these,
+     * which a release must match. sliding_window: the sliding layers' window in tokens, 0 =
+     * none; given exactly when some layer is sliding. */
+    int layer_types_given;
+    uint8_t layer_sliding[TOPOLOGY_MAX_DRAFTER_LAYERS]; /* 1 = "sliding_attention", 0 = "full_attention" */
+    uint32_t sliding_window;
 } topology_drafter;
 
 /* The optional top-level "validation" section: the held-out set the validator worker

@@ -568,6 +568,7 @@ def build(a):
     name = a.name or "".join(ch if ch.isalnum() or ch in "_.-" else "-" for ch in
                              os.path.basename(os.path.normpath(a.target)))[:63] or "run"
     run_dir = a.run_dir or f"run/{name}"
+    sliding = drafter_sliding(a)
     desc = (f"training run for {os.path.normpath(a.target)} ({arch_name(cfg)}, {L} layers, d {d}) written by "
             f"scripts/make_topology.py: {len(workers)} workers, {layout} layout on "
             f"{'the CPU' if cpu else 'GPUs ' + ','.join(map(str, gpus))}")
@@ -578,7 +579,7 @@ def build(a):
         "drafter": {"num_layers": a.drafter_layers, "block_size": a.block_size, "num_anchors": anchors,
                     "gamma": gamma, "lr": a.lr, "warmup_frac": 0.04, "weight_decay": 0.0, "grad_clip": 1.0,
                     "noise_std": 0.0, "epochs": a.epochs, "checkpoint_every": ck, "keep_checkpoints": 3,
-                    "init_dir": None, "mask_token_id": mask},
+                    "init_dir": None, "mask_token_id": mask, **sliding},
         "data": {"shards": shards, "token_budget": budget, "max_seq_len": msl},
         "rings": rings, "workers": workers,
         "supervision": {"backoff_initial_ms": 100, "backoff_max_ms": 5000, "stable_ms": 10000, "max_restarts": 5,
@@ -661,6 +662,24 @@ def dumps(topo):
     return "\n".join(out) + "\n"
 
 
+def drafter_sliding(a):
+    """drafter.layer_types / sliding_window from --sliding-window and --layer-types (docs/topology.md)."""
+    if a.sliding_window is None:
+        if a.layer_types:
+            raise Bad("--layer-types needs --sliding-window")
+        return {}
+    if a.sliding_window < 1:
+        raise Bad(f"--sliding-window {a.sliding_window}: expected a width >= 1")
+    n = a.drafter_layers
+    kinds = a.layer_types or "S" * (n - 1) + "F"
+    if len(kinds) != n or set(kinds) - set("SF"):
+        raise Bad(f"--layer-types {kinds!r}: expected {n} letters (--drafter-layers), each S or F")
+    if "S" not in kinds:
+        raise Bad(f"--layer-types {kinds!r}: no sliding layer, so --sliding-window would be unused")
+    return {"layer_types": ["sliding_attention" if k == "S" else "full_attention" for k in kinds],
+            "sliding_window": a.sliding_window}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -683,6 +702,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--rates", help="per-GPU stage rates in tokens/s: target=..,postproc=..,drafter=..")
     ap.add_argument("--mask-token-id", type=int)
+    ap.add_argument("--sliding-window", type=int,
+                    help="sliding-window attention of this width in the drafter's layers (default: none, all full)")
+    ap.add_argument("--layer-types",
+                    help="with --sliding-window: which drafter layers slide, as one letter a layer (S sliding, "
+                         "F full), e.g. SSSSF; default: all but the last")
     ap.add_argument("--checkpoint-every", type=int, help="optimizer steps between checkpoints")
     ap.add_argument("--checkpoint-minutes", type=float, default=30.0, help="target cadence in minutes (default 30)")
     ap.add_argument("--gpu-mem-gib", type=float, default=80.0,

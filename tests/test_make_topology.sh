@@ -90,7 +90,15 @@ expect_bad "--mask-token-id: 128256 is outside the vocabulary" \
   $MT --target "$T/llama8b" --data "$T/big-000.dfs" --gpus 1 --mask-token-id 128256
 expect_bad "capture layers [1, 1]" $MT --target models/tiny-target --data data/tiny/train-000.dfs --backend cpu \
   --drafter-layers 2
-ok "--help; 16 bad inputs exit 2 naming the file and field"
+expect_bad "--layer-types needs --sliding-window" $MT --target "$T/q8" --data "$T/big-000.dfs" --gpus 1 \
+  --layer-types SSSSF
+expect_bad "--sliding-window 0: expected a width >= 1" $MT --target "$T/q8" --data "$T/big-000.dfs" --gpus 1 \
+  --sliding-window 0
+expect_bad "--layer-types 'SSF': expected 5 letters" $MT --target "$T/q8" --data "$T/big-000.dfs" --gpus 1 \
+  --sliding-window 2048 --layer-types SSF
+expect_bad "--layer-types 'FFFFF': no sliding layer" $MT --target "$T/q8" --data "$T/big-000.dfs" --gpus 1 \
+  --sliding-window 2048 --layer-types FFFFF
+ok "--help; 21 bad inputs exit 2 naming the file and field"
 
 # --- 2. real shapes, config.json only --------------------------------------------------------------
 gen() { # gen NAME MODEL GPUS [ARGS...]: $T/NAME.json and $T/NAME.err
@@ -103,6 +111,18 @@ for g in 1 2 4 8; do gen "q8-$g" q8 "$g"; gen "q17-$g" q17 "$g"; done
 gen q8-list q8 "2,5"
 gen q8-one q8 "3,"
 gen llama llama8b 4 --mask-token-id 128002 --drafter-layers 3 --block-size 8 --anchors 256
+gen q8-swa q8 1 --sliding-window 2048
+gen q8-swa2 q8 1 --sliding-window 512 --layer-types SFSFS
+python3 - "$T" <<'PY' || fail "sliding-window drafter fields"
+import json, sys
+T = sys.argv[1]
+d = json.load(open(f"{T}/q8-swa.json"))["drafter"]
+assert d["sliding_window"] == 2048 and d["layer_types"] == ["sliding_attention"] * 4 + ["full_attention"], d
+d = json.load(open(f"{T}/q8-swa2.json"))["drafter"]
+s, f = "sliding_attention", "full_attention"
+assert d["sliding_window"] == 512 and d["layer_types"] == [s, f, s, f, s], d
+assert "sliding_window" not in json.load(open(f"{T}/q8-1.json"))["drafter"]
+PY
 find "$T/q8" "$T/q17" -type f ! -name config.json | grep -q . && fail "a model dir holds more than config.json"
 python3 - "$T" <<'PY' || fail "shape checks"
 import json, sys
@@ -167,7 +187,7 @@ print("shape checks passed")
 PY
 # the orchestrator's own validation: the whole topology check passes (fields, ring graph,
 # placement, ranks); this CPU build then stops at the first GPU arena
-for f in q8-1 q8-2 q8-8 q17-4 q8-list llama; do
+for f in q8-1 q8-2 q8-8 q17-4 q8-list llama q8-swa q8-swa2; do
   "$ORCH" "$T/$f.json" >"$T/orch-$f.out" 2>&1; rc=$?
   if grep -q "this build has no CUDA" "$T/orch-$f.out"; then
     grep -q "^$T/$f.json: " "$T/orch-$f.out" && fail "$f: topology error: $(cat "$T/orch-$f.out")"

@@ -71,7 +71,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stdlib_corpus import load_corpus, stdlib_root  # noqa: E402
+from stdlib_corpus import draw_prompts, load_corpus, prompt_docs, stdlib_root  # noqa: E402
 
 BOS, EOS, USER, ASSISTANT, PAD, MASK, VOCAB = 256, 257, 258, 259, 260, 261, 264
 
@@ -320,15 +320,6 @@ class BpeVocab:
         return out
 
 
-def prompt_from(doc, rng, n):
-    for _ in range(20):  # start at a line boundary so prompts read like code
-        s = rng.randrange(0, len(doc) - 400)
-        nl = doc.find(b"\n", s)
-        if 0 <= nl < len(doc) - 300:
-            return doc[nl + 1:nl + 1 + n]
-    return doc[:n]
-
-
 @torch.no_grad()
 def answer(model, prompts, n_new, dev):
     """Greedy continuations of equal-length prompts (no padding needed), KV-cached.
@@ -355,22 +346,11 @@ def write_chat(path, prompts, answers):
     os.replace(path + ".tmp", path)
 
 
-def draw_prompts(corpus, n, rng, lens):
-    """n prompts whose lengths are drawn from `lens`, grouped by length (shortest first)."""
-    by_len = {}
-    for _ in range(n):
-        L = rng.choice(lens)
-        p = prompt_from(corpus[rng.randrange(len(corpus))], rng, L)
-        assert len(p) == L  # prompt_from never cuts short: files are >= 2048 bytes
-        by_len.setdefault(L, []).append(p)
-    return [by_len[L] for L in sorted(by_len)]
-
-
-def make_chat(model, corpus, n, rng, lens, n_new, batch, dev, path):
+def make_chat(model, corpus, n, rng, lens, n_new, batch, dev, path, what="corpus"):
     """n prompts (draw_prompts); prompts of one length are answered together (so no padding
     is needed)."""
     prompts, answers, t0 = [], [], time.time()
-    for group in draw_prompts(corpus, n, rng, lens):
+    for group in draw_prompts(corpus, n, rng, lens, what):
         for i in range(0, len(group), batch):
             chunk = group[i:i + batch]
             prompts += chunk
@@ -379,11 +359,11 @@ def make_chat(model, corpus, n, rng, lens, n_new, batch, dev, path):
     log(f"{path}: {len(prompts)} prompts, {n_new} greedy bytes each, {time.time() - t0:.0f}s")
 
 
-def write_prompts(corpus, n, rng, lens, path):
+def write_prompts(corpus, n, rng, lens, path, what="corpus"):
     """The prompts make_chat would answer (the same draws from rng), as chat JSONL with the
     user turn only: target_generate and dflash_eval render them as <|bos|> <|user|> prompt
     <|assistant|>, the layout the answers of make_chat follow."""
-    prompts = [p for group in draw_prompts(corpus, n, rng, lens) for p in group]
+    prompts = [p for group in draw_prompts(corpus, n, rng, lens, what) for p in group]
     with open(path + ".tmp", "w") as f:
         for p in prompts:
             f.write(json.dumps({"messages": [{"role": "user", "content": p.decode("latin-1")}]}) + "\n")
@@ -420,6 +400,10 @@ def main():
     ap.add_argument("--prompts-only", action="store_true",
                     help="write the prompts only (prompts-train.jsonl, prompts-heldout.jsonl: chat JSONL with "
                          "the user turn) for target_generate to answer; no answers here")
+    ap.add_argument("--prompt-lens", default="64,96,128", metavar="L1,L2,...",
+                    help="prompt lengths in bytes, each prompt's drawn from these (default 64,96,128); a prompt "
+                         "of L bytes is cut from a document of more than max(400, L + 100) bytes, shorter ones "
+                         "are skipped for it")
     ap.add_argument("--resp-len", type=int, default=224, help="greedy bytes per answer")
     ap.add_argument("--gen-batch", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
@@ -434,6 +418,14 @@ def main():
         ap.error(f"--micro-batch {mb} must divide the batch {bs}")
     if a.prompts_only and a.tokenizer:
         ap.error("--prompts-only writes byte-vocabulary prompts; a --tokenizer target writes none")
+    try:
+        lens = [int(x) for x in a.prompt_lens.split(",")]
+    except ValueError:
+        lens = []
+    if not lens or min(lens) < 1:
+        ap.error(f"--prompt-lens {a.prompt_lens!r}: expected lengths >= 1 separated by commas")
+    if seq > c["max_pos"]:
+        ap.error(f"--seq {seq} is longer than the shape's max_position_embeddings {c['max_pos']}")
     dev = a.device
     rng = random.Random(a.seed)
     torch.manual_seed(a.seed)
@@ -450,10 +442,27 @@ def main():
         except ValueError as e:
             ap.error(str(e))
     bpe, unit = None, "bytes"
+    if not a.tokenizer:
+        for L in sorted(set(lens)):  # before training: every length can be cut from both sets
+            prompt_docs(train, L, "training")
+            prompt_docs(held, L, "held-out")
+        # training windows of seq + 1 bytes: documents shorter than seq + 2 cannot hold one
+        # (every file can at the default --seq: files are >= 2 KiB)
+        nt, nh = len(train), len(held)
+        train_w, held_w = [d for d in train if len(d) >= seq + 2], [d for d in held if len(d) >= seq + 2]
+        if not train_w or not held_w:
+            sys.exit(f"train_target: no {'training' if not train_w else 'held-out'} document holds a window of "
+                     f"--seq {seq} + 1 bytes")
+        if len(train_w) < nt or len(held_w) < nh:
+            log(f"--seq {seq}: windows from the {len(train_w)} of {nt} training and {len(held_w)} of {nh} held-out "
+                f"files of at least {seq + 2} bytes (prompts still from all that fit them)")
+    else:
+        train_w = held_w = None
     if a.tokenizer:
         bpe, unit = BpeVocab(a.tokenizer), "tokens"
         n_bytes = sum(map(len, train))
         train, held = bpe.encode_docs(train, seq + 2), bpe.encode_docs(held, seq + 2)
+        train_w, held_w = train, held
         n_tok = sum(map(len, train))
         log(f"{a.tokenizer}: vocab {bpe.size}; {n_tok} training tokens ({n_bytes / max(n_tok, 1):.2f} bytes "
             f"per token), {len(train)} + {len(held)} files of at least {seq + 2} tokens")
@@ -468,7 +477,7 @@ def main():
         + (f" in micro-batches of {mb}" if mb < bs else "") + f", lr {lr}")
     kw = {"fused": True} if dev.startswith("cuda") else {}
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1, **kw)
-    it = batches(train, seq + 1, bs, rng)
+    it = batches(train_w, seq + 1, bs, rng)
     steps = a.steps or c["steps"] or 1000
     warm = max(10, min(200, steps // 15))
     t0, t_probe = time.time(), None
@@ -515,7 +524,7 @@ def main():
     hrng = random.Random(a.seed + 1)
     with torch.no_grad(), torch.autocast("cuda" if dev.startswith("cuda") else "cpu", dtype=torch.bfloat16,
                                          enabled=dev.startswith("cuda")):
-        hb = next(batches(held, seq + 1, min(bs, 64), hrng)).to(dev)
+        hb = next(batches(held_w, seq + 1, min(bs, 64), hrng)).to(dev)
         hl = sum(F.cross_entropy(model(hb[m:m + mb, :-1]).float().reshape(-1, V), hb[m:m + mb, 1:].reshape(-1),
                                  reduction="sum").item() for m in range(0, len(hb), mb)) / hb[:, 1:].numel()
     log(f"held-out loss {hl:.3f} ({hl / math.log(2):.2f} bits/{unit[:-1]})")
@@ -532,18 +541,17 @@ def main():
         return
 
     os.makedirs(a.data, exist_ok=True)
-    lens = [64, 96, 128]
     if a.prompts_only:  # target_generate answers them from the saved weights
-        write_prompts(train, a.n_train, rng, lens, os.path.join(a.data, "prompts-train.jsonl"))
-        write_prompts(held, a.n_heldout, rng, lens, os.path.join(a.data, "prompts-heldout.jsonl"))
+        write_prompts(train, a.n_train, rng, lens, os.path.join(a.data, "prompts-train.jsonl"), "training")
+        write_prompts(held, a.n_heldout, rng, lens, os.path.join(a.data, "prompts-heldout.jsonl"), "held-out")
         log(f"done in {time.time() - t0:.0f}s")
         return
     # the target answers, greedily, from its bf16 weights (what the pipeline will load)
     model = model.to(torch.bfloat16) if dev.startswith("cuda") else model
     make_chat(model, train, a.n_train, rng, lens, a.resp_len, a.gen_batch, dev,
-              os.path.join(a.data, "chat-train.jsonl"))
+              os.path.join(a.data, "chat-train.jsonl"), "training")
     make_chat(model, held, a.n_heldout, rng, lens, a.resp_len, a.gen_batch, dev,
-              os.path.join(a.data, "chat-heldout.jsonl"))
+              os.path.join(a.data, "chat-heldout.jsonl"), "held-out")
     log(f"done in {time.time() - t0:.0f}s")
 
 

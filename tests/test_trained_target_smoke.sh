@@ -16,7 +16,9 @@
 #     every VAL_EVERY steps and the last (metrics/validator.jsonl copied beside the results);
 #   - the evaluations are lossless on every prompt;
 #   - a second call reuses the target and the shards, and a BUDGET too small for the
-#     pipeline stops with a message before starting it.
+#     pipeline stops with a message before starting it;
+#   - --prompt-lens: long prompts whole, from the files long enough for them; a length no file
+#     holds (and a --seq past the shape's positions) refused before training.
 # Needs a Python with torch (skipped without one: CI machines have none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +65,29 @@ for f in ("train", "heldout"):
     assert [m[0] for m in a] == [m[0] for m in b], f"{f}: prompts-only prompts differ from the answered ones"
 print("--prompts-only: the prompts of the answering path, user turn only")
 PY
+
+# --prompt-lens: long prompts come from the documents long enough for them, whole; a length no
+# document holds, or a --seq past the shape's positions, is refused before any training
+"$py" scripts/train_target.py --shape tiny --steps 1 --batch 2 --seq 48 --n-train 12 --n-heldout 6 --prompts-only \
+  --prompt-lens 1500,3000 --device cpu --out "$tmp/ml" --data "$tmp/dl" >"$tmp/long.log" 2>&1 ||
+  { cat "$tmp/long.log"; fail "train_target.py --prompt-lens 1500,3000"; }
+"$py" - "$tmp/dl" <<'PY'
+import json, sys
+for f, n in (("train", 12), ("heldout", 6)):
+    p = [json.loads(l)["messages"] for l in open(f"{sys.argv[1]}/prompts-{f}.jsonl")]
+    lens = [len(m[0]["content"].encode("latin-1")) for m in p]
+    assert len(p) == n and set(lens) <= {1500, 3000} and lens == sorted(lens), (f, lens)
+print("--prompt-lens 1500,3000: whole prompts of those lengths, grouped by length")
+PY
+for bad in "--prompt-lens 10000000" "--seq 5000"; do
+  # shellcheck disable=SC2086 # $bad is two words, an option and its value
+  if "$py" scripts/train_target.py --shape tiny --steps 1 --n-train 4 --n-heldout 4 --prompts-only --device cpu \
+    --out "$tmp/mb" --data "$tmp/db" $bad >"$tmp/bad.log" 2>&1; then fail "train_target.py $bad: exit 0"; fi
+  grep -q "need documents of more than\|longer than the shape's max_position_embeddings" "$tmp/bad.log" ||
+    { cat "$tmp/bad.log"; fail "train_target.py $bad: no message"; }
+  ! grep -q "step " "$tmp/bad.log" || fail "train_target.py $bad trained before refusing"
+done
+echo "--prompt-lens past every document and --seq past the positions: refused before training"
 
 # the recipe, CPU-sized
 run() {

@@ -36,6 +36,22 @@
 #      dpace; default: the config's), DPACE_ALPHA, GAMMA; with any of them set the results
 #      are tagged trained_<shape>_<loss>_a<alpha>_g<gamma> and the run dir is its own, so
 #      the same warm machine compares objectives on one target and one set of answers.
+#      Long contexts and the drafter's attention kinds (bench/eval/sliding_window.sh sets them):
+#      PROMPT_LENS (train_target.py --prompt-lens, bytes, e.g. 3000,3300,3600; default its
+#      64,96,128), SEQ (train_target.py --seq, the target's training window; the batch keeps
+#      32 Ki bytes a step, in micro-batches of 8 Ki bytes at the 0.6b shape: 8 x 4096 in
+#      passes of 2, ~2.7 GiB of activations per 1 Ki bytes (docs/drafter_quality.md, "Memory
+#      arithmetic"): ~22 GiB a pass, as 8 x 1024; TRAIN_ARGS may override them, at 0.6b
+#      --batch with --micro-batch), MAX_PROMPT_LEN (target_generate and
+#      dflash_eval --max-prompt-len, tokens; default with PROMPT_LENS: the longest + 3, the chat
+#      template's tokens, at least their default 1024), MAX_SEQ_LEN (the pipeline's
+#      data.max_seq_len; data.token_budget raised to it where lower, the ring slots with it),
+#      LAYER_TYPES (the drafter's drafter.layer_types: a comma list of full / sliding, one per
+#      drafter layer, or full, sliding, sliding-but-last: every layer so, or all sliding but
+#      the last), SLIDING_WINDOW (drafter.sliding_window, tokens). With PROMPT_LENS, SEQ or
+#      MAX_PROMPT_LEN set the target and its answers are their own (models/<name>-s..-p..-m..,
+#      data/ likewise); with any of these set the tag and run dir name them, as LOSS does.
+#      PATHS_ONLY=1 prints "tag model data run" for these settings and exits.
 #      Switches for a dry run without a GPU (tests/test_trained_target_smoke.sh):
 #      BACKEND (cuda | cpu: target_generate, pipeline and dflash_eval on the CPU, the target
 #      trained with --device cpu), SHAPE (0.6b | tiny: configs/tiny.json's drafter),
@@ -70,6 +86,65 @@ if [ -n "$LOSS$DPACE_ALPHA$GAMMA" ]; then
   tag=${tag}_${LOSS:-cfg}_a${DPACE_ALPHA:-cfg}_g${GAMMA:-cfg}
   run=$run-${LOSS:-cfg}-a${DPACE_ALPHA:-cfg}-g${GAMMA:-cfg}
 fi
+PROMPT_LENS=${PROMPT_LENS:-} SEQ=${SEQ:-} MAX_PROMPT_LEN=${MAX_PROMPT_LEN:-} MAX_SEQ_LEN=${MAX_SEQ_LEN:-}
+LAYER_TYPES=${LAYER_TYPES:-} SLIDING_WINDOW=${SLIDING_WINDOW:-}
+long=$PROMPT_LENS$SEQ$MAX_PROMPT_LEN$MAX_SEQ_LEN$LAYER_TYPES$SLIDING_WINDOW # any of them set
+kinds= # LAYER_TYPES as the drafter.layer_types JSON array (checked here, before any work)
+if [ -n "$long" ]; then
+  out=$("$PY" - "$base" "$PROMPT_LENS" "$SEQ" "$MAX_PROMPT_LEN" "$MAX_SEQ_LEN" "$LAYER_TYPES" "$SLIDING_WINDOW" <<'PY'
+import json, re, sys
+base, lens, seq, mpl, msl, types, window = sys.argv[1:]
+def bad(msg):
+    sys.exit(f"trained_target: {msg}")
+for k, v in (("SEQ", seq), ("MAX_PROMPT_LEN", mpl), ("MAX_SEQ_LEN", msl), ("SLIDING_WINDOW", window)):
+    if v and not re.fullmatch(r"[1-9][0-9]*", v):
+        bad(f"{k}={v}: expected a whole number >= 1")
+if lens and not re.fullmatch(r"[1-9][0-9]*(,[1-9][0-9]*)*", lens):
+    bad(f"PROMPT_LENS={lens}: expected lengths in bytes separated by commas")
+if not mpl and lens:  # the chat template adds <|bos|> <|user|> ... <|assistant|>
+    mpl = str(max(1024, max(map(int, lens.split(","))) + 3))
+n = json.load(open(base))["drafter"]["num_layers"]
+F, S = "full_attention", "sliding_attention"
+kinds, short = "", ""
+if types:
+    if types in ("full", "sliding"):
+        k = [F if types == "full" else S] * n
+    elif types == "sliding-but-last":
+        if n < 2:
+            bad(f"LAYER_TYPES=sliding-but-last: the drafter of {base} has {n} layer: no layer would slide "
+                "(LAYER_TYPES=sliding, or a config with more layers)")
+        k = [S] * (n - 1) + [F]
+    else:
+        name = {"full": F, "sliding": S, F: F, S: S}
+        k = [name.get(x) for x in types.split(",")]
+        if None in k or len(k) != n:
+            bad(f"LAYER_TYPES={types}: expected full, sliding, sliding-but-last or a comma list of "
+                f"{n} full / sliding (the drafter of {base} has {n} layers)")
+    kinds, short = json.dumps(k), types if "," not in types else "".join(x[0] for x in k)
+if window and S not in (k if types else []):
+    bad(f"SLIDING_WINDOW={window} without a sliding layer (LAYER_TYPES={types or 'unset'})")
+if types and S in k and not window:
+    bad(f"LAYER_TYPES={types} has sliding layers: SLIDING_WINDOW (tokens) is needed")
+# the target and its answers (t), the drafter's run (d): name parts of what is set
+t = [p for p in ((seq and f"s{seq}"), (lens and "p" + lens.replace(",", "-")), (sys.argv[4] and f"m{mpl}")) if p]
+d = [p for p in ((msl and f"len{msl}"), (short and f"lt-{short}"), (window and f"w{window}")) if p]
+print(mpl or "-", "-".join(t) or "-", "-".join(d) or "-", kinds.replace(" ", "") or "-")
+PY
+  ) || exit 2
+  read -r MAX_PROMPT_LEN tpart dpart kinds <<<"$out"
+  [ "$MAX_PROMPT_LEN" = - ] && MAX_PROMPT_LEN=
+  [ "$kinds" = - ] && kinds=
+  if [ "$tpart" != - ]; then
+    model=$model-$tpart data=$data-$tpart run=$run-$tpart tag=${tag}_$tpart
+  fi
+  if [ "$dpart" != - ]; then
+    run=$run-$dpart tag=${tag}_$dpart
+  fi
+fi
+if [ "${PATHS_ONLY:-0}" = 1 ]; then
+  echo "$tag $model $data $run"
+  exit 0
+fi
 bins="orchestrator target_worker postproc_worker drafter_worker dflash_eval target_generate"
 [ "$BACKEND" = cuda ] && bins="$bins cuda_helper"
 # need_bins: the programs must exist from phase 2 on. Checked there, not here, so a build may
@@ -86,6 +161,18 @@ need_bins() {
   done
 }
 [ -n "${WAIT_BUILD:-}" ] || need_bins # without WAIT_BUILD: at once, before any work
+# the knobs' options for train_target.py (long), target_generate and dflash_eval (plen)
+long_args=() plen=()
+[ -z "$PROMPT_LENS" ] || long_args+=(--prompt-lens "$PROMPT_LENS")
+if [ -n "$SEQ" ]; then # 32 Ki bytes a step; at 0.6b in passes of 8 Ki bytes (the largest divisor of the batch)
+  tb=$((32768 / SEQ)) mb=$((8192 / SEQ))
+  [ "$tb" -ge 1 ] || tb=1
+  [ "$mb" -ge 1 ] || mb=1
+  while [ $((tb % mb)) -ne 0 ]; do mb=$((mb - 1)); done
+  long_args+=(--seq "$SEQ" --batch "$tb")
+  [ "$SHAPE" != 0.6b ] || long_args+=(--micro-batch "$mb") # tiny: one pass a step, as without SEQ
+fi
+[ -z "$MAX_PROMPT_LEN" ] || plen=(--max-prompt-len "$MAX_PROMPT_LEN")
 mkdir -p "$res" "$model" "$data" "$(dirname "$run")"
 
 left() { echo $((BUDGET - ($(date +%s) - t0))); }
@@ -119,7 +206,7 @@ if [ ! -f "$model/model.safetensors" ] || [ ! -f "$data/prompts-heldout.jsonl" ]
   # shellcheck disable=SC2086 # TRAIN_ARGS is a list of options
   timeout --kill-after=10 "$t" "$PY" scripts/train_target.py --shape "$SHAPE" --device "$dev" \
     --time-budget "$TB" --with-tests --n-train "$NTRAIN" --n-heldout 64 --prompts-only \
-    --out "$model" --data "$data" $TRAIN_ARGS 2>&1 | tee "$res/${tag}_target.log" ||
+    --out "$model" --data "$data" ${long_args[@]+"${long_args[@]}"} $TRAIN_ARGS 2>&1 | tee "$res/${tag}_target.log" ||
     phase_failed $? "train_target.py" "$res/${tag}_target.log" # pipefail: timeout's status, or python's
   rm -f "$data"/train-*.dfs # answers of an earlier target are not this one's
 else
@@ -134,7 +221,7 @@ if ! ls "$data"/train-*.dfs >/dev/null 2>&1; then
   # shellcheck disable=SC2086 # GEN_ARGS is a list of options
   timeout --kill-after=10 "$t" "$BUILD/bin/target_generate" --backend "$BACKEND" --batch "$GEN_BATCH" --greedy \
     --max-new "$RESP_LEN" --target "$model" --prompts "$data/prompts-train.jsonl" --out "$data/train.tmp" \
-    $GEN_ARGS >"$res/${tag}_generate.log" 2>&1 || {
+    ${plen[@]+"${plen[@]}"} $GEN_ARGS >"$res/${tag}_generate.log" 2>&1 || {
     rc=$?
     rm -f "$data"/train.tmp-*.dfs
     phase_failed $rc "target_generate" "$res/${tag}_generate.log"
@@ -174,7 +261,7 @@ if [ "$VAL_EVERY" -gt 0 ] && ! ls "$data"/heldout-*.dfs >/dev/null 2>&1; then
   # shellcheck disable=SC2086 # GEN_ARGS is a list of options
   timeout --kill-after=10 "$t" "$BUILD/bin/target_generate" --backend "$BACKEND" --batch "$GEN_BATCH" --greedy \
     --max-new "$RESP_LEN" --target "$model" --prompts "$data/prompts-heldout.jsonl" --out "$data/heldout.tmp" \
-    $GEN_ARGS >"$res/${tag}_generate_heldout.log" 2>&1 || {
+    ${plen[@]+"${plen[@]}"} $GEN_ARGS >"$res/${tag}_generate_heldout.log" 2>&1 || {
     rc=$?
     rm -f "$data"/heldout.tmp-*.dfs
     phase_failed $rc "target_generate (held-out)" "$res/${tag}_generate_heldout.log"
@@ -186,11 +273,24 @@ fi
 
 # 3. the pipeline: a config for this run's paths, backend and epochs
 cfg=$WORK/$name.json
-[ -n "$LOSS$DPACE_ALPHA$GAMMA" ] && cfg=$WORK/$tag.json # each objective its own config
-"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" "$LOSS" "$DPACE_ALPHA" "$GAMMA" "$VAL_EVERY" <<'PY'
+[ -n "$LOSS$DPACE_ALPHA$GAMMA$long" ] && cfg=$WORK/$tag.json # each variant its own config
+"$PY" - "$base" "$cfg" "$BACKEND" "$EPOCHS" "$model" "$run" "$data" "$LOSS" "$DPACE_ALPHA" "$GAMMA" "$VAL_EVERY" \
+  "$MAX_SEQ_LEN" "$kinds" "$SLIDING_WINDOW" <<'PY'
 import glob, json, sys
-base, out, backend, epochs, model, run, data, loss, alpha, gamma, val_every = sys.argv[1:]
+base, out, backend, epochs, model, run, data, loss, alpha, gamma, val_every, max_seq_len, kinds, window = sys.argv[1:]
 c = json.load(open(base))
+if max_seq_len:  # whole long samples: the token budget holds at least one, the ring slots a batch of it
+    n = int(max_seq_len)
+    budget = c["data"].get("token_budget", 2048)
+    c["data"]["max_seq_len"] = n
+    if budget < n:
+        c["data"]["token_budget"] = n
+        for r in c["rings"]:
+            r["slot_bytes"] = -(-r.get("slot_bytes", 4194304) * n // budget)
+if kinds:
+    c["drafter"]["layer_types"] = json.loads(kinds)
+if window:
+    c["drafter"]["sliding_window"] = int(window)
 if loss:
     c["drafter"]["loss"] = loss
 if alpha:
@@ -260,7 +360,8 @@ ev() { # ev LABEL RESERVE EXTRA...: one dflash_eval over the held-out prompts
   stamp "eval: dflash_eval --backend $BACKEND: $label"
   timeout --kill-after=10 "$t" "$BUILD/bin/dflash_eval" --backend "$BACKEND" --target "$model" \
     --drafter "$run/drafter" --prompts "$data/prompts-heldout.jsonl" --max-prompts "$PROMPTS" \
-    --max-new "$MAX_NEW" --eos -1 --quiet --label "$name, $label" --json "$res/${tag}_eval_$label.json" "$@" \
+    --max-new "$MAX_NEW" --eos -1 --quiet --label "$name, $label" --json "$res/${tag}_eval_$label.json" \
+    ${plen[@]+"${plen[@]}"} "$@" \
     >"$res/${tag}_eval_$label.log" 2>&1 || phase_failed $? "dflash_eval ($label)" "$res/${tag}_eval_$label.log"
   cat "$res/${tag}_eval_$label.log"
 }

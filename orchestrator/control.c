@@ -141,7 +141,12 @@ static json_t *worker_cmd(orch *o, const char *cmd, const char *name)
         return err_reply(1, "%s %s: %s", cmd, name, strerror(-rc));
     char msg[128];
     snprintf(msg, sizeof msg, "%s %s: ok", cmd, name);
-    return ok_reply(msg);
+    json_t *r = ok_reply(msg);
+    /* stop: SIGTERM is sent, the exit follows; SIGKILL comes after shutdown_timeout_ms at the
+     * latest. dfctl waits that long (plus the reap) for the worker to be down. */
+    if (!strcmp(cmd, "stop"))
+        json_object_set_new(r, "wait_ms", json_integer((json_int_t)o->t.sup.shutdown_timeout_ms));
+    return r;
 }
 
 static json_t *handle(orch *o, const char *line, size_t len)

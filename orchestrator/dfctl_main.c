@@ -32,7 +32,8 @@ static void usage(FILE *f)
                "  status             workers (pid, state, incarnation, restarts, uptime, heartbeat age,\n"
                "                     throughput), rings (occupancy, poisoned) and ledger counts\n"
                "  top [--count N]    status, refreshed every second until Ctrl-C (or N times)\n"
-               "  stop <worker>      SIGTERM it and keep it down (SIGKILL after shutdown_timeout_ms)\n"
+               "  stop <worker>      SIGTERM it and keep it down (SIGKILL after shutdown_timeout_ms);\n"
+               "                     returns once it is down, so a start may follow at once\n"
                "  start <worker>     start a stopped/failed/done worker now\n"
                "  restart <worker>   SIGTERM it and start it again at once (drafters: the whole group)\n"
                "  kill <worker>      SIGKILL it; the restart policy brings it back (with backoff)\n"
@@ -43,6 +44,7 @@ static void usage(FILE *f)
                "options:\n"
                "  --run-dir DIR      the run (default: $DF_RUN_DIR, else the only directory under ./run/)\n"
                "  --json             print the orchestrator's JSON reply instead of a table\n"
+               "  --no-wait          stop: return once SIGTERM is sent, not once the worker is down\n"
                "  -h, --help         this text\n"
                "\n" DF_EXIT_CODES_TEXT);
 }
@@ -225,7 +227,15 @@ static int connect_ctl(const char *run_dir, char *path, size_t cap)
 }
 
 /* Send one request line, read one reply line. NULL on error (message printed). */
-static json_t *request(int fd, const char *sock_path, json_t *req)
+static volatile sig_atomic_t g_interrupted;
+static void on_sigint(int s)
+{
+    (void)s;
+    g_interrupted = 1;
+}
+
+/* One request, one reply; NULL (said on stderr unless quiet) when the connection failed. */
+static json_t *request_q(int fd, const char *sock_path, json_t *req, int quiet)
 {
     char *s = json_dumps(req, JSON_COMPACT);
     if (!s)
@@ -261,7 +271,8 @@ static json_t *request(int fd, const char *sock_path, json_t *req)
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
-            fprintf(stderr, "dfctl: %s: the orchestrator closed the connection without a reply\n", sock_path);
+            if (!quiet)
+                fprintf(stderr, "dfctl: %s: the orchestrator closed the connection without a reply\n", sock_path);
             free(buf);
             return NULL;
         }
@@ -278,6 +289,60 @@ static json_t *request(int fd, const char *sock_path, json_t *req)
     if (!rep)
         fprintf(stderr, "dfctl: %s: bad reply: %s\n", sock_path, jerr.text);
     return rep;
+}
+
+static json_t *request(int fd, const char *sock_path, json_t *req)
+{
+    return request_q(fd, sock_path, req, 0);
+}
+
+/* The worker's state in a status reply, or NULL. */
+static const char *worker_state(json_t *status, const char *name)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(status, "workers"), i, w)
+    {
+        if (!strcmp(json_string_value(json_object_get(w, "name")) ?: "", name))
+            return json_string_value(json_object_get(w, "state"));
+    }
+    return NULL;
+}
+
+/* After "stop": poll status until the worker is down (stopped, done or failed), so that a
+ * "start" right after this one finds it stopped instead of "already stopping". The
+ * orchestrator SIGKILLs it after wait_ms at the latest; 5 s more covers the reap. A run that
+ * ends meanwhile (the connection closes) has every worker down. Returns the exit code;
+ * say: print the outcome on stdout (not with --json, whose stdout is the reply alone). */
+static int wait_down(int fd, const char *sock_path, const char *name, long long wait_ms, int say)
+{
+    double t0 = df_now_ns() * 1e-9, limit = (double)wait_ms / 1000.0 + 5.0;
+    char last[32] = "?";
+    for (;;) {
+        json_t *req = json_pack("{s:s}", "cmd", "status");
+        json_t *rep = request_q(fd, sock_path, req, 1);
+        json_decref(req);
+        double dt = df_now_ns() * 1e-9 - t0;
+        if (!rep) {
+            if (say)
+                printf("stop %s: ok (the run ended, %.2f s)\n", name, dt);
+            return 0;
+        }
+        const char *st = worker_state(rep, name);
+        if (st)
+            snprintf(last, sizeof last, "%s", st);
+        json_decref(rep); /* st went with it: last holds the state */
+        if (!strcmp(last, "stopped") || !strcmp(last, "done") || !strcmp(last, "failed")) {
+            if (say)
+                printf("stop %s: ok (%s after %.2f s)\n", name, last, dt);
+            return 0;
+        }
+        if (dt > limit || g_interrupted) {
+            fprintf(stderr, "dfctl: stop %s: SIGTERM sent, but it is still %s after %.1f s\n", name, last, dt);
+            return 1;
+        }
+        usleep(20000);
+    }
 }
 
 static void fmt_dur(char *out, size_t cap, double s)
@@ -412,12 +477,6 @@ static void print_status(json_t *s)
     print_train(json_object_get(s, "train"));
 }
 
-static volatile sig_atomic_t g_interrupted;
-static void on_sigint(int s)
-{
-    (void)s;
-    g_interrupted = 1;
-}
 
 /* Print a reply; returns the exit code it implies. */
 static int show(json_t *rep, int as_json, int is_status)
@@ -445,7 +504,7 @@ static int show(json_t *rep, int as_json, int is_status)
 int main(int argc, char **argv)
 {
     const char *run_opt = NULL, *cmd = NULL, *worker = NULL;
-    int as_json = 0;
+    int as_json = 0, no_wait = 0;
     long count = -1;
     df_log_init("dfctl");
     for (int i = 1; i < argc; i++) {
@@ -454,6 +513,8 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(argv[i], "--json")) {
             as_json = 1;
+        } else if (!strcmp(argv[i], "--no-wait")) {
+            no_wait = 1;
         } else if (!strcmp(argv[i], "--run-dir") && i + 1 < argc) {
             run_opt = argv[++i];
         } else if (!strcmp(argv[i], "--count") && i + 1 < argc) {
@@ -539,7 +600,15 @@ int main(int argc, char **argv)
             json_object_set_new(req, "worker", json_string(worker));
         json_t *rep = request(fd, sock_path, req);
         json_decref(req);
-        code = rep ? show(rep, as_json, !strcmp(cmd, "status")) : 1;
+        int is_stop = !strcmp(cmd, "stop");
+        json_t *wait = rep ? json_object_get(rep, "wait_ms") : NULL;
+        int waits = rep && is_stop && !no_wait && json_is_true(json_object_get(rep, "ok")) && json_is_integer(wait);
+        if (waits && !as_json) /* wait_down prints the outcome in place of the reply */
+            code = wait_down(fd, sock_path, worker, json_integer_value(wait), 1);
+        else
+            code = rep ? show(rep, as_json, !strcmp(cmd, "status")) : 1;
+        if (waits && as_json && code == 0)
+            code = wait_down(fd, sock_path, worker, json_integer_value(wait), 0);
         json_decref(rep);
     }
     close(fd);

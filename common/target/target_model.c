@@ -99,9 +99,8 @@ int target_check_finite(const safetensors_tensor *t, const char *fpath, char *er
                            : "-Inf");
 }
 
-/* Find name with the given shape and a float dtype. */
-static int find_checked(const safetensors_model *st, const char *name, int ndim, const int64_t *shape,
-                        const safetensors_tensor **out, char *err, size_t errlen)
+int target_find_tensor(const safetensors_model *st, const char *name, int ndim, const int64_t *shape,
+                       const safetensors_tensor **out, const char **fpath_out, char *err, size_t errlen)
 {
     const char *fpath = NULL;
     const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
@@ -124,7 +123,15 @@ static int find_checked(const safetensors_model *st, const char *name, int ndim,
     if (rc < 0)
         return rc;
     *out = t;
+    if (fpath_out)
+        *fpath_out = fpath;
     return 0;
+}
+
+static int find_checked(const safetensors_model *st, const char *name, int ndim, const int64_t *shape,
+                        const safetensors_tensor **out, char *err, size_t errlen)
+{
+    return target_find_tensor(st, name, ndim, shape, out, NULL, err, errlen);
 }
 
 /* Load name as a malloc'd fp32 copy of shape [d0] (d1 == 0) or [d0, d1]. */
@@ -156,25 +163,9 @@ static void slice_to_f32(const safetensors_tensor *t, size_t off, size_t n, floa
     safetensors_tensor_to_f32(&r, out);
 }
 
-/* The router and all experts of sparse layer l, from either layout (target_model.h). */
-static int load_experts(target_model *m, int l, char *err, size_t errlen)
+int target_expert_layout(const safetensors_model *st, int l, char *err, size_t errlen)
 {
-    const hfconfig *c = &m->cfg;
-    const safetensors_model *st = &m->st;
-    target_layer *L = &m->layers[l];
-    int64_t d = c->hidden_size, E = c->num_experts, F = c->moe_intermediate_size;
-    size_t fd = (size_t)F * (size_t)d;
-    char n[SAFETENSORS_MAX_NAME], fused[SAFETENSORS_MAX_NAME], per[SAFETENSORS_MAX_NAME];
-    int rc;
-    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
-    if ((rc = load_f32(st, n, E, d, &L->w_router, err, errlen)) < 0)
-        return rc;
-    L->w_gate = malloc(sizeof(float) * (size_t)E * fd);
-    L->w_up = malloc(sizeof(float) * (size_t)E * fd);
-    L->w_down = malloc(sizeof(float) * (size_t)E * fd);
-    if (!L->w_gate || !L->w_up || !L->w_down)
-        return df_err(err, errlen, -ENOMEM, "%s: out of memory for the %lld experts of layer %d", st->dir, (long long)E,
-                      l);
+    char fused[SAFETENSORS_MAX_NAME], per[SAFETENSORS_MAX_NAME];
     snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
     snprintf(per, sizeof per, "model.layers.%d.mlp.experts.0.gate_proj.weight", l);
     int has_fused = safetensors_model_find(st, fused, NULL) != NULL;
@@ -185,10 +176,35 @@ static int load_experts(target_model *m, int l, char *err, size_t errlen)
     if (!has_fused && !has_per)
         return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (looked in %s; nor is the fused \"%s\" there)",
                       st->dir, per, model_source(st), fused);
-    const char *layout = has_fused ? "fused" : "per-expert";
+    return has_fused;
+}
+
+/* The router and all experts of sparse layer l, from either layout (target_model.h). */
+static int load_experts(target_model *m, int l, char *err, size_t errlen)
+{
+    const hfconfig *c = &m->cfg;
+    const safetensors_model *st = &m->st;
+    target_layer *L = &m->layers[l];
+    int64_t d = c->hidden_size, E = c->num_experts, F = c->moe_intermediate_size;
+    size_t fd = (size_t)F * (size_t)d;
+    char n[SAFETENSORS_MAX_NAME], fused[SAFETENSORS_MAX_NAME];
+    int rc;
+    snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
+    if ((rc = load_f32(st, n, E, d, &L->w_router, err, errlen)) < 0)
+        return rc;
+    L->w_gate = malloc(sizeof(float) * (size_t)E * fd);
+    L->w_up = malloc(sizeof(float) * (size_t)E * fd);
+    L->w_down = malloc(sizeof(float) * (size_t)E * fd);
+    if (!L->w_gate || !L->w_up || !L->w_down)
+        return df_err(err, errlen, -ENOMEM, "%s: out of memory for the %lld experts of layer %d", st->dir, (long long)E,
+                      l);
+    int has_fused = target_expert_layout(st, l, err, errlen);
+    if (has_fused < 0)
+        return has_fused;
     if (!m->expert_layout)
-        m->expert_layout = layout;
+        m->expert_layout = has_fused ? "fused" : "per-expert";
     if (has_fused) {
+        snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
         const safetensors_tensor *gu, *dn;
         int64_t sgu[3] = {E, 2 * F, d}, sdn[3] = {E, d, F};
         if ((rc = find_checked(st, fused, 3, sgu, &gu, err, errlen)) < 0)

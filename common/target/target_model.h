@@ -105,6 +105,16 @@ void target_free(target_model *m);
  * paths (target_load / target_load_embeddings on the CPU, target_load_cuda on the GPU) call it on every
  * tensor they use, before the first forward. */
 int target_check_finite(const safetensors_tensor *t, const char *fpath, char *err, size_t errlen);
+/* Find tensor name in st with exactly shape[0..ndim) and a float dtype (F32, BF16, F16),
+ * every element finite (target_check_finite): *out is it, *fpath_out (when not NULL) the
+ * file that holds it. Else -ENOENT / -EINVAL with err naming the file, the tensor and what
+ * was found against what was expected. Both load paths find every weight through it. */
+/* Which expert layout sparse layer l of st holds: 1 the fused gate_up_proj / down_proj
+ * [E, ...] tensors, 0 per-expert experts.{e}.*_proj tensors; -EINVAL when both are there,
+ * -ENOENT when neither (err names the tensors looked for and the files). */
+int target_expert_layout(const safetensors_model *st, int l, char *err, size_t errlen);
+int target_find_tensor(const safetensors_model *st, const char *name, int ndim, const int64_t *shape,
+                       const safetensors_tensor **out, const char **fpath_out, char *err, size_t errlen);
 /* DF_EXIT_PERM for a bad/missing model (EINVAL, ENOENT, ENOTDIR, EACCES), else DF_EXIT_TEMP. */
 int target_exit_code(int rc);
 

@@ -220,15 +220,6 @@ fail:
 
 /* ---- weights from an HF model ------------------------------------------------------ */
 
-static void shape_str(char *buf, size_t len, const int64_t *shape, int ndim)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-}
-
 /* Host staging buffers, grown on demand, freed at the end of target_load_weights_cuda. */
 typedef struct stage {
     float *f;
@@ -254,22 +245,8 @@ static int upload_nd(const safetensors_model *st, stage *sg, const char *name, i
                      int as_f32, char *err, size_t errlen)
 {
     const char *fpath = NULL;
-    const safetensors_tensor *t = safetensors_model_find(st, name, &fpath);
-    if (!t)
-        return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing", st->dir, name);
-    if (t->dtype != SAFETENSORS_F32 && t->dtype != SAFETENSORS_BF16 && t->dtype != SAFETENSORS_F16)
-        return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\": dtype %s, expected F32, BF16 or F16", fpath, name,
-                      safetensors_dtype_name(t->dtype));
-    int same = t->ndim == ndim;
-    for (int i = 0; same && i < ndim; i++)
-        same = t->shape[i] == want[i];
-    if (!same) {
-        char got[128], exp[128];
-        shape_str(got, sizeof got, t->shape, t->ndim);
-        shape_str(exp, sizeof exp, want, ndim);
-        return df_err(err, errlen, -EINVAL, "%s: tensor \"%s\": shape %s, expected %s", fpath, name, got, exp);
-    }
-    int frc = target_check_finite(t, fpath, err, errlen); /* on the host mapping, before the upload */
+    const safetensors_tensor *t;
+    int frc = target_find_tensor(st, name, ndim, want, &t, &fpath, err, errlen); /* on the host mapping, before the upload */
     if (frc < 0)
         return frc;
     size_t n = 1;
@@ -308,31 +285,25 @@ static int upload(const safetensors_model *st, stage *sg, const char *name, int6
 }
 
 /* The router and every expert of sparse layer l, from either checkpoint layout
- * (target_model.h; the same checks and messages as the CPU loader). In the device layout
+ * (target_expert_layout, target_find_tensor: the CPU loader's checks and messages). In the device layout
  * w_gu [E, 2F, d] is the fused gate_up_proj itself; per-expert tensors go to their rows. */
 static int upload_experts(const target_model_cuda *m, const safetensors_model *st, stage *sg, int l, char *err,
                           size_t errlen)
 {
     const target_layer_cuda *L = &m->layers[l];
     const int64_t d = m->d, E = m->E, F = m->F;
-    char n[SAFETENSORS_MAX_NAME], fused[SAFETENSORS_MAX_NAME], per[SAFETENSORS_MAX_NAME];
+    char n[SAFETENSORS_MAX_NAME];
     int rc;
     snprintf(n, sizeof n, "model.layers.%d.mlp.gate.weight", l);
     if ((rc = upload(st, sg, n, E, d, L->w_router, 0, err, errlen)) < 0)
         return rc;
-    snprintf(fused, sizeof fused, "model.layers.%d.mlp.experts.gate_up_proj", l);
-    snprintf(per, sizeof per, "model.layers.%d.mlp.experts.0.gate_proj.weight", l);
-    int has_fused = safetensors_model_find(st, fused, NULL) != NULL;
-    int has_per = safetensors_model_find(st, per, NULL) != NULL;
-    if (has_fused && has_per)
-        return df_err(err, errlen, -EINVAL, "%s: layer %d holds both \"%s\" and \"%s\": one expert layout expected",
-                      st->dir, l, fused, per);
-    if (!has_fused && !has_per)
-        return df_err(err, errlen, -ENOENT, "%s: tensor \"%s\" missing (nor is the fused \"%s\" there)", st->dir, per,
-                      fused);
+    int has_fused = target_expert_layout(st, l, err, errlen);
+    if (has_fused < 0)
+        return has_fused;
     if (has_fused) {
         int64_t sgu[3] = {E, 2 * F, d}, sdn[3] = {E, d, F};
-        if ((rc = upload_nd(st, sg, fused, 3, sgu, L->w_gu, 0, err, errlen)) < 0)
+        snprintf(n, sizeof n, "model.layers.%d.mlp.experts.gate_up_proj", l);
+        if ((rc = upload_nd(st, sg, n, 3, sgu, L->w_gu, 0, err, errlen)) < 0)
             return rc;
         snprintf(n, sizeof n, "model.layers.%d.mlp.experts.down_proj", l);
         return upload_nd(st, sg, n, 3, sdn, L->w_down, 0, err, errlen);

@@ -237,9 +237,9 @@ int plan_source_check_shards(char *const *paths, int n_paths, const char *field,
  * and err naming what is missing; *fresh = nothing was ever committed (every topology field
  * may still change). 0 or -errno. */
 int resume_check_state(orch *o, int writes_checkpoints, int *fresh, char *err, size_t errlen);
-/* setup.c: read and verify <run_dir>/ledger.bin into *snap (backed by *mem, which the
- * caller frees): 0, -ENOENT when there is none, other -errno with err saying what is wrong. */
-int setup_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen);
+/* Read and verify <run_dir>/ledger.bin into *snap (backed by *mem, which the caller frees):
+ * 0, -ENOENT when there is none, other -errno with err saying what is wrong. */
+int resume_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen);
 /* Compare the topology to resume with (o->t) with the record rec: every difference is
  * logged (field: old -> new); 0 when none, or when all may change and o->accept_changes
  * (then o->topo_changes holds them), else -EINVAL with err saying how to proceed. */

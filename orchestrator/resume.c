@@ -1,6 +1,8 @@
-/* resume.c: what `orchestrator --resume` checks before it trusts a run dir, besides
- * ledger.bin's own verification (setup.c) and the data files (data_files.json).
+/* resume.c: what `orchestrator --resume` checks before it trusts a run dir, besides the
+ * data files (data_files.json, setup.c).
  *
+ *   ledger.bin read and verified (resume_load_snapshot: its own checksums, ledger.c); setup.c
+ *              restores it into the plan rebuilt from the topology and the data.
  *   run state  ledger.bin against the checkpoints and the final files on disk. The
  *              orchestrator writes ledger.bin when a run starts and at every commit, so a
  *              run dir that holds checkpoints, an audit or a summary but no ledger.bin lost
@@ -28,6 +30,39 @@
 #include "util.h"
 
 /* ---- run state -------------------------------------------------------------------- */
+
+/* Read <run_dir>/ledger.bin into aligned memory (ledger_snapshot_open wants it) and verify
+ * it. 0 (snap open on *mem, caller frees *mem), -ENOENT when there is none, other -errno
+ * with err naming the file and what is wrong. */
+int resume_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    *mem = NULL;
+    int rc = df_read_file(path, &buf, &len);
+    if (rc < 0)
+        return df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
+    size_t cap = (len + 63) & ~(size_t)63;
+    void *m = aligned_alloc(64, cap ? cap : 64);
+    if (!m) {
+        free(buf);
+        return -ENOMEM;
+    }
+    memset(m, 0, cap ? cap : 64);
+    memcpy(m, buf, len);
+    free(buf);
+    char why[512];
+    rc = ledger_snapshot_open(snap, m, len, why, sizeof why);
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: %s; refusing to resume from it", path, why);
+        free(m);
+        return rc;
+    }
+    *mem = m;
+    return 0;
+}
 
 #define CKPT_LIST_MAX 4096
 
@@ -153,7 +188,7 @@ int resume_check_state(orch *o, int writes_checkpoints, int *fresh, char *err, s
     *fresh = 0;
     ledger snap;
     void *mem = NULL;
-    int rc = setup_load_snapshot(o, &snap, &mem, err, errlen);
+    int rc = resume_load_snapshot(o, &snap, &mem, err, errlen);
     if (rc < 0 && rc != -ENOENT)
         return rc; /* there but damaged: its own message */
     int have = rc == 0;

@@ -407,39 +407,6 @@ static int setup_ring_arena(orch *o, int i, char *err, size_t errlen)
     return rc;
 }
 
-/* Read <run_dir>/ledger.bin into aligned memory (ledger_snapshot_open wants it) and verify
- * it. 0 (snap open on *mem, caller frees *mem), -ENOENT when there is none, other -errno
- * with err naming the file and what is wrong. */
-int setup_load_snapshot(orch *o, ledger *snap, void **mem, char *err, size_t errlen)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
-    char *buf = NULL;
-    size_t len = 0;
-    *mem = NULL;
-    int rc = df_read_file(path, &buf, &len);
-    if (rc < 0)
-        return df_err(err, errlen, rc, "%s: %s", path, strerror(-rc));
-    size_t cap = (len + 63) & ~(size_t)63;
-    void *m = aligned_alloc(64, cap ? cap : 64);
-    if (!m) {
-        free(buf);
-        return -ENOMEM;
-    }
-    memset(m, 0, cap ? cap : 64);
-    memcpy(m, buf, len);
-    free(buf);
-    char why[512];
-    rc = ledger_snapshot_open(snap, m, len, why, sizeof why);
-    if (rc < 0) {
-        snprintf(err, errlen, "%s: %s; refusing to resume from it", path, why);
-        free(m);
-        return rc;
-    }
-    *mem = m;
-    return 0;
-}
-
 /* Restore the verified ledger.bin into the fresh ledger o->led (ledger_restore: committed and
  * poisoned batches stay, their counters are carried over, not raised). The snapshot must be
  * of the plan just rebuilt from the topology and the data (plan hash, data digest, epoch). */
@@ -449,7 +416,7 @@ static int resume_ledger(orch *o, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/ledger.bin", o->run_dir);
     ledger snap;
     void *mem = NULL;
-    int rc = setup_load_snapshot(o, &snap, &mem, err, errlen);
+    int rc = resume_load_snapshot(o, &snap, &mem, err, errlen);
     if (rc == -ENOENT) /* resume_check_state saw it a moment ago: someone is changing the run dir */
         snprintf(err, errlen, "%s: vanished while the resume was being prepared; refusing to resume", path);
     if (rc < 0)
@@ -623,7 +590,7 @@ static uint32_t snapshot_epoch(orch *o)
     void *mem = NULL;
     char err[16];
     uint32_t e = 0;
-    if (setup_load_snapshot(o, &snap, &mem, err, sizeof err) == 0)
+    if (resume_load_snapshot(o, &snap, &mem, err, sizeof err) == 0)
         e = ledger_epoch(&snap);
     free(mem);
     return e;

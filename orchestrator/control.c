@@ -135,6 +135,8 @@ static json_t *worker_cmd(orch *o, const char *cmd, const char *name)
         return err_reply(1, "%s: %s is already %s", cmd, name, status_state_name(w->state));
     if (rc == -ESRCH)
         return err_reply(1, "%s: %s is not running (%s)", cmd, name, status_state_name(w->state));
+    if (rc == -EBUSY) /* the exited state: the process is gone, its handles close (milliseconds) */
+        return err_reply(1, "%s: %s has just exited and is being reaped: try again in a moment", cmd, name);
     if (rc == -ESHUTDOWN)
         return err_reply(1, "%s: the run is shutting down", cmd);
     if (rc < 0)

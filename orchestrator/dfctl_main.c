@@ -477,7 +477,6 @@ static void print_status(json_t *s)
     print_train(json_object_get(s, "train"));
 }
 
-
 /* Print a reply; returns the exit code it implies. */
 static int show(json_t *rep, int as_json, int is_status)
 {

@@ -246,7 +246,8 @@ static int upload_nd(const safetensors_model *st, stage *sg, const char *name, i
 {
     const char *fpath = NULL;
     const safetensors_tensor *t;
-    int frc = target_find_tensor(st, name, ndim, want, &t, &fpath, err, errlen); /* on the host mapping, before the upload */
+    int frc =
+        target_find_tensor(st, name, ndim, want, &t, &fpath, err, errlen); /* on the host mapping, before the upload */
     if (frc < 0)
         return frc;
     size_t n = 1;

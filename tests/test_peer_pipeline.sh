@@ -8,7 +8,9 @@
 #      the vocabulary, decreasing offsets, a foreign magic;
 #   2. documents shorter than S skipped, longer ones cut to their first S tokens;
 #   3. the command line: a topology with a missing or mistyped field exits 2 naming the file
-#      and the JSON path; no document of S tokens exits 100 naming the shards; the tiny
+#      and the JSON path (drafter.layer_types of the wrong length, a sliding layer without a
+#      window, and drafter.loss "dpace", which the peer does not train, among them); no
+#      document of S tokens exits 100 naming the shards; the tiny
 #      topology at S=128 reads its data and, without a GPU, says SKIPPED (77);
 #   4. where a Python has torch: one batch step of the peer's drafter on the CPU (the tiny
 #      target's shape, two documents of data/tiny, random features) equals the recipe
@@ -103,6 +105,16 @@ json.dump(t, open(f"{T}/badcap.json", "w"))
 t = json.load(open("configs/tiny.json"))
 t["drafter"]["lr"] = "fast"
 json.dump(t, open(f"{T}/badlr.json", "w"))
+t = json.load(open("configs/tiny.json"))
+t["drafter"]["layer_types"] = ["sliding_attention", "full_attention"]
+json.dump(t, open(f"{T}/badkinds.json", "w"))
+t = json.load(open("configs/tiny.json"))
+t["drafter"]["layer_types"] = ["sliding_attention"]
+t["drafter"]["sliding_window"] = None
+json.dump(t, open(f"{T}/nowindow.json", "w"))
+t = json.load(open("configs/tiny.json"))
+t["drafter"]["loss"] = "dpace"
+json.dump(t, open(f"{T}/dpace.json", "w"))
 PY
 expect() { # expect RC NEEDLE CMD...
   local want=$1 needle=$2; shift 2
@@ -113,6 +125,9 @@ expect() { # expect RC NEEDLE CMD...
 expect 2 "$T/nomax.json: \$.data.max_seq_len: missing" "$py" $PEER --topology "$T/nomax.json"
 expect 2 "$T/badcap.json: \$.target.capture_layers[1]: expected a layer index" "$py" $PEER --topology "$T/badcap.json"
 expect 2 "$T/badlr.json: \$.drafter.lr: expected" "$py" $PEER --topology "$T/badlr.json"
+expect 2 "$T/badkinds.json: \$.drafter.layer_types: expected 1 entries (drafter.num_layers)" "$py" $PEER --topology "$T/badkinds.json"
+expect 2 "$T/nowindow.json: \$.drafter.sliding_window: expected an integer >= 1" "$py" $PEER --topology "$T/nowindow.json"
+expect 2 "$T/dpace.json: \$.drafter.loss: the peer trains the decay loss only" "$py" $PEER --topology "$T/dpace.json"
 expect 2 "--seq 1: must be >= 2" "$py" $PEER --topology configs/tiny.json --seq 1
 expect 2 "cannot read the topology" "$py" $PEER --topology "$T/none.json"
 expect 100 "configs/tiny.json: \$.data.shards: no document of at least S=768 tokens" "$py" $PEER --topology configs/tiny.json
@@ -147,6 +162,9 @@ topo["num_anchors"] = 24
 hf = json.load(open("models/tiny-target/config.json"))
 cfg = pp.drafter_config(topo, hf)
 assert cfg["target_layer_ids"] == [1, 3] and cfg["mask_token_id"] == 261 and cfg["d"] == hf["hidden_size"], cfg
+want = json.load(open("configs/tiny.json"))["drafter"]
+assert cfg["layer_types"] == (want.get("layer_types") or ["full_attention"]) and \
+    cfg["sliding_window"] == (want.get("sliding_window") or 0), cfg  # the topology's kinds, not all full
 _, docs = pp.read_dfs("data/tiny/train-000.dfs")
 S = 96
 docs, _ = pp.cut_documents(docs, S)

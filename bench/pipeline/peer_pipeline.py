@@ -168,7 +168,26 @@ def load_topology(path):
         weight_decay=float(get("drafter", "weight_decay", kind=(int, float), default=0.0)),
         grad_clip=float(get("drafter", "grad_clip", kind=(int, float), default=1.0)),
         mask_token_id=t.get("drafter", {}).get("mask_token_id"),
+        layer_types=t.get("drafter", {}).get("layer_types"),
+        sliding_window=t.get("drafter", {}).get("sliding_window"),
     )
+    lt = topo["layer_types"]
+    if lt is None:
+        topo["layer_types"] = ["full_attention"] * topo["num_layers"]
+    elif (not isinstance(lt, list) or len(lt) != topo["num_layers"]
+          or any(x not in ("full_attention", "sliding_attention") for x in lt)):
+        raise Bad(f"{path}: $.drafter.layer_types: expected {topo['num_layers']} entries (drafter.num_layers), each "
+                  f"\"full_attention\" or \"sliding_attention\", got {json.dumps(lt)}", EXIT_USAGE)
+    sw = topo["sliding_window"]
+    if "sliding_attention" in topo["layer_types"]:
+        if not isinstance(sw, int) or isinstance(sw, bool) or sw < 1:
+            raise Bad(f"{path}: $.drafter.sliding_window: expected an integer >= 1 (a layer is sliding), got "
+                      f"{json.dumps(sw)}", EXIT_USAGE)
+    else:
+        topo["sliding_window"] = 0
+    loss = t.get("drafter", {}).get("loss", "decay")
+    if loss != "decay":  # the peer is the bench's comparison for the decay objective only
+        raise Bad(f"{path}: $.drafter.loss: the peer trains the decay loss only, got {json.dumps(loss)}", EXIT_USAGE)
     for i, c in enumerate(topo["capture"]):
         if not isinstance(c, int) or isinstance(c, bool) or c < 0:
             raise Bad(f"{path}: $.target.capture_layers[{i}]: expected a layer index >= 0, got {json.dumps(c)}",
@@ -183,7 +202,8 @@ def load_topology(path):
 def drafter_config(topo, hf):
     """dflash_torch's config dict of the drafter the pipeline trains (drafter_worker
     build_config): the target's width and heads, the topology's depth, block, capture layers
-    and gamma, every layer full attention, mask token from the topology or vocab - 1."""
+    and gamma, the topology's layer kinds and window (all full attention when it names none),
+    mask token from the topology or vocab - 1."""
     hd = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
     mask = topo["mask_token_id"]
     return dict(d=hf["hidden_size"], heads=hf["num_attention_heads"], kv=hf["num_key_value_heads"], hd=hd,
@@ -191,7 +211,7 @@ def drafter_config(topo, hf):
                 rms_norm_eps=hf.get("rms_norm_eps", 1e-6), rope_theta=hf.get("rope_theta", 1e6),
                 mask_token_id=mask if isinstance(mask, int) and mask >= 0 else hf["vocab_size"] - 1,
                 target_layer_ids=list(topo["capture"]), num_target_layers=hf["num_hidden_layers"],
-                layer_types=["full_attention"] * topo["num_layers"], sliding_window=0, gamma=topo["gamma"],
+                layer_types=list(topo["layer_types"]), sliding_window=topo["sliding_window"], gamma=topo["gamma"],
                 tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)))
 
 

@@ -56,7 +56,8 @@ a = json.load(open(f"{run}/ledger_audit.json"))
 f = lambda x: "n/a (non-finite)" if x is None else f"{x:.3f}"
 print()
 print(f"drafter trained for {s['steps']} steps in {s['seconds']:.0f}s (block size {s['block_size']})")
-print(f"  loss at start {f(s['loss_start'])} -> at end {f(s['loss_end'])}")
+print(f"  loss at start {f(s['loss_start'])} -> at end {f(s['loss_end'])}"
+      + ("  (D-PACE: a sum over each block's positions, not a per-token mean)" if s.get("loss") == "dpace" else ""))
 print("  per-position accuracy on training batches (last steps): " + " ".join(f"{x:.2f}" for x in s["acc"]))
 print(f"  expected acceptance length from those: tau ~ {f(s['expected_tau'])}")
 print(f"  ledger audit: exactly once = {a.get('exactly_once')}")

@@ -96,25 +96,25 @@ PY
 "$py" - "$T" <<'PY' || fail "writing bad topologies"
 import json, sys
 T = sys.argv[1]
-t = json.load(open("configs/tiny.json"))
+t = json.load(open("configs/tiny.json"))  # the embedded default trains D-PACE; the peer, decay only
+t["drafter"]["loss"] = "decay"
+json.dump(t, open(f"{T}/tiny.json", "w"))
+t = json.load(open(f"{T}/tiny.json"))
 del t["data"]["max_seq_len"]
 json.dump(t, open(f"{T}/nomax.json", "w"))
-t = json.load(open("configs/tiny.json"))
+t = json.load(open(f"{T}/tiny.json"))
 t["target"]["capture_layers"] = [1, "x"]
 json.dump(t, open(f"{T}/badcap.json", "w"))
-t = json.load(open("configs/tiny.json"))
+t = json.load(open(f"{T}/tiny.json"))
 t["drafter"]["lr"] = "fast"
 json.dump(t, open(f"{T}/badlr.json", "w"))
-t = json.load(open("configs/tiny.json"))
-t["drafter"]["layer_types"] = ["sliding_attention", "full_attention"]
-json.dump(t, open(f"{T}/badkinds.json", "w"))
-t = json.load(open("configs/tiny.json"))
+t = json.load(open(f"{T}/tiny.json"))
 t["drafter"]["layer_types"] = ["sliding_attention"]
+json.dump(t, open(f"{T}/badkinds.json", "w"))
+t = json.load(open(f"{T}/tiny.json"))
 t["drafter"]["sliding_window"] = None
 json.dump(t, open(f"{T}/nowindow.json", "w"))
-t = json.load(open("configs/tiny.json"))
-t["drafter"]["loss"] = "dpace"
-json.dump(t, open(f"{T}/dpace.json", "w"))
+json.dump(json.load(open("configs/tiny.json")), open(f"{T}/dpace.json", "w"))
 PY
 expect() { # expect RC NEEDLE CMD...
   local want=$1 needle=$2; shift 2
@@ -125,18 +125,18 @@ expect() { # expect RC NEEDLE CMD...
 expect 2 "$T/nomax.json: \$.data.max_seq_len: missing" "$py" $PEER --topology "$T/nomax.json"
 expect 2 "$T/badcap.json: \$.target.capture_layers[1]: expected a layer index" "$py" $PEER --topology "$T/badcap.json"
 expect 2 "$T/badlr.json: \$.drafter.lr: expected" "$py" $PEER --topology "$T/badlr.json"
-expect 2 "$T/badkinds.json: \$.drafter.layer_types: expected 1 entries (drafter.num_layers)" "$py" $PEER --topology "$T/badkinds.json"
+expect 2 "$T/badkinds.json: \$.drafter.layer_types: expected 2 entries (drafter.num_layers)" "$py" $PEER --topology "$T/badkinds.json"
 expect 2 "$T/nowindow.json: \$.drafter.sliding_window: expected an integer >= 1" "$py" $PEER --topology "$T/nowindow.json"
 expect 2 "$T/dpace.json: \$.drafter.loss: the peer trains the decay loss only" "$py" $PEER --topology "$T/dpace.json"
-expect 2 "--seq 1: must be >= 2" "$py" $PEER --topology configs/tiny.json --seq 1
+expect 2 "--seq 1: must be >= 2" "$py" $PEER --topology "$T/tiny.json" --seq 1
 expect 2 "cannot read the topology" "$py" $PEER --topology "$T/none.json"
-expect 100 "configs/tiny.json: \$.data.shards: no document of at least S=768 tokens" "$py" $PEER --topology configs/tiny.json
+expect 100 "$T/tiny.json: \$.data.shards: no document of at least S=768 tokens" "$py" $PEER --topology "$T/tiny.json"
 echo "ok: bad topology fields exit 2 naming the JSON path; no document of S tokens exits 100"
 if "$py" -c 'import torch' >/dev/null 2>&1; then
   if "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     echo "ok: (a GPU is here: the tiny-topology CLI run is left to bench/pipeline/run.sh)"
   else
-    expect 77 "SKIPPED: peer_pipeline: no CUDA device" "$py" $PEER --topology configs/tiny.json --seq 128 --anchors 16
+    expect 77 "SKIPPED: peer_pipeline: no CUDA device" "$py" $PEER --topology "$T/tiny.json" --seq 128 --anchors 16
     grep -q "documents of >= 128 tokens cut to 128" "$T/out" || { cat "$T/out"; fail "no data line"; }
     echo "ok: tiny topology, S=128: $(grep -o '[0-9]* documents of >= 128 tokens[^;]*' "$T/out"); no GPU -> 77"
   fi
@@ -148,7 +148,7 @@ for p in python3 /usr/bin/python3; do
   if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import torch, numpy' >/dev/null 2>&1; then py=$p; break; fi
 done
 if [ -z "$py" ]; then echo "SKIPPED part: no Python with torch here, the drafter step not run"; exit 0; fi
-"$py" - <<'PY' || fail "drafter batch step"
+"$py" - "$T" <<'PY' || fail "drafter batch step"
 import json, sys
 sys.path[:0] = ["bench/pipeline"]
 import numpy as np
@@ -157,7 +157,10 @@ dt = pp.dt
 dt.import_torch()
 torch = dt.torch
 torch.manual_seed(0)
-topo = pp.load_topology("configs/tiny.json")
+t = json.load(open("configs/tiny.json"))
+t["drafter"]["loss"] = "decay"  # the peer trains the decay loss only
+json.dump(t, open(f"{sys.argv[1]}/tiny-decay.json", "w"))
+topo = pp.load_topology(f"{sys.argv[1]}/tiny-decay.json")
 topo["num_anchors"] = 24
 hf = json.load(open("models/tiny-target/config.json"))
 cfg = pp.drafter_config(topo, hf)

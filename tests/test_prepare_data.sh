@@ -28,6 +28,9 @@ grep -q "bad.jsonl:1: skipped (unknown-role): message 0: role \"robot\"" "$tmp/e
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/train" \
   data/tiny/chat-train.jsonl --max-samples 1600 --max-len 512
 cmp "$tmp/train-000.dfs" data/tiny/train-000.dfs || { echo "data/tiny/train-000.dfs not reproduced"; exit 1; }
+python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/train2400" \
+  data/tiny/chat-train.jsonl --max-samples 2400 --max-len 512
+cmp "$tmp/train2400-000.dfs" data/tiny/train2400-000.dfs || { echo "data/tiny/train2400-000.dfs not reproduced"; exit 1; }
 python3 scripts/prepare_data.py --tokenizer models/tiny-target --out "$tmp/held" data/tiny/chat-heldout.jsonl
 cmp "$tmp/held-000.dfs" data/tiny/heldout-000.dfs || { echo "data/tiny/heldout-000.dfs not reproduced"; exit 1; }
 echo "data/tiny shards reproduced byte for byte"

@@ -51,17 +51,18 @@ refused() { # refused MESSAGE SETTING...: exit 2 naming MESSAGE
   out=$(paths "${@:2}" 2>&1) || rc=$?
   if [ "$rc" != 2 ] || ! grep -qF -- "$1" <<<"$out"; then fail "${*:2}: exit $rc, '$out' (expected 2, '$1')"; fi
 }
-refused "no layer would slide" LAYER_TYPES=sliding-but-last SLIDING_WINDOW=8
+[ "$(paths LAYER_TYPES=sliding-but-last SLIDING_WINDOW=8 | cut -d' ' -f1)" = trained_tiny_lt-sliding-but-last-w8 ] ||
+  fail "sliding-but-last on the 2-layer tiny drafter: $(paths LAYER_TYPES=sliding-but-last SLIDING_WINDOW=8 2>&1)"
 refused "without a sliding layer" LAYER_TYPES=full SLIDING_WINDOW=8
 refused "SLIDING_WINDOW (tokens) is needed" LAYER_TYPES=sliding
-refused "a comma list of 1 full / sliding" LAYER_TYPES=sliding,full SLIDING_WINDOW=8
+refused "a comma list of 2 full / sliding" LAYER_TYPES=sliding,full,full SLIDING_WINDOW=8
 refused "expected lengths in bytes" PROMPT_LENS=300,x
 refused "expected a whole number" SEQ=0
-echo "paths: unset knobs keep the old names; SEQ/PROMPT_LENS key the target, the drafter knobs the run; 6 bad settings refused"
+echo "paths: unset knobs keep the old names; SEQ/PROMPT_LENS key the target, the drafter knobs the run; 5 bad settings refused"
 
 # the dry run's settings: prompts past the 1024-token default prompt cut (and past the tiny
 # target's 1024 positions: its text there means little, the plumbing is what is checked) and far past
-# the window; configs/tiny.json's drafter has 1 layer, so the sliding variant is all sliding
+# the window; SLIDING_LAYERS=sliding: the sliding variant's layers (configs/tiny.json's two) all slide
 export SEQ=256 PROMPT_LENS=1100,1200 MAX_SEQ_LEN=2048 SLIDING_LAYERS=sliding
 read -r _ model data _ <<<"$(paths LAYER_TYPES=full)"
 mkdir -p "$(dirname "$model")" "$data"
@@ -104,7 +105,7 @@ for t, p in zip(samples, prompts):  # whole prompts: not cut to target_generate'
     assert list(t[:len(head)]) == head and len(t) > len(head), "a training sample lost the start of its prompt"
 rows = {r["variant"]: r for r in json.load(open(f"{res}/sliding_window.json"))}
 assert sorted(rows) == ["full", "sliding:64"], rows.keys()
-want = {"full": (["full_attention"], None), "sliding:64": (["sliding_attention"], 64)}
+want = {"full": (["full_attention"] * 2, None), "sliding:64": (["sliding_attention"] * 2, 64)}
 for v, r in rows.items():
     tag, run = r["tag"], None
     cfg = json.load(open(f"{work}/{tag}.json"))

@@ -701,7 +701,11 @@ static void test_tiny_config(void)
     T_ASSERT_STREQ(t.target_model_dir, "models/tiny-target");
     T_ASSERT(t.n_capture == 2 && t.capture_layers[0] == 1 && t.capture_layers[1] == 3);
     T_ASSERT(t.n_shards == 1);
-    T_ASSERT_STREQ(t.shards[0], "data/tiny/train-000.dfs");
+    T_ASSERT_STREQ(t.shards[0], "data/tiny/train2400-000.dfs");
+    /* the demo's drafter (docs/drafter_quality.md): 2 sliding layers of window 4, D-PACE 0.5 */
+    T_ASSERT(t.drafter.num_layers == 2 && t.drafter.sliding_window == 4 && t.drafter.layer_sliding[0] == 1 &&
+             t.drafter.layer_sliding[1] == 1);
+    T_ASSERT(t.drafter.loss == TOPOLOGY_LOSS_DPACE && t.drafter.dpace_alpha == 0.5);
     T_ASSERT(t.n_rings == 2 && t.n_workers == 4 && topology_n_drafters(&t) == 1);
     T_ASSERT(topology_find_validator(&t) == 3 && t.workers[3].role == TOPOLOGY_ROLE_VALIDATOR &&
              t.workers[3].gpu == -1);

@@ -289,6 +289,8 @@ if max_seq_len:  # whole long samples: the token budget holds at least one, the 
             r["slot_bytes"] = -(-r.get("slot_bytes", 4194304) * n // budget)
 if kinds:
     c["drafter"]["layer_types"] = json.loads(kinds)
+    if "sliding_attention" not in c["drafter"]["layer_types"]:
+        c["drafter"]["sliding_window"] = None  # the base's window would be unused: the topology refuses it
 if window:
     c["drafter"]["sliding_window"] = int(window)
 if loss:

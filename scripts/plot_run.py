@@ -139,7 +139,12 @@ def main():
             ax[0][1].plot(x, smooth([r.get("acc1") or 0 for r in s], k), label=f"{w} acc at position 1")
             ax[1][0].plot(x, smooth([r.get("tau") or 0 for r in s], k), label=f"{w} expected tau")
             ax[1][1].plot(x, [r.get("lr") or 0 for r in s], label=f"{w} lr")
-        for axis, title in ((ax[0][0], "training loss (nats)"), (ax[0][1], "accuracy at block position 1 (training batches)"),
+        try:  # D-PACE's loss is a sum over each block's positions, the decay loss a weighted mean in nats
+            dpace = json.load(open(os.path.join(a.run_dir, "topology.json")))["drafter"].get("loss") == "dpace"
+        except (OSError, ValueError, KeyError, TypeError):
+            dpace = False
+        loss_title = "training loss (D-PACE: a sum per block)" if dpace else "training loss (nats)"
+        for axis, title in ((ax[0][0], loss_title), (ax[0][1], "accuracy at block position 1 (training batches)"),
                             (ax[1][0], "expected acceptance length (training batches)"), (ax[1][1], "learning rate")):
             axis.set_title(title, fontsize=10)
             axis.set_xlabel("optimizer step")

@@ -33,7 +33,7 @@ set -e
 [ "$rc" = 2 ] && grep -q "layers:0,full: 0: expected at least 1" "$tmp/out" || fail "layers:0: exit $rc: $(cat "$tmp/out")"
 echo "ok: 6 bad variants refused with exit 2 before any work"
 
-v1="decay:4,full,samples:40"
+v1="decay:4,full,layers:1,samples:40"
 v2="dpace:0.5,sliding:4,layers:2,samples:40"
 RES=$tmp/res SEEDS=7 PROMPTS=2 MAX_NEW=16 bash $B "$v1" "$v2" >"$tmp/out" 2>&1 || fail "recipe_cpu failed: $(tail -20 "$tmp/out")"
 cat "$tmp/out"
